@@ -1,0 +1,236 @@
+"""Run workloads against a target and write the results folder.
+
+A results folder holds ``requests.jsonl`` (one JSON object per request, warm-up included and
+marked ``discarded``), ``summary.json`` (context, per-workload summaries, verdicts,
+speed-ups, warnings) and ``chart.png``.
+
+Failure policy (``notes/bench.md`` §4.11): the first failed request stops its workload, and
+the failure is the workload's verdict — never averaged in. A failure that says the server is
+unwell (connection refused, HTTP 5xx, engine dead, stalled or cut stream, an error inside the
+stream) also ends the run: the remaining workloads are reported ``not-run``. A failure of one
+request's own making (thinking ate the budget, empty answer, HTTP 4xx) moves on to the next
+workload. After any failure ``/health`` is probed and its answer added to the message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import requests
+
+from rigkit.bench import metrics as spec_metrics
+from rigkit.bench.chart import write_chart
+from rigkit.bench.client import stream_chat
+from rigkit.bench.context import Target
+from rigkit.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
+                                  verdict)
+from rigkit.bench.workloads import Workload, verbatim_check
+
+ABORT_KINDS = {"connection", "http-5xx", "engine-dead", "stalled", "cut", "stream-error",
+               "bad-data"}
+
+
+def new_run_id() -> str:
+    """``YYYYmmddTHHMMSSZ-xxxxxx``: UTC time plus 6 random hex digits (also the prompt nonce)."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+def probe_health(target: Target, timeout_s: float = 5.0) -> str:
+    """One phrase about ``GET /health`` for failure messages, e.g. ``/health answers 503``."""
+    try:
+        resp = requests.get(target.aux_base.rstrip("/") + "/health",
+                            headers=target.headers(), timeout=timeout_s)
+    except requests.RequestException as exc:
+        return f"/health unreachable ({type(exc).__name__})"
+    return f"/health answers {resp.status_code}"
+
+
+def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out_dir: str,
+                  stall_timeout_s: float = 120.0,
+                  progress: Callable[[str, int, int], None] | None = None,
+                  warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Run ``workloads`` one request at a time; append each record to
+    ``out_dir/requests.jsonl`` as it completes.
+
+    Returns ``(summaries, warnings)``: workload name → :func:`summarize_workload` dict (the
+    warm-up included, flagged ``discarded``), and the warnings raised on the way (chunk-count
+    fallbacks, skipped ``/metrics``). ``progress(workload, done, total)`` and ``warn(text)``
+    are called as it goes.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    jsonl = os.path.join(out_dir, "requests.jsonl")
+    warnings: list[str] = []
+    summaries: dict[str, Any] = {}
+    aborted: str | None = None
+
+    def _warn(text: str) -> None:
+        if text not in warnings:
+            warnings.append(text)
+            if warn:
+                warn(text)
+
+    session = requests.Session()
+    with open(jsonl, "a", encoding="utf-8") as fh:
+        for wl in workloads:
+            if aborted:
+                summaries[wl.name] = summarize_workload(
+                    wl.name, [], not_run=f"not run: the run stopped after {aborted}")
+                summaries[wl.name]["discarded"] = wl.discard
+                continue
+            before, note = spec_metrics.scrape(target.aux_base, target.headers())
+            records: list[dict[str, Any]] = []
+            quotes: list[dict[str, Any]] = []
+            error = kind = None
+            for i, spec in enumerate(wl.requests):
+                if progress:
+                    progress(wl.name, i, len(wl.requests))
+                r = stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
+                                session=session, stall_timeout_s=stall_timeout_s)
+                for w in r.warnings:
+                    _warn(w)
+                rec = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
+                       "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                       "workload": wl.name, "prompt_id": spec.prompt_id,
+                       "repetition": spec.repetition, "discarded": wl.discard,
+                       "temperature": spec.payload.get("temperature"),
+                       "max_tokens": spec.payload.get("max_tokens"), **r.to_record()}
+                if r.ok and spec.expected is not None:
+                    v = verbatim_check(spec.expected, r.answer)
+                    vd = {**v.__dict__, "message": v.message()}
+                    rec["verbatim"] = vd
+                    quotes.append(vd)
+                fh.write(json.dumps(rec) + "\n")
+                fh.flush()
+                records.append(rec)
+                if not r.ok:
+                    error, kind = r.error, r.error_kind
+                    health = probe_health(target)
+                    if kind == "http-5xx" and health.endswith(" 503"):
+                        kind = "engine-dead"
+                    error = f"{error}; {health}"
+                    if kind == "engine-dead":
+                        error += " (engine dead)"
+                    break
+            if progress:
+                progress(wl.name, len(records), len(wl.requests))
+            after, note2 = spec_metrics.scrape(target.aux_base, target.headers()) \
+                if before else (None, note)
+            delta = spec_metrics.spec_delta(before, after)
+            summaries[wl.name] = summarize_workload(
+                wl.name, records, error=f"{wl.name}: {error}" if error else None,
+                error_kind=kind, spec_decode=delta,
+                spec_decode_note=None if delta else (note2 or note or "no drafts counted"),
+                verbatim=quotes if any(s.expected is not None for s in wl.requests) else None)
+            summaries[wl.name]["discarded"] = wl.discard
+            if error and kind in ABORT_KINDS:
+                aborted = wl.name
+    return summaries, warnings
+
+
+def build_summary(run_id: str, target: Target, context: dict[str, Any],
+                  workloads: dict[str, Any], baselines: list[dict[str, Any]],
+                  warnings: list[str], preset: str) -> dict[str, Any]:
+    """The ``summary.json`` object: ``schema_version``, ``run_id``, ``timestamp`` (UTC),
+    ``target`` (label, never the key), ``preset``, ``context`` (with ``warmup_done``),
+    ``workloads`` (measured ones; the warm-up is kept under ``warmup``), ``verdicts``,
+    ``speedups``, ``warnings``, ``exit_code``."""
+    measured = {n: w for n, w in workloads.items() if not w.get("discarded")}
+    warm = workloads.get("warmup")
+    context = dict(context)
+    context["warmup_done"] = bool(warm and warm["status"] == "ok")
+    verdicts = {n: verdict(n, w, context, baselines) for n, w in measured.items()}
+    if warm and warm["status"] != "ok":
+        verdicts["warmup"] = {"verdict": "FAIL", "reasons": [warm["error"]], "baseline": None}
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": run_id,
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "target": target.label, "preset": preset, "context": context,
+        "warmup": warm, "workloads": measured, "verdicts": verdicts,
+        "speedups": speedups(measured, baselines), "warnings": warnings,
+        "exit_code": exit_code(verdicts),
+    }
+
+
+def write_outputs(out_dir: str, summary: dict[str, Any],
+                  baselines: list[dict[str, Any]]) -> dict[str, str]:
+    """Write ``summary.json`` and ``chart.png`` (against the verdict baseline of the first
+    workload that has one, else the first baseline given). Returns name → path."""
+    paths = {"requests": os.path.join(out_dir, "requests.jsonl"),
+             "summary": os.path.join(out_dir, "summary.json"),
+             "chart": os.path.join(out_dir, "chart.png")}
+    with open(paths["summary"], "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+        fh.write("\n")
+    files = [v.get("baseline") for v in summary["verdicts"].values() if v.get("baseline")]
+    chosen = next((b for b in baselines if b.get("_file") in files), None) or \
+        (baselines[0] if baselines else None)
+    write_chart(paths["chart"], summary, chosen)
+    return paths
+
+
+def _fmt(s: dict[str, Any] | None, unit: str, digits: int = 1) -> str:
+    if not s:
+        return "n/a"
+    txt = f"{s['median']:.{digits}f} {unit}"
+    if s["n"] > 1:
+        txt += f" (min {s['min']:.{digits}f}, max {s['max']:.{digits}f}"
+        txt += f", CV {100 * s['cv']:.1f}%)" if s.get("cv") is not None else ")"
+    return txt
+
+
+def report_lines(summary: dict[str, Any]) -> list[str]:
+    """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
+    speed-ups and the overall result."""
+    lines: list[str] = []
+    ctx = summary["context"]
+    lines.append(f"target {summary['target']} · engine {ctx.get('engine') or 'unknown'} "
+                 f"{ctx.get('engine_version') or ''} · model {ctx.get('model') or 'unknown'} "
+                 f"({ctx.get('quantization') or 'quantization unknown'}) · preset "
+                 f"{summary['preset']} · warm-up {'done' if ctx.get('warmup_done') else 'NOT done'}")
+    for name, w in summary["workloads"].items():
+        v = summary["verdicts"][name]
+        if w["status"] != "ok":
+            lines.append(f"{name}: {w['status'].upper()} — {w['error']}")
+        else:
+            m = w["metrics"]
+            ct = m.get("completion_tokens")
+            tpc = m.get("tokens_per_chunk")
+            lines.append(
+                f"{name}: n={w['n']} · decode {_fmt(m.get('decode_tps'), 'tok/s')} · prefill "
+                f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
+                f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
+            lines.append(
+                f"  completion tokens: {ct['median']:.0f} per request (median), "
+                f"{w['completion_tokens_total']} in total from {w['tokens_source']}; a chunk "
+                f"count would say {w['chunk_estimate_total']} · "
+                f"{tpc['median']:.2f} tokens/chunk" if ct and tpc else "  completion tokens: n/a")
+            st = w.get("server_timings")
+            if st and st.get("predicted_per_second"):
+                lines.append(f"  server timings: prefill {_fmt(st['prompt_per_second'], 'tok/s')}"
+                             f" · decode {_fmt(st['predicted_per_second'], 'tok/s')}")
+            if w.get("spec_decode"):
+                sd = w["spec_decode"]
+                lines.append(f"  speculative decoding: acceptance length "
+                             f"{sd['acceptance_length']:.2f} tokens/step, acceptance rate "
+                             f"{100 * (sd['acceptance_rate'] or 0):.1f}%")
+            for q in w.get("verbatim") or []:
+                lines.append(f"  {q['message']}")
+        reasons = "; ".join(v["reasons"])
+        lines.append(f"  verdict: {v['verdict']}" + (f" — {reasons}" if reasons else ""))
+    if "warmup" in summary["verdicts"]:
+        lines.append(f"warmup: FAIL — {summary['verdicts']['warmup']['reasons'][0]}")
+    for s in summary["speedups"]:
+        lines.append(f"speed-up vs {s['against']}: {s['workload']} {s['factor']:.2f}x decode")
+    bad = [n for n, v in summary["verdicts"].items() if v["verdict"] == "FAIL"]
+    lines.append(f"result: FAIL ({', '.join(bad)})" if bad else "result: OK")
+    return lines
+
+
+def elapsed(t0: float) -> float:
+    """Seconds since ``t0`` (monotonic)."""
+    return time.monotonic() - t0

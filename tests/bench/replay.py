@@ -1,0 +1,231 @@
+"""A replay server speaking vLLM's streaming dialect, with true token counts known by construction.
+
+Each POST to ``/v1/chat/completions`` plays the next queued :class:`Script` (or the default
+one). A script is a list of steps: ``("event", obj)`` sends ``data: <json>\\n\\n``,
+``("raw", bytes)`` sends bytes as they are, ``("sleep", seconds)``, ``("done",)`` sends
+``data: [DONE]``, ``("cut",)`` closes the socket mid-stream (no terminating chunk),
+``("kill",)`` marks the engine dead (later requests get 500, ``/health`` 503). Each write is
+one HTTP/1.1 chunk so the client sees it as soon as it is sent.
+
+Side endpoints: ``/health`` (200, or 503 once dead), ``/version`` (``{"version": ...}``, as
+vLLM), ``/v1/models`` (with ``max_model_len``), ``/metrics`` (vLLM's spec-decode counters,
+advancing per request), ``/tokenize`` (4 characters per token). Every request's headers are
+kept in ``seen_headers`` so tests can check the Authorization header.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ENGINE_DEAD_BODY = {"error": {"message": "EngineCore encountered an issue. See stack trace "
+                              "(above) for the root cause.", "type": "InternalServerError",
+                              "param": None, "code": 500}}
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, model: str = "qwen3.8-27b") -> dict:
+    """A ``chat.completion.chunk`` with one choice."""
+    return {"id": "chatcmpl-replay", "object": "chat.completion.chunk", "created": 1,
+            "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish}]}
+
+
+def usage_chunk(prompt_tokens: int, completion_tokens: int, **extra: Any) -> dict:
+    """The OpenAI usage chunk: ``choices: []`` plus ``usage``."""
+    return {"id": "chatcmpl-replay", "object": "chat.completion.chunk", "created": 1,
+            "model": "qwen3.8-27b", "choices": [],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}, **extra}
+
+
+def vllm_stream(*, reasoning: list[str] = (), answer: list[str] = (), tokens_per_chunk: int = 3,
+                prompt_tokens: int = 100, usage: bool = True, finish: str = "stop",
+                gap_s: float = 0.0, done: bool = True) -> list[tuple]:
+    """Steps for a vLLM stream: role chunk, ``delta.reasoning`` chunks, ``delta.content``
+    chunks (each worth ``tokens_per_chunk`` tokens), the finish chunk, the usage chunk when
+    ``usage`` (completion_tokens = chunks × tokens_per_chunk, true by construction), [DONE]."""
+    steps: list[tuple] = [("event", chunk({"role": "assistant", "content": ""}))]
+    for text in reasoning:
+        if gap_s:
+            steps.append(("sleep", gap_s))
+        steps.append(("event", chunk({"reasoning": text})))
+    for text in answer:
+        if gap_s:
+            steps.append(("sleep", gap_s))
+        steps.append(("event", chunk({"content": text})))
+    steps.append(("event", chunk({}, finish=finish)))
+    if usage:
+        n = (len(reasoning) + len(answer)) * tokens_per_chunk
+        steps.append(("event", usage_chunk(prompt_tokens, n)))
+    if done:
+        steps.append(("done",))
+    return steps
+
+
+@dataclass
+class Script:
+    """What one chat request gets: an HTTP ``status`` and either ``steps`` (a stream) or a
+    JSON ``body`` (an error)."""
+
+    steps: list[tuple] = field(default_factory=list)
+    status: int = 200
+    body: dict | None = None
+    quote: bool = False
+    quote_diff_at: int | None = None
+
+
+def quote_steps(prompt: str, diff_at: int | None) -> list[tuple]:
+    """Answer a quoting prompt with its marked passage (``#`` replacing the character at
+    ``diff_at`` when given), 12 characters per chunk, each chunk worth 3 tokens."""
+    start = prompt.index("<<<QUOTE START>>>\n") + len("<<<QUOTE START>>>\n")
+    passage = prompt[start:prompt.index("\n<<<QUOTE END>>>")]
+    if diff_at is not None:
+        passage = passage[:diff_at] + "#" + passage[diff_at + 1:]
+    parts = [passage[i:i + 12] for i in range(0, len(passage), 12)]
+    return vllm_stream(reasoning=["Copying."], answer=parts, tokens_per_chunk=3)
+
+
+class ReplayServer:
+    """Threaded HTTP server on 127.0.0.1 (free port); use as a context manager.
+
+    + ``queue(script, ...)``: scripts for the next chat requests, in order.
+    + ``default``: the script used when the queue is empty.
+    + ``url``: ``http://127.0.0.1:PORT``.
+    """
+
+    def __init__(self, default: Script | None = None) -> None:
+        self.default = default or Script(vllm_stream(answer=["Hello"] * 3))
+        self.scripts: deque[Script] = deque()
+        self.dead = False
+        self.requests_seen: list[dict] = []
+        self.seen_headers: list[dict[str, str]] = []
+        self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.metrics_enabled = True
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _json(self, status: int, obj: Any) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                server.seen_headers.append(dict(self.headers))
+                if self.path == "/health":
+                    if server.dead:
+                        self._json(503, {"error": "EngineDeadError"})
+                    else:
+                        self.send_response(200)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                elif self.path == "/version":
+                    self._json(200, {"version": "0.19.1-replay"})
+                elif self.path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [{
+                        "id": "qwen3.8-27b", "object": "model", "owned_by": "vllm",
+                        "root": "/models/Qwen3.8-27B-W4A16-AutoRound", "max_model_len": 65536}]})
+                elif self.path == "/metrics" and server.metrics_enabled:
+                    c = server.spec_counters
+                    text = (
+                        "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+                        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="q"}} {c["drafts"]}.0\n'
+                        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="q"}} {c["draft_tokens"]}.0\n'
+                        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="q"}} {c["accepted"]}.0\n'
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(text)))
+                    self.end_headers()
+                    self.wfile.write(text)
+                else:
+                    self._json(404, {"detail": "Not Found"})
+
+            def do_POST(self):  # noqa: N802
+                server.seen_headers.append(dict(self.headers))
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                if self.path == "/tokenize":
+                    text = body.get("prompt") or body.get("content") or ""
+                    self._json(200, {"count": max(len(text) // 4, 1), "max_model_len": 65536,
+                                     "tokens": []})
+                    return
+                if self.path != "/v1/chat/completions":
+                    self._json(404, {"detail": "Not Found"})
+                    return
+                server.requests_seen.append(body)
+                if server.dead:
+                    self._json(500, ENGINE_DEAD_BODY)
+                    return
+                script = server.scripts.popleft() if server.scripts else server.default
+                if script.quote:
+                    script = Script(quote_steps(body["messages"][-1]["content"],
+                                                script.quote_diff_at))
+                if script.status != 200:
+                    self._json(script.status, script.body or {"error": {"message": "boom"}})
+                    return
+                # 10 drafts of 7 tokens, 2 accepted each → acceptance length 1 + 20/10 = 3.0
+                server.spec_counters["drafts"] += 10
+                server.spec_counters["draft_tokens"] += 70
+                server.spec_counters["accepted"] += 20
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for step in script.steps:
+                    kind = step[0]
+                    if kind == "sleep":
+                        time.sleep(step[1])
+                        continue
+                    if kind == "cut":
+                        self.wfile.flush()
+                        self.close_connection = True
+                        try:
+                            import socket
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                        return
+                    if kind == "kill":
+                        server.dead = True
+                        continue
+                    if kind == "event":
+                        data = b"data: " + json.dumps(step[1]).encode() + b"\n\n"
+                    elif kind == "done":
+                        data = b"data: [DONE]\n\n"
+                    else:
+                        data = step[1]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def queue(self, *scripts: Script) -> None:
+        """Queue scripts for the next chat requests."""
+        self.scripts.extend(scripts)
+
+    def __enter__(self) -> "ReplayServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
