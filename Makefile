@@ -1,0 +1,37 @@
+# rigkit: `make demo` runs the main job, `make test` the tests; each sets itself up on a
+# fresh machine (apt packages, the venv). `make test-fast` is the day-to-day tier.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Tests and CI point the llama-swap schema URL at the copy beside the checkout
+# (DESIGN.md "Testing with real parts"); its sha256 is still checked.
+SHARED ?= $(abspath ../shared)
+export RIGKIT_LLAMA_SWAP_SCHEMA_URL ?= $(if $(wildcard $(SHARED)/data/llama-swap/config-schema.json),file://$(SHARED)/data/llama-swap/config-schema.json,)
+APT_PACKAGES := systemd
+
+.PHONY: venv apt demo test test-fast clean
+$(BIN)/rigkit: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[validate,test]'
+	touch $@
+
+venv: $(BIN)/rigkit
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+demo: apt venv
+	$(BIN)/rigkit check -i inventory/rig.py
+	$(BIN)/rigkit render -i inventory/rig.py --out out/rig
+
+test: apt venv
+	$(BIN)/pytest -q
+
+test-fast: venv
+	$(BIN)/pytest -q -m "not slow and not harness"
+
+clean:
+	rm -rf out .pytest_cache

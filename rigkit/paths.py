@@ -1,0 +1,54 @@
+"""Host paths, unit names and owners of the rig (DESIGN.md "Host paths and units").
+
+One place for every path rigkit writes on the host, so the renderer, the roles, drift and the
+validators agree. Nothing here touches the host.
+"""
+
+from __future__ import annotations
+
+AGENT_DIR = "/opt/rigkit"
+AGENT_VENV = f"{AGENT_DIR}/venv"
+AGENT_BIN = f"{AGENT_VENV}/bin/rigkit-agent"
+HYPERQWEN_DIR = f"{AGENT_DIR}/hyperqwen"
+HYPERQWEN_COMPOSE = f"{HYPERQWEN_DIR}/compose.yaml"
+HYPERQWEN_ENV = f"{HYPERQWEN_DIR}/.env"
+HYPERQWEN_COMPOSE_PROJECT = "hyperqwen"
+HYPERQWEN_MODELS_DIR = "/srv/models/hyperqwen"
+
+SECRETS_DIR = "/etc/rigkit/secrets"
+HF_TOKEN_FILE = f"{SECRETS_DIR}/hf.env"  # root 0600, read by the model fetch only
+HYPERQWEN_SECRET_FILE = f"{SECRETS_DIR}/hyperqwen.env"  # root:llama-swap 0640, VLLM_API_KEY
+
+LLAMA_SWAP_BIN = "/usr/local/bin/llama-swap"
+LLAMA_SWAP_DIR = "/etc/llama-swap"
+LLAMA_SWAP_CONFIG = f"{LLAMA_SWAP_DIR}/config.yaml"
+LLAMA_SWAP_STAGED = f"{LLAMA_SWAP_DIR}/config.staged.yaml"
+
+MODELS_ROOT = "/srv/models"
+STATE_DIR = "/var/lib/rigkit"
+WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
+HOLDS_FILE = f"{STATE_DIR}/holds.json"
+
+UNIT_DIR = "/etc/systemd/system"
+DOCKER_BIN = "/usr/bin/docker"
+NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"
+
+# Executables that the deploy itself installs (packages, the llama-swap tarball, the host
+# agent). `systemd-analyze verify` on the control machine reports them "not executable";
+# those lines, and only those, are reported as skipped, never as passed. With the sandbox
+# root as --root they exist and pass for real.
+DEPLOY_INSTALLED_EXECUTABLES = (
+    LLAMA_SWAP_BIN,
+    AGENT_BIN,
+    DOCKER_BIN,
+    NVIDIA_SMI_BIN,
+)
+
+PLACEHOLDER_PREFIX = "RIGKIT-UNSET"
+
+
+def placeholder(what: str) -> str:
+    """A visible, validator-safe placeholder for an unset operator value, e.g.
+    ``RIGKIT-UNSET-image-ref``. ``rigkit deploy`` never renders one (it refuses first)."""
+    slug = "".join(c if c.isalnum() else "-" for c in what).strip("-")
+    return f"{PLACEHOLDER_PREFIX}-{slug}"

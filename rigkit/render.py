@@ -1,0 +1,167 @@
+"""The one rendering path: :func:`render` turns a RigSpec into every file rigkit writes.
+
+``rigkit render`` writes the result to a staging folder for review and the roles upload the
+same strings, so what the operator reviews is byte for byte what gets deployed. Secret files
+are never rendered (DESIGN.md "Secrets"); ``/etc/docker/daemon.json`` is merged as JSON by its
+own operation, not rendered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from rigkit import members as members_mod
+from rigkit import paths
+from rigkit.spec import RigSpec
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One rendered file: ``text`` (UTF-8), ``mode`` as an octal string (``"0640"``), ``owner``
+    as ``user:group``. Unpacks as ``(text, mode, owner)``."""
+
+    text: str
+    mode: str
+    owner: str
+
+    def __iter__(self):
+        return iter((self.text, self.mode, self.owner))
+
+    @property
+    def sha256(self) -> str:
+        """Hex sha256 of the UTF-8 text."""
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+#: Timers of the host agent: unit stem -> (description, agent sub-command, period in s).
+AGENT_TIMERS = {
+    "hyperqwen-watchdog": ("HyperQwen watchdog: restart a member that answers 500", "watchdog", 60),
+    "rigkit-keeper": ("rigkit keeper: bring the resident member back when none is loaded", "keeper", 60),
+}
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        autoescape=False,
+    )
+    env.filters["q"] = lambda s: json.dumps(str(s))  # a JSON string is a valid YAML scalar
+    return env
+
+
+def _cmd_lines(argv: list[str], cmd: str) -> list[str]:
+    """A member command split over lines for review: a new line before each ``--option`` and
+    before the first word after an option's value (the image), continuation lines indented and
+    joined by trailing backslashes (llama-swap strips them before splitting)."""
+    if not argv or shlex.join(argv) != cmd:
+        return cmd.splitlines() or [cmd]
+    lines: list[list[str]] = [[]]
+    for i, tok in enumerate(argv):
+        after_value = i >= 2 and argv[i - 2].startswith("--") and not argv[i - 1].startswith("-")
+        if i > 3 and lines[-1] and (tok.startswith("--") or (after_value and not tok.startswith("-"))):
+            lines.append([])
+        lines[-1].append(tok)
+    text = [("  " if n else "") + shlex.join(part) for n, part in enumerate(lines)]
+    return [t + " \\" for t in text[:-1]] + [text[-1]]
+
+
+def render_llama_swap(spec: RigSpec, staged: bool) -> str:
+    """The llama-swap v250 config: live (``staged=False``: members with ``staged: false``) or
+    the review copy with every member (``staged=True``). Groups drop members not present."""
+    resolved = members_mod.resolve_members(spec)
+    ids = list(resolved) if staged else members_mod.live_member_ids(spec)
+    view = []
+    for mid in ids:
+        m = resolved[mid]
+        view.append({
+            "id": mid, "spec": m.spec, "staged": m.spec.staged, "cmd_stop": m.cmd_stop or "",
+            "proxy": m.proxy or "", "unload_timeout_s": m.unload_timeout_s, "use_model_name": m.use_model_name,
+            "vram_gib": m.vram_gib, "cmd_lines": _cmd_lines(m.argv, m.cmd or ""),
+        })
+    groups = []
+    for name, g in spec.llama_swap.groups.items():
+        present = [mid for mid in g.members if mid in ids]
+        if present:
+            groups.append((name, {"swap": g.swap, "exclusive": g.exclusive, "persistent": g.persistent, "members": present}))
+    preload = [p for p in spec.llama_swap.preload if p in ids]
+    return _env().get_template("llama-swap/config.yaml.j2").render(
+        ls=spec.llama_swap, members=view, groups=groups, preload=preload, staged=staged)
+
+
+def render(spec: RigSpec) -> dict[str, RenderedFile]:
+    """Render every file of the rig: ``{remote path: RenderedFile(text, mode, owner)}``.
+
+    Paths per DESIGN.md "Host paths and units". Unset operator values appear as visible
+    ``RIGKIT-UNSET-…`` placeholders that the validators accept; ``rigkit deploy`` refuses
+    before rendering any. Pure: reads only the spec and the templates. Raises
+    ``jinja2.TemplateError`` only for a broken template (a bug, not bad input).
+    """
+    env = _env()
+    hq = spec.hyperqwen
+    ls = spec.llama_swap
+    resolved = members_mod.resolve_members(spec)
+    swap_group = f"root:{ls.user}"
+    out: dict[str, RenderedFile] = {}
+
+    hq_member = next((mid for mid, m in resolved.items() if m.spec.service == "hyperqwen"), "hyperqwen")
+    out[paths.HYPERQWEN_COMPOSE] = RenderedFile(env.get_template("hyperqwen/compose.yaml.j2").render(
+        project=paths.HYPERQWEN_COMPOSE_PROJECT, image=hq.image.reference(), secret_file=paths.HYPERQWEN_SECRET_FILE,
+        stop_timeout_s=hq.stop_timeout_s, member_id=hq_member), "0644", "root:root")
+    out[paths.HYPERQWEN_ENV] = RenderedFile(env.get_template("hyperqwen/env.j2").render(
+        hq=hq, secret_file=paths.HYPERQWEN_SECRET_FILE), "0640", swap_group)
+
+    out[paths.LLAMA_SWAP_CONFIG] = RenderedFile(render_llama_swap(spec, staged=False), "0640", swap_group)
+    out[paths.LLAMA_SWAP_STAGED] = RenderedFile(render_llama_swap(spec, staged=True), "0640", swap_group)
+
+    containers = sorted({m.container for m in resolved.values() if m.container and m.container != paths.HYPERQWEN_COMPOSE_PROJECT})
+    stop_post = [shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)]
+    longest_stop = max((m.unload_timeout_s or 10) for m in resolved.values())
+    unit = paths.UNIT_DIR
+    out[f"{unit}/llama-swap.service"] = RenderedFile(env.get_template("systemd/llama-swap.service.j2").render(
+        ls=ls, docker=paths.DOCKER_BIN, containers=containers or ["rigkit-none"], bin=paths.LLAMA_SWAP_BIN,
+        config=paths.LLAMA_SWAP_CONFIG, stop_post=stop_post, timeout_stop_s=max(60, longest_stop + 30)), "0644", "root:root")
+    start = shlex.join(members_mod.hyperqwen_start_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)
+    stop = shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)
+    out[f"{unit}/hyperqwen.service"] = RenderedFile(env.get_template("systemd/hyperqwen.service.j2").render(
+        hq=hq, workdir=paths.HYPERQWEN_DIR, start=start, stop=stop), "0644", "root:root")
+    out[f"{unit}/gpu-power-limit.service"] = RenderedFile(env.get_template("systemd/gpu-power-limit.service.j2").render(
+        power_w=spec.gpu_power_limit_w, nvidia_smi=paths.NVIDIA_SMI_BIN), "0644", "root:root")
+    for stem, (description, command, every_s) in AGENT_TIMERS.items():
+        out[f"{unit}/{stem}.service"] = RenderedFile(env.get_template("systemd/agent.service.j2").render(
+            description=description, agent=paths.AGENT_BIN, command=command), "0644", "root:root")
+        out[f"{unit}/{stem}.timer"] = RenderedFile(env.get_template("systemd/agent.timer.j2").render(
+            description=description, every_s=every_s), "0644", "root:root")
+    return out
+
+
+def manifest(files: dict[str, RenderedFile]) -> list[dict[str, str]]:
+    """The review manifest: one ``{path, mode, owner, sha256}`` per file, sorted by path."""
+    return [{"path": p, "mode": f.mode, "owner": f.owner, "sha256": f.sha256} for p, f in sorted(files.items())]
+
+
+def write_tree(files: dict[str, RenderedFile], out_dir: Path) -> Path:
+    """Write each file under ``out_dir`` at its remote path and ``out_dir/manifest.json``.
+
+    Returns the manifest path. Modes are applied to the staged copies; owners are recorded in
+    the manifest only (the staging folder belongs to whoever runs ``rigkit render``).
+    """
+    out_dir = Path(out_dir)
+    for path, f in files.items():
+        dest = out_dir / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(f.text)
+        dest.chmod(int(f.mode, 8))
+    man = out_dir / "manifest.json"
+    man.write_text(json.dumps(manifest(files), indent=2) + "\n")
+    return man

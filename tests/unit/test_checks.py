@@ -1,0 +1,134 @@
+"""The real validators: they pass the rendered rig and catch what each is for."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rigkit import paths
+from rigkit.cache import FetchError, fetch_pinned
+from rigkit.checks import check_compose, check_llama_swap, check_units, run_checks
+from rigkit.llama_swap import strict_problems
+from rigkit.render import RenderedFile, render
+from rigkit.spec import RigSpec
+
+import os
+
+SHARED = Path(os.environ.get("RIGKIT_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+
+pytestmark = pytest.mark.slow
+SPEC = RigSpec.from_dict({})
+
+
+def replaced(files, path, text):
+    out = dict(files)
+    out[path] = dataclasses.replace(files[path], text=text)
+    return out
+
+
+def test_rendered_rig_passes_every_validator_and_skips_only_deploy_installed_executables():
+    results = run_checks(render(SPEC), SPEC)
+    assert [r for r in results if r.status == "fail"] == []
+    skipped = [r for r in results if r.status == "skip"]
+    assert {r.path for r in skipped} == {
+        f"{paths.UNIT_DIR}/{u}" for u in ("llama-swap.service", "hyperqwen.service", "gpu-power-limit.service",
+                                          "hyperqwen-watchdog.service", "rigkit-keeper.service")}
+    assert all(r.validator == "systemd-analyze verify" and "installed by the deploy" in r.detail for r in skipped)
+    assert {r.validator for r in results if r.status == "pass"} >= {
+        "compose-spec schema", "compose v2 parser", "llama-swap v250 schema", "llama-swap strict model"}
+
+
+def test_systemd_analyze_fails_a_unit_with_an_unknown_key():
+    files = render(SPEC)
+    unit = f"{paths.UNIT_DIR}/gpu-power-limit.service"
+    bad = replaced(files, unit, files[unit].text.replace("RemainAfterExit=yes", "RemainAfterExitt=yes"))
+    result = next(r for r in check_units(bad) if r.path == unit)
+    assert result.status == "fail"
+    assert result.detail == ("/etc/systemd/system/gpu-power-limit.service:9: Unknown key 'RemainAfterExitt' in "
+                             "section [Service], ignoring.")
+    others = [r for r in check_units(bad) if r.path != unit]
+    assert all(r.status != "fail" for r in others)
+
+
+def test_systemd_analyze_fails_a_missing_executable_the_deploy_does_not_install():
+    files = render(SPEC)
+    unit = f"{paths.UNIT_DIR}/rigkit-keeper.service"
+    bad = replaced(files, unit, files[unit].text.replace(paths.AGENT_BIN, "/usr/local/bin/not-ours"))
+    result = next(r for r in check_units(bad) if r.path == unit)
+    assert result.status == "fail"
+    assert "Command /usr/local/bin/not-ours is not executable" in result.detail
+
+
+def test_compose_schema_refuses_an_unknown_service_key():
+    files = render(SPEC)
+    text = files[paths.HYPERQWEN_COMPOSE].text.replace("    command: prepare", "    command: prepare\n    restartt: no")
+    results = {r.validator: r for r in check_compose(replaced(files, paths.HYPERQWEN_COMPOSE, text))}
+    assert results["compose-spec schema"].status == "fail"
+    assert "restartt" in results["compose-spec schema"].detail
+
+
+def test_compose_parser_refuses_a_required_variable_that_is_unset():
+    files = render(SPEC)
+    text = files[paths.HYPERQWEN_COMPOSE].text.replace("count: ${GPU_COUNT:-1}", "count: ${GPU_COUNTS:?set GPU_COUNTS}", 1)
+    results = {r.validator: r for r in check_compose(replaced(files, paths.HYPERQWEN_COMPOSE, text))}
+    assert results["compose-spec schema"].status == "pass"
+    assert results["compose v2 parser"].status == "fail"
+    assert "set GPU_COUNTS" in results["compose v2 parser"].detail
+
+
+def test_llama_swap_schema_refuses_a_wrong_type_and_strict_model_an_ignored_key():
+    files = render(SPEC)
+    text = files[paths.LLAMA_SWAP_CONFIG].text.replace("    ttl: 0\n", "    ttl: forever\n    cmd_stop: x\n", 1)
+    results = check_llama_swap(replaced(files, paths.LLAMA_SWAP_CONFIG, text), SPEC)
+    by = {(r.validator, r.path): r for r in results}
+    schema = by[("llama-swap v250 schema", paths.LLAMA_SWAP_CONFIG)]
+    strict = by[("llama-swap strict model", paths.LLAMA_SWAP_CONFIG)]
+    assert schema.status == "fail" and "models.strata.ttl" in schema.detail
+    assert strict.status == "fail"
+    assert "models.strata.cmd_stop: unknown key (llama-swap ignores it silently)" in strict.detail
+
+
+def test_upstream_example_config_passes_the_strict_model():
+    example = yaml.safe_load((SHARED / "data" / "llama-swap" / "config.example.yaml").read_text())
+    assert strict_problems(example) == []
+
+
+@pytest.mark.parametrize("key", ["readyTimeout", "host", "port", "timeout"])
+def test_strict_model_refuses_the_dead_top_level_keys_real_configs_carry(key):
+    assert strict_problems({"models": {"a": {"cmd": "x"}}, key: 1}) == [f"{key}: unknown key (llama-swap ignores it silently)"]
+
+
+def test_group_preload_is_refused(tmp_path):
+    data = {"models": {"a": {"cmd": "x"}}, "groups": {"g": {"members": ["a"], "preload": True}}}
+    assert strict_problems(data) == ["groups.g.preload: unknown key (llama-swap ignores it silently)"]
+
+
+def test_pinned_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path):
+    src = tmp_path / "schema.json"
+    src.write_text("{}")
+    with pytest.raises(FetchError) as info:
+        fetch_pinned(src.as_uri(), "0" * 64, "schema.json", cache=tmp_path / "cache")
+    assert str(info.value) == (f"{src.as_uri()}: sha256 {hashlib.sha256(b'{}').hexdigest()} does not match "
+                               f"the pinned {'0' * 64}")
+    assert not list((tmp_path / "cache").rglob("schema.json"))
+
+
+def test_pinned_fetch_uses_the_cache_once_verified(tmp_path):
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"abc")
+    digest = hashlib.sha256(b"abc").hexdigest()
+    first = fetch_pinned(src.as_uri(), digest, "a.bin", cache=tmp_path / "c")
+    src.unlink()
+    assert fetch_pinned(src.as_uri(), digest, "a.bin", cache=tmp_path / "c") == first
+    assert Path(first).read_bytes() == b"abc"
+
+
+def test_unreachable_schema_is_a_failed_check_naming_the_url(monkeypatch, tmp_path):
+    monkeypatch.setenv("RIGKIT_LLAMA_SWAP_SCHEMA_URL", (tmp_path / "missing.json").as_uri())
+    results = check_llama_swap(render(SPEC), SPEC, cache=tmp_path / "empty-cache")
+    schema = [r for r in results if r.validator == "llama-swap v250 schema"]
+    assert schema and all(r.status == "fail" and "missing.json" in r.detail for r in schema)

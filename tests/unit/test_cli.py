@@ -1,0 +1,124 @@
+"""`rigkit render` and `rigkit check` as an operator runs them (subprocess: pyinfra's loader
+gevent-patches the process that imports it, so it never runs inside the test process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit.spec import RigSpec, unset_operator_values
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = [sys.executable, "-m", "rigkit"]
+TOKEN = "hf_RIGKITtestTOKEN0123456789abcdef"
+
+
+def run(args, cwd=ROOT, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(env_extra or {})
+    return subprocess.run([*RIGKIT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def project(tmp_path, all_py: str, inventory: str = 'hosts = [("box", {"ssh_hostname": "box.lan"})]\n'):
+    (tmp_path / "inventory").mkdir()
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "inventory" / "lab.py").write_text(inventory)
+    (tmp_path / "group_data" / "all.py").write_text(all_py)
+    return tmp_path
+
+
+def test_check_on_the_default_inventory_exits_0_with_one_warning_per_unset_value():
+    proc = run(["check"])
+    assert proc.returncode == 0, proc.stderr
+    warns = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("warn")]
+    expected = unset_operator_values(RigSpec.from_dict({}))
+    assert [w.split()[1].rstrip(":") for w in warns] == expected
+    assert "0 failed" in proc.stderr
+
+
+def test_render_writes_every_file_and_the_manifest(tmp_path):
+    proc = run(["render", "--out", str(tmp_path / "out")])
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    by_path = {m["path"]: m for m in manifest}
+    assert by_path["/opt/rigkit/hyperqwen/.env"]["mode"] == "0640"
+    assert by_path["/opt/rigkit/hyperqwen/.env"]["owner"] == "root:llama-swap"
+    for path in ("/opt/rigkit/hyperqwen/compose.yaml", "/etc/llama-swap/config.yaml",
+                 "/etc/llama-swap/config.staged.yaml", "/etc/systemd/system/llama-swap.service",
+                 "/etc/systemd/system/hyperqwen.service", "/etc/systemd/system/gpu-power-limit.service"):
+        assert (tmp_path / "out" / path.lstrip("/")).is_file()
+        assert path in by_path
+
+
+def test_a_bad_value_in_group_data_exits_2_naming_the_key(tmp_path):
+    proj = project(tmp_path, "gpu_power_limit_w = '420'\nhyperqwen = {'dflash_tokens': 15, 'max_model_len': 32768}\n")
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 2
+    assert "box: gpu_power_limit_w: '420' (str) — expected an integer" in proc.stderr
+    assert "box: hyperqwen.dflash_tokens: 15" not in proc.stderr  # type errors stop before cross-field checks
+
+
+def test_a_typo_in_host_data_exits_2_with_did_you_mean(tmp_path):
+    proj = project(tmp_path, "", inventory='hosts = [("box", {"ssh_hostname": "b", "hyperqwen": {"dflash_tokns": 5}})]\n')
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 2
+    assert ("box: hyperqwen.dflash_tokns: unknown key — not a rigkit or pyinfra key (did you mean "
+            "'dflash_tokens'?)") in proc.stderr
+
+
+def test_one_nested_override_in_group_data_keeps_the_other_defaults(tmp_path):
+    proj = project(tmp_path, "hyperqwen = {'dflash_tokens': 5}\n")
+    proc = run(["render", "-i", "inventory/lab.py", "--out", "out"], cwd=proj)
+    assert proc.returncode == 0, proc.stderr
+    env = (proj / "out/opt/rigkit/hyperqwen/.env").read_text()
+    assert "DFLASH_TOKENS=5" in env and "SPEC=dflash2" in env and "MAX_LEN=65536" in env and "PORT=18020" in env
+
+
+def test_host_data_overrides_group_data_key_by_key(tmp_path):
+    proj = project(tmp_path, "hyperqwen = {'dflash_tokens': 5, 'ctx': 'long'}\n",
+                   inventory='hosts = [("box", {"hyperqwen": {"dflash_tokens": 6}})]\n')
+    proc = run(["render", "-i", "inventory/lab.py", "--out", "out"], cwd=proj)
+    assert proc.returncode == 0, proc.stderr
+    env = (proj / "out/opt/rigkit/hyperqwen/.env").read_text()
+    assert "DFLASH_TOKENS=6" in env and "CTX=long" in env
+
+
+def test_unknown_host_exits_2():
+    proc = run(["check", "--host", "nope"])
+    assert proc.returncode == 2
+    assert "--host nope: not in inventory/rig.py (hosts: rig)" in proc.stderr
+
+
+def test_missing_inventory_exits_2():
+    proc = run(["check", "-i", "inventory/none.py"])
+    assert proc.returncode == 2
+    assert "inventory 'inventory/none.py': no such file" in proc.stderr
+
+
+def test_hf_token_source_is_named_and_its_value_appears_nowhere(tmp_path):
+    out = tmp_path / "out"
+    texts = []
+    for args in (["check"], ["check", "-v"], ["render", "--out", str(out)]):
+        proc = run(args, env_extra={"HF_TOKEN": TOKEN})
+        assert proc.returncode == 0, proc.stderr
+        texts += [proc.stdout, proc.stderr]
+    assert "HF token: from environment variable HF_TOKEN" in "".join(texts)
+    assert not any(TOKEN in t for t in texts)
+    assert not any(TOKEN in p.read_text() for p in out.rglob("*") if p.is_file())
+
+
+def test_hf_token_file_is_named_when_no_variable_is_set(tmp_path):
+    (tmp_path / "token").write_text(TOKEN)
+    proc = run(["check"], env_extra={"HF_HOME": str(tmp_path)})
+    assert f"HF token: from file {tmp_path / 'token'}" in proc.stderr
+    assert TOKEN not in proc.stderr + proc.stdout
+
+
+def test_usage_error_exits_2():
+    assert run(["render"]).returncode == 2

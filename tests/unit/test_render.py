@@ -1,0 +1,149 @@
+"""The one renderer: paths, modes, owners and what each file must (not) say."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import yaml
+
+from rigkit import paths
+from rigkit.members import split_command as split_cmd
+from rigkit.render import render, write_tree
+from rigkit.spec import RigSpec
+
+UNITS = paths.UNIT_DIR
+
+
+def files_for(data: dict | None = None):
+    return render(RigSpec.from_dict(data or {}))
+
+
+def test_every_rendered_path_mode_and_owner():
+    files = files_for()
+    assert {p: (f.mode, f.owner) for p, f in files.items()} == {
+        "/opt/rigkit/hyperqwen/compose.yaml": ("0644", "root:root"),
+        "/opt/rigkit/hyperqwen/.env": ("0640", "root:llama-swap"),
+        "/etc/llama-swap/config.yaml": ("0640", "root:llama-swap"),
+        "/etc/llama-swap/config.staged.yaml": ("0640", "root:llama-swap"),
+        f"{UNITS}/llama-swap.service": ("0644", "root:root"),
+        f"{UNITS}/hyperqwen.service": ("0644", "root:root"),
+        f"{UNITS}/gpu-power-limit.service": ("0644", "root:root"),
+        f"{UNITS}/hyperqwen-watchdog.service": ("0644", "root:root"),
+        f"{UNITS}/hyperqwen-watchdog.timer": ("0644", "root:root"),
+        f"{UNITS}/rigkit-keeper.service": ("0644", "root:root"),
+        f"{UNITS}/rigkit-keeper.timer": ("0644", "root:root"),
+    }
+    text, mode, owner = files["/opt/rigkit/hyperqwen/.env"]
+    assert (mode, owner) == ("0640", "root:llama-swap")
+
+
+def test_no_secret_file_is_ever_rendered():
+    assert not [p for p in files_for() if p.startswith(paths.SECRETS_DIR)]
+
+
+def test_live_config_holds_only_unstaged_members_and_staged_holds_all():
+    files = files_for()
+    live = yaml.safe_load(files[paths.LLAMA_SWAP_CONFIG].text)
+    staged = yaml.safe_load(files[paths.LLAMA_SWAP_STAGED].text)
+    assert list(live["models"]) == ["strata", "gguf-baseline"]
+    assert list(staged["models"]) == ["strata", "gguf-baseline", "hyperqwen"]
+    assert live["routing"]["router"]["settings"]["groups"]["gpu"]["members"] == ["strata", "gguf-baseline"]
+    assert staged["routing"]["router"]["settings"]["groups"]["gpu"] == {
+        "swap": True, "exclusive": True, "persistent": False, "members": ["strata", "gguf-baseline", "hyperqwen"]}
+    assert live["hooks"]["on_startup"]["preload"] == ["strata"]
+    assert live["models"]["strata"]["ttl"] == 0
+
+
+def test_flipping_staged_wires_hyperqwen_into_the_live_config():
+    live = yaml.safe_load(files_for({"llama_swap": {"members": {"hyperqwen": {"staged": False}}}})[
+        paths.LLAMA_SWAP_CONFIG].text)
+    hq = live["models"]["hyperqwen"]
+    assert hq["proxy"] == "http://127.0.0.1:18020"
+    assert hq["useModelName"] == "qwen3.8-27b"
+    # split as llama-swap does (comment lines and trailing backslashes dropped, shlex, no shell)
+    assert split_cmd(hq["cmd"]) == ["docker", "compose", "--project-name", "hyperqwen", "--file",
+                                    "/opt/rigkit/hyperqwen/compose.yaml", "up", "--no-deps", "--no-log-prefix",
+                                    "single"]
+    assert hq["cmdStop"] == ("docker compose --project-name hyperqwen --file /opt/rigkit/hyperqwen/compose.yaml "
+                             "stop --timeout 30 single")
+    assert hq["unloadTimeout"] >= 30
+
+
+def test_llamacpp_members_run_in_the_foreground_with_a_fixed_name():
+    cfg = yaml.safe_load(files_for({"strata": {"model_file": "strata-q5.gguf", "args": ["--jinja"],
+                                               "image": {"ref": "server-cuda-b6100"}}})[paths.LLAMA_SWAP_CONFIG].text)
+    cmd = split_cmd(cfg["models"]["strata"]["cmd"])
+    assert cmd[:5] == ["docker", "run", "--rm", "--init", "--name"]
+    assert "-d" not in cmd and "--detach" not in cmd
+    assert "ghcr.io/ggml-org/llama.cpp:server-cuda-b6100" in cmd
+    assert cmd[cmd.index("--model") + 1] == "/models/strata-q5.gguf"
+    assert cmd[cmd.index("--publish") + 1] == "127.0.0.1:18030:18030"
+    assert cmd[-1] == "--jinja"
+    assert cfg["models"]["strata"]["cmdStop"] == "docker stop --time 10 strata"
+
+
+def test_llama_swap_unit_has_no_requires_on_a_member():
+    unit = files_for()[f"{UNITS}/llama-swap.service"].text
+    assert "Requires=" not in unit.replace("# No Requires=", "")
+    assert "After=network-online.target docker.service" in unit
+    assert "Wants=network-online.target docker.service" in unit
+    assert "User=llama-swap" in unit and "SupplementaryGroups=docker" in unit
+    assert "ExecStart=/usr/local/bin/llama-swap -config /etc/llama-swap/config.yaml -listen 127.0.0.1:8080" in unit
+
+
+def test_hyperqwen_unit_is_installable_but_never_enabled():
+    unit = files_for()[f"{UNITS}/hyperqwen.service"].text
+    assert "\n[Install]" not in unit
+    assert "ExecStart=/usr/bin/docker compose --project-name hyperqwen" in unit
+
+
+def test_power_limit_unit_uses_the_declared_watts():
+    unit = files_for({"gpu_power_limit_w": 390})[f"{UNITS}/gpu-power-limit.service"].text
+    assert "ExecStart=/usr/bin/nvidia-smi --id=0 --power-limit=390" in unit
+    assert "After=nvidia-persistenced.service" in unit and "Type=oneshot" in unit
+
+
+def test_env_has_the_knobs_and_no_secret():
+    env = files_for({"hyperqwen": {"extra_env": {"INT8_ACT": "1"}}})[paths.HYPERQWEN_ENV].text
+    lines = [ln for ln in env.splitlines() if ln and not ln.startswith("#")]
+    assert lines == ["SPEC=dflash2", "PREFIX_CACHE=1", "DFLASH_TOKENS=7", "WARMUP=0", "CTX=fast", "MAX_LEN=65536",
+                     "GPU_UTIL=0.92", "FAST_VARIANT=1", "DFLASH2=1", "PORT=18020", "BIND=127.0.0.1",
+                     "MODELS_DIR=/srv/models/hyperqwen", "GPU_COUNT=1", "NO_DOWNLOAD=1", "INT8_ACT=1"]
+    assert "VLLM_API_KEY" not in "\n".join(lines) and "HF_TOKEN" not in env
+
+
+def test_compose_keeps_upstream_services_with_image_pinned_and_no_restart():
+    compose = yaml.safe_load(files_for({"hyperqwen": {"image": {"ref": "sha256:" + "b" * 64}}})[
+        paths.HYPERQWEN_COMPOSE].text)
+    assert set(compose["services"]) == {"prepare", "single", "batch"}
+    assert compose["volumes"] == {"qwen-cache": None}
+    single = compose["services"]["single"]
+    assert single["image"] == "ghcr.io/syv-ai/hyperqwen@sha256:" + "b" * 64
+    assert single["restart"] == "no"
+    assert single["command"] == "single" and single["profiles"] == ["single"]
+    assert single["ports"] == ["${BIND:-127.0.0.1}:${PORT:-18020}:${PORT:-18020}"]
+    assert "${MODELS_DIR:-./models}:/app/models" in single["volumes"]
+    assert single["environment"] == {"HOME": "/cache"}
+    assert single["depends_on"] == {"prepare": {"condition": "service_completed_successfully"}}
+
+
+def test_unset_values_render_as_visible_placeholders():
+    text = files_for()[paths.LLAMA_SWAP_CONFIG].text
+    assert "RIGKIT-UNSET-strata-model-file" in text and "llama.cpp:RIGKIT-UNSET-image-ref" in text
+
+
+def test_render_is_deterministic():
+    assert {p: f.text for p, f in files_for().items()} == {p: f.text for p, f in files_for().items()}
+
+
+def test_write_tree_writes_files_at_remote_paths_and_a_manifest(tmp_path):
+    files = files_for()
+    man = json.loads(write_tree(files, tmp_path).read_text())
+    assert [m["path"] for m in man] == sorted(files)
+    for entry in man:
+        on_disk = (tmp_path / entry["path"].lstrip("/")).read_bytes()
+        assert hashlib.sha256(on_disk).hexdigest() == entry["sha256"]
+        assert oct((tmp_path / entry["path"].lstrip("/")).stat().st_mode & 0o777) == oct(int(entry["mode"], 8))
+    env_entry = next(m for m in man if m["path"] == "/opt/rigkit/hyperqwen/.env")
+    assert (env_entry["mode"], env_entry["owner"]) == ("0640", "root:llama-swap")
