@@ -122,7 +122,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 if before else (None, note)
             delta = spec_metrics.spec_delta(before, after)
             summaries[wl.name] = summarize_workload(
-                wl.name, records, error=f"{wl.name}: {error}" if error else None,
+                wl.name, records, error=error,
                 error_kind=kind, spec_decode=delta,
                 spec_decode_note=None if delta else (note2 or note or "no drafts counted"),
                 verbatim=quotes if any(s.expected is not None for s in wl.requests) else None)

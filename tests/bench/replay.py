@@ -4,12 +4,14 @@ Each POST to ``/v1/chat/completions`` plays the next queued :class:`Script` (or 
 one). A script is a list of steps: ``("event", obj)`` sends ``data: <json>\\n\\n``,
 ``("raw", bytes)`` sends bytes as they are, ``("sleep", seconds)``, ``("done",)`` sends
 ``data: [DONE]``, ``("cut",)`` closes the socket mid-stream (no terminating chunk),
-``("kill",)`` marks the engine dead (later requests get 500, ``/health`` 503). Each write is
+``("kill",)`` marks the engine dead (later requests get 500, ``/health`` 503);
+``Script(die=True)`` answers this request with vLLM's 500 after engine death and stays dead. Each write is
 one HTTP/1.1 chunk so the client sees it as soon as it is sent.
 
 Side endpoints: ``/health`` (200, or 503 once dead), ``/version`` (``{"version": ...}``, as
 vLLM), ``/v1/models`` (with ``max_model_len``), ``/metrics`` (vLLM's spec-decode counters,
-advancing per request), ``/tokenize`` (4 characters per token). Every request's headers are
+advancing per request), ``/tokenize`` (4 characters per token), ``/running`` (llama-swap's,
+from ``running``); ``/upstream/<model>/<path>`` is served as ``/<path>``. Every request's headers are
 kept in ``seen_headers`` so tests can check the Authorization header.
 """
 
@@ -77,6 +79,7 @@ class Script:
     body: dict | None = None
     quote: bool = False
     quote_diff_at: int | None = None
+    die: bool = False
 
 
 def quote_steps(prompt: str, diff_at: int | None) -> list[tuple]:
@@ -106,6 +109,7 @@ class ReplayServer:
         self.seen_headers: list[dict[str, str]] = []
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
         self.metrics_enabled = True
+        self.running: list[dict] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -122,9 +126,17 @@ class ReplayServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _strip_upstream(self) -> None:
+                # llama-swap's /upstream/<model>/<path> passes <path> to the member
+                if self.path.startswith("/upstream/"):
+                    self.path = "/" + self.path.split("/", 3)[3]
+
             def do_GET(self):  # noqa: N802
                 server.seen_headers.append(dict(self.headers))
-                if self.path == "/health":
+                self._strip_upstream()
+                if self.path == "/running":
+                    self._json(200, {"running": server.running})
+                elif self.path == "/health":
                     if server.dead:
                         self._json(503, {"error": "EngineDeadError"})
                     else:
@@ -155,6 +167,7 @@ class ReplayServer:
 
             def do_POST(self):  # noqa: N802
                 server.seen_headers.append(dict(self.headers))
+                self._strip_upstream()
                 n = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(n) or b"{}")
                 if self.path == "/tokenize":
@@ -170,6 +183,10 @@ class ReplayServer:
                     self._json(500, ENGINE_DEAD_BODY)
                     return
                 script = server.scripts.popleft() if server.scripts else server.default
+                if script.die:
+                    server.dead = True
+                    self._json(500, ENGINE_DEAD_BODY)
+                    return
                 if script.quote:
                     script = Script(quote_steps(body["messages"][-1]["content"],
                                                 script.quote_diff_at))

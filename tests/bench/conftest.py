@@ -1,0 +1,70 @@
+"""Fixtures for the bench tests: the replay server and a real llama.cpp server (xllamacpp)
+serving a tiny GGUF generated here, one thread, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from rigkit.bench.tunnel import free_port
+from .replay import ReplayServer
+from .tiny_gguf import write_tiny_gguf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def replay():
+    """A fresh :class:`ReplayServer` per test."""
+    with ReplayServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> str:
+    """Path of the tiny reasoning GGUF (``<think>Let me think about it</think>`` then a loop)."""
+    return write_tiny_gguf(str(tmp_path_factory.mktemp("gguf") / "tiny-think.gguf"),
+                           reasoning=True)
+
+
+@pytest.fixture(scope="session")
+def llama_server(tiny_gguf):
+    """Base URL of xllamacpp's llama.cpp server on a free 127.0.0.1 port, one thread,
+    started once per session; stopped with SIGTERM."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "llama_server.py"), "--model", tiny_gguf,
+         "--port", str(port), "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp server exited {proc.returncode}: {proc.stdout.read()[-2000:]}")
+            try:
+                if requests.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("llama.cpp server not healthy after 30 s")
+            time.sleep(0.05)
+        # the first request after start is an outlier; take it here
+        requests.post(url + "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=30)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
