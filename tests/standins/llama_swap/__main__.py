@@ -1,0 +1,5 @@
+import sys
+
+from llama_swap.cli import main
+
+sys.exit(main())
