@@ -8,6 +8,7 @@ the llama-swap member is not already running; 2 bad arguments, inventory or inpu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from contextlib import ExitStack
@@ -16,7 +17,8 @@ from typing import Any
 import click
 
 from rigkit import exitcodes
-from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES, build_workloads, make_document
+from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
+                                   build_workloads, make_document, quoting_sizes)
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
 # pyinfra_cli gevent-patches sockets (rigkit.cli.main), and nothing may import urllib3 first.
@@ -93,10 +95,11 @@ def _getattr_path(obj: Any, *names: str) -> Any:
 
 
 def host_target(stack: ExitStack, inventory: str, host: str, member: str,
-                api_key_file: str | None, console: Any) -> tuple[Any, dict[str, Any]]:
+                api_key_file: str | None, console: Any) -> tuple[Any, dict[str, Any], Any]:
     """Open the SSH forward to the host's llama-swap, check the member is running, read the
-    host context (nvidia-smi over the same SSH) and the API key. Returns the target and the
-    host context; raises :class:`BenchAbort`."""
+    host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
+    host context and the host's ``spec.bench`` (BenchSpec: the operator's bench defaults);
+    raises :class:`BenchAbort`."""
     from rigkit.bench.context import NVIDIA_SMI_QUERY, Target, parse_nvidia_smi
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
     try:
@@ -106,7 +109,9 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     try:
         hosts = load_hosts(inventory, [host])
     except Exception as exc:  # noqa: BLE001 - any inventory/spec error is invalid input
-        raise BenchAbort(exitcodes.INVALID, f"{inventory}: {exc}") from None
+        problems = getattr(exc, "problems", None)
+        detail = "; ".join(str(p) for p in problems) if problems else str(exc)
+        raise BenchAbort(exitcodes.INVALID, f"{inventory}: {detail}") from None
     match = [h for h in hosts if h.name == host]
     if not match:
         raise BenchAbort(exitcodes.INVALID, f"host {host!r} is not in {inventory}")
@@ -122,7 +127,8 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     except TunnelError as exc:
         raise BenchAbort(exitcodes.FAILED, str(exc)) from None
     api_key = _read_key_file(api_key_file) if api_key_file else None
-    if api_key is None and "hyperqwen" in member:
+    is_hq = _getattr_path(members[member], "service") == "hyperqwen" or member == "hyperqwen"
+    if api_key is None and is_hq:
         sudo = "sudo -n " if hs.connection.get("_sudo") else ""
         try:
             rc, out, _err = run_ssh(hs.name, hs.connection, f"{sudo}cat {REMOTE_KEY_FILE}")
@@ -152,7 +158,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
         val = _getattr_path(mspec, *names)
         if val:
             ctx[key] = val
-    if "hyperqwen" in member:
+    if is_hq:
         hq = _getattr_path(hs.spec, "hyperqwen")
         spec_mode = _getattr_path(hq, "spec") or _getattr_path(hq, "env", "SPEC")
         dft = _getattr_path(hq, "dflash_tokens") or _getattr_path(hq, "env", "DFLASH_TOKENS")
@@ -161,7 +167,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     target = Target(chat_url=f"{fwd.url}/v1/chat/completions",
                     aux_base=f"{fwd.url}/upstream/{member}", model=member,
                     label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
-    return target, ctx
+    return target, ctx, _getattr_path(hs.spec, "bench")
 
 
 @click.command("bench")
@@ -193,8 +199,9 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
                    "small (tiny CPU servers). auto: rig when the server's context fits it.")
 @click.option("--quoting-tokens", type=click.IntRange(min=50), help="Quoting prompt size in tokens.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="max_tokens for chat prompts.")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.05), default=120.0, show_default=True,
-              help="Seconds without data before a stream counts as stalled.")
+@click.option("--stall-timeout", type=click.FloatRange(min=0.05),
+              help="Seconds without data before a stream counts as stalled [default: the "
+                   "host's bench.stall_timeout_s, else 120].")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
           context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
@@ -248,8 +255,22 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             target = Target(chat_url=f"{base}/v1/chat/completions", aux_base=base, label=base,
                             api_key=key)
             host_ctx: dict[str, Any] = {}
+            spec_bench = None
         else:
-            target, host_ctx = host_target(stack, inventory, host, member, api_key_file, console)
+            target, host_ctx, spec_bench = host_target(stack, inventory, host, member,
+                                                       api_key_file, console)
+        sampled_temperature = 0.7
+        if spec_bench is not None:
+            quoting_tokens = quoting_tokens or _getattr_path(spec_bench, "quoting_prompt_tokens")
+            max_tokens = max_tokens or _getattr_path(spec_bench, "max_tokens")
+            stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s")
+            sampled_temperature = _getattr_path(spec_bench, "sampled_temperature") or 0.7
+            if not baselines and _getattr_path(spec_bench, "baseline"):
+                try:
+                    baselines = [load_baseline(spec_bench.baseline)]
+                except ValueError as exc:
+                    raise BenchAbort(exitcodes.INVALID, f"bench.baseline: {exc}") from None
+        stall_timeout = stall_timeout or 120.0
         engine = probe_engine(target)
         if engine["model"] is None and engine["engine"] is None:
             try:
@@ -268,21 +289,34 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                           f"{n_ctx or 'unknown'} tokens; the rig preset needs "
                           f"{PRESETS['rig'].min_context_tokens})")
         preset = PRESETS[preset_name]
+        if spec_bench is not None and preset_name == "rig":
+            effort = _getattr_path(spec_bench, "reasoning_effort")
+            preset = dataclasses.replace(preset, extra_body={
+                "chat_template_kwargs": {"reasoning_effort": effort}} if effort else {})
         cpt, cpt_source = measure_chars_per_token(target, "".join(make_document(2000, 3)))
         names = (workloads or list(WORKLOAD_NAMES[1:]))
+        quoting_cpt = cpt
+        if "quoting" in names and cpt_source == "tokenize":
+            # calibrate on the quoting prompt itself (its instructions tokenise differently)
+            n_tok, quote_tok = quoting_sizes(preset, quoting_tokens)
+            probe = build_quoting_prompt("calibration", n_tok, quote_tok, cpt)[0]
+            quoting_cpt, _ = measure_chars_per_token(target, probe)
         if not no_warmup:
             names = ["warmup", *names]
         run_id = new_run_id()
         out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
         wls = build_workloads(preset, names, model=target.model, nonce=run_id,
                               chars_per_token=cpt, chat_max_tokens=max_tokens,
-                              quoting_tokens=quoting_tokens)
+                              quoting_tokens=quoting_tokens,
+                              sampled_temperature=sampled_temperature,
+                              quoting_chars_per_token=quoting_cpt)
         context = {k: engine.get(k) for k in ("engine", "engine_version", "model", "model_path",
                                               "quantization", "n_ctx", "speculative")}
         context["model"] = context["model"] or target.model
         context.update({k: v for k, v in host_ctx.items() if v is not None})
         context.update(extra_ctx)
         context.update({"chars_per_token": round(cpt, 3), "chars_per_token_source": cpt_source,
+                        "quoting_chars_per_token": round(quoting_cpt, 3),
                         "gpu": context.get("gpu"), "driver": context.get("driver"),
                         "power_limit_w": context.get("power_limit_w")})
         console.print(f"bench {target.label} · run {run_id} · results in {out_dir}")

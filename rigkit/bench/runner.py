@@ -201,7 +201,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             ct = m.get("completion_tokens")
             tpc = m.get("tokens_per_chunk")
             lines.append(
-                f"{name}: n={w['n']} · decode {_fmt(m.get('decode_tps'), 'tok/s')} · prefill "
+                f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {_fmt(m.get('decode_tps'), 'tok/s')} · prefill "
                 f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
                 f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
             lines.append(

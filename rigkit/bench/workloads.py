@@ -62,7 +62,7 @@ PRESETS: dict[str, Preset] = {
     # A CPU llama.cpp server with the tiny GGUF (8k context, ~1 token per character).
     "small": Preset(
         name="small", repetitions=1, chat_max_tokens=48, warmup_prompt_tokens=1_000,
-        quoting_tokens=400, quote_tokens=40, quoting_max_tokens=96, quoting_runs=1,
+        quoting_tokens=600, quote_tokens=40, quoting_max_tokens=96, quoting_runs=1,
         min_context_tokens=2_048,
     ),
 }
@@ -151,9 +151,10 @@ def build_quoting_prompt(nonce: str, n_tokens: int, quote_tokens: int,
             f"between the lines {QUOTE_START} and {QUOTE_END}. Reproduce that passage exactly, "
             f"character for character, with nothing before or after it.\n\n")
     tail = "\n\nNow reproduce the marked passage verbatim."
-    budget = max(int(n_tokens * chars_per_token) - len(head) - len(tail), 200)
-    sentences = make_document(budget, seed)
     quote_chars = max(int(quote_tokens * chars_per_token), 1)
+    budget = max(int(n_tokens * chars_per_token) - len(head) - len(tail) - 2 * len(QUOTE_END),
+                 2 * quote_chars)
+    sentences = make_document(budget, seed)
     mid = len(sentences) // 2
     k, got = mid, 0
     while k < len(sentences) and got < quote_chars:
@@ -165,10 +166,20 @@ def build_quoting_prompt(nonce: str, n_tokens: int, quote_tokens: int,
     return head + doc + tail, passage
 
 
+def quoting_sizes(preset: Preset, quoting_tokens: int | None = None) -> tuple[int, int]:
+    """``(prompt tokens, passage tokens)`` for the quoting workload: the passage is the
+    preset's, capped at an eighth of the prompt."""
+    n_tok = quoting_tokens or preset.quoting_tokens
+    return n_tok, min(preset.quote_tokens, max(n_tok // 8, 8))
+
+
 def build_workloads(preset: Preset, names: list[str], *, model: str | None, nonce: str,
                     chars_per_token: float = 4.0, chat_max_tokens: int | None = None,
-                    quoting_tokens: int | None = None) -> list[Workload]:
-    """Workloads for ``names`` in canonical order (see the module doc).
+                    quoting_tokens: int | None = None,
+                    sampled_temperature: float = 0.7,
+                    quoting_chars_per_token: float | None = None) -> list[Workload]:
+    """Workloads for ``names`` in canonical order (see the module doc). ``chars_per_token``
+    sizes the long prompts; ``quoting_chars_per_token`` (default the same) the quoting one.
 
     Raises ValueError for an unknown workload name.
     """
@@ -192,7 +203,7 @@ def build_workloads(preset: Preset, names: list[str], *, model: str | None, nonc
                 temperature=0.7, extra=extra, seed=1)))
             out.append(Workload(name, reqs, discard=True))
         elif name in ("chat-greedy", "chat-sampled"):
-            temp = 0.0 if name == "chat-greedy" else 0.7
+            temp = 0.0 if name == "chat-greedy" else sampled_temperature
             for rep in range(preset.repetitions):
                 for i, (pid, prompt) in enumerate(CHAT_PROMPTS):
                     seed = 1000 + 10 * rep + i if temp else None
@@ -201,11 +212,10 @@ def build_workloads(preset: Preset, names: list[str], *, model: str | None, nonc
                         temperature=temp, extra=extra, seed=seed)))
             out.append(Workload(name, reqs, temperature=temp))
         else:
-            n_tok = quoting_tokens or preset.quoting_tokens
+            n_tok, quote_tok = quoting_sizes(preset, quoting_tokens)
             for rep in range(preset.quoting_runs):
                 prompt, passage = build_quoting_prompt(
-                    f"{nonce}-q{rep}", n_tok, min(preset.quote_tokens, max(n_tok // 8, 8)),
-                    chars_per_token)
+                    f"{nonce}-q{rep}", n_tok, quote_tok, quoting_chars_per_token or chars_per_token)
                 reqs.append(RequestSpec("quote", rep, _body(
                     model, prompt, max_tokens=preset.quoting_max_tokens, temperature=0.0,
                     extra=extra), expected=passage))

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from rigkit.bench.cli import bench
-from rigkit.bench.workloads import build_quoting_prompt
+from rigkit.bench.workloads import QUOTE_END, QUOTE_START
 
 from .replay import ENGINE_DEAD_BODY, Script, vllm_stream
 
@@ -72,9 +72,9 @@ def test_stalled_stream_fails_the_workload_with_exit_1(replay, tmp_path):
             "chunks; /health answers 200") in result.stdout.splitlines()
 
 
-def _passage(run_id_line: str) -> str:
-    nonce = run_id_line.split()[1].rstrip(".")
-    return build_quoting_prompt(nonce, 400, 40, 4.0)[1]
+def _passage(prompt: str) -> str:
+    start = prompt.index(QUOTE_START + "\n") + len(QUOTE_START) + 1
+    return prompt[start:prompt.index("\n" + QUOTE_END)]
 
 
 def test_quoting_passes_when_the_passage_comes_back_verbatim(replay, tmp_path):
@@ -82,7 +82,7 @@ def test_quoting_passes_when_the_passage_comes_back_verbatim(replay, tmp_path):
     result, out = run(replay, tmp_path, "--no-warmup", "--workload", "quoting")
     assert result.exit_code == 0, result.output
     prompt = replay.requests_seen[-1]["messages"][0]["content"]
-    passage = build_quoting_prompt(prompt.split()[1].rstrip("."), 400, 40, 4.0)[1]
+    passage = _passage(prompt)
     assert f"  verbatim PASS ({len(passage)} characters)" in result.stdout.splitlines()
 
 
@@ -91,7 +91,7 @@ def test_quoting_fails_with_the_first_differing_position(replay, tmp_path):
     result, out = run(replay, tmp_path, "--no-warmup", "--workload", "quoting")
     assert result.exit_code == 1
     prompt = replay.requests_seen[-1]["messages"][0]["content"]
-    passage = build_quoting_prompt(prompt.split()[1].rstrip("."), 400, 40, 4.0)[1]
+    passage = _passage(prompt)
     msg = (f"verbatim FAIL: answer differs from the quoted passage at character 17 (line 1, "
            f"column 18): expected {passage[17:41]!r}, got {'#' + passage[18:41]!r}")
     assert f"  {msg}" in result.stdout.splitlines()
