@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import HERE, free_port, member_cmd, port_open, request, vram_mib
+from standin_helpers import HERE, free_port, member_cmd, port_open, request, vram_mib
 from llama_swap import config as lsconfig
 from llama_swap.config import ConfigError, check_router, load_config, load_config_text, sanitize_command
 
@@ -551,3 +551,57 @@ def test_config_dir_fragments_merge_in_filename_order(tmp_path):
     (d / "30-dup.yaml").write_text("models:\n  a:\n    cmd: other --port ${PORT}\n")
     with pytest.raises(ConfigError):
         load(str(main), str(d))
+
+
+@pytest.mark.slow
+def test_member_exiting_after_ready_is_marked_stopped_and_restarted_by_next_request(run_standin):
+    p = free_port()
+    ls = run_standin(f"""
+models:
+  flaky:
+    cmd: {member_cmd(p, "flaky", "--die-after", "0.8")}
+    proxy: http://127.0.0.1:{p}
+""")
+    assert _chat(ls.port, "flaky")[0] == 200
+    ls.wait_running({}, timeout=5)
+    assert "[WARN] <flaky> upstream process exited unexpectedly" in ls.output()
+    assert _chat(ls.port, "flaky")[0] == 200  # no negative caching: the next request restarts it
+
+
+@pytest.mark.slow
+def test_sighup_reloads_config_and_stops_old_members(run_standin):
+    import signal as _signal
+
+    pa, pb = free_port(), free_port()
+    ls = run_standin(f"""
+models:
+  a:
+    cmd: {member_cmd(pa, "a")}
+    proxy: http://127.0.0.1:{pa}
+hooks:
+  on_startup:
+    preload: [a]
+""")
+    ls.wait_running({"a": "ready"})
+    with open(ls.config, "w") as f:
+        f.write(f"""
+models:
+  b:
+    cmd: {member_cmd(pb, "b")}
+    proxy: http://127.0.0.1:{pb}
+hooks:
+  on_startup:
+    preload: [b]
+""")
+    ls.proc.send_signal(_signal.SIGHUP)
+    ls.wait_running({"b": "ready"})
+    assert not port_open(pa)
+    assert [m["id"] for m in json.loads(ls.get("/v1/models")[1])["data"]] == ["b"]
+    with open(ls.config, "w") as f:
+        f.write("startPort: 0\nmodels: {}\n")
+    ls.proc.send_signal(_signal.SIGHUP)  # an invalid config is logged and the old one kept
+    deadline = time.monotonic() + 5
+    while "failed to reload config: startPort must be greater than 1" not in ls.output():
+        assert time.monotonic() < deadline, ls.output()
+        time.sleep(0.05)
+    assert ls.running() == {"b": "ready"}
