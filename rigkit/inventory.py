@@ -38,7 +38,7 @@ def default_inventory() -> str:
     return os.environ.get("RIGKIT_INVENTORY") or DEFAULT_INVENTORY
 
 
-def _data_layers(host: Any) -> list[dict[str, Any]]:
+def data_layers(host: Any) -> list[dict[str, Any]]:
     """The host's data layers, lowest precedence first (pyinfra's ``HostData.datas`` is
     highest first: overrides, ``--data``, host, groups (last group wins), ``all``, deploy defaults)."""
     from pyinfra.api.host import extract_callable_datas
@@ -83,7 +83,7 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
     out: list[HostSpec] = []
     problems: list[SpecProblem] = []
     for host in hosts:
-        layers = _data_layers(host)
+        layers = data_layers(host)
         connection: dict[str, Any] = {}
         for layer in layers:
             connection.update(split_pyinfra_keys(layer)[1])

@@ -30,6 +30,9 @@ WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
 HOLDS_FILE = f"{STATE_DIR}/holds.json"
 
 UNIT_DIR = "/etc/systemd/system"
+NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-nouveau.conf"
+MKINITCPIO_CONF = "/etc/mkinitcpio.conf"
+DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_BIN = "/usr/bin/docker"
 NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"
 

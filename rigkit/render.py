@@ -135,6 +135,8 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     stop = shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)
     out[f"{unit}/hyperqwen.service"] = RenderedFile(env.get_template("systemd/hyperqwen.service.j2").render(
         hq=hq, workdir=paths.HYPERQWEN_DIR, start=start, stop=stop), "0644", "root:root")
+    out[paths.NOUVEAU_BLACKLIST] = RenderedFile(env.get_template("boot/blacklist-nouveau.conf.j2").render(
+        flavour=spec.driver_flavour, driver=spec.nvidia_driver_version), "0644", "root:root")
     out[f"{unit}/gpu-power-limit.service"] = RenderedFile(env.get_template("systemd/gpu-power-limit.service.j2").render(
         power_w=spec.gpu_power_limit_w, nvidia_smi=paths.NVIDIA_SMI_BIN), "0644", "root:root")
     for stem, (description, command, every_s) in AGENT_TIMERS.items():

@@ -1,0 +1,34 @@
+"""The rig, rebuilt: ``pyinfra INVENTORY deploy.py`` (or ``rigkit deploy``).
+
+Thin: the host's data layers become one validated RigSpec, the renderer produces every file,
+and the roles apply in DESIGN.md's order. A second run changes nothing.
+"""
+
+from pyinfra import host
+
+from rigkit.deploy import spec_for
+from rigkit.render import render
+from roles.agent import agent
+from roles.boot import boot
+from roles.docker import docker
+from roles.hyperqwen import hyperqwen
+from roles.legacy import legacy
+from roles.llama_swap import llama_swap
+from roles.pins import pins
+from roles.power import power
+from roles.preflight import preflight
+from roles.secrets import secrets
+
+spec = spec_for(host)
+rendered = render(spec)
+
+preflight(spec)
+pins(spec)
+boot(spec, rendered)
+docker(spec)
+power(spec, rendered)
+agent(spec, rendered)
+secrets(spec)
+hyperqwen(spec, rendered)
+legacy(spec)
+llama_swap(spec, rendered)

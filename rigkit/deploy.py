@@ -1,0 +1,20 @@
+"""Glue between pyinfra's ``host`` and the spec, for ``deploy.py``; and ``rigkit deploy``'s
+runner (the pyinfra CLI in a subprocess, then the post-deploy smoke)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra.api import DeployError
+
+from rigkit.inventory import data_layers
+from rigkit.spec import RigSpec, SpecError
+
+
+def spec_for(host: Any) -> RigSpec:
+    """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged). Raises
+    ``DeployError`` listing every problem, so pyinfra stops before any operation."""
+    try:
+        return RigSpec.from_layers(data_layers(host), source=f"spec of host {host.name}")
+    except SpecError as exc:
+        raise DeployError(str(exc)) from None

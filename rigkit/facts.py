@@ -1,0 +1,236 @@
+"""pyinfra facts rigkit reads on the host, shaped like pyinfra's own (``command()`` +
+``process()``); each docstring names the command and the output it parses.
+
+The sandbox host answers the same commands through its stand-ins; nothing here knows about it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+RC_MARK = "__RIGKIT_RC__="
+
+#: ``nvidia-smi --query-gpu`` fields, in order (nvidia-smi --help-query-gpu).
+NVIDIA_SMI_FIELDS = (
+    "index", "name", "uuid", "driver_version", "memory.total", "memory.used", "power.default_limit",
+    "power.limit", "enforced.power.limit", "power.min_limit", "power.max_limit",
+)
+
+
+def _num(text: str) -> float | None:
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def _split_rc(output: list[str]) -> tuple[list[str], int | None]:
+    if output and output[-1].startswith(RC_MARK):
+        return output[:-1], int(output[-1][len(RC_MARK):])
+    return output, None
+
+
+class NvidiaSmi(FactBase):
+    """The GPUs as ``nvidia-smi`` reports them, or why it cannot.
+
+    Command: ``nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits``.
+    Returns ``{"state": "ok"|"mismatch"|"no-gpu"|"missing"|"error", "message": str,
+    "gpus": [{"index", "name", "uuid", "driver_version", "memory_total_gib", "memory_used_gib",
+    "power_default_w", "power_limit_w", "power_enforced_w", "power_min_w", "power_max_w"}]}``;
+    memory in GiB (MiB / 1024), power in W. ``mismatch`` is NVML's "Driver/library version
+    mismatch" (exit 18) until a reboot; ``no-gpu`` is "No devices were found" (exit 6) or an
+    NVML init failure (exit 9); ``missing`` means no ``nvidia-smi`` on PATH.
+    """
+
+    def command(self) -> str:
+        return (f"command -v nvidia-smi >/dev/null 2>&1 || {{ echo {RC_MARK}127; exit 0; }}; "
+                f"nvidia-smi --query-gpu={','.join(NVIDIA_SMI_FIELDS)} --format=csv,noheader,nounits 2>&1; "
+                f"echo {RC_MARK}$?")
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        lines, rc = _split_rc(output)
+        text = "\n".join(lines).strip()
+        if rc == 127:
+            return self.default()
+        if rc != 0:
+            lowered = text.lower()
+            if "mismatch" in lowered:
+                state = "mismatch"
+            elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
+                state = "no-gpu"
+            else:
+                state = "error"
+            return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+        gpus = []
+        for line in lines:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != len(NVIDIA_SMI_FIELDS):
+                continue
+            f = dict(zip(NVIDIA_SMI_FIELDS, parts))
+            total, used = _num(f["memory.total"]), _num(f["memory.used"])
+            gpus.append({
+                "index": int(f["index"]), "name": f["name"], "uuid": f["uuid"], "driver_version": f["driver_version"],
+                "memory_total_gib": round(total / 1024, 2) if total is not None else None,
+                "memory_used_gib": round(used / 1024, 2) if used is not None else None,
+                "power_default_w": _num(f["power.default_limit"]), "power_limit_w": _num(f["power.limit"]),
+                "power_enforced_w": _num(f["enforced.power.limit"]), "power_min_w": _num(f["power.min_limit"]),
+                "power_max_w": _num(f["power.max_limit"]),
+            })
+        if not gpus:
+            return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
+        return {"state": "ok", "message": "", "gpus": gpus}
+
+
+_PACMAN_Q = re.compile(r"^(?P<name>\S+) (?P<version>\S+)$")
+_PACMAN_MISSING = re.compile(r"^error: package '(?P<name>[^']+)' was not found$")
+
+
+class PacmanVersions(FactBase):
+    """Installed versions of the named packages: ``{name: "[epoch:]pkgver-pkgrel" | None}``.
+
+    Command: ``pacman -Q NAME...`` (lines ``name version``; ``error: package 'x' was not found``
+    for a missing one). Unlike pyinfra's ``PacmanPackages`` it keys by the exact names asked for.
+    """
+
+    def command(self, packages: list[str]) -> str:
+        self._asked = list(packages)
+        return f"pacman -Q {' '.join(shlex.quote(p) for p in packages)} 2>&1 || true"
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "pacman"
+
+    @staticmethod
+    def default() -> dict[str, str | None]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        found: dict[str, str | None] = {name: None for name in getattr(self, "_asked", [])}
+        for line in output:
+            line = line.strip()
+            m = _PACMAN_Q.match(line)
+            if m and not line.startswith("error:"):
+                found[m.group("name")] = m.group("version")
+            elif (miss := _PACMAN_MISSING.match(line)) is not None:
+                found[miss.group("name")] = None
+        return found
+
+
+def parse_ignorepkg(lines: list[str]) -> list[str] | None:
+    """Packages in ``IgnorePkg`` lines inside ``[options]`` of pacman.conf(5), or None when the
+    file is missing. Lines under other sections do not count (pacman ignores them)."""
+    section = None
+    out: list[str] = []
+    for raw in lines:
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        if section == "options" and "=" in line:
+            key, value = (p.strip() for p in line.split("=", 1))
+            if key == "IgnorePkg":
+                out.extend(value.split())
+    return out
+
+
+class PacmanIgnorePkg(FactBase):
+    """Packages held by ``IgnorePkg`` in ``[options]`` of ``/etc/pacman.conf`` (list), or None
+    when the file is missing. Command: ``cat /etc/pacman.conf``."""
+
+    def command(self, path: str = "/etc/pacman.conf") -> str:
+        return f"cat {shlex.quote(path)} 2>/dev/null || echo {RC_MARK}1"
+
+    def process(self, output: list[str]) -> list[str] | None:
+        lines, rc = _split_rc(output)
+        if rc == 1 and not lines:
+            return None
+        return parse_ignorepkg(lines)
+
+
+class JsonFile(FactBase):
+    """A JSON file as data: ``{"exists": bool, "data": dict | None, "error": str | None}``
+    (``error`` when it is not valid JSON or not an object). Command: ``cat PATH``.
+    Used for ``/etc/docker/daemon.json``, compared as JSON, never as text."""
+
+    def command(self, path: str) -> str:
+        return f"if [ -e {shlex.quote(path)} ]; then cat {shlex.quote(path)}; else echo {RC_MARK}404; fi"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        lines, rc = _split_rc(output)
+        if rc == 404:
+            return {"exists": False, "data": None, "error": None}
+        text = "\n".join(lines)
+        if not text.strip():
+            return {"exists": True, "data": {}, "error": None}
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            return {"exists": True, "data": None, "error": f"not valid JSON: {exc}"}
+        if not isinstance(data, dict):
+            return {"exists": True, "data": None, "error": "not a JSON object"}
+        return {"exists": True, "data": data, "error": None}
+
+
+class KernelState(FactBase):
+    """The running kernel and what will boot next.
+
+    Command: ``uname -r``, ``cat /proc/sys/kernel/random/boot_id``, ``cat
+    /sys/module/nvidia/version`` (the loaded module; empty when not loaded) and ``ls
+    /usr/lib/modules``. Returns ``{"running": str, "boot_id": str, "nvidia_module": str | None,
+    "installed_kernels": [str]}``.
+    """
+
+    def command(self) -> str:
+        return ("echo running=$(uname -r); echo boot_id=$(cat /proc/sys/kernel/random/boot_id); "
+                "echo nvidia=$(cat /sys/module/nvidia/version 2>/dev/null); "
+                "for d in /usr/lib/modules/*/; do [ -d \"$d\" ] && echo kernel=$(basename \"$d\"); done; true")
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        state: dict[str, Any] = {"running": "", "boot_id": "", "nvidia_module": None, "installed_kernels": []}
+        for line in output:
+            key, _, value = line.partition("=")
+            value = value.strip()
+            if key == "running":
+                state["running"] = value
+            elif key == "boot_id":
+                state["boot_id"] = value
+            elif key == "nvidia":
+                state["nvidia_module"] = value or None
+            elif key == "kernel" and value:
+                state["installed_kernels"].append(value)
+        return state
+
+
+_DKMS = re.compile(r"^(?P<module>[^/,\s]+)/(?P<version>[^,\s]+), (?P<kernel>[^,\s]+), (?P<arch>[^:\s]+): (?P<status>.+)$")
+
+
+class DkmsStatus(FactBase):
+    """``dkms status`` as ``[{"module", "version", "kernel", "arch", "status"}]`` (dkms(8):
+    lines ``nvidia/610.57, 6.12.60-1-lts, x86_64: installed``); empty without dkms."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "dkms"
+
+    def command(self) -> str:
+        return "dkms status 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> list[dict[str, str]]:
+        return []
+
+    def process(self, output: list[str]) -> list[dict[str, str]]:
+        out = []
+        for line in output:
+            m = _DKMS.match(line.strip())
+            if m:
+                out.append(m.groupdict())
+        return out

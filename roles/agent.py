@@ -1,0 +1,50 @@
+"""The host agent in ``/opt/rigkit/``: its own venv, installed from a wheelhouse built on the
+control machine for the host's Python (no package index on the host), plus its timers."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import DeployError, deploy
+from pyinfra.facts.server import Command
+from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from rigkit import paths, wheelhouse
+from rigkit.render import RenderedFile
+from rigkit.spec import RigSpec
+from roles import put_rendered
+
+WHEELS = f"{paths.AGENT_DIR}/wheels"
+TIMERS = ("hyperqwen-watchdog", "rigkit-keeper")
+
+
+@deploy("Host agent")
+def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
+    """Build the wheelhouse for the host's ``python3``, sync it, (re)install the venv when it
+    changed, install the agent's units and enable its timers."""
+    version = host.get_fact(Command, command="python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    if not version:
+        raise DeployError("the host has no python3 for the host agent (install the python package)")
+    try:
+        house = wheelhouse.build(version.strip())
+    except wheelhouse.WheelhouseError as exc:
+        raise DeployError(f"building the agent wheelhouse for Python {version.strip()} failed: {exc}") from None
+    files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, user="root", group="root", mode="755")
+    synced = files.sync(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS, user="root", group="root",
+                        mode="644", dir_mode="755", delete=True)
+    venv = server.shell(name="Create the agent venv", commands=[f"python3 -m venv {paths.AGENT_VENV}"],
+                        _if=lambda: not host.get_fact(Command, command=f"test -x {paths.AGENT_VENV}/bin/python && echo y || true"))
+    server.shell(
+        name="Install the agent from the wheelhouse (no index)",
+        commands=[f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} --force-reinstall "
+                  f"--no-deps {WHEELS}/rigkit-*.whl",
+                  f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} "
+                  + " ".join(wheelhouse.AGENT_REQUIREMENTS),
+                  f"{paths.AGENT_BIN} version"],
+        _if=any_changed(synced, venv),
+    )
+    units = [put_rendered(f"{paths.UNIT_DIR}/{stem}.{kind}", rendered[f"{paths.UNIT_DIR}/{stem}.{kind}"],
+                          name=f"Install {stem}.{kind}") for stem in TIMERS for kind in ("service", "timer")]
+    systemd.daemon_reload(name="Reload systemd for the agent's units", _if=any_changed(*units))
+    for stem in TIMERS:
+        systemd.service(name=f"Enable and start {stem}.timer", service=f"{stem}.timer", running=True, enabled=True)

@@ -1,0 +1,105 @@
+"""Boot: nouveau kept out, and the GPU steps stopped (or a reboot) while the running kernel or
+the loaded module is not what was installed."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import OperationError, deploy, operation
+from pyinfra.facts.files import FileContents
+
+from rigkit import operations as ops
+from rigkit import paths
+from rigkit.facts import DkmsStatus, KernelState
+from rigkit.render import RenderedFile
+from rigkit.spec import RigSpec
+from roles import put_rendered
+
+
+def drop_kms_hook(lines: list[str]) -> list[str]:
+    """mkinitcpio.conf lines with ``kms`` removed from ``HOOKS=(...)`` (the hook embeds nouveau
+    in the initramfs even when it is blacklisted)."""
+    out = []
+    for line in lines:
+        if line.strip().startswith("HOOKS=(") and " kms" in f" {line}":
+            inner = line.split("(", 1)[1].rsplit(")", 1)[0].split()
+            line = "HOOKS=(" + " ".join(h for h in inner if h != "kms") + ")"
+        out.append(line)
+    return out
+
+
+@operation()
+def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
+    """Remove the ``kms`` hook from mkinitcpio.conf and rebuild the initramfs (``mkinitcpio -P``),
+    only when the hook is there. No mkinitcpio.conf: nothing to do."""
+    lines = host.get_fact(FileContents, path=path)
+    if lines is None:
+        host.noop(f"{path} absent")
+        return
+    wanted = drop_kms_hook(lines)
+    if wanted == lines:
+        host.noop("no kms hook in mkinitcpio.conf")
+        return
+    hooks = next(ln for ln in wanted if ln.strip().startswith("HOOKS=("))
+    yield f"sed -i 's/^HOOKS=(.*)$/{hooks}/' {path}"
+    yield "mkinitcpio -P"
+
+
+def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour: str) -> list[str]:
+    """Why the GPU steps cannot run on the running boot (empty: they can). Pure, for tests.
+
+    The newest installed kernel must be the running one, and the loaded ``nvidia`` module must
+    be the pinned driver; with a DKMS flavour the module must also be built for the kernel that
+    will boot.
+    """
+    reasons = []
+    kernels = sorted(kernel.get("installed_kernels", []))
+    running = kernel.get("running", "")
+    if kernels and running not in kernels:
+        reasons.append(f"running kernel {running} is no longer installed (installed: {', '.join(kernels)})")
+    loaded = kernel.get("nvidia_module")
+    if loaded != driver_version:
+        reasons.append(f"loaded nvidia module is {loaded or 'none'}, the pinned driver is {driver_version}")
+    if flavour.endswith("-dkms") and kernels:
+        built = {d["kernel"] for d in dkms if d["module"] == "nvidia" and d["version"] == driver_version
+                 and d["status"].startswith("installed")}
+        missing = [k for k in kernels if k not in built]
+        if missing:
+            reasons.append(f"DKMS has not built nvidia {driver_version} for {', '.join(missing)}")
+    return reasons
+
+
+@operation()
+def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_timeout: int = 300):
+    """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
+
+    + driver_version: the pinned driver (``nvidia_driver_version``)
+    + flavour: the driver package (``driver_flavour``)
+    + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
+
+    No command when nothing is pending, so a converged run reports no change. With a pending
+    reboot and ``allow_reboot`` false the host fails with "reboot, then run again". A reboot
+    happens only once DKMS has built the module for the kernel that will boot.
+    """
+    if not host.state.is_executing:
+        return  # facts before this run's installs say nothing about after them
+    kernel = host.get_fact(KernelState)
+    dkms = host.get_fact(DkmsStatus)
+    reasons = reboot_reasons(kernel, dkms, driver_version, flavour)
+    if not reasons:
+        host.noop("running kernel and loaded driver are the installed ones")
+        return
+    unbuilt = [r for r in reasons if r.startswith("DKMS has not built")]
+    if unbuilt:
+        raise OperationError("; ".join(unbuilt) + " — a reboot now would boot without the driver; see `dkms status`")
+    if not allow_reboot:
+        raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
+    yield from ops.reboot._inner(reboot_timeout=reboot_timeout)
+
+
+@deploy("Boot")
+def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
+    """Blacklist nouveau, drop the kms hook, then gate on a pending reboot."""
+    put_rendered(paths.NOUVEAU_BLACKLIST, rendered[paths.NOUVEAU_BLACKLIST], name="Blacklist nouveau")
+    mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
+    reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
+                driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot)

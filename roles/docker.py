@@ -1,0 +1,41 @@
+"""Docker: the engine, compose, buildx and the NVIDIA container toolkit; ``daemon.json`` owned
+by one step that merges its keys as JSON; docker restarted only when that step changed it."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import File
+from pyinfra.operations import pacman, server, systemd
+
+from rigkit import paths
+from rigkit.operations import json_keys
+from rigkit.spec import RigSpec
+
+#: What rigkit owns in daemon.json: the nvidia runtime exactly as ``nvidia-ctk runtime
+#: configure --runtime=docker`` writes it, and NVIDIA's documented mitigation for containers
+#: losing the GPU on ``systemctl daemon-reload`` (notes/nvidia-arch.md §1.4, §5).
+DAEMON_JSON_KEYS = {
+    "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    "exec-opts": ["native.cgroupdriver=cgroupfs"],
+}
+PACKAGES = ["docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit"]
+
+
+@deploy("Docker")
+def docker(spec: RigSpec):
+    """Install and start docker with the nvidia runtime; restart it only when daemon.json changed."""
+    pacman.packages(name="Install docker, compose, buildx and the NVIDIA container toolkit", packages=PACKAGES)
+    daemon_json = json_keys(name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
+                            path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS, backup_suffix=".rigkit-bak")
+    systemd.service(name="Enable and start docker", service="docker.service", running=True, enabled=True)
+    systemd.service(name="Restart docker for the new daemon.json", service="docker.service", restarted=True,
+                    _if=daemon_json.did_change)
+    if spec.operator_user:
+        server.user(name=f"Put {spec.operator_user} in the docker group", user=spec.operator_user,
+                    groups=["docker"], append=True, create_home=False, ensure_home=False)
+    systemd.service(name="Enable and start nvidia-persistenced", service="nvidia-persistenced.service",
+                    running=True, enabled=True)
+    if host.get_fact(File, path="/usr/lib/systemd/system/nvidia-cdi-refresh.path"):
+        systemd.service(name="Enable the CDI refresh the toolkit ships", service="nvidia-cdi-refresh.path",
+                        running=True, enabled=True)

@@ -1,0 +1,110 @@
+"""Fact parsing on the real output shapes, and the pure helpers behind the operations."""
+
+from __future__ import annotations
+
+import pytest
+
+from rigkit.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
+from rigkit.operations import archive_url, ensure_ignorepkg, merge_json
+
+STOCK_OPTIONS = ["#", "# /etc/pacman.conf", "#", "[options]", "#RootDir     = /", "HoldPkg     = pacman glibc",
+                 "#IgnorePkg   =", "#IgnoreGroup =", "Architecture = auto", "", "[core]",
+                 "Include = /etc/pacman.d/mirrorlist", "", "[extra]", "Include = /etc/pacman.d/mirrorlist"]
+
+
+def test_nvidia_smi_parses_an_rtx_3090():
+    out = ["0, NVIDIA GeForce RTX 3090, GPU-5b1c, 610.57, 24576, 22118, 350.00, 420.00, 420.00, 100.00, 450.00",
+           f"{RC_MARK}0"]
+    fact = NvidiaSmi().process(out)
+    assert fact["state"] == "ok"
+    assert fact["gpus"] == [{
+        "index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-5b1c", "driver_version": "610.57",
+        "memory_total_gib": 24.0, "memory_used_gib": 21.6, "power_default_w": 350.0, "power_limit_w": 420.0,
+        "power_enforced_w": 420.0, "power_min_w": 100.0, "power_max_w": 450.0}]
+
+
+def test_nvidia_smi_driver_library_mismatch_is_a_state():
+    out = ["Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 610.60", f"{RC_MARK}18"]
+    fact = NvidiaSmi().process(out)
+    assert fact["state"] == "mismatch"
+    assert fact["message"].startswith("Failed to initialize NVML: Driver/library version mismatch")
+
+
+def test_nvidia_smi_no_gpu_and_missing_binary():
+    assert NvidiaSmi().process(["No devices were found", f"{RC_MARK}6"])["state"] == "no-gpu"
+    assert NvidiaSmi().process([f"{RC_MARK}127"])["state"] == "missing"
+
+
+def test_nvidia_smi_not_supported_fields_are_none():
+    out = ["0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 0, [N/A], 350.00, 350.00, [N/A], [N/A]", f"{RC_MARK}0"]
+    gpu = NvidiaSmi().process(out)["gpus"][0]
+    assert gpu["power_min_w"] is None and gpu["power_max_w"] is None and gpu["power_default_w"] is None
+
+
+def test_pacman_versions_keys_by_the_names_asked():
+    fact = PacmanVersions()
+    fact.command(["nvidia-utils", "cuda", "docker"])
+    out = ["nvidia-utils 610.57-1", "error: package 'cuda' was not found", "docker 1:28.5.1-1"]
+    assert fact.process(out) == {"nvidia-utils": "610.57-1", "cuda": None, "docker": "1:28.5.1-1"}
+
+
+def test_ignorepkg_counts_only_the_options_section():
+    lines = ["[options]", "IgnorePkg = cuda  nvidia-utils # held", "[extra]", "IgnorePkg = docker"]
+    assert PacmanIgnorePkg().process(lines) == ["cuda", "nvidia-utils"]
+    assert PacmanIgnorePkg().process(STOCK_OPTIONS) == []
+    assert PacmanIgnorePkg().process([f"{RC_MARK}1"]) is None
+
+
+def test_json_file_states():
+    assert JsonFile().process([f"{RC_MARK}404"]) == {"exists": False, "data": None, "error": None}
+    assert JsonFile().process(['{"a": 1}']) == {"exists": True, "data": {"a": 1}, "error": None}
+    broken = JsonFile().process(['{"a": '])
+    assert broken["exists"] and broken["data"] is None and broken["error"].startswith("not valid JSON")
+    assert JsonFile().process(["[1]"])["error"] == "not a JSON object"
+
+
+def test_kernel_state_and_dkms_status():
+    state = KernelState().process(["running=6.12.58-1-lts", "boot_id=9f1c", "nvidia=610.57",
+                                   "kernel=6.12.58-1-lts", "kernel=6.17.7-arch1-1"])
+    assert state == {"running": "6.12.58-1-lts", "boot_id": "9f1c", "nvidia_module": "610.57",
+                     "installed_kernels": ["6.12.58-1-lts", "6.17.7-arch1-1"]}
+    assert KernelState().process(["running=6.1", "boot_id=x", "nvidia="])["nvidia_module"] is None
+    assert DkmsStatus().process(["nvidia/610.57, 6.12.58-1-lts, x86_64: installed", "junk"]) == [
+        {"module": "nvidia", "version": "610.57", "kernel": "6.12.58-1-lts", "arch": "x86_64", "status": "installed"}]
+
+
+def test_archive_url_keeps_the_epoch_and_layout():
+    assert archive_url("https://archive.archlinux.org/packages/", "nvidia-utils", "610.57-1") == (
+        "https://archive.archlinux.org/packages/n/nvidia-utils/nvidia-utils-610.57-1-x86_64.pkg.tar.zst")
+    assert archive_url("http://m/archive/packages", "docker", "1:28.5.1-1").endswith("/d/docker/docker-1:28.5.1-1-x86_64.pkg.tar.zst")
+
+
+def test_ignorepkg_replaces_the_stock_commented_line_inside_options():
+    out = ensure_ignorepkg(STOCK_OPTIONS, ["nvidia-utils", "cuda"])
+    assert out[out.index("[options]") + 3] == "IgnorePkg = nvidia-utils cuda"
+    assert "#IgnorePkg   =" not in out
+    assert PacmanIgnorePkg().process(out) == ["nvidia-utils", "cuda"]
+    assert ensure_ignorepkg(out, ["nvidia-utils", "cuda"]) == out  # converged
+
+
+def test_ignorepkg_keeps_what_the_operator_already_holds():
+    lines = ["[options]", "IgnorePkg = linux-lts", "[core]"]
+    assert ensure_ignorepkg(lines, ["cuda"]) == ["[options]", "IgnorePkg = linux-lts cuda", "[core]"]
+
+
+def test_ignorepkg_is_added_at_the_end_of_options_when_absent():
+    lines = ["[options]", "Architecture = auto", "", "[core]"]
+    assert ensure_ignorepkg(lines, ["cuda"]) == ["[options]", "Architecture = auto", "IgnorePkg = cuda", "", "[core]"]
+    with pytest.raises(ValueError, match=r"no \[options\] section"):
+        ensure_ignorepkg(["[core]"], ["cuda"])
+
+
+def test_merge_json_keeps_foreign_keys_and_unions_lists():
+    current = {"log-driver": "journald", "exec-opts": ["foo=bar"], "runtimes": {"crun": {"path": "/usr/bin/crun"}}}
+    wanted = {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+              "exec-opts": ["native.cgroupdriver=cgroupfs"]}
+    merged = merge_json(current, wanted)
+    assert merged == {"log-driver": "journald", "exec-opts": ["foo=bar", "native.cgroupdriver=cgroupfs"],
+                      "runtimes": {"crun": {"path": "/usr/bin/crun"},
+                                   "nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+    assert merge_json(merged, wanted) == merged
