@@ -3,6 +3,8 @@ codes (:mod:`rigkit.exitcodes`): 0 done, 1 failed, 2 invalid input (nothing touc
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -105,6 +107,89 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int) -> None:
     err.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env")
     sys.exit(exitcodes.combine(*codes))
+
+
+def _parse_data(items: tuple[str, ...]) -> dict:
+    """``KEY=VALUE`` pairs parsed exactly as ``pyinfra --data`` parses them."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--data")
+        out[key] = parse_cli_arg(value)
+    return out
+
+
+@cli.command()
+@inventory_option
+@host_option
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+@click.option("--reboot", is_flag=True, help="reboot when the new kernel or driver needs it (data reboot=true)")
+@click.option("--force", is_flag=True, help="deploy despite declared lock files (data force=true)")
+@click.option("--dry", is_flag=True, help="show what would change (pyinfra --dry), change nothing")
+@click.option("--no-smoke", is_flag=True, help="skip the post-deploy smoke bench")
+@click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
+def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
+           dry: bool, no_smoke: bool, verbose: int) -> None:
+    """Converge the hosts to the declared rig with pyinfra (deploy.py).
+
+    Refuses with exit 2, touching nothing, when the spec is invalid or an operator value it
+    needs is unset; exit 1 when pyinfra fails on a host.
+    """
+    import subprocess
+
+    from rigkit.inventory import default_inventory
+    from rigkit.spec import unset_operator_values
+
+    overrides = _parse_data(data)
+    if reboot:
+        overrides["reboot"] = True
+    if force:
+        overrides["force"] = True
+    from rigkit.inventory import InventoryError, load_hosts
+    from rigkit.spec import SpecError
+
+    try:
+        host_specs = load_hosts(inventory, list(hosts) or None, override_data=overrides)
+    except (InventoryError, SpecError) as exc:
+        err.print(f"[red]error:[/] {exc}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    unset = {hs.name: unset_operator_values(hs.spec) for hs in host_specs}
+    if any(unset.values()):
+        for name, keys in unset.items():
+            for key in keys:
+                err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
+        sys.exit(exitcodes.INVALID)
+    project = Path(__file__).resolve().parent.parent
+    cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", inventory or default_inventory(), str(project / "deploy.py")]
+    if dry:
+        cmd = [c for c in cmd if c != "-y"] + ["--dry"]
+    for name in hosts:
+        cmd += ["--limit", name]
+    for key, value in overrides.items():
+        cmd += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    if verbose:
+        cmd.append("-" + "v" * verbose)
+    err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(cmd, env=env)
+    if proc.returncode != 0:
+        sys.exit(exitcodes.FAILED)
+    if dry or no_smoke:
+        sys.exit(exitcodes.OK)
+    codes = []
+    for hs in host_specs:
+        resident = next(iter(hs.spec.llama_swap.preload), None)
+        if resident is None:
+            err.print(f"{hs.name}: no preloaded member, no smoke")
+            continue
+        smoke = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", inventory or default_inventory(),
+                 "--host", hs.name, "--member", resident, "--workload", "chat-greedy"]
+        err.print(f"post-deploy smoke: $ {' '.join(smoke[1:])}", markup=False)
+        codes.append(subprocess.run(smoke, env=env).returncode)
+    sys.exit(exitcodes.FAILED if any(codes) else exitcodes.OK)
 
 
 def main() -> None:
