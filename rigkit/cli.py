@@ -207,3 +207,7 @@ def main() -> None:
 from rigkit.bench.cli import bench  # noqa: E402
 
 cli.add_command(bench)
+
+from rigkit.models_cli import models  # noqa: E402
+
+cli.add_command(models)

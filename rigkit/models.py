@@ -1,0 +1,219 @@
+"""The model lock: each model of the spec resolved to an exact commit and exact files.
+
+``rigkit models lock -i INVENTORY`` writes ``<inventory>.lock.json`` beside the inventory
+(``inventory/sandbox.py`` → ``inventory/sandbox.lock.json``), like a package lock. The deploy
+fetches only what the lock names (:mod:`rigkit.fetch`, on the host); :func:`check_lock` refuses
+a spec that no longer matches its lock ("re-lock").
+
+A hub model (``repo_id`` + ``revision``) is resolved with huggingface-hub's
+``HfApi.model_info(repo_id, revision=..., files_metadata=True)`` (``GET
+/api/models/{repo_id}/revision/{rev}?blobs=true``: the commit in ``sha``, each sibling's
+``size``, ``blobId`` and, for LFS files, ``lfs.sha256``), filtered by the spec's
+``include``/``exclude`` globs exactly as ``hf download --include/--exclude`` filters them
+(``huggingface_hub.utils.filter_repo_objects``: fnmatch, ``*`` crosses ``/``; no include = every
+file). A ``url`` + ``sha256`` model is sized with an HTTP HEAD (redirects followed).
+
+Lock format (JSON, keys sorted, 2-space indent, trailing newline; no timestamps, no endpoint,
+never a token, so the same hub state gives the same bytes)::
+
+    {"version": 1,
+     "models": {
+       "<name>": {"source": {"repo_id", "revision", "include", "exclude", "path"}   # as in the spec
+                  "commit": "<40 hex>",
+                  "files": [{"path": "config.json", "size": 273, "git_blob": "<40 hex>"},
+                            {"path": "model-00001-of-00002.safetensors", "size": 540920,
+                             "sha256": "<64 hex>"}],           # sorted by path; sizes in bytes
+                  "total_bytes": 1082318},
+       "<url model>": {"source": {"url", "sha256", "path"},
+                       "files": [{"path": "<url basename>", "size": N, "sha256": "<64 hex>", "url": "..."}],
+                       "total_bytes": N}}}
+
+Models whose source is unset (operator-supplied, ``repo_id`` and ``url`` both None) are left out
+of the lock and named by :func:`lock_models`'s ``skipped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+LOCK_VERSION = 1
+
+
+class LockError(RuntimeError):
+    """The hub (or a URL) could not resolve a model: the message names the model, repo and
+    revision, and the cause (HTTP status, network); never a token. Exit code 1."""
+
+
+def lock_path_for(inventory: str | os.PathLike) -> Path:
+    """``inventory/sandbox.py`` → ``inventory/sandbox.lock.json`` (beside the inventory)."""
+    p = Path(inventory)
+    return p.with_name(p.stem + ".lock.json")
+
+
+def source_of(model: Any) -> dict[str, Any] | None:
+    """The part of a spec :class:`~rigkit.spec.ModelSource` the lock is a function of, as a
+    plain dict (``None`` when the source is unset). A lock entry whose ``source`` differs from
+    this is stale."""
+    if model.repo_id:
+        return {"repo_id": model.repo_id, "revision": model.revision, "include": list(model.include),
+                "exclude": list(model.exclude), "path": model.path}
+    if model.url:
+        return {"url": model.url, "sha256": model.sha256, "path": model.path}
+    return None
+
+
+def select_files(paths: Iterable[str], include: list[str], exclude: list[str]) -> list[str]:
+    """The repo paths kept by ``include`` / ``exclude`` globs, sorted, using huggingface-hub's
+    own ``filter_repo_objects`` (what ``snapshot_download(allow_patterns=, ignore_patterns=)``
+    and ``hf download --include/--exclude`` use)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(list(paths), allow_patterns=include or None, ignore_patterns=exclude or None))
+
+
+def _hub_error(name: str, repo: str, revision: str, exc: Exception) -> LockError:
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"models.{name}: {repo}@{revision}"
+    if isinstance(exc, RevisionNotFoundError):
+        return LockError(f"{where}: revision not found on the hub; check models.{name}.revision")
+    if isinstance(exc, GatedRepoError):
+        return LockError(f"{where}: gated repo; accept its terms on the hub with the account of HF_TOKEN")
+    if isinstance(exc, RepositoryNotFoundError):
+        return LockError(f"{where}: repository not found, or private and the HF token (HF_TOKEN or hf's token "
+                         "file; value not shown) has no access")
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None and exc.response.status_code == 401:
+        return LockError(f"{where}: the hub refused the HF token (HTTP 401; from HF_TOKEN or hf's token file, "
+                         "value not shown); renew it")
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None:
+        return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
+    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT="
+                     f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}")
+
+
+def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any]:
+    """Resolve one hub model: ``api.model_info(repo_id, revision, files_metadata=True)`` →
+    ``{"source", "commit", "files", "total_bytes"}`` (see the module doc). Raises
+    :class:`LockError` for an HTTP or network failure, and when the globs select no file."""
+    try:
+        info = api.model_info(source["repo_id"], revision=source["revision"], files_metadata=True)
+    except Exception as exc:  # huggingface_hub errors and httpx2 network errors
+        raise _hub_error(name, source["repo_id"], source["revision"], exc) from None
+    siblings = {s.rfilename: s for s in info.siblings or []}
+    files = []
+    for path in select_files(siblings, source["include"], source["exclude"]):
+        s = siblings[path]
+        if s.lfs is not None:
+            files.append({"path": path, "size": int(s.lfs.size), "sha256": s.lfs.sha256})
+        else:
+            files.append({"path": path, "size": int(s.size), "git_blob": s.blob_id})
+    if not files:
+        raise LockError(f"models.{name}: {source['repo_id']}@{source['revision']}: include {source['include']} / "
+                        f"exclude {source['exclude']} select none of its {len(siblings)} files")
+    return {"source": source, "commit": info.sha, "files": files, "total_bytes": sum(f["size"] for f in files)}
+
+
+def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> dict[str, Any]:
+    """Size a ``url`` + ``sha256`` model with an HTTP HEAD (redirects followed; no HF token is
+    ever sent to a URL). Raises :class:`LockError` when the URL fails or reports no size."""
+    import requests
+
+    http = session or requests
+    try:
+        resp = http.head(source["url"], allow_redirects=True, timeout=30)
+    except requests.RequestException as exc:
+        raise LockError(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
+    if resp.status_code >= 400:
+        raise LockError(f"models.{name}: {source['url']}: HTTP {resp.status_code}")
+    size = resp.headers.get("Content-Length")
+    if size is None:
+        raise LockError(f"models.{name}: {source['url']}: the server reports no Content-Length; cannot lock its size")
+    if not source.get("sha256"):
+        raise LockError(f"models.{name}: url given without sha256; set models.{name}.sha256")
+    fname = source["url"].rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+    files = [{"path": fname, "size": int(size), "sha256": source["sha256"], "url": source["url"]}]
+    return {"source": source, "files": files, "total_bytes": int(size)}
+
+
+def lock_models(models: dict[str, Any], endpoint: str | None = None, token: str | None = None,
+                api: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """Lock every model of ``models`` (name → spec ``ModelSource``). Returns ``(lock, skipped)``
+    where ``skipped`` names models whose source is unset.
+
+    ``endpoint`` defaults to ``$HF_ENDPOINT`` (read now, not at import); ``token`` None lets
+    huggingface-hub find it (``HF_TOKEN`` or its token file). Raises :class:`LockError`.
+    """
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token,
+                       library_name="rigkit")
+    out: dict[str, Any] = {}
+    skipped = []
+    for name in sorted(models):
+        source = source_of(models[name])
+        if source is None:
+            skipped.append(name)
+        elif "repo_id" in source:
+            out[name] = lock_hub_model(name, source, api)
+        else:
+            out[name] = lock_url_model(name, source)
+    return {"version": LOCK_VERSION, "models": out}, skipped
+
+
+def dumps_lock(lock: dict[str, Any]) -> str:
+    """The lock's canonical text: JSON, keys sorted, 2-space indent, trailing newline."""
+    return json.dumps(lock, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write :func:`dumps_lock` to ``path`` atomically (temp file + rename); return the path."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps_lock(lock))
+    os.replace(tmp, path)
+    return path
+
+
+def load_lock(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a lock file. Raises ``FileNotFoundError`` (no lock yet: run ``rigkit models lock``)
+    or ``ValueError`` (not JSON, or a version this rigkit does not read)."""
+    lock = json.loads(Path(path).read_text())
+    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION or not isinstance(lock.get("models"), dict):
+        raise ValueError(f"{path}: not a rigkit model lock (version {LOCK_VERSION}); re-lock with `rigkit models lock`")
+    return lock
+
+
+def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:
+    """Compare the spec's models (name → ``ModelSource``) with a lock. Returns one message per
+    problem (empty = the lock matches): a model set in the spec but not locked, locked with a
+    different source (repo, revision, include/exclude, path, url, sha256), or locked but no
+    longer in the spec. Every message ends with what to do: "re-lock with `rigkit models lock`"."""
+    problems = []
+    locked = lock.get("models", {})
+    fix = "re-lock with `rigkit models lock`"
+    for name in sorted(models):
+        want = source_of(models[name])
+        if want is None:
+            if name in locked:
+                problems.append(f"models.{name}: unset in the spec but locked in {lock_file}; {fix}")
+            continue
+        entry = locked.get(name)
+        if entry is None:
+            problems.append(f"models.{name}: not in {lock_file}; {fix}")
+            continue
+        have = entry.get("source", {})
+        diffs = [f"{k} {have.get(k)!r} → {want.get(k)!r}" for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
+        if diffs:
+            problems.append(f"models.{name}: spec changed since {lock_file} was written ({'; '.join(diffs)}); {fix}")
+    for name in sorted(set(locked) - set(models)):
+        problems.append(f"models.{name}: in {lock_file} but not in the spec; {fix}")
+    return problems
