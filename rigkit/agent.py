@@ -117,8 +117,15 @@ def watchdog(base: str = LLAMA_SWAP) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,version}``."""
+    """``rigkit-agent {keeper,watchdog,version}``; ``rigkit-agent {fetch,record} ...`` is the
+    model fetch (:func:`rigkit.fetch.main`)."""
     from rigkit import __version__
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["fetch"], ["record"]):
+        from rigkit.fetch import main as fetch_main
+
+        sys.exit(fetch_main(argv))
 
     parser = argparse.ArgumentParser(prog="rigkit-agent", description=__doc__.splitlines()[0])
     parser.add_argument("job", choices=["keeper", "watchdog", "version"])
