@@ -13,8 +13,9 @@ from pathlib import Path
 
 from rigkit.cache import cache_dir
 
-#: What the agent imports beyond the standard library, pinned exactly.
-AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3")
+#: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
+#: model fetch, rigkit.fetch).
+AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
