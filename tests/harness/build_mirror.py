@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Build the sandbox's pacman mirror from ``mirror.json`` (stdlib + bsdtar, zstd, repo-add).
+
+usage: build_mirror.py [OUT]      (default ${RIGKIT_CACHE:-~/.cache/rigkit}/harness/mirror-<key>)
+Prints the mirror directory. Layout, as on a real mirror plus the Arch Linux Archive:
+  OUT/{core,extra}/os/x86_64/{NAME-VER-x86_64.pkg.tar.zst, core.db, ...}
+  OUT/archive/packages/<first letter>/<name>/<name>-<ver>-x86_64.pkg.tar.zst   (every version)
+A package whose "repo" is null exists only in the archive (a pinned, older version).
+Packages are hand-assembled (.PKGINFO, .MTREE with md5+sha256, zstd) like the prototype, not makepkg:
+root is fine and each takes ~0.1 s. The output is keyed by the hash of mirror.json, this script and
+stubs/, and reused when nothing changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STUBS = HERE / "stubs"
+EPOCH = 1767225600  # fixed build date: reproducible packages
+
+
+def cache_dir() -> Path:
+    if os.environ.get("RIGKIT_HARNESS_CACHE"):
+        return Path(os.environ["RIGKIT_HARNESS_CACHE"])
+    return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
+
+
+def inputs_key() -> str:
+    h = hashlib.sha256()
+    for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), *STUBS.rglob("*")]):
+        if p.is_file():
+            h.update(p.relative_to(HERE).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def pkgver(version: str) -> str:
+    """'1:28.5.1-1' -> '28.5.1' (no epoch, no pkgrel)."""
+    return version.split(":", 1)[-1].rsplit("-", 1)[0]
+
+
+def stub(name: str, **subst: str) -> str:
+    text = (STUBS / name).read_text()
+    for k, v in subst.items():
+        text = text.replace("@" + k + "@", v)
+    return text
+
+
+def payload(pkg: dict) -> dict[str, tuple[str, int]]:
+    """{relative path: (content, mode)} for the package's stand-in files."""
+    kind, ver = pkg.get("payload"), pkgver(pkg["version"])
+    f: dict[str, tuple[str, int]] = {}
+    if kind == "kernel":
+        kver, base = pkg["kver"], pkg["name"]
+        f[f"usr/lib/modules/{kver}/vmlinuz"] = (f"fake kernel image {kver}\n", 0o644)
+        f[f"usr/lib/modules/{kver}/pkgbase"] = (base + "\n", 0o644)
+        f[f"usr/lib/modules/{kver}/modules.alias"] = ("# fake\n", 0o644)
+    elif kind == "kernel-headers":
+        kver = pkg["kver"]
+        f[f"usr/lib/modules/{kver}/build/include/linux/version.h"] = (f"/* fake headers {kver} */\n", 0o644)
+        f[f"usr/lib/modules/{kver}/build/Makefile"] = ("# fake\n", 0o644)
+    elif kind == "dkms":
+        f["usr/bin/dkms"] = (stub("dkms"), 0o755)
+        f["usr/lib/dkms/alpm-hook"] = (stub("dkms-alpm-hook"), 0o755)
+        f["usr/share/libalpm/hooks/70-dkms-install.hook"] = (stub("70-dkms-install.hook"), 0o644)
+        f["usr/share/libalpm/hooks/70-dkms-upgrade.hook"] = (stub("70-dkms-upgrade.hook"), 0o644)
+    elif kind == "dkms-source":
+        f[f"usr/src/nvidia-{ver}/dkms.conf"] = (
+            f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{ver}"\nAUTOINSTALL="yes"\n'
+            'BUILT_MODULE_NAME[0]="nvidia"\nDEST_MODULE_LOCATION[0]="/kernel/drivers/video"\n', 0o644)
+    elif kind == "prebuilt-module":
+        f[f"usr/lib/modules/{pkg['kver']}/extramodules/nvidia.ko.zst"] = (
+            f"fake nvidia kernel module\nversion={ver}\nsrcversion=prebuilt\n", 0o644)
+    elif kind == "nvidia-utils":
+        f["usr/bin/nvidia-smi"] = (stub("nvidia-smi"), 0o755)
+        f["usr/bin/nvidia-persistenced"] = (stub("nvidia-persistenced"), 0o755)
+        f["usr/bin/nvidia-modprobe"] = ("#!/bin/sh\nexit 0\n", 0o755)
+        f["usr/share/fake-gpu/driver"] = (json.dumps({"driver_version": ver, "cuda_version": pkg["cuda_api"]}) + "\n", 0o644)
+        f["usr/lib/modprobe.d/nvidia-utils.conf"] = ("blacklist nouveau\n", 0o644)
+        f["usr/lib/modules-load.d/nvidia-utils.conf"] = ("nvidia-uvm\n", 0o644)
+        f["usr/lib/sysusers.d/nvidia-utils.conf"] = ("u nvidia-persistenced 143 'NVIDIA Persistence Daemon'\n", 0o644)
+        f["usr/lib/systemd/system/nvidia-persistenced.service"] = (stub("nvidia-persistenced.service"), 0o644)
+    elif kind == "cuda":
+        f["opt/cuda/bin/nvcc"] = (stub("nvcc", CUDA_VERSION=ver), 0o755)
+        f["opt/cuda/version.json"] = (json.dumps({"cuda": {"name": "CUDA SDK", "version": ver}}) + "\n", 0o644)
+        f["etc/profile.d/cuda.sh"] = ("export PATH=$PATH:/opt/cuda/bin\nexport CUDA_HOME=/opt/cuda\n", 0o644)
+    elif kind == "docker":
+        f["usr/bin/docker"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
+        f["usr/bin/dockerd"] = (stub("dockerd", DOCKER_VERSION=ver), 0o755)
+        f["usr/lib/fake-docker/images.json"] = (stub("images.json"), 0o644)
+        f["usr/lib/fake-docker/openai_stub.py"] = (stub("openai_stub.py"), 0o644)
+        f["usr/lib/systemd/system/docker.service"] = (stub("docker.service"), 0o644)
+        f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
+        f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
+    elif kind == "docker-compose":
+        f["usr/lib/docker/cli-plugins/docker-compose"] = (
+            "#!/bin/sh\n[ \"$1\" = docker-cli-plugin-metadata ] && { echo '{\"SchemaVersion\":\"0.1.0\",\"Vendor\":\"Docker Inc.\","
+            f"\"Version\":\"v{ver}\",\"ShortDescription\":\"Docker Compose\"}}'; exit 0; }}\nexec /usr/bin/docker compose \"$@\"\n", 0o755)
+        f["usr/share/fake-docker/compose-version"] = (ver + "\n", 0o644)
+    elif kind == "docker-buildx":
+        f["usr/lib/docker/cli-plugins/docker-buildx"] = (
+            "#!/bin/sh\n[ \"$1\" = docker-cli-plugin-metadata ] && { echo '{\"SchemaVersion\":\"0.1.0\",\"Vendor\":\"Docker Inc.\","
+            f"\"Version\":\"v{ver}\",\"ShortDescription\":\"Docker Buildx\"}}'; exit 0; }}\necho 'buildx is not implemented by the sandbox' >&2; exit 1\n", 0o755)
+    elif kind == "libnvidia-container":
+        f["usr/bin/nvidia-container-cli"] = (f"#!/bin/sh\necho 'cli-version: {ver}'\n", 0o755)
+    elif kind == "nvidia-container-toolkit":
+        f["usr/bin/nvidia-ctk"] = (stub("nvidia-ctk", NCT_VERSION=ver), 0o755)
+        f["usr/bin/nvidia-container-runtime"] = ("#!/bin/sh\nexec runc \"$@\"\n", 0o755)
+        f["usr/bin/nvidia-cdi-hook"] = ("#!/bin/sh\nexit 0\n", 0o755)
+        f["etc/nvidia-container-runtime/config.toml"] = ('[nvidia-container-cli]\nldconfig = "@/sbin/ldconfig"\n', 0o644)
+    elif kind:
+        raise SystemExit(f"mirror.json: package {pkg['name']}: unknown payload {kind!r}")
+    return f
+
+
+def build_pkg(pkg: dict, work: Path, out: Path) -> None:
+    name, version = pkg["name"], pkg["version"]
+    d = work / f"{name}-{version}"
+    d.mkdir(parents=True)
+    for rel, (text, mode) in payload(pkg).items():
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+        p.chmod(mode)
+    size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+    info = [f"pkgname = {name}", f"pkgbase = {pkg.get('pkgbase', name)}", f"pkgver = {version}",
+            f"pkgdesc = {name} (rigkit sandbox stand-in)", f"url = https://archlinux.org/packages/?q={name}",
+            f"builddate = {EPOCH}", "packager = rigkit sandbox <sandbox@example.invalid>",
+            f"size = {size}", "arch = x86_64", "license = custom"]
+    for key, field in (("depends", "depend"), ("optdepends", "optdepend"), ("provides", "provides"),
+                       ("conflicts", "conflict"), ("replaces", "replaces"), ("backup", "backup")):
+        info += [f"{field} = {v}" for v in pkg.get(key, [])]
+    (d / ".PKGINFO").write_text("\n".join(info) + "\n")
+    for p in [d, *d.rglob("*")]:
+        os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
+    members = sorted(x.name for x in d.iterdir() if x.name not in (".PKGINFO", ".MTREE"))
+    env = dict(os.environ, LANG="C")
+    subprocess.run(["bsdtar", "-czf", ".MTREE", "--format=mtree",
+                    "--options=!all,use-set,type,uid,gid,mode,time,size,md5,sha256,link", ".PKGINFO", *members],
+                   cwd=d, check=True, env=env)
+    fname = f"{name}-{version}-x86_64.pkg.tar.zst"
+    tar = subprocess.run(["bsdtar", "--uid", "0", "--gid", "0", "-cf", "-", ".PKGINFO", ".MTREE", *members],
+                         cwd=d, check=True, env=env, stdout=subprocess.PIPE).stdout
+    data = subprocess.run(["zstd", "-q", "-3", "-c"], input=tar, check=True, stdout=subprocess.PIPE).stdout
+    arch = out / "archive" / "packages" / name[0] / name
+    arch.mkdir(parents=True, exist_ok=True)
+    (arch / fname).write_bytes(data)
+    if pkg.get("repo"):
+        repo = out / pkg["repo"] / "os" / "x86_64"
+        repo.mkdir(parents=True, exist_ok=True)
+        (repo / fname).write_bytes(data)
+
+
+def build(out: Path) -> None:
+    manifest = json.loads((HERE / "mirror.json").read_text())
+    seen = set()
+    for pkg in manifest["packages"]:
+        key = (pkg["name"], pkg["version"])
+        if key in seen:
+            raise SystemExit(f"mirror.json: {pkg['name']} {pkg['version']} listed twice")
+        seen.add(key)
+    for name, ver in manifest["pins"].items():
+        hit = [p for p in manifest["packages"] if p["name"] == name and p["version"] == ver]
+        if not hit:
+            raise SystemExit(f"mirror.json: pin {name}={ver} names no package in the manifest")
+    tmp = Path(tempfile.mkdtemp(prefix="mirror.", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix="rigkit-pkgs."))
+    try:
+        with ThreadPoolExecutor(max_workers=4) as ex:
+            list(ex.map(lambda p: build_pkg(p, work, tmp), manifest["packages"]))
+        for repo in ("core", "extra"):
+            d = tmp / repo / "os" / "x86_64"
+            pkgs = sorted(x.name for x in d.glob("*.pkg.tar.zst"))
+            subprocess.run(["repo-add", "-q", f"{repo}.db.tar.gz", *pkgs], cwd=d, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (tmp / "mirror.json").write_text((HERE / "mirror.json").read_text())
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    if len(sys.argv) > 1:
+        out = Path(sys.argv[1]).resolve()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        build(out)
+    else:
+        base = cache_dir()
+        base.mkdir(parents=True, exist_ok=True)
+        out = base / f"mirror-{inputs_key()}"
+        if not (out / "mirror.json").exists():
+            build(out)
+            for old in base.glob("mirror-*"):
+                if old != out and old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

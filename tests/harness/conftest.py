@@ -1,0 +1,241 @@
+"""pytest fixtures for the sandbox host (tests/harness/README.md).
+
+Session fixtures: ``nspawn_host`` (a booted fake Arch host reached over SSH with sudo) and
+``chroot_host`` (a root with arch-chroot mounts, for ``@chroot``); ``make_host`` builds more hosts
+(name, lane) that are removed at the end of the session. Every host this session creates is named
+``rkt-*``; leftovers of a failed earlier run are removed first. Harness timings are printed in the
+terminal summary.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import hostctl  # noqa: E402
+
+PREFIX = "rkt-"
+_TIMINGS: list[tuple[str, float]] = []
+
+
+@dataclass
+class HarnessHost:
+    """One sandbox host. ``inventory_data`` is what a pyinfra inventory needs for it.
+
+    nspawn lane: ``ssh_hostname`` (10.231.<n>.2), ``ssh_port`` 22, ``ssh_user`` "rig" (NOPASSWD sudo),
+    ``ssh_key`` (path), ``ssh_known_hosts_file`` (this host's own keys; addresses are reused),
+    ``ssh_strict_host_key_checking`` "yes", ``_sudo`` True; pyinfra target ``ssh_hostname``.
+    chroot lane: ``root``; pyinfra target ``@chroot/<root>``.
+    """
+
+    name: str
+    lane: str
+    root: Path
+    data: dict = field(repr=False)
+
+    @property
+    def ssh_hostname(self) -> str | None:
+        return self.data.get("ssh_hostname")
+
+    @property
+    def ssh_port(self) -> int:
+        return self.data.get("ssh_port", 22)
+
+    @property
+    def ssh_user(self) -> str:
+        return self.data.get("ssh_user", "root")
+
+    @property
+    def ssh_key(self) -> str | None:
+        return self.data.get("ssh_key")
+
+    @property
+    def pyinfra_target(self) -> str:
+        return self.data["pyinfra_target"]
+
+    @property
+    def inventory_data(self) -> dict:
+        if self.lane == "nspawn":
+            return {k: self.data[k] for k in ("ssh_hostname", "ssh_port", "ssh_user", "ssh_key", "ssh_known_hosts_file",
+                                              "ssh_strict_host_key_checking", "_sudo")}
+        return {}
+
+    @property
+    def ssh_config(self) -> Path:
+        """An ssh_config for this host (for testinfra and plain ssh), with connection sharing."""
+        p = hostctl.host_dir(self.name) / "ssh_config"
+        if not p.exists():
+            p.write_text(
+                f"Host {self.name} {self.ssh_hostname}\n  HostName {self.ssh_hostname}\n  Port {self.ssh_port}\n"
+                f"  User {self.ssh_user}\n  IdentityFile {self.ssh_key}\n  IdentitiesOnly yes\n"
+                f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {self.data['ssh_known_hosts_file']}\n"
+                "  LogLevel ERROR\n  BatchMode yes\n"
+                f"  ConnectTimeout 5\n  ControlMaster auto\n  ControlPath {hostctl.host_dir(self.name)}/cm-%C\n"
+                "  ControlPersist 30\n")
+        return p
+
+    def ssh(self, cmd: str, check: bool = True, timeout: float = 120, sudo: bool = False) -> subprocess.CompletedProcess:
+        """Run CMD (a shell string) on the nspawn host over SSH as ``ssh_user`` (with ``sudo -n`` if asked)."""
+        assert self.lane == "nspawn", "ssh() is for the nspawn lane; use run()"
+        if sudo:
+            cmd = "sudo -n sh -c " + shlex.quote(cmd)
+        r = subprocess.run(["ssh", "-F", str(self.ssh_config), self.name, cmd], text=True,
+                           capture_output=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{self.name}: `{cmd}` exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        return r
+
+    def run(self, cmd: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run CMD as root in either lane (ssh + sudo, or chroot)."""
+        if self.lane == "nspawn":
+            return self.ssh(cmd, check=check, timeout=timeout, sudo=True)
+        r = subprocess.run(["chroot", str(self.root), "/bin/sh", "-c", cmd], text=True, capture_output=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{self.name}: `{cmd}` exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        return r
+
+    def testinfra(self, sudo: bool = True):
+        """A testinfra Host for this host (ssh backend or chroot backend)."""
+        import testinfra
+
+        if self.lane == "nspawn":
+            return testinfra.get_host(f"ssh://{self.name}", ssh_config=str(self.ssh_config), sudo=sudo)
+        return testinfra.get_host(str(self.root), connection="chroot")
+
+    def boot_id(self) -> str:
+        return self.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
+
+    def reboot(self, timeout: float = 60) -> str:
+        """Reboot an nspawn host (`systemctl reboot` inside), wait for SSH; returns the new boot id."""
+        old = self.boot_id()
+        subprocess.run(["ssh", "-F", str(self.ssh_config), "-O", "exit", self.name], capture_output=True)
+        self.ssh("sudo -n systemctl reboot", check=False)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                new = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=10).stdout.strip()
+                if new and new != old:
+                    return new
+            except (AssertionError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{self.name} did not come back with a new boot id within {timeout} s")
+
+    def write(self, path: str, text: str) -> None:
+        self.run(f"mkdir -p {shlex.quote(os.path.dirname(path))} && cat > {shlex.quote(path)} <<'__EOF__'\n{text}\n__EOF__")
+
+    def collect_logs(self) -> str:
+        """Console log, failed units and the journal tail: attached to failing tests."""
+        out = []
+        con = hostctl.host_dir(self.name) / "console.log"
+        if con.exists():
+            out.append("== console.log (tail)\n" + "\n".join(con.read_text(errors="replace").splitlines()[-40:]))
+        try:
+            out.append("== journal\n" + self.run("journalctl -b --no-pager -n 80 2>&1 || true", check=False).stdout)
+        except Exception as e:  # noqa: BLE001
+            out.append(f"(no journal: {e})")
+        return "\n".join(out)
+
+    def close(self) -> None:
+        if self.lane == "nspawn" and self.ssh_config.exists():
+            subprocess.run(["ssh", "-F", str(self.ssh_config), "-O", "exit", self.name], capture_output=True)
+
+
+def _missing_prereqs() -> str | None:
+    if os.geteuid() != 0:
+        return "the sandbox harness needs root"
+    for tool in ("systemd-nspawn", "pacman", "repo-add", "bsdtar", "zstd", "debootstrap", "ssh"):
+        if not shutil.which(tool):
+            return f"{tool} missing: run `bash tests/harness/setup.sh`"
+    return None
+
+
+def _up(name: str, lane: str) -> HarnessHost:
+    hostctl.TIMINGS.clear()
+    t0 = time.monotonic()
+    data = hostctl.host_up(name, lane)
+    _TIMINGS.append((f"{name} up ({lane})", time.monotonic() - t0))
+    _TIMINGS.extend((f"  {name}: {k}", v) for k, v in hostctl.TIMINGS.items() if k != "host up total")
+    return HarnessHost(name=name, lane=lane, root=Path(data["root"]), data=data)
+
+
+@pytest.fixture(scope="session")
+def harness():
+    """The harness for this session: stale rkt-* hosts removed, everything removed again at exit."""
+    why = _missing_prereqs()
+    if why:
+        pytest.skip(why)
+    t0 = time.monotonic()
+    hostctl.clean(prefix=PREFIX)
+    _TIMINGS.append(("clean leftovers", time.monotonic() - t0))
+    hosts: list[HarnessHost] = []
+    yield hosts
+    for h in hosts:
+        h.close()
+    t0 = time.monotonic()
+    hostctl.TIMINGS.clear()
+    hostctl.clean(prefix=PREFIX)
+    _TIMINGS.append(("teardown", time.monotonic() - t0))
+    _TIMINGS.extend((f"  {k}", v) for k, v in hostctl.TIMINGS.items())
+
+
+@pytest.fixture(scope="session")
+def nspawn_host(harness) -> HarnessHost:
+    h = _up(PREFIX + "n1", "nspawn")
+    harness.append(h)
+    return h
+
+
+@pytest.fixture(scope="session")
+def chroot_host(harness) -> HarnessHost:
+    h = _up(PREFIX + "c1", "chroot")
+    harness.append(h)
+    return h
+
+
+@pytest.fixture
+def make_host(harness):
+    """Factory: make_host(suffix, lane="nspawn") -> a fresh HarnessHost, removed after the test."""
+    made: list[HarnessHost] = []
+
+    def make(suffix: str, lane: str = "nspawn") -> HarnessHost:
+        h = _up(PREFIX + suffix, lane)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+        with hostctl.lock():
+            hostctl.host_down(h.name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call" and rep.failed:
+        for name in ("nspawn_host", "chroot_host"):
+            h = item.funcargs.get(name) if hasattr(item, "funcargs") else None
+            if isinstance(h, HarnessHost):
+                try:
+                    rep.sections.append((f"{h.name} logs", h.collect_logs()))
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _TIMINGS:
+        terminalreporter.section("sandbox harness timings")
+        for k, v in _TIMINGS:
+            terminalreporter.write_line(f"{k:<40} {v:7.2f} s")

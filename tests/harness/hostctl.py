@@ -1,0 +1,549 @@
+#!/usr/bin/env python3
+"""Sandbox hosts for rigkit: fake Arch GPU boxes in two lanes, and the fixtures namespace.
+
+usage: hostctl.py up NAME [--lane nspawn|chroot]   bring a host up (idempotent); prints its inventory data (JSON)
+       hostctl.py down NAME                         stop it and remove its root, namespace and veths
+       hostctl.py status [NAME]                     JSON status of one host or all
+       hostctl.py clean [--prefix P]                remove hosts whose name starts with P (default: all) and
+                                                    leftovers of a failed run; the fixtures namespace goes
+                                                    when no host is left
+       hostctl.py fixtures-up | fixtures-down
+
+Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here):
+  fixtures namespace "rkfx": serves the pacman mirror over HTTP on 10.231.255.1:80 (an address on its lo)
+    control side  rkfx-c 10.231.0.1/30  <->  rkfx-f 10.231.0.2/30; route 10.231.255.1/32 via 10.231.0.2
+  nspawn host with index n (1..250), network namespace "rkh<n>":
+    control side  rkh<n>-c 10.231.n.1/30 <-> rkh<n>-h 10.231.n.2/30   (sshd listens on 10.231.n.2:22)
+    fixtures side rkh<n>-f 10.231.n.5/30 <-> rkh<n>-x 10.231.n.6/30   (route 10.231.255.1/32 via 10.231.n.5)
+  127.0.0.1 inside a host is the host's own (the rig's ports are free in every host).
+  The chroot lane shares the CI machine's namespace and reaches the mirror through the control veth.
+Nothing listens on a non-loopback address of the CI machine's own namespace.
+
+State: ${RIGKIT_HARNESS_STATE:-/var/lib/rigkit-harness}/hosts/<name>/{root,meta.json,console.log}.
+Cache: $RIGKIT_HARNESS_CACHE, default ${RIGKIT_CACHE:-~/.cache/rigkit}/harness (root tarball, mirror,
+the harness ssh key).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STATE = Path(os.environ.get("RIGKIT_HARNESS_STATE", "/var/lib/rigkit-harness"))
+CACHE = Path(os.environ.get("RIGKIT_HARNESS_CACHE")
+             or Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness")
+# fixed at import: tests/conftest.py points RIGKIT_CACHE at a per-session temp dir later on, and the
+# root tarball must still come from the real cache
+os.environ["RIGKIT_HARNESS_CACHE"] = str(CACHE)
+FIX_NS = "rkfx"
+FIX_ADDR = "10.231.255.1"
+FIX_URL = f"http://{FIX_ADDR}"
+SSH_USER = "rig"
+MANIFEST = json.loads((HERE / "mirror.json").read_text())
+TIMINGS: dict[str, float] = {}
+
+
+def log(msg: str) -> None:
+    print(f"[harness] {msg}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def timed(step: str):
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        TIMINGS[step] = round(time.monotonic() - t0, 2)
+
+
+def sh(*cmd: str, check: bool = True, quiet: bool = False, **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("text", True)
+    if quiet:
+        kw.setdefault("stdout", subprocess.DEVNULL)
+        kw.setdefault("stderr", subprocess.DEVNULL)
+    return subprocess.run(list(cmd), check=check, **kw)
+
+
+def ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = ["ip", "-n", ns, *args] if ns else ["ip", *args]
+    return sh(*cmd, check=check, capture_output=True)
+
+
+@contextmanager
+def lock():
+    STATE.mkdir(parents=True, exist_ok=True)
+    with open(STATE / "lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def netns_exists(ns: str) -> bool:
+    return Path(f"/run/netns/{ns}").exists()
+
+
+def link_exists(name: str) -> bool:
+    return ip("link", "show", name, check=False).returncode == 0
+
+
+# --- build inputs --------------------------------------------------------------------------------
+
+def ssh_key() -> Path:
+    key = CACHE / "id_ed25519"
+    if not key.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "rigkit-harness", "-f", str(key))
+    return key
+
+
+def rootfs_tarball() -> Path:
+    with timed("rootfs tarball"):
+        out = sh("bash", str(HERE / "rootfs.sh"), capture_output=True).stdout.strip().splitlines()[-1]
+    return Path(out)
+
+
+def mirror_dir() -> Path:
+    with timed("mirror"):
+        out = sh(sys.executable, str(HERE / "build_mirror.py"), capture_output=True).stdout.strip()
+    return Path(out)
+
+
+# --- the fixtures namespace ----------------------------------------------------------------------
+
+def fixtures_www() -> Path:
+    return STATE / "fixtures-www"
+
+
+def fixtures_up() -> None:
+    """Idempotent: the namespace, its control veth, the mirror published and the HTTP server running."""
+    mirror = mirror_dir()
+    www = fixtures_www()
+    www.mkdir(parents=True, exist_ok=True)
+    for part in ("core", "extra", "archive", "mirror.json"):
+        link = www / part
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and os.readlink(link) == str(mirror / part):
+                continue
+            link.unlink()
+        link.symlink_to(mirror / part)
+    if not netns_exists(FIX_NS):
+        ip("netns", "add", FIX_NS)
+    ip("link", "set", "lo", "up", ns=FIX_NS)
+    ip("addr", "replace", f"{FIX_ADDR}/32", "dev", "lo", ns=FIX_NS)
+    if not link_exists("rkfx-c"):
+        ip("link", "add", "rkfx-c", "type", "veth", "peer", "name", "rkfx-f", "netns", FIX_NS)
+        ip("addr", "add", "10.231.0.1/30", "dev", "rkfx-c")
+        ip("addr", "add", "10.231.0.2/30", "dev", "rkfx-f", ns=FIX_NS)
+        ip("link", "set", "rkfx-c", "up")
+        ip("link", "set", "rkfx-f", "up", ns=FIX_NS)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", "10.231.0.2", "dev", "rkfx-c")
+    pidf = STATE / "fixtures.pid"
+    pid = int(pidf.read_text()) if pidf.exists() else None
+    if not pid_alive(pid):
+        p = subprocess.Popen(["ip", "netns", "exec", FIX_NS, sys.executable, str(HERE / "fixtures_server.py"),
+                              str(www), "0.0.0.0", "80", str(STATE / "fixtures.log")],
+                             start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=open(STATE / "fixtures.err", "a"))
+        pidf.write_text(str(p.pid))
+        wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
+
+
+def fixtures_down() -> None:
+    pidf = STATE / "fixtures.pid"
+    if pidf.exists():
+        kill_group(int(pidf.read_text()))
+        pidf.unlink()
+    ip("route", "del", f"{FIX_ADDR}/32", check=False)
+    if link_exists("rkfx-c"):
+        ip("link", "del", "rkfx-c", check=False)
+    if netns_exists(FIX_NS):
+        ip("netns", "del", FIX_NS, check=False)
+
+
+def fixtures_exec(*cmd: str) -> list[str]:
+    """The argv prefix that runs CMD inside the fixtures namespace (for other fixture servers)."""
+    return ["ip", "netns", "exec", FIX_NS, *cmd]
+
+
+def wait_tcp(addr: str, port: int, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((addr, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not answer on {addr}:{port} within {timeout:.0f} s")
+
+
+def kill_group(pid: int, timeout: float = 10.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:  # reap it if it is our own child (pytest starts hosts in-process): a zombie keeps the group
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
+
+# --- the root --------------------------------------------------------------------------------------
+
+def mounts_under(root: Path) -> list[str]:
+    r = str(root)
+    res = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        mp = line.split()[1].replace("\\040", " ")
+        if mp == r or mp.startswith(r + "/"):
+            res.append(mp)
+    return sorted(res, key=len, reverse=True)
+
+
+def chroot_mounts(root: Path, up: bool) -> None:
+    """arch-chroot style API mounts (self-bind so pacman's CheckSpace finds '/', proc, sys, dev, run, tmp)."""
+    if up:
+        if str(root) not in mounts_under(root):
+            sh("mount", "--bind", str(root), str(root))
+        for fs, sub, opts in (("proc", "proc", ["-t", "proc"]), ("sys", "sys", ["-t", "sysfs", "-o", "ro"]),
+                              ("/dev", "dev", ["--bind"]), ("run", "run", ["-t", "tmpfs", "-o", "mode=755"]),
+                              ("tmp", "tmp", ["-t", "tmpfs", "-o", "mode=1777"])):
+            if str(root / sub) not in mounts_under(root):
+                sh("mount", *opts, fs, str(root / sub))
+    else:
+        for mp in mounts_under(root):
+            sh("umount", "-l", mp, check=False)
+
+
+def unpack(root: Path) -> None:
+    tarball = rootfs_tarball()
+    with timed("unpack"):
+        root.mkdir(parents=True)
+        root.chmod(0o755)
+        sh("bash", "-c", f"zstd -dc '{tarball}' | tar -C '{root}' --numeric-owner -xf -")
+
+
+def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
+    mirror = mirror_dir()
+    with timed("personalize"):
+        (root / "etc/hostname").write_text(name + "\n")
+        (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        (root / "etc/pacman.d/mirrorlist").write_text(
+            "## rigkit sandbox: the fixtures namespace's mirror\nServer = " + FIX_URL + "/$repo/os/$arch\n")
+        sh("cp", "-a", f"{HERE / 'overlay'}/.", str(root))
+        # reboot/poweroff/halt/shutdown dispatch on argv[0]: keep them on the real systemctl, not the shim
+        for tool in ("reboot", "poweroff", "halt", "shutdown"):
+            for d in ("usr/sbin", "sbin"):
+                p = root / d / tool
+                if p.is_symlink():
+                    p.unlink()
+                    p.symlink_to("/usr/bin/systemctl.real")
+        pub = ssh_key().with_suffix(".pub").read_text()
+        for user, home in (("root", "/root"), (SSH_USER, f"/home/{SSH_USER}")):
+            d = root / home.lstrip("/") / ".ssh"
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (d / "authorized_keys").write_text(pub)
+            (d / "authorized_keys").chmod(0o600)
+            sh("chroot", str(root), "chown", "-R", f"{user}:", f"{home}/.ssh")
+        conf = ["Port 22", "PermitRootLogin prohibit-password", "PasswordAuthentication no", "UseDNS no"]
+        conf.append(f"ListenAddress {sshd_addr}" if sshd_addr else "ListenAddress 127.0.0.1")
+        (root / "etc/ssh/sshd_config.d/rigkit-sandbox.conf").write_text("\n".join(conf) + "\n")
+        sh("chroot", str(root), "ssh-keygen", "-A", quiet=True)
+    with timed("base packages"):
+        # a real Arch install is never empty: install the placeholder base set from the mirror, from outside
+        conf = root / "tmp/rigkit-pacman.conf"
+        conf.write_text("[options]\nArchitecture = auto\nSigLevel = Never\n"
+                        f"[core]\nServer = file://{mirror}/$repo/os/$arch\n[extra]\nServer = file://{mirror}/$repo/os/$arch\n")
+        sh("pacman", "--root", str(root), "--dbpath", str(root / "var/lib/pacman"), "--config", str(conf),
+           "--cachedir", str(root / "var/cache/pacman/pkg"), "--logfile", str(root / "var/log/pacman.log"),
+           "--hookdir", str(root / "etc/pacman.d/hooks"), "--noconfirm", "--needed", "-Sy", *MANIFEST["base_set"],
+           capture_output=True)
+        conf.unlink()
+        # the sync DBs just fetched point at file://; the host refreshes them from the fixtures mirror
+        shutil.rmtree(root / "var/lib/pacman/sync", ignore_errors=True)
+        for p in (root / "var/cache/pacman/pkg").glob("*"):
+            p.unlink()
+
+
+# --- hosts -----------------------------------------------------------------------------------------
+
+def host_dir(name: str) -> Path:
+    return STATE / "hosts" / name
+
+
+def read_meta(name: str) -> dict | None:
+    p = host_dir(name) / "meta.json"
+    return json.loads(p.read_text()) if p.exists() else None
+
+
+def alloc_index() -> int:
+    used = set()
+    for d in (STATE / "hosts").glob("*/meta.json"):
+        m = json.loads(d.read_text())
+        if m.get("index"):
+            used.add(m["index"])
+    for n in range(1, 251):
+        if n not in used and not netns_exists(f"rkh{n}") and not link_exists(f"rkh{n}-c"):
+            return n
+    raise RuntimeError("no free host index (250 hosts?)")
+
+
+def host_net_up(n: int) -> None:
+    ns = f"rkh{n}"
+    if not netns_exists(ns):
+        ip("netns", "add", ns)
+    ip("link", "set", "lo", "up", ns=ns)
+    if not link_exists(f"rkh{n}-c"):
+        ip("link", "add", f"rkh{n}-c", "type", "veth", "peer", "name", f"rkh{n}-h", "netns", ns)
+        ip("addr", "add", f"10.231.{n}.1/30", "dev", f"rkh{n}-c")
+        ip("addr", "add", f"10.231.{n}.2/30", "dev", f"rkh{n}-h", ns=ns)
+        ip("link", "set", f"rkh{n}-c", "up")
+        ip("link", "set", f"rkh{n}-h", "up", ns=ns)
+    if ip("link", "show", f"rkh{n}-f", ns=FIX_NS, check=False).returncode != 0:
+        ip("link", "add", f"rkh{n}-f", "netns", FIX_NS, "type", "veth", "peer", "name", f"rkh{n}-x", "netns", ns)
+        ip("addr", "add", f"10.231.{n}.5/30", "dev", f"rkh{n}-f", ns=FIX_NS)
+        ip("addr", "add", f"10.231.{n}.6/30", "dev", f"rkh{n}-x", ns=ns)
+        ip("link", "set", f"rkh{n}-f", "up", ns=FIX_NS)
+        ip("link", "set", f"rkh{n}-x", "up", ns=ns)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"10.231.{n}.5", "dev", f"rkh{n}-x", ns=ns)
+
+
+def host_net_down(n: int) -> None:
+    if netns_exists(f"rkh{n}"):
+        ip("netns", "del", f"rkh{n}", check=False)  # its veth ends go with it, and so do their peers
+    for link in (f"rkh{n}-c",):
+        if link_exists(link):
+            ip("link", "del", link, check=False)
+    if netns_exists(FIX_NS):
+        ip("link", "del", f"rkh{n}-f", ns=FIX_NS, check=False)
+
+
+def extra_binds() -> list[str]:
+    """Read-only binds into every nspawn host: llama.cpp's server (the xllamacpp package) when the
+    control machine has it, so a model container runs the real server (docker stand-in)."""
+    binds = []
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("xllamacpp")
+    except Exception:  # noqa: BLE001 - optional
+        spec = None
+    if spec and spec.submodule_search_locations:
+        binds.append(f"--bind-ro={list(spec.submodule_search_locations)[0]}:/usr/lib/fake-docker/site/xllamacpp")
+    return binds
+
+
+SUPERVISOR = r"""
+# restart the container when it asks to reboot (systemd-nspawn exits 133), like a machine would
+trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
+while :; do
+  echo "=== boot $(date +%s.%N)"
+  systemd-nspawn "$@" & child=$!
+  wait $child; rc=$?
+  echo "=== nspawn exited rc=$rc"
+  [ "$rc" = 133 ] || exit "$rc"
+done
+"""
+
+
+def nspawn_start(name: str, root: Path, n: int) -> int:
+    args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
+            f"--network-namespace-path=/run/netns/rkh{n}", *extra_binds()]
+    logf = open(host_dir(name) / "console.log", "a")
+    p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
+    return p.pid
+
+
+def ssh_base(meta: dict) -> list[str]:
+    return ["ssh", "-q", "-i", meta["ssh_key"], "-p", str(meta["ssh_port"]), "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={host_dir(meta['name']) / 'known_hosts'}", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=5", f"{meta['ssh_user']}@{meta['ssh_hostname']}"]
+
+
+def wait_ssh(meta: dict, timeout: float = 90) -> None:
+    end = time.monotonic() + timeout
+    wait_tcp(meta["ssh_hostname"], 22, timeout, what=f"sshd of {meta['name']}")
+    while time.monotonic() < end:
+        if sh(*ssh_base(meta), "true", check=False, quiet=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"ssh to {meta['name']} did not succeed within {timeout:.0f} s")
+
+
+def inventory_data(meta: dict) -> dict:
+    d = {k: meta[k] for k in ("name", "lane", "root")}
+    if meta["lane"] == "nspawn":
+        d.update(ssh_hostname=meta["ssh_hostname"], ssh_port=meta["ssh_port"], ssh_user=meta["ssh_user"],
+                 ssh_key=meta["ssh_key"], ssh_known_hosts_file=str(host_dir(meta["name"]) / "known_hosts"),
+                 ssh_strict_host_key_checking="yes", _sudo=True, pyinfra_target=meta["ssh_hostname"])
+    else:
+        d.update(pyinfra_target=f"@chroot/{meta['root']}")
+    d.update(mirror_url=FIX_URL, archive_url=MANIFEST["archive_url"], pins=MANIFEST["pins"],
+             nvidia_driver_version=MANIFEST["nvidia_driver_version"], cuda_version=MANIFEST["cuda_version"])
+    return d
+
+
+def host_up(name: str, lane: str = "nspawn") -> dict:
+    if lane not in ("nspawn", "chroot"):
+        raise SystemExit(f"--lane must be nspawn or chroot, not {lane!r}")
+    if not name.replace("-", "").isalnum() or len(name) > 40:
+        raise SystemExit(f"host name {name!r}: use letters, digits and '-' (at most 40)")
+    t0 = time.monotonic()
+    with lock():
+        meta = read_meta(name)
+        if meta and meta["lane"] != lane:
+            raise SystemExit(f"host {name} exists in the {meta['lane']} lane; `down` it first")
+        fixtures_up()
+        d = host_dir(name)
+        root = d / "root"
+        if meta is None:
+            if d.exists():
+                host_down(name)
+            d.mkdir(parents=True)
+            n = alloc_index() if lane == "nspawn" else 0
+            meta = {"name": name, "lane": lane, "index": n, "root": str(root), "ssh_user": SSH_USER,
+                    "ssh_key": str(ssh_key()), "ssh_port": 22,
+                    "ssh_hostname": f"10.231.{n}.2" if lane == "nspawn" else None}
+            (d / "meta.json").write_text(json.dumps(meta, indent=1))
+            unpack(root)
+            personalize(root, name, meta["ssh_hostname"])
+            if lane == "nspawn":  # pin the host's own key: addresses are reused by later hosts
+                keys = [(root / f"etc/ssh/ssh_host_{t}_key.pub").read_text().split()[:2] for t in ("ed25519", "ecdsa", "rsa")]
+                (d / "known_hosts").write_text("".join(f"{meta['ssh_hostname']} {k} {v}\n" for k, v in keys))
+    if lane == "chroot":
+        with timed("chroot mounts"):
+            chroot_mounts(root, up=True)
+            if not (root / "run/fake-kernel/release").exists():
+                sh("chroot", str(root), "/usr/lib/fake-arch/fake-boot", quiet=True)
+    else:
+        with lock():
+            n = meta["index"]
+            host_net_up(n)
+            if not pid_alive(meta.get("supervisor_pid")):
+                with timed("boot to ssh"):
+                    meta["supervisor_pid"] = nspawn_start(name, root, n)
+                    (d / "meta.json").write_text(json.dumps(meta, indent=1))
+                    wait_ssh(meta)
+    TIMINGS["host up total"] = round(time.monotonic() - t0, 2)
+    return inventory_data(meta)
+
+
+def host_down(name: str) -> None:
+    t0 = time.monotonic()
+    try:
+        _host_down(name)
+    finally:
+        TIMINGS[f"down {name}"] = round(time.monotonic() - t0, 2)
+
+
+def _host_down(name: str) -> None:
+    d = host_dir(name)
+    meta = read_meta(name) or {}
+    if meta.get("supervisor_pid"):
+        kill_group(meta["supervisor_pid"])
+    if meta.get("index"):
+        host_net_down(meta["index"])
+    root = d / "root"
+    if root.exists():
+        chroot_mounts(root, up=False)
+        left = mounts_under(root)
+        if left:
+            raise RuntimeError(f"refusing to delete {root}: still mounted: {left}")
+        shutil.rmtree(d, ignore_errors=True)
+    elif d.exists():
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def host_status(name: str) -> dict:
+    meta = read_meta(name)
+    if meta is None:
+        return {"name": name, "state": "absent"}
+    if meta["lane"] == "chroot":
+        up = str(Path(meta["root"]) / "proc") in mounts_under(Path(meta["root"]))
+    else:
+        up = pid_alive(meta.get("supervisor_pid"))
+    return {**inventory_data(meta), "state": "up" if up else "down"}
+
+
+def all_hosts() -> list[str]:
+    return sorted(p.name for p in (STATE / "hosts").glob("*") if p.is_dir())
+
+
+def clean(prefix: str = "") -> None:
+    with lock():
+        for name in all_hosts():
+            if name.startswith(prefix):
+                host_down(name)
+        # leftovers of a failed run: namespaces and links with no host behind them
+        live = {read_meta(h).get("index") for h in all_hosts() if read_meta(h)}
+        for ns in Path("/run/netns").glob("rkh*") if Path("/run/netns").exists() else []:
+            n = ns.name[3:]
+            if n.isdigit() and int(n) not in live:
+                host_net_down(int(n))
+        if not all_hosts():
+            fixtures_down()
+
+
+def main(argv: list[str]) -> int:
+    if os.geteuid() != 0:
+        print("hostctl.py needs root (chroot, mounts, network namespaces, systemd-nspawn)", file=sys.stderr)
+        return 2
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "up" and rest:
+        lane = "nspawn"
+        if "--lane" in rest:
+            lane = rest[rest.index("--lane") + 1]
+        data = host_up(rest[0], lane)
+        print(json.dumps(data, indent=1))
+        log("timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in TIMINGS.items()))
+    elif cmd == "down" and rest:
+        with lock():
+            host_down(rest[0])
+            if not all_hosts():
+                fixtures_down()
+    elif cmd == "status":
+        print(json.dumps(host_status(rest[0]) if rest else [host_status(h) for h in all_hosts()], indent=1))
+    elif cmd == "clean":
+        clean(rest[rest.index("--prefix") + 1] if "--prefix" in rest else "")
+    elif cmd == "fixtures-up":
+        with lock():
+            fixtures_up()
+    elif cmd == "fixtures-down":
+        with lock():
+            fixtures_down()
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,119 @@
+"""The stand-ins behave like the real parts, failures included (nvidia-smi, DKMS, nvidia-ctk)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = json.loads((HERE / "mirror.json").read_text())
+A = MANIFEST["archive_url"]
+pytestmark = pytest.mark.harness
+Q = "nvidia-smi --query-gpu={} --format=csv,noheader,nounits"
+
+
+def archive(name: str, ver: str) -> str:
+    return f"{A}/{name[0]}/{name}/{name}-{ver}-x86_64.pkg.tar.zst"
+
+
+def install_pinned_driver(h) -> None:
+    pins = MANIFEST["pins"]
+    h.run("pacman -Sy >/dev/null && pacman -S --noconfirm --needed linux-lts linux-lts-headers dkms >/dev/null && "
+          "pacman -U --noconfirm --needed " + " ".join(archive(n, pins[n]) for n in ("nvidia-utils", "nvidia-open-dkms",
+                                                                                   "opencl-nvidia")) + " >/dev/null")
+
+
+@pytest.fixture(scope="module")
+def gpu_host(chroot_host):
+    """The chroot host with the pinned driver installed (module built by DKMS, loaded on first use)."""
+    install_pinned_driver(chroot_host)
+    chroot_host.run("rm -f /run/fake-gpu/power_limit /run/fake-gpu/force_mismatch /run/fake-gpu/procs/*")
+    return chroot_host
+
+
+def test_dkms_builds_the_module_for_every_kernel_with_headers(gpu_host):
+    st = gpu_host.run("dkms status").stdout.splitlines()
+    assert "nvidia/610.57, 6.12.58-1-lts, x86_64: installed" in st
+    assert "nvidia/610.57, 6.17.7-arch1-1, x86_64: installed" in st
+    assert gpu_host.run("/usr/lib/fake-arch/fake-boot --print").stdout.strip() == "6.12.58-1-lts"
+    assert gpu_host.run("grep ^version= /usr/lib/modules/6.12.58-1-lts/updates/dkms/nvidia.ko.zst").stdout == "version=610.57\n"
+
+
+def test_nvidia_smi_reports_a_3090(gpu_host):
+    r = gpu_host.run(Q.format("name,driver_version,memory.total,memory.used,power.default_limit,"
+                              "power.min_limit,power.max_limit,power.limit,enforced.power.limit"))
+    assert r.stdout == "NVIDIA GeForce RTX 3090, 610.57, 24576, 1, 350.00, 100.00, 450.00, 350.00, 350.00\n"
+    assert gpu_host.run("nvidia-smi --query-gpu=memory.total,power.limit --format=csv").stdout == \
+        "memory.total [MiB], power.limit [W]\n24576 MiB, 350.00 W\n"
+    assert gpu_host.run("nvidia-smi -L").stdout.startswith("GPU 0: NVIDIA GeForce RTX 3090 (UUID: GPU-")
+    v = gpu_host.run("nvidia-smi --version").stdout
+    assert "DRIVER version      : 610.57" in v and "CUDA Version        : 13.3" in v
+    table = gpu_host.run("nvidia-smi").stdout
+    assert "Driver Version: 610.57" in table and "CUDA Version: 13.3" in table and "24576MiB" in table
+
+
+def test_unknown_query_field_fails_with_rc_2(gpu_host):
+    r = gpu_host.run(Q.format("name,power.bogus"), check=False)
+    assert (r.returncode, r.stdout) == (2, 'Field "power.bogus" is not a valid field to query.\n\n')
+
+
+def test_power_limit_out_of_range_is_refused_and_left_alone(gpu_host):
+    r = gpu_host.run("nvidia-smi -pl 500", check=False)
+    assert r.returncode == 2
+    assert r.stdout == ("Provided power limit 500.00 W is not a valid power limit which should be between "
+                        "100.00 W and 450.00 W for GPU 00000000:01:00.0\nTerminating early due to previous errors.\n")
+    assert gpu_host.run(Q.format("power.limit")).stdout == "350.00\n"
+
+
+def test_power_limit_needs_root_and_persists_until_reboot(gpu_host):
+    r = gpu_host.run("su rig -c 'nvidia-smi -pl 300'", check=False)
+    assert r.returncode == 4 and "Insufficient Permissions" in r.stdout
+    r = gpu_host.run("nvidia-smi -i 0 --power-limit=420")
+    assert r.stdout == "Power limit for GPU 00000000:01:00.0 was set to 420.00 W from 350.00 W.\nAll done.\n"
+    assert gpu_host.run(Q.format("power.limit,enforced.power.limit")).stdout == "420.00, 420.00\n"
+    gpu_host.run("rm -f /run/fake-gpu/power_limit")
+
+
+def test_memory_used_counts_live_vram_holders(gpu_host):
+    gpu_host.run("mkdir -p /run/fake-gpu/procs; (sleep 30 >/dev/null 2>&1 & echo $! > /tmp/holder.pid); "
+                 "echo 21600 > /run/fake-gpu/procs/$(cat /tmp/holder.pid).mib; echo 999 > /run/fake-gpu/procs/999999.mib")
+    assert gpu_host.run(Q.format("memory.used")).stdout == "21601\n"  # the dead pid 999999 does not count
+    gpu_host.run("kill $(cat /tmp/holder.pid); sleep 0.2")
+    assert gpu_host.run(Q.format("memory.used")).stdout == "1\n"
+
+
+def test_forced_mismatch_fails_like_nvml(gpu_host):
+    gpu_host.run("touch /run/fake-gpu/force_mismatch")
+    try:
+        r = gpu_host.run(Q.format("driver_version"), check=False)
+        assert (r.returncode, r.stdout) == (18, "Failed to initialize NVML: Driver/library version mismatch\n"
+                                                "NVML library version: 610.57\n")
+    finally:
+        gpu_host.run("rm -f /run/fake-gpu/force_mismatch")
+
+
+def test_nvidia_ctk_merges_the_runtime_and_keeps_other_keys(gpu_host):
+    gpu_host.run("pacman -S --noconfirm --needed nvidia-container-toolkit >/dev/null; mkdir -p /etc/docker; "
+                 "echo '{\"log-driver\": \"journald\", \"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]}' > /etc/docker/daemon.json")
+    r = gpu_host.run("nvidia-ctk runtime configure --runtime=docker")
+    assert "It is recommended that docker daemon be restarted." in r.stdout
+    d = json.loads(gpu_host.run("cat /etc/docker/daemon.json").stdout)
+    assert d == {"exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald",
+                 "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+
+
+def test_upgrade_without_reboot_mismatches_and_reboot_heals(make_host):
+    """A driver upgrade leaves the old module loaded (rc 18) until a reboot; the power limit resets."""
+    h = make_host("drv")
+    install_pinned_driver(h)
+    assert h.run(Q.format("driver_version")).stdout == "610.57\n"
+    h.run("nvidia-smi -pl 420 >/dev/null")
+    h.run("pacman -S --noconfirm nvidia-utils nvidia-open-dkms opencl-nvidia >/dev/null")  # the repo's 610.60
+    r = h.run(Q.format("driver_version"), check=False)
+    assert (r.returncode, r.stdout) == (18, "Failed to initialize NVML: Driver/library version mismatch\n"
+                                            "NVML library version: 610.60\n")
+    assert "nvidia/610.60, 6.12.58-1-lts, x86_64: installed" in h.run("dkms status").stdout
+    h.reboot()
+    assert h.run(Q.format("driver_version,power.limit")).stdout == "610.60, 350.00\n"
+    assert h.run("cat /run/fake-kernel/release").stdout == "6.12.58-1-lts\n"
