@@ -234,3 +234,15 @@ class DkmsStatus(FactBase):
             if m:
                 out.append(m.groupdict())
         return out
+
+
+class PacmanSyncDbs(FactBase):
+    """Names of the sync databases present (``core``, ``extra``...): the files
+    ``/var/lib/pacman/sync/<repo>.db`` (pacman(8) ``-Sy`` writes them). Empty on a host that
+    never synced."""
+
+    def command(self) -> str:
+        return "for f in /var/lib/pacman/sync/*.db; do [ -e \"$f\" ] && basename \"$f\" .db; done; true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]

@@ -18,7 +18,7 @@ from pyinfra.api import FunctionCommand, OperationError, StringCommand, operatio
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from rigkit.facts import JsonFile, KernelState, NvidiaSmi, PacmanVersions
+from rigkit.facts import JsonFile, KernelState, NvidiaSmi, PacmanSyncDbs, PacmanVersions
 
 
 def archive_url(base: str, package: str, version: str, arch: str = "x86_64") -> str:
@@ -47,6 +47,9 @@ def pacman_pins(pins: dict[str, str], archive: str):
     if not differ:
         host.noop("pinned packages installed: " + ", ".join(f"{p} {v}" for p, v in sorted(pins.items())))
         return
+    if not host.get_fact(PacmanSyncDbs):
+        # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...)
+        yield "pacman -Sy --noconfirm"
     urls = " ".join(archive_url(archive, p, v) for p, v in sorted(pins.items()))
     yield f"pacman -U --noconfirm --needed {urls}"
 
@@ -177,8 +180,8 @@ def gpu_power_limit(watts: int, index: int = 0):
         return
     yield StringCommand(f"nvidia-smi --id={index} --power-limit={watts}")
 
-    def read_back(state, host_):
-        after = host_.get_fact(NvidiaSmi)
+    def read_back(state, host):  # noqa: F811
+        after = host.get_fact(NvidiaSmi)
         g = next((g for g in after["gpus"] if g["index"] == index), None)
         if g is None or g["power_enforced_w"] != watts:
             enforced = g["power_enforced_w"] if g else "unknown"
@@ -200,22 +203,22 @@ def reboot(reboot_timeout: int = 300, interval: float = 1.0):
     """
     before: list[str] = []
 
-    def capture(state, host_):
-        before.append(host_.get_fact(KernelState)["boot_id"])
+    def capture(state, host):  # noqa: F811 - pyinfra passes (state, host) by name
+        before.append(host.get_fact(KernelState)["boot_id"])
 
     yield FunctionCommand(capture, (), {})
     yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
 
-    def wait(state, host_):  # pragma: no cover - proven on the sandbox host
+    def wait(state, host):  # noqa: F811 - proven on the sandbox host
         time.sleep(3)
-        host_.disconnect()
+        host.disconnect()
         deadline = time.monotonic() + reboot_timeout
         while time.monotonic() < deadline:
-            host_.connect(show_errors=False)
-            if host_.connected:
-                if host_.get_fact(KernelState)["boot_id"] not in ("", before[0]):
+            host.connect(show_errors=False)
+            if host.connected:
+                if host.get_fact(KernelState)["boot_id"] not in ("", before[0]):
                     return
-                host_.disconnect()
+                host.disconnect()
             time.sleep(interval)
         raise OperationError(f"host did not come back with a new boot id within {reboot_timeout} s")
 

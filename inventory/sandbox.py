@@ -1,0 +1,66 @@
+"""The local sandbox host: a fake Arch GPU box built by tests/harness (``make demo``).
+
+pyinfra inventory (``pyinfra inventory/sandbox.py deploy.py`` or ``rigkit deploy -i
+inventory/sandbox.py``). Connection data and the mirror come from the harness' own records, so
+this file needs no editing: the host named ``$RIGKIT_SANDBOX_HOST`` (default ``demo``) must be up
+(``python3 tests/harness/hostctl.py up demo``). The operator-supplied values are the sandbox's
+own: its mirror's pins, its fixtures server's llama-swap tarball (sha256 read from the file the
+harness serves), its fake images and tiny models.
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+_STATE = Path(os.environ.get("RIGKIT_HARNESS_STATE", "/var/lib/rigkit-harness"))
+_NAME = os.environ.get("RIGKIT_SANDBOX_HOST", "demo")
+_MIRROR = json.loads((_ROOT / "tests" / "harness" / "mirror.json").read_text())
+_META_PATH = _STATE / "hosts" / _NAME / "meta.json"
+_META = json.loads(_META_PATH.read_text()) if _META_PATH.is_file() else {}
+_TARBALL = _STATE / "fixtures-www" / "releases" / "llama-swap_250_linux_amd64.tar.gz"
+_FIXTURES = _MIRROR["url"]
+
+
+def _sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+_connection = {
+    "ssh_hostname": _META.get("ssh_hostname", "sandbox-host-is-not-up"),
+    "ssh_port": _META.get("ssh_port", 22),
+    "ssh_user": _META.get("ssh_user", "rig"),
+    "ssh_key": _META.get("ssh_key"),
+    # the harness records each host's own keys (addresses are reused between hosts)
+    "ssh_strict_host_key_checking": "yes",
+    "ssh_known_hosts_file": str(_META_PATH.parent / "known_hosts"),
+    "_sudo": True,
+}
+
+_sandbox_data = {
+    **{k: v for k, v in _connection.items() if v is not None},
+    "pacman_pins": _MIRROR["pins"],
+    "arch_archive_url": _MIRROR["archive_url"],
+    "nvidia_driver_version": _MIRROR["nvidia_driver_version"],
+    "cuda_version": _MIRROR["cuda_version"],
+    "operator_user": _META.get("ssh_user", "rig"),
+    "paused_timers": [],
+    "lock_files": [],
+    # the sandbox's fake images (tests/harness/stubs/docker) and its hub's tiny repos (tests/hub)
+    "hyperqwen": {"image": {"ref": "sha256:" + "0" * 63 + "1"}},
+    "strata": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "strata-coder-Q4_K_M.gguf",
+               "args": ["--threads", "1"]},
+    "gguf_baseline": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
+    "models": {
+        "hyperqwen-dflash2": {"repo_id": "rigkit-test/Qwen3.8-27B-DFlash2-W4A16"},
+        "gguf-baseline": {"repo_id": "rigkit-test/Qwen3.8-27B-GGUF"},
+        "strata": {"repo_id": "rigkit-test/Strata-Coder-GGUF"},
+    },
+    "llama_swap": {
+        "release_url": f"{_FIXTURES}/releases/{_TARBALL.name}",
+        "release_sha256": _sha256(_TARBALL),
+    },
+}
+
+sandbox = [(_NAME, _sandbox_data)]
