@@ -66,6 +66,14 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         kver = pkg["kver"]
         f[f"usr/lib/modules/{kver}/build/include/linux/version.h"] = (f"/* fake headers {kver} */\n", 0o644)
         f[f"usr/lib/modules/{kver}/build/Makefile"] = ("# fake\n", 0o644)
+    elif kind == "systemd-hooks":  # Arch's systemd runs these after transactions (the rest is Debian's systemd)
+        f["usr/share/libalpm/hooks/20-systemd-sysusers.hook"] = (
+            "[Trigger]\nType = Path\nOperation = Install\nOperation = Upgrade\nTarget = usr/lib/sysusers.d/*.conf\n\n"
+            "[Action]\nDescription = Creating system user accounts...\nWhen = PostTransaction\nExec = /usr/bin/systemd-sysusers\n", 0o644)
+        f["usr/share/libalpm/hooks/30-systemd-daemon-reload-system.hook"] = (
+            "[Trigger]\nType = Path\nOperation = Install\nOperation = Upgrade\nOperation = Remove\n"
+            "Target = usr/lib/systemd/system/*\n\n[Action]\nDescription = Reloading system manager configuration...\n"
+            "When = PostTransaction\nExec = /bin/sh -c '[ -d /run/systemd/system ] && systemctl daemon-reload || true'\n", 0o644)
     elif kind == "dkms":
         f["usr/bin/dkms"] = (stub("dkms"), 0o755)
         f["usr/lib/dkms/alpm-hook"] = (stub("dkms-alpm-hook"), 0o755)
@@ -93,7 +101,7 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         f["etc/profile.d/cuda.sh"] = ("export PATH=$PATH:/opt/cuda/bin\nexport CUDA_HOME=/opt/cuda\n", 0o644)
     elif kind == "docker":
         f["usr/bin/docker"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
-        f["usr/bin/dockerd"] = (stub("dockerd", DOCKER_VERSION=ver), 0o755)
+        f["usr/bin/dockerd"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
         f["usr/lib/fake-docker/images.json"] = (stub("images.json"), 0o644)
         f["usr/lib/fake-docker/openai_stub.py"] = (stub("openai_stub.py"), 0o644)
         f["usr/lib/systemd/system/docker.service"] = (stub("docker.service"), 0o644)

@@ -352,8 +352,10 @@ def extra_binds() -> list[str]:
         spec = importlib.util.find_spec("xllamacpp")
     except Exception:  # noqa: BLE001 - optional
         spec = None
-    if spec and spec.submodule_search_locations:
-        binds.append(f"--bind-ro={list(spec.submodule_search_locations)[0]}:/usr/lib/fake-docker/site/xllamacpp")
+    found = [Path(list(spec.submodule_search_locations)[0])] if spec and spec.submodule_search_locations else []
+    found += sorted(HERE.parent.parent.glob(".venv/lib/python3*/site-packages/xllamacpp"))  # the project's venv
+    if found and os.environ.get("RIGKIT_HARNESS_XLLAMACPP", "1") != "0":
+        binds.append(f"--bind-ro={found[0]}:/usr/lib/fake-docker/site/xllamacpp")
     return binds
 
 

@@ -10,7 +10,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RIGKIT_HARNESS_CACHE:-${RIGKIT_CACHE:-$HOME/.cache/rigkit}/harness}
 SUITE=bookworm
-INCLUDE=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,sudo,procps,iproute2,curl,libgomp1,pacman-package-manager,less
+INCLUDE=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-yaml,sudo,procps,iproute2,curl,libgomp1,pacman-package-manager,less
 KEY=$( { cat "$HERE/rootfs.sh" "$HERE/files/pacman.conf"; echo "$SUITE $INCLUDE"; } | sha256sum | cut -c1-16)
 [ "${1:-}" = --key ] && { echo "$KEY"; exit 0; }
 OUT=$CACHE/rootfs-$KEY.tar.zst
