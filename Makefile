@@ -10,7 +10,10 @@ SHARED ?= $(abspath ../shared)
 export RIGKIT_LLAMA_SWAP_SCHEMA_URL ?= $(if $(wildcard $(SHARED)/data/llama-swap/config-schema.json),file://$(SHARED)/data/llama-swap/config-schema.json,)
 APT_PACKAGES := systemd
 
-.PHONY: venv apt demo test test-fast clean
+SANDBOX_STATE ?= /var/lib/rigkit-harness
+RELEASES := $(SANDBOX_STATE)/fixtures-www/releases
+
+.PHONY: venv apt harness sandbox-fixtures demo demo-clean check-rig test test-fast clean
 $(BIN)/rigkit: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -23,11 +26,31 @@ apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-demo: apt venv
+# The sandbox host's prerequisites: Debian packages, the pacman mirror, the root tarball.
+harness: apt
+	bash tests/harness/setup.sh
+
+# What the sandbox's fixtures server hands out beside the mirror: the llama-swap release.
+sandbox-fixtures: venv harness
+	mkdir -p $(RELEASES)
+	$(BIN)/python tests/standins/build_llama_swap.py --out $(RELEASES)
+
+# The main job on the local sandbox host: bring it up (it persists until `make demo-clean`),
+# deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.
+demo: sandbox-fixtures
+	bash tests/harness/host.sh up demo >/dev/null
+	$(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
+	$(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
+
+demo-clean:
+	bash tests/harness/host.sh down demo
+
+# The operator's rig, without touching it: validate and render for review.
+check-rig: apt venv
 	$(BIN)/rigkit check -i inventory/rig.py
 	$(BIN)/rigkit render -i inventory/rig.py --out out/rig
 
-test: apt venv
+test: sandbox-fixtures
 	$(BIN)/pytest -q
 
 test-fast: venv

@@ -187,11 +187,21 @@ class KernelState(FactBase):
     /sys/module/nvidia/version`` (the loaded module; empty when not loaded) and ``ls
     /usr/lib/modules``. Returns ``{"running": str, "boot_id": str, "nvidia_module": str | None,
     "installed_kernels": [str]}``.
+
+    Seam (documented, sandbox only): when ``/etc/rigkit/fact-seams.sh`` exists it may set
+    ``RIGKIT_KERNEL_RELEASE_FILE`` (read instead of ``uname -r``) and
+    ``RIGKIT_NVIDIA_MODULE_VERSION_FILE`` (read instead of ``/sys/module/nvidia/version``): a
+    container cannot have a kernel or a module of its own. A real rig has no such file.
     """
 
+    SEAMS = "/etc/rigkit/fact-seams.sh"
+
     def command(self) -> str:
-        return ("echo running=$(uname -r); echo boot_id=$(cat /proc/sys/kernel/random/boot_id); "
-                "echo nvidia=$(cat /sys/module/nvidia/version 2>/dev/null); "
+        return (f"[ -r {self.SEAMS} ] && . {self.SEAMS}; "
+                "if [ -n \"$RIGKIT_KERNEL_RELEASE_FILE\" ]; then echo running=$(cat \"$RIGKIT_KERNEL_RELEASE_FILE\"); "
+                "else echo running=$(uname -r); fi; "
+                "echo boot_id=$(cat /proc/sys/kernel/random/boot_id); "
+                "echo nvidia=$(cat \"${RIGKIT_NVIDIA_MODULE_VERSION_FILE:-/sys/module/nvidia/version}\" 2>/dev/null); "
                 "for d in /usr/lib/modules/*/; do [ -d \"$d\" ] && echo kernel=$(basename \"$d\"); done; true")
 
     def process(self, output: list[str]) -> dict[str, Any]:

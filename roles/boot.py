@@ -4,7 +4,7 @@ the loaded module is not what was installed."""
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import OperationError, deploy, operation
+from pyinfra.api import FunctionCommand, OperationError, deploy, operation
 from pyinfra.facts.files import FileContents
 
 from rigkit import operations as ops
@@ -94,6 +94,13 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
     if not allow_reboot:
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
     yield from ops.reboot._inner(reboot_timeout=reboot_timeout)
+
+    def confirm(state, host):  # noqa: F811 - pyinfra passes (state, host) by name
+        after = reboot_reasons(host.get_fact(KernelState), host.get_fact(DkmsStatus), driver_version, flavour)
+        if after:
+            raise OperationError("still pending after the reboot: " + "; ".join(after))
+
+    yield FunctionCommand(confirm, (), {})
 
 
 @deploy("Boot")
