@@ -14,6 +14,7 @@ from roles.docker import docker
 from roles.hyperqwen import hyperqwen
 from roles.legacy import legacy
 from roles.llama_swap import llama_swap
+from roles.models import models
 from roles.pins import pins
 from roles.power import power
 from roles.preflight import preflight
@@ -30,5 +31,6 @@ power(spec, rendered)
 agent(spec, rendered)
 secrets(spec)
 hyperqwen(spec, rendered)
+models(spec)
 legacy(spec)
 llama_swap(spec, rendered)

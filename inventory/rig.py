@@ -11,6 +11,8 @@ gpu_rigs = [
         {
             "ssh_hostname": "rig.lan",
             "_sudo": True,
+            # written by `rigkit models lock -i inventory/rig.py`; the deploy fetches what it names
+            "models_lock": "inventory/rig.lock.json",
         },
     ),
 ]

@@ -46,6 +46,8 @@ _sandbox_data = {
     "cuda_version": _MIRROR["cuda_version"],
     "operator_user": _META.get("ssh_user", "rig"),
     "paused_timers": [],
+    "hf_endpoint": f"{_FIXTURES}:8000",  # tests/hub in the fixtures namespace (hostctl hub_up)
+    "models_lock": str(Path(__file__).with_suffix(".lock.json")),
     "lock_files": [],
     # the sandbox's fake images (tests/harness/stubs/docker) and its hub's tiny repos (tests/hub)
     "hyperqwen": {"image": {"ref": "sha256:" + "0" * 63 + "1"}},

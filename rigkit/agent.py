@@ -117,12 +117,12 @@ def watchdog(base: str = LLAMA_SWAP) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,version}``; ``rigkit-agent {fetch,record} ...`` is the
+    """``rigkit-agent {keeper,watchdog,version}``; ``rigkit-agent {fetch,record,status} ...`` is the
     model fetch (:func:`rigkit.fetch.main`)."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["fetch"], ["record"]):
+    if argv[:1] in (["fetch"], ["record"], ["status"]):
         from rigkit.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))

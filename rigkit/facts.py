@@ -256,3 +256,35 @@ class PacmanSyncDbs(FactBase):
 
     def process(self, output: list[str]) -> list[str]:
         return [line.strip() for line in output if line.strip()]
+
+
+class ModelStatus(FactBase):
+    """Whether each locked model is converged on the host, from the host agent:
+    ``rigkit-agent status --lock LOCK --model NAME [--prepared]`` (names in ``prepared`` must be
+    recorded after HyperQwen's prepare) (JSON ``{"model", "converged", "reasons"}``,
+    see :func:`rigkit.fetch.status`). Returns ``{name: [reasons]}`` (empty list: converged); a
+    host without the agent yet gets ``["host agent not installed"]`` for every model."""
+
+    def command(self, agent: str, lock: str, names: list[str], prepared: list[str] | None = None) -> str:
+        self._names = list(names)
+        prepared = prepared or []
+        checks = "; ".join(f"{agent} status --lock {shlex.quote(lock)} --model {shlex.quote(n)}"
+                           f"{' --prepared' if n in prepared else ''} 2>/dev/null || "
+                           f"echo '{{\"model\": \"{n}\", \"converged\": false, \"reasons\": [\"status failed\"]}}'"
+                           for n in names)
+        return f"if [ -x {agent} ] && [ -f {shlex.quote(lock)} ]; then {checks}; else echo {RC_MARK}1; fi"
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        names = getattr(self, "_names", [])
+        lines, rc = _split_rc(output)
+        if rc == 1:
+            return {n: ["host agent or lock not installed"] for n in names}
+        out: dict[str, list[str]] = {n: ["no status"] for n in names}
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and item.get("model") in out:
+                out[item["model"]] = [] if item.get("converged") else list(item.get("reasons") or ["not converged"])
+        return out

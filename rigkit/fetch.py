@@ -283,6 +283,38 @@ def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLik
     return out
 
 
+def status(lock: dict[str, Any], name: str, models_root: str | os.PathLike = MODELS_ROOT,
+           state_dir: str | os.PathLike = STATE_DIR, prepared: bool = False) -> list[str]:
+    """Why model ``name`` of ``lock`` is not converged on this host (empty: converged), without
+    reading any file's bytes: its record must exist for the locked commit, cover every locked
+    file with the lock's hash (for a prepared model: the locked hashes it was recorded against),
+    and every recorded file must keep its recorded size and mtime; a ``prepared`` model must have
+    been recorded after ``prepare``. What a converged deploy checks
+    before deciding not to run the fetch. Raises :class:`LockInputError` for an unknown model."""
+    entry = lock.get("models", {}).get(name)
+    if entry is None:
+        raise LockInputError(f"model {name!r} is not in the lock")
+    directory = Path(models_root) / entry["source"]["path"]
+    rec = load_record(state_dir, name)
+    if rec is None:
+        return [f"{name}: no record yet"]
+    reasons = []
+    if prepared and rec.get("reference") != "prepare":
+        reasons.append(f"{name}: not prepared yet (its record is the lock's, not prepare's)")
+    if rec.get("commit") != entry.get("commit"):
+        reasons.append(f"{name}: recorded commit {rec.get('commit')} is not the locked {entry.get('commit')}")
+    wanted = {f["path"]: lock_digest(f)[1] for f in entry["files"]}
+    if rec.get("reference") == "prepare":
+        if rec.get("locked") != wanted:
+            reasons.append(f"{name}: recorded against other locked files; fetch again")
+    else:
+        for path, digest in wanted.items():
+            got = rec["files"].get(path)
+            if got is None or digest not in (got.get("sha256"), got.get("git_blob")):
+                reasons.append(f"{name}: {path}: not recorded with the locked hash")
+    return reasons + compare(name, directory, state_dir)
+
+
 # --------------------------------------------------------------------------------------------
 # Progress
 
@@ -652,6 +684,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", required=True, help="model name in the lock")
     parser.add_argument("--models-root", type=Path, default=MODELS_ROOT, help=f"default {MODELS_ROOT}")
     parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help=f"default {STATE_DIR}")
+    if argv[0] == "status":
+        parser.description = "say whether a locked model is converged (size and mtime against the record)"
+        parser.add_argument("--prepared", action="store_true", help="the model must be recorded after prepare")
     if argv[0] == "fetch":
         parser.add_argument("--token-file", type=Path, default=HF_TOKEN_FILE, help=f"default {HF_TOKEN_FILE}")
         parser.add_argument("--endpoint", default=None, help="hub endpoint (default $HF_ENDPOINT)")
@@ -663,7 +698,10 @@ def main(argv: list[str]) -> int:
         return 2 if exc.code else 0
     try:
         lock = load_lock_file(args.lock)
-        if argv[0] == "fetch":
+        if argv[0] == "status":
+            reasons = status(lock, args.model, args.models_root, args.state_dir, prepared=args.prepared)
+            print(json.dumps({"model": args.model, "converged": not reasons, "reasons": reasons}), flush=True)
+        elif argv[0] == "fetch":
             result = fetch_model(lock, args.model, models_root=args.models_root, state_dir=args.state_dir,
                                  token_file=args.token_file, endpoint=args.endpoint, prepared=args.prepared,
                                  progress=args.progress)

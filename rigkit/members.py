@@ -38,7 +38,7 @@ class Member:
     argv: list[str] = field(default_factory=list)
 
 
-def compose_base(spec: RigSpec) -> list[str]:
+def compose_base(spec: RigSpec | None = None) -> list[str]:
     """``docker compose`` with HyperQwen's project name and file (argv list)."""
     return ["docker", "compose", "--project-name", paths.HYPERQWEN_COMPOSE_PROJECT,
             "--file", paths.HYPERQWEN_COMPOSE]

@@ -58,8 +58,12 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
 
     host_specs = load_or_exit(inventory, hosts)
     wanted = _models_of(host_specs)
+    endpoints = {hs.spec.hf_endpoint for hs in host_specs}
+    if len(endpoints) > 1:
+        err.print(f"[red]error:[/] hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
+        sys.exit(exitcodes.INVALID)
     try:
-        result, skipped = lock_models(wanted)
+        result, skipped = lock_models(wanted, endpoint=endpoints.pop())
     except LockError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         sys.exit(exitcodes.FAILED)

@@ -139,7 +139,7 @@ class HyperQwenSpec(StrictModel):
     max_model_len: int = Field(default=65536, ge=1024)
     gpu_memory_utilization: float = Field(default=0.92, gt=0.0, le=1.0)
     max_seqs: int | None = Field(default=None, ge=1)
-    fast_variant: bool = True
+    fast_variant: bool = False  # its source is not locked; prepare runs with NO_DOWNLOAD=1
     dflash2_drafter: bool = True
     extra_env: dict[str, str] = Field(default_factory=dict)
     models_dir: str = paths.HYPERQWEN_MODELS_DIR
@@ -299,6 +299,8 @@ class RigSpec(StrictModel):
     legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
     paused_timers: list[str] | None = operator_value("timers paused for a window")
     lock_files: list[str] | None = operator_value("files whose presence means a session holds the GPU")
+    hf_endpoint: str | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co")
+    models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
     reboot: bool = Field(default=False, strict=False)
     force: bool = Field(default=False, strict=False)
     hyperqwen: HyperQwenSpec = Field(default_factory=HyperQwenSpec)

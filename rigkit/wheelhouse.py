@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from rigkit.cache import cache_dir
@@ -39,9 +40,9 @@ def build(python_version: str, platform: str = "manylinux2014_x86_64", cache: Pa
     out = cache_dir(cache) / "wheelhouse" / f"cp{python_version.replace('.', '')}-{_source_digest()}"
     if (out / ".complete").is_file():
         return out
-    tmp = out.with_suffix(".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # a private build folder, renamed into place at the end: two deploys may build at once
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     pip = [sys.executable, "-m", "pip"]
     steps = [
@@ -55,6 +56,8 @@ def build(python_version: str, platform: str = "manylinux2014_x86_64", cache: Pa
         if proc.returncode != 0:
             raise WheelhouseError(f"{' '.join(cmd[2:4])} failed:\n{proc.stdout}{proc.stderr}")
     (tmp / ".complete").write_text("\n".join(sorted(p.name for p in tmp.glob("*.whl"))) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another build finished first: keep it
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -164,9 +164,39 @@ def fixtures_up() -> None:
                              stdout=subprocess.DEVNULL, stderr=open(STATE / "fixtures.err", "a"))
         pidf.write_text(str(p.pid))
         wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
+    hub_up()
+
+
+HUB_PORT, HUB_CDN_PORT = 8000, 8001
+HUB_URL = f"http://{FIX_ADDR}:{HUB_PORT}"
+
+
+def hub_up() -> None:
+    """The test hub (tests/hub/server.py) in the fixtures namespace on FIX_ADDR:8000 (its CDN on
+    :8001), serving the sandbox's tiny repos; it needs the project's venv (gguf, numpy)."""
+    pidf = STATE / "hub.pid"
+    pid = int(pidf.read_text()) if pidf.exists() else None
+    if pid_alive(pid):
+        return
+    venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
+    if not venv_python.exists():
+        log("hub: no project venv yet (make venv); the test hub is not started")
+        return
+    with timed("hub up"):
+        p = subprocess.Popen(["ip", "netns", "exec", FIX_NS, str(venv_python), "-m", "tests.hub.server",
+                              "--root", str(STATE / "hub"), "--host", FIX_ADDR, "--port", str(HUB_PORT),
+                              "--cdn-port", str(HUB_CDN_PORT)],
+                             cwd=str(HERE.parent.parent), start_new_session=True, stdin=subprocess.DEVNULL,
+                             stdout=open(STATE / "hub.log", "a"), stderr=subprocess.STDOUT)
+        pidf.write_text(str(p.pid))
+        wait_tcp(FIX_ADDR, HUB_PORT, 60, what="test hub")
 
 
 def fixtures_down() -> None:
+    hub_pid = STATE / "hub.pid"
+    if hub_pid.exists():
+        kill_group(int(hub_pid.read_text()))
+        hub_pid.unlink()
     pidf = STATE / "fixtures.pid"
     if pidf.exists():
         kill_group(int(pidf.read_text()))
