@@ -109,7 +109,7 @@ def test_env_has_the_knobs_and_no_secret():
     env = files_for({"hyperqwen": {"extra_env": {"INT8_ACT": "1"}}})[paths.HYPERQWEN_ENV].text
     lines = [ln for ln in env.splitlines() if ln and not ln.startswith("#")]
     assert lines == ["SPEC=dflash2", "PREFIX_CACHE=1", "DFLASH_TOKENS=7", "WARMUP=0", "CTX=fast", "MAX_LEN=65536",
-                     "GPU_UTIL=0.92", "FAST_VARIANT=1", "DFLASH2=1", "PORT=18020", "BIND=127.0.0.1",
+                     "GPU_UTIL=0.92", "FAST_VARIANT=0", "DFLASH2=1", "PORT=18020", "BIND=127.0.0.1",
                      "MODELS_DIR=/srv/models/hyperqwen", "GPU_COUNT=1", "NO_DOWNLOAD=1", "INT8_ACT=1"]
     assert "VLLM_API_KEY" not in "\n".join(lines) and "HF_TOKEN" not in env
 
