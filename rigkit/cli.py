@@ -211,3 +211,7 @@ cli.add_command(bench)
 from rigkit.models_cli import models  # noqa: E402
 
 cli.add_command(models)
+
+from rigkit.drift_cli import drift  # noqa: E402
+
+cli.add_command(drift)

@@ -1,0 +1,365 @@
+"""Unit tests for drift's comparisons (pure: declared values and parsed facts in, findings out)."""
+
+from __future__ import annotations
+
+import json
+
+from rigkit import drift
+from rigkit.drift import Finding, HostProbe, mask
+from rigkit.render import RenderedFile, render
+from rigkit.spec import RigSpec
+
+PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
+TOKEN = "hf_DriftCanaryTokenValue0123456789"
+
+
+def spec(**over) -> RigSpec:
+    return RigSpec.from_dict({"pacman_pins": PINS, **over})
+
+
+def decl(hf_token=None, **over) -> drift.Declared:
+    return drift.declared_for("h1", spec(**over), "inventory/nonexistent.py", hf_token)
+
+
+def smi_ok(power=420.0, driver="610.57"):
+    return {"state": "ok", "message": "", "gpus": [{
+        "index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-x", "driver_version": driver,
+        "memory_total_gib": 24.0, "memory_used_gib": 0.0, "power_default_w": 350.0, "power_limit_w": power,
+        "power_enforced_w": power, "power_min_w": 100.0, "power_max_w": 450.0}]}
+
+
+def kinds(findings):
+    return [(f.kind, f.item) for f in findings]
+
+
+# ---- files
+
+
+def _stat_of(f: RenderedFile, **over):
+    user, group = f.owner.split(":")
+    st = {"mode": f.mode.lstrip("0"), "user": user, "group": group, "size": len(f.text.encode()),
+          "sha256": f.sha256, "content": f.text.encode()}
+    st.update(over)
+    return st
+
+
+def test_rendered_files_identical_are_no_drift():
+    files = render(spec())
+    assert drift.compare_files("h1", files, {p: _stat_of(f) for p, f in files.items()}) == []
+
+
+def test_changed_config_content_is_found_with_masked_diff():
+    files = render(spec())
+    path = "/etc/llama-swap/config.yaml"
+    f = files[path]
+    edited = f.text + f"# pasted by hand\nVLLM_API_KEY={'z' * 40}\n"
+    import hashlib
+    actual = {p: _stat_of(x) for p, x in files.items()}
+    actual[path] = _stat_of(f, sha256=hashlib.sha256(edited.encode()).hexdigest(), content=edited.encode())
+    found = drift.compare_files("h1", files, actual, diff=True)
+    assert kinds(found) == [("file", path)]
+    assert found[0].declared == f"content sha256:{f.sha256[:12]}"
+    assert "+# pasted by hand" in found[0].diff
+    assert "z" * 40 not in found[0].diff and "VLLM_API_KEY=***" in found[0].diff
+
+
+def test_mode_and_owner_changes_are_separate_findings():
+    files = render(spec())
+    path = "/opt/rigkit/hyperqwen/.env"
+    actual = {p: _stat_of(x) for p, x in files.items()}
+    actual[path] = _stat_of(files[path], mode="644", group="root")
+    found = drift.compare_files("h1", files, actual)
+    assert [(f.kind, f.declared, f.actual) for f in found] == [
+        ("file-mode", "0640", "0644"), ("file-owner", "root:llama-swap", "root:root")]
+
+
+def test_missing_rendered_file():
+    files = render(spec())
+    actual = {p: _stat_of(x) for p, x in files.items()}
+    actual["/etc/systemd/system/hyperqwen.service"] = None
+    found = drift.compare_files("h1", files, actual)
+    assert [(f.kind, f.item, f.actual) for f in found] == [("file", "/etc/systemd/system/hyperqwen.service", "missing")]
+
+
+# ---- secrets
+
+
+def test_secret_files_owner_mode_and_content_only_with_token_at_hand():
+    d = decl(hf_token=TOKEN)
+    import hashlib
+    good = hashlib.sha256(f"HF_TOKEN={TOKEN}\n".encode()).hexdigest()
+    actual = {"/etc/rigkit/secrets/hf.env": {"mode": "600", "user": "root", "group": "root", "size": 10, "sha256": good},
+              "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
+                                                    "sha256": "ab" * 32}}
+    assert drift.compare_secrets("h1", d.secrets, actual) == []
+    actual["/etc/rigkit/secrets/hf.env"] = {**actual["/etc/rigkit/secrets/hf.env"], "sha256": "cd" * 32, "mode": "644"}
+    found = drift.compare_secrets("h1", d.secrets, actual, "environment variable HF_TOKEN")
+    assert [(f.kind, f.declared, f.actual) for f in found] == [
+        ("secret-mode", "0600", "0644"),
+        ("secret", "the value from environment variable HF_TOKEN", "a different value (not shown)")]
+    assert all(TOKEN not in json.dumps(f.record()) and good not in json.dumps(f.record()) for f in found)
+
+
+def test_hf_env_optional_without_token_but_owner_mode_checked_when_present():
+    d = decl(hf_token=None)
+    actual = {"/etc/rigkit/secrets/hf.env": None,
+              "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
+                                                    "sha256": "ab" * 32}}
+    assert drift.compare_secrets("h1", d.secrets, actual) == []
+    actual["/etc/rigkit/secrets/hf.env"] = {"mode": "644", "user": "rig", "group": "root", "size": 9, "sha256": "ee" * 32}
+    actual["/etc/rigkit/secrets/hyperqwen.env"] = None
+    found = drift.compare_secrets("h1", d.secrets, actual)
+    assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
+        ("secret-owner", "/etc/rigkit/secrets/hf.env", "root:root", "rig:root"),
+        ("secret-mode", "/etc/rigkit/secrets/hf.env", "0600", "0644"),
+        ("secret", "/etc/rigkit/secrets/hyperqwen.env", "present root:llama-swap 0640", "missing")]
+
+
+# ---- pins, driver, cuda, reboot, power
+
+
+def test_pin_moved_and_ignorepkg_removed():
+    installed = {**PINS, "nvidia-utils": "610.60-1"}
+    found = drift.compare_pins("h1", PINS, installed, held=["cuda", "nvidia-open-dkms", "opencl-nvidia"])
+    assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
+        ("pin", "nvidia-utils", "610.57-1", "610.60-1"),
+        ("pin-held", "nvidia-utils", "IgnorePkg in [options] of /etc/pacman.conf",
+         "not held (held: cuda nvidia-open-dkms opencl-nvidia)")]
+    assert drift.compare_pins("h1", PINS, PINS, held=list(PINS)) == []
+
+
+def test_ignorepkg_outside_options_does_not_hold():
+    from rigkit.facts import parse_ignorepkg
+
+    held = parse_ignorepkg(["[options]", "#IgnorePkg =", "[extra]", "IgnorePkg = " + " ".join(PINS)])
+    assert {f.item for f in drift.compare_pins("h1", PINS, PINS, held)} == set(PINS)
+
+
+def test_driver_agreement_across_pacman_module_and_nvidia_smi():
+    kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts"]}
+    assert drift.compare_driver("h1", "610.57", "nvidia-open-dkms", PINS, kernel, smi_ok()) == []
+    installed = {**PINS, "nvidia-utils": "610.60-1"}
+    mismatch = {"state": "mismatch", "message": "Failed to initialize NVML: Driver/library version mismatch", "gpus": []}
+    found = drift.compare_driver("h1", "610.57", "nvidia-open-dkms", installed, kernel, mismatch)
+    assert [(f.item, f.actual) for f in found] == [
+        ("pacman -Q nvidia-utils", "610.60"),
+        ("nvidia-smi", "mismatch: Failed to initialize NVML: Driver/library version mismatch")]
+
+
+def test_pkgver():
+    assert drift.pkgver("1:610.57-2") == "610.57"
+    assert drift.pkgver("13.3.1-1") == "13.3.1"
+    assert drift.pkgver(None) is None
+
+
+def test_cuda_series_and_driver_level():
+    assert drift.compare_cuda("h1", "13.3", PINS, "13.3", True) == []
+    assert drift.compare_cuda("h1", "13.3", PINS, "13.4", True) == []
+    found = drift.compare_cuda("h1", "13.3", {**PINS, "cuda": "13.4.0-1"}, "13.2", True)
+    assert [(f.item, f.declared, f.actual) for f in found] == [
+        ("pacman -Q cuda", "13.3.x", "13.4.0"), ("driver CUDA level", ">= 13.3", "13.2")]
+
+
+def test_reboot_pending_uses_the_deploys_own_reasons():
+    roles = drift._roles()
+    kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts", "6.12.60-1-lts"]}
+    reasons = roles.boot.reboot_reasons(kernel, [], "610.57", "nvidia-open-dkms")
+    found = drift.compare_reboot("h1", reasons)
+    assert [f.kind for f in found] == ["reboot"] and "DKMS has not built nvidia 610.57" in found[0].actual
+    assert drift.compare_reboot("h1", []) == []
+
+
+def test_power_limit_enforced_vs_declared():
+    assert drift.compare_power("h1", 420, smi_ok(420.0)) == []
+    found = drift.compare_power("h1", 420, smi_ok(300.0))
+    assert [(f.item, f.declared, f.actual) for f in found] == [
+        ("GPU 0 enforced.power.limit", "420 W", "300 W"), ("GPU 0 power.limit", "420 W", "300 W")]
+
+
+# ---- daemon.json
+
+
+OWNED = {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+         "exec-opts": ["native.cgroupdriver=cgroupfs"]}
+
+
+def test_daemon_json_foreign_key_is_not_drift_runtime_removed_is():
+    data = {**OWNED, "log-driver": "journald", "runtimes": {**OWNED["runtimes"], "crun": {"path": "/usr/bin/crun"}}}
+    assert drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None}) == []
+    data = {"exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald", "runtimes": {}}
+    found = drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None})
+    assert [(f.kind, f.item, f.actual) for f in found] == [("daemon.json", "runtimes", "{}")]
+    assert json.loads(found[0].declared) == OWNED["runtimes"]
+
+
+def test_daemon_json_missing_or_broken():
+    assert drift.compare_daemon_json("h1", OWNED, {"exists": False, "data": None, "error": None})[0].actual == "missing"
+    assert drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": None, "error": "not valid JSON: x"})[0].actual \
+        == "not valid JSON: x"
+
+
+# ---- agent, units
+
+
+def test_agent_venv_python_gone():
+    assert drift.compare_agent("h1", {"rc": 0, "output": "rigkit-agent 0.1 (Python 3.11.2)"}) == []
+    found = drift.compare_agent("h1", {"rc": 126, "output": "/opt/rigkit/venv/bin/rigkit-agent: bad interpreter"})
+    assert [(f.kind, f.actual) for f in found] == [("agent", "exit 126: /opt/rigkit/venv/bin/rigkit-agent: bad interpreter")]
+
+
+def _unit(uid, enabled="enabled", active="active", **deps):
+    return {"Id": uid, "LoadState": "loaded", "UnitFileState": enabled, "ActiveState": active,
+            "SubState": "running" if active == "active" else "dead", **deps}
+
+
+def _converged_units(d):
+    units = {u: _unit(u) for u in d.units}
+    units["gpu-power-limit.service"] = _unit("gpu-power-limit.service", active="inactive")
+    units["hyperqwen.service"] = _unit("hyperqwen.service", enabled="disabled", active="inactive")
+    units["strata.service"] = {"Id": "strata.service", "LoadState": "not-found", "UnitFileState": "",
+                               "ActiveState": "inactive"}
+    return units
+
+
+def test_units_converged():
+    d = decl()
+    assert drift.compare_units("h1", d, _converged_units(d)) == []
+
+
+def test_llama_swap_disabled_and_hyperqwen_enabled():
+    d = decl()
+    units = _converged_units(d)
+    units["llama-swap.service"] = _unit("llama-swap.service", enabled="disabled")
+    units["hyperqwen.service"] = _unit("hyperqwen.service", enabled="enabled", active="inactive")
+    found = drift.compare_units("h1", d, units)
+    assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
+        ("unit", "llama-swap.service", "enabled", "disabled"),
+        ("unit", "hyperqwen.service", "installed, not enabled", "enabled")]
+
+
+def test_strata_back_with_requires():
+    d = decl()
+    units = _converged_units(d)
+    units["strata.service"] = _unit("strata.service")
+    units["llama-swap.service"] = _unit("llama-swap.service", Requires="system.slice strata.service sysinit.target")
+    found = drift.compare_units("h1", d, units)
+    assert [(f.kind, f.item) for f in found] == [
+        ("legacy-unit", "strata.service"), ("unit-dependency", "llama-swap.service Requires=strata.service")]
+
+
+def test_parse_units_blocks():
+    lines = ["Id=a.service", "LoadState=loaded", "Requires=", "", "Id=b.timer", "ActiveState=active"]
+    assert drift.parse_units(lines) == {"a.service": {"Id": "a.service", "LoadState": "loaded", "Requires": ""},
+                                        "b.timer": {"Id": "b.timer", "ActiveState": "active"}}
+
+
+def test_llama_swap_running_an_older_config():
+    assert drift.compare_llama_swap_live("h1", {"started": 100, "mtime": 90}) == []
+    assert [f.kind for f in drift.compare_llama_swap_live("h1", {"started": 100, "mtime": 130})] == ["llama-swap-live"]
+
+
+# ---- models
+
+
+def test_no_lock_is_one_warning_not_a_crash():
+    d = decl()
+    assert d.lock is None and "no model lock" in d.lock_note
+    found = drift.compare_models("h1", d.lock_note, None)
+    assert [(f.kind, f.severity) for f in found] == [("model", "warn")]
+    assert drift.exit_code(found) == 0
+
+
+def test_model_reasons_become_findings():
+    models = {"strata": [], "gguf-baseline": ["gguf-baseline: m.gguf: size or mtime differs from the record"]}
+    found = drift.compare_models("h1", None, models)
+    assert [(f.item, f.actual) for f in found] == [("gguf-baseline", "m.gguf: size or mtime differs from the record")]
+
+
+def test_fetch_compare_finds_a_truncated_file_and_deep_a_same_size_corruption(tmp_path):
+    """What the probe runs on the host (rigkit.fetch in the agent's venv), here on local files."""
+    import os
+
+    from rigkit import fetch
+
+    d = tmp_path / "models" / "m"
+    d.mkdir(parents=True)
+    (d / "w.gguf").write_bytes(b"x" * 4096)
+    digest = fetch.hash_file(d / "w.gguf")
+    fetch.write_record(tmp_path, "m", {"version": fetch.RECORD_VERSION, "model": "m", "dir": str(d), "commit": None,
+                                       "reference": "lock", "prepare_needed": False,
+                                       "files": {"w.gguf": fetch._stat_entry(d / "w.gguf", digest)}, "locked": {}})
+    assert fetch.compare("m", d, tmp_path) == []
+    st = os.stat(d / "w.gguf")
+    (d / "w.gguf").write_bytes(b"y" * 4096)  # same size, mtime put back: only hashing sees it
+    os.utime(d / "w.gguf", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert fetch.compare("m", d, tmp_path) == []
+    with open(d / "w.gguf", "r+b") as fh:
+        fh.truncate(100)
+    assert fetch.compare("m", d, tmp_path) == ["m: w.gguf: size or mtime differs from the record"]
+
+
+# ---- plan
+
+
+def test_plan_changes_and_conditionals_next_to_them_only():
+    plan = {"plan": [
+        {"names": ["Host agent", "Sync the agent wheelhouse"], "hosts_with_change": ["h1"], "hosts_with_conditional_change": []},
+        {"names": ["Host agent", "Install the agent"], "hosts_with_change": [], "hosts_with_conditional_change": ["h1"]},
+        {"names": ["Docker", "Restart docker"], "hosts_with_change": [], "hosts_with_conditional_change": ["h1"]},
+    ]}
+    found = drift.plan_findings("h1", plan)
+    assert [(f.kind, f.item, f.severity) for f in found] == [
+        ("plan", "Host agent | Sync the agent wheelhouse", "drift"),
+        ("plan-conditional", "Host agent | Install the agent", "warn")]
+    converged = {"plan": [dict(op, hosts_with_change=[]) for op in plan["plan"]]}
+    assert drift.plan_findings("h1", converged) == []
+
+
+# ---- probe parsing, masking, exit codes
+
+
+def test_probe_sections_round_trip_through_the_fact():
+    d = decl()
+    sections = drift.probe_sections(d)
+    script = drift.probe_script(sections)
+    assert "hf.env" in script and "base64" in script and "cat /etc/rigkit/secrets" not in script
+    output = [f"{drift.SECTION} file:/etc/llama-swap/config.yaml", "640 root llama-swap 5 " + "a" * 64, "aGVsbG8=",
+              f"{drift.SECTION} secret:/etc/rigkit/secrets/hf.env", "missing",
+              f"{drift.SECTION} pacman", "nvidia-utils 610.57-1", "error: package 'cuda' was not found",
+              f"{drift.SECTION} agent", "rigkit-agent 0.1", "__RC__=0",
+              f"{drift.SECTION} llama-swap-start", "ExecMainStartTimestamp=@1700000000", "mtime=1699999990"]
+    facts = drift.parse_probe(HostProbe().process(output), d.packages)
+    assert facts["files"]["/etc/llama-swap/config.yaml"]["content"] == b"hello"
+    assert facts["files"]["/etc/llama-swap/config.yaml"]["group"] == "llama-swap"
+    assert facts["secrets"]["/etc/rigkit/secrets/hf.env"] is None
+    assert facts["pacman"]["nvidia-utils"] == "610.57-1" and facts["pacman"]["cuda"] is None
+    assert facts["agent"] == {"rc": 0, "output": "rigkit-agent 0.1"}
+    assert facts["llama_swap_start"] == {"started": 1700000000, "mtime": 1699999990}
+
+
+def test_mask_hides_values_keeps_names_and_references():
+    text = (f"HF_TOKEN={TOKEN}\nVLLM_API_KEY=abcdef0123456789\napiKey: \"s3cr3tvalue\"\n"
+            "env: VLLM_API_KEY=${VLLM_API_KEY}\nAuthorization: Bearer qwertyuiop\n--api-key zzzzzzzz\nMODEL=qwen")
+    out = mask(text, [TOKEN])
+    for secret in (TOKEN, "abcdef0123456789", "s3cr3tvalue", "qwertyuiop", "zzzzzzzz"):
+        assert secret not in out
+    assert "HF_TOKEN=***" in out and "${VLLM_API_KEY}" in out and "MODEL=qwen" in out
+
+
+def test_exit_code_per_host_and_precedence():
+    from rigkit import exitcodes
+
+    warn = Finding("h", "model", "lock", "x", "y", severity="warn")
+    drifted = Finding("h", "pin", "cuda", "x", "y")
+    error = Finding("h", "host", "connection", "x", "y", severity="error")
+    assert drift.exit_code([]) == 0 and drift.exit_code([warn]) == 0
+    assert drift.exit_code([warn, drifted]) == 3
+    assert drift.exit_code([drifted, error]) == 1
+    assert exitcodes.combine(3, 1, 0) == 1
+
+
+def test_record_shape():
+    f = Finding("h1", "pin", "cuda", "13.3.1-1", "13.4.0-1", diff="d")
+    assert f.record() == {"host": "h1", "kind": "pin", "item": "cuda", "declared": "13.3.1-1", "actual": "13.4.0-1",
+                          "severity": "drift"}
+    assert f.record(with_diff=True)["diff"] == "d"
