@@ -39,8 +39,8 @@ sandbox-fixtures: venv harness
 # deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.
 demo: sandbox-fixtures
 	bash tests/harness/host.sh up demo >/dev/null
-	$(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
-	$(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
+	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
+	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
 
 demo-clean:
 	bash tests/harness/host.sh down demo

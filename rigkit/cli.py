@@ -109,6 +109,28 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int) -> None:
     sys.exit(exitcodes.combine(*codes))
 
 
+def _print_results(stdout: str) -> None:
+    """One line per host from ``pyinfra --json -y`` results: operations changed/unchanged/failed
+    (pyinfra 3.10: ``results.operations[].{success,no_change,error}`` list host names)."""
+    try:
+        results = json.loads(stdout)["results"]
+    except (ValueError, KeyError, TypeError):
+        if stdout.strip():
+            sys.stdout.write(stdout)
+        return
+    per_host: dict[str, dict[str, int]] = {}
+    for op in results.get("operations", []):
+        for kind in ("success", "no_change", "error"):
+            for name in op.get(kind, []):
+                per_host.setdefault(name, {"success": 0, "no_change": 0, "error": 0})[kind] += 1
+    for name, c in sorted(per_host.items()):
+        total = sum(c.values())
+        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed",
+                  markup=False)
+    for name in results.get("failed_hosts", []) or []:
+        err.print(f"{name}: failed", markup=False)
+
+
 def _parse_data(items: tuple[str, ...]) -> dict:
     """``KEY=VALUE`` pairs parsed exactly as ``pyinfra --data`` parses them."""
     from pyinfra_cli.util import parse_cli_arg
@@ -174,7 +196,13 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         cmd.append("-" + "v" * verbose)
     err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(cmd, env=env)
+    if not dry:
+        cmd.insert(2, "--json")  # the results as JSON on stdout; pyinfra's log stays on stderr
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    if not dry:
+        _print_results(proc.stdout)
+    else:
+        sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         sys.exit(exitcodes.FAILED)
     if dry or no_smoke:

@@ -220,6 +220,23 @@ def make_host(harness):
             hostctl.host_down(h.name)
 
 
+@pytest.fixture(scope="module")
+def make_module_host(harness):
+    """Factory like ``make_host``, for hosts shared by one test module (e.g. deployed once)."""
+    made: list[HarnessHost] = []
+
+    def make(suffix: str, lane: str = "nspawn") -> HarnessHost:
+        h = _up(PREFIX + suffix, lane)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+        with hostctl.lock():
+            hostctl.host_down(h.name)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -8,6 +8,7 @@ usage: hostctl.py up NAME [--lane nspawn|chroot]   bring a host up (idempotent);
                                                     leftovers of a failed run; the fixtures namespace goes
                                                     when no host is left
        hostctl.py fixtures-up | fixtures-down
+       hostctl.py hub-token                          print the token the sandbox hub accepts
 
 Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here):
   fixtures namespace "rkfx": serves the pacman mirror over HTTP on 10.231.255.1:80 (an address on its lo)
@@ -171,9 +172,22 @@ HUB_PORT, HUB_CDN_PORT = 8000, 8001
 HUB_URL = f"http://{FIX_ADDR}:{HUB_PORT}"
 
 
+def hub_token() -> str:
+    """The token the sandbox hub accepts (a private hub, like a gated repo): made once per machine,
+    kept in $STATE/hub.token (0600). `make demo` and the tests pass it as HF_TOKEN."""
+    path = STATE / "hub.token"
+    if not path.exists():
+        STATE.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, ("hf_sandbox" + os.urandom(16).hex()).encode())
+        os.close(fd)
+    return path.read_text().strip()
+
+
 def hub_up() -> None:
     """The test hub (tests/hub/server.py) in the fixtures namespace on FIX_ADDR:8000 (its CDN on
-    :8001), serving the sandbox's tiny repos; it needs the project's venv (gguf, numpy)."""
+    :8001), serving the sandbox's tiny repos privately (token: :func:`hub_token`); it needs the
+    project's venv (gguf, numpy)."""
     pidf = STATE / "hub.pid"
     pid = int(pidf.read_text()) if pidf.exists() else None
     if pid_alive(pid):
@@ -182,10 +196,11 @@ def hub_up() -> None:
     if not venv_python.exists():
         log("hub: no project venv yet (make venv); the test hub is not started")
         return
+    hub_token()
     with timed("hub up"):
         p = subprocess.Popen(["ip", "netns", "exec", FIX_NS, str(venv_python), "-m", "tests.hub.server",
                               "--root", str(STATE / "hub"), "--host", FIX_ADDR, "--port", str(HUB_PORT),
-                              "--cdn-port", str(HUB_CDN_PORT)],
+                              "--cdn-port", str(HUB_CDN_PORT), "--token-file", str(STATE / "hub.token")],
                              cwd=str(HERE.parent.parent), start_new_session=True, stdin=subprocess.DEVNULL,
                              stdout=open(STATE / "hub.log", "a"), stderr=subprocess.STDOUT)
         pidf.write_text(str(p.pid))
@@ -571,6 +586,8 @@ def main(argv: list[str]) -> int:
     elif cmd == "fixtures-down":
         with lock():
             fixtures_down()
+    elif cmd == "hub-token":
+        print(hub_token())
     else:
         print(__doc__, file=sys.stderr)
         return 2

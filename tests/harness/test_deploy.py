@@ -1,0 +1,188 @@
+"""The deploy, for real: `rigkit deploy -i inventory/sandbox.py` onto fresh sandbox hosts over SSH
+with sudo (pacman, systemd, docker, llama-swap and the hub are the sandbox's stand-ins).
+
+One host is deployed once for the module (with a recognisable HF token and pyinfra -vv), then
+deployed again (0 changed operations), then checked with testinfra; refusals run against it
+afterwards. A second fresh host shows the pending-reboot stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+
+TOKEN = hostctl.hub_token()  # the sandbox hub is private: this token is the one it accepts
+SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "
+                     r"(?P<failed>\d+) failed$", re.M)
+
+
+def deploy(host, *args, token: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=host.name)
+    if token:
+        env["HF_TOKEN"] = token
+    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def summary(proc) -> dict[str, int]:
+    m = SUMMARY.search(proc.stderr)
+    assert m, proc.stderr[-3000:]
+    return {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+
+
+@pytest.fixture(scope="module")
+def deployed(make_module_host):
+    """A fresh host with a legacy strata.service and a foreign daemon.json key, deployed twice."""
+    host = make_module_host("d1")
+    host.write("/etc/systemd/system/strata.service",
+               "[Unit]\nDescription=legacy Strata\n[Service]\nExecStart=/bin/sleep infinity\n"
+               "[Install]\nWantedBy=multi-user.target")
+    host.run("systemctl daemon-reload && systemctl enable --now strata.service")
+    host.write("/etc/docker/daemon.json", '{"log-driver": "journald"}')
+    first = deploy(host, "--reboot", "-vv", token=TOKEN)
+    second = deploy(host, token=TOKEN)
+    return host, first, second
+
+
+def test_fresh_host_converges_and_a_second_run_changes_nothing(deployed):
+    host, first, second = deployed
+    assert first.returncode == 0, first.stderr[-4000:]
+    assert summary(first)["failed"] == 0 and summary(first)["changed"] > 30
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert summary(second)["changed"] == 0, second.stderr[-4000:]
+
+
+def test_hf_token_appears_in_no_output_and_no_file_but_its_secret_file(deployed):
+    host, first, second = deployed
+    for proc in (first, second):
+        assert TOKEN not in proc.stdout + proc.stderr
+    assert host.run("cat /etc/rigkit/secrets/hf.env").stdout == f"HF_TOKEN={TOKEN}\n"
+    # the pattern is taken from the secret file on the host: a token on a command line would
+    # itself land in the journal (sudo logs command lines)
+    hits = host.run("umask 077; sed -n 's/^HF_TOKEN=//p' /etc/rigkit/secrets/hf.env > /root/.pattern; "
+                    "grep -rlF -f /root/.pattern /etc /opt /srv /var /home /root /tmp /run 2>/dev/null "
+                    "| grep -v '^/root/.pattern$'; rm -f /root/.pattern; true").stdout.split()
+    assert hits == ["/etc/rigkit/secrets/hf.env"]
+
+
+def test_pins_are_installed_and_survive_pacman_syu(deployed):
+    host, _, _ = deployed
+    pins = json.loads((ROOT / "tests/harness/mirror.json").read_text())["pins"]
+    host.run("pacman -Syu --noconfirm")
+    ti = host.testinfra()
+    for name, version in pins.items():
+        assert ti.run(f"pacman -Q {name}").stdout.split() == [name, version]
+    conf = ti.file("/etc/pacman.conf").content_string
+    options = conf.split("[options]", 1)[1].split("\n[", 1)[0]
+    held = next(ln for ln in options.splitlines() if ln.startswith("IgnorePkg"))
+    assert set(held.split("=", 1)[1].split()) == set(pins)
+
+
+def test_units_are_enabled_or_not_as_declared(deployed):
+    host, _, _ = deployed
+    ti = host.testinfra()
+    for unit in ("llama-swap.service", "gpu-power-limit.service", "docker.service", "nvidia-persistenced.service",
+                 "hyperqwen-watchdog.timer", "rigkit-keeper.timer"):
+        assert ti.service(unit).is_enabled, unit
+    for unit in ("llama-swap.service", "docker.service", "hyperqwen-watchdog.timer", "rigkit-keeper.timer"):
+        assert ti.service(unit).is_running, unit
+    # no [Install] section: "static", it can never be enabled
+    assert host.run("systemctl is-enabled hyperqwen.service", check=False).stdout.strip() == "static"
+    assert ti.file("/etc/systemd/system/hyperqwen.service").exists
+    assert "Requires=" not in ti.file("/etc/systemd/system/llama-swap.service").content_string.replace("# No Requires=", "")
+
+
+def test_files_have_their_modes_and_owners(deployed):
+    host, _, _ = deployed
+    ti = host.testinfra()
+    for path, mode, user, group in [
+        ("/opt/rigkit/hyperqwen/.env", 0o640, "root", "llama-swap"),
+        ("/opt/rigkit/hyperqwen/compose.yaml", 0o644, "root", "root"),
+        ("/etc/llama-swap/config.yaml", 0o640, "root", "llama-swap"),
+        ("/etc/llama-swap/config.staged.yaml", 0o640, "root", "llama-swap"),
+        ("/etc/rigkit/secrets/hf.env", 0o600, "root", "root"),
+        ("/etc/rigkit/secrets/hyperqwen.env", 0o640, "root", "llama-swap"),
+        ("/usr/local/bin/llama-swap", 0o755, "root", "root"),
+    ]:
+        f = ti.file(path)
+        assert (f.mode, f.user, f.group) == (mode, user, group), path
+    assert not [ln for ln in ti.file("/opt/rigkit/hyperqwen/.env").content_string.splitlines()
+                if ln.startswith("VLLM_API_KEY")]
+
+
+def test_daemon_json_has_the_runtime_and_mitigation_and_keeps_a_foreign_key(deployed):
+    host, _, _ = deployed
+    data = json.loads(host.run("cat /etc/docker/daemon.json").stdout)
+    assert data["log-driver"] == "journald"
+    assert data["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
+    assert "native.cgroupdriver=cgroupfs" in data["exec-opts"]
+    assert json.loads(host.run("cat /etc/docker/daemon.json.rigkit-bak").stdout) == {"log-driver": "journald"}
+
+
+def test_power_limit_is_enforced(deployed):
+    host, _, _ = deployed
+    out = host.run("nvidia-smi --query-gpu=power.limit,enforced.power.limit --format=csv,noheader,nounits").stdout
+    assert [float(x) for x in out.split(",")] == [420.0, 420.0]
+
+
+def test_legacy_strata_unit_is_stopped_disabled_and_backed_up(deployed):
+    host, _, _ = deployed
+    ti = host.testinfra()
+    assert not ti.service("strata.service").is_running
+    assert not ti.service("strata.service").is_enabled
+    assert "Description=legacy Strata" in ti.file("/var/lib/rigkit/legacy-units/strata.service").content_string
+
+
+def test_strata_answers_through_llama_swap_from_the_fetched_file(deployed):
+    host, _, _ = deployed
+    assert host.run("curl -fsS 127.0.0.1:8080/health").stdout.strip() == "OK"
+    body = json.dumps({"model": "strata", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    out = host.run(f"curl -fsS -m 120 127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
+    assert json.loads(out.stdout)["usage"]["completion_tokens"] == 4
+    running = json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]
+    assert [m["model"] for m in running] == ["strata"]
+    assert "strata-coder-Q4_K_M.gguf" in host.run("ls /srv/models/strata").stdout
+
+
+def test_out_of_range_power_limit_is_refused_before_anything_is_touched(deployed):
+    host, _, _ = deployed
+    before = host.run("stat -c %Y /etc/llama-swap/config.yaml /opt/rigkit/hyperqwen/.env").stdout
+    proc = deploy(host, "--data", "gpu_power_limit_w=460", "--data", "hyperqwen={\"dflash_tokens\": 6}")
+    assert proc.returncode == 1
+    assert "gpu_power_limit_w 460 W is outside GPU 0's limits 100–450 W" in proc.stderr
+    assert host.run("stat -c %Y /etc/llama-swap/config.yaml /opt/rigkit/hyperqwen/.env").stdout == before
+    assert "DFLASH_TOKENS=7" in host.run("cat /opt/rigkit/hyperqwen/.env").stdout
+
+
+def test_deploy_refuses_while_a_window_is_open(deployed):
+    host, _, _ = deployed
+    host.write("/var/lib/rigkit/window.json", '{"state": "open", "tenant": "hyperqwen"}')
+    try:
+        proc = deploy(host)
+        assert proc.returncode == 1
+        assert "a window is open (/var/lib/rigkit/window.json: state 'open')" in proc.stderr
+    finally:
+        host.run("rm -f /var/lib/rigkit/window.json")
+
+
+def test_a_pending_reboot_stops_the_deploy_before_the_gpu_steps(make_host):
+    host = make_host("d2")
+    proc = deploy(host)
+    assert proc.returncode == 1
+    assert "reboot, then run again (or pass --data reboot=true)" in proc.stderr
+    # the GPU steps never ran: no docker, no power limit unit
+    assert host.run("test -e /etc/systemd/system/gpu-power-limit.service", check=False).returncode != 0
+    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0
