@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import hostctl  # noqa: E402
 
-PREFIX = "rkt-"
+PREFIX = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-")  # parallel sessions use their own
 _TIMINGS: list[tuple[str, float]] = []
 
 
