@@ -284,11 +284,12 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
 
 
 def probe_script(sections: list[tuple[str, str]]) -> str:
-    """One POSIX shell script running every section, each after a ``__RIGKIT_DRIFT__ <key>`` line;
+    """One POSIX shell script running every section, each after a ``__RIGKIT_DRIFT__ <key>`` line
+    (printed after a newline: a file without a final newline must not swallow the marker);
     always exits 0 (a failing section shows in its own output)."""
     parts = []
     for key, cmd in sections:
-        parts.append(f"echo '{SECTION} {key}'; {{ {cmd} ; }} 2>/dev/null")
+        parts.append(f"printf '\\n%s\\n' '{SECTION} {key}'; {{ {cmd} ; }} 2>/dev/null")
     return "\n".join(parts + ["exit 0"])
 
 
@@ -308,6 +309,8 @@ class HostProbe(FactBase):
         current = None
         for line in output:
             if line.startswith(SECTION + " "):
+                if current is not None and out[current] and not out[current][-1].strip():
+                    out[current].pop()  # the newline printed before the marker
                 current = line[len(SECTION) + 1:].strip()
                 out[current] = []
             elif current is not None:

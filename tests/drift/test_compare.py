@@ -363,3 +363,19 @@ def test_record_shape():
     assert f.record() == {"host": "h1", "kind": "pin", "item": "cuda", "declared": "13.3.1-1", "actual": "13.4.0-1",
                           "severity": "drift"}
     assert f.record(with_diff=True)["diff"] == "d"
+
+
+def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tmp_path):
+    """The real script, run by a local shell: daemon.json written without a final newline (as
+    ``json.dump`` does) must not swallow the next section's marker."""
+    import subprocess
+
+    from rigkit.facts import JsonFile
+
+    p = tmp_path / "daemon.json"
+    p.write_text(json.dumps({"runtimes": {}, "log-level": "warn"}, indent=4))
+    script = drift.probe_script([("daemon-json", JsonFile().command(str(p))), ("agent", "echo v1; echo __RC__=0")])
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    facts = drift.parse_probe(HostProbe().process(out), [])
+    assert facts["daemon_json"] == {"exists": True, "data": {"runtimes": {}, "log-level": "warn"}, "error": None}
+    assert facts["agent"] == {"rc": 0, "output": "v1"}

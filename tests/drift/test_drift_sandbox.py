@@ -1,0 +1,307 @@
+"""``rigkit drift`` against a deployed sandbox host (tests/harness): a converged host has no drift;
+each kind of drift, injected by hand alone, is found and named with declared vs actual, then put
+back; a fleet with an unreachable host; JSON records; no secret in any output.
+
+One host (``rkd-t1``) is deployed once for the module with the sandbox hub's token as HF_TOKEN
+(so ``hf.env`` is installed and compared by hash). Most checks run with ``--no-plan`` (the probe
+only, ~1 s); the pyinfra plan catch-all is checked where it adds something. Note: the plan
+includes the agent's wheelhouse, built from this checkout — a change to ``rigkit/`` between the
+deploy and a check shows up as ``Host agent | Sync the agent wheelhouse`` (real drift).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "tests" / "harness"
+sys.path.insert(0, str(HARNESS))
+import hostctl  # noqa: E402
+
+NAME = "rkd-t1"
+CONFIG = "/etc/llama-swap/config.yaml"
+ENV_FILE = "/opt/rigkit/hyperqwen/.env"
+CANARY = "hf_DriftCanary0000RecognisableTokenValue"
+
+
+def _harness_host_cls():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rigkit_harness_conftest", HARNESS / "conftest.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rig():
+    """``rkd-t1``: up, deployed (with a reboot for the new driver), removed after the module."""
+    harness = _harness_host_cls()
+    why = harness._missing_prereqs()
+    if why:
+        pytest.skip(why)
+    with hostctl.lock():
+        hostctl.host_down(NAME)  # a leftover of a failed earlier run
+    data = hostctl.host_up(NAME, "nspawn")
+    host = harness.HarnessHost(name=NAME, lane="nspawn", root=Path(data["root"]), data=data)
+    try:
+        env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
+        proc = subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--reboot",
+                               "--no-smoke"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        yield host
+    finally:
+        host.close()
+        with hostctl.lock():
+            hostctl.host_down(NAME)
+
+
+def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str = "inventory/sandbox.py",
+          plan: bool = False) -> tuple[int, list[dict], str]:
+    """Run ``python -m rigkit drift --json`` (a subprocess: pyinfra's CLI gevent-patches the
+    process). Returns (exit code, records, stdout + stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME")}
+    env.update(RIGKIT_SANDBOX_HOST=host, HF_TOKEN=token or hostctl.hub_token(), HF_HOME="/nonexistent-hf-home")
+    cmd = [sys.executable, "-m", "rigkit", "drift", "-i", inventory, "--json", *args]
+    if not plan:
+        cmd.append("--no-plan")
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return proc.returncode, records, proc.stdout + proc.stderr
+
+
+def drifted(records: list[dict]) -> set[tuple[str, str]]:
+    return {(r["kind"], r["item"]) for r in records if r["severity"] == "drift"}
+
+
+def one(records: list[dict], kind: str, item: str) -> dict:
+    hits = [r for r in records if r["kind"] == kind and r["item"] == item]
+    assert len(hits) == 1, records
+    return hits[0]
+
+
+def no_secret(output: str) -> None:
+    assert hostctl.hub_token() not in output
+    assert CANARY not in output
+
+
+def test_converged_host_has_no_drift(rig):
+    rc, records, out = drift(plan=True)
+    assert rc == 0, out
+    assert [r for r in records if r["severity"] != "warn"] == []
+    no_secret(out)
+    rc, _, out = drift("--deep")
+    assert rc == 0, out
+
+
+def test_table_output_without_a_terminal_has_no_colour(rig):
+    env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
+    proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py", "--no-plan"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{NAME}: no drift"
+    assert "\x1b[" not in proc.stdout + proc.stderr
+
+
+def test_edited_live_config_is_found_with_a_masked_diff_and_the_plan_names_the_op(rig):
+    rig.run(f"cp -a {CONFIG} /root/config.yaml.orig && echo '# HF_TOKEN={hostctl.hub_token()}' >> {CONFIG}")
+    try:
+        rc, records, out = drift("--diff", plan=True)
+        assert rc == 3, out
+        no_secret(out)
+        content = one(records, "file", CONFIG)
+        assert content["declared"].startswith("content sha256:") and content["actual"].startswith("content sha256:")
+        assert "+# HF_TOKEN=***" in content["diff"]
+        assert ("llama-swap-live", CONFIG) in drifted(records)
+        assert ("plan", "llama-swap | Install the live llama-swap config (the replaced one is backed up)") in drifted(records)
+        assert {k for k, _ in drifted(records)} <= {"file", "llama-swap-live", "plan"}
+        assert all(r["severity"] == "warn" for r in records if r["kind"] == "plan-conditional")
+    finally:
+        rig.run(f"cp -a /root/config.yaml.orig {CONFIG}")
+    assert drift()[0] == 0
+
+
+def test_mode_and_owner_change(rig):
+    rig.run(f"chmod 0644 {ENV_FILE} && chown root:root {ENV_FILE}")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("file-mode", ENV_FILE), ("file-owner", ENV_FILE)}
+        assert (one(records, "file-mode", ENV_FILE)["declared"], one(records, "file-mode", ENV_FILE)["actual"]) == \
+            ("0640", "0644")
+        assert one(records, "file-owner", ENV_FILE)["actual"] == "root:root"
+    finally:
+        rig.run(f"chown root:llama-swap {ENV_FILE} && chmod 0640 {ENV_FILE}")
+    assert drift()[0] == 0
+
+
+def _archive(pkg: str, version: str) -> str:
+    return f"{hostctl.MANIFEST['archive_url']}/{pkg[0]}/{pkg}/{pkg}-{version}-x86_64.pkg.tar.zst"
+
+
+def test_driver_upgraded_past_the_pin(rig):
+    pinned = hostctl.MANIFEST["pins"]["nvidia-utils"]
+    rig.run(f"pacman -Udd --noconfirm {_archive('nvidia-utils', '610.60-1')}")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("pin", "nvidia-utils"), ("driver", "pacman -Q nvidia-utils"), ("driver", "nvidia-smi")}
+        pin = one(records, "pin", "nvidia-utils")
+        assert (pin["declared"], pin["actual"]) == (pinned, "610.60-1")
+        assert "mismatch" in one(records, "driver", "nvidia-smi")["actual"]
+    finally:
+        rig.run(f"pacman -Udd --noconfirm {_archive('nvidia-utils', pinned)}")
+    assert drift()[0] == 0
+
+
+def test_ignorepkg_removed(rig):
+    rig.run("cp -a /etc/pacman.conf /root/pacman.conf.orig && sed -i 's/^IgnorePkg/#IgnorePkg/' /etc/pacman.conf")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("pin-held", p) for p in hostctl.MANIFEST["pins"]}
+    finally:
+        rig.run("cp -a /root/pacman.conf.orig /etc/pacman.conf")
+    assert drift()[0] == 0
+
+
+def test_power_limit_changed(rig):
+    rig.run("nvidia-smi -pl 300")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("power", "GPU 0 enforced.power.limit"), ("power", "GPU 0 power.limit")}
+        enforced = one(records, "power", "GPU 0 enforced.power.limit")
+        assert (enforced["declared"], enforced["actual"]) == ("420 W", "300 W")
+    finally:
+        rig.run("nvidia-smi -pl 420")
+    assert drift()[0] == 0
+
+
+def test_daemon_json_runtime_removed_but_a_foreign_key_is_not_drift(rig):
+    rig.run("cp -a /etc/docker/daemon.json /root/daemon.json.orig")
+    try:
+        rig.run("python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+                "d['log-level']='warn'; json.dump(d, open(p, 'w'), indent=4)\"")
+        assert drift()[0] == 0
+        rig.run("python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+                "d.pop('runtimes'); json.dump(d, open(p, 'w'), indent=4)\"")
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("daemon.json", "runtimes")}
+        assert one(records, "daemon.json", "runtimes")["actual"] == "absent"
+        assert json.loads(one(records, "daemon.json", "runtimes")["declared"])["nvidia"]["path"] == "nvidia-container-runtime"
+    finally:
+        rig.run("cp -a /root/daemon.json.orig /etc/docker/daemon.json")
+
+
+def test_llama_swap_disabled(rig):
+    rig.run("systemctl disable llama-swap.service")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("unit", "llama-swap.service")}
+        r = one(records, "unit", "llama-swap.service")
+        assert (r["declared"], r["actual"]) == ("enabled", "disabled")
+    finally:
+        rig.run("systemctl enable llama-swap.service")
+    assert drift()[0] == 0
+
+
+def test_strata_back_with_requires(rig):
+    rig.write("/etc/systemd/system/strata.service", textwrap.dedent("""\
+        [Unit]
+        Description=legacy Strata, back by hand
+        [Service]
+        ExecStart=/bin/sleep infinity
+        [Install]
+        WantedBy=multi-user.target"""))
+    rig.write("/etc/systemd/system/llama-swap.service.d/50-strata.conf", "[Unit]\nRequires=strata.service")
+    rig.run("systemctl daemon-reload && systemctl enable --now strata.service")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("legacy-unit", "strata.service"),
+                                    ("unit-dependency", "llama-swap.service Requires=strata.service")}
+        assert one(records, "legacy-unit", "strata.service")["actual"] == "enabled, active"
+    finally:
+        rig.run("rm -rf /etc/systemd/system/llama-swap.service.d && systemctl daemon-reload && "
+                "systemctl disable --now strata.service && rm -f /etc/systemd/system/strata.service && "
+                "systemctl daemon-reload && systemctl start llama-swap.service")
+    assert drift()[0] == 0
+
+
+def test_agent_venv_python_removed(rig):
+    rig.run("mkdir -p /root/venv-bin && mv /opt/rigkit/venv/bin/python /opt/rigkit/venv/bin/python3 "
+            "/opt/rigkit/venv/bin/python3.11 /root/venv-bin/")
+    try:
+        rc, records, out = drift()
+        assert rc == 3, out
+        assert drifted(records) == {("agent", "/opt/rigkit/venv/bin/rigkit-agent")}
+        assert one(records, "agent", "/opt/rigkit/venv/bin/rigkit-agent")["actual"].startswith("exit 12")
+        assert [r["actual"] for r in records if r["kind"] == "model"] == ["agent venv has no python; not checked"]
+    finally:
+        rig.run("mv /root/venv-bin/* /opt/rigkit/venv/bin/")
+    assert drift()[0] == 0
+
+
+MODEL_FILE = "/srv/models/hyperqwen/Qwen3.8-27B-W4A16-AutoRound/model-00002-of-00002.safetensors"
+
+
+def test_truncated_model_file_and_same_size_corruption_with_deep(rig):
+    """HyperQwen's weights (not loaded in steady state, so nothing has them mapped)."""
+    rig.run(f"cp -a {MODEL_FILE} /root/model.orig")
+    try:
+        rig.run(f"truncate -s 100 {MODEL_FILE}")
+        rc, records, out = drift()
+        assert rc == 3, out
+        models = [r for r in records if r["kind"] == "model"]
+        assert models and all("model-00002-of-00002.safetensors" in r["actual"] for r in models), models
+        assert {k for k, _ in drifted(records)} == {"model"}
+        rig.run(f"cp -a /root/model.orig {MODEL_FILE} && "
+                f"printf 'XXXXXXXX' | dd of={MODEL_FILE} bs=1 seek=64 conv=notrunc status=none && "
+                f"touch -r /root/model.orig {MODEL_FILE}")
+        assert drift()[0] == 0  # same size and mtime: only hashing sees it
+        rc, records, out = drift("--deep")
+        assert rc == 3, out
+        assert any("content differs from the record (sha256)" in r["actual"] for r in records if r["kind"] == "model")
+    finally:
+        rig.run(f"cp -a /root/model.orig {MODEL_FILE}")
+    assert drift("--deep")[0] == 0
+
+
+def test_secret_differs_from_the_token_at_hand_never_shown(rig):
+    rc, records, out = drift(token=CANARY)
+    assert rc == 3, out
+    assert drifted(records) == {("secret", "/etc/rigkit/secrets/hf.env")}
+    r = one(records, "secret", "/etc/rigkit/secrets/hf.env")
+    assert r["declared"] == "the value from environment variable HF_TOKEN"
+    no_secret(out)
+
+
+def test_fleet_with_an_unreachable_host(rig, tmp_path):
+    inventory = tmp_path / "fleet.py"
+    inventory.write_text(textwrap.dedent(f"""\
+        import runpy
+        _ns = runpy.run_path({str(ROOT / 'inventory' / 'sandbox.py')!r})
+        _name, _data = _ns["sandbox"][0]
+        # the same host's address, a port nothing listens on: refused at once
+        fleet = [(_name, _data), ("rkd-gone", {{**_data, "ssh_port": 1}})]
+        """))
+    rc, records, out = drift(inventory=str(inventory), plan=True)
+    assert rc == 1, out
+    gone = [r for r in records if r["host"] == "rkd-gone"]
+    assert [(r["kind"], r["severity"]) for r in gone] == [("host", "error")]
+    assert "unreachable" in gone[0]["actual"]
+    mine = [r for r in records if r["host"] == NAME]
+    assert [r for r in mine if r["severity"] != "warn"] == []  # still checked, and converged
+    no_secret(out)
