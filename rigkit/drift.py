@@ -14,9 +14,10 @@ built from rigkit's facts' own commands (``NvidiaSmi``, ``PacmanVersions``, ``Pa
 secret file, ``systemctl show`` of the declared units and ``rigkit-agent`` checks, each section
 parsed by the same ``process()`` the deploy uses. One round trip per host instead of ~60 facts.
 The catch-all — operations of the real deploy that would still change something — is pyinfra's
-own plan, ``pyinfra INVENTORY deploy.py --dry --json`` (its stable, documented output; the
-in-process route needs ``pyinfra_cli`` internals), started in a subprocess *before* the probes
-so both run at once; it opens its own connection per host.
+own plan, ``pyinfra INVENTORY deploy.py --dry --json --limit HOST`` (its stable, documented
+output; the in-process route needs ``pyinfra_cli`` internals), one subprocess per host (a
+``DeployError`` on one host aborts pyinfra's whole run), all started *before* the probes so
+everything runs at once; each opens its own connection.
 
 The comparison functions (``compare_*``) are pure: declared values and parsed facts in, findings
 out; they are what the unit tests pin. Secrets: the HF token is compared by hash only, never
@@ -754,8 +755,10 @@ def finish_plan(proc: subprocess.Popen, timeout_s: float = 900) -> tuple[dict[st
     try:
         return json.loads(stdout), ""
     except ValueError:
-        tail = "\n".join(stderr.strip().splitlines()[-3:])
-        return None, f"pyinfra --dry exited {proc.returncode} without a plan: {tail}"
+        lines = stderr.strip().splitlines()
+        start = next((i for i, ln in enumerate(lines) if "pyinfra error" in ln or "Error" in ln), max(0, len(lines) - 3))
+        why = " ".join(ln.strip() for ln in lines[start:start + 6]).replace("--> ", "")
+        return None, f"pyinfra --dry exited {proc.returncode} without a plan: {why}"
 
 
 def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, Any]], deep: bool = False,
@@ -815,10 +818,12 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     token = read_hf_token()
     source = hf_token_source() if token else None
     decls = [declared_for(hs.name, hs.spec, inventory, token) for hs in host_specs]
-    proc = start_plan(inventory, [hs.name for hs in host_specs]) if plan else None
+    # one plan per host, all at once: a DeployError on one host (a refusal in preflight) aborts
+    # pyinfra's whole run, and every other host must still be reported
+    procs = {hs.name: start_plan(inventory, [hs.name]) for hs in host_specs} if plan else {}
     probes = connect_and_probe(decls, {hs.name: hs.connection for hs in host_specs}, deep=deep,
                                connect_timeout=connect_timeout)
-    plan_json, plan_err = finish_plan(proc) if proc is not None else (None, "")
+    plans = {name: finish_plan(proc) for name, proc in procs.items()}
     findings: list[Finding] = []
     codes: dict[str, int] = {}
     for decl in decls:
@@ -828,6 +833,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         else:
             host_findings = compare_host(decl, facts, diff=diff, token_source=source)
             if plan:
+                plan_json, plan_err = plans[decl.host]
                 if plan_json is None:
                     host_findings.append(Finding(decl.host, "plan", "pyinfra --dry --json", "a plan", plan_err,
                                                  severity="error"))

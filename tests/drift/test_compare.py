@@ -379,3 +379,17 @@ def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tm
     facts = drift.parse_probe(HostProbe().process(out), [])
     assert facts["daemon_json"] == {"exists": True, "data": {"runtimes": {}, "log-level": "warn"}, "error": None}
     assert facts["agent"] == {"rc": 0, "output": "v1"}
+
+
+def test_a_plan_that_fails_says_why():
+    """pyinfra exits 1 with no JSON when a role raises DeployError (e.g. preflight's refusal)."""
+    import subprocess
+
+    proc = subprocess.Popen(["sh", "-c", "echo '--> Loading config...' >&2; "
+                             "echo '--> pyinfra error in roles/preflight.py line 46: refusing to deploy:' >&2; "
+                             "echo '  a window is open' >&2; exit 1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    plan, why = drift.finish_plan(proc)
+    assert plan is None
+    assert why == ("pyinfra --dry exited 1 without a plan: pyinfra error in roles/preflight.py line 46: "
+                   "refusing to deploy: a window is open")

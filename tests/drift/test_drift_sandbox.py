@@ -55,6 +55,7 @@ def rig():
     host = harness.HarnessHost(name=NAME, lane="nspawn", root=Path(data["root"]), data=data)
     try:
         env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
+        host.agent_digest = _agent_digest()  # before: an edit during the deploy counts as a change
         proc = subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--reboot",
                                "--no-smoke"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -63,6 +64,26 @@ def rig():
         host.close()
         with hostctl.lock():
             hostctl.host_down(NAME)
+
+
+def _agent_digest() -> str:
+    from rigkit import wheelhouse
+
+    return wheelhouse._source_digest()
+
+
+def agent_source_changed(rig) -> bool:
+    """Other work in this checkout may edit ``rigkit/`` while the module runs; the agent's
+    wheelhouse is built from it, so the plan then rightly says the agent would be re-synced."""
+    return _agent_digest() != rig.agent_digest
+
+
+def without_agent_resync(rig, records: list[dict]) -> list[dict]:
+    """``records`` minus the plan's agent re-sync (and the steps it triggers), only when the
+    checkout's ``rigkit/`` changed since the deploy."""
+    if not agent_source_changed(rig):
+        return records
+    return [r for r in records if not (r["kind"].startswith("plan") and r["item"].startswith("Host agent | "))]
 
 
 def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str = "inventory/sandbox.py",
@@ -96,8 +117,8 @@ def no_secret(output: str) -> None:
 
 def test_converged_host_has_no_drift(rig):
     rc, records, out = drift(plan=True)
-    assert rc == 0, out
-    assert [r for r in records if r["severity"] != "warn"] == []
+    assert [r for r in without_agent_resync(rig, records) if r["severity"] != "warn"] == []
+    assert rc == (3 if agent_source_changed(rig) and any(r["kind"] == "plan" for r in records) else 0), out
     no_secret(out)
     rc, _, out = drift("--deep")
     assert rc == 0, out
@@ -122,8 +143,10 @@ def test_edited_live_config_is_found_with_a_masked_diff_and_the_plan_names_the_o
         assert content["declared"].startswith("content sha256:") and content["actual"].startswith("content sha256:")
         assert "+# HF_TOKEN=***" in content["diff"]
         assert ("llama-swap-live", CONFIG) in drifted(records)
-        assert ("plan", "llama-swap | Install the live llama-swap config (the replaced one is backed up)") in drifted(records)
-        assert {k for k, _ in drifted(records)} <= {"file", "llama-swap-live", "plan"}
+        # the llama-swap role's op that installs the live config (its name is that role's to choose)
+        assert any(k == "plan" and i.startswith("llama-swap | ") and "live llama-swap config" in i
+                   for k, i in drifted(records)), records
+        assert {k for k, _ in drifted(without_agent_resync(rig, records))} == {"file", "llama-swap-live", "plan"}
         assert all(r["severity"] == "warn" for r in records if r["kind"] == "plan-conditional")
     finally:
         rig.run(f"cp -a /root/config.yaml.orig {CONFIG}")
@@ -302,6 +325,7 @@ def test_fleet_with_an_unreachable_host(rig, tmp_path):
     gone = [r for r in records if r["host"] == "rkd-gone"]
     assert [(r["kind"], r["severity"]) for r in gone] == [("host", "error")]
     assert "unreachable" in gone[0]["actual"]
-    mine = [r for r in records if r["host"] == NAME]
+    mine = without_agent_resync(rig, [r for r in records if r["host"] == NAME])
     assert [r for r in mine if r["severity"] != "warn"] == []  # still checked, and converged
+    assert any(r["kind"] == "model" for r in records if r["host"] == NAME) is False
     no_secret(out)
