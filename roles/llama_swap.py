@@ -1,43 +1,87 @@
-"""llama-swap: the pinned release, its unit, the live and staged configs; a changed live config
-is installed with a backup kept, llama-swap restarted and checked to answer.
+"""llama-swap: the pinned release, its unit, the staged review copy, and the live config changed only
+through the one activation path (DESIGN.md "Staged vs live", :mod:`rigkit.activate`).
 
-(The full activation path — a real completion to each changed member, rollback on failure —
-comes with the wire-in and replaces the restart-and-check here.)
+The new live config is uploaded to a staging path (``/var/lib/rigkit/llama-swap/config.next.yaml``,
+root 0600); when it differs from the live one, the host agent activates it ON THE HOST
+(``rigkit-agent activate`` in the transient unit ``rigkit-activate``): backup, install, restart, a real
+completion through llama-swap to each changed member and then to the resident, restore on failure.
+A hold recorded by ``rigkit wire-in --rollback`` is reported and respected: no activation. A converged
+run changes nothing.
 """
 
 from __future__ import annotations
 
-from pyinfra.api import deploy
-from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
+import hashlib
 
-from rigkit import paths
-from rigkit.operations import config_file, http_ready, release_binary
+from pyinfra import host, logger
+from pyinfra.api import OperationError, deploy, operation
+from pyinfra.facts.files import Sha256File
+from pyinfra.operations import files, server, systemd
+
+from rigkit import activate, paths
+from rigkit.facts import JsonFile
+from rigkit.operations import release_binary
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 from roles import put_rendered
 
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"
 MARKER = "/usr/local/lib/rigkit/llama-swap.sha256"
+STAGING = str(activate.STAGING)
+
+
+@operation()
+def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLDS_FILE):
+    """Activate ``text`` (already uploaded to ``staging``) as llama-swap's live config, on the host.
+
+    + live: the live config (``/etc/llama-swap/config.yaml``)
+    + staging: where the same text was uploaded (the agent reads it there)
+    + text: the wanted live config, to compare with the live file's sha256
+    + holds: ``/var/lib/rigkit/holds.json``; a ``llama-swap`` hold there is reported (a warning) and
+      the activation skipped
+
+    No change when the live file's sha256 equals ``text``'s. The command runs
+    :func:`rigkit.activate.remote_command`; a failed activation fails the operation with the agent's
+    log (what was restored, or that llama-swap was left stopped on a first activation).
+    """
+    wanted = hashlib.sha256(text.encode()).hexdigest()
+    if host.get_fact(Sha256File, path=live) == wanted:
+        host.noop(f"{live} is the declared config")
+        return
+    held = host.get_fact(JsonFile, path=holds)
+    if held["error"]:
+        raise OperationError(f"{holds}: {held['error']}; fix or remove it (it records rollbacks by hand)")
+    record = (held["data"] or {}).get(activate.HOLD_KEY)
+    if isinstance(record, dict):
+        logger.warning(f"{host.print_prefix}llama-swap: HELD since {record.get('since')} "
+                       f"(`{record.get('by')}`, restored {record.get('restored_from')}): the declared config "
+                       f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
+        host.noop("llama-swap's live config is held (holds.json); not activating")
+        return
+    yield activate.remote_command(["--config", staging, "--live", live])
 
 
 @deploy("llama-swap")
 def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile]):
-    """Install, configure, enable and (re)start llama-swap on 127.0.0.1:``llama_swap.port``."""
+    """Install, configure and enable llama-swap on 127.0.0.1:``llama_swap.port``; activate a changed
+    live config (or restart for a changed unit or binary) through the activation path."""
     ls = spec.llama_swap
     assert ls.release_sha256 is not None  # preflight refuses an unset value
     binary = release_binary(name=f"Install llama-swap {ls.version} from its pinned release tarball", url=ls.release_url,
                             sha256=ls.release_sha256, dest=paths.LLAMA_SWAP_BIN, member="llama-swap", marker=MARKER)
     files.directory(name="Create /etc/llama-swap", path=paths.LLAMA_SWAP_DIR, user="root", group=ls.user, mode="750")
-    live_file = rendered[paths.LLAMA_SWAP_CONFIG]
-    live = config_file(name="Install the live llama-swap config (the replaced one is backed up)",
-                       path=paths.LLAMA_SWAP_CONFIG, text=live_file.text, user="root", group=ls.user, mode="640")
     put_rendered(paths.LLAMA_SWAP_STAGED, rendered[paths.LLAMA_SWAP_STAGED],
                  name="Install the staged llama-swap config for review")
+    live_text = rendered[paths.LLAMA_SWAP_CONFIG].text
+    put_rendered(STAGING, RenderedFile(live_text, "0600", "root:root"),
+                          name="Upload the declared live llama-swap config for activation")
     unit = put_rendered(UNIT, rendered[UNIT], name="Install llama-swap.service")
-    systemd.daemon_reload(name="Reload systemd for llama-swap.service", _if=any_changed(unit))
-    systemd.service(name="Enable and start llama-swap", service="llama-swap.service", running=True, enabled=True)
-    systemd.service(name="Restart llama-swap for its new config, unit or binary", service="llama-swap.service",
-                    restarted=True, _if=any_changed(live, unit, binary))
-    http_ready(name="Check that llama-swap answers /health", url=f"http://127.0.0.1:{ls.port}/health",
-               _if=any_changed(live, unit, binary))
+    systemd.daemon_reload(name="Reload systemd for llama-swap.service", _if=lambda: unit.did_change())
+    systemd.service(name="Enable llama-swap", service="llama-swap.service", enabled=True)
+    activation = activated_config(name="Activate the declared live llama-swap config (on the host)",
+                                  live=paths.LLAMA_SWAP_CONFIG, staging=STAGING, text=live_text)
+    server.shell(name="Restart llama-swap for its new unit or binary, through the activation path",
+                 commands=[activate.remote_command(["--config", paths.LLAMA_SWAP_CONFIG, "--live",
+                                                    paths.LLAMA_SWAP_CONFIG, "--restart"])],
+                 _if=lambda: (unit.did_change() or binary.did_change()) and not activation.did_change())
+    systemd.service(name="llama-swap is running", service="llama-swap.service", running=True)

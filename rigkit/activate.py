@@ -1,0 +1,531 @@
+"""The one activation path for llama-swap's live config (DESIGN.md "Staged vs live"), run ON THE HOST
+by the host agent (``rigkit-agent activate``), so a lost SSH session cannot leave it half done.
+
+Activation (:func:`activate`): keep a backup of the live config (``<live>.bak-<UTC stamp>``), install
+the new one atomically, restart ``llama-swap.service``, wait for ``/health``, send one real chat
+completion (``max_tokens`` 1) through llama-swap to every member whose definition changed, then to the
+resident (the first ``hooks.on_startup.preload`` member, Strata) so it is what stays loaded. On any
+failure the backup is restored, llama-swap restarted and the resident asked again; on a first
+activation (no live config, so no backup) the failed config is moved aside to
+``<live>.failed-<UTC stamp>``, llama-swap is left stopped and the run fails loudly.
+
+Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
+the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
+and does not re-activate; drift reports it (:func:`read_holds`) until :func:`release`.
+
+Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only, imported lazily, so
+the control side can import the pure helpers (:func:`changed_members`, :func:`remote_command`,
+:func:`read_holds`). One activation at a time: ``/var/lib/rigkit/activate.lock`` (flock), which the
+keeper and the watchdog also check to stand down. The API key (``VLLM_API_KEY`` from
+``/etc/rigkit/secrets/hyperqwen.env``) is sent as a bearer token and never printed.
+
+Exit codes (DESIGN.md): 0 activated, rolled back, released or nothing to do; 1 failed (the previous
+config restored, or llama-swap left stopped on a first activation), refused by a hold, or another
+activation running; 2 invalid input (an unreadable new config, no backup to roll back to).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+LIVE = Path("/etc/llama-swap/config.yaml")
+STAGING = Path("/var/lib/rigkit/llama-swap/config.next.yaml")  # root 0600, uploaded by the deploy / wire-in
+HOLDS = Path("/var/lib/rigkit/holds.json")
+LOCK = Path("/var/lib/rigkit/activate.lock")
+LOG = Path("/var/lib/rigkit/activate.log")
+SECRET = Path("/etc/rigkit/secrets/hyperqwen.env")
+SERVICE = "llama-swap.service"
+BASE = "http://127.0.0.1:8080"
+AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
+UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
+HOLD_KEY = "llama-swap"
+DEFAULT_OWNER = "root:llama-swap"
+DEFAULT_MODE = 0o640
+
+
+class ActivationError(RuntimeError):
+    """One step of an activation failed; the message names the step and what answered."""
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def utc_stamp(now: float | None = None) -> str:
+    """``20250102T030405Z``: the UTC stamp of backups, holds and failed configs."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+
+
+def sha256_text(text: str) -> str:
+    """Hex sha256 of ``text`` as UTF-8."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_config(text: str, source: str) -> dict[str, Any]:
+    """A llama-swap config as data; raises ValueError naming ``source`` when it is not YAML, not a
+    mapping, or has no ``models`` mapping."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        raise ValueError(f"{source}: not a llama-swap config (no `models` mapping)")
+    return data
+
+
+def resident(config: dict[str, Any]) -> str | None:
+    """The resident member: the first ``hooks.on_startup.preload`` id that is a model of ``config``."""
+    preload = (((config.get("hooks") or {}).get("on_startup") or {}).get("preload")) or []
+    return next((p for p in preload if p in (config.get("models") or {})), None)
+
+
+def changed_members(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """Ids of ``new``'s members whose definition (``models.<id>``, compared as data) differs from
+    ``old``'s or is absent there, in ``new``'s order. ``old`` None (a first activation): all."""
+    before = (old or {}).get("models") or {}
+    return [mid for mid, m in (new.get("models") or {}).items() if before.get(mid) != m]
+
+
+def member_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, list[str]]:
+    """``{"added": [...], "removed": [...], "changed": [...]}``: member ids of ``new`` vs ``old``."""
+    a = (old or {}).get("models") or {}
+    b = (new or {}).get("models") or {}
+    return {"added": [m for m in b if m not in a], "removed": [m for m in a if m not in b],
+            "changed": [m for m in b if m in a and a[m] != b[m]]}
+
+
+def probe_order(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """The members to send a completion to, in order: each changed member except the resident,
+    then the resident last (so it is what stays loaded)."""
+    res = resident(new)
+    order = [m for m in changed_members(old, new) if m != res]
+    return order + ([res] if res else [])
+
+
+def backups(live: Path) -> list[Path]:
+    """``<live>.bak-*`` files, oldest first (the UTC stamps sort as text)."""
+    return sorted(live.parent.glob(live.name + ".bak-*"))
+
+
+def read_holds(path: Path | str = HOLDS) -> dict[str, dict[str, Any]]:
+    """The holds recorded on a host: ``{name: record}``, ``{}`` when the file is absent or empty.
+
+    Today one name exists, ``"llama-swap"`` (a rollback by hand of the live config); its record:
+    ``path`` (the live config), ``since`` (UTC ISO 8601), ``by`` (the command), ``restored_from``
+    (the backup it rolled back to), ``live_sha256`` (sha256 of the config now live),
+    ``held_back_sha256`` and ``held_back_copy`` (the config it replaced and where a copy lies), and
+    ``held_back_members`` (``{"added"|"removed"|"changed": [ids]}`` — what re-activating would
+    bring back relative to the live config). Raises ValueError when the file is not a JSON object
+    of objects (the message names the file).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        return {}
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{p}: not a JSON object of hold records")
+    return data
+
+
+def write_holds(path: Path, holds: dict[str, dict[str, Any]]) -> None:
+    """Write the holds atomically (root 0644: drift reads them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(holds, indent=2, sort_keys=True) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def remote_command(args: list[str], agent: str = AGENT, unit: str = UNIT, log: str = str(LOG)) -> str:
+    """The shell command that runs ``rigkit-agent activate ARGS`` on the host in the transient unit
+    ``rigkit-activate`` (``systemd-run --wait``: it keeps running when the SSH session is lost; its
+    name lets one run at a time), then prints its log and exits with its status. Run as root."""
+    agent_cmd = shlex.join([agent, "activate", *args])
+    return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && "
+            f"systemd-run --unit={unit} --collect --wait --quiet --service-type=exec "
+            f"-p StandardOutput=truncate:{log} -p StandardError=inherit -E PYTHONUNBUFFERED=1 {agent_cmd}; "
+            f"rc=$?; cat {shlex.quote(log)} 2>/dev/null; exit $rc")
+
+
+# ------------------------------------------------------------------------------ the host side
+@contextmanager
+def activation_lock(path: Path = LOCK) -> Iterator[None]:
+    """Hold the activation lock (flock, non-blocking); raises ActivationError when held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ActivationError(f"another activation is running ({path} is locked)") from None
+        yield
+
+
+def activation_running(path: Path = LOCK) -> bool:
+    """True while an activation holds its lock (the keeper and the watchdog stand down)."""
+    try:
+        with open(path) as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    except OSError:
+        return False
+    return False
+
+
+def api_key(path: Path = SECRET) -> str | None:
+    """``VLLM_API_KEY`` from the secret file, or None (never printed)."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("VLLM_API_KEY="):
+                return line.split("=", 1)[1].strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def _install(text: str, live: Path, owner: str, mode: int) -> None:
+    """Write ``text`` to ``live`` atomically with ``owner`` (``user:group``) and ``mode``."""
+    import grp
+    import pwd
+
+    user, _, group = owner.partition(":")
+    tmp = live.with_name(f".{live.name}.rigkit-tmp")
+    tmp.write_text(text)
+    os.chown(tmp, pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid)
+    os.chmod(tmp, mode)
+    os.replace(tmp, live)
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """``cp -a``: content, mode and owner."""
+    st = src.stat()
+    tmp = dest.with_name(f".{dest.name}.rigkit-tmp")
+    tmp.write_bytes(src.read_bytes())
+    os.chown(tmp, st.st_uid, st.st_gid)
+    os.chmod(tmp, st.st_mode & 0o7777)
+    os.replace(tmp, dest)
+
+
+def _unique(path: Path) -> Path:
+    n = 0
+    out = path
+    while out.exists():
+        n += 1
+        out = path.with_name(f"{path.name}-{n}")
+    return out
+
+
+class Host:
+    """What an activation does to the host, as methods (tests replace them).
+
+    ``base`` llama-swap's URL; ``service`` its unit; ``health_timeout_s`` s to wait for ``/health``
+    after a (re)start; ``completion_timeout_s`` s for each completion (a cold member boots within
+    llama-swap's ``healthCheckTimeout``, so the default comes from the config plus 30 s).
+    """
+
+    def __init__(self, base: str = BASE, service: str = SERVICE, key_file: Path = SECRET,
+                 health_timeout_s: float = 60.0, completion_timeout_s: float | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.base, self.service, self.key_file = base.rstrip("/"), service, key_file
+        self.health_timeout_s, self.completion_timeout_s, self.log = health_timeout_s, completion_timeout_s, log
+
+    def systemctl(self, verb: str) -> None:
+        """``systemctl VERB SERVICE``; raises ActivationError with systemctl's message."""
+        p = subprocess.run(["systemctl", verb, self.service], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise ActivationError(f"systemctl {verb} {self.service} failed (exit {p.returncode}): "
+                                  f"{(p.stderr or p.stdout).strip()[:300]}")
+
+    def wait_health(self) -> None:
+        """Wait until ``GET /health`` answers 200; raises ActivationError after the timeout."""
+        import requests
+
+        deadline = time.monotonic() + self.health_timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                r = requests.get(f"{self.base}/health", timeout=5)
+                if r.status_code == 200:
+                    return
+                last = f"HTTP {r.status_code}"
+            except requests.RequestException as exc:
+                last = type(exc).__name__
+            time.sleep(0.5)
+        raise ActivationError(f"llama-swap did not answer {self.base}/health within {self.health_timeout_s:g} s "
+                              f"({last}); see `journalctl -u {self.service}`")
+
+    def complete(self, member: str, timeout_s: float) -> str:
+        """One real chat completion (``max_tokens`` 1) to ``member`` through llama-swap; returns a
+        short description of the answer; raises ActivationError on a non-200 answer or no answer."""
+        import requests
+
+        key = api_key(self.key_file)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        t0 = time.monotonic()
+        try:
+            r = requests.post(f"{self.base}/v1/chat/completions", headers=headers, timeout=timeout_s,
+                              json={"model": member, "max_tokens": 1, "stream": False,
+                                    "messages": [{"role": "user", "content": "ping"}]})
+        except requests.RequestException as exc:
+            raise ActivationError(f"{member}: no answer through llama-swap within {timeout_s:g} s "
+                                  f"({type(exc).__name__})") from None
+        took = time.monotonic() - t0
+        if r.status_code != 200:
+            body = " ".join(r.text.split())[:300]
+            if key:
+                body = body.replace(key, "<VLLM_API_KEY>")
+            raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}")
+        return f"HTTP 200 in {took:.1f} s"
+
+
+def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, timeout_s: float) -> None:
+    host.systemctl("restart")
+    host.wait_health()
+    host.log(f"llama-swap answers {host.base}/health")
+    res = resident(config)
+    for member in probe_order(old, config):
+        what = "the resident, so it stays loaded" if member == res else "its definition changed"
+        host.log(f"completion to {member} ({what}) ...")
+        host.log(f"  {member}: {host.complete(member, timeout_s)}")
+
+
+def activate(new_text: str, live: Path = LIVE, host: Host | None = None, holds_path: Path = HOLDS,
+             owner: str | None = None, mode: int | None = None, respect_hold: bool = True,
+             force_restart: bool = False, now: Callable[[], float] = time.time) -> int:
+    """Make ``new_text`` the live llama-swap config through the activation path; returns an exit code.
+
+    + new_text: the whole new config (YAML text, as rendered by :func:`rigkit.render.render_llama_swap`)
+    + live: the live config path; its backup is ``<live>.bak-<UTC stamp>``
+    + owner/mode: of the installed file (default: the replaced file's, else ``root:llama-swap`` 0640)
+    + respect_hold: refuse (exit 1) while a ``llama-swap`` hold is recorded
+    + force_restart: restart and probe the resident even when ``new_text`` equals the live config
+      (the deploy does this when llama-swap's unit or binary changed)
+
+    Returns 0 when activated (or nothing to do), 1 when it failed (restored, or stopped on a first
+    activation) or was refused, 2 when ``new_text`` is not a llama-swap config. Never raises for a
+    failed step: each is logged with what answered.
+    """
+    host = host or Host()
+    log = host.log
+    try:
+        new = parse_config(new_text, "the new config")
+    except ValueError as exc:
+        log(f"error: {exc}")
+        return 2
+    old_text = live.read_text() if live.exists() else None
+    if respect_hold and old_text != new_text:
+        hold = read_holds(holds_path).get(HOLD_KEY)
+        if hold:
+            log(f"held: {live} was rolled back by `{hold.get('by')}` at {hold.get('since')}; not activating "
+                f"(`rigkit wire-in --release` releases the hold)")
+            return 1
+    if old_text == new_text and not force_restart:
+        log(f"{live} already holds this config ({sha256_text(new_text)[:12]}); nothing to do")
+        return 0
+    old = None
+    if old_text is not None:
+        try:
+            old = parse_config(old_text, str(live))
+        except ValueError as exc:
+            log(f"warning: {exc}; every member counts as changed")
+    timeout_s = host.completion_timeout_s or float(new.get("healthCheckTimeout") or 120) + 30
+    backup = None
+    if old_text is not None and old_text != new_text:
+        backup = _unique(live.with_name(f"{live.name}.bak-{utc_stamp(now())}"))
+        _copy(live, backup)
+        log(f"backed up {live} to {backup}")
+    if old_text is None:
+        log(f"first activation: {live} does not exist yet (no backup to restore on failure)")
+    st = live.stat() if live.exists() else None
+    inst_owner = owner or (_owner_of(st) if st else DEFAULT_OWNER)
+    inst_mode = mode if mode is not None else (st.st_mode & 0o7777 if st else DEFAULT_MODE)
+    diff = member_diff(old, new)
+    log("members: " + ", ".join(f"{k} {', '.join(v)}" for k, v in diff.items() if v) if any(diff.values())
+        else "members: no definition changed")
+    try:
+        live.parent.mkdir(parents=True, exist_ok=True)
+        if old_text != new_text:
+            _install(new_text, live, inst_owner, inst_mode)
+            log(f"installed the new config as {live} ({sha256_text(new_text)[:12]})")
+        _bring_up(host, new, old if old_text != new_text else new, timeout_s)
+    except (ActivationError, OSError, KeyError) as exc:
+        log(f"FAILED: {exc}")
+        return _recover(host, live, backup, old_text, new_text, now)
+    log(f"activated: {live} is live and {resident(new) or 'no resident'} is loaded")
+    return 0
+
+
+def _owner_of(st: os.stat_result) -> str:
+    import grp
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(st.st_uid).pw_name}:{grp.getgrgid(st.st_gid).gr_name}"
+    except KeyError:
+        return DEFAULT_OWNER
+
+
+def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, new_text: str,
+             now: Callable[[], float]) -> int:
+    """Put the previous config back after a failed activation (always returns 1)."""
+    log = host.log
+    if old_text is None:
+        aside = _unique(live.with_name(f"{live.name}.failed-{utc_stamp(now())}"))
+        try:
+            if live.exists():
+                os.replace(live, aside)
+            host.systemctl("stop")
+        except (ActivationError, OSError) as exc:
+            log(f"FAILED to stop llama-swap too: {exc}")
+        log(f"FIRST ACTIVATION FAILED: there is no previous config to restore; llama-swap is left STOPPED "
+            f"and the failed config moved to {aside}. Fix the member named above and run the deploy "
+            f"(or `rigkit wire-in --activate`) again.")
+        return 1
+    source = backup
+    try:
+        if source is not None:
+            _copy(source, live)
+        elif live.read_text() != old_text:  # same text re-probed (force_restart): nothing to restore
+            raise ActivationError("no backup was taken")
+        log(f"restored the previous config from {source or live}")
+        old = parse_config(old_text, "the previous config")
+        host.systemctl("restart")
+        host.wait_health()
+        res = resident(old)
+        if res:
+            log(f"  {res}: {host.complete(res, float(old.get('healthCheckTimeout') or 120) + 30)}")
+        log(f"rolled back: the previous config is live again and {res or 'no resident'} answers; "
+            "the activation FAILED")
+    except (ActivationError, OSError, ValueError) as exc:
+        log(f"FAILED to restore the previous config too: {exc}; llama-swap needs a human "
+            f"(`journalctl -u {host.service}`, backups {live}.bak-*)")
+    return 1
+
+
+def rollback(live: Path = LIVE, host: Host | None = None, holds_path: Path = HOLDS, by: str = "rigkit wire-in --rollback",
+             now: Callable[[], float] = time.time) -> int:
+    """Activate the newest backup whose content differs from the live config, then record a hold.
+
+    Returns 0 when rolled back and held; 1 when the activation failed (the config that was live stays
+    live, no hold) or a hold is already recorded; 2 when there is no live config or no backup differing
+    from it.
+    """
+    host = host or Host()
+    log = host.log
+    holds = read_holds(holds_path)
+    if HOLD_KEY in holds:
+        log(f"a hold is already recorded ({holds_path}: since {holds[HOLD_KEY].get('since')}); release it first "
+            "(`rigkit wire-in --release`) or restore a backup by hand")
+        return 1
+    if not live.exists():
+        log(f"error: {live} does not exist; nothing to roll back")
+        return 2
+    current = live.read_text()
+    candidates = [b for b in reversed(backups(live)) if b.read_text() != current]
+    if not candidates:
+        log(f"error: no backup {live}.bak-* differs from the live config; nothing to roll back to")
+        return 2
+    source = candidates[0]
+    log(f"rolling back to {source}")
+    before = set(backups(live))
+    rc = activate(source.read_text(), live, host, holds_path, respect_hold=False, now=now)
+    if rc != 0:
+        return rc
+    held_copy = next(iter(sorted(set(backups(live)) - before)), None)
+    try:
+        cur, back = parse_config(source.read_text(), str(source)), parse_config(current, "the replaced config")
+    except ValueError:
+        cur = back = None
+    holds[HOLD_KEY] = {
+        "path": str(live), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())), "by": by,
+        "restored_from": str(source), "live_sha256": sha256_text(source.read_text()),
+        "held_back_sha256": sha256_text(current), "held_back_copy": str(held_copy) if held_copy else None,
+        "held_back_members": member_diff(cur, back),
+    }
+    write_holds(holds_path, holds)
+    log(f"hold recorded in {holds_path}: the deploy will not re-activate until `rigkit wire-in --release`")
+    return 0
+
+
+def release(holds_path: Path = HOLDS, log: Callable[[str], None] = print) -> int:
+    """Remove the ``llama-swap`` hold; returns 0 (also when there was none)."""
+    holds = read_holds(holds_path)
+    if HOLD_KEY not in holds:
+        log(f"no hold recorded in {holds_path}")
+        return 0
+    hold = holds.pop(HOLD_KEY)
+    write_holds(holds_path, holds)
+    log(f"released the hold of {hold.get('since')} ({hold.get('by')}); the next deploy or "
+        "`rigkit wire-in --activate` activates the declared config")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``rigkit-agent activate [--config NEW] [--live PATH] [--restart | --rollback | --release]``.
+
+    Logs each step on stdout (the remote wrapper :func:`remote_command` prints it back). Exit codes
+    as the module docstring says.
+    """
+    ap = argparse.ArgumentParser(prog="rigkit-agent activate", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path, help="the new live config to activate (e.g. the uploaded staging copy)")
+    ap.add_argument("--live", type=Path, default=LIVE, help=f"the live config [default: {LIVE}]")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--restart", action="store_true", help="restart and probe even when --config equals the live one")
+    mode.add_argument("--rollback", action="store_true", help="activate the newest differing backup and record a hold")
+    mode.add_argument("--release", action="store_true", help="remove the hold")
+    ap.add_argument("--holds", type=Path, default=HOLDS, help=f"[default: {HOLDS}]")
+    ap.add_argument("--base", default=BASE, help=f"llama-swap's URL [default: {BASE}]")
+    ap.add_argument("--service", default=SERVICE, help=f"llama-swap's unit [default: {SERVICE}]")
+    ap.add_argument("--key-file", type=Path, default=SECRET, help="the VLLM_API_KEY file (value never printed)")
+    ap.add_argument("--owner", help=f"owner of the installed config [default: the replaced file's, or {DEFAULT_OWNER}]")
+    ap.add_argument("--mode", type=lambda s: int(s, 8), help="mode of the installed config (octal)")
+    ap.add_argument("--health-timeout", type=float, default=60.0, help="s to wait for /health after a restart")
+    ap.add_argument("--completion-timeout", type=float, help="s per completion [default: healthCheckTimeout + 30]")
+    args = ap.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    if args.release:
+        return release(args.holds, log)
+    host = Host(args.base, args.service, args.key_file, args.health_timeout, args.completion_timeout, log)
+    try:
+        with activation_lock(LOCK if args.live == LIVE else args.live.with_name(".rigkit-activate.lock")):
+            if args.rollback:
+                return rollback(args.live, host, args.holds)
+            if args.config is None:
+                ap.error("--config is required (unless --rollback or --release)")
+            try:
+                text = args.config.read_text()
+            except OSError as exc:
+                log(f"error: --config {args.config}: {exc.strerror}")
+                return 2
+            return activate(text, args.live, host, args.holds, args.owner, args.mode, force_restart=args.restart)
+    except ActivationError as exc:
+        log(f"error: {exc}")
+        return 1
+    except ValueError as exc:  # an unreadable holds file
+        log(f"error: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""``rigkit wire-in``: the llama-swap wire-in as the operator decides it (DESIGN.md job 2, "Staged vs live").
+
+``--show`` prints the unified diff from the host's live config to the declared one (rendered from the
+spec: members with ``staged: false``), the members it adds, removes or changes, and any hold;
+``--activate`` uploads the declared config to the host's staging path and runs the one activation path
+there (:mod:`rigkit.activate`, in the transient unit ``rigkit-activate``, so a lost SSH session cannot
+leave it half done); ``--rollback`` activates the newest backup and records a hold that the deploy
+respects and drift reports; ``--release`` removes the hold. The operator wires a member in by flipping
+``staged`` in group_data (or, for one run, ``--data``); nothing edits the operator's files.
+
+Reaches the host over SSH with pyinfra's connection settings (:mod:`rigkit.bench.tunnel`), ``sudo -n``
+when the inventory says ``_sudo``. Nothing shown holds a secret: the configs hold none, and the agent
+never prints the API key.
+
+Exit codes (DESIGN.md): 0 done / no differences; 1 failed (host unreachable, activation failed and
+restored, refused by a hold); 2 invalid input (inventory, spec, arguments; no backup to roll back to);
+3 ``--show`` found differences to review.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+import subprocess
+import sys
+
+import click
+
+from rigkit import exitcodes
+
+
+def _sudo(connection: dict) -> str:
+    return "sudo -n " if connection.get("_sudo") else ""
+
+
+def _ssh(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    """Run ``command`` (a shell string) on the host; raises click.ClickException (exit 1) when ssh fails
+    to run at all."""
+    from rigkit.bench.tunnel import ssh_base_args
+
+    argv = ssh_base_args(hs.name, hs.connection) + ["--", command]
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise _Fail(f"{hs.name}: `{command[:80]}` timed out after {timeout_s:g} s") from None
+
+
+class _Fail(click.ClickException):
+    exit_code = exitcodes.FAILED
+
+
+def live_config(hs) -> str | None:
+    """The host's live llama-swap config text, or None when it has none; raises _Fail (exit 1) when
+    the host cannot be read."""
+    from rigkit import paths
+
+    path = shlex.quote(paths.LLAMA_SWAP_CONFIG)
+    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c 'if [ -e {path} ]; then cat {path}; else echo __RIGKIT_NONE__; fi'")
+    if p.returncode != 0:
+        raise _Fail(f"{hs.name}: cannot read {paths.LLAMA_SWAP_CONFIG} (ssh exit {p.returncode}): {p.stderr.strip()[:300]}")
+    return None if p.stdout == "__RIGKIT_NONE__\n" else p.stdout
+
+
+def host_holds(hs) -> dict:
+    """The host's holds (:func:`rigkit.activate.read_holds` of ``/var/lib/rigkit/holds.json``)."""
+    import json
+
+    from rigkit import paths
+
+    path = shlex.quote(paths.HOLDS_FILE)
+    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c 'cat {path} 2>/dev/null || true'")
+    if p.returncode != 0:
+        raise _Fail(f"{hs.name}: cannot read {paths.HOLDS_FILE}: {p.stderr.strip()[:300]}")
+    try:
+        data = json.loads(p.stdout) if p.stdout.strip() else {}
+    except ValueError:
+        raise _Fail(f"{hs.name}: {paths.HOLDS_FILE} is not valid JSON; fix or remove it") from None
+    return data if isinstance(data, dict) else {}
+
+
+def describe_hold(hold: dict) -> str:
+    """One line naming a hold: since, by whom, what it restored and what it holds back."""
+    back = hold.get("held_back_members") or {}
+    what = "; ".join(f"{k}: {', '.join(v)}" for k, v in back.items() if v) or "no member difference"
+    return (f"hold since {hold.get('since')} ({hold.get('by')}): live = {hold.get('restored_from')}; "
+            f"held back ({what}), a copy in {hold.get('held_back_copy')}")
+
+
+def show(hs, echo=click.echo) -> int:
+    """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
+    from rigkit import paths
+    from rigkit.activate import HOLD_KEY, member_diff, parse_config
+    from rigkit.render import render_llama_swap
+
+    declared = render_llama_swap(hs.spec, staged=False)
+    live = live_config(hs)
+    hold = host_holds(hs).get(HOLD_KEY)
+    if hold:
+        echo(f"{hs.name}: {describe_hold(hold)}")
+    if live == declared:
+        echo(f"{hs.name}: the live config is the declared one; no differences")
+        return exitcodes.OK
+    diff = difflib.unified_diff((live or "").splitlines(keepends=True), declared.splitlines(keepends=True),
+                                fromfile=f"{hs.name}:{paths.LLAMA_SWAP_CONFIG} (live)" if live is not None else "(no live config)",
+                                tofile=f"{paths.LLAMA_SWAP_CONFIG} (declared)")
+    sys.stdout.writelines(diff)
+    try:
+        members = member_diff(parse_config(live, "live") if live else None, parse_config(declared, "declared"))
+    except ValueError:
+        members = {}
+    summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"
+    echo(f"{hs.name}: members {summary}; `rigkit wire-in --activate` activates the declared config")
+    return exitcodes.FINDINGS
+
+
+def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
+    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.activate.remote_command`,
+    print its log, return its exit code (an ssh failure is 1)."""
+    from rigkit.activate import remote_command
+
+    cmd = remote_command(args)
+    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(cmd)}", timeout_s=timeout_s)
+    sys.stdout.write(p.stdout)
+    if p.stderr.strip():
+        sys.stderr.write(p.stderr)
+    return p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED
+
+
+def activate_host(hs) -> int:
+    """Upload the declared live config to the host's staging path and activate it there."""
+    from rigkit import activate, paths
+    from rigkit.render import render_llama_swap
+
+    declared = render_llama_swap(hs.spec, staged=False)
+    staging = str(activate.STAGING)
+    up = _ssh(hs, f"{_sudo(hs.connection)}sh -c " + shlex.quote(
+        f"install -d -m 0700 {shlex.quote(str(activate.STAGING.parent))} && umask 077 && cat > {shlex.quote(staging)}"),
+        stdin=declared)
+    if up.returncode != 0:
+        raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
+    return _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG])
+
+
+@click.command("wire-in")
+@click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
+              help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")
+@click.option("--host", "hosts", metavar="NAME", multiple=True, required=True, help="the host (repeatable)")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key for this run, as pyinfra --data")
+@click.option("--show", "action", flag_value="show", help="diff the host's live config with the declared one (exit 3 when they differ)")
+@click.option("--activate", "action", flag_value="activate", help="activate the declared config through the activation path")
+@click.option("--rollback", "action", flag_value="rollback", help="activate the newest backup and record a hold")
+@click.option("--release", "action", flag_value="release", help="remove the hold (the next deploy activates again)")
+def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None) -> None:
+    """Review, activate, roll back or release the llama-swap wire-in on a host."""
+    from rigkit.cli import _parse_data, err
+    from rigkit.inventory import InventoryError, load_hosts
+    from rigkit.spec import SpecError
+
+    if action is None:
+        err.print("[red]error:[/] say what to do: --show, --activate, --rollback or --release")
+        sys.exit(exitcodes.INVALID)
+    try:
+        host_specs = load_hosts(inventory, list(hosts), override_data=_parse_data(data))
+    except (InventoryError, SpecError) as exc:
+        err.print(f"[red]error:[/] {exc}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    except click.BadParameter as exc:
+        err.print(f"[red]error:[/] {exc.format_message()}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    codes = []
+    for hs in host_specs:
+        try:
+            if action == "show":
+                codes.append(show(hs))
+            elif action == "activate":
+                codes.append(activate_host(hs))
+            elif action == "rollback":
+                from rigkit import paths
+
+                codes.append(_agent(hs, ["--rollback", "--live", paths.LLAMA_SWAP_CONFIG]))
+            else:
+                codes.append(_agent(hs, ["--release"]))
+        except _Fail as exc:
+            err.print(f"[red]error:[/] {exc.message}", markup=True)
+            codes.append(exitcodes.FAILED)
+    sys.exit(exitcodes.combine(*codes))

@@ -1,0 +1,295 @@
+"""The wire-in, the watchdog and the keeper on a deployed sandbox host (nspawn lane, real SSH + sudo,
+llama-swap's stand-in, the fake docker's HyperQwen and llama.cpp's server for Strata).
+
+One host is deployed for the module (through the activation path: a first activation), then the tests
+run in file order on it: show, activate, the keeper after a swap's ttl, rollback + hold + release, a
+broken member rolled back by itself, the watchdog (unload, answer again, back off, idle in a window),
+a failed first activation, and the deploy's smoke (passing, then failing on a FAIL verdict).
+The stub switches are tests/harness/README.md's (``/run/fake-docker/control/<container>/answer500``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+
+from rigkit.activate import read_holds, remote_command  # noqa: E402
+
+TOKEN = hostctl.hub_token()
+SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "
+                     r"(?P<failed>\d+) failed$", re.M)
+AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
+LIVE = "/etc/llama-swap/config.yaml"
+HQ_CONTROL = "/run/fake-docker/control/hyperqwen-single-1"
+FLIP_TTL4 = 'llama_swap={"members": {"hyperqwen": {"staged": false, "ttl": 4}}}'
+FLIP = 'llama_swap={"members": {"hyperqwen": {"staged": false}}}'
+KEY_HEADER = "-H \"Authorization: Bearer $(sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env)\""
+
+
+def rigkit(host, *args, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
+    return subprocess.run([RIGKIT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def deploy(host, *args, smoke: bool = False):
+    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", *([] if smoke else ["--no-smoke"]), *args)
+
+
+def wire_in(host, *args):
+    return rigkit(host, "wire-in", "-i", "inventory/sandbox.py", "--host", host.name, *args)
+
+
+def changed(proc) -> int:
+    m = SUMMARY.search(proc.stderr)
+    assert m, proc.stderr[-3000:]
+    return int(m["changed"])
+
+
+def running(host) -> dict[str, str]:
+    return {m["model"]: m["state"] for m in json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]}
+
+
+def complete(host, model: str, check: bool = True) -> subprocess.CompletedProcess:
+    body = json.dumps({"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+    return host.run(f"curl -sS -m 120 -o /dev/null -w '%{{http_code}}' 127.0.0.1:8080/v1/chat/completions {KEY_HEADER} "
+                    f"-H 'Content-Type: application/json' -d {shlex.quote(body)}", check=check)
+
+
+def wait_for(pred, timeout: float = 30.0, every: float = 0.5):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        val = pred()
+        if val:
+            return val
+        time.sleep(every)
+    return pred()
+
+
+def agent(host, *args, check: bool = False) -> subprocess.CompletedProcess:
+    return host.run(f"{AGENT} {' '.join(shlex.quote(a) for a in args)}", check=check)
+
+
+@pytest.fixture(scope="module")
+def host(make_module_host):
+    """A fresh host deployed twice (the first activation, then nothing to do); its agent timers stopped
+    so the tests drive the keeper and the watchdog themselves."""
+    h = make_module_host("w1")
+    t0 = time.monotonic()
+    first = deploy(h, "--reboot")
+    second = deploy(h)
+    h.timings = {"deploy x2": time.monotonic() - t0}
+    h.first, h.second = first, second
+    h.key = h.run("sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env").stdout.strip()
+    return h
+
+
+def stop_timers(host):
+    host.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")
+
+
+def test_first_deploy_activates_every_member_then_strata_and_a_second_changes_nothing(host):
+    assert host.first.returncode == 0, host.first.stderr[-4000:]
+    assert host.second.returncode == 0, host.second.stderr[-4000:]
+    assert changed(host.second) == 0, host.second.stderr[-4000:]
+    log = host.run("cat /var/lib/rigkit/activate.log").stdout
+    assert "first activation: /etc/llama-swap/config.yaml does not exist yet" in log
+    assert log.index("completion to gguf-baseline (its definition changed)") < log.index(
+        "completion to strata (the resident, so it stays loaded)")
+    assert running(host) == {"strata": "ready"}
+
+
+def test_show_diffs_live_with_declared(host):
+    same = wire_in(host, "--show")
+    assert same.returncode == 0, same.stderr
+    assert f"{host.name}: the live config is the declared one; no differences" in same.stdout
+    flip = wire_in(host, "--show", "--data", FLIP_TTL4)
+    assert flip.returncode == 3, flip.stderr
+    assert f"--- {host.name}:/etc/llama-swap/config.yaml (live)" in flip.stdout
+    assert '+  "hyperqwen":' in flip.stdout and '+            - "hyperqwen"' in flip.stdout
+    assert f"{host.name}: members added: hyperqwen; `rigkit wire-in --activate` activates the declared config" in flip.stdout
+    assert host.key and host.key not in flip.stdout + flip.stderr
+
+
+def test_activate_wires_hyperqwen_in_on_demand_and_leaves_strata_loaded(host):
+    before = host.run(f"cat {LIVE}").stdout
+    proc = wire_in(host, "--activate", "--data", FLIP_TTL4)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "completion to hyperqwen (its definition changed) ..." in proc.stdout
+    assert proc.stdout.index("hyperqwen: HTTP 200") < proc.stdout.index("strata: HTTP 200")
+    assert host.key not in proc.stdout + proc.stderr
+    assert running(host) == {"strata": "ready"}
+    assert '"hyperqwen":' in host.run(f"cat {LIVE}").stdout
+    newest = host.run(f"ls {LIVE}.bak-* | tail -1").stdout.strip()
+    assert host.run(f"cat {newest}").stdout == before
+    assert wire_in(host, "--show", "--data", FLIP_TTL4).returncode == 0
+    assert complete(host, "hyperqwen").stdout == "200"  # on demand: swaps Strata out
+    assert running(host) == {"hyperqwen": "ready"}
+
+
+def test_keeper_brings_strata_back_after_a_swaps_ttl_ran_out(host):
+    stop_timers(host)
+    if "hyperqwen" not in running(host):
+        assert complete(host, "hyperqwen").stdout == "200"
+    assert wait_for(lambda: running(host) == {}, timeout=30), running(host)  # ttl 4 s
+    proc = agent(host, "keeper")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "keeper: no member loaded (a ttl ran out after a swap?); bringing strata back" in proc.stdout
+    assert "keeper: strata is back" in proc.stdout
+    assert running(host) == {"strata": "ready"}
+    again = agent(host, "keeper")
+    assert again.returncode == 0 and again.stdout.strip() == "keeper: loaded: strata"
+
+
+def test_rollback_records_a_hold_the_deploy_reports_and_respects_until_released(host, tmp_path):
+    wired = host.run(f"cat {LIVE}").stdout
+    proc = wire_in(host, "--rollback")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    live = host.run(f"cat {LIVE}").stdout
+    assert '"hyperqwen":' not in live and running(host) == {"strata": "ready"}
+    (tmp_path / "holds.json").write_text(host.run("cat /var/lib/rigkit/holds.json").stdout)
+    hold = read_holds(tmp_path / "holds.json")["llama-swap"]
+    assert hold["by"] == "rigkit wire-in --rollback" and hold["held_back_members"] == {
+        "added": ["hyperqwen"], "removed": [], "changed": []}
+    assert host.run(f"cat {hold['held_back_copy']}").stdout == wired
+    assert "hold recorded in /var/lib/rigkit/holds.json" in proc.stdout
+
+    shown = wire_in(host, "--show", "--data", FLIP_TTL4)
+    assert shown.returncode == 3 and f"{host.name}: hold since {hold['since']} (rigkit wire-in --rollback)" in shown.stdout
+
+    held = deploy(host, "--data", FLIP_TTL4)
+    assert held.returncode == 0, held.stderr[-4000:]
+    assert f"llama-swap: HELD since {hold['since']}" in held.stderr and "is NOT activated" in held.stderr
+    assert host.run(f"cat {LIVE}").stdout == live  # not re-activated
+    assert re.search(r"Activate the declared live llama-swap config \(on the host\) \n\s+\[\S+\] No changes", held.stderr)
+
+    refused = wire_in(host, "--activate", "--data", FLIP_TTL4)
+    assert refused.returncode == 1 and "held: /etc/llama-swap/config.yaml was rolled back" in refused.stdout
+
+    released = wire_in(host, "--release")
+    assert released.returncode == 0 and "released the hold" in released.stdout
+    assert host.run("cat /var/lib/rigkit/holds.json").stdout.strip() == "{}"
+
+
+def test_a_broken_new_member_is_rolled_back_by_itself_and_strata_still_answers(host):
+    before = host.run(f"cat {LIVE}").stdout
+    host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
+    try:
+        proc = wire_in(host, "--activate", "--data", FLIP)
+    finally:
+        host.run(f"rm -f {HQ_CONTROL}/answer500")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED: hyperqwen: HTTP 500 through llama-swap" in proc.stdout
+    assert "rolled back: the previous config is live again and strata answers; the activation FAILED" in proc.stdout
+    assert host.run(f"cat {LIVE}").stdout == before
+    assert running(host) == {"strata": "ready"}
+    assert complete(host, "strata").stdout == "200"
+
+
+def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs_off(host):
+    proc = wire_in(host, "--activate", "--data", FLIP)  # ttl 900: stays loaded between watchdog runs
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stop_timers(host)
+    host.run("rm -f /var/lib/rigkit/watchdog.json")
+    wd = ("watchdog", "--failures", "2", "--backoff-after", "2", "--backoff-s", "600", "--timeout", "20")
+    idle = agent(host, *wd)
+    assert idle.returncode == 0 and "watchdog: hyperqwen is not running as a member (not listed); idle" in idle.stdout
+    # the first completion of each HyperQwen process succeeds, every later one answers 500
+    host.run(f"mkdir -p {HQ_CONTROL} && echo 1 > {HQ_CONTROL}/answer500")
+    try:
+        for round_ in (1, 2):
+            assert complete(host, "hyperqwen").stdout == "200"
+            assert running(host) == {"hyperqwen": "ready"}
+            first = agent(host, *wd)
+            assert first.returncode == 0, first.stdout + first.stderr
+            assert "watchdog: hyperqwen failed a 1-token completion (HTTP 500: EngineDeadError" in first.stderr
+            assert "1 of 2 in a row" in first.stderr and running(host) == {"hyperqwen": "ready"}
+            second = agent(host, *wd)
+            assert second.returncode == 0, second.stdout + second.stderr
+            assert "watchdog: unloading hyperqwen through llama-swap after 2 failures in a row" in second.stderr
+            assert "hyperqwen" not in running(host)
+            state = json.loads(host.run("cat /var/lib/rigkit/watchdog.json").stdout)["hyperqwen"]
+            assert state["unloads"] == round_
+        assert "unloaded 2 times in a row without a healthy answer; backing off 600 s" in second.stderr
+        # without a human: the next request starts it afresh and it answers
+        assert complete(host, "hyperqwen").stdout == "200"
+        agent(host, *wd)
+        backing = agent(host, *wd)
+        assert backing.returncode == 1
+        assert "watchdog: backing off until" in backing.stderr and "leaving it alone" in backing.stderr
+        assert running(host) == {"hyperqwen": "ready"}
+        assert host.key not in first.stdout + first.stderr + second.stderr + backing.stderr
+    finally:
+        host.run(f"rm -f {HQ_CONTROL}/answer500")
+    # a healthy answer resets the counters
+    assert complete(host, "hyperqwen").stdout == "200"
+    ok = agent(host, *wd)
+    assert ok.returncode == 0 and "watchdog: hyperqwen answers again; counters reset" in ok.stdout
+
+
+def test_watchdog_and_keeper_stand_down_while_a_window_is_open(host):
+    host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
+    host.write("/var/lib/rigkit/window.json", '{"state": "open", "tenant": "hyperqwen"}')
+    try:
+        before = host.run("cat /var/lib/rigkit/watchdog.json").stdout
+        for _ in range(3):
+            proc = agent(host, "watchdog", "--failures", "1")
+            assert proc.returncode == 0
+            assert proc.stdout.startswith("watchdog: a window is open (/var/lib/rigkit/window.json); standing down")
+        assert host.run("cat /var/lib/rigkit/watchdog.json").stdout == before
+        assert "hyperqwen" in running(host)
+        keeper = agent(host, "keeper")
+        assert keeper.returncode == 0 and "keeper: a window is open" in keeper.stdout
+    finally:
+        host.run(f"rm -f /var/lib/rigkit/window.json {HQ_CONTROL}/answer500")
+
+
+def test_a_first_activation_that_fails_leaves_llama_swap_stopped_and_says_so(host):
+    host.run(f"mkdir -p /root/saved && mv {LIVE} {LIVE}.bak-* /root/saved/ && systemctl stop llama-swap.service")
+    host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
+    try:
+        cmd = remote_command(["--config", "/root/saved/config.yaml", "--live", LIVE])
+        proc = host.run(cmd, check=False)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "FIRST ACTIVATION FAILED: there is no previous config to restore; llama-swap is left STOPPED" in proc.stdout
+        assert host.run("systemctl is-active llama-swap.service", check=False).stdout.strip() in ("inactive", "failed")
+        assert host.run(f"test -e {LIVE}", check=False).returncode != 0
+        assert host.run(f"ls {LIVE}.failed-*").stdout.strip()
+    finally:
+        host.run(f"rm -f {HQ_CONTROL}/answer500 {LIVE}.failed-*; mv /root/saved/* /etc/llama-swap/; "
+                 "systemctl start llama-swap.service")
+    assert wait_for(lambda: host.run("curl -fsS 127.0.0.1:8080/health", check=False).returncode == 0)
+
+
+def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
+    passing = deploy(host, smoke=True)  # back to the declared config (HyperQwen staged), then the smoke
+    assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-3000:]
+    assert "post-deploy smoke: bench -i inventory/sandbox.py --host " in passing.stderr
+    assert f"post-deploy smoke: {host.name}/strata: passed" in passing.stderr
+    assert '"hyperqwen":' not in host.run(f"cat {LIVE}").stdout and running(host) == {"strata": "ready"}
+    summary_path = re.search(r"^wrote .*?, (\S+summary\.json), ", passing.stdout, re.M)[1]
+    baseline = json.loads((ROOT / summary_path).read_text())
+    for wl in baseline["workloads"].values():
+        med = (wl.get("metrics") or {}).get("decode_tps") or {}
+        if med.get("median"):
+            med["median"] *= 10  # a baseline ten times faster: the smoke is >15% slower, a FAIL verdict
+    (tmp_path / "fast.json").write_text(json.dumps(baseline))
+    failing = deploy(host, "--data", f'bench={{"baseline": "{tmp_path / "fast.json"}"}}', smoke=True)
+    assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
+    assert "FAIL" in failing.stdout
+    assert f"post-deploy smoke: {host.name}/strata: FAILED (exit 1)" in failing.stderr
+    assert changed(failing) == 0  # the deploy itself had converged

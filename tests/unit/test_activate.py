@@ -1,0 +1,180 @@
+"""The activation path's logic (rigkit.activate) with the host's side effects replaced by a recorder:
+which members get a completion and in what order, backups, restore on failure, a first activation
+left stopped, holds. The real thing runs on the sandbox (tests/harness/test_wirein.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from rigkit import activate as act
+
+OLD = """healthCheckTimeout: 60
+models:
+  strata: {cmd: "docker run strata", proxy: "http://127.0.0.1:18030"}
+  gguf-baseline: {cmd: "docker run gguf", proxy: "http://127.0.0.1:18040"}
+hooks: {on_startup: {preload: [strata]}}
+"""
+NEW = OLD.replace(
+    "  gguf-baseline:", '  hyperqwen: {cmd: "docker compose up single", proxy: "http://127.0.0.1:18020"}\n  gguf-baseline:')
+
+
+class FakeHost(act.Host):
+    """Records systemctl verbs and completions; ``fail`` maps a member to the error its completion raises."""
+
+    def __init__(self, fail=None, fail_health=False):
+        super().__init__(log=self._log)
+        self.calls, self.lines, self.fail, self.fail_health = [], [], dict(fail or {}), fail_health
+
+    def _log(self, msg):
+        self.lines.append(msg)
+
+    def systemctl(self, verb):
+        self.calls.append(("systemctl", verb))
+
+    def wait_health(self):
+        self.calls.append(("health",))
+        if self.fail_health:
+            raise act.ActivationError("llama-swap did not answer /health within 60 s")
+
+    def complete(self, member, timeout_s):
+        self.calls.append(("complete", member))
+        if member in self.fail:
+            err = self.fail.pop(member)
+            raise act.ActivationError(f"{member}: {err}")
+        return "HTTP 200 in 0.1 s"
+
+
+@pytest.fixture
+def live(tmp_path):
+    p = tmp_path / "config.yaml"
+    p.write_text(OLD)
+    return p
+
+
+def completions(host):
+    return [c[1] for c in host.calls if c[0] == "complete"]
+
+
+def test_changed_members_and_probe_order_put_the_resident_last():
+    old, new = act.parse_config(OLD, "old"), act.parse_config(NEW, "new")
+    assert act.changed_members(old, new) == ["hyperqwen"]
+    assert act.probe_order(old, new) == ["hyperqwen", "strata"]
+    assert act.probe_order(None, new) == ["hyperqwen", "gguf-baseline", "strata"]  # first activation: all
+    assert act.member_diff(new, old) == {"added": [], "removed": ["hyperqwen"], "changed": []}
+    assert act.resident(new) == "strata"
+
+
+def test_parse_config_refuses_what_is_not_a_llama_swap_config():
+    with pytest.raises(ValueError, match=r"^x: not a llama-swap config \(no `models` mapping\)$"):
+        act.parse_config("a: 1\n", "x")
+    with pytest.raises(ValueError, match=r"^x: not valid YAML"):
+        act.parse_config("a: [\n", "x")
+
+
+def test_activation_backs_up_installs_restarts_and_probes_changed_members_then_strata(live, tmp_path):
+    host = FakeHost()
+    rc = act.activate(NEW, live, host, tmp_path / "holds.json", owner="root:root", now=lambda: 0)
+    assert rc == 0, host.lines
+    assert live.read_text() == NEW
+    assert (tmp_path / "config.yaml.bak-19700101T000000Z").read_text() == OLD
+    assert host.calls == [("systemctl", "restart"), ("health",), ("complete", "hyperqwen"), ("complete", "strata")]
+    assert host.lines[-1] == f"activated: {live} is live and strata is loaded"
+
+
+def test_same_config_is_nothing_to_do_unless_a_restart_is_asked(live, tmp_path):
+    host = FakeHost()
+    assert act.activate(OLD, live, host, tmp_path / "holds.json") == 0
+    assert host.calls == [] and "already holds this config" in host.lines[-1]
+    assert act.activate(OLD, live, host, tmp_path / "holds.json", force_restart=True) == 0
+    assert completions(host) == ["strata"] and not list(tmp_path.glob("*.bak-*"))
+
+
+def test_a_broken_new_member_restores_the_backup_and_strata_answers(live, tmp_path):
+    host = FakeHost(fail={"hyperqwen": "HTTP 502 through llama-swap after 0.4 s: upstream command exited prematurely"})
+    rc = act.activate(NEW, live, host, tmp_path / "holds.json", owner="root:root", now=lambda: 0)
+    assert rc == 1
+    assert live.read_text() == OLD
+    assert completions(host) == ["hyperqwen", "strata"]  # the failed member, then the restored resident
+    assert [c for c in host.calls if c[0] == "systemctl"] == [("systemctl", "restart")] * 2
+    assert "FAILED: hyperqwen: HTTP 502 through llama-swap after 0.4 s: upstream command exited prematurely" in host.lines
+    assert host.lines[-1].startswith("rolled back: the previous config is live again and strata answers")
+
+
+def test_a_failed_first_activation_leaves_llama_swap_stopped_and_moves_the_config_aside(tmp_path):
+    live = tmp_path / "config.yaml"
+    host = FakeHost(fail_health=True)
+    rc = act.activate(NEW, live, host, tmp_path / "holds.json", owner="root:root", now=lambda: 0)
+    assert rc == 1
+    assert not live.exists()
+    assert (tmp_path / "config.yaml.failed-19700101T000000Z").read_text() == NEW
+    assert host.calls[-1] == ("systemctl", "stop")
+    assert host.lines[-1].startswith("FIRST ACTIVATION FAILED: there is no previous config to restore; "
+                                     "llama-swap is left STOPPED")
+
+
+def test_a_hold_refuses_activation_and_rollback_records_it_until_released(live, tmp_path):
+    holds = tmp_path / "holds.json"
+    assert act.activate(NEW, live, FakeHost(), holds, owner="root:root", now=lambda: 0) == 0
+    host = FakeHost()
+    assert act.rollback(live, host, holds, now=lambda: 60) == 0, host.lines
+    assert live.read_text() == OLD and completions(host) == ["strata"]
+    hold = act.read_holds(holds)["llama-swap"]
+    assert hold["since"] == "1970-01-01T00:01:00Z" and hold["by"] == "rigkit wire-in --rollback"
+    assert hold["restored_from"] == str(tmp_path / "config.yaml.bak-19700101T000000Z")
+    assert hold["held_back_members"] == {"added": ["hyperqwen"], "removed": [], "changed": []}
+    assert open(hold["held_back_copy"]).read() == NEW
+    assert hold["live_sha256"] == act.sha256_text(OLD) and hold["held_back_sha256"] == act.sha256_text(NEW)
+    refused = FakeHost()
+    assert act.activate(NEW, live, refused, holds) == 1 and refused.calls == [] and live.read_text() == OLD
+    assert refused.lines[-1].startswith(f"held: {live} was rolled back by `rigkit wire-in --rollback` at 1970-01-01T00:01:00Z")
+    assert act.rollback(live, FakeHost(), holds) == 1  # already held
+    assert act.release(holds, log=lambda m: None) == 0 and act.read_holds(holds) == {}
+    assert act.activate(NEW, live, FakeHost(), holds, now=lambda: 120) == 0 and live.read_text() == NEW
+
+
+def test_rollback_without_a_differing_backup_is_invalid_input(live, tmp_path):
+    host = FakeHost()
+    assert act.rollback(live, host, tmp_path / "holds.json") == 2
+    assert host.lines[-1] == f"error: no backup {live}.bak-* differs from the live config; nothing to roll back to"
+
+
+def test_read_holds_absent_empty_and_broken(tmp_path):
+    p = tmp_path / "holds.json"
+    assert act.read_holds(p) == {}
+    p.write_text("")
+    assert act.read_holds(p) == {}
+    p.write_text("[1]")
+    with pytest.raises(ValueError, match=r"holds.json: not a JSON object of hold records$"):
+        act.read_holds(p)
+    p.write_text("{")
+    with pytest.raises(ValueError, match=r"holds.json: not valid JSON"):
+        act.read_holds(p)
+    p.write_text(json.dumps({"llama-swap": {"since": "x"}}))
+    assert act.read_holds(str(p)) == {"llama-swap": {"since": "x"}}
+
+
+def test_remote_command_runs_the_agent_in_a_transient_unit_and_prints_its_log():
+    cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"])
+    assert cmd.startswith("mkdir -p /var/lib/rigkit && systemd-run --unit=rigkit-activate --collect --wait --quiet ")
+    assert ("/opt/rigkit/venv/bin/rigkit-agent activate --config /var/lib/rigkit/llama-swap/config.next.yaml "
+            "--live /etc/llama-swap/config.yaml; rc=$?; cat /var/lib/rigkit/activate.log 2>/dev/null; exit $rc") in cmd
+
+
+def test_activation_lock_is_exclusive(tmp_path):
+    lock = tmp_path / "activate.lock"
+    assert not act.activation_running(lock)
+    with act.activation_lock(lock):
+        assert act.activation_running(lock)
+        with pytest.raises(act.ActivationError, match="another activation is running"):
+            with act.activation_lock(lock):
+                pass
+    assert not act.activation_running(lock)
+
+
+def test_installed_config_keeps_the_replaced_files_mode(live, tmp_path):
+    os.chmod(live, 0o640)
+    assert act.activate(NEW, live, FakeHost(), tmp_path / "holds.json", owner="root:root") == 0
+    assert live.stat().st_mode & 0o777 == 0o640
