@@ -2,7 +2,7 @@
 each kind of drift, injected by hand alone, is found and named with declared vs actual, then put
 back; a fleet with an unreachable host; JSON records; no secret in any output.
 
-One host (``rkd-t1``) is deployed once for the module with the sandbox hub's token as HF_TOKEN
+One host (``<prefix>dr1``) is deployed once for the module with the sandbox hub's token as HF_TOKEN
 (so ``hf.env`` is installed and compared by hash). Most checks run with ``--no-plan`` (the probe
 only, ~1 s); the pyinfra plan catch-all is checked where it adds something. Note: the plan
 includes the agent's wheelhouse, built from this checkout — a change to ``rigkit/`` between the
@@ -26,44 +26,23 @@ HARNESS = ROOT / "tests" / "harness"
 sys.path.insert(0, str(HARNESS))
 import hostctl  # noqa: E402
 
-NAME = "rkd-t1"
+NAME = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-") + "dr1"  # what make_module_host("dr1") names it
 CONFIG = "/etc/llama-swap/config.yaml"
 ENV_FILE = "/opt/rigkit/hyperqwen/.env"
 CANARY = "hf_DriftCanary0000RecognisableTokenValue"
 
 
-def _harness_host_cls():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("rigkit_harness_conftest", HARNESS / "conftest.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def rig():
-    """``rkd-t1``: up, deployed (with a reboot for the new driver), removed after the module."""
-    harness = _harness_host_cls()
-    why = harness._missing_prereqs()
-    if why:
-        pytest.skip(why)
-    with hostctl.lock():
-        hostctl.host_down(NAME)  # a leftover of a failed earlier run
-    data = hostctl.host_up(NAME, "nspawn")
-    host = harness.HarnessHost(name=NAME, lane="nspawn", root=Path(data["root"]), data=data)
-    try:
-        env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
-        host.agent_digest = _agent_digest()  # before: an edit during the deploy counts as a change
-        proc = subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--reboot",
-                               "--no-smoke"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        yield host
-    finally:
-        host.close()
-        with hostctl.lock():
-            hostctl.host_down(NAME)
+def rig(make_module_host):
+    """A fresh host, deployed (with a reboot for the new driver); removed after the module."""
+    host = make_module_host("dr1")
+    assert host.name == NAME
+    env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name, "HF_TOKEN": hostctl.hub_token()}
+    host.agent_digest = _agent_digest()  # before: an edit during the deploy counts as a change
+    proc = subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--reboot",
+                           "--no-smoke"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return host
 
 
 def _agent_digest() -> str:
