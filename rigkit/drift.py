@@ -41,7 +41,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from rigkit import exitcodes, paths
+from rigkit import exitcodes, hoststate, paths
 from rigkit.facts import DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
 from rigkit.operations import merge_json
 
@@ -58,16 +58,6 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
 #: Dependencies that tie one unit's lifetime to another's (systemd.unit(5)).
 TIGHT_DEPS = ("Requires", "BindsTo", "Requisite", "PartOf")
 
-
-def _roles():
-    """The project's ``roles`` package (the real deploy's), importable from a checkout: rigkit
-    reuses its ``DAEMON_JSON_KEYS`` and ``reboot_reasons`` rather than restating them."""
-    if str(PROJECT) not in sys.path:
-        sys.path.insert(0, str(PROJECT))
-    import roles.boot
-    import roles.docker
-
-    return roles
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,6 +214,10 @@ _MODELS_PY = r"""
 import base64, json, sys
 from pathlib import Path
 from rigkit import fetch
+try:
+    from rigkit.hoststate import PREPARED_MODELS
+except ImportError:  # an agent installed before it existed
+    PREPARED_MODELS = frozenset({"hyperqwen"})
 lock = json.loads(base64.b64decode(sys.argv[1]))
 deep = sys.argv[2] == "1"
 out = {}
@@ -231,7 +225,10 @@ for name, entry in sorted(lock.get("models", {}).items()):
     directory = Path(fetch.MODELS_ROOT) / entry["source"]["path"]
     try:
         if hasattr(fetch, "status"):
-            reasons = fetch.status(lock, name)
+            try:
+                reasons = fetch.status(lock, name, prepared=name in PREPARED_MODELS)
+            except TypeError:  # an agent installed before status() took prepared
+                reasons = fetch.status(lock, name)
         else:
             reasons = fetch.compare(name, directory)
         if deep:
@@ -703,7 +700,6 @@ def plan_findings(host: str, plan: dict[str, Any] | None) -> list[Finding]:
 
 def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None) -> list[Finding]:
     """Every comparison for one host's parsed probe."""
-    roles = _roles()
     spec = decl.spec
     host = decl.host
     secrets = decl.secret_values
@@ -716,10 +712,10 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     out += compare_driver(host, spec.nvidia_driver_version, spec.driver_flavour, installed, kernel, smi)
     out += compare_cuda(host, spec.cuda_version, installed, facts.get("smi_cuda"), smi.get("state") == "ok")
-    out += compare_reboot(host, roles.boot.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
+    out += compare_reboot(host, hoststate.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
                                                           spec.driver_flavour))
     out += compare_power(host, spec.gpu_power_limit_w, smi)
-    out += compare_daemon_json(host, roles.docker.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
+    out += compare_daemon_json(host, hoststate.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
     out += compare_agent(host, facts.get("agent") or {})
     out += compare_units(host, decl, facts.get("units") or {})
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {})

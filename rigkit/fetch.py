@@ -260,8 +260,8 @@ def record(name: str, directory: str | os.PathLike, lock: dict[str, Any] | None 
 def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLike = STATE_DIR,
             deep: bool = False) -> list[str]:
     """What differs between ``directory`` and the record of ``name`` (for drift): one line per
-    file missing, or whose size or mtime changed (``deep``: hashed, and reported only when the
-    bytes differ from the recorded sha256). Files not in the record are not reported. No record
+    file missing, or whose size or mtime changed (``deep``: every file hashed, and reported when
+    its bytes differ from the recorded sha256, even with the same size and mtime). Files not in the record are not reported. No record
     → one line saying so."""
     rec = load_record(state_dir, name)
     directory = Path(directory)
@@ -272,12 +272,11 @@ def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLik
         path = directory / rel
         if not path.is_file():
             out.append(f"{name}: {rel}: missing")
+        elif deep:
+            if hash_file(path)["sha256"] != entry["sha256"]:
+                out.append(f"{name}: {rel}: content differs from the record")
         elif not _same_stat(path, entry):
-            if deep:
-                if hash_file(path)["sha256"] != entry["sha256"]:
-                    out.append(f"{name}: {rel}: content differs from the record")
-            else:
-                out.append(f"{name}: {rel}: size or mtime differs from the record")
+            out.append(f"{name}: {rel}: size or mtime differs from the record")
     if rec.get("prepare_needed"):
         out.append(f"{name}: a base file was fetched again; prepare must run (then record)")
     return out

@@ -10,6 +10,7 @@ from pyinfra.facts.files import FileContents
 from rigkit import operations as ops
 from rigkit import paths
 from rigkit.facts import DkmsStatus, KernelState
+from rigkit.hoststate import reboot_reasons
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 from roles import put_rendered
@@ -42,30 +43,6 @@ def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
     hooks = next(ln for ln in wanted if ln.strip().startswith("HOOKS=("))
     yield f"sed -i 's/^HOOKS=(.*)$/{hooks}/' {path}"
     yield "mkinitcpio -P"
-
-
-def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour: str) -> list[str]:
-    """Why the GPU steps cannot run on the running boot (empty: they can). Pure, for tests.
-
-    The newest installed kernel must be the running one, and the loaded ``nvidia`` module must
-    be the pinned driver; with a DKMS flavour the module must also be built for the kernel that
-    will boot.
-    """
-    reasons = []
-    kernels = sorted(kernel.get("installed_kernels", []))
-    running = kernel.get("running", "")
-    if kernels and running not in kernels:
-        reasons.append(f"running kernel {running} is no longer installed (installed: {', '.join(kernels)})")
-    loaded = kernel.get("nvidia_module")
-    if loaded != driver_version:
-        reasons.append(f"loaded nvidia module is {loaded or 'none'}, the pinned driver is {driver_version}")
-    if flavour.endswith("-dkms") and kernels:
-        built = {d["kernel"] for d in dkms if d["module"] == "nvidia" and d["version"] == driver_version
-                 and d["status"].startswith("installed")}
-        missing = [k for k in kernels if k not in built]
-        if missing:
-            reasons.append(f"DKMS has not built nvidia {driver_version} for {', '.join(missing)}")
-    return reasons
 
 
 @operation()

@@ -9,16 +9,10 @@ from pyinfra.facts.files import File
 from pyinfra.operations import pacman, server, systemd
 
 from rigkit import paths
+from rigkit.hoststate import DAEMON_JSON_KEYS
 from rigkit.operations import json_keys
 from rigkit.spec import RigSpec
 
-#: What rigkit owns in daemon.json: the nvidia runtime exactly as ``nvidia-ctk runtime
-#: configure --runtime=docker`` writes it, and NVIDIA's documented mitigation for containers
-#: losing the GPU on ``systemctl daemon-reload`` (notes/nvidia-arch.md §1.4, §5).
-DAEMON_JSON_KEYS = {
-    "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
-    "exec-opts": ["native.cgroupdriver=cgroupfs"],
-}
 PACKAGES = ["docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit"]
 
 

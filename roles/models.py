@@ -13,11 +13,11 @@ from pyinfra.operations import files
 
 from rigkit import members, paths
 from rigkit.facts import ModelStatus
+from rigkit.hoststate import PREPARED_MODELS
 from rigkit.models import check_lock, load_lock
 from rigkit.spec import RigSpec
 
 REMOTE_LOCK = f"{paths.STATE_DIR}/models.lock.json"
-PREPARED = {"hyperqwen"}  # rewritten in place by HyperQwen's prepare (notes/hyperqwen.md)
 
 
 @operation()
@@ -74,8 +74,8 @@ def models(spec: RigSpec):
               mode="644", add_deploy_dir=False)
     for name in sorted(lock["models"]):
         model_fetched(name=f"Fetch and verify model {name}", model=name, lock=REMOTE_LOCK,
-                      endpoint=spec.hf_endpoint, prepared=name in PREPARED)
-    prepared = sorted(PREPARED & set(lock["models"]))
+                      endpoint=spec.hf_endpoint, prepared=name in PREPARED_MODELS)
+    prepared = sorted(PREPARED_MODELS & set(lock["models"]))
     if prepared:
         hyperqwen_prepared(name="Run HyperQwen's prepare (NO_DOWNLOAD=1) and record its files", lock=REMOTE_LOCK,
                            models=prepared)

@@ -161,9 +161,10 @@ def test_cuda_series_and_driver_level():
 
 
 def test_reboot_pending_uses_the_deploys_own_reasons():
-    roles = drift._roles()
+    from rigkit.hoststate import reboot_reasons
+
     kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts", "6.12.60-1-lts"]}
-    reasons = roles.boot.reboot_reasons(kernel, [], "610.57", "nvidia-open-dkms")
+    reasons = reboot_reasons(kernel, [], "610.57", "nvidia-open-dkms")
     found = drift.compare_reboot("h1", reasons)
     assert [f.kind for f in found] == ["reboot"] and "DKMS has not built nvidia 610.57" in found[0].actual
     assert drift.compare_reboot("h1", []) == []
