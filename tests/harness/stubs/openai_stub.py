@@ -2,7 +2,15 @@
 else a small stdlib OpenAI-compatible server. Fails like llama-server when the model file is missing.
 
 usage: openai_stub.py --kind llama|vllm --model PATH --host H --port P --alias NAME [--api-key K]
-Control (tests): a file CONTROL_DIR/answer500 makes every completion answer 500 (the stdlib server only).
+Control (tests; the stdlib server only, i.e. every HyperQwen container), files in CONTROL_DIR
+(docker's /run/fake-docker/control/<container name>/, kept across restarts of the container):
+- ``answer500``: completions answer 500 (EngineDeadError); if the file holds an integer N, the
+  first N completions of this server process succeed and every later one answers 500.
+- ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
+- ``boot_delay_s``: seconds before the server binds its port (vLLM listens only once the
+  engine is up); a large value means it never gets healthy.
+A chat prompt holding a passage between ``<<<QUOTE START>>>`` and ``<<<QUOTE END>>>`` lines is
+answered with that passage (the bench's quoting workload), like a model that quotes correctly.
 """
 import argparse, json, os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +62,27 @@ if a.kind == "llama":
 
 NAME = a.alias or os.path.basename(a.model) or "model"
 T0 = int(time.time())
+SERVED = [0]  # completions answered by this process
+SERVED_LOCK = threading.Lock()
+
+
+def control(name):
+    """The content of CONTROL_DIR/name (stripped), or None when the file is absent."""
+    path = os.path.join(a.control_dir, name) if a.control_dir else ""
+    try:
+        return open(path).read().strip() if path else None
+    except OSError:
+        return None
+
+
+def quoted(req):
+    """The marked passage of the last user message, or None."""
+    msgs = req.get("messages") or []
+    text = msgs[-1].get("content") if msgs and isinstance(msgs[-1].get("content"), str) else ""
+    start, end = "<<<QUOTE START>>>\n", "\n<<<QUOTE END>>>"
+    if start in text and end in text.split(start, 1)[1]:
+        return text.split(start, 1)[1].split(end, 1)[0]
+    return None
 
 
 class H(BaseHTTPRequestHandler):
@@ -93,12 +122,24 @@ class H(BaseHTTPRequestHandler):
             return self.send(400, {"error": {"message": "invalid JSON"}})
         if not self.authorized():
             return
-        if a.control_dir and os.path.exists(os.path.join(a.control_dir, "answer500")):
-            return self.send(500, {"error": {"message": "EngineDeadError (sandbox: told to answer 500)", "code": 500}})
         if self.path not in ("/v1/chat/completions", "/v1/completions"):
             return self.send(404, {"error": {"message": "Not Found"}})
+        with SERVED_LOCK:
+            SERVED[0] += 1
+            n = SERVED[0]
+        die, e500 = control("die_after"), control("answer500")
+        if die is not None and die.isdigit() and n > int(die):
+            print("EngineDeadError: engine core died (sandbox: told to die)", file=sys.stderr, flush=True)
+            os._exit(1)
+        if e500 is not None and (not e500.isdigit() or n > int(e500)):
+            return self.send(500, {"error": {"message": "EngineDeadError (sandbox: told to answer 500)", "code": 500}})
         k = max(1, min(int(req.get("max_tokens") or 8), 64))
         words = ["sandbox"] * k
+        passage = quoted(req) if self.path.endswith("chat/completions") else None
+        if passage is not None:
+            words = passage.split(" ")
+            k = max(1, len(passage) // 4)
+        pieces = [w + " " for w in words[:-1]] + [words[-1] + ("" if passage is not None else " ")]
         usage = {"prompt_tokens": 4, "completion_tokens": k, "total_tokens": 4 + k}
         chat = self.path.endswith("chat/completions")
         if not req.get("stream"):
@@ -113,8 +154,8 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
-        for w in words:
-            d = {"delta": {"content": w + " "}} if chat else {"text": w + " "}
+        for w in pieces:
+            d = {"delta": {"content": w}} if chat else {"text": w}
             ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
             self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
         if (req.get("stream_options") or {}).get("include_usage"):
@@ -123,6 +164,10 @@ class H(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+delay = control("boot_delay_s")
+if delay:
+    print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
+    time.sleep(float(delay))
 srv = ThreadingHTTPServer((a.host, a.port), H)
 srv.daemon_threads = True
 signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())

@@ -1,0 +1,355 @@
+"""Tenant windows for real (issue 9): `rigkit window` on a deployed sandbox host (nspawn lane,
+real systemd, the transient unit, the fake docker's HyperQwen stand-in, llama-swap with Strata
+served by llama.cpp's server), every way a window can go wrong, and always back to steady.
+
+One host is deployed once for the module; three dummy agent timers are declared
+(``agent-a``/``agent-b`` active, ``agent-c`` installed but inactive) and one lock file. The
+tenant is told how to misbehave through the stand-in's control files
+(``/run/fake-docker/control/hyperqwen-single-1/``: ``boot_delay_s``, ``die_after``,
+``answer500``; tests/harness/stubs/openai_stub.py). After every case: Strata answers a real
+completion through :8080, exactly the same timers are active as before, hyperqwen.service is
+inactive and the journal says restored (or closed, for a refusal).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+
+from rigkit.window import expected_deviations, is_open  # noqa: E402
+
+TIMERS = ["agent-a.timer", "agent-b.timer", "agent-c.timer"]
+LOCK = "/run/agent-session.lock"
+CONTROL = "/run/fake-docker/control/hyperqwen-single-1"
+DATA = ["--data", f"paused_timers={json.dumps(TIMERS)}", "--data", f"lock_files={json.dumps([LOCK])}"]
+OUT = ["--out", tempfile.mkdtemp(prefix="rkw-results-")]  # results copied back (not into the repo)
+STEPS = ["preflight", "pause-timers", "stop-proxy", "vram-free", "start-tenant", "healthy", "warmup",
+         "bench:small", "stop-tenant", "start-proxy", "resident-ready", "verify-resident", "resume-timers"]
+
+
+def _env(host) -> dict:
+    return {**{k: v for k, v in os.environ.items() if k != "HF_TOKEN"}, "RIGKIT_SANDBOX_HOST": host.name}
+
+
+def window(host, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """``rigkit window -i inventory/sandbox.py`` with the declared timers and lock file."""
+    return subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=ROOT,
+                          env=_env(host), capture_output=True, text=True, timeout=timeout)
+
+
+def window_bg(host, *args: str) -> subprocess.Popen:
+    """The same, in the background, in its own process group (the test kills it by its id)."""
+    return subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=ROOT,
+                            env=_env(host), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def journal(host) -> dict | None:
+    out = host.run("cat /var/lib/rigkit/window.json 2>/dev/null || echo null").stdout
+    return json.loads(out)
+
+
+def wait_journal(host, pred, timeout: float = 60, what: str = "") -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        j = journal(host)
+        if j and pred(j):
+            return j
+        time.sleep(0.3)
+    raise AssertionError(f"journal never showed {what} within {timeout} s: {json.dumps(journal(host), indent=1)[-3000:]}")
+
+
+def running_step(name: str):
+    return lambda j: any(s["name"] == name and s["status"] == "running" for s in j.get("steps") or [])
+
+
+def window_until(host, step: str, *args: str) -> subprocess.Popen:
+    """Start a window in the background and wait until *its* journal shows ``step`` running."""
+    old = (journal(host) or {}).get("id")
+    proc = window_bg(host, "--bench", "small", *args)
+    pred = running_step(step)
+    wait_journal(host, lambda j: j.get("id") != old and pred(j), what=f"a new window with {step} running")
+    return proc
+
+
+def active_timers(host) -> list[str]:
+    out = host.run("systemctl list-units --type=timer --state=active --plain --no-legend --no-pager").stdout
+    return sorted(line.split()[0] for line in out.splitlines() if line.strip())
+
+
+def tenant(host, **switches: str | None) -> None:
+    """Set (value) or clear (None) the HyperQwen stand-in's control files."""
+    for name, value in switches.items():
+        if value is None:
+            host.run(f"rm -f {CONTROL}/{name}")
+        else:
+            host.run(f"mkdir -p {CONTROL} && echo {value} > {CONTROL}/{name}")
+
+
+def steps(j: dict) -> dict[str, dict]:
+    """The last record of each step name."""
+    return {s["name"]: s for s in j["steps"]}
+
+
+@pytest.fixture(scope="module")
+def rig(make_module_host):
+    """A deployed host with the dummy agent timers; returns (host, active timers before)."""
+    host = make_module_host("w1")
+    env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
+    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for stem in ("agent-a", "agent-b", "agent-c"):
+        host.write(f"/etc/systemd/system/{stem}.service",
+                   f"[Unit]\nDescription=dummy agent job {stem}\n[Service]\nType=oneshot\nExecStart=/bin/true")
+        host.write(f"/etc/systemd/system/{stem}.timer",
+                   f"[Unit]\nDescription=dummy agent cron {stem}\n[Timer]\nOnBootSec=1h\nOnUnitActiveSec=1h")
+    host.run("systemctl daemon-reload && systemctl start agent-a.timer agent-b.timer")
+    before = active_timers(host)
+    assert {"agent-a.timer", "agent-b.timer"} <= set(before) and "agent-c.timer" not in before
+    return host, before
+
+
+@pytest.fixture
+def steady(rig):
+    """Each case starts clean and must end in steady state."""
+    host, before = rig
+    tenant(host, boot_delay_s=None, die_after=None, answer500=None)
+    yield host
+    tenant(host, boot_delay_s=None, die_after=None, answer500=None)
+    assert_steady(host, before)
+
+
+def assert_steady(host, timers_before: list[str]) -> None:
+    body = json.dumps({"model": "strata", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    out = host.run(f"curl -fsS -m 120 127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
+    assert json.loads(out.stdout)["usage"]["completion_tokens"] == 4
+    assert active_timers(host) == timers_before
+    assert host.run("systemctl is-active hyperqwen.service", check=False).stdout.strip() == "inactive"
+    assert host.run("systemctl is-active rigkit-window.service", check=False).stdout.strip() == "inactive"
+    j = journal(host)
+    assert j is None or not is_open(j), j
+    assert expected_deviations(j) == []
+
+
+def test_a_clean_window_runs_end_to_end_journals_each_step_and_copies_the_results(steady, tmp_path):
+    host = steady
+    proc = window(host, "--bench", "small", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    j = journal(host)
+    assert (j["state"], j["outcome"], j["error"]) == ("restored", "ok", None)
+    assert [s["name"] for s in j["steps"]] == STEPS
+    assert all(s["status"] == "ok" and isinstance(s["duration_s"], float) for s in j["steps"]), j["steps"]
+    assert j["timers_active_before"] == ["agent-a.timer", "agent-b.timer"]
+    assert j["boot_to_healthy_s"] > 0 and j["warmup"]["requests"] == 10 and j["warmup"]["failed"] == 0
+    assert "agent-c.timer" in steps(j)["pause-timers"]["detail"]  # declared, not active: left alone
+    assert "strata answered a real completion through :8080" in steps(j)["verify-resident"]["detail"]
+    # copied back: the journal, the bench records and summary with the host context, the chart
+    folder = tmp_path / j["id"]
+    assert json.loads((folder / "journal.json").read_text())["state"] == "restored"
+    summary = json.loads((folder / "bench-small" / "summary.json").read_text())
+    ctx = summary["context"]
+    assert (ctx["gpu"], ctx["driver"], ctx["power_limit_w"], ctx["memory_total_gib"]) == \
+        ("NVIDIA GeForce RTX 3090", "610.57", 420.0, 24.0)
+    assert (ctx["host"], ctx["member"], ctx["window_id"], ctx["warmup_done"]) == (host.name, "hyperqwen", j["id"], True)
+    assert ctx["speculative"] == "dflash2 (DFLASH_TOKENS=7)" and ctx["boot_to_healthy_s"] == j["boot_to_healthy_s"]
+    assert set(summary["workloads"]) == {"chat-greedy", "chat-sampled", "quoting"}
+    assert summary["workloads"]["quoting"]["verbatim"][0]["passed"]
+    assert (folder / "bench-small" / "requests.jsonl").read_text().count("\n") == 2 + 4 + 4 + 1
+    assert (folder / "bench-small" / "chart.png").stat().st_size > 0
+    assert "steady state restored" in proc.stderr and "result: OK" in proc.stdout
+    assert host.run(f"test -f /var/lib/rigkit/windows/{j['id']}/bench-small/summary.json", check=False).returncode == 0
+
+
+def test_restore_with_no_open_window_changes_nothing(steady):
+    host = steady
+    before = host.run("sha256sum /var/lib/rigkit/window.json; systemctl show llama-swap.service "
+                      "-p ActiveEnterTimestampMonotonic").stdout
+    proc = window(host, "--restore")
+    assert proc.returncode == 0, proc.stderr
+    assert "no window is open" in proc.stderr and "nothing changed" in proc.stderr
+    assert host.run("sha256sum /var/lib/rigkit/window.json; systemctl show llama-swap.service "
+                    "-p ActiveEnterTimestampMonotonic").stdout == before
+    assert window(host, "--abort").returncode == 0
+
+
+def test_a_tenant_that_never_gets_healthy_is_given_up_and_steady_comes_back(steady):
+    host = steady
+    tenant(host, boot_delay_s=3600)
+    proc = window(host, "--bench", "small", "--healthy-timeout", "4")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "failed")
+    assert steps(j)["healthy"]["status"] == "failed"
+    assert "hyperqwen not healthy after 4 s (http://127.0.0.1:18020/health: ConnectionError)" == j["error"]
+    assert "bench:small" not in steps(j) and j["boot_to_healthy_s"] is None
+    assert "steady state restored" in proc.stderr
+
+
+def test_a_tenant_that_dies_mid_bench_ends_the_window_and_steady_comes_back(steady):
+    host = steady
+    tenant(host, die_after=14)  # 10 warm-up requests, the bench's 2 discarded ones, 2 chat prompts
+    proc = window(host, "--bench", "small")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "failed")
+    assert steps(j)["bench:small"]["status"] == "failed"
+    assert j["error"].startswith("bench small: chat-greedy failed:") and "hyperqwen.service" in j["error"]
+    assert j["bench"]["small"]["verdicts"]["chat-greedy"] == "FAIL"
+    assert j["bench"]["small"]["verdicts"]["chat-sampled"] == "FAIL"  # not run
+
+
+def test_a_tenant_that_answers_500_mid_bench_ends_the_window_and_steady_comes_back(steady):
+    host = steady
+    tenant(host, answer500=13)
+    proc = window(host, "--bench", "small")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "failed")
+    assert "chat-greedy failed: HTTP 500" in j["error"] and "EngineDeadError" in j["error"]
+    # the engine keeps answering 500 while it lives: restore stopped it all the same
+    assert steps(j)["stop-tenant"]["status"] == "ok"
+
+
+def test_a_lost_ssh_connection_leaves_the_window_to_finish_and_restore_on_the_host(steady):
+    host = steady
+    tenant(host, boot_delay_s=4)
+    proc = window_until(host, "healthy")
+    os.killpg(proc.pid, signal.SIGKILL)  # the control machine and its SSH sessions vanish
+    proc.wait()
+    j = wait_journal(host, lambda j: j["state"] == "restored", timeout=90, what="restored")
+    assert j["outcome"] == "ok" and j["bench"]["small"]["exit_code"] == 0
+    assert j["boot_to_healthy_s"] >= 4
+
+
+def test_ctrl_c_asks_the_host_to_end_early_and_the_window_restores(steady):
+    host = steady
+    tenant(host, boot_delay_s=3600)
+    proc = window_until(host, "healthy")
+    proc.send_signal(signal.SIGINT)
+    out, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 1, errs[-3000:]
+    assert "asking the host to end the window early" in errs
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "aborted")
+    assert steps(j)["healthy"]["detail"] == "interrupted (abort requested)"
+
+
+def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady):
+    host = steady
+    tenant(host, boot_delay_s=3600)
+    proc = window_until(host, "healthy")
+    host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
+    out, errs = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "steady state is NOT confirmed: run `rigkit window --restore`" in errs
+    j = journal(host)
+    assert is_open(j) and j["state"] == "open"
+    assert expected_deviations(j) == [
+        f"hyperqwen.service active: window {j['id']} swapped the tenant in (:18020 serves hyperqwen)",
+        f"llama-swap.service inactive: window {j['id']} stopped the proxy",
+        f":8080 closed: window {j['id']} stopped the proxy (strata not loaded)",
+        f"agent-a.timer inactive: window {j['id']} paused it",
+        f"agent-b.timer inactive: window {j['id']} paused it",
+    ]
+    assert host.run("systemctl is-active hyperqwen.service", check=False).stdout.strip() == "active"
+    # the deploy refuses while it is open
+    deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=ROOT,
+                            env=_env(host), capture_output=True, text=True, timeout=300)
+    assert deploy.returncode == 1 and "a window is open" in deploy.stderr
+    # a second window refuses too
+    again = window(host)
+    assert again.returncode == 1 and "run `rigkit window --restore` first" in again.stderr
+    proc = window(host, "--restore")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "replaying the restore from the journal" in proc.stderr and "steady state restored" in proc.stderr
+    j = journal(host)
+    assert (j["state"], j["outcome"], j["restores"]) == ("restored", "interrupted", 1)
+
+
+def test_restore_replays_from_the_journal_after_a_reboot(steady):
+    host = steady
+    tenant(host, boot_delay_s=3600)
+    proc = window_until(host, "healthy")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    host.reboot()
+    j = journal(host)
+    assert is_open(j) and j["outcome"] == "interrupted", j
+    assert "shutting down" in j["error"]
+    # the dummy timers are not enabled: the reboot left them stopped, the restore resumes them
+    assert "agent-a.timer" not in active_timers(host)
+    proc = window(host, "--restore")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "steady state restored" in proc.stderr
+    j = journal(host)
+    assert (j["state"], j["restores"]) == ("restored", 1)
+    assert any("restore replayed (boot" in n for n in j["notes"])
+
+
+def test_preflight_refuses_under_traffic_and_touches_nothing(steady):
+    host = steady
+    host.run("systemd-run --unit=rkw-client python3 -c \"import socket,time; "
+             "s=socket.create_connection(('127.0.0.1',8080)); time.sleep(300)\"")
+    try:
+        wait = time.monotonic() + 10
+        while not host.run("ss -Htn state established '( sport = :8080 )'").stdout.strip():
+            assert time.monotonic() < wait, "the client never connected"
+            time.sleep(0.2)
+        since = host.run("systemctl show llama-swap.service -p ActiveEnterTimestampMonotonic").stdout
+        proc = window(host, "--bench", "small")
+        assert proc.returncode == 1
+        j = journal(host)
+        assert (j["state"], j["outcome"]) == ("closed", "refused")
+        assert "llama-swap (:8080) has 1 established client connection(s), from 127.0.0.1:" in j["error"]
+        assert j["error"] in proc.stderr.replace("\n", " ") or "refused:" in proc.stderr
+        assert [s["name"] for s in j["steps"]] == ["preflight"]
+        assert host.run("systemctl show llama-swap.service -p ActiveEnterTimestampMonotonic").stdout == since
+    finally:
+        host.run("systemctl stop rkw-client.service", check=False)
+
+
+def test_preflight_refuses_under_a_lock_file_unless_forced(steady):
+    host = steady
+    host.run(f"touch {LOCK}")
+    try:
+        proc = window(host, "--bench", "small")
+        assert proc.returncode == 1
+        j = journal(host)
+        assert (j["state"], j["outcome"]) == ("closed", "refused")
+        assert j["error"] == (f"lock file(s) present: {LOCK} (a session holds the GPU); "
+                              "run again when it is released, or pass --force")
+        proc = window(host, "--force")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        j = journal(host)
+        assert (j["state"], j["outcome"]) == ("restored", "ok")
+        assert any("preflight overridden by --force: lock file(s) present" in n for n in j["notes"])
+    finally:
+        host.run(f"rm -f {LOCK}")
+
+
+def test_invalid_input_is_refused_with_exit_2_before_touching_the_host(steady):
+    host = steady
+    proc = subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", "--data", "paused_timers=null"],
+                          cwd=ROOT, env=_env(host), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "paused_timers is unset (operator-supplied); the window needs it ([] for none)" in proc.stderr
+    proc = window(host, "--data", 'hyperqwen={"gpu_memory_utilization": 0.99}')
+    assert proc.returncode == 2
+    assert ("llama_swap.members.hyperqwen.vram_gib: 23.76 — more than the card holds: 23 GiB usable "
+            "(gpu_vram_gib 24 − vram_reserve_gib 1)") in proc.stderr
+    proc = window(host, "--bench", "huge")
+    assert proc.returncode == 2 and "huge: choose from rig, small" in proc.stderr
