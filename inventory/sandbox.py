@@ -45,7 +45,8 @@ _sandbox_data = {
     "nvidia_driver_version": _MIRROR["nvidia_driver_version"],
     "cuda_version": _MIRROR["cuda_version"],
     "operator_user": _META.get("ssh_user", "rig"),
-    "paused_timers": [],
+    "paused_timers": ["agent-sync.timer"],
+    "operator_units": ["inventory/units/agent-sync.service", "inventory/units/agent-sync.timer"],
     "hf_endpoint": f"{_FIXTURES}:8000",  # tests/hub in the fixtures namespace (hostctl hub_up)
     "models_lock": str(Path(__file__).with_suffix(".lock.json")),
     "lock_files": [],

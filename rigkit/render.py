@@ -102,9 +102,10 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
 def render(spec: RigSpec) -> dict[str, RenderedFile]:
     """Render every file of the rig: ``{remote path: RenderedFile(text, mode, owner)}``.
 
-    Paths per DESIGN.md "Host paths and units". Unset operator values appear as visible
+    Paths per DESIGN.md "Host paths and units"; the operator's own ``operator_units`` are
+    included as they are (read from the control machine). Unset operator values appear as visible
     ``RIGKIT-UNSET-…`` placeholders that the validators accept; ``rigkit deploy`` refuses
-    before rendering any. Pure: reads only the spec and the templates. Raises
+    before rendering any. Reads only the spec, the templates and the operator's unit files. Raises
     ``jinja2.TemplateError`` only for a broken template (a bug, not bad input).
     """
     env = _env()
@@ -144,6 +145,8 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
             description=description, agent=paths.AGENT_BIN, command=command), "0644", "root:root")
         out[f"{unit}/{stem}.timer"] = RenderedFile(env.get_template("systemd/agent.timer.j2").render(
             description=description, every_s=every_s), "0644", "root:root")
+    for path in spec.operator_units:
+        out[f"{unit}/{Path(path).name}"] = RenderedFile(Path(path).read_text(), "0644", "root:root")
     return out
 
 

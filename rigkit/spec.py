@@ -298,6 +298,10 @@ class RigSpec(StrictModel):
     operator_user: str | None = operator_value("the operator's login on the rig")
     legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
     paused_timers: list[str] | None = operator_value("timers paused for a window")
+    operator_units: list[str] = Field(default_factory=list,
+                                      description="the operator's own unit files (paths on the control machine, "
+                                                  "relative to the project root), installed as they are; "
+                                                  "their timers enabled")
     lock_files: list[str] | None = operator_value("files whose presence means a session holds the GPU")
     hf_endpoint: str | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co")
     models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
+from pathlib import Path
 
 from rigkit import members as members_mod
 from rigkit.spec import (
@@ -33,6 +34,8 @@ OWNED_ENV_KEYS = {
     "FAST_VARIANT", "DFLASH2", "PORT", "BIND", "MODELS_DIR", "GPU_COUNT", "NO_DOWNLOAD",
 }
 SECRET_ENV_KEYS = {"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
+_OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.service", "hyperqwen-watchdog.service",
+              "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer"}
 SHELL_METACHARS = (";", "&&", "||", "|", ">", "<", "$(", "`")
 DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
 
@@ -168,6 +171,17 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
         if not timer.endswith(".timer") or not UNIT_NAME_RE.match(timer):
             out.append(SpecProblem(key=f"paused_timers[{i}]", value=repr(timer),
                                    allowed="a systemd timer unit name ending in .timer"))
+    for i, path in enumerate(spec.operator_units):
+        name = path.rsplit("/", 1)[-1]
+        if not UNIT_NAME_RE.match(name) or not name.endswith((".service", ".timer")):
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed="a .service or .timer unit file"))
+        elif not Path(path).is_file():
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed=f"no such file (relative to {Path.cwd()})"))
+        elif name in _OWN_UNITS:
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed="a unit rigkit renders itself"))
     for i, path in enumerate(spec.lock_files or []):
         if not path.startswith("/"):
             out.append(SpecProblem(key=f"lock_files[{i}]", value=repr(path), allowed="an absolute path on the host"))

@@ -148,3 +148,11 @@ def test_write_tree_writes_files_at_remote_paths_and_a_manifest(tmp_path):
         assert oct((tmp_path / entry["path"].lstrip("/")).stat().st_mode & 0o777) == oct(int(entry["mode"], 8))
     env_entry = next(m for m in man if m["path"] == "/opt/rigkit/hyperqwen/.env")
     assert (env_entry["mode"], env_entry["owner"]) == ("0640", "root:llama-swap")
+
+
+def test_operator_units_are_rendered_as_they_are(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sync.timer").write_text("[Timer]\nOnCalendar=hourly\n[Install]\nWantedBy=timers.target\n")
+    files = render(RigSpec.from_dict({"operator_units": ["sync.timer"]}))
+    assert tuple(files[f"{UNITS}/sync.timer"]) == ("[Timer]\nOnCalendar=hourly\n[Install]\nWantedBy=timers.target\n", "0644",
+                                            "root:root")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rigkit.spec import RigSpec, SpecError, merge_layers, split_pyinfra_keys, unset_operator_values
@@ -200,6 +202,12 @@ BAD_INPUTS = [
                  "hyperqwen.spec: 'eagle' (str) — expected one of 'dflash2' or 'mtp'", id="unknown-spec-mode"),
     pytest.param({"legacy_units": ["strata"]},
                  "legacy_units[0]: 'strata' — a systemd unit name such as 'strata.service'", id="legacy-unit-name"),
+    pytest.param({"operator_units": ["inventory/units/nope.timer"]},
+                 "operator_units[0]: 'inventory/units/nope.timer' — no such file (relative to " + str(Path.cwd()) + ")",
+                 id="operator-unit-missing"),
+    pytest.param({"operator_units": ["inventory/units/llama-swap.service"]},
+                 "operator_units[0]: 'inventory/units/llama-swap.service' — no such file (relative to "
+                 + str(Path.cwd()) + ")", id="operator-unit-missing-2"),
     pytest.param({"paused_timers": ["agent-sync.service"]},
                  "paused_timers[0]: 'agent-sync.service' — a systemd timer unit name ending in .timer",
                  id="paused-timer-not-a-timer"),
