@@ -23,7 +23,7 @@ from roles.secrets import secrets
 spec = spec_for(host)
 rendered = render(spec)
 
-preflight(spec)
+preflight(spec, rendered)
 pins(spec)
 boot(spec, rendered)
 docker(spec)

@@ -288,3 +288,26 @@ class ModelStatus(FactBase):
             if isinstance(item, dict) and item.get("model") in out:
                 out[item["model"]] = [] if item.get("converged") else list(item.get("reasons") or ["not converged"])
         return out
+
+
+class EstablishedConnections(FactBase):
+    """Established TCP connections to a local port, as ``[peer address:port]``: clients of a
+    service right now. Command: ``ss -Htn state established "( sport = :PORT )"`` (iproute2)."""
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "ss"
+
+    def command(self, port: int) -> str:
+        return f"ss -Htn state established '( sport = :{int(port)} )'"
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def process(self, output: list[str]) -> list[str]:
+        peers = []
+        for line in output:
+            parts = line.split()
+            if len(parts) >= 4:
+                peers.append(parts[-1])
+        return peers

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import DeployError, deploy
-from pyinfra.facts.files import File
+from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import paths
-from rigkit.facts import JsonFile, NvidiaSmi
+from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi
 from rigkit.spec import RigSpec, unset_operator_values
 
 
-def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str]) -> list[str]:
+def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
+             disruptive: list[str] | None = None, clients: list[str] | None = None) -> list[str]:
     """Why the deploy must not start, one line each (empty: go). Pure, for tests.
 
     + window: the ``JsonFile`` fact of ``/var/lib/rigkit/window.json``
     + smi: the ``NvidiaSmi`` fact (the power range is checked only when it is readable)
     + present_locks: declared lock files that exist on the host
+    + disruptive: steps of this run that will interrupt service (restart llama-swap or docker)
+    + clients: established client connections to llama-swap right now
+
+    Interrupting steps pass the same preflight as a window: refused under traffic or a declared
+    lock unless ``force`` (DESIGN.md "Disruption and reboots").
     """
     out = [f"{key} is unset (operator-supplied); set it in group_data or host data"
            for key in unset_operator_values(spec)]
@@ -29,18 +36,47 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str]) -
         if lo is not None and hi is not None and not lo <= spec.gpu_power_limit_w <= hi:
             out.append(f"gpu_power_limit_w {spec.gpu_power_limit_w} W is outside GPU {gpu['index']}'s limits "
                        f"{lo:g}–{hi:g} W (nvidia-smi power.min_limit/power.max_limit)")
-    if present_locks and not spec.force:
-        out.append(f"lock file(s) present: {', '.join(present_locks)} — a session holds the GPU; "
-                   "run again when it is released, or pass force=true")
+    if disruptive and not spec.force:
+        why = "; ".join(disruptive)
+        if present_locks:
+            out.append(f"this run would interrupt service ({why}) while lock file(s) are present: "
+                       f"{', '.join(present_locks)}; run again when released, or pass --force")
+        if clients:
+            out.append(f"this run would interrupt service ({why}) while llama-swap has {len(clients)} client "
+                       f"connection(s) ({', '.join(sorted(clients)[:5])}); run again when idle, or pass --force")
+    return out
+
+
+def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool) -> list[str]:
+    """The steps of this run that will restart a running service, from facts read before it
+    (pure, for tests): a changed live llama-swap config or unit while llama-swap runs, a
+    daemon.json that the docker step will change (docker restarts)."""
+    import hashlib
+
+    from rigkit.hoststate import DAEMON_JSON_KEYS
+    from rigkit.operations import merge_json
+
+    out = []
+    if proxy_running:
+        for path in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service"):
+            if sha1.get(path) != hashlib.sha1(rendered[path].text.encode()).hexdigest():
+                out.append(f"{path} changes: llama-swap restarts")
+    data = daemon_json.get("data") or {}
+    if daemon_json.get("exists") and merge_json(data, DAEMON_JSON_KEYS) != data:
+        out.append("daemon.json changes: docker restarts")
     return out
 
 
 @deploy("Preflight")
-def preflight(spec: RigSpec) -> None:
+def preflight(spec: RigSpec, rendered: dict) -> None:
     """Raise ``DeployError`` with every refusal before any operation is added."""
     window = host.get_fact(JsonFile, path=paths.WINDOW_JOURNAL)
     smi = host.get_fact(NvidiaSmi)
     locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
-    problems = refusals(spec, window, smi, locks)
+    sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
+    running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
+    disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running)
+    clients = host.get_fact(EstablishedConnections, port=spec.llama_swap.port) if disruptive else []
+    problems = refusals(spec, window, smi, locks, disruptive, clients)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

@@ -179,6 +179,27 @@ def test_deploy_refuses_while_a_window_is_open(deployed):
         host.run("rm -f /var/lib/rigkit/window.json")
 
 
+def test_a_restart_under_a_declared_lock_is_refused_unless_forced(deployed):
+    host, _, _ = deployed
+    host.write("/run/agent-session.lock", "held")
+    change = ["--data", "lock_files=[\"/run/agent-session.lock\"]", "--data",
+              'llama_swap={"health_check_timeout_s": 330}']
+    try:
+        proc = deploy(host, *change)
+        assert proc.returncode == 1
+        assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while "
+                "lock file(s) are present: /run/agent-session.lock; run again when released, or pass --force") in proc.stderr
+        assert "healthCheckTimeout: 300" in host.run("cat /etc/llama-swap/config.yaml").stdout
+        forced = deploy(host, *change, "--force")
+        assert forced.returncode == 0, forced.stderr[-3000:]
+        assert "healthCheckTimeout: 330" in host.run("cat /etc/llama-swap/config.yaml").stdout
+        backups = host.run("ls /etc/llama-swap/").stdout.split()
+        assert any(b.startswith("config.yaml.bak-") for b in backups)
+    finally:
+        host.run("rm -f /run/agent-session.lock")
+        assert deploy(host).returncode == 0  # back to the declared config
+
+
 def test_a_pending_reboot_stops_the_deploy_before_the_gpu_steps(make_host):
     host = make_host("d2")
     proc = deploy(host)

@@ -1,0 +1,71 @@
+"""The deploy's preflight refusals (pure parts; the host-facing ones run in tests/harness)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from rigkit import paths
+from rigkit.render import render
+from rigkit.spec import RigSpec
+from roles.preflight import disruptive_steps, refusals
+
+PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
+UNIT = f"{paths.UNIT_DIR}/llama-swap.service"
+NO_WINDOW = {"exists": False, "data": None, "error": None}
+NO_GPU = {"state": "missing", "message": "", "gpus": []}
+
+
+def spec(**data):
+    return RigSpec.from_dict(data)
+
+
+def sha1_of(files):
+    return {p: hashlib.sha1(files[p].text.encode()).hexdigest() for p in (paths.LLAMA_SWAP_CONFIG, UNIT)}
+
+
+def test_unset_operator_values_are_refused_by_name():
+    out = refusals(spec(), NO_WINDOW, NO_GPU, [])
+    assert "pacman_pins is unset (operator-supplied); set it in group_data or host data" in out
+    assert "llama_swap.release_sha256 is unset (operator-supplied); set it in group_data or host data" in out
+
+
+def test_power_limit_outside_the_cards_range_is_refused():
+    smi = {"state": "ok", "message": "", "gpus": [{"index": 0, "power_min_w": 100.0, "power_max_w": 400.0}]}
+    out = refusals(spec(pacman_pins=PINS), NO_WINDOW, smi, [])
+    assert "gpu_power_limit_w 420 W is outside GPU 0's limits 100–400 W (nvidia-smi power.min_limit/power.max_limit)" in out
+
+
+def test_an_open_window_is_refused_and_a_closed_one_is_not():
+    open_ = {"exists": True, "data": {"state": "serving"}, "error": None}
+    closed = {"exists": True, "data": {"state": "closed"}, "error": None}
+    msg = ("a window is open (/var/lib/rigkit/window.json: state 'serving'); the deploy waits until the window has "
+           "restored steady state")
+    assert msg in refusals(spec(), open_, NO_GPU, [])
+    assert not [r for r in refusals(spec(), closed, NO_GPU, []) if "window" in r]
+
+
+def test_a_converged_host_has_no_disruptive_step():
+    s = spec()
+    files = render(s)
+    daemon = {"exists": True, "data": {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+                                       "exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald"}}
+    assert disruptive_steps(s, files, sha1_of(files), daemon, proxy_running=True) == []
+
+
+def test_a_config_change_while_the_proxy_runs_is_disruptive_and_refused_under_traffic_or_a_lock():
+    s = spec(llama_swap={"health_check_timeout_s": 330})
+    old = render(spec())
+    steps = disruptive_steps(s, render(s), sha1_of(old), {"exists": False}, proxy_running=True)
+    assert steps == ["/etc/llama-swap/config.yaml changes: llama-swap restarts"]
+    out = refusals(s, NO_WINDOW, NO_GPU, ["/run/agent/session.lock"], steps, ["127.0.0.1:51234"])
+    assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while lock "
+            "file(s) are present: /run/agent/session.lock; run again when released, or pass --force") in out
+    assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while "
+            "llama-swap has 1 client connection(s) (127.0.0.1:51234); run again when idle, or pass --force") in out
+    forced = spec(llama_swap={"health_check_timeout_s": 330}, force=True)
+    assert not [r for r in refusals(forced, NO_WINDOW, NO_GPU, ["/x"], steps, ["a"]) if "interrupt" in r]
+
+
+def test_nothing_runs_yet_so_a_fresh_host_is_not_disrupted():
+    s = spec()
+    assert disruptive_steps(s, render(s), {}, {"exists": False}, proxy_running=False) == []
