@@ -251,6 +251,12 @@ def secret_env_file(path: str, key: str, value: str, user: str = "root", group: 
         yield f"install -m 0600 /dev/null {path}"
         yield FileUploadCommand(StringIO(content), path, remote_temp_filename=host.get_temp_filename(path))
         info = None
+    yield from _owner_and_mode(path, info, user, group, mode)
+
+
+def _owner_and_mode(path: str, info: dict | None, user: str, group: str, mode: str):
+    """``chown``/``chmod`` commands for what differs (``info``: pyinfra's ``File`` fact, or None
+    for a file just written)."""
     if not info or info.get("user") != user or info.get("group") != group:
         yield f"chown {user}:{group} {path}"
     if not info or f"{info.get('mode')}" != mode.lstrip("0"):
@@ -276,10 +282,7 @@ def generated_secret(path: str, key: str, user: str = "root", group: str = "root
         yield f"install -d -m 0750 -o root -g {group} {directory}"
         yield (f"( umask 077; printf '{key}=%s\\n' \"$(od -An -N{nbytes} -tx1 /dev/urandom | tr -d ' \\n')\" > {path} )")
         info = None
-    if not info or info.get("user") != user or info.get("group") != group:
-        yield f"chown {user}:{group} {path}"
-    if not info or f"{info.get('mode')}" != mode.lstrip("0"):
-        yield f"chmod {mode} {path}"
+    yield from _owner_and_mode(path, info, user, group, mode)
 
 
 @operation()

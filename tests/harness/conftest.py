@@ -203,9 +203,9 @@ def chroot_host(harness) -> HarnessHost:
     return h
 
 
-@pytest.fixture
-def make_host(harness):
-    """Factory: make_host(suffix, lane="nspawn") -> a fresh HarnessHost, removed after the test."""
+def _host_factory():
+    """``(make, made)``: ``make(suffix, lane="nspawn")`` brings up ``<prefix><suffix>``; ``made``
+    lists them for the teardown (:func:`_remove_hosts`)."""
     made: list[HarnessHost] = []
 
     def make(suffix: str, lane: str = "nspawn") -> HarnessHost:
@@ -213,28 +213,30 @@ def make_host(harness):
         made.append(h)
         return h
 
-    yield make
+    return make, made
+
+
+def _remove_hosts(made: list[HarnessHost]) -> None:
     for h in made:
         h.close()
         with hostctl.lock():
             hostctl.host_down(h.name)
+
+
+@pytest.fixture
+def make_host(harness):
+    """Factory: make_host(suffix, lane="nspawn") -> a fresh HarnessHost, removed after the test."""
+    make, made = _host_factory()
+    yield make
+    _remove_hosts(made)
 
 
 @pytest.fixture(scope="module")
 def make_module_host(harness):
     """Factory like ``make_host``, for hosts shared by one test module (e.g. deployed once)."""
-    made: list[HarnessHost] = []
-
-    def make(suffix: str, lane: str = "nspawn") -> HarnessHost:
-        h = _up(PREFIX + suffix, lane)
-        made.append(h)
-        return h
-
+    make, made = _host_factory()
     yield make
-    for h in made:
-        h.close()
-        with hostctl.lock():
-            hostctl.host_down(h.name)
+    _remove_hosts(made)
 
 
 @pytest.hookimpl(hookwrapper=True)
