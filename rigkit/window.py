@@ -484,11 +484,17 @@ class Window:
                 f"{info['completion_tokens']} tokens in {info['duration_s']} s")
 
     def bench(self, preset_name: str) -> str:
+        state = unit_state(self.plan["tenant_unit"])
+        if state != "active":  # it died during the warm-up or an earlier preset
+            raise StepFailed(f"{self.plan['tenant_unit']} is {state} before bench {preset_name} "
+                             f"(the engine exited; see journalctl -u {self.plan['tenant_unit']})")
         summary = run_bench(self.plan, preset_name, self.j.data, self.checkpoint)
         out = Path(self.j.data["results_dir"]) / f"bench-{preset_name}"
         verdicts = {n: v["verdict"] for n, v in summary["verdicts"].items()}
-        failed = {n: w.get("error") for n, w in {**summary["workloads"], **({"warmup": summary["warmup"]} if summary.get("warmup") else {})}.items()
-                  if w and w.get("status") != "ok"}
+        ordered = [("warmup", summary.get("warmup")), *summary["workloads"].items()]
+        # the cause first: a workload that failed, not one left unrun because of it
+        failed = {n: w.get("error") for n, w in ordered if w and w.get("status") not in ("ok", "not-run")} or \
+            {n: w.get("error") for n, w in ordered if w and w.get("status") != "ok"}
         self.j.data.setdefault("bench", {})[preset_name] = {
             "dir": str(out), "exit_code": summary["exit_code"], "verdicts": verdicts,
             "status": "failed" if failed else "ok"}
@@ -639,13 +645,19 @@ class Window:
                 return 1
             j.set(outcome="aborted", error=f"abort requested ({exc})")
         except StepFailed as exc:
+            self.interruptible = False
             j.set(outcome="failed", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - restore whatever happened
+            self.interruptible = False
             j.set(outcome="failed", error=f"{type(exc).__name__}: {exc}")
             j.note(traceback.format_exc()[-1500:])
         finally:
+            self.interruptible = False
             if touched and j.data.get("outcome") != "interrupted":
                 self.restore()
+            elif not touched and j.data.get("state") == "preflight":
+                # nothing was touched (preflight itself failed or was interrupted): close it
+                j.set(state="closed", outcome=j.data.get("outcome") or "failed", ended=now_iso())
         benches_ok = all(b.get("exit_code") == 0 for b in (j.data.get("bench") or {}).values())
         return 0 if j.data.get("outcome") == "ok" and j.data.get("state") == "restored" and benches_ok else 1
 

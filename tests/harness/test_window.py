@@ -30,7 +30,7 @@ RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
-from rigkit.window import expected_deviations, is_open  # noqa: E402
+from rigkit.window import _hex_ip, expected_deviations, is_open, read_journal  # noqa: E402
 
 TIMERS = ["agent-a.timer", "agent-b.timer", "agent-c.timer"]
 LOCK = "/run/agent-session.lock"
@@ -171,6 +171,11 @@ def test_a_clean_window_runs_end_to_end_journals_each_step_and_copies_the_result
     assert (folder / "bench-small" / "requests.jsonl").read_text().count("\n") == 2 + 4 + 4 + 1
     assert (folder / "bench-small" / "chart.png").stat().st_size > 0
     assert "steady state restored" in proc.stderr and "result: OK" in proc.stdout
+    # the API key was presented (the stand-in enforces it) and is written nowhere
+    key = host.run("sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env").stdout.strip()
+    assert len(key) > 8
+    assert key not in proc.stdout + proc.stderr
+    assert not [p for p in folder.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
     assert host.run(f"test -f /var/lib/rigkit/windows/{j['id']}/bench-small/summary.json", check=False).returncode == 0
 
 
@@ -353,3 +358,20 @@ def test_invalid_input_is_refused_with_exit_2_before_touching_the_host(steady):
             "(gpu_vram_gib 24 − vram_reserve_gib 1)") in proc.stderr
     proc = window(host, "--bench", "huge")
     assert proc.returncode == 2 and "huge: choose from rig, small" in proc.stderr
+
+
+def test_proc_net_tcp_addresses_are_read_as_text():
+    assert _hex_ip("0100007F") == "127.0.0.1"
+    assert _hex_ip("00000000000000000000000001000000") == "::1"
+    assert _hex_ip("0000000000000000FFFF00000100007F") == "127.0.0.1"  # v4-mapped
+
+
+def test_no_journal_or_a_closed_one_means_no_window_and_no_expected_deviation(tmp_path):
+    assert read_journal(tmp_path / "window.json") is None
+    assert expected_deviations(None) == []
+    (tmp_path / "window.json").write_text('{"state": "restored", "changed": {"proxy_stopped": true}}')
+    j = read_journal(tmp_path / "window.json")
+    assert not is_open(j) and expected_deviations(j) == []
+    (tmp_path / "window.json").write_text("[1]")
+    with pytest.raises(ValueError, match="window.json: not a JSON object"):
+        read_journal(tmp_path / "window.json")
