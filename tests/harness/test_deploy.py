@@ -158,6 +158,24 @@ def test_strata_answers_through_llama_swap_from_the_fetched_file(deployed):
     assert "strata-coder-Q4_K_M.gguf" in host.run("ls /srv/models/strata").stdout
 
 
+def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context(deployed, tmp_path):
+    host, _, _ = deployed
+    env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
+    proc = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "strata",
+                           "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "32", "--out",
+                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary_ = json.loads((tmp_path / "out" / "summary.json").read_text())
+    ctx = summary_["context"]
+    assert (ctx["gpu"], ctx["driver"], ctx["power_limit_w"], ctx["engine"]) == (
+        "NVIDIA GeForce RTX 3090", "610.57", 420.0, "llama.cpp")
+    assert (tmp_path / "out" / "requests.jsonl").read_text().count("\n") >= 4
+    idle = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "hyperqwen",
+                           "--workload", "chat-greedy"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert idle.returncode == 1
+    assert "hyperqwen" in idle.stderr and "window" in idle.stderr
+
+
 def test_out_of_range_power_limit_is_refused_before_anything_is_touched(deployed):
     host, _, _ = deployed
     before = host.run("stat -c %Y /etc/llama-swap/config.yaml /opt/rigkit/hyperqwen/.env").stdout
