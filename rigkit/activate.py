@@ -248,7 +248,11 @@ class Host:
         self.health_timeout_s, self.completion_timeout_s, self.log = health_timeout_s, completion_timeout_s, log
 
     def systemctl(self, verb: str) -> None:
-        """``systemctl VERB SERVICE``; raises ActivationError with systemctl's message."""
+        """``systemctl VERB SERVICE``; raises ActivationError with systemctl's message. Before a
+        (re)start the unit's start rate limit is reset (``reset-failed``): the unit allows 3 starts in
+        30 s, and an activation plus its restore plus the next activation would otherwise be refused."""
+        if verb in ("restart", "start"):
+            subprocess.run(["systemctl", "reset-failed", self.service], capture_output=True)
         p = subprocess.run(["systemctl", verb, self.service], capture_output=True, text=True)
         if p.returncode != 0:
             raise ActivationError(f"systemctl {verb} {self.service} failed (exit {p.returncode}): "

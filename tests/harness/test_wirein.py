@@ -175,7 +175,8 @@ def test_rollback_records_a_hold_the_deploy_reports_and_respects_until_released(
     assert held.returncode == 0, held.stderr[-4000:]
     assert f"llama-swap: HELD since {hold['since']}" in held.stderr and "is NOT activated" in held.stderr
     assert host.run(f"cat {LIVE}").stdout == live  # not re-activated
-    assert re.search(r"Activate the declared live llama-swap config \(on the host\) \n\s+\[\S+\] No changes", held.stderr)
+    assert re.search(r"Activate the declared live llama-swap config \(on the host\) \n(?:\s+\[\S+\] .*\n)*?\s+\[\S+\] No changes",
+                     held.stderr)
 
     refused = wire_in(host, "--activate", "--data", FLIP_TTL4)
     assert refused.returncode == 1 and "held: /etc/llama-swap/config.yaml was rolled back" in refused.stdout
@@ -271,14 +272,14 @@ def test_a_first_activation_that_fails_leaves_llama_swap_stopped_and_says_so(hos
         assert host.run(f"ls {LIVE}.failed-*").stdout.strip()
     finally:
         host.run(f"rm -f {HQ_CONTROL}/answer500 {LIVE}.failed-*; mv /root/saved/* /etc/llama-swap/; "
-                 "systemctl start llama-swap.service")
+                 "systemctl reset-failed llama-swap.service; systemctl start llama-swap.service")
     assert wait_for(lambda: host.run("curl -fsS 127.0.0.1:8080/health", check=False).returncode == 0)
 
 
 def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     passing = deploy(host, smoke=True)  # back to the declared config (HyperQwen staged), then the smoke
     assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-3000:]
-    assert "post-deploy smoke: bench -i inventory/sandbox.py --host " in passing.stderr
+    assert "post-deploy smoke: $ bench -i inventory/sandbox.py --host " in passing.stderr
     assert f"post-deploy smoke: {host.name}/strata: passed" in passing.stderr
     assert '"hyperqwen":' not in host.run(f"cat {LIVE}").stdout and running(host) == {"strata": "ready"}
     summary_path = re.search(r"^wrote .*?, (\S+summary\.json), ", passing.stdout, re.M)[1]
