@@ -158,6 +158,43 @@ def test_strata_answers_through_llama_swap_from_the_fetched_file(deployed):
     assert "strata-coder-Q4_K_M.gguf" in host.run("ls /srv/models/strata").stdout
 
 
+def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deployed):
+    host, _, _ = deployed
+
+    def complete(model):
+        body = json.dumps({"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+        out = host.run(f"curl -fsS -m 120 127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' "
+                       f"-d '{body}'")
+        return json.loads(out.stdout)
+
+    def running():
+        return [m["model"] for m in json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]]
+
+    assert complete("gguf-baseline")["usage"]["completion_tokens"] == 4
+    assert running() == ["gguf-baseline"]  # one group, swap: Strata was stopped first
+    assert "Qwen3.8-27B-Q4_K_M.gguf" in host.run("ls /srv/models/gguf-baseline").stdout
+    assert complete("strata")["usage"]["completion_tokens"] == 4
+    assert running() == ["strata"]
+
+
+def test_units_verify_for_real_inside_the_deployed_root(deployed):
+    """With the host's root as --root, the executables the deploy installed exist: nothing is skipped."""
+    from rigkit.checks import check_units
+    from rigkit.inventory import data_layers  # noqa: F401 - the spec comes from the sandbox inventory below
+    from rigkit.render import render
+    from rigkit.spec import RigSpec
+
+    host, _, _ = deployed
+    spec = RigSpec.from_dict({"operator_units": ["inventory/units/agent-sync.service", "inventory/units/agent-sync.timer"]})
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        results = check_units(render(spec), root=str(host.root))
+    finally:
+        os.chdir(cwd)
+    assert [(r.path, r.status, r.detail) for r in results if r.status != "pass"] == []
+
+
 def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context(deployed, tmp_path):
     host, _, _ = deployed
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
