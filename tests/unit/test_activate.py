@@ -178,3 +178,16 @@ def test_installed_config_keeps_the_replaced_files_mode(live, tmp_path):
     os.chmod(live, 0o640)
     assert act.activate(NEW, live, FakeHost(), tmp_path / "holds.json", owner="root:root") == 0
     assert live.stat().st_mode & 0o777 == 0o640
+
+
+def test_wire_in_refuses_without_an_action_or_a_host():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    none = subprocess.run([rigkit, "wire-in", "-i", "inventory/sandbox.py", "--host", "demo"], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[2])
+    assert none.returncode == 2 and "say what to do: --show, --activate, --rollback or --release" in none.stderr
+    nohost = subprocess.run([rigkit, "wire-in", "--show"], capture_output=True, text=True)
+    assert nohost.returncode == 2 and "Missing option '--host'" in nohost.stderr
