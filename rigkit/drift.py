@@ -116,7 +116,8 @@ def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | N
 
 
 def exit_code(findings: list[Finding]) -> int:
-    """DESIGN.md's code for one host's findings: 1 any ``error``, else 3 any ``drift``, else 0."""
+    """DESIGN.md's code for one host's findings: 1 any ``error``, else 3 any ``drift``, else 0
+    (``warn`` and ``expected`` — what an open window explains — are reported, not counted)."""
     severities = {f.severity for f in findings}
     if "error" in severities:
         return exitcodes.FAILED
@@ -267,6 +268,8 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("smi", NvidiaSmi().command()))
     sections.append(("smi-cuda", "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9][0-9.]*\\).*/\\1/p' | head -n 1"))
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
+    sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
+    sections.append(("holds", JsonFile().command(paths.HOLDS_FILE)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
     units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
@@ -376,6 +379,10 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["smi_cuda"] = lines[0].strip() if lines and lines[0].strip() else None
         elif key == "daemon-json":
             facts["daemon_json"] = JsonFile().process(lines)
+        elif key == "window":
+            facts["window"] = JsonFile().process(lines)
+        elif key == "holds":
+            facts["holds"] = JsonFile().process(lines)
         elif key == "agent":
             rc = None
             body = []
@@ -720,6 +727,56 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_units(host, decl, facts.get("units") or {})
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {})
     out += compare_models(host, decl.lock_note, facts.get("models"))
+    out += compare_holds(host, facts.get("holds") or {})
+    return apply_window(host, out, (facts.get("window") or {}).get("data"))
+
+
+def window_open(facts: dict[str, Any]) -> bool:
+    """True when the probe found an open window journal (:func:`rigkit.window.is_open`)."""
+    from rigkit.window import is_open
+
+    return is_open((facts.get("window") or {}).get("data"))
+
+
+def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
+    """While a window is open: report it (``warn``), and mark the findings it explains — its
+    tenant swapped in, the proxy down, the paused timers — as ``expected`` (not drift), from
+    :func:`rigkit.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
+    from rigkit.window import expected_deviations, is_open
+
+    if not is_open(journal):
+        return findings
+    deviations = expected_deviations(journal)
+    explained = {d.split()[0]: d for d in deviations}
+    for f in findings:
+        if f.kind == "unit" and f.item in explained:
+            f.severity = "expected"
+            f.actual = f"{f.actual} — {explained[f.item].split(': ', 1)[-1]}"
+    plan = journal.get("plan") or {}
+    findings.append(Finding(host, "window", f"window {journal.get('id', '?')}",
+                            "steady state (no window open)",
+                            f"{journal.get('state')}: tenant {plan.get('tenant', '?')}; expected meanwhile: "
+                            + ("; ".join(deviations) or "nothing yet"), severity="warn"))
+    return findings
+
+
+def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
+    """A hold recorded by a manual rollback (``/var/lib/rigkit/holds.json``, written by
+    :mod:`rigkit.activate`): the declared llama-swap config is held back until released
+    (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
+    where the held-back config was kept."""
+    if holds.get("error"):
+        return [Finding(host, "hold", paths.HOLDS_FILE, "a JSON object", holds["error"], severity="error")]
+    out = []
+    for name, hold in sorted((holds.get("data") or {}).items()):
+        if not isinstance(hold, dict):
+            continue
+        members = hold.get("held_back_members") or {}
+        parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]
+        out.append(Finding(host, "hold", name, "the declared config active (no hold)",
+                           f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; held back "
+                           + ("; ".join(parts) or "a changed config") + f" (copy: {hold.get('held_back_copy', '?')}); "
+                           "release with `rigkit wire-in --release`"))
     return out
 
 
@@ -828,7 +885,10 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why, severity="error")]
         else:
             host_findings = compare_host(decl, facts, diff=diff, token_source=source)
-            if plan:
+            if plan and window_open(facts):
+                host_findings.append(Finding(decl.host, "plan", "pyinfra --dry --json", "a plan",
+                                             "skipped: the deploy refuses while a window is open", severity="warn"))
+            elif plan:
                 plan_json, plan_err = plans[decl.host]
                 if plan_json is None:
                     host_findings.append(Finding(decl.host, "plan", "pyinfra --dry --json", "a plan", plan_err,

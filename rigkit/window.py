@@ -664,24 +664,8 @@ class Window:
 
 # ------------------------------------------------------------------------------------- bench
 def _bench_runner():
-    """:mod:`rigkit.bench.runner`, importable without matplotlib.
-
-    The runner imports :mod:`rigkit.bench.chart` (matplotlib) at module level, and the agent's
-    wheelhouse has no matplotlib. When it is missing, a placeholder ``rigkit.bench.chart`` whose
-    ``write_chart`` raises is registered first; the window writes ``summary.json`` itself and
-    the control side draws ``chart.png`` after copying the results back.
-    """
-    import importlib.util
-    import types
-
-    if "rigkit.bench.runner" not in sys.modules and importlib.util.find_spec("matplotlib") is None:
-        stub = types.ModuleType("rigkit.bench.chart")
-
-        def write_chart(*_a, **_k):
-            raise RuntimeError("matplotlib is not in the host agent; the chart is drawn on the control machine")
-
-        stub.write_chart = write_chart
-        sys.modules.setdefault("rigkit.bench.chart", stub)
+    """:mod:`rigkit.bench.runner` (it imports matplotlib only to draw ``chart.png``, which the
+    window leaves to the control side: the agent's wheelhouse has no matplotlib)."""
     from rigkit.bench import runner
 
     return runner

@@ -47,10 +47,12 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     return out
 
 
-def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool) -> list[str]:
+def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool,
+                     held: bool = False) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
-    (pure, for tests): a changed live llama-swap config or unit while llama-swap runs, a
-    daemon.json that the docker step will change (docker restarts)."""
+    (pure, for tests): a changed live llama-swap config or unit while llama-swap runs (not the
+    config while a hold keeps it back: the deploy will not activate it), a daemon.json that the
+    docker step will change (docker restarts)."""
     import hashlib
 
     from rigkit.hoststate import DAEMON_JSON_KEYS
@@ -59,6 +61,8 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
     out = []
     if proxy_running:
         for path in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service"):
+            if held and path == paths.LLAMA_SWAP_CONFIG:
+                continue
             if sha1.get(path) != hashlib.sha1(rendered[path].text.encode()).hexdigest():
                 out.append(f"{path} changes: llama-swap restarts")
     data = daemon_json.get("data") or {}
@@ -75,7 +79,9 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
     sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
-    disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running)
+    held = "llama-swap" in (host.get_fact(JsonFile, path=paths.HOLDS_FILE).get("data") or {})
+    disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
+                                  held)
     clients = host.get_fact(EstablishedConnections, port=spec.llama_swap.port) if disruptive else []
     problems = refusals(spec, window, smi, locks, disruptive, clients)
     if problems:

@@ -24,7 +24,6 @@ from typing import Any, Callable
 import requests
 
 from rigkit.bench import metrics as spec_metrics
-from rigkit.bench.chart import write_chart
 from rigkit.bench.client import stream_chat
 from rigkit.bench.context import Target
 from rigkit.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
@@ -169,6 +168,8 @@ def write_outputs(out_dir: str, summary: dict[str, Any],
     files = [v.get("baseline") for v in summary["verdicts"].values() if v.get("baseline")]
     chosen = next((b for b in baselines if b.get("_file") in files), None) or \
         (baselines[0] if baselines else None)
+    from rigkit.bench.chart import write_chart  # matplotlib: control side only (the agent has none)
+
     write_chart(paths["chart"], summary, chosen)
     return paths
 

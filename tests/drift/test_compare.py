@@ -394,3 +394,33 @@ def test_a_plan_that_fails_says_why():
     assert plan is None
     assert why == ("pyinfra --dry exited 1 without a plan: pyinfra error in roles/preflight.py line 46: "
                    "refusing to deploy: a window is open")
+
+
+def test_an_open_window_is_reported_and_explains_its_deviations():
+    journal = {"id": "w1", "state": "open", "plan": {"tenant": "hyperqwen", "resident": "strata"},
+               "changed": {"tenant_started": True, "proxy_stopped": True, "timers": ["agent-sync.timer"]}}
+    findings = [drift.Finding("h1", "unit", "llama-swap.service", "active", "inactive (dead)"),
+                drift.Finding("h1", "unit", "agent-sync.timer", "active", "inactive (dead)"),
+                drift.Finding("h1", "pins", "cuda", "13.3.1-1", "13.4.0-1")]
+    out = drift.apply_window("h1", findings, journal)
+    assert [(f.item, f.severity) for f in out] == [("llama-swap.service", "expected"), ("agent-sync.timer", "expected"),
+                                                   ("cuda", "drift"), ("window w1", "warn")]
+    assert out[0].actual == "inactive (dead) — window w1 stopped the proxy"
+    assert drift.exit_code(out) == 3  # the pin is still drift
+    assert drift.exit_code(out[:2] + out[3:]) == 0
+
+
+def test_a_closed_window_changes_nothing():
+    findings = [drift.Finding("h1", "unit", "llama-swap.service", "active", "inactive (dead)")]
+    assert drift.apply_window("h1", list(findings), {"id": "w1", "state": "restored"}) == findings
+
+
+def test_a_hold_is_reported_with_what_it_holds_back():
+    holds = {"exists": True, "error": None, "data": {"llama-swap": {
+        "since": "2026-11-30T08:00:00Z", "by": "rollback", "held_back_copy": "/var/lib/rigkit/llama-swap/held.yaml",
+        "held_back_members": {"added": ["hyperqwen"], "removed": [], "changed": []}}}}
+    (f,) = drift.compare_holds("h1", holds)
+    assert (f.kind, f.item, f.severity) == ("hold", "llama-swap", "drift")
+    assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; held back added: hyperqwen (copy: "
+                        "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in --release`")
+    assert drift.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []

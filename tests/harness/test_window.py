@@ -271,6 +271,17 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
         f"agent-b.timer inactive: window {j['id']} paused it",
     ]
     assert host.run("systemctl is-active hyperqwen.service", check=False).stdout.strip() == "active"
+    # drift reports the open window and what it explains, and counts none of that as drift
+    drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py", "--json"], cwd=ROOT,
+                           env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
+                           timeout=300)
+    records = [json.loads(line) for line in drift.stdout.splitlines() if line.strip()]
+    assert drift.returncode == 0, drift.stdout + drift.stderr[-2000:]
+    assert [r["item"] for r in records if r["kind"] == "window"] == [f"window {j['id']}"]
+    proxy = [r for r in records if r["kind"] == "unit" and r["item"] == "llama-swap.service"]
+    assert proxy and {r["severity"] for r in proxy} == {"expected"}
+    assert [r["actual"] for r in records if r["kind"] == "plan"] == [
+        "skipped: the deploy refuses while a window is open"]
     # the deploy refuses while it is open
     deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=ROOT,
                             env=_env(host), capture_output=True, text=True, timeout=300)

@@ -69,3 +69,9 @@ def test_a_config_change_while_the_proxy_runs_is_disruptive_and_refused_under_tr
 def test_nothing_runs_yet_so_a_fresh_host_is_not_disrupted():
     s = spec()
     assert disruptive_steps(s, render(s), {}, {"exists": False}, proxy_running=False) == []
+
+
+def test_a_held_config_is_not_a_disruption_the_deploy_will_not_activate_it():
+    s = spec(llama_swap={"health_check_timeout_s": 330})
+    old = render(spec())
+    assert disruptive_steps(s, render(s), sha1_of(old), {"exists": False}, proxy_running=True, held=True) == []
