@@ -104,6 +104,7 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         f["usr/bin/dockerd"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
         f["usr/lib/fake-docker/images.json"] = (stub("images.json"), 0o644)
         f["usr/lib/fake-docker/openai_stub.py"] = (stub("openai_stub.py"), 0o644)
+        f["usr/lib/fake-docker/hyperqwen_prepare.py"] = (stub("hyperqwen_prepare.py"), 0o644)
         f["usr/lib/systemd/system/docker.service"] = (stub("docker.service"), 0o644)
         f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
         f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)

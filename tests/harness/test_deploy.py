@@ -158,6 +158,18 @@ def test_strata_answers_through_llama_swap_from_the_fetched_file(deployed):
     assert "strata-coder-Q4_K_M.gguf" in host.run("ls /srv/models/strata").stdout
 
 
+def test_hyperqwen_was_prepared_once_and_its_record_is_the_reference(deployed):
+    host, _, _ = deployed
+    base = "/srv/models/hyperqwen/Qwen3.8-27B-W4A16-AutoRound"
+    index = json.loads(host.run(f"cat {base}/model.safetensors.index.json").stdout)
+    assert index["metadata"]["hyperqwen_prepared"]["lm_head"] == "int8"  # rewritten in place by prepare
+    record = json.loads(host.run("cat /var/lib/rigkit/models/hyperqwen.json").stdout)
+    assert record["reference"] == "prepare" and "lm_head.int8.safetensors" in record["files"]
+    status = json.loads(host.run("/opt/rigkit/venv/bin/rigkit-agent status --lock /var/lib/rigkit/models.lock.json "
+                                 "--model hyperqwen --prepared").stdout.splitlines()[-1])
+    assert status == {"model": "hyperqwen", "converged": True, "reasons": []}
+
+
 def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deployed):
     host, _, _ = deployed
 

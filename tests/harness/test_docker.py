@@ -96,7 +96,8 @@ def test_compose_single_serves_with_the_api_key_and_down_stops_it(dhost):
     dhost.run("mkdir -p /srv/models/hyperqwen")
     cfg = dhost.run("docker compose -f /opt/rigkit/hyperqwen/compose.yaml config").stdout
     assert "/srv/models/hyperqwen:/app/models" in cfg
-    dhost.run("(cd /opt/rigkit/hyperqwen && setsid docker compose -p hyperqwen up single >/tmp/hq.log 2>&1 &)")
+    # as rigkit starts it: `prepare` has run once already (--no-deps)
+    dhost.run("(cd /opt/rigkit/hyperqwen && setsid docker compose -p hyperqwen up --no-deps single >/tmp/hq.log 2>&1 &)")
     dhost.run("for i in $(seq 100); do curl -fsS http://127.0.0.1:18020/health >/dev/null && exit 0; sleep 0.1; done; "
               "cat /tmp/hq.log; exit 1")
     assert dhost.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:18020/v1/models").stdout == "401"
@@ -104,3 +105,24 @@ def test_compose_single_serves_with_the_api_key_and_down_stops_it(dhost):
     assert json.loads(models)["data"][0]["id"] == "qwen3.8-27b"
     dhost.run("cd /opt/rigkit/hyperqwen && docker compose -p hyperqwen down")
     assert dhost.run("curl -sS http://127.0.0.1:18020/health", check=False).returncode == 7
+
+
+def test_prepare_refuses_an_incomplete_model_under_no_download_then_prepares_once(dhost):
+    dhost.write("/opt/rigkit/hyperqwen/compose.yaml", COMPOSE)
+    dhost.write("/opt/rigkit/hyperqwen/.env", "MODELS_DIR=/srv/models/hyperqwen\nNO_DOWNLOAD=1\nDFLASH2=0\nFAST_VARIANT=0")
+    base = "/srv/models/hyperqwen/Qwen3.8-27B-W4A16-AutoRound"
+    dhost.run(f"rm -rf /srv/models/hyperqwen && mkdir -p {base}")
+    run = "cd /opt/rigkit/hyperqwen && docker compose -p hyperqwen run --rm prepare"
+    r = dhost.run(run, check=False)
+    assert r.returncode == 1
+    assert ("prepare: error: base model incomplete in /app/models/Qwen3.8-27B-W4A16-AutoRound (missing: config.json, "
+            "model.safetensors.index.json) and NO_DOWNLOAD=1: refusing to download") in r.stdout + r.stderr
+    dhost.write(f"{base}/config.json", "{}")
+    dhost.write(f"{base}/model.safetensors.index.json", '{"weight_map": {"a": "model-00001.safetensors"}}')
+    dhost.write(f"{base}/model-00001.safetensors", "x")
+    assert "requantized" in dhost.run(run).stdout
+    index = json.loads(dhost.run(f"cat {base}/model.safetensors.index.json").stdout)
+    assert index["metadata"]["hyperqwen_prepared"]["lm_head"] == "int8"
+    before = dhost.run(f"sha256sum {base}/*").stdout
+    assert "already prepared" in dhost.run(run).stdout
+    assert dhost.run(f"sha256sum {base}/*").stdout == before
