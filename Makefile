@@ -41,6 +41,9 @@ demo: sandbox-fixtures
 	bash tests/harness/host.sh up demo >/dev/null
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
+	@echo "the demo host stays up until 'make demo-clean'; reach it with:"
+	@echo "  $$(bash tests/harness/host.sh reach demo)"
+	@echo "  e.g. curl 127.0.0.1:8080/running there; rigkit drift -i inventory/sandbox.py here"
 
 demo-clean:
 	bash tests/harness/host.sh down demo

@@ -9,6 +9,7 @@ usage: hostctl.py up NAME [--lane nspawn|chroot]   bring a host up (idempotent);
                                                     when no host is left
        hostctl.py fixtures-up | fixtures-down
        hostctl.py hub-token                          print the token the sandbox hub accepts
+       hostctl.py reach NAME                         print the ssh command that reaches an nspawn host
 
 Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here):
   fixtures namespace "rkfx": serves the pacman mirror over HTTP on 10.231.255.1:80 (an address on its lo)
@@ -588,6 +589,12 @@ def main(argv: list[str]) -> int:
             fixtures_down()
     elif cmd == "hub-token":
         print(hub_token())
+    elif cmd == "reach":
+        meta = read_meta(rest[0]) if rest else None
+        if not meta or meta["lane"] != "nspawn":
+            raise SystemExit(f"reach: no nspawn host {rest[0] if rest else ''!r}")
+        print(f"ssh -i {meta['ssh_key']} -o UserKnownHostsFile={host_dir(meta['name']) / 'known_hosts'} "
+              f"{meta['ssh_user']}@{meta['ssh_hostname']}")
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -92,7 +92,8 @@ def test_model_container_holds_vram_serves_and_stops(dhost):
 
 def test_compose_single_serves_with_the_api_key_and_down_stops_it(dhost):
     dhost.write("/opt/rigkit/hyperqwen/compose.yaml", COMPOSE)
-    dhost.write("/opt/rigkit/hyperqwen/.env", "MODELS_DIR=/srv/models/hyperqwen\nVLLM_API_KEY=k-sandbox")
+    # PREPARE=0: the entrypoint skips its own prepare (the layout is tested below)
+    dhost.write("/opt/rigkit/hyperqwen/.env", "MODELS_DIR=/srv/models/hyperqwen\nVLLM_API_KEY=k-sandbox\nPREPARE=0")
     dhost.run("mkdir -p /srv/models/hyperqwen")
     cfg = dhost.run("docker compose -f /opt/rigkit/hyperqwen/compose.yaml config").stdout
     assert "/srv/models/hyperqwen:/app/models" in cfg
@@ -126,3 +127,14 @@ def test_prepare_refuses_an_incomplete_model_under_no_download_then_prepares_onc
     before = dhost.run(f"sha256sum {base}/*").stdout
     assert "already prepared" in dhost.run(run).stdout
     assert dhost.run(f"sha256sum {base}/*").stdout == before
+
+
+def test_single_runs_prepare_first_and_does_not_serve_an_unprepared_layout(dhost):
+    dhost.write("/opt/rigkit/hyperqwen/compose.yaml", COMPOSE)
+    dhost.write("/opt/rigkit/hyperqwen/.env", "MODELS_DIR=/srv/models/hyperqwen\nNO_DOWNLOAD=1\nVLLM_API_KEY=k")
+    dhost.run("rm -rf /srv/models/hyperqwen && mkdir -p /srv/models/hyperqwen")
+    # attached `up` returns when the container exits (as compose does, whatever its exit code)
+    dhost.run("cd /opt/rigkit/hyperqwen && timeout 60 docker compose -p hyperqwen up --no-deps single", check=False)
+    logs = dhost.run("docker logs hyperqwen-single-1", check=False)
+    assert "NO_DOWNLOAD=1: refusing to download" in logs.stdout + logs.stderr
+    assert dhost.run("curl -sS http://127.0.0.1:18020/health", check=False).returncode == 7
