@@ -3,7 +3,7 @@
 pyinfra inventory (``pyinfra inventory/sandbox.py deploy.py`` or ``rigkit deploy -i
 inventory/sandbox.py``). Connection data and the mirror come from the harness' own records, so
 this file needs no editing: the host named ``$RIGKIT_SANDBOX_HOST`` (default ``demo``) must be up
-(``python3 tests/harness/hostctl.py up demo``). The operator-supplied values are the sandbox's
+(``bash tests/harness/host.sh up demo``, as ``make demo`` does). The operator-supplied values are the sandbox's
 own: its mirror's pins, its fixtures server's llama-swap tarball (sha256 read from the file the
 harness serves), its fake images and tiny models.
 """

@@ -46,6 +46,9 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     if as_json:
         for f in findings:
             sys.stdout.write(json.dumps(f.record(with_diff=show_diff), sort_keys=True) + "\n")
+        for hs in host_specs:  # stdout stays JSON lines; a word per host on stderr
+            counted = sum(f.host == hs.name and f.severity in ("drift", "error") for f in findings)
+            print(f"{hs.name}: {counted} finding(s) counted, exit {codes[hs.name]}", file=sys.stderr)
     else:
         out = Console(highlight=False, soft_wrap=False)
         if not out.is_terminal:  # cron, a pipe: no colour (rich), lines as long as they need

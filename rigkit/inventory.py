@@ -38,6 +38,34 @@ def default_inventory() -> str:
     return os.environ.get("RIGKIT_INVENTORY") or DEFAULT_INVENTORY
 
 
+def _describe(exc: BaseException) -> str:
+    """A one-line account of an error raised while pyinfra exec'd an inventory or group_data file
+    (pyinfra wraps it as ``UnexpectedExternalError(exception, filename)``, whose ``str()`` fails)."""
+    inner = getattr(exc, "exception", None)
+    where = getattr(exc, "filename", None)
+    if inner is not None:
+        return f"{where}: {type(inner).__name__}: {inner}" if where else f"{type(inner).__name__}: {inner}"
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # an exception type whose __str__ itself fails
+        return type(exc).__name__
+
+
+def layer_labels(host: Any, inventory: Any, path: str) -> list[str]:
+    """A source label per data layer of :func:`data_layers` (same order, lowest first):
+    ``group_data/all.py``, ``group_data/<group>.py``, ``<inventory> (host NAME)``, ``--data``."""
+    from pyinfra.api.host import extract_callable_datas
+
+    named = [(inventory.get_override_data(), "--data"), (inventory.get_host_data(host.name), f"{path} (host {host.name})"),
+             (inventory.get_data(), "group_data/all.py")]
+    named += [(inventory.get_group_data(g), f"group_data/{g}.py (group {g})") for g in getattr(host, "groups", [])]
+    out = []
+    for layer in extract_callable_datas(list(host.data.datas)):
+        out.append(next((label for data, label in named if data is layer), "deploy defaults"))
+    out.reverse()
+    return out
+
+
 def data_layers(host: Any) -> list[dict[str, Any]]:
     """The host's data layers, lowest precedence first (pyinfra's ``HostData.datas`` is
     highest first: overrides, ``--data``, host, groups (last group wins), ``all``, deploy defaults)."""
@@ -70,7 +98,7 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         with ctx_state.use(State()):
             inventory = make_inventory(path, override_data=override_data, cwd=cwd or os.getcwd())
     except Exception as exc:  # pyinfra raises CliError/TypeError/SyntaxError for a broken file
-        raise InventoryError(f"inventory {path!r} could not be loaded: {exc}") from exc
+        raise InventoryError(f"inventory {path!r} could not be loaded: {_describe(exc)}") from exc
     hosts = list(inventory)
     names = [h.name for h in hosts]
     if host_names:
@@ -88,7 +116,8 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         for layer in layers:
             connection.update(split_pyinfra_keys(layer)[1])
         try:
-            spec = RigSpec.from_layers(layers, source=f"spec of host {host.name}")
+            spec = RigSpec.from_layers(layers, source=f"spec of host {host.name}",
+                                       labels=layer_labels(host, inventory, path))
         except SpecError as exc:
             problems += [p.model_copy(update={"key": f"{host.name}: {p.key}"}) for p in exc.problems]
             continue

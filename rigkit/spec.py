@@ -316,17 +316,34 @@ class RigSpec(StrictModel):
 
     # ----------------------------------------------------------------------------------------
     @classmethod
-    def from_layers(cls, layers: Iterable[Mapping[str, Any]], source: str = "spec") -> RigSpec:
+    def from_layers(cls, layers: Iterable[Mapping[str, Any]], source: str = "spec",
+                    labels: list[str] | None = None) -> RigSpec:
         """Validate the spec from data layers, **lowest precedence first** (``all`` ... host,
         ``--data``), deep-merged over the model defaults.
 
-        Keys owned by pyinfra pass through (dropped here). Raises :class:`SpecError` naming
-        every bad key, its value and what is allowed.
+        Each layer is first checked alone over the defaults, so a bad value in a lower layer is
+        reported (with the layer's label, e.g. ``group_data/all.py``) even when a higher layer
+        would replace it. Keys owned by pyinfra pass through (dropped here). Raises
+        :class:`SpecError` naming every bad key, its value and what is allowed.
         """
+        layers = list(layers)
+        base = defaults_dict()
+        problems: list[SpecProblem] = []
         merged: dict[str, Any] = {}
-        for layer in layers:
+        for i, layer in enumerate(layers):
             own, _ = split_pyinfra_keys(layer)
+            if own:
+                candidate = merge_layers(base, own)
+                try:
+                    cls.model_validate(candidate)
+                except ValidationError as exc:
+                    label = labels[i] if labels and i < len(labels) else f"data layer {i + 1}"
+                    # a member spread over layers is complete only when merged: "missing" waits for that
+                    problems += [p.model_copy(update={"key": f"{p.key} (in {label})"})
+                                 for p in _problems_from_pydantic(exc, candidate) if p.allowed != "required"]
             merged = merge_layers(merged, own)
+        if problems:
+            raise SpecError(problems, source)
         return cls.from_dict(merged, source=source)
 
     @classmethod

@@ -98,7 +98,7 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
     if failed_quotes:
         reasons.append(failed_quotes[0]["message"])
     metrics = ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
-    match, why = None, "no baseline file given"
+    match, why = None, "none given (--baseline FILE)"
     for b in baselines:
         ok, reason = comparable(context, b.get("context") or {})
         if ok and name in (b.get("workloads") or {}):

@@ -60,7 +60,7 @@ def test_a_bad_value_in_group_data_exits_2_naming_the_key(tmp_path):
     proj = project(tmp_path, "gpu_power_limit_w = '420'\nhyperqwen = {'dflash_tokens': 15, 'max_model_len': 32768}\n")
     proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
     assert proc.returncode == 2
-    assert "box: gpu_power_limit_w: '420' (str) — expected an integer" in proc.stderr
+    assert "box: gpu_power_limit_w (in group_data/all.py): '420' (str) — expected an integer" in proc.stderr
     assert "box: hyperqwen.dflash_tokens: 15" not in proc.stderr  # type errors stop before cross-field checks
 
 
@@ -68,8 +68,8 @@ def test_a_typo_in_host_data_exits_2_with_did_you_mean(tmp_path):
     proj = project(tmp_path, "", inventory='hosts = [("box", {"ssh_hostname": "b", "hyperqwen": {"dflash_tokns": 5}})]\n')
     proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
     assert proc.returncode == 2
-    assert ("box: hyperqwen.dflash_tokns: unknown key — not a rigkit or pyinfra key (did you mean "
-            "'dflash_tokens'?)") in proc.stderr
+    assert ("box: hyperqwen.dflash_tokns (in inventory/lab.py (host box)): unknown key — not a rigkit or pyinfra key "
+            "(did you mean 'dflash_tokens'?)") in proc.stderr
 
 
 def test_one_nested_override_in_group_data_keeps_the_other_defaults(tmp_path):
@@ -122,3 +122,24 @@ def test_hf_token_file_is_named_when_no_variable_is_set(tmp_path):
 
 def test_usage_error_exits_2():
     assert run(["render"]).returncode == 2
+
+
+def test_a_bad_value_replaced_by_a_higher_layer_is_still_reported_with_its_file(tmp_path):
+    proj = project(tmp_path, "hyperqwen = ['x']\n",
+                   inventory='hosts = [("box", {"hyperqwen": {"dflash_tokens": 6}})]\n')
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 2
+    assert "box: hyperqwen (in group_data/all.py): ['x'] (list) — expected a mapping" in proc.stderr
+
+
+def test_a_group_data_file_that_fails_to_run_exits_2_naming_the_file_and_error(tmp_path):
+    proj = project(tmp_path, "this is not python\n")  # parses (a comparison), fails when run
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 2, proc.stderr
+    assert f"could not be loaded: {proj}/group_data/all.py: NameError: name 'this' is not defined" in proc.stderr
+    (tmp_path / "b").mkdir()
+    proj2 = project(tmp_path / "b", "x = undefined_name\n")
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj2)
+    assert proc.returncode == 2, proc.stderr
+    assert "NameError: name 'undefined_name' is not defined" in proc.stderr
+    assert "Traceback" not in proc.stderr
