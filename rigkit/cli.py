@@ -28,13 +28,14 @@ def host_option(f):
     return click.option("--host", "hosts", metavar="NAME", multiple=True, help="only this host (repeatable)")(f)
 
 
-def load_or_exit(inventory: str | None, hosts: tuple[str, ...]):
-    """Load the inventory's hosts, or print every problem and exit 2 (nothing touched)."""
+def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None):
+    """Load the inventory's hosts (``overrides``: ``--data``), or print every problem and exit 2
+    (nothing touched)."""
     from rigkit.inventory import InventoryError, load_hosts
     from rigkit.spec import SpecError
 
     try:
-        return load_hosts(inventory, list(hosts) or None)
+        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None)
     except InventoryError as exc:
         err.print(f"[red]error:[/] {exc}")
     except SpecError as exc:
@@ -55,13 +56,14 @@ def cli() -> None:
 @host_option
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="staging folder: files at their remote paths plus manifest.json")
-def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path) -> None:
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: tuple[str, ...]) -> None:
     """Write every rendered file under --out DIR at its remote path, plus a manifest
     (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/."""
     from rigkit.render import render as render_files
     from rigkit.render import write_tree
 
-    host_specs = load_or_exit(inventory, hosts)
+    host_specs = load_or_exit(inventory, hosts, _parse_data(data))
     for hs in host_specs:
         target = out_dir if len(host_specs) == 1 else out_dir / hs.name
         files = render_files(hs.spec)
@@ -74,7 +76,8 @@ def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path) -> None
 @inventory_option
 @host_option
 @click.option("-v", "--verbose", count=True, help="also list what passed")
-def check(inventory: str | None, hosts: tuple[str, ...], verbose: int) -> None:
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tuple[str, ...]) -> None:
     """Validate the spec and the rendered files with real validators, without touching a host.
 
     Exit 0 when valid (warnings included), 1 when a validator fails, 2 for an invalid spec.
@@ -84,7 +87,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int) -> None:
     from rigkit.secrets import hf_token_source
     from rigkit.validate import spec_warnings
 
-    host_specs = load_or_exit(inventory, hosts)
+    host_specs = load_or_exit(inventory, hosts, _parse_data(data))
     codes = []
     for hs in host_specs:
         err.print(f"[bold]{hs.name}[/]: spec valid")
@@ -170,14 +173,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         overrides["reboot"] = True
     if force:
         overrides["force"] = True
-    from rigkit.inventory import InventoryError, load_hosts
-    from rigkit.spec import SpecError
-
-    try:
-        host_specs = load_hosts(inventory, list(hosts) or None, override_data=overrides)
-    except (InventoryError, SpecError) as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True)
-        sys.exit(exitcodes.INVALID)
+    host_specs = load_or_exit(inventory, hosts, overrides)
     unset = {hs.name: unset_operator_values(hs.spec) for hs in host_specs}
     if any(unset.values()):
         for name, keys in unset.items():
