@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, deploy, operation
-from pyinfra.facts.files import FileContents
+from pyinfra.facts.files import File, FileContents
 
 from rigkit import operations as ops
 from rigkit import paths
-from rigkit.facts import DkmsStatus, KernelState
+from rigkit.facts import DkmsStatus, EstablishedConnections, KernelState
 from rigkit.hoststate import reboot_reasons
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
@@ -46,12 +46,15 @@ def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
 
 
 @operation()
-def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_timeout: int = 300):
+def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_timeout: int = 300,
+                lock_files: list[str] | None = None, proxy_port: int = 8080, force: bool = False):
     """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
 
     + driver_version: the pinned driver (``nvidia_driver_version``)
     + flavour: the driver package (``driver_flavour``)
     + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
+    + lock_files/proxy_port/force: a reboot is refused while a declared lock file exists or the
+      proxy has client connections, unless ``force``
 
     No command when nothing is pending, so a converged run reports no change. With a pending
     reboot and ``allow_reboot`` false the host fails with "reboot, then run again". A reboot
@@ -70,6 +73,13 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
         raise OperationError("; ".join(unbuilt) + " — a reboot now would boot without the driver; see `dkms status`")
     if not allow_reboot:
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
+    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
+    held = [p for p in lock_files or [] if host.get_fact(File, path=p)]
+    clients = host.get_fact(EstablishedConnections, port=proxy_port)
+    if (held or clients) and not force:
+        why = (f"lock file(s) present: {', '.join(held)}" if held else
+               f"llama-swap has {len(clients)} client connection(s)")
+        raise OperationError(f"a reboot is needed ({'; '.join(reasons)}) but {why}; run again when idle, or pass --force")
     yield from ops.reboot._inner(reboot_timeout=reboot_timeout)
 
     def confirm(state, host):  # noqa: F811 - pyinfra passes (state, host) by name
@@ -86,4 +96,5 @@ def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
     put_rendered(paths.NOUVEAU_BLACKLIST, rendered[paths.NOUVEAU_BLACKLIST], name="Blacklist nouveau")
     mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
     reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
-                driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot)
+                driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot,
+                lock_files=spec.lock_files or [], proxy_port=spec.llama_swap.port, force=spec.force)

@@ -275,3 +275,16 @@ def test_a_pending_reboot_stops_the_deploy_before_the_gpu_steps(make_host):
     # the GPU steps never ran: no docker, no power limit unit
     assert host.run("test -e /etc/systemd/system/gpu-power-limit.service", check=False).returncode != 0
     assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0
+
+
+def test_a_needed_reboot_is_refused_under_a_declared_lock_unless_forced(make_host):
+    host = make_host("d3")
+    host.write("/run/agent-session.lock", "held")
+    proc = deploy(host, "--reboot", "--data", 'lock_files=["/run/agent-session.lock"]')
+    assert proc.returncode == 1
+    assert "but lock file(s) present: /run/agent-session.lock; run again when idle, or pass --force" in proc.stderr
+    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0  # stopped at the gate
+    # (nvidia-smi, run by the next preflight, loads the freshly built module as nvidia-modprobe
+    # does, so the next run may need no reboot at all; either way --force lets it through)
+    forced = deploy(host, "--reboot", "--force", "--data", 'lock_files=["/run/agent-session.lock"]', token=TOKEN)
+    assert forced.returncode == 0, forced.stderr[-3000:]
