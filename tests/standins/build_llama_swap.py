@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import io
 import os
 import sys
@@ -103,11 +102,10 @@ def build_tarball(out_dir: str, version: str = "250") -> str:
 
 
 def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """Hex sha256 of the tarball (rigkit's own helper: the deploy checks the same digest)."""
+    from rigkit.cache import sha256_file as digest
+
+    return digest(path)
 
 
 def main(argv=None) -> int:

@@ -32,19 +32,11 @@ def port_open(port: int) -> bool:
 
 
 def vram_mib(gpu_dir: str) -> int:
-    """Sum of live ``procs/<pid>.mib`` entries (the fake nvidia-smi's convention)."""
-    total = 0
-    d = os.path.join(gpu_dir, "procs")
-    for n in os.listdir(d) if os.path.isdir(d) else []:
-        if not n.endswith(".mib"):
-            continue
-        try:
-            os.kill(int(n[:-4]), 0)
-            with open(os.path.join(d, n)) as f:
-                total += int(f.read().strip() or 0)
-        except (ValueError, ProcessLookupError, FileNotFoundError):
-            continue
-    return total
+    """Sum of live ``procs/<pid>.mib`` entries (the fake nvidia-smi's convention): the fake
+    member's own reader."""
+    from fake_member import vram_in_use_mib
+
+    return vram_in_use_mib(gpu_dir)
 
 
 def member_cmd(port: int, name: str, *extra: str) -> str:
