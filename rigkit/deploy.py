@@ -1,5 +1,5 @@
-"""Glue between pyinfra's ``host`` and the spec, for ``deploy.py``; and ``rigkit deploy``'s
-runner (the pyinfra CLI in a subprocess, then the post-deploy smoke)."""
+"""Glue between pyinfra's ``host`` and the spec, for ``deploy.py`` (``rigkit deploy`` itself,
+which runs pyinfra and then the smoke, lives in :mod:`rigkit.cli`)."""
 
 from __future__ import annotations
 
