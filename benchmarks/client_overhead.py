@@ -22,8 +22,8 @@ import statistics
 import threading
 import time
 
-from rigkit.bench.client import stream_chat
-from rigkit.bench.sse import SSEParser
+from rigkit.host.bench.client import stream_chat
+from rigkit.host.bench.sse import SSEParser
 
 CHUNK = json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
                     "model": "qwen3.8-27b", "choices": [{"index": 0, "delta": {"content": " tok"},

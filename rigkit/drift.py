@@ -214,7 +214,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None) -> 
 _MODELS_PY = r"""
 import base64, json, sys
 from pathlib import Path
-from rigkit import fetch
+from rigkit.host import fetch
 try:
     from rigkit.hoststate import PREPARED_MODELS
 except ImportError:  # an agent installed before it existed
@@ -665,7 +665,7 @@ def compare_llama_swap_live(host: str, start: dict[str, Any]) -> list[Finding]:
 
 
 def compare_models(host: str, lock_note: str | None, models: Any) -> list[Finding]:
-    """Model files vs the lock and the verified records (on the host, by ``rigkit.fetch`` in the
+    """Model files vs the lock and the verified records (on the host, by ``rigkit.host.fetch`` in the
     agent's venv): each reason a finding; no lock → one ``warn``; agent gone → one ``warn``."""
     if lock_note:
         return [Finding(host, "model", "lock", "a model lock for the inventory", lock_note, severity="warn")]
@@ -732,8 +732,8 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
 
 
 def window_open(facts: dict[str, Any]) -> bool:
-    """True when the probe found an open window journal (:func:`rigkit.window.is_open`)."""
-    from rigkit.window import is_open
+    """True when the probe found an open window journal (:func:`rigkit.host.window.is_open`)."""
+    from rigkit.host.window import is_open
 
     return is_open((facts.get("window") or {}).get("data"))
 
@@ -741,8 +741,8 @@ def window_open(facts: dict[str, Any]) -> bool:
 def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
     """While a window is open: report it (``warn``), and mark the findings it explains — its
     tenant swapped in, the proxy down, the paused timers — as ``expected`` (not drift), from
-    :func:`rigkit.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
-    from rigkit.window import expected_deviations, is_open
+    :func:`rigkit.host.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
+    from rigkit.host.window import expected_deviations, is_open
 
     if not is_open(journal):
         return findings
@@ -762,7 +762,7 @@ def apply_window(host: str, findings: list[Finding], journal: dict | None) -> li
 
 def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     """A hold recorded by a manual rollback (``/var/lib/rigkit/holds.json``, written by
-    :mod:`rigkit.activate`): the declared llama-swap config is held back until released
+    :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
     if holds.get("error"):

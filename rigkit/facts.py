@@ -262,7 +262,7 @@ class ModelStatus(FactBase):
     """Whether each locked model is converged on the host, from the host agent:
     ``rigkit-agent status --lock LOCK --model NAME [--prepared]`` (names in ``prepared`` must be
     recorded after HyperQwen's prepare) (JSON ``{"model", "converged", "reasons"}``,
-    see :func:`rigkit.fetch.status`). Returns ``{name: [reasons]}`` (empty list: converged); a
+    see :func:`rigkit.host.fetch.status`). Returns ``{name: [reasons]}`` (empty list: converged); a
     host without the agent yet gets ``["host agent not installed"]`` for every model."""
 
     def command(self, agent: str, lock: str, names: list[str], prepared: list[str] | None = None) -> str:

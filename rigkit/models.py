@@ -2,7 +2,7 @@
 
 ``rigkit models lock -i INVENTORY`` writes ``<inventory>.lock.json`` beside the inventory
 (``inventory/sandbox.py`` → ``inventory/sandbox.lock.json``), like a package lock. The deploy
-fetches only what the lock names (:mod:`rigkit.fetch`, on the host); :func:`check_lock` refuses
+fetches only what the lock names (:mod:`rigkit.host.fetch`, on the host); :func:`check_lock` refuses
 a spec that no longer matches its lock ("re-lock").
 
 A hub model (``repo_id`` + ``revision``) is resolved with huggingface-hub's

@@ -1,5 +1,5 @@
 """``rigkit window``: measure a tenant on the GPU in a window, and always come back to the
-resident model (DESIGN.md "Lifecycle"; the host side is :mod:`rigkit.window`).
+resident model (DESIGN.md "Lifecycle"; the host side is :mod:`rigkit.host.window`).
 
 The control side builds the window's *plan* from the host's spec (timers, lock files, ports,
 VRAM, bench settings — the host agent has no spec of its own), starts the window on the host
@@ -39,7 +39,7 @@ RECONNECT_S = 60.0
 
 def build_plan(host_name: str, spec: Any, tenant: str, presets: list[str], force: bool,
                healthy_timeout_s: float) -> dict[str, Any]:
-    """The plan :mod:`rigkit.window` runs (a JSON-able dict), from the host's RigSpec.
+    """The plan :mod:`rigkit.host.window` runs (a JSON-able dict), from the host's RigSpec.
 
     Keys: ``host``, ``tenant``, ``tenant_unit``, ``tenant_port``, ``tenant_model``,
     ``tenant_vram_gib`` (GiB, :func:`rigkit.members.hyperqwen_vram_gib`), ``gpu_vram_gib``,
@@ -116,7 +116,7 @@ class Remote:
 
     def fetch(self, window_id: str, dest: Path) -> Path:
         """Copy ``/var/lib/rigkit/windows/<id>/`` into ``dest`` (tar over SSH). Returns the folder."""
-        from rigkit.window import WINDOWS_DIR
+        from rigkit.host.window import WINDOWS_DIR
 
         proc = subprocess.run(self.argv(f"tar -C {WINDOWS_DIR} -cf - {shlex.quote(window_id)}"),
                               capture_output=True, timeout=300)
@@ -207,7 +207,7 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
     for preset, b in (journal.get("bench") or {}).items():
         summary_path = dest / f"bench-{preset}" / "summary.json" if dest else None
         if summary_path and summary_path.is_file():
-            from rigkit.bench.runner import report_lines
+            from rigkit.host.bench.runner import report_lines
 
             summary = json.loads(summary_path.read_text())
             click.echo(f"bench {preset} (window {wid}):")
@@ -268,7 +268,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     and resume exactly the timers that were active. Exit 0 done, 1 failed/refused/aborted,
     2 invalid input.
     """
-    from rigkit.bench.workloads import PRESETS
+    from rigkit.host.bench.workloads import PRESETS
     from rigkit.cli import _parse_data
     from rigkit.inventory import InventoryError, load_hosts
     from rigkit.spec import SpecError

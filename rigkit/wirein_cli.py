@@ -3,7 +3,7 @@
 ``--show`` prints the unified diff from the host's live config to the declared one (rendered from the
 spec: members with ``staged: false``), the members it adds, removes or changes, and any hold;
 ``--activate`` uploads the declared config to the host's staging path and runs the one activation path
-there (:mod:`rigkit.activate`, in the transient unit ``rigkit-activate``, so a lost SSH session cannot
+there (:mod:`rigkit.host.activate`, in the transient unit ``rigkit-activate``, so a lost SSH session cannot
 leave it half done); ``--rollback`` activates the newest backup and records a hold that the deploy
 respects and drift reports; ``--release`` removes the hold. The operator wires a member in by flipping
 ``staged`` in group_data (or, for one run, ``--data``); nothing edits the operator's files.
@@ -62,7 +62,7 @@ def live_config(hs) -> str | None:
 
 
 def host_holds(hs) -> dict:
-    """The host's holds (:func:`rigkit.activate.read_holds` of ``/var/lib/rigkit/holds.json``)."""
+    """The host's holds (:func:`rigkit.host.activate.read_holds` of ``/var/lib/rigkit/holds.json``)."""
     import json
 
     from rigkit import paths
@@ -89,7 +89,7 @@ def describe_hold(hold: dict) -> str:
 def show(hs, echo=click.echo) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
     from rigkit import paths
-    from rigkit.activate import HOLD_KEY, member_diff, parse_config
+    from rigkit.host.activate import HOLD_KEY, member_diff, parse_config
     from rigkit.render import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)
@@ -114,9 +114,9 @@ def show(hs, echo=click.echo) -> int:
 
 
 def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
-    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.activate.remote_command`,
+    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.host.activate.remote_command`,
     print its log, return its exit code (an ssh failure is 1)."""
-    from rigkit.activate import remote_command
+    from rigkit.host.activate import remote_command
 
     cmd = remote_command(args)
     p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(cmd)}", timeout_s=timeout_s)
@@ -128,7 +128,7 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
 
 def activate_host(hs) -> int:
     """Upload the declared live config to the host's staging path and activate it there."""
-    from rigkit import activate, paths
+    from rigkit.host import activate, paths
     from rigkit.render import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)

@@ -37,7 +37,7 @@ def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     server.shell(
         name="Install the agent from the wheelhouse (no index)",
         commands=[f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} --force-reinstall "
-                  f"--no-deps {WHEELS}/rigkit-*.whl",
+                  f"--no-deps {WHEELS}/rigkit_host-*.whl",
                   f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} "
                   + " ".join(wheelhouse.AGENT_REQUIREMENTS),
                   f"{paths.AGENT_BIN} version"],

@@ -1,5 +1,5 @@
 """llama-swap: the pinned release, its unit, the staged review copy, and the live config changed only
-through the one activation path (DESIGN.md "Staged vs live", :mod:`rigkit.activate`).
+through the one activation path (DESIGN.md "Staged vs live", :mod:`rigkit.host.activate`).
 
 The new live config is uploaded to a staging path (``/var/lib/rigkit/llama-swap/config.next.yaml``,
 root 0600); when it differs from the live one, the host agent activates it ON THE HOST
@@ -18,7 +18,7 @@ from pyinfra.api import OperationError, deploy, operation
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files, server, systemd
 
-from rigkit import activate, paths
+from rigkit.host import activate, paths
 from rigkit.facts import JsonFile
 from rigkit.operations import release_binary
 from rigkit.render import RenderedFile
@@ -41,7 +41,7 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
       the activation skipped
 
     No change when the live file's sha256 equals ``text``'s. The command runs
-    :func:`rigkit.activate.remote_command`; a failed activation fails the operation with the agent's
+    :func:`rigkit.host.activate.remote_command`; a failed activation fails the operation with the agent's
     log (what was restored, or that llama-swap was left stopped on a first activation).
     """
     wanted = hashlib.sha256(text.encode()).hexdigest()

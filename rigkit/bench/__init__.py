@@ -1,19 +1,20 @@
-"""Smoke benchmarks that count right (`rigkit bench`).
+"""Smoke benchmarks that count right (`rigkit bench`): the control side (CLI, chart, SSH forward).
 
+The measuring core lives in :mod:`rigkit.host.bench` (the window on the host imports it too).
 Modules, one concern each:
 
-- :mod:`rigkit.bench.sse` — Server-Sent Events parser (WHATWG HTML "Server-sent events",
+- :mod:`rigkit.host.bench.sse` — Server-Sent Events parser (WHATWG HTML "Server-sent events",
   §9.2.6 "Interpreting an event stream"), incremental UTF-8.
-- :mod:`rigkit.bench.client` — one streamed OpenAI-compatible chat completion, timed on a
+- :mod:`rigkit.host.bench.client` — one streamed OpenAI-compatible chat completion, timed on a
   monotonic clock; token counts from the server's ``usage``.
-- :mod:`rigkit.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
+- :mod:`rigkit.host.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
   ``quoting``) and the verbatim check.
-- :mod:`rigkit.bench.results` — JSONL records, per-workload summaries, verdicts.
-- :mod:`rigkit.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
-- :mod:`rigkit.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
-- :mod:`rigkit.bench.chart` — the PNG chart (matplotlib, Agg canvas).
+- :mod:`rigkit.host.bench.results` — JSONL records, per-workload summaries, verdicts.
+- :mod:`rigkit.host.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
+- :mod:`rigkit.host.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
+- :mod:`rigkit.bench.chart` — the PNG chart (matplotlib, Agg canvas) and ``write_outputs``.
 - :mod:`rigkit.bench.tunnel` — SSH local forward to the rig's 127.0.0.1.
-- :mod:`rigkit.bench.runner` — runs the workloads against a target.
+- :mod:`rigkit.host.bench.runner` — runs the workloads against a target.
 - :mod:`rigkit.bench.cli` — the ``rigkit bench`` click command.
 
 Nothing here touches pyinfra state at import time.

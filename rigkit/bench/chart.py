@@ -6,6 +6,8 @@ no display backend are touched (works headless, in tests and on the host agent).
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -69,3 +71,20 @@ def write_chart(path: str, summary: dict[str, Any], baseline: dict[str, Any] | N
             ax.legend(loc="best", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def write_outputs(out_dir: str, summary: dict[str, Any],
+                  baselines: list[dict[str, Any]]) -> dict[str, str]:
+    """Write ``summary.json`` and ``chart.png`` (against the verdict baseline of the first
+    workload that has one, else the first baseline given). Returns name → path."""
+    paths = {"requests": os.path.join(out_dir, "requests.jsonl"),
+             "summary": os.path.join(out_dir, "summary.json"),
+             "chart": os.path.join(out_dir, "chart.png")}
+    with open(paths["summary"], "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+        fh.write("\n")
+    files = [v.get("baseline") for v in summary["verdicts"].values() if v.get("baseline")]
+    chosen = next((b for b in baselines if b.get("_file") in files), None) or \
+        (baselines[0] if baselines else None)
+    write_chart(paths["chart"], summary, chosen)
+    return paths

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from rigkit import exitcodes
-from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
+from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
                                    build_workloads, make_document, quoting_sizes)
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
@@ -100,7 +100,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
     host context and the host's ``spec.bench`` (BenchSpec: the operator's bench defaults);
     raises :class:`BenchAbort`."""
-    from rigkit.bench.context import NVIDIA_SMI_QUERY, Target, parse_nvidia_smi
+    from rigkit.host.bench.context import NVIDIA_SMI_QUERY, Target, parse_nvidia_smi
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
     try:
         from rigkit.inventory import load_hosts
@@ -235,11 +235,11 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    from rigkit.bench.context import (Target, load_context_file, measure_chars_per_token,
+    from rigkit.host.bench.context import (Target, load_context_file, measure_chars_per_token,
                                       probe_engine)
-    from rigkit.bench.results import load_baseline
-    from rigkit.bench.runner import (build_summary, new_run_id, report_lines, run_workloads,
-                                     write_outputs)
+    from rigkit.host.bench.results import load_baseline
+    from rigkit.bench.chart import write_outputs
+    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines, run_workloads
 
     try:
         baselines = [load_baseline(p) for p in baseline_files]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rigkit.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
+from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
 from .replay import Script, chunk, usage_chunk, vllm_stream
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}

@@ -277,10 +277,10 @@ def test_model_reasons_become_findings():
 
 
 def test_fetch_compare_finds_a_truncated_file_and_deep_a_same_size_corruption(tmp_path):
-    """What the probe runs on the host (rigkit.fetch in the agent's venv), here on local files."""
+    """What the probe runs on the host (rigkit.host.fetch in the agent's venv), here on local files."""
     import os
 
-    from rigkit import fetch
+    from rigkit.host import fetch
 
     d = tmp_path / "models" / "m"
     d.mkdir(parents=True)

@@ -27,7 +27,7 @@ RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
-from rigkit.activate import read_holds, remote_command  # noqa: E402
+from rigkit.host.activate import read_holds, remote_command  # noqa: E402
 
 TOKEN = hostctl.hub_token()
 SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "

@@ -1,4 +1,4 @@
-"""The activation path's logic (rigkit.activate) with the host's side effects replaced by a recorder:
+"""The activation path's logic (rigkit.host.activate) with the host's side effects replaced by a recorder:
 which members get a completion and in what order, backups, restore on failure, a first activation
 left stopped, holds. The real thing runs on the sandbox (tests/harness/test_wirein.py)."""
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rigkit import activate as act
+from rigkit.host import activate as act
 
 OLD = """healthCheckTimeout: 60
 models:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import requests
 
-from rigkit.bench.sse import SSEParser
+from rigkit.host.bench.sse import SSEParser
 
 #: Delta fields that carry thinking, in the order servers adopted them (vLLM ``reasoning``,
 #: llama.cpp/SGLang/old vLLM ``reasoning_content``, others ``thinking``).

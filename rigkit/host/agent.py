@@ -10,7 +10,7 @@ job stands down while a window is open (``/var/lib/rigkit/window.json``):
   N failures in a row (5xx: its engine died and answers 500 until restarted; or no answer) unload
   it through llama-swap so the next request starts it afresh; back off after repeated unloads;
   state in ``/var/lib/rigkit/watchdog.json``, each decision logged with its reason.
-- ``activate``: the activation path of llama-swap's config (:mod:`rigkit.activate`).
+- ``activate``: the activation path of llama-swap's config (:mod:`rigkit.host.activate`).
 
 Keeper and watchdog also stand down while an activation runs (``/var/lib/rigkit/activate.lock``).
 
@@ -77,7 +77,7 @@ def complete(base: str, model: str, api_key: str | None, timeout_s: float = 600.
 
 def _stand_down(job: str) -> str | None:
     """Why ``job`` stands down now (a window is open, an activation is running), or None."""
-    from rigkit.activate import activation_running
+    from rigkit.host.activate import activation_running
 
     if window_open():
         return f"{job}: a window is open ({WINDOW}); standing down (the window watches its own tenant)"
@@ -274,12 +274,12 @@ def _watchdog_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     """``rigkit-agent {keeper,watchdog,version}``; ``rigkit-agent {fetch,record,status} ...`` is the
-    model fetch (:func:`rigkit.fetch.main`)."""
+    model fetch (:func:`rigkit.host.fetch.main`)."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["activate"]:
-        from rigkit.activate import main as activate_main
+        from rigkit.host.activate import main as activate_main
 
         sys.exit(activate_main(argv[1:]))
     if argv[:1] == ["watchdog"] and len(argv) > 1:
@@ -288,12 +288,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as exc:  # requests errors, an unreadable config: say what, exit 1
             print(f"watchdog: {type(exc).__name__}: {exc}", file=sys.stderr)
             sys.exit(1)
-    if argv[:1] == ["window"]:  # tenant windows (rigkit.window)
-        from rigkit.window import main as window_main
+    if argv[:1] == ["window"]:  # tenant windows (rigkit.host.window)
+        from rigkit.host.window import main as window_main
 
         sys.exit(window_main(argv[1:]))
     if argv[:1] in (["fetch"], ["record"], ["status"]):
-        from rigkit.fetch import main as fetch_main
+        from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
 

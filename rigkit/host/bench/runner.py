@@ -23,12 +23,12 @@ from typing import Any, Callable
 
 import requests
 
-from rigkit.bench import metrics as spec_metrics
-from rigkit.bench.client import stream_chat
-from rigkit.bench.context import Target
-from rigkit.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
+from rigkit.host.bench import metrics as spec_metrics
+from rigkit.host.bench.client import stream_chat
+from rigkit.host.bench.context import Target
+from rigkit.host.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
                                   verdict)
-from rigkit.bench.workloads import Workload, verbatim_check
+from rigkit.host.bench.workloads import Workload, verbatim_check
 
 ABORT_KINDS = {"connection", "http-5xx", "engine-dead", "stalled", "cut", "stream-error",
                "bad-data"}
@@ -153,25 +153,6 @@ def build_summary(run_id: str, target: Target, context: dict[str, Any],
         "speedups": speedups(measured, baselines), "warnings": warnings,
         "exit_code": exit_code(verdicts),
     }
-
-
-def write_outputs(out_dir: str, summary: dict[str, Any],
-                  baselines: list[dict[str, Any]]) -> dict[str, str]:
-    """Write ``summary.json`` and ``chart.png`` (against the verdict baseline of the first
-    workload that has one, else the first baseline given). Returns name → path."""
-    paths = {"requests": os.path.join(out_dir, "requests.jsonl"),
-             "summary": os.path.join(out_dir, "summary.json"),
-             "chart": os.path.join(out_dir, "chart.png")}
-    with open(paths["summary"], "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2)
-        fh.write("\n")
-    files = [v.get("baseline") for v in summary["verdicts"].values() if v.get("baseline")]
-    chosen = next((b for b in baselines if b.get("_file") in files), None) or \
-        (baselines[0] if baselines else None)
-    from rigkit.bench.chart import write_chart  # matplotlib: control side only (the agent has none)
-
-    write_chart(paths["chart"], summary, chosen)
-    return paths
 
 
 def _fmt(s: dict[str, Any] | None, unit: str, digits: int = 1) -> str:

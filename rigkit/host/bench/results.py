@@ -13,7 +13,7 @@ Verdicts (per workload):
   counting produces exactly such jumps), or CV above 10% (unstable: rerun before judging).
 - ``PASS`` — within the band.
 - ``no baseline`` — no baseline given, or its context differs or is unknown
-  (:func:`rigkit.bench.context.comparable`).
+  (:func:`rigkit.host.bench.context.comparable`).
 
 Exit code: 1 when any verdict is FAIL (a verbatim FAIL included — a model that cannot quote is
 a failed smoke test, even the tiny test model's), else 0.
@@ -25,7 +25,7 @@ import json
 import statistics
 from typing import Any
 
-from rigkit.bench.context import comparable
+from rigkit.host.bench.context import comparable
 
 SCHEMA_VERSION = 1
 METRICS = ("decode_tps", "prefill_tps", "ttft_s", "ttft_answer_s", "e2e_s",
@@ -51,7 +51,7 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
                        verbatim: list[dict[str, Any]] | None = None,
                        not_run: str | None = None) -> dict[str, Any]:
     """Summary of one workload from its successful request records (dicts from
-    :meth:`rigkit.bench.client.RequestResult.to_record`).
+    :meth:`rigkit.host.bench.client.RequestResult.to_record`).
 
     Keys: ``status`` (``ok`` / ``failed`` / ``not-run``), ``error``, ``error_kind``, ``n``,
     ``metrics`` (name → :func:`stats`), ``tokens_source`` (``usage``, ``chunk-estimate`` or

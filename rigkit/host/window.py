@@ -2,7 +2,7 @@
 outside the proxy, then always come back to *steady*.
 
 Runs in the host agent (``rigkit-agent window ...``): standard library and ``requests`` only,
-plus the bench client (:mod:`rigkit.bench.client`, ``workloads``, ``results``, ``context``;
+plus the bench client (:mod:`rigkit.host.bench.client`, ``workloads``, ``results``, ``context``;
 the chart is drawn on the control machine, see :func:`_bench_runner`). The control side
 (:mod:`rigkit.window_cli`) builds a *plan* from the spec and hands it to ``window start``.
 
@@ -664,18 +664,18 @@ class Window:
 
 # ------------------------------------------------------------------------------------- bench
 def _bench_runner():
-    """:mod:`rigkit.bench.runner` (it imports matplotlib only to draw ``chart.png``, which the
+    """:mod:`rigkit.host.bench.runner` (it imports matplotlib only to draw ``chart.png``, which the
     window leaves to the control side: the agent's wheelhouse has no matplotlib)."""
-    from rigkit.bench import runner
+    from rigkit.host.bench import runner
 
     return runner
 
 
 def host_context() -> dict:
-    """GPU context from ``nvidia-smi`` on this host (:data:`rigkit.bench.context.NVIDIA_SMI_QUERY`):
+    """GPU context from ``nvidia-smi`` on this host (:data:`rigkit.host.bench.context.NVIDIA_SMI_QUERY`):
     ``gpu``, ``driver``, ``power_limit_w`` (W), ``memory_total_gib`` (GiB), ``gpu_count``; {} when
     it fails."""
-    from rigkit.bench.context import NVIDIA_SMI_QUERY, parse_nvidia_smi
+    from rigkit.host.bench.context import NVIDIA_SMI_QUERY, parse_nvidia_smi
 
     proc = subprocess.run(NVIDIA_SMI_QUERY, shell=True, capture_output=True, text=True, timeout=30)
     try:
@@ -685,14 +685,14 @@ def host_context() -> dict:
 
 
 def run_bench(plan: dict, preset_name: str, journal: dict, checkpoint: Callable[[], None]) -> dict:
-    """Run the bench preset ``preset_name`` (:data:`rigkit.bench.workloads.PRESETS`) against the
+    """Run the bench preset ``preset_name`` (:data:`rigkit.host.bench.workloads.PRESETS`) against the
     tenant on ``127.0.0.1:tenant_port``, the way ``rigkit bench`` does (warm-up workload first,
     tokens from usage), with the host context. Writes ``requests.jsonl`` and ``summary.json``
     to ``<results_dir>/bench-<preset>/`` and returns the summary (``rigkit bench``'s format)."""
     import dataclasses
 
-    from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
-    from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt, build_workloads,
+    from rigkit.host.bench.context import Target, measure_chars_per_token, probe_engine
+    from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt, build_workloads,
                                         make_document, quoting_sizes)
 
     runner = _bench_runner()
