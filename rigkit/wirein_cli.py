@@ -128,7 +128,8 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
 
 def activate_host(hs) -> int:
     """Upload the declared live config to the host's staging path and activate it there."""
-    from rigkit.host import activate, paths
+    from rigkit import paths
+    from rigkit.host import activate
     from rigkit.render import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)

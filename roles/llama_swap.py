@@ -18,7 +18,8 @@ from pyinfra.api import OperationError, deploy, operation
 from pyinfra.facts.files import Sha256File
 from pyinfra.operations import files, server, systemd
 
-from rigkit.host import activate, paths
+from rigkit import paths
+from rigkit.host import activate
 from rigkit.facts import JsonFile
 from rigkit.operations import release_binary
 from rigkit.render import RenderedFile
