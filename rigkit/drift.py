@@ -43,7 +43,7 @@ from pyinfra.api import FactBase
 
 from rigkit import exitcodes, hoststate, paths
 from rigkit.facts import DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
-from rigkit.operations import merge_json
+from rigkit.operations.config import merge_json
 
 PROJECT = Path(__file__).resolve().parent.parent
 SEVERITIES = ("error", "drift", "warn")

@@ -3,91 +3,13 @@ the loaded module is not what was installed."""
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import FunctionCommand, OperationError, deploy, operation
-from pyinfra.facts.files import File, FileContents
+from pyinfra.api import deploy
 
-from rigkit import operations as ops
 from rigkit import paths
-from rigkit.facts import DkmsStatus, EstablishedConnections, KernelState
-from rigkit.hoststate import reboot_reasons
+from rigkit.operations.boot import mkinitcpio_without_kms, reboot_gate
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 from roles import put_rendered
-
-
-def drop_kms_hook(lines: list[str]) -> list[str]:
-    """mkinitcpio.conf lines with ``kms`` removed from ``HOOKS=(...)`` (the hook embeds nouveau
-    in the initramfs even when it is blacklisted)."""
-    out = []
-    for line in lines:
-        if line.strip().startswith("HOOKS=(") and " kms" in f" {line}":
-            inner = line.split("(", 1)[1].rsplit(")", 1)[0].split()
-            line = "HOOKS=(" + " ".join(h for h in inner if h != "kms") + ")"
-        out.append(line)
-    return out
-
-
-@operation()
-def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
-    """Remove the ``kms`` hook from mkinitcpio.conf and rebuild the initramfs (``mkinitcpio -P``),
-    only when the hook is there. No mkinitcpio.conf: nothing to do."""
-    lines = host.get_fact(FileContents, path=path)
-    if lines is None:
-        host.noop(f"{path} absent")
-        return
-    wanted = drop_kms_hook(lines)
-    if wanted == lines:
-        host.noop("no kms hook in mkinitcpio.conf")
-        return
-    hooks = next(ln for ln in wanted if ln.strip().startswith("HOOKS=("))
-    yield f"sed -i 's/^HOOKS=(.*)$/{hooks}/' {path}"
-    yield "mkinitcpio -P"
-
-
-@operation()
-def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_timeout: int = 300,
-                lock_files: list[str] | None = None, proxy_port: int = 8080, force: bool = False):
-    """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
-
-    + driver_version: the pinned driver (``nvidia_driver_version``)
-    + flavour: the driver package (``driver_flavour``)
-    + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
-    + lock_files/proxy_port/force: a reboot is refused while a declared lock file exists or the
-      proxy has client connections, unless ``force``
-
-    No command when nothing is pending, so a converged run reports no change. With a pending
-    reboot and ``allow_reboot`` false the host fails with "reboot, then run again". A reboot
-    happens only once DKMS has built the module for the kernel that will boot.
-    """
-    if not host.state.is_executing:
-        return  # facts before this run's installs say nothing about after them
-    kernel = host.get_fact(KernelState)
-    dkms = host.get_fact(DkmsStatus)
-    reasons = reboot_reasons(kernel, dkms, driver_version, flavour)
-    if not reasons:
-        host.noop("running kernel and loaded driver are the installed ones")
-        return
-    unbuilt = [r for r in reasons if r.startswith("DKMS has not built")]
-    if unbuilt:
-        raise OperationError("; ".join(unbuilt) + " — a reboot now would boot without the driver; see `dkms status`")
-    if not allow_reboot:
-        raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
-    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
-    held = [p for p in lock_files or [] if host.get_fact(File, path=p)]
-    clients = host.get_fact(EstablishedConnections, port=proxy_port)
-    if (held or clients) and not force:
-        why = (f"lock file(s) present: {', '.join(held)}" if held else
-               f"llama-swap has {len(clients)} client connection(s)")
-        raise OperationError(f"a reboot is needed ({'; '.join(reasons)}) but {why}; run again when idle, or pass --force")
-    yield from ops.reboot._inner(reboot_timeout=reboot_timeout)
-
-    def confirm(state, host):  # noqa: F811 - pyinfra passes (state, host) by name
-        after = reboot_reasons(host.get_fact(KernelState), host.get_fact(DkmsStatus), driver_version, flavour)
-        if after:
-            raise OperationError("still pending after the reboot: " + "; ".join(after))
-
-    yield FunctionCommand(confirm, (), {})
 
 
 @deploy("Boot")

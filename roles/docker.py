@@ -10,7 +10,7 @@ from pyinfra.operations import pacman, server, systemd
 
 from rigkit import paths
 from rigkit.hoststate import DAEMON_JSON_KEYS
-from rigkit.operations import json_keys
+from rigkit.operations.config import json_keys
 from rigkit.spec import RigSpec
 
 PACKAGES = ["docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit"]

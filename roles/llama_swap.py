@@ -11,17 +11,13 @@ run changes nothing.
 
 from __future__ import annotations
 
-import hashlib
-
-from pyinfra import host, logger
-from pyinfra.api import OperationError, deploy, operation
-from pyinfra.facts.files import Sha256File
+from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
 from rigkit import paths
 from rigkit.host import activate
-from rigkit.facts import JsonFile
-from rigkit.operations import release_binary
+from rigkit.operations.llama_swap import activated_config
+from rigkit.operations.release import release_binary
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 from roles import put_rendered
@@ -29,37 +25,6 @@ from roles import put_rendered
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"
 MARKER = "/usr/local/lib/rigkit/llama-swap.sha256"
 STAGING = str(activate.STAGING)
-
-
-@operation()
-def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLDS_FILE):
-    """Activate ``text`` (already uploaded to ``staging``) as llama-swap's live config, on the host.
-
-    + live: the live config (``/etc/llama-swap/config.yaml``)
-    + staging: where the same text was uploaded (the agent reads it there)
-    + text: the wanted live config, to compare with the live file's sha256
-    + holds: ``/var/lib/rigkit/holds.json``; a ``llama-swap`` hold there is reported (a warning) and
-      the activation skipped
-
-    No change when the live file's sha256 equals ``text``'s. The command runs
-    :func:`rigkit.host.activate.remote_command`; a failed activation fails the operation with the agent's
-    log (what was restored, or that llama-swap was left stopped on a first activation).
-    """
-    wanted = hashlib.sha256(text.encode()).hexdigest()
-    if host.get_fact(Sha256File, path=live) == wanted:
-        host.noop(f"{live} is the declared config")
-        return
-    held = host.get_fact(JsonFile, path=holds)
-    if held["error"]:
-        raise OperationError(f"{holds}: {held['error']}; fix or remove it (it records rollbacks by hand)")
-    record = (held["data"] or {}).get(activate.HOLD_KEY)
-    if isinstance(record, dict):
-        logger.warning(f"{host.print_prefix}llama-swap: HELD since {record.get('since')} "
-                       f"(`{record.get('by')}`, restored {record.get('restored_from')}): the declared config "
-                       f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
-        host.noop("llama-swap's live config is held (holds.json); not activating")
-        return
-    yield activate.remote_command(["--config", staging, "--live", live])
 
 
 @deploy("llama-swap")

@@ -4,56 +4,18 @@ recorded after it. Nothing runs when every model's record still matches (size an
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
-from pyinfra import host
-from pyinfra.api import DeployError, deploy, operation
+from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from rigkit import members, paths
-from rigkit.facts import ModelStatus
+from rigkit import paths
 from rigkit.hoststate import PREPARED_MODELS
 from rigkit.models import check_lock, load_lock
+from rigkit.operations.models import hyperqwen_prepared, model_fetched
 from rigkit.spec import RigSpec
 
 REMOTE_LOCK = f"{paths.STATE_DIR}/models.lock.json"
-
-
-@operation()
-def model_fetched(model: str, lock: str, endpoint: str | None, prepared: bool):
-    """Fetch one locked model with the host agent unless its record says it is converged.
-
-    + model: the model's name in the lock
-    + lock: the lock's path on the host
-    + endpoint: the hub (None: huggingface.co)
-    + prepared: rewritten in place later (HyperQwen's base): never re-fetched over prepared files
-    """
-    reasons = host.get_fact(ModelStatus, agent=paths.AGENT_BIN, lock=lock, names=[model])[model]
-    if prepared:  # "not prepared yet" is the prepare step's business, not the fetch's
-        reasons = [r for r in reasons if "not prepared yet" not in r]
-    if not reasons:
-        host.noop(f"model {model} is in place and recorded")
-        return
-    cmd = [paths.AGENT_BIN, "fetch", "--lock", lock, "--model", model, "--progress", "lines"]
-    if endpoint:
-        cmd += ["--endpoint", endpoint]
-    if prepared:
-        cmd.append("--prepared")
-    yield shlex.join(cmd)
-
-
-@operation()
-def hyperqwen_prepared(lock: str, models: list[str]):
-    """Run HyperQwen's ``prepare`` (``NO_DOWNLOAD=1`` from its .env: it only uses what was
-    fetched) and record the prepared files as the reference, unless the record is converged."""
-    status = host.get_fact(ModelStatus, agent=paths.AGENT_BIN, lock=lock, names=models, prepared=models)
-    if not any(status.values()):
-        host.noop("HyperQwen's prepared files are recorded")
-        return
-    yield shlex.join([*members.compose_base(None), "run", "--rm", "--no-deps", "prepare"])
-    for model in models:
-        yield shlex.join([paths.AGENT_BIN, "record", "--lock", lock, "--model", model])
 
 
 @deploy("Models")

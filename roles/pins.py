@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from rigkit.operations import pacman_ignorepkg, pacman_pins
+from rigkit.operations.pacman import pacman_ignorepkg, pacman_pins
 from rigkit.spec import RigSpec
 
 

@@ -6,7 +6,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import systemd
 
 from rigkit import paths
-from rigkit.operations import gpu_power_limit
+from rigkit.operations.gpu import gpu_power_limit
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 from roles import put_rendered

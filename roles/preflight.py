@@ -56,7 +56,7 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
     import hashlib
 
     from rigkit.hoststate import DAEMON_JSON_KEYS
-    from rigkit.operations import merge_json
+    from rigkit.operations.config import merge_json
 
     out = []
     if proxy_running:

@@ -7,7 +7,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from rigkit import paths
-from rigkit.operations import generated_secret, secret_env_file
+from rigkit.operations.secrets import generated_secret, secret_env_file
 from rigkit.secrets import hf_token_source, read_hf_token
 from rigkit.spec import RigSpec
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rigkit.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
-from rigkit.operations import archive_url, ensure_ignorepkg, merge_json
+from rigkit.operations.boot import drop_kms_hook
+from rigkit.operations.config import merge_json
+from rigkit.operations.pacman import archive_url, ensure_ignorepkg
 
 STOCK_OPTIONS = ["#", "# /etc/pacman.conf", "#", "[options]", "#RootDir     = /", "HoldPkg     = pacman glibc",
                  "#IgnorePkg   =", "#IgnoreGroup =", "Architecture = auto", "", "[core]",
@@ -108,3 +110,10 @@ def test_merge_json_keeps_foreign_keys_and_unions_lists():
                       "runtimes": {"crun": {"path": "/usr/bin/crun"},
                                    "nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
     assert merge_json(merged, wanted) == merged
+
+
+def test_drop_kms_hook_removes_only_kms_from_hooks():
+    lines = ["# HOOKS=(base kms)", "MODULES=()", "HOOKS=(base udev autodetect microcode modconf kms keyboard block filesystems fsck)"]
+    assert drop_kms_hook(lines) == ["# HOOKS=(base kms)", "MODULES=()",
+                                    "HOOKS=(base udev autodetect microcode modconf keyboard block filesystems fsck)"]
+    assert drop_kms_hook(["HOOKS=(base udev kmsx)"]) == ["HOOKS=(base udev kmsx)"]

@@ -1,0 +1,20 @@
+"""pyinfra operations pyinfra does not have, written like pyinfra's own: read facts, compare with
+the wanted state, yield only the commands that close the difference (no command = no change,
+which is what makes a converged run report 0 changes). One module per concern; the roles
+(``roles/``) only orchestrate them:
+
+- :mod:`rigkit.operations.pacman`: pinned packages from the archive, ``IgnorePkg``
+- :mod:`rigkit.operations.config`: JSON keys merged into a config file, rendered config files
+- :mod:`rigkit.operations.secrets`: secret env files (uploaded or generated on the host)
+- :mod:`rigkit.operations.gpu`: the GPU power limit
+- :mod:`rigkit.operations.boot`: the ``kms`` hook, reboots and the reboot gate
+- :mod:`rigkit.operations.release`: an executable from a pinned release tarball
+- :mod:`rigkit.operations.service`: waiting for a service's HTTP endpoint
+- :mod:`rigkit.operations.llama_swap`: activating llama-swap's live config on the host
+- :mod:`rigkit.operations.models`: model weights fetched and HyperQwen's prepare step
+
+The pure helpers (:func:`~rigkit.operations.pacman.archive_url`,
+:func:`~rigkit.operations.pacman.ensure_ignorepkg`, :func:`~rigkit.operations.config.merge_json`,
+:func:`~rigkit.operations.boot.drop_kms_hook`) are unit tested alone; the operations are proven
+against the sandbox host. Nothing here touches pyinfra state at import time.
+"""

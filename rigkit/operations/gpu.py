@@ -1,0 +1,44 @@
+"""The GPU power limit, set with ``nvidia-smi`` and read back."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
+
+from rigkit.facts import NvidiaSmi
+
+
+@operation()
+def gpu_power_limit(watts: int, index: int = 0):
+    """Set GPU ``index``'s power limit to ``watts`` W now and read it back.
+
+    + watts: the limit in W; must lie within the card's ``power.min_limit``..``power.max_limit``
+    + index: the GPU index
+
+    No change when ``power.limit`` and ``enforced.power.limit`` already equal ``watts``. After
+    ``nvidia-smi --power-limit`` the enforced limit is read back: open modules on some GPUs
+    report success and change nothing (open-gpu-kernel-modules#483). The unit
+    ``gpu-power-limit.service`` re-applies it at boot.
+    """
+    smi = host.get_fact(NvidiaSmi)
+    if smi["state"] != "ok":
+        raise OperationError(f"nvidia-smi: {smi['state']}: {smi['message']}")
+    gpu = next((g for g in smi["gpus"] if g["index"] == index), None)
+    if gpu is None:
+        raise OperationError(f"nvidia-smi lists no GPU {index}")
+    lo, hi = gpu["power_min_w"], gpu["power_max_w"]
+    if lo is not None and hi is not None and not lo <= watts <= hi:
+        raise OperationError(f"gpu_power_limit_w {watts} W is outside the card's limits {lo:g}–{hi:g} W")
+    if gpu["power_limit_w"] == watts and gpu["power_enforced_w"] == watts:
+        host.noop(f"GPU {index} power limit is {watts} W")
+        return
+    yield StringCommand(f"nvidia-smi --id={index} --power-limit={watts}")
+
+    def read_back(state, host):  # noqa: F811
+        after = host.get_fact(NvidiaSmi)
+        g = next((g for g in after["gpus"] if g["index"] == index), None)
+        if g is None or g["power_enforced_w"] != watts:
+            enforced = g["power_enforced_w"] if g else "unknown"
+            raise OperationError(f"GPU {index}: power limit set to {watts} W but enforced.power.limit reads {enforced}")
+
+    yield FunctionCommand(read_back, (), {})
