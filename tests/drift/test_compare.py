@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from rigkit import drift
-from rigkit.drift import Finding, HostProbe, mask
+from rigkit.drift import Finding, HostProbe, compare, mask, probe
+from rigkit.drift import plan as drift_plan
 from rigkit.render import RenderedFile, render
 from rigkit.spec import RigSpec
 
@@ -45,7 +46,7 @@ def _stat_of(f: RenderedFile, **over):
 
 def test_rendered_files_identical_are_no_drift():
     files = render(spec())
-    assert drift.compare_files("h1", files, {p: _stat_of(f) for p, f in files.items()}) == []
+    assert compare.compare_files("h1", files, {p: _stat_of(f) for p, f in files.items()}) == []
 
 
 def test_changed_config_content_is_found_with_masked_diff():
@@ -56,7 +57,7 @@ def test_changed_config_content_is_found_with_masked_diff():
     import hashlib
     actual = {p: _stat_of(x) for p, x in files.items()}
     actual[path] = _stat_of(f, sha256=hashlib.sha256(edited.encode()).hexdigest(), content=edited.encode())
-    found = drift.compare_files("h1", files, actual, diff=True)
+    found = compare.compare_files("h1", files, actual, diff=True)
     assert kinds(found) == [("file", path)]
     assert found[0].declared == f"content sha256:{f.sha256[:12]}"
     assert "+# pasted by hand" in found[0].diff
@@ -68,7 +69,7 @@ def test_mode_and_owner_changes_are_separate_findings():
     path = "/opt/rigkit/hyperqwen/.env"
     actual = {p: _stat_of(x) for p, x in files.items()}
     actual[path] = _stat_of(files[path], mode="644", group="root")
-    found = drift.compare_files("h1", files, actual)
+    found = compare.compare_files("h1", files, actual)
     assert [(f.kind, f.declared, f.actual) for f in found] == [
         ("file-mode", "0640", "0644"), ("file-owner", "root:llama-swap", "root:root")]
 
@@ -77,7 +78,7 @@ def test_missing_rendered_file():
     files = render(spec())
     actual = {p: _stat_of(x) for p, x in files.items()}
     actual["/etc/systemd/system/hyperqwen.service"] = None
-    found = drift.compare_files("h1", files, actual)
+    found = compare.compare_files("h1", files, actual)
     assert [(f.kind, f.item, f.actual) for f in found] == [("file", "/etc/systemd/system/hyperqwen.service", "missing")]
 
 
@@ -91,9 +92,9 @@ def test_secret_files_owner_mode_and_content_only_with_token_at_hand():
     actual = {"/etc/rigkit/secrets/hf.env": {"mode": "600", "user": "root", "group": "root", "size": 10, "sha256": good},
               "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
                                                     "sha256": "ab" * 32}}
-    assert drift.compare_secrets("h1", d.secrets, actual) == []
+    assert compare.compare_secrets("h1", d.secrets, actual) == []
     actual["/etc/rigkit/secrets/hf.env"] = {**actual["/etc/rigkit/secrets/hf.env"], "sha256": "cd" * 32, "mode": "644"}
-    found = drift.compare_secrets("h1", d.secrets, actual, "environment variable HF_TOKEN")
+    found = compare.compare_secrets("h1", d.secrets, actual, "environment variable HF_TOKEN")
     assert [(f.kind, f.declared, f.actual) for f in found] == [
         ("secret-mode", "0600", "0644"),
         ("secret", "the value from environment variable HF_TOKEN", "a different value (not shown)")]
@@ -105,10 +106,10 @@ def test_hf_env_optional_without_token_but_owner_mode_checked_when_present():
     actual = {"/etc/rigkit/secrets/hf.env": None,
               "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
                                                     "sha256": "ab" * 32}}
-    assert drift.compare_secrets("h1", d.secrets, actual) == []
+    assert compare.compare_secrets("h1", d.secrets, actual) == []
     actual["/etc/rigkit/secrets/hf.env"] = {"mode": "644", "user": "rig", "group": "root", "size": 9, "sha256": "ee" * 32}
     actual["/etc/rigkit/secrets/hyperqwen.env"] = None
-    found = drift.compare_secrets("h1", d.secrets, actual)
+    found = compare.compare_secrets("h1", d.secrets, actual)
     assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
         ("secret-owner", "/etc/rigkit/secrets/hf.env", "root:root", "rig:root"),
         ("secret-mode", "/etc/rigkit/secrets/hf.env", "0600", "0644"),
@@ -120,42 +121,42 @@ def test_hf_env_optional_without_token_but_owner_mode_checked_when_present():
 
 def test_pin_moved_and_ignorepkg_removed():
     installed = {**PINS, "nvidia-utils": "610.60-1"}
-    found = drift.compare_pins("h1", PINS, installed, held=["cuda", "nvidia-open-dkms", "opencl-nvidia"])
+    found = compare.compare_pins("h1", PINS, installed, held=["cuda", "nvidia-open-dkms", "opencl-nvidia"])
     assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
         ("pin", "nvidia-utils", "610.57-1", "610.60-1"),
         ("pin-held", "nvidia-utils", "IgnorePkg in [options] of /etc/pacman.conf",
          "not held (held: cuda nvidia-open-dkms opencl-nvidia)")]
-    assert drift.compare_pins("h1", PINS, PINS, held=list(PINS)) == []
+    assert compare.compare_pins("h1", PINS, PINS, held=list(PINS)) == []
 
 
 def test_ignorepkg_outside_options_does_not_hold():
     from rigkit.facts import parse_ignorepkg
 
     held = parse_ignorepkg(["[options]", "#IgnorePkg =", "[extra]", "IgnorePkg = " + " ".join(PINS)])
-    assert {f.item for f in drift.compare_pins("h1", PINS, PINS, held)} == set(PINS)
+    assert {f.item for f in compare.compare_pins("h1", PINS, PINS, held)} == set(PINS)
 
 
 def test_driver_agreement_across_pacman_module_and_nvidia_smi():
     kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts"]}
-    assert drift.compare_driver("h1", "610.57", "nvidia-open-dkms", PINS, kernel, smi_ok()) == []
+    assert compare.compare_driver("h1", "610.57", "nvidia-open-dkms", PINS, kernel, smi_ok()) == []
     installed = {**PINS, "nvidia-utils": "610.60-1"}
     mismatch = {"state": "mismatch", "message": "Failed to initialize NVML: Driver/library version mismatch", "gpus": []}
-    found = drift.compare_driver("h1", "610.57", "nvidia-open-dkms", installed, kernel, mismatch)
+    found = compare.compare_driver("h1", "610.57", "nvidia-open-dkms", installed, kernel, mismatch)
     assert [(f.item, f.actual) for f in found] == [
         ("pacman -Q nvidia-utils", "610.60"),
         ("nvidia-smi", "mismatch: Failed to initialize NVML: Driver/library version mismatch")]
 
 
 def test_pkgver():
-    assert drift.pkgver("1:610.57-2") == "610.57"
-    assert drift.pkgver("13.3.1-1") == "13.3.1"
-    assert drift.pkgver(None) is None
+    assert compare.pkgver("1:610.57-2") == "610.57"
+    assert compare.pkgver("13.3.1-1") == "13.3.1"
+    assert compare.pkgver(None) is None
 
 
 def test_cuda_series_and_driver_level():
-    assert drift.compare_cuda("h1", "13.3", PINS, "13.3", True) == []
-    assert drift.compare_cuda("h1", "13.3", PINS, "13.4", True) == []
-    found = drift.compare_cuda("h1", "13.3", {**PINS, "cuda": "13.4.0-1"}, "13.2", True)
+    assert compare.compare_cuda("h1", "13.3", PINS, "13.3", True) == []
+    assert compare.compare_cuda("h1", "13.3", PINS, "13.4", True) == []
+    found = compare.compare_cuda("h1", "13.3", {**PINS, "cuda": "13.4.0-1"}, "13.2", True)
     assert [(f.item, f.declared, f.actual) for f in found] == [
         ("pacman -Q cuda", "13.3.x", "13.4.0"), ("driver CUDA level", ">= 13.3", "13.2")]
 
@@ -165,14 +166,14 @@ def test_reboot_pending_uses_the_deploys_own_reasons():
 
     kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts", "6.12.60-1-lts"]}
     reasons = reboot_reasons(kernel, [], "610.57", "nvidia-open-dkms")
-    found = drift.compare_reboot("h1", reasons)
+    found = compare.compare_reboot("h1", reasons)
     assert [f.kind for f in found] == ["reboot"] and "DKMS has not built nvidia 610.57" in found[0].actual
-    assert drift.compare_reboot("h1", []) == []
+    assert compare.compare_reboot("h1", []) == []
 
 
 def test_power_limit_enforced_vs_declared():
-    assert drift.compare_power("h1", 420, smi_ok(420.0)) == []
-    found = drift.compare_power("h1", 420, smi_ok(300.0))
+    assert compare.compare_power("h1", 420, smi_ok(420.0)) == []
+    found = compare.compare_power("h1", 420, smi_ok(300.0))
     assert [(f.item, f.declared, f.actual) for f in found] == [
         ("GPU 0 enforced.power.limit", "420 W", "300 W"), ("GPU 0 power.limit", "420 W", "300 W")]
 
@@ -186,16 +187,16 @@ OWNED = {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}
 
 def test_daemon_json_foreign_key_is_not_drift_runtime_removed_is():
     data = {**OWNED, "log-driver": "journald", "runtimes": {**OWNED["runtimes"], "crun": {"path": "/usr/bin/crun"}}}
-    assert drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None}) == []
+    assert compare.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None}) == []
     data = {"exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald", "runtimes": {}}
-    found = drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None})
+    found = compare.compare_daemon_json("h1", OWNED, {"exists": True, "data": data, "error": None})
     assert [(f.kind, f.item, f.actual) for f in found] == [("daemon.json", "runtimes", "{}")]
     assert json.loads(found[0].declared) == OWNED["runtimes"]
 
 
 def test_daemon_json_missing_or_broken():
-    assert drift.compare_daemon_json("h1", OWNED, {"exists": False, "data": None, "error": None})[0].actual == "missing"
-    assert drift.compare_daemon_json("h1", OWNED, {"exists": True, "data": None, "error": "not valid JSON: x"})[0].actual \
+    assert compare.compare_daemon_json("h1", OWNED, {"exists": False, "data": None, "error": None})[0].actual == "missing"
+    assert compare.compare_daemon_json("h1", OWNED, {"exists": True, "data": None, "error": "not valid JSON: x"})[0].actual \
         == "not valid JSON: x"
 
 
@@ -203,8 +204,8 @@ def test_daemon_json_missing_or_broken():
 
 
 def test_agent_venv_python_gone():
-    assert drift.compare_agent("h1", {"rc": 0, "output": "rigkit-agent 0.1 (Python 3.11.2)"}) == []
-    found = drift.compare_agent("h1", {"rc": 126, "output": "/opt/rigkit/venv/bin/rigkit-agent: bad interpreter"})
+    assert compare.compare_agent("h1", {"rc": 0, "output": "rigkit-agent 0.1 (Python 3.11.2)"}) == []
+    found = compare.compare_agent("h1", {"rc": 126, "output": "/opt/rigkit/venv/bin/rigkit-agent: bad interpreter"})
     assert [(f.kind, f.actual) for f in found] == [("agent", "exit 126: /opt/rigkit/venv/bin/rigkit-agent: bad interpreter")]
 
 
@@ -224,7 +225,7 @@ def _converged_units(d):
 
 def test_units_converged():
     d = decl()
-    assert drift.compare_units("h1", d, _converged_units(d)) == []
+    assert compare.compare_units("h1", d, _converged_units(d)) == []
 
 
 def test_llama_swap_disabled_and_hyperqwen_enabled():
@@ -232,7 +233,7 @@ def test_llama_swap_disabled_and_hyperqwen_enabled():
     units = _converged_units(d)
     units["llama-swap.service"] = _unit("llama-swap.service", enabled="disabled")
     units["hyperqwen.service"] = _unit("hyperqwen.service", enabled="enabled", active="inactive")
-    found = drift.compare_units("h1", d, units)
+    found = compare.compare_units("h1", d, units)
     assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
         ("unit", "llama-swap.service", "enabled", "disabled"),
         ("unit", "hyperqwen.service", "installed, not enabled", "enabled")]
@@ -243,20 +244,20 @@ def test_strata_back_with_requires():
     units = _converged_units(d)
     units["strata.service"] = _unit("strata.service")
     units["llama-swap.service"] = _unit("llama-swap.service", Requires="system.slice strata.service sysinit.target")
-    found = drift.compare_units("h1", d, units)
+    found = compare.compare_units("h1", d, units)
     assert [(f.kind, f.item) for f in found] == [
         ("legacy-unit", "strata.service"), ("unit-dependency", "llama-swap.service Requires=strata.service")]
 
 
 def test_parse_units_blocks():
     lines = ["Id=a.service", "LoadState=loaded", "Requires=", "", "Id=b.timer", "ActiveState=active"]
-    assert drift.parse_units(lines) == {"a.service": {"Id": "a.service", "LoadState": "loaded", "Requires": ""},
+    assert probe.parse_units(lines) == {"a.service": {"Id": "a.service", "LoadState": "loaded", "Requires": ""},
                                         "b.timer": {"Id": "b.timer", "ActiveState": "active"}}
 
 
 def test_llama_swap_running_an_older_config():
-    assert drift.compare_llama_swap_live("h1", {"started": 100, "mtime": 90}) == []
-    assert [f.kind for f in drift.compare_llama_swap_live("h1", {"started": 100, "mtime": 130})] == ["llama-swap-live"]
+    assert compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 90}) == []
+    assert [f.kind for f in compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 130})] == ["llama-swap-live"]
 
 
 # ---- models
@@ -265,14 +266,14 @@ def test_llama_swap_running_an_older_config():
 def test_no_lock_is_one_warning_not_a_crash():
     d = decl()
     assert d.lock is None and "no model lock" in d.lock_note
-    found = drift.compare_models("h1", d.lock_note, None)
+    found = compare.compare_models("h1", d.lock_note, None)
     assert [(f.kind, f.severity) for f in found] == [("model", "warn")]
     assert drift.exit_code(found) == 0
 
 
 def test_model_reasons_become_findings():
     models = {"strata": [], "gguf-baseline": ["gguf-baseline: m.gguf: size or mtime differs from the record"]}
-    found = drift.compare_models("h1", None, models)
+    found = compare.compare_models("h1", None, models)
     assert [(f.item, f.actual) for f in found] == [("gguf-baseline", "m.gguf: size or mtime differs from the record")]
 
 
@@ -308,12 +309,12 @@ def test_plan_changes_and_conditionals_next_to_them_only():
         {"names": ["Host agent", "Install the agent"], "hosts_with_change": [], "hosts_with_conditional_change": ["h1"]},
         {"names": ["Docker", "Restart docker"], "hosts_with_change": [], "hosts_with_conditional_change": ["h1"]},
     ]}
-    found = drift.plan_findings("h1", plan)
+    found = drift_plan.plan_findings("h1", plan)
     assert [(f.kind, f.item, f.severity) for f in found] == [
         ("plan", "Host agent | Sync the agent wheelhouse", "drift"),
         ("plan-conditional", "Host agent | Install the agent", "warn")]
     converged = {"plan": [dict(op, hosts_with_change=[]) for op in plan["plan"]]}
-    assert drift.plan_findings("h1", converged) == []
+    assert drift_plan.plan_findings("h1", converged) == []
 
 
 # ---- probe parsing, masking, exit codes
@@ -321,15 +322,15 @@ def test_plan_changes_and_conditionals_next_to_them_only():
 
 def test_probe_sections_round_trip_through_the_fact():
     d = decl()
-    sections = drift.probe_sections(d)
-    script = drift.probe_script(sections)
+    sections = probe.probe_sections(d)
+    script = probe.probe_script(sections)
     assert "hf.env" in script and "base64" in script and "cat /etc/rigkit/secrets" not in script
-    output = [f"{drift.SECTION} file:/etc/llama-swap/config.yaml", "640 root llama-swap 5 " + "a" * 64, "aGVsbG8=",
-              f"{drift.SECTION} secret:/etc/rigkit/secrets/hf.env", "missing",
-              f"{drift.SECTION} pacman", "nvidia-utils 610.57-1", "error: package 'cuda' was not found",
-              f"{drift.SECTION} agent", "rigkit-agent 0.1", "__RC__=0",
-              f"{drift.SECTION} llama-swap-start", "ExecMainStartTimestamp=@1700000000", "mtime=1699999990"]
-    facts = drift.parse_probe(HostProbe().process(output), d.packages)
+    output = [f"{probe.SECTION} file:/etc/llama-swap/config.yaml", "640 root llama-swap 5 " + "a" * 64, "aGVsbG8=",
+              f"{probe.SECTION} secret:/etc/rigkit/secrets/hf.env", "missing",
+              f"{probe.SECTION} pacman", "nvidia-utils 610.57-1", "error: package 'cuda' was not found",
+              f"{probe.SECTION} agent", "rigkit-agent 0.1", "__RC__=0",
+              f"{probe.SECTION} llama-swap-start", "ExecMainStartTimestamp=@1700000000", "mtime=1699999990"]
+    facts = probe.parse_probe(HostProbe().process(output), d.packages)
     assert facts["files"]["/etc/llama-swap/config.yaml"]["content"] == b"hello"
     assert facts["files"]["/etc/llama-swap/config.yaml"]["group"] == "llama-swap"
     assert facts["secrets"]["/etc/rigkit/secrets/hf.env"] is None
@@ -375,9 +376,9 @@ def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tm
 
     p = tmp_path / "daemon.json"
     p.write_text(json.dumps({"runtimes": {}, "log-level": "warn"}, indent=4))
-    script = drift.probe_script([("daemon-json", JsonFile().command(str(p))), ("agent", "echo v1; echo __RC__=0")])
+    script = probe.probe_script([("daemon-json", JsonFile().command(str(p))), ("agent", "echo v1; echo __RC__=0")])
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
-    facts = drift.parse_probe(HostProbe().process(out), [])
+    facts = probe.parse_probe(HostProbe().process(out), [])
     assert facts["daemon_json"] == {"exists": True, "data": {"runtimes": {}, "log-level": "warn"}, "error": None}
     assert facts["agent"] == {"rc": 0, "output": "v1"}
 
@@ -390,7 +391,7 @@ def test_a_plan_that_fails_says_why():
                              "echo '--> pyinfra error in roles/preflight.py line 46: refusing to deploy:' >&2; "
                              "echo '  a window is open' >&2; exit 1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    plan, why = drift.finish_plan(proc)
+    plan, why = drift_plan.finish_plan(proc)
     assert plan is None
     assert why == ("pyinfra --dry exited 1 without a plan: pyinfra error in roles/preflight.py line 46: "
                    "refusing to deploy: a window is open")
@@ -402,7 +403,7 @@ def test_an_open_window_is_reported_and_explains_its_deviations():
     findings = [drift.Finding("h1", "unit", "llama-swap.service", "active", "inactive (dead)"),
                 drift.Finding("h1", "unit", "agent-sync.timer", "active", "inactive (dead)"),
                 drift.Finding("h1", "pins", "cuda", "13.3.1-1", "13.4.0-1")]
-    out = drift.apply_window("h1", findings, journal)
+    out = compare.apply_window("h1", findings, journal)
     assert [(f.item, f.severity) for f in out] == [("llama-swap.service", "expected"), ("agent-sync.timer", "expected"),
                                                    ("cuda", "drift"), ("window w1", "warn")]
     assert out[0].actual == "inactive (dead) — window w1 stopped the proxy"
@@ -412,15 +413,15 @@ def test_an_open_window_is_reported_and_explains_its_deviations():
 
 def test_a_closed_window_changes_nothing():
     findings = [drift.Finding("h1", "unit", "llama-swap.service", "active", "inactive (dead)")]
-    assert drift.apply_window("h1", list(findings), {"id": "w1", "state": "restored"}) == findings
+    assert compare.apply_window("h1", list(findings), {"id": "w1", "state": "restored"}) == findings
 
 
 def test_a_hold_is_reported_with_what_it_holds_back():
     holds = {"exists": True, "error": None, "data": {"llama-swap": {
         "since": "2026-11-30T08:00:00Z", "by": "rollback", "held_back_copy": "/var/lib/rigkit/llama-swap/held.yaml",
         "held_back_members": {"added": ["hyperqwen"], "removed": [], "changed": []}}}}
-    (f,) = drift.compare_holds("h1", holds)
+    (f,) = compare.compare_holds("h1", holds)
     assert (f.kind, f.item, f.severity) == ("hold", "llama-swap", "drift")
     assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; held back added: hyperqwen (copy: "
                         "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in --release`")
-    assert drift.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []
+    assert compare.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []

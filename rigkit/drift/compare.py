@@ -1,0 +1,407 @@
+"""Comparisons: declared values and parsed facts in, :class:`Finding` s out. Pure (they are what
+the unit tests pin); every string that leaves the drift check passes :func:`mask`."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rigkit import hoststate, paths
+from rigkit.drift.declared import Declared
+from rigkit.facts import NvidiaSmi
+from rigkit.operations.config import merge_json
+
+SEVERITIES = ("error", "drift", "warn")
+MASK = "***"
+ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked", "linked-runtime")
+#: Dependencies that tie one unit's lifetime to another's (systemd.unit(5)).
+TIGHT_DEPS = ("Requires", "BindsTo", "Requisite", "PartOf")
+
+
+@dataclass
+class Finding:
+    """One difference. ``declared``/``actual`` are short human strings (units in them: W, bytes);
+    ``diff`` is a unified diff (declared → actual) for a rendered file, only with ``--diff``."""
+
+    host: str
+    kind: str
+    item: str
+    declared: str
+    actual: str
+    severity: str = "drift"
+    diff: str | None = None
+
+    def record(self, with_diff: bool = False) -> dict[str, Any]:
+        """The JSON record: ``{host, kind, item, declared, actual, severity}`` (+ ``diff``)."""
+        out = asdict(self)
+        if not with_diff or self.diff is None:
+            out.pop("diff")
+        return out
+
+_SECRET_ASSIGN = re.compile(
+    r"(?i)(\b[A-Z0-9_.-]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|APIKEY)[A-Z0-9_.-]*[\"']?\s*[=:]\s*[\"']?)([^\s\"',}]+)")
+_SECRET_FLAG = re.compile(r"(?i)(--(?:api-key|token|hf-token|password)[= ])(\S+)")
+_BEARER = re.compile(r"(?i)(\bBearer\s+)(\S+)")
+_HF_TOKEN_SHAPE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
+
+
+def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | None:
+    """``text`` with secret values replaced by ``***``: each known value in ``secrets`` (e.g. the
+    HF token at hand), then any ``*TOKEN*``/``*SECRET*``/``*PASSWORD*``/``*API_KEY*`` assignment's
+    value (``KEY=v``, ``key: v``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
+    hf-token-shaped words. An ``${...}`` reference is kept (it names, not holds, a secret)."""
+    if text is None:
+        return None
+    for value in secrets:
+        if value and len(value) >= 4:
+            text = text.replace(value, MASK)
+
+    def keep_refs(m: re.Match) -> str:
+        value = m.group(2)
+        if value.startswith("${") or value.startswith("$") or value == MASK:
+            return m.group(0)
+        return m.group(1) + MASK
+
+    text = _SECRET_ASSIGN.sub(keep_refs, text)
+    text = _SECRET_FLAG.sub(keep_refs, text)
+    text = _BEARER.sub(keep_refs, text)
+    return _HF_TOKEN_SHAPE.sub(MASK, text)
+
+
+def _short(sha: str | None) -> str:
+    return f"sha256:{sha[:12]}" if sha else "unknown"
+
+
+def _mode(value: str | None) -> str:
+    try:
+        return f"0{int(value, 8):03o}" if value else "?"
+    except ValueError:
+        return value or "?"
+
+
+def compare_files(host: str, files: dict[str, Any], actual: dict[str, Any], diff: bool = False,
+                  secrets: list[str] | tuple[str, ...] = ()) -> list[Finding]:
+    """Rendered files vs the host's: presence, content (sha256), mode, owner; one finding each.
+    With ``diff`` a masked unified diff (declared → host) rides on the content finding."""
+    out = []
+    for path, f in sorted(files.items()):
+        st = actual.get(path)
+        if st is None:
+            out.append(Finding(host, "file", path, f"present {_short(f.sha256)} {f.mode} {f.owner}", "missing"))
+            continue
+        if st.get("sha256") != f.sha256:
+            text_diff = None
+            if diff and st.get("content") is not None:
+                host_text = st["content"].decode(errors="replace")
+                text_diff = "".join(difflib.unified_diff(
+                    f.text.splitlines(keepends=True), host_text.splitlines(keepends=True),
+                    fromfile=f"declared {path}", tofile=f"{host} {path}"))
+                text_diff = mask(text_diff, secrets)
+            out.append(Finding(host, "file", path, f"content {_short(f.sha256)}",
+                               f"content {_short(st.get('sha256'))} ({st.get('size')} bytes)", diff=text_diff))
+        if st.get("mode") is not None and _mode(st["mode"]) != _mode(f.mode):
+            out.append(Finding(host, "file-mode", path, _mode(f.mode), _mode(st["mode"])))
+        owner = f"{st.get('user')}:{st.get('group')}"
+        if st.get("user") is not None and owner != f.owner:
+            out.append(Finding(host, "file-owner", path, f.owner, owner))
+    return out
+
+
+def compare_secrets(host: str, declared: dict[str, tuple[str, str, str | None]], actual: dict[str, Any],
+                    token_source: str | None = None) -> list[Finding]:
+    """The secret files' presence, owner and mode; content only when the value is at hand
+    (declared sha256 non-empty; ``""`` means: the value is not at hand, the file is optional).
+    Never a value or hash in a finding."""
+    out = []
+    for path, (owner, mode, sha) in sorted(declared.items()):
+        st = actual.get(path)
+        if st is None:
+            if sha == "":
+                continue
+            out.append(Finding(host, "secret", path, f"present {owner} {mode}", "missing"))
+            continue
+        got_owner = f"{st.get('user')}:{st.get('group')}"
+        if got_owner != owner:
+            out.append(Finding(host, "secret-owner", path, owner, got_owner))
+        if _mode(st.get("mode")) != _mode(mode):
+            out.append(Finding(host, "secret-mode", path, _mode(mode), _mode(st.get("mode"))))
+        if sha and st.get("sha256") != sha:
+            out.append(Finding(host, "secret", path, f"the value from {token_source or 'the control machine'}",
+                               "a different value (not shown)"))
+    return out
+
+
+def pkgver(version: str | None) -> str | None:
+    """``"1:610.57-2"`` → ``"610.57"`` (epoch and pkgrel dropped; pacman(8) version format)."""
+    if not version:
+        return None
+    v = version.split(":", 1)[-1]
+    return v.rsplit("-", 1)[0] if "-" in v else v
+
+
+def compare_pins(host: str, pins: dict[str, str] | None, installed: dict[str, str | None],
+                 held: list[str] | None) -> list[Finding]:
+    """Each pin installed at its full version, and held by ``IgnorePkg`` inside ``[options]``."""
+    out = []
+    for pkg, want in sorted((pins or {}).items()):
+        got = installed.get(pkg)
+        if got != want:
+            out.append(Finding(host, "pin", pkg, want, got or "not installed"))
+    if pins:
+        if held is None:
+            out.append(Finding(host, "pin-held", "/etc/pacman.conf", "IgnorePkg in [options]", "file missing"))
+        else:
+            for pkg in sorted(pins):
+                if pkg not in held:
+                    out.append(Finding(host, "pin-held", pkg, "IgnorePkg in [options] of /etc/pacman.conf",
+                                       "not held" + (f" (held: {' '.join(held)})" if held else "")))
+    return out
+
+
+def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, str | None],
+                   kernel: dict[str, Any], smi: dict[str, Any]) -> list[Finding]:
+    """The driver version as ``pacman -Q`` (``nvidia-utils`` and the flavour's module package),
+    the loaded module (``/sys/module/nvidia/version``) and ``nvidia-smi`` each report it, vs
+    ``nvidia_driver_version``; an nvidia-smi that cannot answer (mismatch, no GPU) is a finding."""
+    out = []
+    for pkg in ("nvidia-utils", flavour):
+        got = pkgver(installed.get(pkg))
+        if got != driver:
+            out.append(Finding(host, "driver", f"pacman -Q {pkg}", driver, got or "not installed"))
+    loaded = kernel.get("nvidia_module")
+    if loaded != driver:
+        out.append(Finding(host, "driver", "loaded module", driver, loaded or "not loaded"))
+    if smi.get("state") != "ok":
+        out.append(Finding(host, "driver", "nvidia-smi", driver, f"{smi.get('state')}: {smi.get('message', '')}".strip()))
+    else:
+        for gpu in smi["gpus"]:
+            if gpu["driver_version"] != driver:
+                out.append(Finding(host, "driver", f"nvidia-smi GPU {gpu['index']}", driver, gpu["driver_version"]))
+    return out
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", v))
+
+
+def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cuda: str | None,
+                 smi_ok: bool) -> list[Finding]:
+    """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x``) and the driver's CUDA
+    level (nvidia-smi's ``CUDA Version``) at least the declared one."""
+    out = []
+    got = pkgver(installed.get("cuda"))
+    if got is None or _vtuple(got)[:2] != _vtuple(cuda)[:2]:
+        out.append(Finding(host, "cuda", "pacman -Q cuda", f"{cuda}.x", got or "not installed"))
+    if smi_ok:
+        if smi_cuda is None:
+            out.append(Finding(host, "cuda", "driver CUDA level", f">= {cuda}", "not reported by nvidia-smi"))
+        elif _vtuple(smi_cuda) < _vtuple(cuda):
+            out.append(Finding(host, "cuda", "driver CUDA level", f">= {cuda}", smi_cuda))
+    return out
+
+
+def compare_reboot(host: str, reasons: list[str]) -> list[Finding]:
+    """:func:`rigkit.hoststate.reboot_reasons` (the deploy's own gate) as one finding when non-empty."""
+    if not reasons:
+        return []
+    return [Finding(host, "reboot", "reboot pending", "running kernel and module are the installed ones",
+                    "; ".join(reasons))]
+
+
+def compare_power(host: str, watts: int, smi: dict[str, Any]) -> list[Finding]:
+    """``enforced.power.limit`` (and the requested ``power.limit``) vs ``gpu_power_limit_w``, in W."""
+    out = []
+    for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
+        for key, label in (("power_enforced_w", "enforced.power.limit"), ("power_limit_w", "power.limit")):
+            got = gpu.get(key)
+            if got is None or abs(got - watts) > 0.5:
+                out.append(Finding(host, "power", f"GPU {gpu['index']} {label}", f"{watts} W",
+                                   f"{got:g} W" if got is not None else "unknown"))
+    return out
+
+
+def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]) -> list[Finding]:
+    """The keys rigkit owns in ``/etc/docker/daemon.json``, compared as JSON: a key differs when
+    merging rigkit's value into the host's would change it (the deploy's own
+    :func:`~rigkit.operations.config.merge_json`). Keys rigkit does not own are never drift."""
+    path = paths.DOCKER_DAEMON_JSON
+    if not actual.get("exists"):
+        return [Finding(host, "daemon.json", path, "present with " + ", ".join(sorted(owned)), "missing")]
+    if actual.get("error"):
+        return [Finding(host, "daemon.json", path, "a JSON object", actual["error"])]
+    data = actual.get("data") or {}
+    out = []
+    for key, want in sorted(owned.items()):
+        if key not in data or merge_json(data[key], want) != data[key]:
+            out.append(Finding(host, "daemon.json", key, json.dumps(want, sort_keys=True),
+                               json.dumps(data[key], sort_keys=True) if key in data else "absent"))
+    return out
+
+
+def compare_agent(host: str, agent: dict[str, Any]) -> list[Finding]:
+    """``/opt/rigkit/venv/bin/rigkit-agent version`` must exit 0 (its venv's Python still there)."""
+    if agent.get("rc") == 0:
+        return []
+    why = agent.get("output") or ""
+    return [Finding(host, "agent", paths.AGENT_BIN, "`rigkit-agent version` runs",
+                    f"exit {agent.get('rc')}" + (f": {why.splitlines()[-1]}" if why else ""))]
+
+
+def _enabled(props: dict[str, str]) -> bool:
+    return props.get("UnitFileState", "") in ENABLED_STATES
+
+
+def _exists(props: dict[str, str] | None) -> bool:
+    return bool(props) and props.get("LoadState") not in ("not-found", "")
+
+
+def compare_units(host: str, decl: Declared, units: dict[str, dict[str, str]]) -> list[Finding]:
+    """Units enabled/active as DESIGN.md says; installed-not-enabled ones; legacy units back
+    (present and enabled or active); a ``Requires=``/``BindsTo=``/``Requisite=``/``PartOf=``
+    between ``llama-swap.service`` and a member or legacy unit, either way."""
+    out = []
+    for unit, want in sorted(decl.units.items()):
+        props = units.get(unit)
+        if not _exists(props):
+            out.append(Finding(host, "unit", unit, "installed", "not found"))
+            continue
+        if want.get("enabled") is not None and _enabled(props) != want["enabled"]:
+            out.append(Finding(host, "unit", unit, "enabled" if want["enabled"] else "disabled",
+                               props.get("UnitFileState") or "unknown"))
+        if want.get("active") is not None and (props.get("ActiveState") == "active") != want["active"]:
+            out.append(Finding(host, "unit", unit, "active" if want["active"] else "inactive",
+                               f"{props.get('ActiveState')} ({props.get('SubState')})"))
+    for unit in decl.installed_only:
+        props = units.get(unit)
+        if not _exists(props):
+            out.append(Finding(host, "unit", unit, "installed, not enabled", "not found"))
+        elif props.get("UnitFileState") in ("enabled", "enabled-runtime"):
+            out.append(Finding(host, "unit", unit, "installed, not enabled", props["UnitFileState"]))
+    for unit in decl.legacy:
+        props = units.get(unit)
+        if not _exists(props):
+            continue
+        state = props.get("UnitFileState", "")
+        active = props.get("ActiveState") == "active"
+        if state in ("enabled", "enabled-runtime") or active:
+            out.append(Finding(host, "legacy-unit", unit, "stopped and disabled (retired by the deploy)",
+                               f"{state or 'unknown'}, {props.get('ActiveState')}"))
+    proxy = units.get("llama-swap.service") or {}
+    for dep in TIGHT_DEPS:
+        for other in proxy.get(dep, "").split():
+            if other in decl.members:
+                out.append(Finding(host, "unit-dependency", f"llama-swap.service {dep}={other}",
+                                   "no Requires=/BindsTo= on a member", f"{dep}={other}"))
+    for unit in decl.members:
+        props = units.get(unit) or {}
+        for dep in TIGHT_DEPS:
+            if "llama-swap.service" in props.get(dep, "").split():
+                out.append(Finding(host, "unit-dependency", f"{unit} {dep}=llama-swap.service",
+                                   "no Requires=/BindsTo= with the proxy", f"{dep}=llama-swap.service"))
+    return out
+
+
+def compare_llama_swap_live(host: str, start: dict[str, Any]) -> list[Finding]:
+    """llama-swap reads its config at start only: a config file changed after the running
+    process started is not the live config (``ExecMainStartTimestamp`` vs the file's mtime, s)."""
+    started, mtime = start.get("started"), start.get("mtime")
+    if started and mtime and mtime > started:
+        return [Finding(host, "llama-swap-live", paths.LLAMA_SWAP_CONFIG, "the running llama-swap loaded the file",
+                        f"file changed {mtime - started} s after llama-swap started (restart pending)")]
+    return []
+
+
+def compare_models(host: str, lock_note: str | None, models: Any) -> list[Finding]:
+    """Model files vs the lock and the verified records (on the host, by ``rigkit.host.fetch`` in the
+    agent's venv): each reason a finding; no lock → one ``warn``; agent gone → one ``warn``."""
+    if lock_note:
+        return [Finding(host, "model", "lock", "a model lock for the inventory", lock_note, severity="warn")]
+    if models is None:
+        return []
+    if models == "no-agent":
+        return [Finding(host, "model", "*", "checked by the host agent", "agent venv has no python; not checked",
+                        severity="warn")]
+    out = []
+    for name, reasons in sorted(models.items()):
+        for reason in reasons:
+            text = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
+            out.append(Finding(host, "model", name, "as locked and recorded", text))
+    return out
+
+
+def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None) -> list[Finding]:
+    """Every comparison for one host's parsed probe."""
+    spec = decl.spec
+    host = decl.host
+    secrets = decl.secret_values
+    installed = facts.get("pacman") or {}
+    smi = facts.get("smi") or NvidiaSmi.default()
+    kernel = facts.get("kernel") or {}
+    out: list[Finding] = []
+    out += compare_files(host, decl.files, facts.get("files", {}), diff=diff, secrets=secrets)
+    out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
+    out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
+    out += compare_driver(host, spec.nvidia_driver_version, spec.driver_flavour, installed, kernel, smi)
+    out += compare_cuda(host, spec.cuda_version, installed, facts.get("smi_cuda"), smi.get("state") == "ok")
+    out += compare_reboot(host, hoststate.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
+                                                          spec.driver_flavour))
+    out += compare_power(host, spec.gpu_power_limit_w, smi)
+    out += compare_daemon_json(host, hoststate.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
+    out += compare_agent(host, facts.get("agent") or {})
+    out += compare_units(host, decl, facts.get("units") or {})
+    out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {})
+    out += compare_models(host, decl.lock_note, facts.get("models"))
+    out += compare_holds(host, facts.get("holds") or {})
+    return apply_window(host, out, (facts.get("window") or {}).get("data"))
+
+
+def window_open(facts: dict[str, Any]) -> bool:
+    """True when the probe found an open window journal (:func:`rigkit.host.window.is_open`)."""
+    from rigkit.host.window import is_open
+
+    return is_open((facts.get("window") or {}).get("data"))
+
+
+def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
+    """While a window is open: report it (``warn``), and mark the findings it explains — its
+    tenant swapped in, the proxy down, the paused timers — as ``expected`` (not drift), from
+    :func:`rigkit.host.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
+    from rigkit.host.window import expected_deviations, is_open
+
+    if not is_open(journal):
+        return findings
+    deviations = expected_deviations(journal)
+    explained = {d.split()[0]: d for d in deviations}
+    for f in findings:
+        if f.kind == "unit" and f.item in explained:
+            f.severity = "expected"
+            f.actual = f"{f.actual} — {explained[f.item].split(': ', 1)[-1]}"
+    plan = journal.get("plan") or {}
+    findings.append(Finding(host, "window", f"window {journal.get('id', '?')}",
+                            "steady state (no window open)",
+                            f"{journal.get('state')}: tenant {plan.get('tenant', '?')}; expected meanwhile: "
+                            + ("; ".join(deviations) or "nothing yet"), severity="warn"))
+    return findings
+
+
+def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
+    """A hold recorded by a manual rollback (``/var/lib/rigkit/holds.json``, written by
+    :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
+    (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
+    where the held-back config was kept."""
+    if holds.get("error"):
+        return [Finding(host, "hold", paths.HOLDS_FILE, "a JSON object", holds["error"], severity="error")]
+    out = []
+    for name, hold in sorted((holds.get("data") or {}).items()):
+        if not isinstance(hold, dict):
+            continue
+        members = hold.get("held_back_members") or {}
+        parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]
+        out.append(Finding(host, "hold", name, "the declared config active (no hold)",
+                           f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; held back "
+                           + ("; ".join(parts) or "a changed config") + f" (copy: {hold.get('held_back_copy', '?')}); "
+                           "release with `rigkit wire-in --release`"))
+    return out

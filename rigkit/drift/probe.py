@@ -1,0 +1,279 @@
+"""The probe: one fact (:class:`HostProbe`), one round trip per host. A shell script built from
+rigkit's facts' own commands plus ``stat``/``sha256sum`` of every rendered and secret file,
+``systemctl show`` of the declared units and ``rigkit-agent`` checks (:func:`probe_sections`,
+:func:`probe_script`); each section parsed by the same ``process()`` the deploy uses
+(:func:`parse_probe`). :func:`connect_and_probe` reaches the hosts with pyinfra's connectors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from rigkit import paths
+from rigkit.drift.declared import Declared
+from rigkit.facts import DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
+
+SECTION = "__RIGKIT_DRIFT__"
+#: Files larger than this are compared by hash only (no diff): rendered files are configs.
+MAX_DIFF_BYTES = 1 << 20
+#: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
+UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Requires", "BindsTo", "Requisite",
+              "PartOf", "FragmentPath")
+
+
+_MODELS_PY = r"""
+import base64, json, sys
+from pathlib import Path
+from rigkit.host import fetch
+try:
+    from rigkit.hoststate import PREPARED_MODELS
+except ImportError:  # an agent installed before it existed
+    PREPARED_MODELS = frozenset({"hyperqwen"})
+lock = json.loads(base64.b64decode(sys.argv[1]))
+deep = sys.argv[2] == "1"
+out = {}
+for name, entry in sorted(lock.get("models", {}).items()):
+    directory = Path(fetch.MODELS_ROOT) / entry["source"]["path"]
+    try:
+        if hasattr(fetch, "status"):
+            try:
+                reasons = fetch.status(lock, name, prepared=name in PREPARED_MODELS)
+            except TypeError:  # an agent installed before status() took prepared
+                reasons = fetch.status(lock, name)
+        else:
+            reasons = fetch.compare(name, directory)
+        if deep:
+            rec = fetch.load_record(fetch.STATE_DIR, name)
+            if rec:
+                rels = [r for r in sorted(rec["files"]) if (directory / r).is_file()]
+                digests = fetch.hash_files([directory / r for r in rels])
+                for rel, d in zip(rels, digests):
+                    if d["sha256"] != rec["files"][rel]["sha256"]:
+                        reasons.append(f"{name}: {rel}: content differs from the record (sha256)")
+    except Exception as exc:
+        reasons = [f"{name}: cannot check: {type(exc).__name__}: {exc}"]
+    out[name] = reasons
+print(json.dumps(out))
+"""
+
+
+def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
+    """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
+    :func:`parse_probe`. Commands of rigkit's facts are reused verbatim."""
+    q = shlex.quote
+    sections: list[tuple[str, str]] = []
+    for path, f in sorted(decl.files.items()):
+        content = "" if not f else (f"[ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
+                                    f"base64 -w0 {q(path)}; echo")
+        sections.append((f"file:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
+                                         f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; {content}; else echo missing; fi"))
+    for path in sorted(decl.secrets):
+        # never the content: owner, mode and sha256 only
+        sections.append((f"secret:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
+                                           f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; else echo missing; fi"))
+    sections.append(("pacman", PacmanVersions().command(decl.packages)))
+    sections.append(("ignorepkg", PacmanIgnorePkg().command()))
+    sections.append(("kernel", KernelState().command()))
+    sections.append(("dkms", "command -v dkms >/dev/null 2>&1 && " + DkmsStatus().command()))
+    sections.append(("smi", NvidiaSmi().command()))
+    sections.append(("smi-cuda", "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9][0-9.]*\\).*/\\1/p' | head -n 1"))
+    sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
+    sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
+    sections.append(("holds", JsonFile().command(paths.HOLDS_FILE)))
+    sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
+                              f"echo __RC__=$rc"))
+    units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
+    sections.append(("units", f"systemctl show --no-pager -p {','.join(UNIT_PROPS)} {' '.join(q(u) for u in units)}"))
+    sections.append(("llama-swap-start", "systemctl show --no-pager --timestamp=unix -p ExecMainStartTimestamp "
+                                         f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
+    if decl.lock is not None:
+        lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
+        py = f"{paths.AGENT_VENV}/bin/python"
+        sections.append(("models", f"if [ -x {py} ]; then {py} -c {q(_MODELS_PY)} {lock_b64} {int(deep)} 2>&1; "
+                                   "else echo __NOAGENT__; fi"))
+    return sections
+
+
+def probe_script(sections: list[tuple[str, str]]) -> str:
+    """One POSIX shell script running every section, each after a ``__RIGKIT_DRIFT__ <key>`` line
+    (printed after a newline: a file without a final newline must not swallow the marker);
+    always exits 0 (a failing section shows in its own output)."""
+    parts = []
+    for key, cmd in sections:
+        parts.append(f"printf '\\n%s\\n' '{SECTION} {key}'; {{ {cmd} ; }} 2>/dev/null")
+    return "\n".join(parts + ["exit 0"])
+
+
+class HostProbe(FactBase):
+    """Every fact drift needs, in one command (:func:`probe_script`); returns ``{section key:
+    [stdout lines]}``, or None when the command failed as a whole (the connection dropped)."""
+
+    def command(self, script: str) -> str:
+        return script
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        current = None
+        for line in output:
+            if line.startswith(SECTION + " "):
+                if current is not None and out[current] and not out[current][-1].strip():
+                    out[current].pop()  # the newline printed before the marker
+                current = line[len(SECTION) + 1:].strip()
+                out[current] = []
+            elif current is not None:
+                out[current].append(line)
+        return out
+
+
+def _stat(lines: list[str]) -> dict[str, Any] | None:
+    """``"640 root llama-swap 123 <sha256>"`` → ``{mode, user, group, size, sha256}``; None: missing."""
+    if not lines or lines[0].strip() == "missing":
+        return None
+    parts = lines[0].split()
+    if len(parts) != 5:
+        return {"mode": None, "user": None, "group": None, "size": None, "sha256": None}
+    return {"mode": parts[0], "user": parts[1], "group": parts[2], "size": int(parts[3]), "sha256": parts[4]}
+
+
+def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
+    """``systemctl show -p ...`` of several units (blocks of ``Key=value`` separated by blank
+    lines) → ``{Id: {prop: value}}``."""
+    out: dict[str, dict[str, str]] = {}
+    block: dict[str, str] = {}
+    for line in [*lines, ""]:
+        if not line.strip():
+            if block.get("Id"):
+                out[block["Id"]] = block
+            block = {}
+            continue
+        key, _, value = line.partition("=")
+        block[key.strip()] = value.strip()
+    return out
+
+
+def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
+    """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
+    stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
+    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``agent`` ``{rc,
+    output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
+    (``{name: [reasons]}``, ``"no-agent"``, or None when not asked)."""
+    facts: dict[str, Any] = {"files": {}, "secrets": {}, "models": None}
+    pacman_fact = PacmanVersions()
+    pacman_fact.command(packages)  # its process() reads the names its command() was given
+    for key, lines in raw.items():
+        if key.startswith("file:"):
+            st = _stat(lines)
+            if st is not None and len(lines) > 1 and lines[1].strip():
+                try:
+                    st["content"] = base64.b64decode(lines[1].strip())
+                except ValueError:
+                    st["content"] = None
+            facts["files"][key[5:]] = st
+        elif key.startswith("secret:"):
+            facts["secrets"][key[7:]] = _stat(lines)
+        elif key == "pacman":
+            facts["pacman"] = pacman_fact.process(lines)
+        elif key == "ignorepkg":
+            facts["ignorepkg"] = PacmanIgnorePkg().process(lines)
+        elif key == "kernel":
+            facts["kernel"] = KernelState().process(lines)
+        elif key == "dkms":
+            facts["dkms"] = DkmsStatus().process(lines)
+        elif key == "smi":
+            facts["smi"] = NvidiaSmi().process(lines)
+        elif key == "smi-cuda":
+            facts["smi_cuda"] = lines[0].strip() if lines and lines[0].strip() else None
+        elif key == "daemon-json":
+            facts["daemon_json"] = JsonFile().process(lines)
+        elif key == "window":
+            facts["window"] = JsonFile().process(lines)
+        elif key == "holds":
+            facts["holds"] = JsonFile().process(lines)
+        elif key == "agent":
+            rc = None
+            body = []
+            for line in lines:
+                if line.startswith("__RC__="):
+                    rc = int(line[7:] or 1)
+                else:
+                    body.append(line)
+            facts["agent"] = {"rc": rc, "output": "\n".join(body).strip()}
+        elif key == "units":
+            facts["units"] = parse_units(lines)
+        elif key == "llama-swap-start":
+            started = mtime = None
+            for line in lines:
+                if line.startswith("ExecMainStartTimestamp=@"):
+                    try:
+                        started = int(line.split("@", 1)[1].split(".")[0])
+                    except ValueError:
+                        started = None
+                elif line.startswith("mtime="):
+                    mtime = int(line[6:]) if line[6:].isdigit() else None
+            facts["llama_swap_start"] = {"started": started, "mtime": mtime}
+        elif key == "models":
+            text = "\n".join(lines).strip()
+            if text == "__NOAGENT__":
+                facts["models"] = "no-agent"
+            else:
+                try:
+                    facts["models"] = json.loads(text.splitlines()[-1]) if text else {}
+                except ValueError:
+                    facts["models"] = {"*": [f"model check failed: {text[-300:]}"]}
+    return facts
+
+
+def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, Any]], deep: bool = False,
+                      connect_timeout: int = 10) -> dict[str, tuple[dict[str, Any] | None, str]]:
+    """Reach every host with pyinfra (its connectors, the hosts' own connection data, in
+    parallel) and run :class:`HostProbe` once on each. Returns ``{host: (facts, "")}`` or
+    ``{host: (None, why)}`` for a host that could not be reached or probed."""
+    import gevent
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.facts import get_fact
+    from pyinfra.context import ctx_host, ctx_state
+
+    inventory = Inventory(([(d.host, dict(connections.get(d.host, {}))) for d in decls], {}))
+    state = State(inventory=inventory, config=Config(CONNECT_TIMEOUT=connect_timeout, FAIL_PERCENT=None))
+    sections = {d.host: probe_sections(d, deep=deep) for d in decls}
+    decl_by_name = {d.host: d for d in decls}
+    results: dict[str, tuple[dict[str, Any] | None, str]] = {}
+
+    def one(host) -> tuple[dict[str, Any] | None, str]:
+        with ctx_state.use(state), ctx_host.use(host):
+            try:
+                host.connect(show_errors=False, raise_exceptions=True)
+            except Exception as exc:  # noqa: BLE001 - ConnectError and friends: the host is reported
+                return None, f"unreachable: {exc}"
+            state.activate_host(host)
+            try:
+                raw = get_fact(state, host, HostProbe, kwargs={"script": probe_script(sections[host.name])},
+                               apply_failed_hosts=False)
+            except Exception as exc:  # noqa: BLE001
+                return None, f"probe failed: {type(exc).__name__}: {exc}"
+            finally:
+                try:
+                    host.disconnect()
+                except Exception:  # noqa: BLE001
+                    pass
+            if raw is None:
+                return None, "probe failed (the command did not complete)"
+            return parse_probe(raw, decl_by_name[host.name].packages), ""
+
+    import logging
+
+    logging.getLogger("pyinfra").addHandler(logging.NullHandler())
+    logging.getLogger("pyinfra").propagate = False
+    greenlets = {gevent.spawn(one, host): host.name for host in inventory}
+    gevent.joinall(list(greenlets))
+    for g, name in greenlets.items():
+        results[name] = g.value if g.successful() else (None, f"probe failed: {g.exception}")
+    return results
