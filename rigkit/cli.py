@@ -9,40 +9,9 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from rigkit import __version__, exitcodes
-
-#: Messages go to stderr; data (JSON, manifests) to stdout.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def inventory_option(f):
-    """``-i/--inventory PATH`` (default ``$RIGKIT_INVENTORY`` or ``inventory/rig.py``)."""
-    return click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
-                        help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")(f)
-
-
-def host_option(f):
-    """``--host NAME`` (repeatable) to narrow the inventory."""
-    return click.option("--host", "hosts", metavar="NAME", multiple=True, help="only this host (repeatable)")(f)
-
-
-def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None):
-    """Load the inventory's hosts (``overrides``: ``--data``), or print every problem and exit 2
-    (nothing touched)."""
-    from rigkit.inventory import InventoryError, load_hosts
-    from rigkit.spec import SpecError
-
-    try:
-        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None)
-    except InventoryError as exc:
-        err.print(f"[red]error:[/] {exc}")
-    except SpecError as exc:
-        err.print(f"[red]error:[/] invalid {exc.source}:")
-        for problem in exc.problems:
-            err.print(f"  {problem}", markup=False)
-    sys.exit(exitcodes.INVALID)
+from rigkit.cliutil import err, host_option, inventory_option, load_or_exit, parse_data
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,7 +32,7 @@ def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: t
     from rigkit.render import render as render_files
     from rigkit.render import write_tree
 
-    host_specs = load_or_exit(inventory, hosts, _parse_data(data))
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))
     for hs in host_specs:
         target = out_dir if len(host_specs) == 1 else out_dir / hs.name
         files = render_files(hs.spec)
@@ -87,7 +56,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     from rigkit.secrets import hf_token_source
     from rigkit.validate import spec_warnings
 
-    host_specs = load_or_exit(inventory, hosts, _parse_data(data))
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))
     codes = []
     for hs in host_specs:
         err.print(f"[bold]{hs.name}[/]: spec valid")
@@ -134,19 +103,6 @@ def _print_results(stdout: str) -> None:
         err.print(f"{name}: failed", markup=False)
 
 
-def _parse_data(items: tuple[str, ...]) -> dict:
-    """``KEY=VALUE`` pairs parsed exactly as ``pyinfra --data`` parses them."""
-    from pyinfra_cli.util import parse_cli_arg
-
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--data")
-        out[key] = parse_cli_arg(value)
-    return out
-
-
 @cli.command()
 @inventory_option
 @host_option
@@ -168,7 +124,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.inventory import default_inventory
     from rigkit.spec import unset_operator_values
 
-    overrides = _parse_data(data)
+    overrides = parse_data(data)
     if reboot:
         overrides["reboot"] = True
     if force:

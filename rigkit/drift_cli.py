@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rigkit import exitcodes
-from rigkit.cli import host_option, inventory_option, load_or_exit
+from rigkit.cliutil import host_option, inventory_option, load_or_exit
 
 SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
 

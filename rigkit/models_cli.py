@@ -16,7 +16,7 @@ import click
 from rich.markup import escape
 
 from rigkit import exitcodes
-from rigkit.cli import err, host_option, inventory_option, load_or_exit
+from rigkit.cliutil import err, host_option, inventory_option, load_or_exit
 
 
 def _models_of(host_specs) -> dict:

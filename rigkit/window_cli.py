@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from rigkit import exitcodes, paths
-from rigkit.cli import err, host_option, inventory_option
+from rigkit.cliutil import err, host_option, inventory_option
 
 TENANTS = ("hyperqwen",)
 #: Following the journal survives SSH drops shorter than this (s).
@@ -269,7 +269,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     2 invalid input.
     """
     from rigkit.host.bench.workloads import PRESETS
-    from rigkit.cli import _parse_data
+    from rigkit.cliutil import parse_data
     from rigkit.inventory import InventoryError, load_hosts
     from rigkit.spec import SpecError
 
@@ -277,7 +277,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PRESETS)}", param_hint="--bench")
     try:
-        host_specs = load_hosts(inventory, list(hosts) or None, override_data=_parse_data(data))
+        host_specs = load_hosts(inventory, list(hosts) or None, override_data=parse_data(data))
     except (InventoryError, SpecError) as exc:
         err.print(f"[red]error:[/] {exc}")
         for problem in getattr(exc, "problems", []):

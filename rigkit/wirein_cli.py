@@ -153,7 +153,7 @@ def activate_host(hs) -> int:
 @click.option("--release", "action", flag_value="release", help="remove the hold (the next deploy activates again)")
 def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
-    from rigkit.cli import _parse_data, err
+    from rigkit.cliutil import err, parse_data
     from rigkit.inventory import InventoryError, load_hosts
     from rigkit.spec import SpecError
 
@@ -161,7 +161,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
         err.print("[red]error:[/] say what to do: --show, --activate, --rollback or --release")
         sys.exit(exitcodes.INVALID)
     try:
-        host_specs = load_hosts(inventory, list(hosts), override_data=_parse_data(data))
+        host_specs = load_hosts(inventory, list(hosts), override_data=parse_data(data))
     except (InventoryError, SpecError) as exc:
         err.print(f"[red]error:[/] {exc}", markup=True)
         sys.exit(exitcodes.INVALID)
