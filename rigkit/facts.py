@@ -13,14 +13,9 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from rigkit.host import gpu, net
+
 RC_MARK = "__RIGKIT_RC__="
-
-#: ``nvidia-smi --query-gpu`` fields, in order (nvidia-smi --help-query-gpu).
-NVIDIA_SMI_FIELDS = (
-    "index", "name", "uuid", "driver_version", "memory.total", "memory.used", "power.default_limit",
-    "power.limit", "enforced.power.limit", "power.min_limit", "power.max_limit",
-)
-
 
 def _num(text: str) -> float | None:
     text = text.strip()
@@ -37,58 +32,22 @@ def _split_rc(output: list[str]) -> tuple[list[str], int | None]:
 
 
 class NvidiaSmi(FactBase):
-    """The GPUs as ``nvidia-smi`` reports them, or why it cannot.
-
-    Command: ``nvidia-smi --query-gpu=<NVIDIA_SMI_FIELDS> --format=csv,noheader,nounits``.
-    Returns ``{"state": "ok"|"mismatch"|"no-gpu"|"missing"|"error", "message": str,
-    "gpus": [{"index", "name", "uuid", "driver_version", "memory_total_gib", "memory_used_gib",
-    "power_default_w", "power_limit_w", "power_enforced_w", "power_min_w", "power_max_w"}]}``;
-    memory in GiB (MiB / 1024), power in W. ``mismatch`` is NVML's "Driver/library version
-    mismatch" (exit 18) until a reboot; ``no-gpu`` is "No devices were found" (exit 6) or an
-    NVML init failure (exit 9); ``missing`` means no ``nvidia-smi`` on PATH.
+    """The GPUs as ``nvidia-smi`` reports them, or why it cannot: :func:`rigkit.host.gpu.parse_query`
+    of ``nvidia-smi --query-gpu=<rigkit.host.gpu.FIELDS> --format=csv,noheader,nounits`` (the host
+    side reads the GPU with the same parser). ``missing`` means no ``nvidia-smi`` on PATH.
     """
 
     def command(self) -> str:
         return (f"command -v nvidia-smi >/dev/null 2>&1 || {{ echo {RC_MARK}127; exit 0; }}; "
-                f"nvidia-smi --query-gpu={','.join(NVIDIA_SMI_FIELDS)} --format=csv,noheader,nounits 2>&1; "
-                f"echo {RC_MARK}$?")
+                f"{gpu.QUERY_COMMAND} 2>&1; echo {RC_MARK}$?")
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
+        return gpu.parse_query("", 127)
 
     def process(self, output: list[str]) -> dict[str, Any]:
         lines, rc = _split_rc(output)
-        text = "\n".join(lines).strip()
-        if rc == 127:
-            return self.default()
-        if rc != 0:
-            lowered = text.lower()
-            if "mismatch" in lowered:
-                state = "mismatch"
-            elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
-                state = "no-gpu"
-            else:
-                state = "error"
-            return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
-        gpus = []
-        for line in lines:
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) != len(NVIDIA_SMI_FIELDS):
-                continue
-            f = dict(zip(NVIDIA_SMI_FIELDS, parts))
-            total, used = _num(f["memory.total"]), _num(f["memory.used"])
-            gpus.append({
-                "index": int(f["index"]), "name": f["name"], "uuid": f["uuid"], "driver_version": f["driver_version"],
-                "memory_total_gib": round(total / 1024, 2) if total is not None else None,
-                "memory_used_gib": round(used / 1024, 2) if used is not None else None,
-                "power_default_w": _num(f["power.default_limit"]), "power_limit_w": _num(f["power.limit"]),
-                "power_enforced_w": _num(f["enforced.power.limit"]), "power_min_w": _num(f["power.min_limit"]),
-                "power_max_w": _num(f["power.max_limit"]),
-            })
-        if not gpus:
-            return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
-        return {"state": "ok", "message": "", "gpus": gpus}
+        return gpu.parse_query("\n".join(lines), rc)
 
 
 _PACMAN_Q = re.compile(r"^(?P<name>\S+) (?P<version>\S+)$")
@@ -291,23 +250,32 @@ class ModelStatus(FactBase):
 
 
 class EstablishedConnections(FactBase):
-    """Established TCP connections to a local port, as ``[peer address:port]``: clients of a
-    service right now. Command: ``ss -Htn state established "( sport = :PORT )"`` (iproute2)."""
+    """Client connections to a local port right now, as ``[peer address:port]``, rigkit's own requests
+    (processes in ``own_units``) left out: :func:`rigkit.host.net.clients`, the same counter the window
+    uses. Command: ``cat /proc/net/tcp /proc/net/tcp6``, then the socket inodes of processes whose
+    ``/proc/<pid>/cgroup`` names one of ``own_units``."""
 
-    def requires_command(self, *args, **kwargs) -> str:
-        return "ss"
+    _MARK = "__RIGKIT_OWN_INODES__"
+    _PORT = "__RIGKIT_PORT__="
 
-    def command(self, port: int) -> str:
-        return f"ss -Htn state established '( sport = :{int(port)} )'"
+    def command(self, port: int, own_units: tuple[str, ...] | list[str] = ()) -> str:
+        pattern = "|".join(u.replace(".", "\\.") for u in own_units) or "^$"
+        return (f"echo {self._PORT}{int(port)}; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; "
+                f"echo {self._MARK}; "
+                f"for c in $(grep -lE {shlex.quote(pattern)} /proc/[0-9]*/cgroup 2>/dev/null); do "
+                "ls -l \"${c%/cgroup}/fd\" 2>/dev/null; done | sed -n 's/.*socket:\\[\\([0-9]*\\)\\].*/\\1/p'")
 
     @staticmethod
     def default() -> list[str]:
         return []
 
     def process(self, output: list[str]) -> list[str]:
-        peers = []
-        for line in output:
-            parts = line.split()
-            if len(parts) >= 4:
-                peers.append(parts[-1])
-        return peers
+        port = next((int(x[len(self._PORT):]) for x in output if x.startswith(self._PORT)), 0)
+        output = [x for x in output if not x.startswith(self._PORT)]
+        if self._MARK in output:
+            i = output.index(self._MARK)
+            tables, inodes = output[:i], output[i + 1:]
+        else:
+            tables, inodes = output, []
+        own = {int(x) for x in inodes if x.strip().isdigit()}
+        return net.clients(["\n".join(tables)], port, own)

@@ -27,7 +27,13 @@ LLAMA_SWAP_STAGED = f"{LLAMA_SWAP_DIR}/config.staged.yaml"
 MODELS_ROOT = "/srv/models"
 STATE_DIR = "/var/lib/rigkit"
 WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
+WINDOWS_DIR = f"{STATE_DIR}/windows"
 HOLDS_FILE = f"{STATE_DIR}/holds.json"
+RIG_LOCK = f"{STATE_DIR}/rig.lock"  # the one host lock (flock + holder record), rigkit.host.lock
+ACTIVATE_LOG = f"{STATE_DIR}/activate.log"
+LLAMA_SWAP_NEXT = f"{STATE_DIR}/llama-swap/config.next.yaml"  # root 0600: what an activation installs
+WATCHDOG_STATE = f"{STATE_DIR}/watchdog.json"
+HOST_CONFIG = "/etc/rigkit/host.json"  # the host side's one config (rigkit.host.config)
 
 UNIT_DIR = "/etc/systemd/system"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-nouveau.conf"

@@ -99,6 +99,49 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
         ls=spec.llama_swap, members=view, groups=groups, preload=preload, staged=staged)
 
 
+#: The transient units the host agent runs in (besides the timers' services): their requests to
+#: llama-swap are rigkit's own, never client traffic.
+AGENT_TRANSIENT_UNITS = ("rigkit-activate.service", "rigkit-window.service", "rigkit-lock.service")
+
+
+def render_host_config(spec: RigSpec) -> str:
+    """``/etc/rigkit/host.json``: what the host side reads instead of naming ports and paths
+    (:mod:`rigkit.host.config` documents the shape). JSON, sorted keys, no secret (the API key
+    file's path only)."""
+    ls = spec.llama_swap
+    hq = spec.hyperqwen
+    resolved = members_mod.resolve_members(spec)
+    live = members_mod.live_member_ids(spec)
+    resident = next((p for p in ls.preload if p in live), None)
+    watched = [mid for mid, m in resolved.items() if m.spec.service == "hyperqwen"]
+    hq_member = next(iter(watched), "hyperqwen")
+    data = {
+        "version": 1,
+        "llama_swap": {"url": f"http://127.0.0.1:{ls.port}", "port": ls.port, "unit": "llama-swap.service",
+                       "config": paths.LLAMA_SWAP_CONFIG, "staging": paths.LLAMA_SWAP_NEXT,
+                       "health_timeout_s": 60},
+        "resident": resident,
+        "members": {mid: {"role": "resident" if mid == resident else "on-demand", "proxy": m.proxy,
+                          "use_model_name": m.use_model_name, "container": m.container,
+                          "watched": mid in watched, "staged": m.spec.staged}
+                    for mid, m in resolved.items()},
+        "tenants": {"hyperqwen": {"unit": "hyperqwen.service", "port": hq.port, "model": hq.served_model_name,
+                                  "member": hq_member}},
+        "watchdog": {"members": watched, "failures": 3, "backoff_after": 2, "backoff_s": 900.0,
+                     "backoff_max_s": 86400.0, "timeout_s": 60.0},
+        "keeper": {"timeout_s": float(ls.health_check_timeout_s) + 30},
+        "paused_timers": list(spec.paused_timers or []),
+        "lock_files": list(spec.lock_files or []),
+        "own_units": sorted([f"{stem}.service" for stem in AGENT_TIMERS] + list(AGENT_TRANSIENT_UNITS)),
+        "paths": {"state_dir": paths.STATE_DIR, "lock": paths.RIG_LOCK, "window_journal": paths.WINDOW_JOURNAL,
+                  "windows_dir": paths.WINDOWS_DIR, "holds": paths.HOLDS_FILE, "activate_log": paths.ACTIVATE_LOG,
+                  "watchdog_state": paths.WATCHDOG_STATE, "models_root": paths.MODELS_ROOT,
+                  "hf_token_file": paths.HF_TOKEN_FILE, "api_key_file": paths.HYPERQWEN_SECRET_FILE,
+                  "agent_bin": paths.AGENT_BIN},
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
 def render(spec: RigSpec) -> dict[str, RenderedFile]:
     """Render every file of the rig: ``{remote path: RenderedFile(text, mode, owner)}``.
 
@@ -145,6 +188,7 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
             description=description, agent=paths.AGENT_BIN, command=command), "0644", "root:root")
         out[f"{unit}/{stem}.timer"] = RenderedFile(env.get_template("systemd/agent.timer.j2").render(
             description=description, every_s=every_s), "0644", "root:root")
+    out[paths.HOST_CONFIG] = RenderedFile(render_host_config(spec), "0644", "root:root")
     for path in spec.operator_units:
         out[f"{unit}/{Path(path).name}"] = RenderedFile(Path(path).read_text(), "0644", "root:root")
     return out

@@ -15,9 +15,11 @@ and does not re-activate; drift reports it (:func:`read_holds`) until :func:`rel
 
 Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only, imported lazily, so
 the control side can import the pure helpers (:func:`changed_members`, :func:`remote_command`,
-:func:`read_holds`). One activation at a time: ``/var/lib/rigkit/activate.lock`` (flock), which the
-keeper and the watchdog also check to stand down. The API key (``VLLM_API_KEY`` from
-``/etc/rigkit/secrets/hyperqwen.env``) is sent as a bearer token and never printed.
+:func:`read_holds`). Paths, the port and the unit come from the host config
+(:mod:`rigkit.host.config`). An activation, a rollback and a release hold the host lock
+(:mod:`rigkit.host.lock`) for their whole duration and are refused while a window is open; the
+keeper and the watchdog stand down meanwhile. The API key (``VLLM_API_KEY`` from the host config's
+``api_key_file``) is sent as a bearer token and never printed.
 
 Exit codes (DESIGN.md): 0 activated, rolled back, released or nothing to do; 1 failed (the previous
 config restored, or llama-swap left stopped on a first activation), refused by a hold, or another
@@ -27,27 +29,19 @@ activation running; 2 invalid input (an unreadable new config, no backup to roll
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
-import json
 import os
 import shlex
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-LIVE = Path("/etc/llama-swap/config.yaml")
-STAGING = Path("/var/lib/rigkit/llama-swap/config.next.yaml")  # root 0600, uploaded by the deploy / wire-in
-HOLDS = Path("/var/lib/rigkit/holds.json")
-LOCK = Path("/var/lib/rigkit/activate.lock")
-LOG = Path("/var/lib/rigkit/activate.log")
-SECRET = Path("/etc/rigkit/secrets/hyperqwen.env")
-SERVICE = "llama-swap.service"
-BASE = "http://127.0.0.1:8080"
-AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
+from rigkit.host import client, envfile, standdown
+from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.host.lock import LockHeld, RigLock
+
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
 HOLD_KEY = "llama-swap"
 DEFAULT_OWNER = "root:llama-swap"
@@ -117,7 +111,7 @@ def backups(live: Path) -> list[Path]:
     return sorted(live.parent.glob(live.name + ".bak-*"))
 
 
-def read_holds(path: Path | str = HOLDS) -> dict[str, dict[str, Any]]:
+def read_holds(path: Path | str) -> dict[str, dict[str, Any]]:
     """The holds recorded on a host: ``{name: record}``, ``{}`` when the file is absent or empty.
 
     Today one name exists, ``"llama-swap"`` (a rollback by hand of the live config); its record:
@@ -128,32 +122,18 @@ def read_holds(path: Path | str = HOLDS) -> dict[str, dict[str, Any]]:
     bring back relative to the live config). Raises ValueError when the file is not a JSON object
     of objects (the message names the file).
     """
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        return {}
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{p}: not a JSON object of hold records")
+    data = read_object(path) or {}
+    if not all(isinstance(v, dict) for v in data.values()):
+        raise ValueError(f"{path}: not a JSON object of hold records")
     return data
 
 
 def write_holds(path: Path, holds: dict[str, dict[str, Any]]) -> None:
     """Write the holds atomically (root 0644: drift reads them)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(holds, indent=2, sort_keys=True) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomic(path, holds)
 
 
-def remote_command(args: list[str], agent: str = AGENT, unit: str = UNIT, log: str = str(LOG)) -> str:
+def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT) -> str:
     """The shell command that runs ``rigkit-agent activate ARGS`` on the host in the transient unit
     ``rigkit-activate`` (``systemd-run --wait``: it keeps running when the SSH session is lost; its
     name lets one run at a time), then prints its log and exits with its status. Run as root."""
@@ -165,42 +145,6 @@ def remote_command(args: list[str], agent: str = AGENT, unit: str = UNIT, log: s
 
 
 # ------------------------------------------------------------------------------ the host side
-@contextmanager
-def activation_lock(path: Path = LOCK) -> Iterator[None]:
-    """Hold the activation lock (flock, non-blocking); raises ActivationError when held."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ActivationError(f"another activation is running ({path} is locked)") from None
-        yield
-
-
-def activation_running(path: Path = LOCK) -> bool:
-    """True while an activation holds its lock (the keeper and the watchdog stand down)."""
-    try:
-        with open(path) as fh:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-    except OSError:
-        return False
-    return False
-
-
-def api_key(path: Path = SECRET) -> str | None:
-    """``VLLM_API_KEY`` from the secret file, or None (never printed)."""
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith("VLLM_API_KEY="):
-                return line.split("=", 1)[1].strip() or None
-    except OSError:
-        return None
-    return None
-
-
 def _install(text: str, live: Path, owner: str, mode: int) -> None:
     """Write ``text`` to ``live`` atomically with ``owner`` (``user:group``) and ``mode``."""
     import grp
@@ -241,8 +185,7 @@ class Host:
     llama-swap's ``healthCheckTimeout``, so the default comes from the config plus 30 s).
     """
 
-    def __init__(self, base: str = BASE, service: str = SERVICE, key_file: Path = SECRET,
-                 health_timeout_s: float = 60.0, completion_timeout_s: float | None = None,
+    def __init__(self, base: str, service: str, key_file: Path, health_timeout_s: float = 60.0, completion_timeout_s: float | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.base, self.service, self.key_file = base.rstrip("/"), service, key_file
         self.health_timeout_s, self.completion_timeout_s, self.log = health_timeout_s, completion_timeout_s, log
@@ -281,13 +224,10 @@ class Host:
         short description of the answer; raises ActivationError on a non-200 answer or no answer."""
         import requests
 
-        key = api_key(self.key_file)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        key = envfile.read_value(self.key_file, "VLLM_API_KEY")
         t0 = time.monotonic()
         try:
-            r = requests.post(f"{self.base}/v1/chat/completions", headers=headers, timeout=timeout_s,
-                              json={"model": member, "max_tokens": 1, "stream": False,
-                                    "messages": [{"role": "user", "content": "ping"}]})
+            r = client.complete(self.base, member, key, timeout_s=timeout_s)
         except requests.RequestException as exc:
             raise ActivationError(f"{member}: no answer through llama-swap within {timeout_s:g} s "
                                   f"({type(exc).__name__})") from None
@@ -311,7 +251,7 @@ def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, ti
         host.log(f"  {member}: {host.complete(member, timeout_s)}")
 
 
-def activate(new_text: str, live: Path = LIVE, host: Host | None = None, holds_path: Path = HOLDS,
+def activate(new_text: str, live: Path, host: Host, holds_path: Path,
              owner: str | None = None, mode: int | None = None, respect_hold: bool = True,
              force_restart: bool = False, now: Callable[[], float] = time.time) -> int:
     """Make ``new_text`` the live llama-swap config through the activation path; returns an exit code.
@@ -327,7 +267,6 @@ def activate(new_text: str, live: Path = LIVE, host: Host | None = None, holds_p
     activation) or was refused, 2 when ``new_text`` is not a llama-swap config. Never raises for a
     failed step: each is logged with what answered.
     """
-    host = host or Host()
     log = host.log
     try:
         new = parse_config(new_text, "the new config")
@@ -424,7 +363,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
     return 1
 
 
-def rollback(live: Path = LIVE, host: Host | None = None, holds_path: Path = HOLDS, by: str = "rigkit wire-in --rollback",
+def rollback(live: Path, host: Host, holds_path: Path, by: str = "rigkit wire-in --rollback",
              now: Callable[[], float] = time.time) -> int:
     """Activate the newest backup whose content differs from the live config, then record a hold.
 
@@ -432,7 +371,6 @@ def rollback(live: Path = LIVE, host: Host | None = None, holds_path: Path = HOL
     live, no hold) or a hold is already recorded; 2 when there is no live config or no backup differing
     from it.
     """
-    host = host or Host()
     log = host.log
     holds = read_holds(holds_path)
     if HOLD_KEY in holds:
@@ -469,7 +407,7 @@ def rollback(live: Path = LIVE, host: Host | None = None, holds_path: Path = HOL
     return 0
 
 
-def release(holds_path: Path = HOLDS, log: Callable[[str], None] = print) -> int:
+def release(holds_path: Path, log: Callable[[str], None] = print) -> int:
     """Remove the ``llama-swap`` hold; returns 0 (also when there was none)."""
     holds = read_holds(holds_path)
     if HOLD_KEY not in holds:
@@ -483,52 +421,78 @@ def release(holds_path: Path = HOLDS, log: Callable[[str], None] = print) -> int
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``rigkit-agent activate [--config NEW] [--live PATH] [--restart | --rollback | --release]``.
+    """``rigkit-agent activate [--config NEW] [--live PATH] [--restart | --rollback | --release] [--by WHO]``.
 
-    Logs each step on stdout (the remote wrapper :func:`remote_command` prints it back). Exit codes
-    as the module docstring says.
+    Defaults from the host config (live config, holds, llama-swap's URL and unit, the API key file).
+    Takes the host lock for the whole run and refuses (exit 1, naming the holder) when it is held or
+    a window is open. Logs each step on stdout (the remote wrapper :func:`remote_command` prints it
+    back). Exit codes as the module docstring says.
     """
+    from rigkit.host.config import ConfigError
+    from rigkit.host.config import load as load_config
+
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        print(f"error: {exc}", flush=True)
+        return 1
+    live_default = Path(cfg.get("llama_swap", "config"))
     ap = argparse.ArgumentParser(prog="rigkit-agent activate", description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path, help="the new live config to activate (e.g. the uploaded staging copy)")
-    ap.add_argument("--live", type=Path, default=LIVE, help=f"the live config [default: {LIVE}]")
+    ap.add_argument("--live", type=Path, default=live_default, help=f"the live config [default: {live_default}]")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--restart", action="store_true", help="restart and probe even when --config equals the live one")
     mode.add_argument("--rollback", action="store_true", help="activate the newest differing backup and record a hold")
     mode.add_argument("--release", action="store_true", help="remove the hold")
-    ap.add_argument("--holds", type=Path, default=HOLDS, help=f"[default: {HOLDS}]")
-    ap.add_argument("--base", default=BASE, help=f"llama-swap's URL [default: {BASE}]")
-    ap.add_argument("--service", default=SERVICE, help=f"llama-swap's unit [default: {SERVICE}]")
-    ap.add_argument("--key-file", type=Path, default=SECRET, help="the VLLM_API_KEY file (value never printed)")
+    ap.add_argument("--by", default=None, help="who asked, for the lock record and a hold (e.g. 'rigkit deploy')")
     ap.add_argument("--owner", help=f"owner of the installed config [default: the replaced file's, or {DEFAULT_OWNER}]")
     ap.add_argument("--mode", type=lambda s: int(s, 8), help="mode of the installed config (octal)")
-    ap.add_argument("--health-timeout", type=float, default=60.0, help="s to wait for /health after a restart")
+    ap.add_argument("--health-timeout", type=float, default=float(cfg.get("llama_swap", "health_timeout_s")),
+                    help="s to wait for /health after a restart")
     ap.add_argument("--completion-timeout", type=float, help="s per completion [default: healthCheckTimeout + 30]")
     args = ap.parse_args(argv)
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
-    if args.release:
-        return release(args.holds, log)
-    host = Host(args.base, args.service, args.key_file, args.health_timeout, args.completion_timeout, log)
+    holds = cfg.path("holds")
+    what = "rollback" if args.rollback else "release" if args.release else "activation"
+    lock = RigLock(cfg.path("lock"), f"{what} of llama-swap's config" + (f" ({args.by})" if args.by else ""))
     try:
-        with activation_lock(LOCK if args.live == LIVE else args.live.with_name(".rigkit-activate.lock")):
-            if args.rollback:
-                return rollback(args.live, host, args.holds)
-            if args.config is None:
-                ap.error("--config is required (unless --rollback or --release)")
-            try:
-                text = args.config.read_text()
-            except OSError as exc:
-                log(f"error: --config {args.config}: {exc.strerror}")
-                return 2
-            return activate(text, args.live, host, args.holds, args.owner, args.mode, force_restart=args.restart)
+        lock.acquire()
+    except LockHeld as exc:
+        log(f"error: {exc}")
+        return 1
+    try:
+        for w in lock.warnings:
+            log(f"warning: {w}")
+        why = standdown.window_reason(cfg, what)
+        if why:
+            log(f"error: {why.replace('; standing down', '')}: refused (the window restores steady state itself; "
+                "run again once it has)")
+            return 1
+        if args.release:
+            return release(holds, log)
+        host = Host(cfg.proxy_url, cfg.get("llama_swap", "unit"), cfg.path("api_key_file"), args.health_timeout,
+                    args.completion_timeout, log)
+        if args.rollback:
+            return rollback(args.live, host, holds, by=args.by or "rigkit wire-in --rollback")
+        if args.config is None:
+            ap.error("--config is required (unless --rollback or --release)")
+        try:
+            text = args.config.read_text()
+        except OSError as exc:
+            log(f"error: --config {args.config}: {exc.strerror}")
+            return 2
+        return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart)
     except ActivationError as exc:
         log(f"error: {exc}")
         return 1
     except ValueError as exc:  # an unreadable holds file
         log(f"error: {exc}")
         return 2
+    finally:
+        lock.release()
 
 
 if __name__ == "__main__":

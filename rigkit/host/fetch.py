@@ -63,9 +63,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-MODELS_ROOT = Path("/srv/models")
-STATE_DIR = Path("/var/lib/rigkit")
-HF_TOKEN_FILE = Path("/etc/rigkit/secrets/hf.env")
+from rigkit.host.envfile import parse_env_text
+from rigkit.host.jsonfile import write_atomic
+
 PARTIAL_DIR = ".rigkit-partial"
 RECORD_VERSION = 1
 CHUNK = 8 << 20  # bytes per read when hashing; hashlib releases the GIL on large updates
@@ -91,7 +91,7 @@ def human(n: float) -> str:
 # Secrets
 
 
-def read_token(token_file: str | os.PathLike = HF_TOKEN_FILE) -> str | None:
+def read_token(token_file: str | os.PathLike) -> str | None:
     """The ``HF_TOKEN=...`` value of ``token_file`` (an env file; quotes stripped), or None
     when the file does not exist (public repos need none). Raises :class:`FetchError` naming
     the file, never its content, when it exists but cannot be read."""
@@ -102,11 +102,7 @@ def read_token(token_file: str | os.PathLike = HF_TOKEN_FILE) -> str | None:
         return None
     except OSError as exc:
         raise FetchError(f"HF token file {path}: cannot read it ({exc.strerror})") from None
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key.strip() in ("HF_TOKEN", "export HF_TOKEN"):
-            return value.strip().strip("'\"") or None
-    return None
+    return parse_env_text(text).get("HF_TOKEN") or None
 
 
 class _Scrub:
@@ -195,12 +191,7 @@ def write_record(state_dir: str | os.PathLike, name: str, rec: dict[str, Any]) -
          "files": {path: {"size": bytes, "mtime_ns": int, "sha256": hex[, "git_blob": hex]}},
          "locked": {path: "<the lock's hash of the base file this entry stands for>"}}
     """
-    path = record_path(state_dir, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(record_path(state_dir, name), rec)
 
 
 def _stat_entry(path: Path, digest: dict[str, Any]) -> dict[str, Any]:
@@ -231,8 +222,8 @@ def _local_files(directory: Path) -> list[str]:
     return sorted(out)
 
 
-def record(name: str, directory: str | os.PathLike, lock: dict[str, Any] | None = None,
-           state_dir: str | os.PathLike = STATE_DIR, workers: int | None = None) -> dict[str, Any]:
+def record(name: str, directory: str | os.PathLike, lock: dict[str, Any] | None,
+           state_dir: str | os.PathLike, workers: int | None = None) -> dict[str, Any]:
     """Record after ``prepare``: hash every file now in ``directory`` and make that the
     reference for ``name`` (``"reference": "prepare"``), so converged runs and drift compare
     against the prepared files instead of the lock. ``lock`` (the whole lock) ties each locked
@@ -257,7 +248,7 @@ def record(name: str, directory: str | os.PathLike, lock: dict[str, Any] | None 
     return rec
 
 
-def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLike = STATE_DIR,
+def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLike,
             deep: bool = False) -> list[str]:
     """What differs between ``directory`` and the record of ``name`` (for drift): one line per
     file missing, or whose size or mtime changed (``deep``: every file hashed, and reported when
@@ -282,8 +273,8 @@ def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLik
     return out
 
 
-def status(lock: dict[str, Any], name: str, models_root: str | os.PathLike = MODELS_ROOT,
-           state_dir: str | os.PathLike = STATE_DIR, prepared: bool = False) -> list[str]:
+def status(lock: dict[str, Any], name: str, models_root: str | os.PathLike,
+           state_dir: str | os.PathLike, prepared: bool = False) -> list[str]:
     """Why model ``name`` of ``lock`` is not converged on this host (empty: converged), without
     reading any file's bytes: its record must exist for the locked commit, cover every locked
     file with the lock's hash (for a prepared model: the locked hashes it was recorded against),
@@ -631,8 +622,8 @@ class _Fetcher:
             "files": dict(sorted(files.items())), "locked": locked})
 
 
-def fetch_model(lock: dict[str, Any], name: str, *, models_root: str | os.PathLike = MODELS_ROOT,
-                state_dir: str | os.PathLike = STATE_DIR, token_file: str | os.PathLike = HF_TOKEN_FILE,
+def fetch_model(lock: dict[str, Any], name: str, *, models_root: str | os.PathLike,
+                state_dir: str | os.PathLike, token_file: str | os.PathLike,
                 endpoint: str | None = None, prepared: bool = False,
                 free_space: Callable[[Path], int] = free_bytes, log: Callable[[str], None] | None = None,
                 workers: int | None = None, progress: str = "lines") -> FetchResult:
@@ -681,13 +672,13 @@ def main(argv: list[str]) -> int:
                                      else "record a model's files after prepare as its reference")
     parser.add_argument("--lock", required=True, type=Path, help="the lock file (rigkit models lock)")
     parser.add_argument("--model", required=True, help="model name in the lock")
-    parser.add_argument("--models-root", type=Path, default=MODELS_ROOT, help=f"default {MODELS_ROOT}")
-    parser.add_argument("--state-dir", type=Path, default=STATE_DIR, help=f"default {STATE_DIR}")
+    parser.add_argument("--models-root", type=Path, default=None, help="default: the host config's paths.models_root")
+    parser.add_argument("--state-dir", type=Path, default=None, help="default: the host config's paths.state_dir")
     if argv[0] == "status":
         parser.description = "say whether a locked model is converged (size and mtime against the record)"
         parser.add_argument("--prepared", action="store_true", help="the model must be recorded after prepare")
     if argv[0] == "fetch":
-        parser.add_argument("--token-file", type=Path, default=HF_TOKEN_FILE, help=f"default {HF_TOKEN_FILE}")
+        parser.add_argument("--token-file", type=Path, default=None, help="default: the host config's paths.hf_token_file")
         parser.add_argument("--endpoint", default=None, help="hub endpoint (default $HF_ENDPOINT)")
         parser.add_argument("--prepared", action="store_true", help="the model is rewritten in place by prepare")
         parser.add_argument("--progress", choices=["lines", "bar", "off"], default="lines")
@@ -695,6 +686,19 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv[1:])
     except SystemExit as exc:
         return 2 if exc.code else 0
+    if args.models_root is None or args.state_dir is None or getattr(args, "token_file", "") is None:
+        from rigkit.host.config import ConfigError
+        from rigkit.host.config import load as load_config
+
+        try:
+            cfg = load_config()
+        except ConfigError as exc:
+            print(f"{argv[0]}: error: {exc}", file=sys.stderr)
+            return 1
+        args.models_root = args.models_root or cfg.path("models_root")
+        args.state_dir = args.state_dir or cfg.path("state_dir")
+        if getattr(args, "token_file", "") is None:
+            args.token_file = cfg.path("hf_token_file")
     try:
         lock = load_lock_file(args.lock)
         if argv[0] == "status":

@@ -25,7 +25,7 @@ class FakeHost(act.Host):
     """Records systemctl verbs and completions; ``fail`` maps a member to the error its completion raises."""
 
     def __init__(self, fail=None, fail_health=False):
-        super().__init__(log=self._log)
+        super().__init__("http://127.0.0.1:8090", "llama-swap.service", "/nonexistent/hyperqwen.env", log=self._log)
         self.calls, self.lines, self.fail, self.fail_health = [], [], dict(fail or {}), fail_health
 
     def _log(self, msg):
@@ -147,6 +147,9 @@ def test_read_holds_absent_empty_and_broken(tmp_path):
     p.write_text("")
     assert act.read_holds(p) == {}
     p.write_text("[1]")
+    with pytest.raises(ValueError, match=r"holds.json: not a JSON object$"):
+        act.read_holds(p)
+    p.write_text('{"llama-swap": 1}')
     with pytest.raises(ValueError, match=r"holds.json: not a JSON object of hold records$"):
         act.read_holds(p)
     p.write_text("{")
@@ -157,21 +160,44 @@ def test_read_holds_absent_empty_and_broken(tmp_path):
 
 
 def test_remote_command_runs_the_agent_in_a_transient_unit_and_prints_its_log():
-    cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"])
+    cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"],
+                             agent="/opt/rigkit/venv/bin/rigkit-agent", log="/var/lib/rigkit/activate.log")
     assert cmd.startswith("mkdir -p /var/lib/rigkit && systemd-run --unit=rigkit-activate --collect --wait --quiet ")
     assert ("/opt/rigkit/venv/bin/rigkit-agent activate --config /var/lib/rigkit/llama-swap/config.next.yaml "
             "--live /etc/llama-swap/config.yaml; rc=$?; cat /var/lib/rigkit/activate.log 2>/dev/null; exit $rc") in cmd
 
 
-def test_activation_lock_is_exclusive(tmp_path):
-    lock = tmp_path / "activate.lock"
-    assert not act.activation_running(lock)
-    with act.activation_lock(lock):
-        assert act.activation_running(lock)
-        with pytest.raises(act.ActivationError, match="another activation is running"):
-            with act.activation_lock(lock):
-                pass
-    assert not act.activation_running(lock)
+def _host_config(tmp_path, journal_state=None):
+    from rigkit.render import render_host_config
+    from rigkit.spec import RigSpec
+
+    data = json.loads(render_host_config(RigSpec.from_layers([{"paused_timers": [], "lock_files": []}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), holds=str(tmp_path / "holds.json"),
+                         window_journal=str(tmp_path / "window.json"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    if journal_state:
+        (tmp_path / "window.json").write_text(json.dumps({"id": "w1", "state": journal_state}))
+    return tmp_path / "host.json"
+
+
+def test_an_activation_is_refused_while_the_host_lock_is_held_naming_the_holder(tmp_path, monkeypatch, capsys):
+    from rigkit.host.lock import RigLock
+
+    monkeypatch.setenv("RIGKIT_HOST_CONFIG", str(_host_config(tmp_path)))
+    with RigLock(tmp_path / "rig.lock", "window w1 (hyperqwen)", command="rigkit-agent window run"):
+        assert act.main(["--release"]) == 1
+    out = capsys.readouterr().out
+    assert "error: the rig is locked by window w1 (hyperqwen) (pid " in out and "rigkit-agent window run" in out
+    assert act.main(["--release"]) == 0  # free again
+    assert "no hold recorded" in capsys.readouterr().out
+
+
+def test_an_activation_is_refused_while_a_window_is_open(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RIGKIT_HOST_CONFIG", str(_host_config(tmp_path, journal_state="open")))
+    assert act.main(["--rollback"]) == 1
+    out = capsys.readouterr().out
+    assert "rollback: window w1 is open" in out and "refused" in out
+    assert (tmp_path / "rig.lock").read_text() == ""  # released on the way out
 
 
 def test_installed_config_keeps_the_replaced_files_mode(live, tmp_path):

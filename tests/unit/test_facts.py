@@ -21,7 +21,8 @@ def test_nvidia_smi_parses_an_rtx_3090():
     assert fact["state"] == "ok"
     assert fact["gpus"] == [{
         "index": 0, "name": "NVIDIA GeForce RTX 3090", "uuid": "GPU-5b1c", "driver_version": "610.57",
-        "memory_total_gib": 24.0, "memory_used_gib": 21.6, "power_default_w": 350.0, "power_limit_w": 420.0,
+        "memory_total_gib": 24.0, "memory_used_gib": 21.6, "memory_total_mib": 24576.0, "memory_used_mib": 22118.0,
+        "power_default_w": 350.0, "power_limit_w": 420.0,
         "power_enforced_w": 420.0, "power_min_w": 100.0, "power_max_w": 450.0}]
 
 

@@ -10,13 +10,13 @@ import yaml
 from rigkit import paths
 from rigkit.members import split_command as split_cmd
 from rigkit.render import render, write_tree
-from rigkit.spec import RigSpec
+from rigkit.validate import spec_from_dict
 
 UNITS = paths.UNIT_DIR
 
 
 def files_for(data: dict | None = None):
-    return render(RigSpec.from_dict(data or {}))
+    return render(spec_from_dict(data or {}))
 
 
 def test_every_rendered_path_mode_and_owner():
@@ -27,6 +27,7 @@ def test_every_rendered_path_mode_and_owner():
         "/etc/llama-swap/config.yaml": ("0640", "root:llama-swap"),
         "/etc/llama-swap/config.staged.yaml": ("0640", "root:llama-swap"),
         "/etc/modprobe.d/rigkit-nouveau.conf": ("0644", "root:root"),
+        "/etc/rigkit/host.json": ("0644", "root:root"),
         f"{UNITS}/llama-swap.service": ("0644", "root:root"),
         f"{UNITS}/hyperqwen.service": ("0644", "root:root"),
         f"{UNITS}/gpu-power-limit.service": ("0644", "root:root"),
@@ -153,6 +154,6 @@ def test_write_tree_writes_files_at_remote_paths_and_a_manifest(tmp_path):
 def test_operator_units_are_rendered_as_they_are(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sync.timer").write_text("[Timer]\nOnCalendar=hourly\n[Install]\nWantedBy=timers.target\n")
-    files = render(RigSpec.from_dict({"operator_units": ["sync.timer"]}))
+    files = render(spec_from_dict({"operator_units": ["sync.timer"]}))
     assert tuple(files[f"{UNITS}/sync.timer"]) == ("[Timer]\nOnCalendar=hourly\n[Install]\nWantedBy=timers.target\n", "0644",
                                             "root:root")

@@ -1,0 +1,57 @@
+"""The small HTTP client the host commands share (keeper, watchdog, activation): one real chat
+completion, llama-swap's ``/running`` and its unload. Source for llama-swap's endpoints: its v250
+``proxymanager`` routes (``GET /running`` → ``{"running": [{"model", "state", "proxy", ...}]}``,
+``POST /api/models/unload/<id>``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def headers(api_key: str | None) -> dict[str, str]:
+    """``Authorization: Bearer`` when there is a key (never logged)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def complete(base: str, model: str, api_key: str | None = None, timeout_s: float = 600.0):
+    """One tiny real chat completion (``max_tokens`` 1, not streamed) to ``model`` at ``base``
+    (``http://127.0.0.1:<port>``). Returns the ``requests.Response``; raises
+    ``requests.RequestException`` when nothing answers within ``timeout_s`` s."""
+    import requests
+
+    return requests.post(f"{base.rstrip('/')}/v1/chat/completions", headers=headers(api_key), timeout=timeout_s,
+                         json={"model": model, "max_tokens": 1, "stream": False,
+                               "messages": [{"role": "user", "content": "ping"}]})
+
+
+def running(base: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """llama-swap's ``GET /running`` list: ``[{model, state, proxy, ...}]``; raises
+    ``requests.RequestException`` (HTTP errors included)."""
+    import requests
+
+    resp = requests.get(f"{base.rstrip('/')}/running", timeout=timeout_s)
+    resp.raise_for_status()
+    return resp.json().get("running", []) or []
+
+
+def unload(base: str, member: str, timeout_s: float = 30.0) -> tuple[bool, str]:
+    """``POST /api/models/unload/<member>`` through llama-swap: ``(ok, "HTTP 200")`` or ``(False, why)``."""
+    import requests
+
+    try:
+        resp = requests.post(f"{base.rstrip('/')}/api/models/unload/{member}", timeout=timeout_s)
+    except requests.RequestException as exc:
+        return False, type(exc).__name__
+    return resp.status_code < 400, f"HTTP {resp.status_code}"
+
+
+def error_text(resp, secret: str | None = None, limit: int = 200) -> str:
+    """A short one-line description of an error answer (the ``error.message`` of an OpenAI-style
+    body, else the text), with ``secret`` masked."""
+    try:
+        err = resp.json().get("error")
+        msg = err.get("message") if isinstance(err, dict) else err
+    except (ValueError, AttributeError):
+        msg = None
+    text = " ".join(str(msg or resp.text).split())[:limit]
+    return text.replace(secret, "<VLLM_API_KEY>") if secret else text

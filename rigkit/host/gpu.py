@@ -1,0 +1,95 @@
+"""The GPU as ``nvidia-smi`` reports it: one query, one parser, for the deploy's facts, drift, the
+window and the bench (DESIGN.md "Versions and units of measure": VRAM in GiB = MiB / 1024).
+
+Source: ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits`` (``nvidia-smi
+--help-query-gpu``). Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
+devices were found", 9 an NVML init failure ("couldn't communicate with the NVIDIA driver").
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+#: ``--query-gpu`` fields, in order.
+FIELDS = (
+    "index", "name", "uuid", "driver_version", "memory.total", "memory.used", "power.default_limit",
+    "power.limit", "enforced.power.limit", "power.min_limit", "power.max_limit",
+)
+QUERY = ("nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits")
+QUERY_COMMAND = " ".join(QUERY)
+
+
+def _num(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
+    """The GPUs from :data:`QUERY`'s output and exit code.
+
+    Returns ``{"state": "ok"|"mismatch"|"no-gpu"|"missing"|"error", "message": str, "gpus":
+    [{"index", "name", "uuid", "driver_version", "memory_total_gib", "memory_used_gib",
+    "memory_total_mib", "memory_used_mib", "power_default_w", "power_limit_w", "power_enforced_w",
+    "power_min_w", "power_max_w"}]}``: memory in GiB (MiB / 1024, 2 decimals) and MiB, power in W.
+    ``rc`` 127: no nvidia-smi on PATH (``missing``).
+    """
+    text = (text or "").strip()
+    if rc == 127:
+        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
+    if rc not in (0, None):
+        lowered = text.lower()
+        if "mismatch" in lowered:
+            state = "mismatch"
+        elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
+            state = "no-gpu"
+        else:
+            state = "error"
+        return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(FIELDS):
+            continue
+        f = dict(zip(FIELDS, parts))
+        total, used = _num(f["memory.total"]), _num(f["memory.used"])
+        try:
+            index = int(f["index"])
+        except ValueError:
+            continue
+        gpus.append({
+            "index": index, "name": f["name"], "uuid": f["uuid"], "driver_version": f["driver_version"],
+            "memory_total_gib": round(total / 1024, 2) if total is not None else None,
+            "memory_used_gib": round(used / 1024, 2) if used is not None else None,
+            "memory_total_mib": total, "memory_used_mib": used,
+            "power_default_w": _num(f["power.default_limit"]), "power_limit_w": _num(f["power.limit"]),
+            "power_enforced_w": _num(f["enforced.power.limit"]), "power_min_w": _num(f["power.min_limit"]),
+            "power_max_w": _num(f["power.max_limit"]),
+        })
+    if not gpus:
+        return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
+    return {"state": "ok", "message": "", "gpus": gpus}
+
+
+def query(timeout_s: float = 30.0) -> dict[str, Any]:
+    """Run :data:`QUERY` on this host and :func:`parse_query` it (never raises)."""
+    try:
+        proc = subprocess.run(list(QUERY), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return parse_query("", 127)
+    except subprocess.TimeoutExpired:
+        return {"state": "error", "message": f"nvidia-smi did not answer within {timeout_s:g} s", "gpus": []}
+    return parse_query(proc.stdout + proc.stderr if proc.returncode else proc.stdout, proc.returncode)
+
+
+def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
+    """What the bench records of the GPU (first GPU): ``gpu`` (name), ``driver``, ``power_limit_w``
+    (W), ``memory_total_gib`` (GiB), ``gpu_count``; ``{}`` when the query failed."""
+    gpus = smi.get("gpus") or []
+    if smi.get("state") != "ok" or not gpus:
+        return {}
+    g = gpus[0]
+    return {"gpu": g["name"], "driver": g["driver_version"], "power_limit_w": g["power_limit_w"],
+            "memory_total_gib": g["memory_total_gib"], "gpu_count": len(gpus)}

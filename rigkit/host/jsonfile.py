@@ -1,0 +1,46 @@
+"""JSON files on the host, one way: read an object, write atomically (temp file in the same folder,
+fsync, rename), so a reader never sees half a file. Used for the window journal, holds, the
+watchdog's state, model records and the lock's holder record's readers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def read_object(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when the file is absent or empty. Raises ValueError naming
+    the file when it is not JSON or not an object."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        return None
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: not a JSON object")
+    return data
+
+
+def write_atomic(path: str | os.PathLike, data: Any, mode: int = 0o644, indent: int | None = 2,
+                 sort_keys: bool = True) -> Path:
+    """Write ``data`` as JSON (trailing newline) to ``path`` atomically with ``mode``; creates the
+    parent folder. Returns the path. Raises OSError when it cannot be written."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=indent, sort_keys=sort_keys)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, p)
+    return p

@@ -1,0 +1,173 @@
+"""The one host lock (DESIGN.md "One host lock"): whatever changes the serving state — a window, an
+activation, a rollback, the deploy's disruptive steps — holds it for its whole duration; the
+watchdog and the keeper only try it and stand down when it is held.
+
+The lock is ``flock(2)`` on one file (the host config's ``paths.lock``, ``/var/lib/rigkit/rig.lock``
+on the rig), and the same file holds the record of its holder as JSON: ``{"what", "pid", "since"
+(UTC ISO 8601), "command", "boot_id"}``, written in place after the flock is taken and emptied on
+release. Because the kernel drops a flock when its holder dies, a record left behind in an
+unlocked file is a dead holder's: the next taker reclaims the lock and says so. ``flock -n``
+(util-linux) on the same file sees the same lock, which is how the deploy's facts read it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class LockHeld(RuntimeError):
+    """Someone else holds the host lock; ``holder`` is its record (may be ``{}`` when unreadable)."""
+
+    def __init__(self, path: Path, holder: dict[str, Any]) -> None:
+        self.path, self.holder = path, holder
+        super().__init__(f"the rig is locked by {describe(holder)} ({path}); refused")
+
+
+def describe(holder: dict[str, Any] | None) -> str:
+    """``"window 2026…-ab12cd (pid 812, since 2026-12-01T10:00:00Z: rigkit-agent window run)"``."""
+    if not holder:
+        return "an unknown holder (no record)"
+    cmd = holder.get("command")
+    return (f"{holder.get('what', '?')} (pid {holder.get('pid', '?')}, since {holder.get('since', '?')}"
+            + (f": {cmd}" if cmd else "") + ")")
+
+
+def parse_record(text: str) -> dict[str, Any] | None:
+    """The holder record in the lock file's text; None when empty or not a JSON object."""
+    try:
+        data = json.loads(text) if text.strip() else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def parse_state(held: bool, text: str) -> dict[str, Any]:
+    """``{"held": bool, "holder": record|None, "stale": record|None}`` from whether the flock is
+    taken and the file's text (a record in an unlocked file is ``stale``: its holder died)."""
+    record = parse_record(text)
+    return {"held": held, "holder": record if held else None, "stale": None if held else record}
+
+
+def pid_alive(pid: Any) -> bool:
+    """True when a process with ``pid`` exists on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, TypeError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def state(path: str | os.PathLike) -> dict[str, Any]:
+    """The lock's state now (:func:`parse_state`), without taking it for long: a non-blocking shared
+    flock that fails means it is held."""
+    p = Path(path)
+    try:
+        fh = open(p)
+    except FileNotFoundError:
+        return parse_state(False, "")
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return parse_state(True, p.read_text())
+        text = fh.read()
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return parse_state(False, text)
+
+
+class RigLock:
+    """The host lock, taken by ``what`` (``"window <id>"``, ``"activation"``, ``"deploy: restart
+    docker"`` ...). Use as a context manager or with :meth:`acquire`/:meth:`release`.
+
+    :meth:`acquire` raises :class:`LockHeld` naming the holder; a dead holder's record is reclaimed
+    and the warning returned (and kept in :attr:`warnings`) so the caller can journal it.
+    """
+
+    def __init__(self, path: str | os.PathLike, what: str, command: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what
+        self.command = command if command is not None else " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])
+        self.fh = None
+        self.warnings: list[str] = []
+
+    def acquire(self, wait_s: float = 0.0) -> list[str]:
+        """Take the lock, waiting up to ``wait_s`` s for a holder to let go (0: refuse at once).
+        Returns the warnings (a reclaimed dead holder). Raises LockHeld."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(self.path, "a+")
+        os.chmod(self.path, 0o644)
+        t0 = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                fh.seek(0)
+                holder = parse_record(fh.read())
+                waited = time.monotonic() - t0
+                # no record yet: a reader's brief shared flock (lock.state, `flock -n -s`) or a taker
+                # between its flock and its record; give it a moment before refusing
+                if waited >= wait_s and (holder or waited >= 1.0):
+                    fh.close()
+                    raise LockHeld(self.path, holder or {}) from None
+                time.sleep(0.1)
+        fh.seek(0)
+        stale = parse_record(fh.read())
+        if stale:
+            gone = "its pid is gone" if not pid_alive(stale.get("pid")) else "it no longer holds it"
+            self.warnings.append(f"reclaimed the rig lock from {describe(stale)}: {gone} (it died without "
+                                 "releasing it; check what it left half done)")
+        record = {"what": self.what, "pid": os.getpid(), "command": self.command, "boot_id": _boot_id(),
+                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+        fh.flush()
+        self.fh = fh
+        return self.warnings
+
+    def release(self) -> None:
+        """Empty the record and let go (idempotent)."""
+        if self.fh is None:
+            return
+        try:
+            self.fh.seek(0)
+            self.fh.truncate()
+            self.fh.flush()
+        finally:
+            fcntl.flock(self.fh, fcntl.LOCK_UN)
+            self.fh.close()
+            self.fh = None
+
+    def __enter__(self) -> "RigLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def try_lock(path: str | os.PathLike, what: str) -> RigLock | None:
+    """The lock when it is free (the keeper's and the watchdog's way: they stand down otherwise),
+    else None."""
+    lock = RigLock(path, what)
+    try:
+        lock.acquire()
+    except LockHeld:
+        return None
+    return lock

@@ -1,0 +1,47 @@
+"""Tenant windows on the host (DESIGN.md "Lifecycle", the *window* state): measure a tenant
+outside the proxy, then always come back to *steady*.
+
+Runs in the host agent (``rigkit-agent window ...``): standard library and ``requests`` only,
+plus the bench client (:mod:`rigkit.host.bench.client`, ``workloads``, ``results``, ``context``;
+the chart is drawn on the control machine, see :func:`_bench_runner`). The control side
+(:mod:`rigkit.window_cli`) builds a *plan* from the spec and hands it to ``window start``.
+
+Sub-commands (``rigkit-agent window CMD``; run as root):
+
+- ``start`` — read the plan (JSON) on stdin, refuse while a window is open, write a fresh
+  journal and launch ``window run`` as the transient unit ``rigkit-window.service``
+  (``systemd-run --collect``: the window lives on without the SSH session that started it).
+- ``run`` — the window itself (inside the unit): preflight, pause the declared timers, stop
+  llama-swap, confirm the VRAM is free, start ``hyperqwen.service``, wait for ``/health``
+  (boot-to-healthy in s), warm it up (``bench/warmup.sh``'s recipe), run the bench presets;
+  then restore, whatever happened.
+- ``abort`` — ask a running window to end early (SIGTERM to its main process; it restores).
+- ``restore`` — replay the restore from the journal when a window was left open (its unit
+  killed, a reboot), as the same transient unit (``restore-run``); nothing when none is open.
+- ``follow`` — print the journal as one JSON line each time it changes, until the window is
+  over and its unit gone (what ``rigkit window`` reads over SSH).
+- ``status`` — print the journal (``null`` when there is none).
+
+The journal (``/var/lib/rigkit/window.json``, written atomically after every change; a copy
+with the bench results in ``/var/lib/rigkit/windows/<id>/``) is a JSON object::
+
+    {"version": 1, "id": "20261020T101500Z-ab12cd", "tenant": "hyperqwen",
+     "state": "preflight|open|restoring|restored|restore-failed|closed",
+     "outcome": null|"ok"|"failed"|"aborted"|"refused"|"interrupted",
+     "error": null|str, "started": UTC ISO, "ended": UTC ISO|null, "boot_id": str,
+     "unit": "rigkit-window.service", "plan": {...}, "results_dir": str,
+     "timers_active_before": [str], "proxy_was_active": bool|null,
+     "changed": {"timers": [str], "proxy_stopped": bool, "tenant_started": bool},
+     "boot_to_healthy_s": float|null, "warmup": {...}|null,
+     "bench": {preset: {"dir", "exit_code", "verdicts", "status"}},
+     "steps": [{"name", "phase": "window|restore", "started": UTC ISO, "duration_s": float|null,
+                "status": "running|ok|failed|skipped", "detail": str}],
+     "restores": int, "notes": [str]}
+
+The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is
+anything but ``closed`` (preflight refused, nothing touched) or ``restored``. ``changed`` says
+what the window did that restore has not undone yet: the source of :func:`expected_deviations`.
+"""
+
+from rigkit.host.window.commands import main  # noqa: E402,F401  (``rigkit-agent window``)
+from rigkit.host.window.journal import expected_deviations, is_open, read_journal  # noqa: E402,F401

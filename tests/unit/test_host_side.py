@@ -1,0 +1,283 @@
+"""The host side (rigkit/host/): what it may import, the one host config, the one host lock, and the
+one-of-each readers (env files, JSON files, nvidia-smi, client connections, "is a window open")."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rigkit.host import envfile, gpu, jsonfile, net
+from rigkit.host import lock as host_lock
+from rigkit.host.config import ConfigError, HostConfig, load
+from rigkit.host.window.journal import expected_deviations, is_open, read_journal
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = ROOT / "rigkit" / "host"
+#: What a host module may import besides the standard library and rigkit.host itself.
+HOST_THIRD_PARTY = {"requests", "yaml", "huggingface_hub"}
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append(node.module)
+    return out
+
+
+def test_host_modules_import_only_the_stdlib_their_three_libraries_and_rigkit_host():
+    bad = []
+    for path in sorted(HOST.rglob("*.py")):
+        for mod in _imports(path):
+            top = mod.split(".")[0]
+            if mod == "rigkit" or mod.startswith("rigkit.host"):
+                continue
+            if top == "rigkit" or (top not in sys.stdlib_module_names and top not in HOST_THIRD_PARTY):
+                bad.append(f"{path.relative_to(ROOT)}: imports {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_import_check_catches_a_control_side_import(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("def f():\n    from rigkit.spec import RigSpec\n    import pydantic\n")
+    assert _imports(mod) == ["rigkit.spec", "pydantic"]
+
+
+def test_no_host_module_names_a_port_or_a_rig_path_in_code():
+    """Ports and paths come from the host config; docstrings may describe the rig's defaults."""
+    offenders = []
+    for path in sorted(HOST.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and id(node) not in docs:
+                v = node.value
+                if v in (8080, 18020, 18030, 18040) or (isinstance(v, str) and any(
+                        p in v for p in ("8080", "/var/lib/rigkit", "/srv/models", "/opt/rigkit", "/etc/llama-swap",
+                                         "/etc/rigkit/secrets"))):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {v!r}")
+    assert not offenders, "\n".join(offenders)
+
+
+# ------------------------------------------------------------------------------ host config
+def test_the_rendered_host_config_is_what_the_host_side_reads(tmp_path, monkeypatch):
+    from rigkit.render import render
+    from rigkit.spec import RigSpec
+
+    spec = RigSpec.from_layers([{"llama_swap": {"port": 8090}, "paused_timers": ["agent-sync.timer"],
+                                 "lock_files": ["/run/gpu-busy"]}])
+    files = render(spec)
+    f = files["/etc/rigkit/host.json"]
+    assert (f.mode, f.owner) == ("0644", "root:root")
+    (tmp_path / "host.json").write_text(f.text)
+    monkeypatch.setenv("RIGKIT_HOST_CONFIG", str(tmp_path / "host.json"))
+    cfg = load()
+    assert cfg.proxy_url == "http://127.0.0.1:8090" and cfg.proxy_port == 8090
+    assert cfg.resident == "strata"
+    assert cfg.get("members", "strata", "role") == "resident"
+    assert cfg.get("watchdog", "members") == ["hyperqwen"]
+    assert cfg.get("paused_timers") == ["agent-sync.timer"] and cfg.get("lock_files") == ["/run/gpu-busy"]
+    assert "rigkit-keeper.service" in cfg.own_units and "rigkit-window.service" in cfg.own_units
+    assert cfg.path("lock") == Path("/var/lib/rigkit/rig.lock")
+    assert "VLLM_API_KEY=" not in f.text and "HF_TOKEN=" not in f.text  # paths of the secret files only
+
+
+def test_a_missing_or_foreign_host_config_is_a_config_error_naming_the_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"host.json: no host config \(the deploy renders it"):
+        load(tmp_path / "host.json")
+    (tmp_path / "host.json").write_text('{"version": 9}')
+    with pytest.raises(ConfigError, match="not a version-1 rigkit host config"):
+        load(tmp_path / "host.json")
+    with pytest.raises(ConfigError, match=r"x.json: no `paths`"):
+        HostConfig({"version": 1}, "x.json").path("lock")
+
+
+# ------------------------------------------------------------------------------ the host lock
+def test_the_lock_refuses_a_second_taker_naming_the_holder(tmp_path):
+    path = tmp_path / "rig.lock"
+    first = host_lock.RigLock(path, "window 1", command="rigkit-agent window run")
+    first.acquire()
+    try:
+        rec = json.loads(path.read_text())
+        assert rec["what"] == "window 1" and rec["pid"] == os.getpid() and rec["command"] == "rigkit-agent window run"
+        st = host_lock.state(path)
+        assert st["held"] and st["holder"]["what"] == "window 1"
+        with pytest.raises(host_lock.LockHeld, match=r"the rig is locked by window 1 \(pid \d+, since .*: rigkit-agent window run\)"):
+            host_lock.RigLock(path, "activation").acquire()
+        assert host_lock.try_lock(path, "keeper") is None
+    finally:
+        first.release()
+    assert path.read_text() == "" and not host_lock.state(path)["held"]
+    with host_lock.RigLock(path, "activation") as second:
+        assert second.warnings == []
+
+
+def test_a_holder_killed_with_sigkill_is_reclaimed_with_a_warning(tmp_path):
+    path = tmp_path / "rig.lock"
+    code = ("import sys, time; from rigkit.host.lock import RigLock; "
+            f"lk = RigLock({str(path)!r}, 'window 7'); lk.acquire(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "held"
+    with pytest.raises(host_lock.LockHeld, match="window 7"):
+        host_lock.RigLock(path, "activation").acquire()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    st = host_lock.state(path)
+    assert not st["held"] and st["stale"]["what"] == "window 7"
+    lock = host_lock.RigLock(path, "activation")
+    warnings = lock.acquire()
+    try:
+        assert len(warnings) == 1 and "reclaimed the rig lock from window 7" in warnings[0]
+        assert "its pid is gone" in warnings[0]
+    finally:
+        lock.release()
+
+
+def test_util_linux_flock_sees_the_same_lock(tmp_path):
+    """The deploy's fact reads the lock with ``flock -n`` (util-linux): the same kernel lock."""
+    path = tmp_path / "rig.lock"
+    with host_lock.RigLock(path, "activation"):
+        assert subprocess.run(["flock", "-n", "-s", str(path), "true"]).returncode == 1
+    assert subprocess.run(["flock", "-n", "-s", str(path), "true"]).returncode == 0
+    assert host_lock.parse_state(False, '{"what": "window 3", "pid": 1}')["stale"]["what"] == "window 3"
+    assert host_lock.parse_state(True, "garbage") == {"held": True, "holder": None, "stale": None}
+
+
+def test_two_takers_at_once_have_exactly_one_winner(tmp_path):
+    path = tmp_path / "rig.lock"
+    code = ("import sys, time; from rigkit.host.lock import RigLock, LockHeld\n"
+            f"l = RigLock({str(path)!r}, sys.argv[1])\n"
+            "try:\n    l.acquire(); print('won'); sys.stdout.flush(); time.sleep(1.5)\n"
+            "except LockHeld as e:\n    print('lost:', e)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"taker {i}"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+             for i in range(4)]
+    outs = [p.communicate(timeout=30)[0].strip() for p in procs]
+    assert sum(o == "won" for o in outs) == 1, outs
+    assert all(o == "won" or o.startswith("lost: the rig is locked by taker") for o in outs), outs
+
+
+# ------------------------------------------------------------------------------ one of each
+def test_env_files_are_read_one_way():
+    text = '# comment\nexport HF_TOKEN="hf_abc"\nVLLM_API_KEY=\'k 1\'\n\nEMPTY=\nBAD LINE\n'
+    assert envfile.parse_env_text(text) == {"HF_TOKEN": "hf_abc", "VLLM_API_KEY": "k 1", "EMPTY": ""}
+
+
+def test_env_file_values_missing_or_empty_are_none(tmp_path):
+    (tmp_path / "k.env").write_text("VLLM_API_KEY=\n")
+    assert envfile.read_value(tmp_path / "k.env", "VLLM_API_KEY") is None
+    assert envfile.read_value(tmp_path / "absent.env", "VLLM_API_KEY") is None
+
+
+def test_json_files_are_written_atomically_with_their_mode(tmp_path):
+    p = jsonfile.write_atomic(tmp_path / "d" / "x.json", {"b": 1, "a": [2]}, mode=0o600)
+    assert p.read_text() == '{\n  "a": [\n    2\n  ],\n  "b": 1\n}\n' and (p.stat().st_mode & 0o777) == 0o600
+    assert not [f for f in p.parent.iterdir() if f.name != "x.json"]
+    assert jsonfile.read_object(tmp_path / "none.json") is None
+    (tmp_path / "l.json").write_text("[1]")
+    with pytest.raises(ValueError, match="l.json: not a JSON object"):
+        jsonfile.read_object(tmp_path / "l.json")
+
+
+SMI_OK = "0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 1, 350.00, 420.00, 420.00, 100.00, 450.00\n"
+
+
+def test_one_nvidia_smi_parser_for_facts_window_and_bench():
+    smi = gpu.parse_query(SMI_OK, 0)
+    g = smi["gpus"][0]
+    assert smi["state"] == "ok" and g["memory_total_gib"] == 24.0 and g["memory_total_mib"] == 24576.0
+    assert (g["power_limit_w"], g["power_min_w"], g["power_max_w"]) == (420.0, 100.0, 450.0)
+    assert gpu.bench_context(smi) == {"gpu": "NVIDIA GeForce RTX 3090", "driver": "610.57", "power_limit_w": 420.0,
+                                      "memory_total_gib": 24.0, "gpu_count": 1}
+    assert gpu.parse_query("Failed to initialize NVML: Driver/library version mismatch", 18)["state"] == "mismatch"
+    assert gpu.parse_query("No devices were found", 6)["state"] == "no-gpu"
+    assert gpu.parse_query("", 127)["state"] == "missing"
+    assert gpu.bench_context(gpu.parse_query("", 127)) == {}
+
+
+def test_the_deploy_fact_uses_the_same_parser():
+    from rigkit.facts import NvidiaSmi
+
+    fact = NvidiaSmi()
+    assert fact.process([SMI_OK.strip(), "__RIGKIT_RC__=0"]) == gpu.parse_query(SMI_OK, 0)
+    assert gpu.QUERY_COMMAND in fact.command()
+
+
+def _row(n, local, remote, inode, state="01"):
+    return f"{n}: {local} {remote} {state} 00000000:00000000 00:00000000 00000000 0 0 {inode} 1 0"
+
+
+TCP = "\n".join([
+    "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode",
+    _row(0, "0100007F:1F90", "00000000:0000", 100, "0A"),    # llama-swap listening on :8080
+    _row(1, "0100007F:1F90", "0100007F:C350", 101),          # :8080 <- 127.0.0.1:50000 (the keeper)
+    _row(2, "0100007F:C350", "0100007F:1F90", 102),          # the keeper's end
+    _row(3, "0100007F:1F90", "0100007F:C351", 103),          # :8080 <- 127.0.0.1:50001 (an agent job)
+    _row(4, "0100007F:C351", "0100007F:1F90", 104),          # its end, not rigkit's
+    _row(5, "0100007F:C352", "0100007F:46B4", 105),          # llama-swap -> a member on :18100
+])
+
+
+def test_client_connections_leave_rigkits_own_requests_out():
+    assert net.clients([TCP], 8080) == ["127.0.0.1:50000", "127.0.0.1:50001"]
+    assert net.clients([TCP], 8080, own_inodes={102}) == ["127.0.0.1:50001"]
+    assert net.clients([TCP], 18100) == []  # llama-swap's own connections to members are not clients
+
+
+def test_proc_net_tcp_addresses_are_read_as_text():
+    assert net._hex_ip("0100007F") == "127.0.0.1"
+    assert net._hex_ip("00000000000000000000000001000000") == "::1"
+    assert net._hex_ip("0000000000000000FFFF00000100007F") == "127.0.0.1"  # v4-mapped
+
+
+def test_a_process_is_placed_in_its_unit_from_its_cgroup():
+    v1 = "12:pids:/system.slice/rigkit-keeper.service\n1:name=systemd:/system.slice/rigkit-keeper.service\n"
+    v2 = "0::/system.slice/rigkit-window.service\n"
+    assert net.parse_cgroup_units(v1) == {"rigkit-keeper.service"}
+    assert net.parse_cgroup_units(v2) == {"rigkit-window.service"}
+
+
+def test_own_socket_inodes_come_from_the_units_processes(tmp_path):
+    proc = tmp_path / "proc"
+    for pid, unit, inode in ((10, "rigkit-keeper.service", 102), (11, "agent-sync.service", 104)):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
+        os.symlink(f"socket:[{inode}]", proc / str(pid) / "fd" / "3")
+    (proc / "net").mkdir()
+    (proc / "net" / "tcp").write_text(TCP)
+    assert net.own_socket_inodes(["rigkit-keeper.service"], proc) == {102}
+    assert net.client_connections(8080, ["rigkit-keeper.service"], proc) == ["127.0.0.1:50001"]
+
+
+def test_no_journal_or_a_closed_one_means_no_window_and_no_expected_deviation(tmp_path):
+    assert read_journal(tmp_path / "window.json") is None
+    assert expected_deviations(None) == []
+    (tmp_path / "window.json").write_text('{"state": "restored", "changed": {"proxy_stopped": true}}')
+    j = read_journal(tmp_path / "window.json")
+    assert not is_open(j) and expected_deviations(j) == []
+    (tmp_path / "window.json").write_text("[1]")
+    with pytest.raises(ValueError, match="window.json: not a JSON object"):
+        read_journal(tmp_path / "window.json")
+    assert is_open({"state": "preflight"}) and is_open({"state": "restore-failed"})
+
+
+def test_the_deploy_fact_counts_clients_with_the_same_counter():
+    from rigkit.facts import EstablishedConnections
+
+    fact = EstablishedConnections()
+    assert "/proc/net/tcp" in fact.command(8080, ["rigkit-keeper.service"])
+    out = ["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__", "102"]
+    assert fact.process(out) == ["127.0.0.1:50001"]
+    assert fact.process(["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__"]) == \
+        ["127.0.0.1:50000", "127.0.0.1:50001"]
