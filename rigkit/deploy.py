@@ -9,12 +9,13 @@ from pyinfra.api import DeployError
 
 from rigkit.inventory import data_layers
 from rigkit.spec import RigSpec, SpecError
+from rigkit.validate import spec_from_layers
 
 
 def spec_for(host: Any) -> RigSpec:
     """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged). Raises
     ``DeployError`` listing every problem, so pyinfra stops before any operation."""
     try:
-        return RigSpec.from_layers(data_layers(host), source=f"spec of host {host.name}")
+        return spec_from_layers(data_layers(host), source=f"spec of host {host.name}")
     except SpecError as exc:
         raise DeployError(str(exc)) from None

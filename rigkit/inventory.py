@@ -2,7 +2,8 @@
 
 The inventory file and ``group_data/`` are loaded exactly as ``pyinfra INVENTORY deploy.py``
 loads them (``pyinfra_cli.inventory.make_inventory``), so precedence is pyinfra's; then each
-host's data layers are deep-merged (:meth:`RigSpec.from_layers`). Nothing connects to a host.
+host's data layers are deep-merged and validated (:func:`rigkit.validate.spec_from_layers`).
+Nothing connects to a host.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rigkit.spec import RigSpec, SpecError, SpecProblem, split_pyinfra_keys
+from rigkit.validate import spec_from_layers
 
 DEFAULT_INVENTORY = "inventory/rig.py"
 
@@ -116,8 +118,8 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         for layer in layers:
             connection.update(split_pyinfra_keys(layer)[1])
         try:
-            spec = RigSpec.from_layers(layers, source=f"spec of host {host.name}",
-                                       labels=layer_labels(host, inventory, path))
+            spec = spec_from_layers(layers, source=f"spec of host {host.name}",
+                                    labels=layer_labels(host, inventory, path))
         except SpecError as exc:
             problems += [p.model_copy(update={"key": f"{host.name}: {p.key}"}) for p in exc.problems]
             continue

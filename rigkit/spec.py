@@ -283,8 +283,10 @@ class BenchSpec(StrictModel):
 
 
 class RigSpec(StrictModel):
-    """The whole declared rig for one host. Build it with :meth:`from_layers` (or
-    ``rigkit.inventory``), never from a half-merged dict."""
+    """The whole declared rig for one host. Build a valid one with
+    :func:`rigkit.validate.spec_from_layers` (or ``rigkit.inventory``), never from a half-merged
+    dict: :meth:`from_layers` and :meth:`from_dict` check the models only (types, ranges, unknown
+    keys), not the cross-field rules of :mod:`rigkit.validate`."""
 
     nvidia_driver_version: str = Field(default="610.57", pattern=r"^\d+\.\d+(\.\d+)?$")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
@@ -318,13 +320,14 @@ class RigSpec(StrictModel):
     @classmethod
     def from_layers(cls, layers: Iterable[Mapping[str, Any]], source: str = "spec",
                     labels: list[str] | None = None) -> RigSpec:
-        """Validate the spec from data layers, **lowest precedence first** (``all`` ... host,
+        """Validate the models from data layers, **lowest precedence first** (``all`` ... host,
         ``--data``), deep-merged over the model defaults.
 
         Each layer is first checked alone over the defaults, so a bad value in a lower layer is
         reported (with the layer's label, e.g. ``group_data/all.py``) even when a higher layer
         would replace it. Keys owned by pyinfra pass through (dropped here). Raises
-        :class:`SpecError` naming every bad key, its value and what is allowed.
+        :class:`SpecError` naming every bad key, its value and what is allowed. The models only:
+        :func:`rigkit.validate.spec_from_layers` adds the cross-field checks.
         """
         layers = list(layers)
         base = defaults_dict()
@@ -348,19 +351,15 @@ class RigSpec(StrictModel):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "spec") -> RigSpec:
-        """Validate one already-merged overrides dict over the defaults; raises :class:`SpecError`."""
+        """Validate the models of one already-merged overrides dict over the defaults; raises
+        :class:`SpecError`. The models only: :func:`rigkit.validate.spec_from_dict` adds the
+        cross-field checks."""
         base = defaults_dict()
         merged = merge_layers(base, data)
         try:
-            spec = cls.model_validate(merged)
+            return cls.model_validate(merged)
         except ValidationError as exc:
             raise SpecError(_problems_from_pydantic(exc, merged), source) from None
-        from rigkit.validate import check_spec  # late import: validate imports this module
-
-        problems = check_spec(spec)
-        if problems:
-            raise SpecError(problems, source)
-        return spec
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,8 @@
 """Cross-field checks of a :class:`~rigkit.spec.RigSpec`, run before anything is rendered or
-touched. Each problem names the key, the bad value and what is allowed.
+touched, and the way to build a valid spec (:func:`spec_from_layers`, :func:`spec_from_dict`:
+the models' validation in :mod:`rigkit.spec`, then :func:`check_spec`). Each problem names the
+key, the bad value and what is allowed. The import graph is one-way: :mod:`rigkit.spec` (the
+models) ← :mod:`rigkit.members` (pure helpers over the spec) ← this module.
 
 Sources for the rules: ``notes/llama-swap.md`` §1.1 (upstream load errors) and §7 (validator
 rules), ``notes/hyperqwen.md`` (the ``.env`` knobs), the operator's write-up (the
@@ -9,8 +12,9 @@ rules), ``notes/hyperqwen.md`` (the ``.env`` knobs), the operator's write-up (th
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from rigkit import members as members_mod
 from rigkit.spec import (
@@ -21,9 +25,11 @@ from rigkit.spec import (
     UNIT_NAME_RE,
     ImageSpec,
     RigSpec,
+    SpecError,
     SpecProblem,
     SpecWarning,
     did_you_mean,
+    unset_operator_values,
 )
 
 SAFE_DFLASH_TOKENS = 7
@@ -38,6 +44,29 @@ _OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.servic
               "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer"}
 SHELL_METACHARS = (";", "&&", "||", "|", ">", "<", "$(", "`")
 DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
+
+
+def spec_from_layers(layers: Iterable[Mapping[str, Any]], source: str = "spec",
+                     labels: list[str] | None = None) -> RigSpec:
+    """The valid RigSpec of data layers, **lowest precedence first** (``all`` ... host,
+    ``--data``): :meth:`RigSpec.from_layers <rigkit.spec.RigSpec.from_layers>` (each layer's
+    models, with its label), then :func:`check_spec` on the merged spec. Raises
+    :class:`~rigkit.spec.SpecError` naming every problem (``source`` names the spec)."""
+    return _checked(RigSpec.from_layers(layers, source=source, labels=labels), source)
+
+
+def spec_from_dict(data: Mapping[str, Any], source: str = "spec") -> RigSpec:
+    """The valid RigSpec of one already-merged overrides dict over the defaults: the models
+    (:meth:`RigSpec.from_dict <rigkit.spec.RigSpec.from_dict>`), then :func:`check_spec`. Raises
+    :class:`~rigkit.spec.SpecError`."""
+    return _checked(RigSpec.from_dict(data, source=source), source)
+
+
+def _checked(spec: RigSpec, source: str) -> RigSpec:
+    problems = check_spec(spec)
+    if problems:
+        raise SpecError(problems, source)
+    return spec
 
 
 def check_spec(spec: RigSpec) -> list[SpecProblem]:
@@ -59,8 +88,6 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
 def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
     """What ``rigkit check`` reports but accepts: each unset operator value once, images pinned
     by tag rather than digest."""
-    from rigkit.spec import unset_operator_values
-
     warnings = [
         SpecWarning(key=key, message="unset (operator-supplied); rendered files carry a RIGKIT-UNSET placeholder "
                     "where it is used, and `rigkit deploy` refuses until it is set")

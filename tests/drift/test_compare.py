@@ -9,13 +9,14 @@ from rigkit.drift import Finding, HostProbe, compare, mask, probe
 from rigkit.drift import plan as drift_plan
 from rigkit.render import RenderedFile, render
 from rigkit.spec import RigSpec
+from rigkit.validate import spec_from_dict
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
 TOKEN = "hf_DriftCanaryTokenValue0123456789"
 
 
 def spec(**over) -> RigSpec:
-    return RigSpec.from_dict({"pacman_pins": PINS, **over})
+    return spec_from_dict({"pacman_pins": PINS, **over})
 
 
 def decl(hf_token=None, **over) -> drift.Declared:

@@ -14,14 +14,14 @@ from rigkit.cache import FetchError, fetch_pinned
 from rigkit.checks import check_compose, check_llama_swap, check_units, run_checks
 from rigkit.llama_swap import strict_problems
 from rigkit.render import RenderedFile, render
-from rigkit.spec import RigSpec
+from rigkit.validate import spec_from_dict
 
 import os
 
 SHARED = Path(os.environ.get("RIGKIT_SHARED", Path(__file__).resolve().parents[3] / "shared"))
 
 pytestmark = pytest.mark.slow
-SPEC = RigSpec.from_dict({})
+SPEC = spec_from_dict({})
 
 
 def replaced(files, path, text):

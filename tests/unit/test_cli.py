@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.spec import RigSpec, unset_operator_values
+from rigkit.spec import unset_operator_values
+from rigkit.validate import spec_from_dict
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +38,7 @@ def test_check_on_the_default_inventory_exits_0_with_one_warning_per_unset_value
     proc = run(["check"])
     assert proc.returncode == 0, proc.stderr
     warns = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("warn")]
-    expected = unset_operator_values(RigSpec.from_dict({}))
+    expected = unset_operator_values(spec_from_dict({}))
     assert [w.split()[1].rstrip(":") for w in warns] == expected
     assert "0 failed" in proc.stderr
 

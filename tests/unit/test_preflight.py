@@ -6,7 +6,7 @@ import hashlib
 
 from rigkit import paths
 from rigkit.render import render
-from rigkit.spec import RigSpec
+from rigkit.validate import spec_from_dict
 from roles.preflight import disruptive_steps, refusals
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
@@ -16,7 +16,7 @@ NO_GPU = {"state": "missing", "message": "", "gpus": []}
 
 
 def spec(**data):
-    return RigSpec.from_dict(data)
+    return spec_from_dict(data)
 
 
 def sha1_of(files):

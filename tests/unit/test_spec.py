@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.spec import RigSpec, SpecError, merge_layers, split_pyinfra_keys, unset_operator_values
-from rigkit.validate import spec_warnings
+from rigkit.spec import SpecError, merge_layers, split_pyinfra_keys, unset_operator_values
+from rigkit.validate import spec_from_dict, spec_from_layers, spec_warnings
 
 GOOD_PINS = {
     "nvidia-open-dkms": "610.57-1",
@@ -19,12 +19,12 @@ GOOD_PINS = {
 
 def problems_of(data: dict) -> list[str]:
     with pytest.raises(SpecError) as info:
-        RigSpec.from_dict(data)
+        spec_from_dict(data)
     return [str(p) for p in info.value.problems]
 
 
 def test_defaults_are_the_rig():
-    spec = RigSpec.from_dict({})
+    spec = spec_from_dict({})
     assert spec.nvidia_driver_version == "610.57"
     assert spec.driver_flavour == "nvidia-open-dkms"
     assert spec.cuda_version == "13.3"
@@ -43,7 +43,7 @@ def test_defaults_are_the_rig():
 
 
 def test_one_nested_override_keeps_the_other_defaults_of_that_dict():
-    spec = RigSpec.from_layers([{"hyperqwen": {"dflash_tokens": 5}}])
+    spec = spec_from_layers([{"hyperqwen": {"dflash_tokens": 5}}])
     assert spec.hyperqwen.dflash_tokens == 5
     assert spec.hyperqwen.port == 18020
     assert spec.hyperqwen.max_model_len == 65536
@@ -51,7 +51,7 @@ def test_one_nested_override_keeps_the_other_defaults_of_that_dict():
 
 
 def test_layers_merge_in_precedence_order_lowest_first():
-    spec = RigSpec.from_layers([
+    spec = spec_from_layers([
         {"hyperqwen": {"dflash_tokens": 5, "ctx": "long"}},          # all
         {"hyperqwen": {"dflash_tokens": 6}},                         # a group
         {"llama_swap": {"members": {"hyperqwen": {"staged": False}}}},  # the host
@@ -70,29 +70,29 @@ def test_pyinfra_keys_pass_through():
     ours, theirs = split_pyinfra_keys({"ssh_port": 22, "_sudo": True, "gpu_power_limit_w": 400})
     assert ours == {"gpu_power_limit_w": 400}
     assert theirs == {"ssh_port": 22, "_sudo": True}
-    spec = RigSpec.from_layers([{"ssh_hostname": "x", "_sudo": True, "chroot_directory": "/r"}])
+    spec = spec_from_layers([{"ssh_hostname": "x", "_sudo": True, "chroot_directory": "/r"}])
     assert spec.gpu_power_limit_w == 420
 
 
 def test_unset_operator_values_are_named_once_each():
-    keys = unset_operator_values(RigSpec.from_dict({}))
+    keys = unset_operator_values(spec_from_dict({}))
     assert keys == [
         "pacman_pins", "operator_user", "paused_timers", "lock_files", "hyperqwen.image.ref",
         "strata.image.ref", "strata.model_file", "strata.args", "gguf_baseline.image.ref",
         "gguf_baseline.model_file", "llama_swap.release_sha256", "models.hyperqwen-dflash2.repo_id",
         "models.gguf-baseline.repo_id", "models.strata.repo_id",
     ]
-    assert len(spec_warnings(RigSpec.from_dict({}))) == len(keys)
+    assert len(spec_warnings(spec_from_dict({}))) == len(keys)
 
 
 def test_setting_an_operator_value_removes_its_warning():
-    spec = RigSpec.from_dict({"pacman_pins": GOOD_PINS, "operator_user": "op"})
+    spec = spec_from_dict({"pacman_pins": GOOD_PINS, "operator_user": "op"})
     assert "pacman_pins" not in unset_operator_values(spec)
     assert "operator_user" not in unset_operator_values(spec)
 
 
 def test_image_pinned_by_tag_warns_and_digest_does_not():
-    spec = RigSpec.from_dict({"hyperqwen": {"image": {"ref": "sha-1a2b3c4"}},
+    spec = spec_from_dict({"hyperqwen": {"image": {"ref": "sha-1a2b3c4"}},
                               "strata": {"image": {"ref": "sha256:" + "a" * 64}}})
     texts = [str(w) for w in spec_warnings(spec)]
     assert ("hyperqwen.image.ref: 'sha-1a2b3c4' is a tag, not a digest; pin sha256:<64 hex> so the image "
@@ -221,17 +221,17 @@ def test_bad_input_is_refused_with_its_message(data, message):
 
 def test_secret_value_never_appears_in_the_error():
     with pytest.raises(SpecError) as info:
-        RigSpec.from_dict({"hyperqwen": {"extra_env": {"VLLM_API_KEY": "sk-do-not-print"}}})
+        spec_from_dict({"hyperqwen": {"extra_env": {"VLLM_API_KEY": "sk-do-not-print"}}})
     assert "sk-do-not-print" not in str(info.value)
 
 
 def test_unsafe_spec_is_allowed_when_asked_for():
-    spec = RigSpec.from_dict({"hyperqwen": {"dflash_tokens": 15, "max_model_len": 32768, "allow_unsafe_spec": True}})
+    spec = spec_from_dict({"hyperqwen": {"dflash_tokens": 15, "max_model_len": 32768, "allow_unsafe_spec": True}})
     assert spec.hyperqwen.dflash_tokens == 15
 
 
 def test_dflash_15_at_short_context_is_allowed():
-    assert RigSpec.from_dict({"hyperqwen": {"dflash_tokens": 15, "max_model_len": 8192}}).hyperqwen.dflash_tokens == 15
+    assert spec_from_dict({"hyperqwen": {"dflash_tokens": 15, "max_model_len": 8192}}).hyperqwen.dflash_tokens == 15
 
 
 def test_every_problem_is_reported_at_once():

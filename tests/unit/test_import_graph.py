@@ -1,0 +1,110 @@
+"""The control side's import graph is one-way: no module under ``rigkit/`` (``rigkit/host/``
+excluded, it has its own rules in test_host_side.py) imports, at module level or inside a
+function, a ``rigkit`` module that imports it back, directly or through others."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = ROOT / "rigkit"
+
+
+def modules(root: Path = RIGKIT) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module under ``root`` (a ``rigkit`` tree), ``host/``
+    excluded; a package is named by its ``__init__.py``."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        if rel.parts[:2] == ("rigkit", "host"):
+            continue
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = path
+    return out
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that module ``name`` (at ``path``) imports, anywhere in its body.
+
+    ``from a.b import c`` counts ``a.b.c`` when that is a module, else ``a.b``; a relative import
+    is resolved against the module's package; a name that is no known module counts as the
+    nearest known module above it (``rigkit.drift.check`` → ``rigkit.drift``)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                targets.add(full if full in known else module)
+    out = set()
+    for target in targets:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            out.add(target)
+    return out
+
+
+def graph(root: Path = RIGKIT) -> dict[str, set[str]]:
+    """``{module: modules it imports}`` over :func:`modules`."""
+    mods = modules(root)
+    return {name: imported(name, path, set(mods)) for name, path in mods.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as ``[a, b, ..., a]``, or None when the graph is acyclic (depth-first search)."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_control_side_has_no_import_cycle():
+    edges = graph()
+    assert "rigkit.cli" in edges and "rigkit.drift.run" in edges and "rigkit.host" not in edges
+    cycle = find_cycle(edges)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_graph_sees_function_level_and_package_imports(tmp_path):
+    pkg = tmp_path / "rigkit"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "host").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from rigkit.sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("from .b import g\n")
+    (pkg / "sub" / "b.py").write_text("import rigkit.a\n")
+    (pkg / "host" / "x.py").write_text("import rigkit.a\n")
+    edges = graph(pkg)
+    assert edges == {"rigkit": set(), "rigkit.a": {"rigkit.sub.b"}, "rigkit.sub": {"rigkit.sub.b"},
+                     "rigkit.sub.b": {"rigkit.a"}}
+    assert find_cycle(edges) == ["rigkit.a", "rigkit.sub.b", "rigkit.a"]
+    (pkg / "sub" / "b.py").write_text("from rigkit import paths\n")
+    assert find_cycle(graph(pkg)) is None
