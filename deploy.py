@@ -1,14 +1,16 @@
 """The rig, rebuilt: ``pyinfra INVENTORY deploy.py`` (or ``rigkit deploy``).
 
 Thin: the host's data layers become one validated RigSpec, the renderer produces every file,
-and the roles apply in DESIGN.md's order. A second run changes nothing.
+and the roles apply in DESIGN.md's order — except the host agent, installed right after the pins so
+that every disruptive step runs under its host lock (its timers come last). A second run changes
+nothing.
 """
 
 from pyinfra import host
 
 from rigkit.deploy import spec_for
 from rigkit.render import render
-from roles.agent import agent
+from roles.agent import agent, agent_timers
 from roles.boot import boot
 from roles.docker import docker
 from roles.hyperqwen import hyperqwen
@@ -25,12 +27,13 @@ rendered = render(spec)
 
 preflight(spec, rendered)
 pins(spec)
+agent(spec, rendered)  # first: the later disruptive steps run under the host lock it keeps
 boot(spec, rendered)
 docker(spec)
 power(spec, rendered)
-agent(spec, rendered)
 secrets(spec)
 hyperqwen(spec, rendered)
 models(spec)
 legacy(spec, rendered)
 llama_swap(spec, rendered)
+agent_timers(spec, rendered)

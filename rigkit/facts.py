@@ -14,6 +14,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit.host import gpu, net
+from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
 
@@ -279,3 +280,21 @@ class EstablishedConnections(FactBase):
             tables, inodes = output, []
         own = {int(x) for x in inodes if x.strip().isdigit()}
         return net.clients(["\n".join(tables)], port, own)
+
+
+class RigLockState(FactBase):
+    """The host lock's state (DESIGN.md "One host lock"): :func:`rigkit.host.lock.parse_state` of
+    whether ``flock -n -s PATH true`` (util-linux) fails — someone holds it — and the holder record
+    the file holds. Returns ``{"held": bool, "holder": record|None, "stale": record|None}``."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (f"if [ -e {q} ]; then if flock -n -s {q} true; then echo FREE; else echo HELD; fi; cat {q}; "
+                "else echo FREE; fi")
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return host_lock.parse_state(False, "")
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return host_lock.parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))

@@ -23,6 +23,7 @@ LLAMA_SWAP_BIN = "/usr/local/bin/llama-swap"
 LLAMA_SWAP_DIR = "/etc/llama-swap"
 LLAMA_SWAP_CONFIG = f"{LLAMA_SWAP_DIR}/config.yaml"
 LLAMA_SWAP_STAGED = f"{LLAMA_SWAP_DIR}/config.staged.yaml"
+LLAMA_SWAP_MARKER = "/usr/local/lib/rigkit/llama-swap.sha256"  # sha256 of the tarball the binary came from
 
 MODELS_ROOT = "/srv/models"
 STATE_DIR = "/var/lib/rigkit"

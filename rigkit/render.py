@@ -142,6 +142,12 @@ def render_host_config(spec: RigSpec) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+def own_units(files: dict[str, RenderedFile]) -> list[str]:
+    """rigkit's own units on the host, from the rendered host config: their requests to llama-swap
+    are not client traffic."""
+    return list(json.loads(files[paths.HOST_CONFIG].text)["own_units"])
+
+
 def render(spec: RigSpec) -> dict[str, RenderedFile]:
     """Render every file of the rig: ``{remote path: RenderedFile(text, mode, owner)}``.
 

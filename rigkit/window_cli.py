@@ -41,10 +41,10 @@ def build_plan(host_name: str, spec: Any, tenant: str, presets: list[str], force
                healthy_timeout_s: float) -> dict[str, Any]:
     """The plan :mod:`rigkit.host.window` runs (a JSON-able dict), from the host's RigSpec.
 
-    Keys: ``host``, ``tenant``, ``tenant_unit``, ``tenant_port``, ``tenant_model``,
-    ``tenant_vram_gib`` (GiB, :func:`rigkit.members.hyperqwen_vram_gib`), ``gpu_vram_gib``,
-    ``vram_reserve_gib``, ``api_key_file``, ``proxy_unit``, ``proxy_port``, ``resident`` (the first
-    preloaded member), ``paused_timers``, ``lock_files``, ``force``, ``bench`` (preset names),
+    What the host knows of itself — ports, units, the resident, the API key file, timers to pause,
+    lock files — comes from its host config (:func:`rigkit.host.window.commands.with_host_config`),
+    not from here. Keys: ``host``, ``tenant``, ``tenant_vram_gib`` (GiB, :func:`rigkit.members.hyperqwen_vram_gib`),
+    ``gpu_vram_gib``, ``vram_reserve_gib``, ``force``, ``bench`` (preset names),
     ``bench_settings`` (``spec.bench``), ``context`` (what makes the numbers comparable),
     ``timeouts`` (s: ``healthy_s``, ``vram_free_s``, ``proxy_s``, ``resident_s``, ``timer_drain_s``,
     ``warmup_s``, ``tenant_stop_s``).
@@ -56,12 +56,8 @@ def build_plan(host_name: str, spec: Any, tenant: str, presets: list[str], force
     rmember = spec.llama_swap.members.get(resident)
     resident_s = max(120.0, 3 * float(getattr(rmember, "cold_boot_s", None) or 60))
     return {
-        "host": host_name, "tenant": tenant, "tenant_unit": "hyperqwen.service", "tenant_port": hq.port,
-        "tenant_model": hq.served_model_name, "tenant_vram_gib": hyperqwen_vram_gib(spec),
+        "host": host_name, "tenant": tenant, "tenant_vram_gib": hyperqwen_vram_gib(spec),
         "gpu_vram_gib": spec.gpu_vram_gib, "vram_reserve_gib": spec.vram_reserve_gib,
-        "api_key_file": paths.HYPERQWEN_SECRET_FILE, "proxy_unit": "llama-swap.service",
-        "proxy_port": spec.llama_swap.port, "resident": resident,
-        "paused_timers": list(spec.paused_timers or []), "lock_files": list(spec.lock_files or []),
         "force": force, "bench": presets,
         "bench_settings": spec.bench.model_dump(),
         "context": {"quantization": "W4A16", "speculative": f"{hq.spec} (DFLASH_TOKENS={hq.dflash_tokens})"
@@ -116,7 +112,7 @@ class Remote:
 
     def fetch(self, window_id: str, dest: Path) -> Path:
         """Copy ``/var/lib/rigkit/windows/<id>/`` into ``dest`` (tar over SSH). Returns the folder."""
-        from rigkit.host.window import WINDOWS_DIR
+        WINDOWS_DIR = paths.WINDOWS_DIR
 
         proc = subprocess.run(self.argv(f"tar -C {WINDOWS_DIR} -cf - {shlex.quote(window_id)}"),
                               capture_output=True, timeout=300)

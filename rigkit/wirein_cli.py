@@ -114,11 +114,11 @@ def show(hs, echo=click.echo) -> int:
 
 
 def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
-    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.host.activate.remote_command`,
+    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.agentcmd.activate_command`,
     print its log, return its exit code (an ssh failure is 1)."""
-    from rigkit.host.activate import remote_command
+    from rigkit.agentcmd import activate_command
 
-    cmd = remote_command(args)
+    cmd = activate_command(args)
     p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(cmd)}", timeout_s=timeout_s)
     sys.stdout.write(p.stdout)
     if p.stderr.strip():
@@ -128,18 +128,19 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
 
 def activate_host(hs) -> int:
     """Upload the declared live config to the host's staging path and activate it there."""
+    import posixpath
+
     from rigkit import paths
-    from rigkit.host import activate
     from rigkit.render import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)
-    staging = str(activate.STAGING)
+    staging = paths.LLAMA_SWAP_NEXT
     up = _ssh(hs, f"{_sudo(hs.connection)}sh -c " + shlex.quote(
-        f"install -d -m 0700 {shlex.quote(str(activate.STAGING.parent))} && umask 077 && cat > {shlex.quote(staging)}"),
+        f"install -d -m 0700 {shlex.quote(posixpath.dirname(staging))} && umask 077 && cat > {shlex.quote(staging)}"),
         stdin=declared)
     if up.returncode != 0:
         raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
-    return _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG])
+    return _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --activate"])
 
 
 @click.command("wire-in")
@@ -178,9 +179,9 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
             elif action == "rollback":
                 from rigkit import paths
 
-                codes.append(_agent(hs, ["--rollback", "--live", paths.LLAMA_SWAP_CONFIG]))
+                codes.append(_agent(hs, ["--rollback", "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --rollback"]))
             else:
-                codes.append(_agent(hs, ["--release"]))
+                codes.append(_agent(hs, ["--release", "--by", "rigkit wire-in --release"]))
         except _Fail as exc:
             err.print(f"[red]error:[/] {exc.message}", markup=True)
             codes.append(exitcodes.FAILED)

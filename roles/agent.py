@@ -1,5 +1,8 @@
 """The host agent in ``/opt/rigkit/``: its own venv, installed from a wheelhouse built on the
-control machine for the host's Python (no package index on the host), plus its timers."""
+control machine for the host's Python (no package index on the host), and the host config it reads;
+installed right after the pins so that every later disruptive step (a reboot, a docker restart, an
+activation) runs under the host lock it keeps. Its timers (keeper, watchdog) are enabled last,
+once llama-swap serves (:func:`agent_timers`)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ TIMERS = ("hyperqwen-watchdog", "rigkit-keeper")
 @deploy("Host agent")
 def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Build the wheelhouse for the host's ``python3``, sync it, (re)install the venv when it
-    changed, install the agent's units and enable its timers."""
+    changed, and install the host config every agent command reads."""
     version = host.get_fact(Command, command="python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
     if not version:
         raise DeployError("the host has no python3 for the host agent (install the python package)")
@@ -30,19 +33,26 @@ def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     except wheelhouse.WheelhouseError as exc:
         raise DeployError(f"building the agent wheelhouse for Python {version.strip()} failed: {exc}") from None
     files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, user="root", group="root", mode="755")
+    put_rendered(paths.HOST_CONFIG, rendered[paths.HOST_CONFIG], name="Install the host config (/etc/rigkit/host.json)")
     synced = files.sync(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS, user="root", group="root",
                         mode="644", dir_mode="755", delete=True)
     venv = server.shell(name="Create the agent venv", commands=[f"python3 -m venv {paths.AGENT_VENV}"],
                         _if=lambda: not host.get_fact(Command, command=f"test -x {paths.AGENT_VENV}/bin/python && echo y || true"))
     server.shell(
         name="Install the agent from the wheelhouse (no index)",
-        commands=[f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} --force-reinstall "
+        commands=[f"{paths.AGENT_VENV}/bin/pip uninstall --quiet --yes rigkit 2>/dev/null || true",  # the old whole-package wheel
+                  f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} --force-reinstall "
                   f"--no-deps {WHEELS}/rigkit_host-*.whl",
                   f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} "
                   + " ".join(wheelhouse.AGENT_REQUIREMENTS),
                   f"{paths.AGENT_BIN} version"],
         _if=any_changed(synced, venv),
     )
+
+
+@deploy("Host agent timers")
+def agent_timers(spec: RigSpec, rendered: dict[str, RenderedFile]):
+    """Install the keeper's and the watchdog's units and enable their timers."""
     units = [put_rendered(f"{paths.UNIT_DIR}/{stem}.{kind}", rendered[f"{paths.UNIT_DIR}/{stem}.{kind}"],
                           name=f"Install {stem}.{kind}") for stem in TIMERS for kind in ("service", "timer")]
     systemd.daemon_reload(name="Reload systemd for the agent's units", _if=any_changed(*units))

@@ -7,7 +7,7 @@ from pyinfra.api import deploy
 
 from rigkit import paths
 from rigkit.operations.boot import mkinitcpio_without_kms, reboot_gate
-from rigkit.render import RenderedFile
+from rigkit.render import RenderedFile, own_units
 from rigkit.spec import RigSpec
 from roles import put_rendered
 
@@ -19,4 +19,5 @@ def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
     mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
     reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
                 driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot,
-                lock_files=spec.lock_files or [], proxy_port=spec.llama_swap.port, force=spec.force)
+                lock_files=spec.lock_files or [], proxy_port=spec.llama_swap.port, force=spec.force,
+                own_units=own_units(rendered))

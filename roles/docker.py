@@ -9,6 +9,7 @@ from pyinfra.facts.files import File
 from pyinfra.operations import pacman, server, systemd
 
 from rigkit import paths
+from rigkit.agentcmd import locked_command
 from rigkit.hoststate import DAEMON_JSON_KEYS
 from rigkit.operations.config import json_keys
 from rigkit.spec import RigSpec
@@ -23,8 +24,10 @@ def docker(spec: RigSpec):
     daemon_json = json_keys(name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
                             path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS, backup_suffix=".rigkit-bak")
     systemd.service(name="Enable and start docker", service="docker.service", running=True, enabled=True)
-    systemd.service(name="Restart docker for the new daemon.json", service="docker.service", restarted=True,
-                    _if=daemon_json.did_change)
+    server.shell(name="Restart docker for the new daemon.json (under the host lock)",
+                 commands=[locked_command("deploy: restart docker for daemon.json",
+                                          ["systemctl", "restart", "docker.service"])],
+                 _if=daemon_json.did_change)
     if spec.operator_user:
         server.user(name=f"Put {spec.operator_user} in the docker group", user=spec.operator_user,
                     groups=["docker"], append=True, create_home=False, ensure_home=False)

@@ -15,7 +15,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
 from rigkit import paths
-from rigkit.host import activate
+from rigkit.agentcmd import activate_command
 from rigkit.operations.llama_swap import activated_config
 from rigkit.operations.release import release_binary
 from rigkit.render import RenderedFile
@@ -23,8 +23,8 @@ from rigkit.spec import RigSpec
 from roles import put_rendered
 
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"
-MARKER = "/usr/local/lib/rigkit/llama-swap.sha256"
-STAGING = str(activate.STAGING)
+MARKER = paths.LLAMA_SWAP_MARKER
+STAGING = paths.LLAMA_SWAP_NEXT
 
 
 @deploy("llama-swap")
@@ -47,7 +47,7 @@ def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile]):
     activation = activated_config(name="Activate the declared live llama-swap config (on the host)",
                                   live=paths.LLAMA_SWAP_CONFIG, staging=STAGING, text=live_text)
     server.shell(name="Restart llama-swap for its new unit or binary, through the activation path",
-                 commands=[activate.remote_command(["--config", paths.LLAMA_SWAP_CONFIG, "--live",
-                                                    paths.LLAMA_SWAP_CONFIG, "--restart"])],
+                 commands=[activate_command(["--config", paths.LLAMA_SWAP_CONFIG, "--live",
+                                             paths.LLAMA_SWAP_CONFIG, "--restart", "--by", "rigkit deploy"])],
                  _if=lambda: (unit.did_change() or binary.did_change()) and not activation.did_change())
     systemd.service(name="llama-swap is running", service="llama-swap.service", running=True)

@@ -4,23 +4,29 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import DeployError, deploy
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import paths
-from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi
+from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, RigLockState
+from rigkit.host import lock as host_lock
+from rigkit.host.window.journal import is_open
+from rigkit.render import own_units
 from rigkit.spec import RigSpec, unset_operator_values
 
 
 def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
-             disruptive: list[str] | None = None, clients: list[str] | None = None) -> list[str]:
+             disruptive: list[str] | None = None, clients: list[str] | None = None,
+             rig_lock: dict | None = None) -> list[str]:
     """Why the deploy must not start, one line each (empty: go). Pure, for tests.
 
     + window: the ``JsonFile`` fact of ``/var/lib/rigkit/window.json``
     + smi: the ``NvidiaSmi`` fact (the power range is checked only when it is readable)
     + present_locks: declared lock files that exist on the host
     + disruptive: steps of this run that will interrupt service (restart llama-swap or docker)
-    + clients: established client connections to llama-swap right now
+    + clients: established client connections to llama-swap right now (rigkit's own left out)
+    + rig_lock: the ``RigLockState`` fact: a disruptive run is refused while someone holds the host
+      lock (a window, an activation, a rollback, another deploy's step), naming the holder
 
     Interrupting steps pass the same preflight as a window: refused under traffic or a declared
     lock unless ``force`` (DESIGN.md "Disruption and reboots").
@@ -28,7 +34,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     out = [f"{key} is unset (operator-supplied); set it in group_data or host data"
            for key in unset_operator_values(spec)]
     data = window.get("data") or {}
-    if window.get("exists") and data.get("state") not in (None, "closed", "restored"):
+    if window.get("exists") and is_open(data):
         out.append(f"a window is open ({paths.WINDOW_JOURNAL}: state {data.get('state')!r}); "
                    "the deploy waits until the window has restored steady state")
     for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
@@ -36,6 +42,9 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
         if lo is not None and hi is not None and not lo <= spec.gpu_power_limit_w <= hi:
             out.append(f"gpu_power_limit_w {spec.gpu_power_limit_w} W is outside GPU {gpu['index']}'s limits "
                        f"{lo:g}–{hi:g} W (nvidia-smi power.min_limit/power.max_limit)")
+    if disruptive and (rig_lock or {}).get("held"):
+        out.append(f"this run would interrupt service ({'; '.join(disruptive)}) but the rig is locked by "
+                   f"{host_lock.describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
     if disruptive and not spec.force:
         why = "; ".join(disruptive)
         if present_locks:
@@ -48,11 +57,12 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
 
 
 def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool,
-                     held: bool = False) -> list[str]:
+                     held: bool = False, binary_sha256: str | None = None) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
     (pure, for tests): a changed live llama-swap config or unit while llama-swap runs (not the
-    config while a hold keeps it back: the deploy will not activate it), a daemon.json that the
-    docker step will change (docker restarts)."""
+    config while a hold keeps it back: the deploy will not activate it) or a new llama-swap binary
+    (``binary_sha256``: the tarball sha256 the installed binary came from, its marker file) while
+    llama-swap runs, a daemon.json that the docker step will change (docker restarts)."""
     import hashlib
 
     from rigkit.hoststate import DAEMON_JSON_KEYS
@@ -65,6 +75,9 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
                 continue
             if sha1.get(path) != hashlib.sha1(rendered[path].text.encode()).hexdigest():
                 out.append(f"{path} changes: llama-swap restarts")
+        wanted = spec.llama_swap.release_sha256
+        if wanted and (binary_sha256 or "").strip() != wanted:
+            out.append(f"llama-swap's binary changes (release tarball {wanted[:12]}): llama-swap restarts")
     data = daemon_json.get("data") or {}
     if daemon_json.get("exists") and merge_json(data, DAEMON_JSON_KEYS) != data:
         out.append("daemon.json changes: docker restarts")
@@ -80,9 +93,12 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
     held = "llama-swap" in (host.get_fact(JsonFile, path=paths.HOLDS_FILE).get("data") or {})
+    marker = host.get_fact(FileContents, path=paths.LLAMA_SWAP_MARKER)
     disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
-                                  held)
-    clients = host.get_fact(EstablishedConnections, port=spec.llama_swap.port) if disruptive else []
-    problems = refusals(spec, window, smi, locks, disruptive, clients)
+                                  held, "\n".join(marker) if marker else None)
+    clients = (host.get_fact(EstablishedConnections, port=spec.llama_swap.port, own_units=own_units(rendered))
+               if disruptive else [])
+    rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
+    problems = refusals(spec, window, smi, locks, disruptive, clients, rig_lock)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

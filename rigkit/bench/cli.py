@@ -16,14 +16,14 @@ from typing import Any
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, paths
 from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
                                    build_workloads, make_document, quoting_sizes)
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
 # pyinfra_cli gevent-patches sockets (rigkit.cli.main), and nothing may import urllib3 first.
 
-REMOTE_KEY_FILE = "/etc/rigkit/secrets/hyperqwen.env"
+REMOTE_KEY_FILE = paths.HYPERQWEN_SECRET_FILE
 KEY_NAME = "VLLM_API_KEY"
 
 
@@ -36,18 +36,15 @@ class BenchAbort(Exception):
 
 
 def parse_key_file(text: str, source: str) -> str:
-    """The API key from an env file (``VLLM_API_KEY=...``, optional ``export`` and quotes)
-    or a file holding only the key. Raises ValueError naming the key and ``source`` — never
-    the value."""
+    """The API key from an env file (``VLLM_API_KEY=...``, read by :func:`rigkit.host.envfile.parse_env_text`,
+    the host side's reader) or a file holding only the key. Raises ValueError naming the key and
+    ``source`` — never the value."""
+    from rigkit.host.envfile import parse_env_text
+
+    value = parse_env_text(text).get(KEY_NAME)
+    if value:
+        return value
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    for ln in lines:
-        if ln.startswith("export "):
-            ln = ln[7:].strip()
-        name, sep, value = ln.partition("=")
-        if sep and name.strip() == KEY_NAME:
-            value = value.strip().strip("'\"")
-            if value:
-                return value
     if len(lines) == 1 and "=" not in lines[0]:
         return lines[0]
     raise ValueError(f"{KEY_NAME} not found in {source}")
@@ -100,8 +97,9 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
     host context and the host's ``spec.bench`` (BenchSpec: the operator's bench defaults);
     raises :class:`BenchAbort`."""
-    from rigkit.host.bench.context import NVIDIA_SMI_QUERY, Target, parse_nvidia_smi
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
+    from rigkit.host import gpu
+    from rigkit.host.bench.context import Target
     try:
         from rigkit.inventory import load_hosts
     except ImportError as exc:
@@ -145,9 +143,10 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     check_member_running(fwd.url, member, headers)
     try:
-        rc, out, err = run_ssh(hs.name, hs.connection, NVIDIA_SMI_QUERY)
-        if rc == 0:
-            ctx.update(parse_nvidia_smi(out))
+        rc, out, err = run_ssh(hs.name, hs.connection, gpu.QUERY_COMMAND)
+        smi = gpu.parse_query(out if rc == 0 else out + err, rc)
+        if smi["state"] == "ok":
+            ctx.update(gpu.bench_context(smi))
         else:
             console.print(f"[yellow]warning:[/] nvidia-smi on {host} failed (exit {rc}): "
                           f"{err.strip()[:200]}; GPU context unknown")

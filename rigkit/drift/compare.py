@@ -355,7 +355,24 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {})
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
+    out += compare_rig_lock(host, facts.get("rig_lock") or {})
     return apply_window(host, out, (facts.get("window") or {}).get("data"))
+
+
+def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:
+    """The host lock (``/var/lib/rigkit/rig.lock``, :mod:`rigkit.host.lock`): who holds it now (a
+    ``warn``: something is changing the serving state), or the record a holder that died left behind
+    (a ``warn``: the next command reclaims it; what it did may be half done)."""
+    from rigkit.host.lock import describe
+
+    if state.get("held"):
+        return [Finding(host, "lock", paths.RIG_LOCK, "free", f"held by {describe(state.get('holder'))}",
+                        severity="warn")]
+    if state.get("stale"):
+        return [Finding(host, "lock", paths.RIG_LOCK, "free",
+                        f"free, but {describe(state['stale'])} died holding it (the next command reclaims it; "
+                        "check what it left half done)", severity="warn")]
+    return []
 
 
 def window_open(facts: dict[str, Any]) -> bool:

@@ -13,9 +13,10 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from rigkit import paths
+from rigkit import hoststate, paths
 from rigkit.drift.declared import Declared
-from rigkit.facts import DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
+from rigkit.facts import (DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+                          RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
@@ -29,25 +30,19 @@ _MODELS_PY = r"""
 import base64, json, sys
 from pathlib import Path
 from rigkit.host import fetch
-try:
-    from rigkit.hoststate import PREPARED_MODELS
-except ImportError:  # an agent installed before it existed
-    PREPARED_MODELS = frozenset({"hyperqwen"})
+from rigkit.host.config import load
+cfg = load()
+root, state = cfg.path("models_root"), cfg.path("state_dir")
 lock = json.loads(base64.b64decode(sys.argv[1]))
 deep = sys.argv[2] == "1"
+prepared = set(filter(None, sys.argv[3].split(",")))
 out = {}
 for name, entry in sorted(lock.get("models", {}).items()):
-    directory = Path(fetch.MODELS_ROOT) / entry["source"]["path"]
+    directory = root / entry["source"]["path"]
     try:
-        if hasattr(fetch, "status"):
-            try:
-                reasons = fetch.status(lock, name, prepared=name in PREPARED_MODELS)
-            except TypeError:  # an agent installed before status() took prepared
-                reasons = fetch.status(lock, name)
-        else:
-            reasons = fetch.compare(name, directory)
+        reasons = fetch.status(lock, name, root, state, prepared=name in prepared)
         if deep:
-            rec = fetch.load_record(fetch.STATE_DIR, name)
+            rec = fetch.load_record(state, name)
             if rec:
                 rels = [r for r in sorted(rec["files"]) if (directory / r).is_file()]
                 digests = fetch.hash_files([directory / r for r in rels])
@@ -84,6 +79,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
     sections.append(("holds", JsonFile().command(paths.HOLDS_FILE)))
+    sections.append(("rig-lock", RigLockState().command(paths.RIG_LOCK)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
     units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
@@ -93,7 +89,8 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     if decl.lock is not None:
         lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
         py = f"{paths.AGENT_VENV}/bin/python"
-        sections.append(("models", f"if [ -x {py} ]; then {py} -c {q(_MODELS_PY)} {lock_b64} {int(deep)} 2>&1; "
+        sections.append(("models", f"if [ -x {py} ]; then {py} -c {q(_MODELS_PY)} {lock_b64} {int(deep)} "
+                                   f"{q(','.join(sorted(hoststate.PREPARED_MODELS)) or ',')} 2>&1; "
                                    "else echo __NOAGENT__; fi"))
     return sections
 
@@ -197,6 +194,8 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["window"] = JsonFile().process(lines)
         elif key == "holds":
             facts["holds"] = JsonFile().process(lines)
+        elif key == "rig-lock":
+            facts["rig_lock"] = RigLockState().process(lines)
         elif key == "agent":
             rc = None
             body = []

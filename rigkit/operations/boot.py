@@ -11,6 +11,7 @@ from pyinfra.api import FunctionCommand, OperationError, StringCommand, operatio
 from pyinfra.facts.files import File, FileContents
 
 from rigkit import paths
+from rigkit.agentcmd import locked_command
 from rigkit.facts import DkmsStatus, EstablishedConnections, KernelState
 from rigkit.hoststate import reboot_reasons
 
@@ -61,7 +62,11 @@ def reboot(reboot_timeout: int = 300, interval: float = 1.0):
         before.append(host.get_fact(KernelState)["boot_id"])
 
     yield FunctionCommand(capture, (), {})
-    yield StringCommand("( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
+    # under the host lock: refused at once (naming the holder) while a window, an activation or a
+    # rollback owns the rig; then the reboot itself, detached, still holding it until the host goes down
+    what = "deploy: reboot for the new kernel/driver"
+    yield StringCommand(locked_command(what, ["true"]))
+    yield StringCommand(f"( sleep 1 && {locked_command(what, ['systemctl', 'reboot'])} ) </dev/null >/dev/null 2>&1 &")
 
     def wait(state, host):  # noqa: F811 - proven on the sandbox host
         time.sleep(3)
@@ -81,14 +86,16 @@ def reboot(reboot_timeout: int = 300, interval: float = 1.0):
 
 @operation()
 def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_timeout: int = 300,
-                lock_files: list[str] | None = None, proxy_port: int = 8080, force: bool = False):
+                lock_files: list[str] | None = None, proxy_port: int = 8080, force: bool = False,
+                own_units: list[str] | None = None):
     """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
 
     + driver_version: the pinned driver (``nvidia_driver_version``)
     + flavour: the driver package (``driver_flavour``)
     + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
     + lock_files/proxy_port/force: a reboot is refused while a declared lock file exists or the
-      proxy has client connections, unless ``force``
+      proxy has client connections (rigkit's own, from ``own_units``, left out), unless ``force``;
+      and always while the host lock is held (the reboot runs under it)
 
     No command when nothing is pending, so a converged run reports no change. With a pending
     reboot and ``allow_reboot`` false the host fails with "reboot, then run again". A reboot
@@ -109,7 +116,7 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
     # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
     held = [p for p in lock_files or [] if host.get_fact(File, path=p)]
-    clients = host.get_fact(EstablishedConnections, port=proxy_port)
+    clients = host.get_fact(EstablishedConnections, port=proxy_port, own_units=own_units)
     if (held or clients) and not force:
         why = (f"lock file(s) present: {', '.join(held)}" if held else
                f"llama-swap has {len(clients)} client connection(s)")

@@ -11,6 +11,7 @@ from pyinfra.facts.files import Sha256File
 
 from rigkit import paths
 from rigkit.facts import JsonFile
+from rigkit.agentcmd import activate_command
 from rigkit.host import activate
 
 
@@ -25,7 +26,7 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
       the activation skipped
 
     No change when the live file's sha256 equals ``text``'s. The command runs
-    :func:`rigkit.host.activate.remote_command`; a failed activation fails the operation with the agent's
+    :func:`rigkit.agentcmd.activate_command`; a failed activation fails the operation with the agent's
     log (what was restored, or that llama-swap was left stopped on a first activation).
     """
     wanted = hashlib.sha256(text.encode()).hexdigest()
@@ -42,4 +43,4 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
                        f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
         host.noop("llama-swap's live config is held (holds.json); not activating")
         return
-    yield activate.remote_command(["--config", staging, "--live", live])
+    yield activate_command(["--config", staging, "--live", live, "--by", "rigkit deploy"])

@@ -55,7 +55,8 @@ def rig(monkeypatch, replay):
     def run_ssh(host_name, connection, command, timeout_s=30.0):
         calls["ssh"].append(command)
         if command.startswith("nvidia-smi"):
-            return 0, "NVIDIA GeForce RTX 3090, 610.57, 420.00, 24576\n", ""
+            return 0, ("0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 21000, 350.00, 420.00, 420.00, 100.00, "
+                       "450.00\n"), ""
         if command == "sudo -n cat /etc/rigkit/secrets/hyperqwen.env":
             return 0, f"VLLM_API_KEY={SECRET}\n", ""
         return 127, "", "not found"
@@ -91,8 +92,9 @@ def test_ready_member_is_benched_through_the_forward_with_host_context(rig, tmp_
     assert result.exit_code == 0, result.output
     assert rig.calls["load"] == [("inventory/lab.py", ["rig"])]
     assert rig.calls["forward"] == [("rig", CONNECTION, 8080)]
-    assert "nvidia-smi --query-gpu=name,driver_version,power.limit,memory.total " \
-           "--format=csv,noheader,nounits" in rig.calls["ssh"]
+    from rigkit.host.gpu import QUERY_COMMAND
+
+    assert QUERY_COMMAND in rig.calls["ssh"]
     assert {r["model"] for r in rig.replay.requests_seen} == {"hyperqwen"}
     assert rig.replay.seen_headers[-1]["Authorization"] == f"Bearer {SECRET}"
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rigkit.host.bench.context import comparable, parse_nvidia_smi, quantization_from
+from rigkit.host.bench.context import comparable, quantization_from
 from rigkit.host.bench.metrics import parse_counters, spec_delta
 from rigkit.host.bench.results import exit_code, speedups, stats, verdict
 from rigkit.host.bench.workloads import verbatim_check
@@ -98,14 +98,6 @@ def test_verbatim_check_normalises_line_ends_and_trailing_space_only():
     assert (r.passed, r.first_diff, r.line, r.column) == (False, 16, 2, 8)
     assert r.message() == ("verbatim FAIL: answer differs from the quoted passage at character "
                            "16 (line 2, column 8): expected 'o', got '0'")
-
-
-def test_nvidia_smi_csv_is_parsed_in_watts_and_gib():
-    assert parse_nvidia_smi("NVIDIA GeForce RTX 3090, 610.57, 420.00, 24576\n") == {
-        "gpu": "NVIDIA GeForce RTX 3090", "driver": "610.57", "power_limit_w": 420.0,
-        "memory_total_gib": 24.0, "gpu_count": 1}
-    with pytest.raises(ValueError, match="unexpected nvidia-smi line 'oops'"):
-        parse_nvidia_smi("oops")
 
 
 def test_quantization_is_read_from_model_names():

@@ -426,3 +426,15 @@ def test_a_hold_is_reported_with_what_it_holds_back():
     assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; held back added: hyperqwen (copy: "
                         "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in --release`")
     assert compare.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []
+
+
+def test_the_host_lock_held_or_left_by_a_dead_holder_is_reported_not_counted():
+    from rigkit.drift.compare import compare_rig_lock
+    from rigkit.host.lock import parse_state
+
+    assert compare_rig_lock("rig", parse_state(False, "")) == []
+    held = compare_rig_lock("rig", parse_state(True, '{"what": "window w1", "pid": 7, "since": "T"}'))
+    assert [(f.kind, f.severity) for f in held] == [("lock", "warn")]
+    assert held[0].actual == "held by window w1 (pid 7, since T)"
+    stale = compare_rig_lock("rig", parse_state(False, '{"what": "activation", "pid": 9, "since": "T"}'))
+    assert "activation (pid 9, since T) died holding it" in stale[0].actual

@@ -27,7 +27,8 @@ RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
-from rigkit.host.activate import read_holds, remote_command  # noqa: E402
+from rigkit.agentcmd import activate_command  # noqa: E402
+from rigkit.host.activate import read_holds  # noqa: E402
 
 TOKEN = hostctl.hub_token()
 SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "
@@ -263,7 +264,7 @@ def test_a_first_activation_that_fails_leaves_llama_swap_stopped_and_says_so(hos
     host.run(f"mkdir -p /root/saved && mv {LIVE} {LIVE}.bak-* /root/saved/ && systemctl stop llama-swap.service")
     host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
     try:
-        cmd = remote_command(["--config", "/root/saved/config.yaml", "--live", LIVE])
+        cmd = activate_command(["--config", "/root/saved/config.yaml", "--live", LIVE])
         proc = host.run(cmd, check=False)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "FIRST ACTIVATION FAILED: there is no previous config to restore; llama-swap is left STOPPED" in proc.stdout

@@ -20,8 +20,6 @@ import requests
 
 CONTEXT_KEYS = ("gpu", "driver", "power_limit_w", "engine", "engine_version", "model",
                 "quantization", "speculative")
-NVIDIA_SMI_QUERY = ("nvidia-smi --query-gpu=name,driver_version,power.limit,memory.total "
-                    "--format=csv,noheader,nounits")
 _QUANT = re.compile(r"(W\d+A\d+|I?Q\d_K(?:_[SML])?|IQ\d_[A-Z]+|Q\d_\d|BF16|F16|F32|FP8|AWQ|"
                     r"GPTQ|INT8|INT4)", re.IGNORECASE)
 
@@ -47,30 +45,6 @@ class Target:
     def headers(self) -> dict[str, str]:
         """HTTP headers for side requests (the bearer key when there is one)."""
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-def parse_nvidia_smi(text: str) -> dict[str, Any]:
-    """Parse :data:`NVIDIA_SMI_QUERY` output (one CSV line per GPU) into ``gpu`` (name),
-    ``driver``, ``power_limit_w`` (W, float), ``memory_total_gib`` (GiB = MiB / 1024) of the
-    first GPU and ``gpu_count``. Raises ValueError on a line that is not four fields."""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    if not lines:
-        raise ValueError("nvidia-smi printed no GPU")
-    fields = [f.strip() for f in lines[0].split(",")]
-    if len(fields) != 4:
-        raise ValueError(f"unexpected nvidia-smi line {lines[0]!r} (want name, driver, power "
-                         f"limit, memory)")
-
-    def num(v: str) -> float | None:
-        try:
-            return float(v)
-        except ValueError:
-            return None
-
-    mem = num(fields[3])
-    return {"gpu": fields[0], "driver": fields[1], "power_limit_w": num(fields[2]),
-            "memory_total_gib": round(mem / 1024, 2) if mem is not None else None,
-            "gpu_count": len(lines)}
 
 
 def _get_json(url: str, headers: dict[str, str], timeout_s: float = 5.0) -> Any | None:
