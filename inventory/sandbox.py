@@ -66,4 +66,18 @@ _sandbox_data = {
     },
 }
 
+
+
+def _merged(base, extra):
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+# A test seam: $RIGKIT_SANDBOX_DATA (a JSON object) deep-merged into this host's data, so a test can
+# deploy a variant of the sandbox (e.g. {"llama_swap": {"port": 8090}}) and every later command of
+# that test (window, wire-in, drift) declares the same.
+_sandbox_data = _merged(_sandbox_data, json.loads(os.environ.get("RIGKIT_SANDBOX_DATA") or "{}"))
+
 sandbox = [(_NAME, _sandbox_data)]

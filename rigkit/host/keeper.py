@@ -2,8 +2,8 @@
 loaded (a ttl ran out after a swap), send one real completion to the resident so it comes back —
 llama-swap has no return-to-resident of its own (upstream issue #591).
 
-Stands down while a window is open; brings the resident back only under the host lock (it stands
-down when the lock is held: an activation, a rollback or a deploy step owns the rig then).
+Stands down while a window is open or the host lock is held (an activation, a rollback or a deploy
+step owns the rig then); brings the resident back under the host lock.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def keeper(cfg: HostConfig) -> int:
     completion (``max_tokens`` 1) goes to the resident (the host config's ``resident``, the first
     preloaded member) through llama-swap, which loads it.
     """
-    why = standdown.window_reason(cfg, "keeper")
+    why = standdown.reason(cfg, "keeper")
     if why:
         print(why)
         return 0

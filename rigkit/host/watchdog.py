@@ -3,8 +3,7 @@ lists a watched member (HyperQwen: its engine can die and answer 500 until resta
 1-token completion with a timeout straight to the member; after N failures in a row, unload it
 through llama-swap so the next request starts it afresh; back off after repeated unloads. State in
 the host config's ``paths.watchdog_state``; each decision printed with its reason (the unit's
-journal). Stands down while a window is open; unloads only under the host lock (stands down when it
-is held).
+journal). Stands down while a window is open or the host lock is held; unloads under the host lock.
 """
 
 from __future__ import annotations
@@ -69,7 +68,7 @@ def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: 
     backoff_max_s = float(w.get("backoff_max_s", 86400.0))
     timeout_s = timeout_s or float(w["timeout_s"])
     now = now or time.time
-    why = standdown.window_reason(cfg, "watchdog")
+    why = standdown.reason(cfg, "watchdog")
     if why:
         print(why)
         return 0

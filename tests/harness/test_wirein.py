@@ -245,17 +245,18 @@ def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs
 
 def test_watchdog_and_keeper_stand_down_while_a_window_is_open(host):
     host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
-    host.write("/var/lib/rigkit/window.json", '{"state": "open", "tenant": "hyperqwen"}')
+    host.write("/var/lib/rigkit/window.json", '{"id": "w-test", "state": "open", "tenant": "hyperqwen"}')
     try:
         before = host.run("cat /var/lib/rigkit/watchdog.json").stdout
         for _ in range(3):
             proc = agent(host, "watchdog", "--failures", "1")
             assert proc.returncode == 0
-            assert proc.stdout.startswith("watchdog: a window is open (/var/lib/rigkit/window.json); standing down")
+            assert proc.stdout.startswith("watchdog: window w-test is open (/var/lib/rigkit/window.json: state 'open'); "
+                                          "standing down")
         assert host.run("cat /var/lib/rigkit/watchdog.json").stdout == before
         assert "hyperqwen" in running(host)
         keeper = agent(host, "keeper")
-        assert keeper.returncode == 0 and "keeper: a window is open" in keeper.stdout
+        assert keeper.returncode == 0 and "keeper: window w-test is open" in keeper.stdout
     finally:
         host.run(f"rm -f /var/lib/rigkit/window.json {HQ_CONTROL}/answer500")
 

@@ -1,0 +1,251 @@
+"""One authority on the host: the host lock (rigkit.host.lock) between every actor that changes the
+serving state — a window, an activation, a rollback, the deploy's disruptive steps — with the keeper
+and the watchdog standing down while it is held.
+
+One sandbox host is deployed for the module with llama-swap on **port 8090** (``RIGKIT_SANDBOX_DATA``,
+so every command of the module declares the same); it converges, and the wire-in activation, the
+keeper and the watchdog work on that port. Each race ends with exactly one winner, the loser refused
+(exit 1) naming the holder, and Strata answering through llama-swap. HyperQwen's stand-in engine is
+made slow to boot (``boot_delay_s``) so that an activation or a window holds the lock long enough to
+race against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+
+TOKEN = hostctl.hub_token()
+PORT = 8090
+BASE_DATA = {"llama_swap": {"port": PORT}}
+AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
+HQ_CONTROL = "/run/fake-docker/control/hyperqwen-single-1"
+SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed", re.M)
+FLIP = 'llama_swap={"port": %d, "members": {"hyperqwen": {"staged": false}}}' % PORT
+
+
+def rigkit(host, *args, timeout: float = 900, popen: bool = False):
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN, RIGKIT_SANDBOX_DATA=json.dumps(BASE_DATA))
+    argv = [RIGKIT, *args]
+    if popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def inv(*args):
+    return ("-i", "inventory/sandbox.py", *args)
+
+
+def lock_state(host) -> dict:
+    return json.loads(host.run(f"{AGENT} lock status").stdout)
+
+
+def wait_for(pred, timeout: float = 60.0, every: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        val = pred()
+        if val:
+            return val
+        time.sleep(every)
+    return pred()
+
+
+def held_by(host, word: str, timeout: float = 60.0) -> dict:
+    """Wait until the host lock is held by a holder whose ``what`` contains ``word``; its record."""
+    def check():
+        st = lock_state(host)
+        return st["holder"] if st["held"] and word in (st["holder"] or {}).get("what", "") else None
+    rec = wait_for(check, timeout)
+    assert rec, f"the lock was never held by {word!r}: {lock_state(host)}"
+    return rec
+
+
+def strata_answers(host) -> None:
+    body = json.dumps({"model": "strata", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+    code = host.run(f"curl -sS -m 120 -o /dev/null -w '%{{http_code}}' 127.0.0.1:{PORT}/v1/chat/completions "
+                    f"-H 'Content-Type: application/json' -d {shlex.quote(body)}").stdout.strip()
+    assert code == "200", code
+    running = json.loads(host.run(f"curl -fsS 127.0.0.1:{PORT}/running").stdout)["running"]
+    assert [m["model"] for m in running if m["state"] == "ready"] == ["strata"], running
+
+
+def slow_hyperqwen(host, seconds: int) -> None:
+    """The stand-in engine binds its port only after ``seconds`` (a cold boot)."""
+    host.run(f"mkdir -p {HQ_CONTROL} && echo {seconds} > {HQ_CONTROL}/boot_delay_s")
+
+
+def fast_hyperqwen(host) -> None:
+    host.run(f"rm -f {HQ_CONTROL}/boot_delay_s")
+
+
+def window_args(*extra):
+    return ("window", *inv("--host"), *extra)
+
+
+@pytest.fixture(scope="module")
+def host(make_module_host):
+    h = make_module_host("lk")
+    first = rigkit(h, "deploy", *inv("--reboot", "--no-smoke"))
+    assert first.returncode == 0, first.stderr[-4000:]
+    second = rigkit(h, "deploy", *inv("--no-smoke"))
+    assert second.returncode == 0, second.stderr[-4000:]
+    h.second = second
+    h.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")  # the tests drive them
+    return h
+
+
+def test_a_host_on_port_8090_converges_and_serves_strata_there(host):
+    m = SUMMARY.search(host.second.stderr)
+    assert m and m["changed"] == "0", host.second.stderr[-3000:]
+    cfg = json.loads(host.run("cat /etc/rigkit/host.json").stdout)
+    assert cfg["llama_swap"]["url"] == f"http://127.0.0.1:{PORT}"
+    assert host.run("ss -Htln '( sport = :8080 )'").stdout.strip() == ""
+    strata_answers(host)
+    assert not lock_state(host)["held"]
+
+
+def test_the_agent_venv_has_no_control_side_library(host):
+    out = host.run("/opt/rigkit/venv/bin/pip list --format=json").stdout
+    names = {p["name"].lower() for p in json.loads(out)}
+    assert "rigkit-host" in names and not names & {"pydantic", "pyinfra", "rich", "click", "rigkit", "jinja2"}, names
+    assert host.run("test -e /opt/rigkit/venv/lib/python3*/site-packages/rigkit/spec.py", check=False).returncode != 0
+
+
+def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keeper_stands_down(host):
+    slow_hyperqwen(host, 12)
+    try:
+        act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
+        rec = held_by(host, "activation")
+        assert "rigkit wire-in --activate" in rec["what"]
+        win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
+        assert win.returncode == 1, win.stderr[-2000:]
+        assert "the rig is locked by activation of llama-swap's config (rigkit wire-in --activate)" in win.stderr
+        keeper = host.run(f"{AGENT} keeper")
+        assert "keeper: the rig is locked by activation" in keeper.stdout and "standing down" in keeper.stdout
+        watchdog = host.run(f"{AGENT} watchdog")
+        assert "watchdog: the rig is locked by activation" in watchdog.stdout
+        out, err = act.communicate(timeout=600)
+        assert act.returncode == 0, out[-3000:] + err[-2000:]  # the winner completed
+    finally:
+        fast_hyperqwen(host)
+    back = rigkit(host, "wire-in", *inv("--host", host.name, "--activate"))
+    assert back.returncode == 0, back.stdout[-2000:] + back.stderr[-2000:]
+    strata_answers(host)
+
+
+def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
+    slow_hyperqwen(host, 15)
+    try:
+        win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
+        rec = held_by(host, "window")
+        assert "(hyperqwen)" in rec["what"] and rec["command"].endswith("window run")
+        act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP))
+        assert act.returncode == 1, act.stdout[-2000:]
+        assert re.search(r"the rig is locked by window \S+ \(hyperqwen\)", act.stdout), act.stdout[-2000:]
+        dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP))
+        assert dep.returncode != 0
+        assert "a window is open" in dep.stderr and "refusing to deploy" in dep.stderr, dep.stderr[-3000:]
+        out, err = win.communicate(timeout=900)
+        assert win.returncode == 0, out[-3000:] + err[-3000:]
+    finally:
+        fast_hyperqwen(host)
+    strata_answers(host)
+
+
+def test_a_window_started_while_the_deploys_activation_holds_the_lock_is_refused(host):
+    slow_hyperqwen(host, 12)
+    try:
+        dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP), popen=True)
+        rec = held_by(host, "activation", timeout=300)
+        assert "(rigkit deploy)" in rec["what"]
+        win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
+        assert win.returncode == 1
+        assert "the rig is locked by activation of llama-swap's config (rigkit deploy)" in win.stderr, win.stderr
+        out, err = dep.communicate(timeout=900)
+        assert dep.returncode == 0, err[-4000:]
+    finally:
+        fast_hyperqwen(host)
+    back = rigkit(host, "deploy", *inv("--no-smoke"))  # the declared data again: hyperqwen staged
+    assert back.returncode == 0, back.stderr[-3000:]
+    strata_answers(host)
+
+
+def test_two_window_starts_at_once_have_one_winner(host):
+    slow_hyperqwen(host, 8)
+    try:
+        procs = [rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
+                 for _ in range(2)]
+        results = [p.communicate(timeout=900) + (p.returncode,) for p in procs]
+    finally:
+        fast_hyperqwen(host)
+    codes = sorted(r[2] for r in results)
+    assert codes == [0, 1], [(r[2], r[1][-800:]) for r in results]
+    loser = next(r for r in results if r[2] == 1)
+    assert re.search(r"the rig is locked by window|window \S+ was left open|rigkit-window.service is running",
+                     loser[1]), loser[1][-1500:]
+    j = json.loads(host.run("cat /var/lib/rigkit/window.json").stdout)
+    assert j["state"] == "restored" and j["outcome"] == "ok", j.get("error")
+    strata_answers(host)
+
+
+def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_restore(host):
+    slow_hyperqwen(host, 30)
+    try:
+        win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
+        rec = held_by(host, "window")
+        wait_for(lambda: json.loads(host.run("cat /var/lib/rigkit/window.json").stdout).get("state") == "open")
+        host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
+        win.communicate(timeout=300)
+        st = wait_for(lambda: (lambda s: s if not s["held"] else None)(lock_state(host)), 30)
+        assert st and st["stale"]["pid"] == rec["pid"], st
+        # the next command reclaims the dead holder's lock (with a warning), then refuses: the window is open
+        act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate"))
+        assert act.returncode == 1, act.stdout[-2000:]
+        assert "warning: reclaimed the rig lock from window" in act.stdout and "its pid is gone" in act.stdout
+        assert re.search(r"window \S+ is open .*refused", act.stdout), act.stdout[-2000:]
+    finally:
+        fast_hyperqwen(host)
+    restore = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--restore"))
+    assert restore.returncode == 0, restore.stdout[-2000:] + restore.stderr[-2000:]
+    j = wait_for(lambda: (lambda d: d if d.get("state") == "restored" else None)(
+        json.loads(host.run("cat /var/lib/rigkit/window.json").stdout)), 300)
+    assert j, host.run("cat /var/lib/rigkit/window.json").stdout
+    assert not lock_state(host)["held"] and not lock_state(host)["stale"]
+    strata_answers(host)
+
+
+def test_watchdog_and_keeper_work_on_port_8090(host):
+    wired = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP))
+    assert wired.returncode == 0, wired.stdout[-2000:]
+    try:
+        body = json.dumps({"model": "hyperqwen", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+        key = "$(sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env)"
+        host.run(f"curl -fsS -m 300 -o /dev/null 127.0.0.1:{PORT}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+                 f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
+        host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
+        outs = [host.run(f"{AGENT} watchdog --failures 2", check=False) for _ in range(2)]
+        assert "unloading hyperqwen through llama-swap after 2 failures in a row" in outs[-1].stderr, outs[-1].stderr
+        running = json.loads(host.run(f"curl -fsS 127.0.0.1:{PORT}/running").stdout)["running"]
+        assert not [m for m in running if m["model"] == "hyperqwen"], running
+        keeper = host.run(f"{AGENT} keeper")
+        assert "bringing strata back" in keeper.stdout and "strata is back" in keeper.stdout, keeper.stdout
+    finally:
+        host.run(f"rm -f {HQ_CONTROL}/answer500")
+        back = rigkit(host, "wire-in", *inv("--host", host.name, "--activate"))
+        assert back.returncode == 0, back.stdout[-2000:]
+    strata_answers(host)
