@@ -41,9 +41,9 @@ def build_plan(host_name: str, spec: Any, tenant: str, presets: list[str], force
                healthy_timeout_s: float) -> dict[str, Any]:
     """The plan :mod:`rigkit.host.window` runs (a JSON-able dict), from the host's RigSpec.
 
-    What the host knows of itself — ports, units, the resident, the API key file, timers to pause,
-    lock files — comes from its host config (:func:`rigkit.host.window.commands.with_host_config`),
-    not from here. Keys: ``host``, ``tenant``, ``tenant_vram_gib`` (GiB, :func:`rigkit.members.hyperqwen_vram_gib`),
+    What the host knows of itself — ports, units, the resident, the API key file — comes from its host
+    config (:func:`rigkit.host.window.commands.with_host_config`), not from here. Keys: ``host``,
+    ``tenant``, ``paused_timers``, ``lock_files`` (this run's spec, ``--data`` included), ``tenant_vram_gib`` (GiB, :func:`rigkit.members.hyperqwen_vram_gib`),
     ``gpu_vram_gib``, ``vram_reserve_gib``, ``force``, ``bench`` (preset names),
     ``bench_settings`` (``spec.bench``), ``context`` (what makes the numbers comparable),
     ``timeouts`` (s: ``healthy_s``, ``vram_free_s``, ``proxy_s``, ``resident_s``, ``timer_drain_s``,
@@ -58,6 +58,7 @@ def build_plan(host_name: str, spec: Any, tenant: str, presets: list[str], force
     return {
         "host": host_name, "tenant": tenant, "tenant_vram_gib": hyperqwen_vram_gib(spec),
         "gpu_vram_gib": spec.gpu_vram_gib, "vram_reserve_gib": spec.vram_reserve_gib,
+        "paused_timers": list(spec.paused_timers or []), "lock_files": list(spec.lock_files or []),
         "force": force, "bench": presets,
         "bench_settings": spec.bench.model_dump(),
         "context": {"quantization": "W4A16", "speculative": f"{hq.spec} (DFLASH_TOKENS={hq.dflash_tokens})"

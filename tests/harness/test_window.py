@@ -30,7 +30,7 @@ RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
-from rigkit.host.window import is_open, read_journal  # noqa: E402
+from rigkit.host.window import expected_deviations, is_open, read_journal  # noqa: E402
 
 TIMERS = ["agent-a.timer", "agent-b.timer", "agent-c.timer"]
 LOCK = "/run/agent-session.lock"

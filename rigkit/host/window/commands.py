@@ -42,14 +42,15 @@ def _unit_running() -> bool:
 
 def with_host_config(plan: dict, cfg: HostConfig) -> dict:
     """``plan`` (from the control side: tenant, presets, force, timeouts, bench settings, VRAM
-    figures) completed with what the host config says of this host — ports, units, the resident,
-    the API key file, timers to pause, lock files, rigkit's own units; the host config wins."""
+    figures, and the timers to pause and lock files of this run's spec) completed with what the host
+    config says of this host — ports, units, the resident, the API key file, rigkit's own units — which
+    wins. ``paused_timers``/``lock_files`` come from the host config only when the plan has none (the
+    operator may name others for one window with ``rigkit window --data``)."""
     tenant = cfg.get("tenants", plan["tenant"])
-    return {**plan, "tenant_unit": tenant["unit"], "tenant_port": tenant["port"], "tenant_model": tenant["model"],
+    return {"paused_timers": list(cfg.get("paused_timers")), "lock_files": list(cfg.get("lock_files")),
+            **plan, "tenant_unit": tenant["unit"], "tenant_port": tenant["port"], "tenant_model": tenant["model"],
             "proxy_unit": cfg.get("llama_swap", "unit"), "proxy_port": cfg.proxy_port,
-            "resident": cfg.resident, "api_key_file": str(cfg.path("api_key_file")),
-            "paused_timers": list(cfg.get("paused_timers")), "lock_files": list(cfg.get("lock_files")),
-            "own_units": cfg.own_units}
+            "resident": cfg.resident, "api_key_file": str(cfg.path("api_key_file")), "own_units": cfg.own_units}
 
 
 def cmd_start(plan: dict, cfg: HostConfig, journal_path: Path) -> int:
