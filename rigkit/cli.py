@@ -11,7 +11,8 @@ from pathlib import Path
 import click
 
 from rigkit import __version__, exitcodes
-from rigkit.cliutil import err, host_option, inventory_option, load_or_exit, parse_data
+from rigkit.cliutil import (check_hosts, err, host_option, inventory_option, load_or_exit, out, parse_data,
+                            print_verdicts, validate_or_exit)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,17 +29,21 @@ def cli() -> None:
 @click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
 def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: tuple[str, ...]) -> None:
     """Write every rendered file under --out DIR at its remote path, plus a manifest
-    (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/."""
-    from rigkit.render import render as render_files
+    (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/.
+
+    The validators of ``rigkit check`` run first: a file one rejects is exit 2 and nothing is
+    written; a validator that could not run (e.g. the schema offline) is named, the files are
+    written, and the exit is 1 (they are unverified)."""
     from rigkit.render import write_tree
 
     host_specs = load_or_exit(inventory, hosts, parse_data(data))
-    for hs in host_specs:
+    checked, code = validate_or_exit(host_specs, what="render", refuse_unrun=False)
+    for hs, files, _ in checked:
         target = out_dir if len(host_specs) == 1 else out_dir / hs.name
-        files = render_files(hs.spec)
         man = write_tree(files, target)
-        err.print(f"{hs.name}: {len(files)} files under {target}, manifest {man}")
-    sys.exit(exitcodes.OK)
+        out.print(f"{hs.name}: {len(files)} files under {target}, manifest {man}"
+                  + (" (unverified: a validator could not run)" if code else ""), markup=False)
+    sys.exit(code)
 
 
 @cli.command()
@@ -49,35 +54,25 @@ def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: t
 def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tuple[str, ...]) -> None:
     """Validate the spec and the rendered files with real validators, without touching a host.
 
-    Exit 0 when valid (warnings included), 1 when a validator fails, 2 for an invalid spec.
+    Results go to stdout (``rigkit check | less``), warnings to stderr. Exit 0 when valid (warnings
+    included), 2 for an invalid spec or a file a validator rejects, 1 when a validator could not run
+    (e.g. the llama-swap schema could not be fetched: the line says what to do).
     """
-    from rigkit.checks import run_checks
-    from rigkit.render import render as render_files
+    from rigkit.checks import verdict_code
     from rigkit.secrets import hf_token_source
     from rigkit.validate import spec_warnings
 
     host_specs = load_or_exit(inventory, hosts, parse_data(data))
     codes = []
-    for hs in host_specs:
-        err.print(f"[bold]{hs.name}[/]: spec valid")
+    for hs, _files, results in check_hosts(host_specs):
+        out.print(f"[bold]{hs.name}[/]: spec valid", markup=True)
         for warning in spec_warnings(hs.spec):
             err.print(f"  [yellow]warn[/]  {warning}", markup=True)
-        results = run_checks(render_files(hs.spec), hs.spec)
-        failed = [r for r in results if r.status == "fail"]
-        for r in results:
-            if r.status == "pass" and not verbose:
-                continue
-            colour = {"pass": "green", "skip": "cyan", "fail": "red"}[r.status]
-            err.print(f"  [{colour}]{r.status:4}[/]  {r.validator}: {r.path}")
-            for line in r.detail.splitlines():
-                err.print(f"        {line}", markup=False)
-        passed = sum(r.status == "pass" for r in results)
-        skipped = sum(r.status == "skip" for r in results)
-        err.print(f"  {passed} passed, {len(failed)} failed, {skipped} skipped (validators)")
-        codes.append(exitcodes.FAILED if failed else exitcodes.OK)
+        print_verdicts(hs.name, results, out, verbose)
+        codes.append(verdict_code(results))
     source = hf_token_source()
-    err.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
-              "value not shown, installed only as /etc/rigkit/secrets/hf.env")
+    out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
+              "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
     sys.exit(exitcodes.combine(*codes))
 
 
@@ -116,8 +111,9 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
            dry: bool, no_smoke: bool, verbose: int) -> None:
     """Converge the hosts to the declared rig with pyinfra (deploy.py).
 
-    Refuses with exit 2, touching nothing, when the spec is invalid or an operator value it
-    needs is unset; exit 1 when pyinfra fails on a host.
+    Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
+    unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
+    when such a validator could not run; exit 1 when pyinfra fails on a host.
     """
     import subprocess
 
@@ -136,6 +132,9 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             for key in keys:
                 err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
         sys.exit(exitcodes.INVALID)
+    # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
+    # a validator that could not run exit 1
+    validate_or_exit(host_specs, console=err, what="the deploy")
     project = Path(__file__).resolve().parent.parent
     cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", inventory or default_inventory(), str(project / "deploy.py")]
     if dry:

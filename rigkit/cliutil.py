@@ -12,8 +12,9 @@ from rich.console import Console
 
 from rigkit import exitcodes
 
-#: Messages go to stderr; data (JSON, manifests) to stdout.
+#: Warnings and progress go to stderr; results and data (check verdicts, JSON, manifests) to stdout.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 
 def inventory_option(f):
@@ -42,6 +43,68 @@ def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict 
         for problem in exc.problems:
             err.print(f"  {problem}", markup=False)
     sys.exit(exitcodes.INVALID)
+
+
+def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 0, what: str = "",
+                     refuse_unrun: bool = True) -> tuple[list, int]:
+    """Run every validator (:func:`rigkit.checks.run_checks`) over each host's rendered files, print
+    the verdicts that matter on ``console`` (default stdout; passes only with ``verbose``) and a summary
+    per host; exit when they forbid going on: 2 when a validator rejected a file (invalid input,
+    nothing touched), 1 when a validator could not run (``what`` names the command that refuses, e.g.
+    ``"the deploy"``; with ``refuse_unrun`` false a validator that could not run is reported and
+    returned as code 1 instead). Returns ``([(host spec, {remote path: RenderedFile}, [CheckResult])],
+    code)`` otherwise.
+
+    ``rigkit check`` prints its results with the same function (:func:`print_verdicts`) and decides
+    its exit code itself."""
+    from rigkit.checks import verdict_code
+
+    done = []
+    codes = []
+    for hs, files, results in check_hosts(host_specs):
+        code = verdict_code(results)
+        if code or verbose:
+            print_verdicts(hs.name, results, console or out, verbose)
+        codes.append(code)
+        done.append((hs, files, results))
+    code = exitcodes.combine(*codes)
+    if code == exitcodes.INVALID:
+        err.print(f"[red]error:[/] a validator rejected a rendered file (above); "
+                  f"{what or 'this command'} refuses (exit 2, nothing touched)")
+        sys.exit(code)
+    if code == exitcodes.FAILED and refuse_unrun:
+        err.print(f"[red]error:[/] a validator could not run (above); {what or 'this command'} refuses "
+                  "(exit 1, nothing touched)")
+        sys.exit(code)
+    return done, code
+
+
+def check_hosts(host_specs):
+    """``(host spec, rendered files, verdicts)`` for each host: :func:`rigkit.render.render` then
+    :func:`rigkit.checks.run_checks`, the one path ``check``, ``render`` and ``deploy`` share."""
+    from rigkit.checks import run_checks
+    from rigkit.render import render
+
+    for hs in host_specs:
+        files = render(hs.spec)
+        yield hs, files, run_checks(files, hs.spec)
+
+
+def print_verdicts(name: str, results: list, console: Console, verbose: int = 0) -> None:
+    """The verdicts of one host, a line each (``pass`` lines only with ``verbose``), a validator that
+    could not run as ``could not run`` on a line of its own, then ``N passed, N rejected, N could not
+    run, N skipped (validators)``."""
+    label = {"pass": "pass", "skip": "skip", "fail": "FAIL", "error": "could not run"}
+    colour = {"pass": "green", "skip": "cyan", "fail": "red", "error": "yellow"}
+    for r in results:
+        if r.status == "pass" and not verbose:
+            continue
+        console.print(f"  [{colour[r.status]}]{label[r.status]}[/]  {r.validator}: {r.path}", markup=True)
+        for line in r.detail.splitlines():
+            console.print(f"        {line}", markup=False)
+    count = {s: sum(r.status == s for r in results) for s in label}
+    console.print(f"  {count['pass']} passed, {count['fail']} rejected, {count['error']} could not run, "
+                  f"{count['skip']} skipped (validators)", markup=False)
 
 
 def parse_data(items: tuple[str, ...]) -> dict:

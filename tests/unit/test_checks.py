@@ -11,7 +11,7 @@ import yaml
 
 from rigkit import paths
 from rigkit.cache import FetchError, fetch_pinned
-from rigkit.checks import check_compose, check_llama_swap, check_units, run_checks
+from rigkit.checks import CheckResult, check_compose, check_llama_swap, check_units, run_checks, verdict_code
 from rigkit.llama_swap import strict_problems
 from rigkit.render import RenderedFile, render
 from rigkit.validate import spec_from_dict
@@ -30,16 +30,65 @@ def replaced(files, path, text):
     return out
 
 
+def _missing_here(unit_text: str) -> set[str]:
+    """The deploy-installed executables a unit runs that this control machine lacks: the executable of
+    each ``Exec*=`` line, except those prefixed ``-`` (a failure is ignored, and systemd-analyze does
+    not check them)."""
+    exes = set()
+    for line in unit_text.splitlines():
+        if line.startswith("Exec") and "=" in line:
+            value = line.split("=", 1)[1]
+            if value and not value.startswith("-"):
+                exes.add(value.lstrip("@:+!").split()[0])
+    return {p for p in exes if p in paths.DEPLOY_INSTALLED_EXECUTABLES and not Path(p).exists()}
+
+
 def test_rendered_rig_passes_every_validator_and_skips_only_deploy_installed_executables():
-    results = run_checks(render(SPEC), SPEC)
-    assert [r for r in results if r.status == "fail"] == []
-    skipped = [r for r in results if r.status == "skip"]
-    assert {r.path for r in skipped} == {
-        f"{paths.UNIT_DIR}/{u}" for u in ("llama-swap.service", "hyperqwen.service", "gpu-power-limit.service",
-                                          "hyperqwen-watchdog.service", "rigkit-keeper.service")}
-    assert all(r.validator == "systemd-analyze verify" and "installed by the deploy" in r.detail for r in skipped)
+    """Whatever the control machine has installed: a unit naming a deploy-installed executable that is
+    missing here is skipped, naming exactly those; one whose executables are all here (docker at
+    /usr/bin/docker, say) is verified for real and passes."""
+    files = render(SPEC)
+    results = run_checks(files, SPEC)
+    assert [r for r in results if r.status in ("fail", "error")] == []
+    units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
+    naming = {p for p, f in units.items() if any(x in f.text for x in paths.DEPLOY_INSTALLED_EXECUTABLES)}
+    assert naming == {f"{paths.UNIT_DIR}/{u}" for u in ("llama-swap.service", "hyperqwen.service", "gpu-power-limit.service",
+                                                        "hyperqwen-watchdog.service", "rigkit-keeper.service")}
+    verdicts = {r.path: r for r in results if r.validator == "systemd-analyze verify"}
+    assert set(verdicts) == set(units)
+    for path, f in units.items():
+        missing = _missing_here(f.text)
+        if missing:
+            assert verdicts[path].status == "skip", verdicts[path]
+            assert verdicts[path].detail == "not executable here, installed by the deploy: " + ", ".join(sorted(missing))
+        else:
+            assert verdicts[path].status == "pass", verdicts[path]
     assert {r.validator for r in results if r.status == "pass"} >= {
         "compose-spec schema", "compose v2 parser", "llama-swap v250 schema", "llama-swap strict model"}
+
+
+def test_a_deploy_installed_executable_present_on_the_control_machine_is_verified_not_skipped(tmp_path):
+    """The same unit, once naming a deploy-installed path missing here and once an executable that
+    exists: skipped, then verified for real. Independent of what this machine has installed."""
+    files = render(SPEC)
+    unit = f"{paths.UNIT_DIR}/hyperqwen.service"
+    missing = tmp_path / "not-here" / "docker"
+    present = tmp_path / "docker"
+    present.write_text("#!/bin/sh\n")
+    present.chmod(0o755)
+    text = files[unit].text.replace(paths.DOCKER_BIN, str(missing))
+    import rigkit.checks as checks_mod
+
+    old = paths.DEPLOY_INSTALLED_EXECUTABLES
+    try:
+        paths.DEPLOY_INSTALLED_EXECUTABLES = old + (str(missing), str(present))
+        skipped = next(r for r in checks_mod.check_units(replaced(files, unit, text)) if r.path == unit)
+        real = next(r for r in checks_mod.check_units(replaced(files, unit, text.replace(str(missing), str(present))))
+                    if r.path == unit)
+    finally:
+        paths.DEPLOY_INSTALLED_EXECUTABLES = old
+    assert skipped.status == "skip" and skipped.detail == f"not executable here, installed by the deploy: {missing}"
+    assert real.status == "pass", real
 
 
 def test_systemd_analyze_fails_a_unit_with_an_unknown_key():
@@ -127,8 +176,22 @@ def test_pinned_fetch_uses_the_cache_once_verified(tmp_path):
     assert Path(first).read_bytes() == b"abc"
 
 
-def test_unreachable_schema_is_a_failed_check_naming_the_url(monkeypatch, tmp_path):
+def test_unreachable_schema_is_a_validator_that_could_not_run_naming_the_url_and_the_seam(monkeypatch, tmp_path):
     monkeypatch.setenv("RIGKIT_LLAMA_SWAP_SCHEMA_URL", (tmp_path / "missing.json").as_uri())
     results = check_llama_swap(render(SPEC), SPEC, cache=tmp_path / "empty-cache")
     schema = [r for r in results if r.validator == "llama-swap v250 schema"]
-    assert schema and all(r.status == "fail" and "missing.json" in r.detail for r in schema)
+    assert [(r.status, r.path) for r in schema] == [
+        ("error", f"{paths.LLAMA_SWAP_CONFIG}, {paths.LLAMA_SWAP_STAGED}")]
+    assert "missing.json" in schema[0].detail and "RIGKIT_LLAMA_SWAP_SCHEMA_URL=file://" in schema[0].detail
+    assert str(tmp_path / "empty-cache" / "artefacts") in schema[0].detail
+    assert verdict_code(results) == 1  # could not run: exit 1, not a rejected file
+    strict = [r for r in results if r.validator == "llama-swap strict model"]
+    assert [r.status for r in strict] == ["pass", "pass"]  # the other validators still ran
+
+
+def test_verdict_code_rejected_beats_could_not_run():
+    def r(status):
+        return CheckResult("v", "/p", status)
+    assert verdict_code([r("pass"), r("skip")]) == 0
+    assert verdict_code([r("pass"), r("error")]) == 1
+    assert verdict_code([r("error"), r("fail")]) == 2

@@ -1,5 +1,9 @@
 """`rigkit render` and `rigkit check` as an operator runs them (subprocess: pyinfra's loader
-gevent-patches the process that imports it, so it never runs inside the test process)."""
+gevent-patches the process that imports it, so it never runs inside the test process).
+
+They run in projects of their own (:func:`project`, :data:`RIG_PROJECT`: an ``inventory/rig.py``
+shaped like the operator's and the test's own ``group_data/``), never in the checkout, whose
+``group_data/all.py`` is the operator's rig data and may change while the tests run."""
 
 from __future__ import annotations
 
@@ -17,10 +21,27 @@ from rigkit.validate import spec_from_dict
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = [sys.executable, "-m", "rigkit"]
+RIG_INVENTORY = 'gpu_rigs = [("rig", {"ssh_hostname": "rig.lan", "_sudo": True})]\n'
+
+
+def _rig_project() -> Path:
+    """A project with the default inventory's path (``inventory/rig.py``, one host ``rig``) and an
+    empty ``group_data/all.py``: the defaults, whatever the operator's checkout declares."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="rigkit-test-project-"))
+    (root / "inventory").mkdir()
+    (root / "group_data").mkdir()
+    (root / "inventory" / "rig.py").write_text(RIG_INVENTORY)
+    (root / "group_data" / "all.py").write_text('"""The tests\' own: no overrides."""\n')
+    return root
+
+
+RIG_PROJECT = _rig_project()
 TOKEN = "hf_RIGKITtestTOKEN0123456789abcdef"
 
 
-def run(args, cwd=ROOT, env_extra=None):
+def run(args, cwd=RIG_PROJECT, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(env_extra or {})
     return subprocess.run([*RIGKIT, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
@@ -40,7 +61,8 @@ def test_check_on_the_default_inventory_exits_0_with_one_warning_per_unset_value
     warns = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("warn")]
     expected = unset_operator_values(spec_from_dict({}))
     assert [w.split()[1].rstrip(":") for w in warns] == expected
-    assert "0 failed" in proc.stderr
+    assert "0 rejected, 0 could not run" in proc.stdout  # results on stdout: `rigkit check | less`
+    assert "spec valid" in proc.stdout and "spec valid" not in proc.stderr
 
 
 def test_render_writes_every_file_and_the_manifest(tmp_path):
@@ -117,7 +139,7 @@ def test_hf_token_source_is_named_and_its_value_appears_nowhere(tmp_path):
 def test_hf_token_file_is_named_when_no_variable_is_set(tmp_path):
     (tmp_path / "token").write_text(TOKEN)
     proc = run(["check"], env_extra={"HF_HOME": str(tmp_path)})
-    assert f"HF token: from file {tmp_path / 'token'}" in proc.stderr
+    assert f"HF token: from file {tmp_path / 'token'}" in proc.stdout
     assert TOKEN not in proc.stderr + proc.stdout
 
 
@@ -144,3 +166,71 @@ def test_a_group_data_file_that_fails_to_run_exits_2_naming_the_file_and_error(t
     assert proc.returncode == 2, proc.stderr
     assert "NameError: name 'undefined_name' is not defined" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+FULL_DATA = '''
+pacman_pins = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1",
+               "cuda": "13.3.1-1"}
+operator_user = "op"
+paused_timers = []
+lock_files = []
+hyperqwen = {"image": {"ref": "sha256:" + "0" * 63 + "1"}}
+strata = {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "s.gguf", "args": ["--threads", "1"]}
+gguf_baseline = {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "b.gguf"}
+llama_swap = {"release_sha256": "0" * 64}
+models = {"hyperqwen-dflash2": {"repo_id": "t/a"}, "gguf-baseline": {"repo_id": "t/b"}, "strata": {"repo_id": "t/c"}}
+'''
+# nothing listens on port 1: had the deploy reached pyinfra, it would fail to connect (also exit 1)
+UNREACHABLE = 'hosts = [("box", {"ssh_hostname": "127.0.0.1", "ssh_port": 1})]\n'
+
+
+def test_offline_schema_is_a_validator_that_could_not_run_saying_what_to_do(tmp_path):
+    proj = project(tmp_path, FULL_DATA, UNREACHABLE)
+    env = {"RIGKIT_LLAMA_SWAP_SCHEMA_URL": (tmp_path / "nowhere" / "config-schema.json").as_uri(),
+           "RIGKIT_CACHE": str(tmp_path / "empty-cache")}
+    check = run(["check", "-i", "inventory/lab.py"], cwd=proj, env_extra=env)
+    assert check.returncode == 1, check.stdout + check.stderr
+    lines = check.stdout.splitlines()
+    unrun = [ln for ln in lines if ln.startswith("  could not run")]
+    assert unrun == ["  could not run  llama-swap v250 schema: /etc/llama-swap/config.yaml, "
+                     "/etc/llama-swap/config.staged.yaml"], check.stdout
+    assert "The llama-swap v250 schema could not be fetched (could not fetch file://" in check.stdout
+    assert "cached" in check.stdout and "used offline" in check.stdout
+    assert "Offline, point RIGKIT_LLAMA_SWAP_SCHEMA_URL at a local copy" in check.stdout
+    assert "0 rejected, 1 could not run" in check.stdout
+
+    dep = run(["deploy", "-i", "inventory/lab.py", "--no-smoke"], cwd=proj, env_extra=env)
+    assert dep.returncode == 1, dep.stdout + dep.stderr
+    assert "a validator could not run (above); the deploy refuses (exit 1, nothing touched)" in dep.stderr
+    assert "$ pyinfra" not in dep.stderr  # refused before pyinfra (and the host) was reached
+
+    rendered = run(["render", "-i", "inventory/lab.py", "--out", "out"], cwd=proj, env_extra=env)
+    assert rendered.returncode == 1, rendered.stdout + rendered.stderr
+    assert "(unverified: a validator could not run)" in rendered.stdout
+    assert (proj / "out" / "manifest.json").is_file()
+
+
+def test_a_rendered_file_a_validator_rejects_is_exit_2_in_check_render_and_deploy(tmp_path):
+    proj = project(tmp_path, FULL_DATA + 'operator_units = ["units/sync.service"]\n', UNREACHABLE)
+    (proj / "units").mkdir()
+    (proj / "units" / "sync.service").write_text("[Service]\nExecStart=/bin/true\nRestartt=no\n")
+    check = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert check.returncode == 2, check.stdout + check.stderr
+    assert "FAIL  systemd-analyze verify: /etc/systemd/system/sync.service" in check.stdout
+    assert "Unknown key 'Restartt'" in check.stdout
+    rendered = run(["render", "-i", "inventory/lab.py", "--out", "out"], cwd=proj)
+    assert rendered.returncode == 2 and not (proj / "out").exists(), rendered.stdout + rendered.stderr
+    dep = run(["deploy", "-i", "inventory/lab.py", "--no-smoke"], cwd=proj)
+    assert dep.returncode == 2, dep.stdout + dep.stderr
+    assert "FAIL  systemd-analyze verify: /etc/systemd/system/sync.service" in dep.stderr
+    assert "the deploy refuses (exit 2, nothing touched)" in dep.stderr and "$ pyinfra" not in dep.stderr
+
+
+def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
+    proj = project(tmp_path, FULL_DATA)
+    proc = run(["check", "-i", "inventory/lab.py", "-v"], cwd=proj)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "box: spec valid" in proc.stdout
+    assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
+    assert "passed, 0 rejected, 0 could not run" in proc.stdout
+    assert proc.stderr == ""  # no warnings: every operator value is set
