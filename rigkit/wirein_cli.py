@@ -4,7 +4,7 @@
 spec: members with ``staged: false``), the members it adds, removes or changes, and any hold;
 ``--activate`` uploads the declared config to the host's staging path and runs the one activation path
 there (:mod:`rigkit.host.activate`, in the transient unit ``rigkit-activate``, so a lost SSH session cannot
-leave it half done); ``--rollback`` activates the newest backup and records a hold that the deploy
+leave it half done), then installs the declared review copy and host config (without ``--data``); ``--rollback`` activates the newest backup and records a hold that the deploy
 respects and drift reports; ``--release`` removes the hold. The operator wires a member in by flipping
 ``staged`` in group_data (or, for one run, ``--data``); nothing edits the operator's files.
 
@@ -126,8 +126,32 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
     return p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED
 
 
-def activate_host(hs) -> int:
-    """Upload the declared live config to the host's staging path and activate it there."""
+def install_declared_companions(hs, declared_spec) -> None:
+    """Install the files that follow the members' ``staged`` flags besides the live config — the
+    review copy (``config.staged.yaml``) and the host config (``/etc/rigkit/host.json``) — rendered
+    from ``declared_spec``: the inventory's declared data, without ``--data`` (which changes only what
+    this run activates). After an activation they are what the deploy would install, so drift is clean
+    without another deploy. Written atomically with their declared mode and owner, only when they
+    differ; raises _Fail (exit 1) when the host refuses."""
+    from rigkit import paths
+    from rigkit.render import render
+
+    files = render(declared_spec)
+    for path in (paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG):
+        f = files[path]
+        tmp = shlex.quote(f"{path}.rigkit-tmp")
+        q = shlex.quote(path)
+        script = (f"umask 077 && cat > {tmp} && if cmp -s {tmp} {q}; then rm -f {tmp}; else "
+                  f"chown {shlex.quote(f.owner)} {tmp} && chmod {f.mode} {tmp} && mv -f {tmp} {q}; fi")
+        up = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(script)}", stdin=f.text)
+        if up.returncode != 0:
+            raise _Fail(f"{hs.name}: installing the declared {path} failed: {up.stderr.strip()[:300]}")
+
+
+def activate_host(hs, declared_spec=None) -> int:
+    """Upload the live config of ``hs.spec`` (declared data plus ``--data``) to the host's staging path
+    and activate it there; on success install the declared review copy and host config
+    (:func:`install_declared_companions`, from ``declared_spec``, default ``hs.spec``)."""
     import posixpath
 
     from rigkit import paths
@@ -140,7 +164,10 @@ def activate_host(hs) -> int:
         stdin=declared)
     if up.returncode != 0:
         raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
-    return _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --activate"])
+    rc = _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --activate"])
+    if rc == exitcodes.OK:
+        install_declared_companions(hs, declared_spec or hs.spec)
+    return rc
 
 
 @click.command("wire-in")
@@ -169,13 +196,16 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
     except click.BadParameter as exc:
         err.print(f"[red]error:[/] {exc.format_message()}", markup=True)
         sys.exit(exitcodes.INVALID)
+    declared = {hs.name: hs.spec for hs in host_specs}
+    if data and action == "activate":
+        declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
     codes = []
     for hs in host_specs:
         try:
             if action == "show":
                 codes.append(show(hs))
             elif action == "activate":
-                codes.append(activate_host(hs))
+                codes.append(activate_host(hs, declared[hs.name]))
             elif action == "rollback":
                 from rigkit import paths
 

@@ -304,10 +304,14 @@ def compare_units(host: str, decl: Declared, units: dict[str, dict[str, str]]) -
     return out
 
 
-def compare_llama_swap_live(host: str, start: dict[str, Any]) -> list[Finding]:
+def compare_llama_swap_live(host: str, start: dict[str, Any], unit: dict[str, str] | None = None) -> list[Finding]:
     """llama-swap reads its config at start only: a config file changed after the running
-    process started is not the live config (``ExecMainStartTimestamp`` vs the file's mtime, s)."""
+    process started is not the live config (``ExecMainStartTimestamp`` vs the file's mtime, s).
+    Only while ``llama-swap.service`` is active (``unit``: its ``systemctl show`` properties): a stopped
+    one keeps its last start time, and the unit row already says it is not running."""
     started, mtime = start.get("started"), start.get("mtime")
+    if (unit or {}).get("ActiveState") != "active":
+        return []
     if started and mtime and mtime > started:
         return [Finding(host, "llama-swap-live", paths.LLAMA_SWAP_CONFIG, "the running llama-swap loaded the file",
                         f"file changed {mtime - started} s after llama-swap started (restart pending)")]
@@ -352,11 +356,29 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_daemon_json(host, hoststate.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
     out += compare_agent(host, facts.get("agent") or {})
     out += compare_units(host, decl, facts.get("units") or {})
-    out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {})
+    out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {},
+                                   (facts.get("units") or {}).get("llama-swap.service"))
+    out = name_live_backup(out, facts.get("holds") or {})
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
     out += compare_rig_lock(host, facts.get("rig_lock") or {})
     return apply_window(host, out, (facts.get("window") or {}).get("data"))
+
+
+def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Finding]:
+    """A live llama-swap config whose content is not the declared one (edited by hand, or not yet
+    activated): its finding says what the deploy does with it — back it up as
+    ``<live>.bak-<UTC stamp>`` and activate the declared one — or, under a hold, that the deploy
+    leaves it. ``findings`` is changed in place and returned."""
+    from rigkit.host.activate import HOLD_KEY
+
+    held = isinstance((holds.get("data") or {}).get(HOLD_KEY), dict)
+    for f in findings:
+        if f.kind == "file" and f.item == paths.LLAMA_SWAP_CONFIG and f.actual != "missing":
+            f.actual += (" — held by a rollback: the deploy leaves it (see the hold)" if held else
+                         f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
+                         "(`rigkit wire-in --show` diffs them)")
+    return findings
 
 
 def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:

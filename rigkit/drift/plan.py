@@ -49,22 +49,17 @@ def finish_plan(proc: subprocess.Popen, timeout_s: float = 900) -> tuple[dict[st
 
 def plan_findings(host: str, plan: dict[str, Any] | None) -> list[Finding]:
     """pyinfra's ``--dry --json`` plan for ``host``: each operation that would change something
-    is drift (kind ``plan``, item its name, e.g. ``Host agent | Sync the agent wheelhouse``).
+    is drift (kind ``plan``, item its name, e.g. ``Host agent | Sync the agent wheelhouse``): each row
+    names an operation that would itself change the host.
 
-    Operations gated on ``_if`` land in ``hosts_with_conditional_change`` on *every* run,
-    converged or not (the condition is evaluated at execute time), so alone they say nothing:
-    they are reported separately (kind ``plan-conditional``, ``warn``) only in a role (the name
-    before `` | ``) where an operation would change — they are what that change would trigger.
+    Operations gated on ``_if`` are not reported: they land in ``hosts_with_conditional_change`` on
+    *every* run, converged or not (pyinfra evaluates the condition when it runs), and the plan does not
+    say which operation they are gated on, so a row for one would point at whatever else changes
+    nearby. What would trigger one is a change of its own, already a row.
     """
     if plan is None:
         return []
-    changes, conditional = [], []
-    for op in plan.get("plan", []):
-        name = " | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")
-        if host in (op.get("hosts_with_change") or []):
-            changes.append(Finding(host, "plan", name, "no change", "the deploy would change this"))
-        elif host in (op.get("hosts_with_conditional_change") or []):
-            conditional.append(Finding(host, "plan-conditional", name, "no change",
-                                       "runs if the change before it happens", severity="warn"))
-    roles = {f.item.split(" | ")[0] for f in changes if " | " in f.item}
-    return changes + [f for f in conditional if f.item.split(" | ")[0] in roles]
+    return [Finding(host, "plan", name, "no change", "the deploy would change this")
+            for op in plan.get("plan", [])
+            if host in (op.get("hosts_with_change") or [])
+            for name in [" | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")]]

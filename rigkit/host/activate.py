@@ -9,6 +9,11 @@ failure the backup is restored, llama-swap restarted and the resident asked agai
 activation (no live config, so no backup) the failed config is moved aside to
 ``<live>.failed-<UTC stamp>``, llama-swap is left stopped and the run fails loudly.
 
+After every activation, rollback or refusal, the staging copy the deploy and ``rigkit wire-in``
+upload (host config ``llama_swap.staging``, ``/var/lib/rigkit/llama-swap/config.next.yaml``) is set to
+the config now live (:func:`sync_staging`): it is what the next deploy compares its upload with, so a
+rolled-back or refused config left there would read as a change the deploy would make.
+
 Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
 and does not re-activate; drift reports it (:func:`read_holds`) until :func:`release`.
@@ -407,6 +412,19 @@ def rollback(live: Path, host: Host, holds_path: Path, by: str = "rigkit wire-in
     return 0
 
 
+def sync_staging(live: Path, staging: Path | None) -> bool:
+    """Make ``staging`` (root 0600) hold ``live``'s text when they differ; returns True when it wrote.
+    Nothing when there is no staging path, no live config, or they already agree. Raises OSError."""
+    if staging is None or not live.exists():
+        return False
+    text = live.read_text()
+    if staging.exists() and staging.read_text() == text:
+        return False
+    staging.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _install(text, staging, "root:root", 0o600)
+    return True
+
+
 def release(holds_path: Path, log: Callable[[str], None] = print) -> int:
     """Remove the ``llama-swap`` hold; returns 0 (also when there was none)."""
     holds = read_holds(holds_path)
@@ -423,7 +441,8 @@ def release(holds_path: Path, log: Callable[[str], None] = print) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``rigkit-agent activate [--config NEW] [--live PATH] [--restart | --rollback | --release] [--by WHO]``.
 
-    Defaults from the host config (live config, holds, llama-swap's URL and unit, the API key file).
+    Defaults from the host config (live config, holds, llama-swap's URL and unit, the API key file,
+    the staging copy set to the live config at the end: :func:`sync_staging`).
     Takes the host lock for the whole run and refuses (exit 1, naming the holder) when it is held or
     a window is open. Logs each step on stdout (the remote wrapper :func:`remote_command` prints it
     back). Exit codes as the module docstring says.
@@ -473,18 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if args.release:
             return release(holds, log)
-        host = Host(cfg.proxy_url, cfg.get("llama_swap", "unit"), cfg.path("api_key_file"), args.health_timeout,
-                    args.completion_timeout, log)
-        if args.rollback:
-            return rollback(args.live, host, holds, by=args.by or "rigkit wire-in --rollback")
-        if args.config is None:
-            ap.error("--config is required (unless --rollback or --release)")
-        try:
-            text = args.config.read_text()
-        except OSError as exc:
-            log(f"error: --config {args.config}: {exc.strerror}")
-            return 2
-        return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart)
+        return _activation(args, ap, cfg, holds, log)
     except ActivationError as exc:
         log(f"error: {exc}")
         return 1
@@ -492,7 +500,31 @@ def main(argv: list[str] | None = None) -> int:
         log(f"error: {exc}")
         return 2
     finally:
+        if not args.release:
+            try:
+                staging = Path(cfg.get("llama_swap", "staging"))
+                if sync_staging(args.live, staging):
+                    log(f"staging copy {staging} now holds the live config")
+            except (ConfigError, OSError) as exc:
+                log(f"warning: could not set the staging copy to the live config: {exc}")
         lock.release()
+
+
+def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any, holds: Path,
+                log: Callable[[str], None]) -> int:
+    """The activation or rollback :func:`main` asked for, under the lock; returns its exit code."""
+    host = Host(cfg.proxy_url, cfg.get("llama_swap", "unit"), cfg.path("api_key_file"), args.health_timeout,
+                args.completion_timeout, log)
+    if args.rollback:
+        return rollback(args.live, host, holds, by=args.by or "rigkit wire-in --rollback")
+    if args.config is None:
+        ap.error("--config is required (unless --rollback or --release)")
+    try:
+        text = args.config.read_text()
+    except OSError as exc:
+        log(f"error: --config {args.config}: {exc.strerror}")
+        return 2
+    return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,49 @@ from __future__ import annotations
 import hashlib
 
 from pyinfra import host, logger
-from pyinfra.api import OperationError, operation
+from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from rigkit import paths
 from rigkit.facts import JsonFile
 from rigkit.agentcmd import activate_command
 from rigkit.host import activate
+
+
+#: The agent's log lines the deploy's output repeats as warnings (the rest stays in the activation log):
+#: what it backed up (a live config edited by hand is replaced, its copy named), what it restored, and
+#: a failure or refusal.
+SURFACED = ("backed up ", "restored the previous config", "rolled back:", "FAILED", "FIRST ACTIVATION FAILED",
+            "held:", "error:")
+
+
+def surfaced_lines(output: list[str]) -> list[str]:
+    """The lines of the agent's log (``[HH:MM:SS] message``) that the deploy prints (:data:`SURFACED`),
+    without their time stamps; a ``backed up A to B`` line is reworded to say the replaced live config
+    (edits by hand included) is kept as B."""
+    out = []
+    for line in output:
+        msg = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        if not msg.startswith(SURFACED) and "FAILED" not in msg:
+            continue
+        if msg.startswith("backed up ") and " to " in msg:
+            live, _, backup = msg[len("backed up "):].partition(" to ")
+            msg = (f"replaced the live {live} (any edits by hand included); the previous config is kept as "
+                   f"{backup}")
+        out.append(msg)
+    return out
+
+
+class AgentCommand(StringCommand):
+    """The agent's activation command; once it has run, the log lines that matter
+    (:func:`surfaced_lines`) are printed as warnings in the deploy's output, so the operator reads
+    there what was backed up to where, not only in ``/var/lib/rigkit/activate.log`` on the host."""
+
+    def execute(self, state, host, connector_arguments):  # noqa: D102 - pyinfra's own signature
+        status, output = super().execute(state, host, connector_arguments)
+        for msg in surfaced_lines(output.output_lines if output else []):
+            logger.warning(f"{host.print_prefix}llama-swap: {msg}")
+        return status, output
 
 
 @operation()
@@ -26,8 +62,9 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
       the activation skipped
 
     No change when the live file's sha256 equals ``text``'s. The command runs
-    :func:`rigkit.agentcmd.activate_command`; a failed activation fails the operation with the agent's
-    log (what was restored, or that llama-swap was left stopped on a first activation).
+    :func:`rigkit.agentcmd.activate_command` as an :class:`AgentCommand`: the deploy's output names the
+    backup of the replaced live config (a warning); a failed activation fails the operation with the
+    agent's log (what was restored, or that llama-swap was left stopped on a first activation).
     """
     wanted = hashlib.sha256(text.encode()).hexdigest()
     if host.get_fact(Sha256File, path=live) == wanted:
@@ -43,4 +80,4 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
                        f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
         host.noop("llama-swap's live config is held (holds.json); not activating")
         return
-    yield activate_command(["--config", staging, "--live", live, "--by", "rigkit deploy"])
+    yield AgentCommand(activate_command(["--config", staging, "--live", live, "--by", "rigkit deploy"]))

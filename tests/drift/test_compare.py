@@ -257,8 +257,33 @@ def test_parse_units_blocks():
 
 
 def test_llama_swap_running_an_older_config():
-    assert compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 90}) == []
-    assert [f.kind for f in compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 130})] == ["llama-swap-live"]
+    active = {"ActiveState": "active"}
+    assert compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 90}, active) == []
+    assert [f.kind for f in compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 130}, active)] == [
+        "llama-swap-live"]
+
+
+def test_a_stopped_llama_swap_is_not_a_pending_restart_the_unit_row_says_it_is_down():
+    d = decl()
+    units = {u: {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "active"} for u in d.units}
+    units["llama-swap.service"] = {"LoadState": "loaded", "UnitFileState": "enabled", "ActiveState": "inactive",
+                                   "SubState": "dead"}
+    for state in ("inactive", "failed"):
+        assert compare.compare_llama_swap_live("h1", {"started": 100, "mtime": 130}, {"ActiveState": state}) == []
+    rows = [f for f in compare.compare_units("h1", d, units) if f.item == "llama-swap.service"]
+    assert [(f.declared, f.actual) for f in rows] == [("active", "inactive (dead)")]
+
+
+def test_a_live_config_that_differs_names_the_backup_the_deploy_keeps_or_the_hold():
+    live = [compare.Finding("h1", "file", "/etc/llama-swap/config.yaml", "content sha256:a", "content sha256:b (9 bytes)")]
+    named = compare.name_live_backup(live, {"data": {}})
+    assert named[0].actual == ("content sha256:b (9 bytes) — the deploy replaces it, keeping this one as "
+                               "/etc/llama-swap/config.yaml.bak-<UTC stamp> (`rigkit wire-in --show` diffs them)")
+    held = [compare.Finding("h1", "file", "/etc/llama-swap/config.yaml", "content sha256:a", "content sha256:b")]
+    assert compare.name_live_backup(held, {"data": {"llama-swap": {"since": "t"}}})[0].actual.endswith(
+        "held by a rollback: the deploy leaves it (see the hold)")
+    other = [compare.Finding("h1", "file", "/etc/llama-swap/config.staged.yaml", "content sha256:a", "content sha256:b")]
+    assert compare.name_live_backup(other, {})[0].actual == "content sha256:b"
 
 
 # ---- models
@@ -304,7 +329,7 @@ def test_fetch_compare_finds_a_truncated_file_and_deep_a_same_size_corruption(tm
 # ---- plan
 
 
-def test_plan_changes_and_conditionals_next_to_them_only():
+def test_plan_rows_are_changes_only_never_gated_operations_beside_them():
     plan = {"plan": [
         {"names": ["Host agent", "Sync the agent wheelhouse"], "hosts_with_change": ["h1"], "hosts_with_conditional_change": []},
         {"names": ["Host agent", "Install the agent"], "hosts_with_change": [], "hosts_with_conditional_change": ["h1"]},
@@ -312,8 +337,7 @@ def test_plan_changes_and_conditionals_next_to_them_only():
     ]}
     found = drift_plan.plan_findings("h1", plan)
     assert [(f.kind, f.item, f.severity) for f in found] == [
-        ("plan", "Host agent | Sync the agent wheelhouse", "drift"),
-        ("plan-conditional", "Host agent | Install the agent", "warn")]
+        ("plan", "Host agent | Sync the agent wheelhouse", "drift")]
     converged = {"plan": [dict(op, hosts_with_change=[]) for op in plan["plan"]]}
     assert drift_plan.plan_findings("h1", converged) == []
 

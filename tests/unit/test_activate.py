@@ -217,3 +217,31 @@ def test_wire_in_refuses_without_an_action_or_a_host():
     assert none.returncode == 2 and "say what to do: --show, --activate, --rollback or --release" in none.stderr
     nohost = subprocess.run([rigkit, "wire-in", "--show"], capture_output=True, text=True)
     assert nohost.returncode == 2 and "Missing option '--host'" in nohost.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="installs the staging copy as root:root")
+def test_sync_staging_sets_the_staging_copy_to_the_live_config_only_when_they_differ(tmp_path):
+    live, staging = tmp_path / "config.yaml", tmp_path / "state" / "config.next.yaml"
+    assert act.sync_staging(live, staging) is False and not staging.exists()  # no live config: nothing
+    live.write_text("models: {a: {cmd: x}}\n")
+    assert act.sync_staging(live, staging) is True
+    assert staging.read_text() == live.read_text() and oct(staging.stat().st_mode & 0o777) == "0o600"
+    assert act.sync_staging(live, staging) is False  # already the same
+    staging.write_text("models: {rolled-back: {cmd: y}}\n")
+    assert act.sync_staging(live, staging) is True and staging.read_text() == live.read_text()
+    assert act.sync_staging(live, None) is False
+
+
+def test_the_deploy_surfaces_the_backup_and_failures_from_the_agents_log():
+    from rigkit.operations.llama_swap import surfaced_lines
+
+    log = ["[12:00:01] backed up /etc/llama-swap/config.yaml to /etc/llama-swap/config.yaml.bak-20250101T000000Z",
+           "[12:00:01] members: added hyperqwen", "[12:00:02] installed the new config as /etc/llama-swap/config.yaml (abc)",
+           "[12:00:03] FAILED: hyperqwen: HTTP 500 through llama-swap after 1.0 s: x",
+           "[12:00:04] restored the previous config from /etc/llama-swap/config.yaml.bak-20250101T000000Z",
+           "[12:00:05] completion to strata (the resident, so it stays loaded) ..."]
+    assert surfaced_lines(log) == [
+        "replaced the live /etc/llama-swap/config.yaml (any edits by hand included); the previous config is kept as "
+        "/etc/llama-swap/config.yaml.bak-20250101T000000Z",
+        "FAILED: hyperqwen: HTTP 500 through llama-swap after 1.0 s: x",
+        "restored the previous config from /etc/llama-swap/config.yaml.bak-20250101T000000Z"]
