@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 TOKEN = hostctl.hub_token()  # the sandbox hub is private: this token is the one it accepts
 SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "
@@ -33,7 +36,7 @@ def deploy(host, *args, token: str | None = None, timeout: float = 600) -> subpr
     env.update(RIGKIT_SANDBOX_HOST=host.name)
     if token:
         env["HF_TOKEN"] = token
-    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args], cwd=ROOT, env=env,
+    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -212,7 +215,7 @@ def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
     proc = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "strata",
                            "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "32", "--out",
-                           str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                           str(tmp_path / "out")], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary_ = json.loads((tmp_path / "out" / "summary.json").read_text())
     ctx = summary_["context"]
@@ -220,7 +223,7 @@ def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context
         "NVIDIA GeForce RTX 3090", "610.57", 420.0, "llama.cpp")
     assert (tmp_path / "out" / "requests.jsonl").read_text().count("\n") >= 4
     idle = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "hyperqwen",
-                           "--workload", "chat-greedy"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                           "--workload", "chat-greedy"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
     assert idle.returncode == 1
     assert "hyperqwen" in idle.stderr and "window" in idle.stderr
 

@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "harness"
 sys.path.insert(0, str(HARNESS))
 import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 NAME = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-") + "dr1"  # what make_module_host("dr1") names it
 CONFIG = "/etc/llama-swap/config.yaml"
@@ -40,7 +43,7 @@ def rig(make_module_host):
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name, "HF_TOKEN": hostctl.hub_token()}
     host.agent_digest = _agent_digest()  # before: an edit during the deploy counts as a change
     proc = subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--reboot",
-                           "--no-smoke"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                           "--no-smoke"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return host
 
@@ -74,7 +77,7 @@ def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str
     cmd = [sys.executable, "-m", "rigkit", "drift", "-i", inventory, "--json", *args]
     if not plan:
         cmd.append("--no-plan")
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     return proc.returncode, records, proc.stdout + proc.stderr
 
@@ -106,7 +109,7 @@ def test_converged_host_has_no_drift(rig):
 def test_table_output_without_a_terminal_has_no_colour(rig):
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
     proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py", "--no-plan"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{NAME}: no drift"
     assert "\x1b[" not in proc.stdout + proc.stderr

@@ -28,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 TOKEN = hostctl.hub_token()
 PORT = 8090
@@ -43,8 +46,8 @@ def rigkit(host, *args, timeout: float = 900, popen: bool = False):
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN, RIGKIT_SANDBOX_DATA=json.dumps(BASE_DATA))
     argv = [RIGKIT, *args]
     if popen:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def inv(*args):

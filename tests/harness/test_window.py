@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 from rigkit.host.window import expected_deviations, is_open, read_journal  # noqa: E402
 
@@ -47,13 +50,13 @@ def _env(host) -> dict:
 
 def window(host, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """``rigkit window -i inventory/sandbox.py`` with the declared timers and lock file."""
-    return subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=ROOT,
+    return subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=PROJECT,
                           env=_env(host), capture_output=True, text=True, timeout=timeout)
 
 
 def window_bg(host, *args: str) -> subprocess.Popen:
     """The same, in the background, in its own process group (the test kills it by its id)."""
-    return subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=ROOT,
+    return subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, *OUT, *args], cwd=PROJECT,
                             env=_env(host), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -109,7 +112,7 @@ def rig(make_module_host):
     """A deployed host with the dummy agent timers; returns (host, active timers before)."""
     host = make_module_host("w1")
     env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
-    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=ROOT,
+    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     for stem in ("agent-a", "agent-b", "agent-c"):
@@ -272,7 +275,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     ]
     assert host.run("systemctl is-active hyperqwen.service", check=False).stdout.strip() == "active"
     # drift reports the open window and what it explains, and counts none of that as drift
-    drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py", "--json"], cwd=ROOT,
+    drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py", "--json"], cwd=PROJECT,
                            env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
                            timeout=300)
     records = [json.loads(line) for line in drift.stdout.splitlines() if line.strip()]
@@ -283,7 +286,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     assert [r["actual"] for r in records if r["kind"] == "plan"] == [
         "skipped: the deploy refuses while a window is open"]
     # the deploy refuses while it is open
-    deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=ROOT,
+    deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=PROJECT,
                             env=_env(host), capture_output=True, text=True, timeout=300)
     assert deploy.returncode == 1 and "a window is open" in deploy.stderr
     # a second window refuses too
@@ -360,7 +363,7 @@ def test_preflight_refuses_under_a_lock_file_unless_forced(steady):
 def test_invalid_input_is_refused_with_exit_2_before_touching_the_host(steady):
     host = steady
     proc = subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", "--data", "paused_timers=null"],
-                          cwd=ROOT, env=_env(host), capture_output=True, text=True, timeout=120)
+                          cwd=PROJECT, env=_env(host), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "paused_timers is unset (operator-supplied); the window needs it ([] for none)" in proc.stderr
     proc = window(host, "--data", 'hyperqwen={"gpu_memory_utilization": 0.99}')

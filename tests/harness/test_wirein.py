@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 from rigkit.agentcmd import activate_command  # noqa: E402
 from rigkit.host.activate import read_holds  # noqa: E402
@@ -44,7 +47,7 @@ KEY_HEADER = "-H \"Authorization: Bearer $(sed -n 's/^VLLM_API_KEY=//p' /etc/rig
 def rigkit(host, *args, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
-    return subprocess.run([RIGKIT, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([RIGKIT, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def deploy(host, *args, smoke: bool = False):
@@ -187,6 +190,44 @@ def test_rollback_records_a_hold_the_deploy_reports_and_respects_until_released(
     assert host.run("cat /var/lib/rigkit/holds.json").stdout.strip() == "{}"
 
 
+def drift_records(host, *args) -> tuple[int, list[dict], str]:
+    proc = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--json", *args)
+    return proc.returncode, [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()], proc.stdout + proc.stderr
+
+
+def test_a_wire_in_round_trip_leaves_drift_clean_without_another_deploy(host):
+    """activate (--data: HyperQwen wired in), rollback, release, the declared data unchanged: the live
+    config, the staging copy the deploy compares with, the review copy and the host config are the
+    declared ones again, so drift (the plan included) is clean with no deploy in between."""
+    on = wire_in(host, "--activate", "--data", FLIP)
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert '"hyperqwen":' in host.run("cat /var/lib/rigkit/llama-swap/config.next.yaml").stdout
+    back = wire_in(host, "--rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "staging copy /var/lib/rigkit/llama-swap/config.next.yaml now holds the live config" in back.stdout
+    assert host.run("cat /var/lib/rigkit/llama-swap/config.next.yaml").stdout == host.run(f"cat {LIVE}").stdout
+    assert wire_in(host, "--release").returncode == 0
+    rc, records, out = drift_records(host)
+    assert (rc, records) == (0, []), out
+
+
+def test_a_repair_deploy_names_the_backup_of_a_hand_edited_live_config_and_drift_says_it_will(host):
+    host.run(f"echo '# edited by hand' >> {LIVE}")
+    rc, records, out = drift_records(host, "--no-plan")
+    assert rc == 3, out
+    row = next(r for r in records if r["kind"] == "file" and r["item"] == LIVE)
+    assert row["actual"].endswith("the deploy replaces it, keeping this one as /etc/llama-swap/config.yaml.bak-<UTC stamp> "
+                                  "(`rigkit wire-in --show` diffs them)"), row
+    proc = deploy(host)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    m = re.search(r"llama-swap: replaced the live /etc/llama-swap/config\.yaml \(any edits by hand included\); "
+                  r"the previous config is kept as (/etc/llama-swap/config\.yaml\.bak-\S+)", proc.stderr)
+    assert m, proc.stderr[-4000:]
+    assert host.run(f"cat {m[1]}").stdout.endswith("# edited by hand\n")
+    assert "# edited by hand" not in host.run(f"cat {LIVE}").stdout
+    assert drift_records(host, "--no-plan")[0] == 0
+
+
 def test_a_broken_new_member_is_rolled_back_by_itself_and_strata_still_answers(host):
     before = host.run(f"cat {LIVE}").stdout
     host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
@@ -285,7 +326,7 @@ def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     assert f"post-deploy smoke: {host.name}/strata: passed" in passing.stderr
     assert '"hyperqwen":' not in host.run(f"cat {LIVE}").stdout and running(host) == {"strata": "ready"}
     summary_path = re.search(r"^wrote .*?, (\S+summary\.json), ", passing.stdout, re.M)[1]
-    baseline = json.loads((ROOT / summary_path).read_text())
+    baseline = json.loads((PROJECT / summary_path).read_text())
     for wl in baseline["workloads"].values():
         med = (wl.get("metrics") or {}).get("decode_tps") or {}
         if med.get("median"):
