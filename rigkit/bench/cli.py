@@ -18,7 +18,8 @@ import click
 
 from rigkit import exitcodes, paths
 from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
-                                   build_workloads, make_document, quoting_sizes)
+                                         build_workloads, make_document, mark_unrunnable,
+                                         quoting_sizes)
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
 # pyinfra_cli gevent-patches sockets (rigkit.cli.main), and nothing may import urllib3 first.
@@ -60,10 +61,12 @@ def _read_key_file(path: str) -> str:
         raise BenchAbort(exitcodes.INVALID, f"--api-key-file: {exc}") from None
 
 
-def check_member_running(base_url: str, member: str, headers: dict[str, str]) -> None:
-    """Refuse unless llama-swap's ``GET /running`` lists ``member`` in state ``ready``
-    (notes/llama-swap.md: ``{"running": [{"model", "state"}]}``, no side effects). Raises
-    :class:`BenchAbort` (exit 1) otherwise."""
+def check_member_running(base_url: str, member: str, headers: dict[str, str]) -> str | None:
+    """Whether llama-swap's ``GET /running`` lists ``member`` in state ``ready``
+    (notes/llama-swap.md: ``{"running": [{"model", "state"}]}``, no side effects): None when
+    it does, else the sentence saying why it is not benched (a request through :8080 would
+    swap the resident out). Raises :class:`BenchAbort` (exit 1) when ``/running`` does not
+    answer."""
     import requests
 
     try:
@@ -77,10 +80,10 @@ def check_member_running(base_url: str, member: str, headers: dict[str, str]) ->
     states = {str(r.get("model")): str(r.get("state")) for r in running if isinstance(r, dict)}
     if states.get(member) != "ready":
         now = ", ".join(f"{m} {s}" for m, s in sorted(states.items())) or "nothing"
-        raise BenchAbort(exitcodes.FAILED,
-                         f"member {member!r} is not running in llama-swap (running: {now}); "
-                         f"benching it through :8080 would swap the resident out — open a "
-                         f"window to bench it standalone")
+        return (f"member {member!r} is not running in llama-swap (running: {now}); "
+                f"benching it through :8080 would swap the resident out — open a "
+                f"window to bench it standalone")
+    return None
 
 
 def _getattr_path(obj: Any, *names: str) -> Any:
@@ -141,7 +144,9 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
             console.print(f"[yellow]warning:[/] could not read {KEY_NAME} from "
                           f"{host}:{REMOTE_KEY_FILE}; sending no API key")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    check_member_running(fwd.url, member, headers)
+    not_ready = check_member_running(fwd.url, member, headers)
+    if not_ready:
+        ctx["not_running"] = not_ready
     try:
         rc, out, err = run_ssh(hs.name, hs.connection, gpu.QUERY_COMMAND)
         smi = gpu.parse_query(out if rc == 0 else out + err, rc)
@@ -167,6 +172,29 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
                     aux_base=f"{fwd.url}/upstream/{member}", model=member,
                     label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
     return target, ctx, _getattr_path(hs.spec, "bench")
+
+
+#: BenchSpec fields that size the workloads; their defaults are the rig preset's figures.
+PRESET_SETTINGS = ("quoting_prompt_tokens", "max_tokens", "reasoning_effort")
+
+
+def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
+    """The host's ``spec.bench`` sizing settings (:data:`PRESET_SETTINGS`) that apply to
+    ``preset_name``: all of them for ``rig`` (their defaults are that preset's figures), only
+    those that differ from BenchSpec's defaults for any other preset (the spec materialises its
+    defaults, so a value equal to the default is the rig's figure, not a choice for a small
+    server), so a small server is not sent the rig's 29k-token prompt and 8192-token budgets.
+    ``{}`` without a spec. Command-line flags still win over what this returns."""
+    if spec_bench is None:
+        return {}
+    fields = getattr(type(spec_bench), "model_fields", {})
+    out = {}
+    for k in PRESET_SETTINGS:
+        value = getattr(spec_bench, k, None)
+        default = fields[k].default if k in fields else None
+        if preset_name == "rig" or value != default:
+            out[k] = value
+    return out
 
 
 @click.command("bench")
@@ -227,6 +255,34 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
     sys.exit(code)
 
 
+def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, preset_name) -> int:
+    """Every workload NOT-RUN because the member is not loaded: no request reaches it (any
+    ``/upstream/<member>`` request would make llama-swap load it). Writes the results folder
+    all the same (the report shows the attempt) and returns 0."""
+    from rigkit.bench.chart import write_outputs
+    from rigkit.host.bench.results import summarize_workload
+    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines
+
+    why = host_ctx.pop("not_running")
+    names = (["warmup"] if not no_warmup else []) + (workloads or list(WORKLOAD_NAMES[1:]))
+    run_id = new_run_id()
+    out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
+    os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, "requests.jsonl"), "a", encoding="utf-8").close()
+    summaries = {}
+    for n in names:
+        summaries[n] = summarize_workload(n, [], not_run=why, skipped=True)
+        summaries[n]["discarded"] = n == "warmup"
+    console.print(f"[yellow]NOT-RUN[/]: {why}", highlight=False)
+    summary = build_summary(run_id, target, dict(host_ctx), summaries, [], [],
+                            preset_name if preset_name != "auto" else "none")
+    written = write_outputs(out_dir, summary, [])
+    for line in report_lines(summary):
+        click.echo(line)
+    click.echo(f"wrote {written['requests']}, {written['summary']}, {written['chart']}")
+    return summary["exit_code"]
+
+
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
          stall_timeout) -> int:
@@ -258,18 +314,17 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
         else:
             target, host_ctx, spec_bench = host_target(stack, inventory, host, member,
                                                        api_key_file, console)
-        sampled_temperature = 0.7
-        if spec_bench is not None:
-            quoting_tokens = quoting_tokens or _getattr_path(spec_bench, "quoting_prompt_tokens")
-            max_tokens = max_tokens or _getattr_path(spec_bench, "max_tokens")
-            stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s")
-            sampled_temperature = _getattr_path(spec_bench, "sampled_temperature") or 0.7
-            if not baselines and _getattr_path(spec_bench, "baseline"):
-                try:
-                    baselines = [load_baseline(spec_bench.baseline)]
-                except ValueError as exc:
-                    raise BenchAbort(exitcodes.INVALID, f"bench.baseline: {exc}") from None
-        stall_timeout = stall_timeout or 120.0
+            if host_ctx.get("not_running"):
+                return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
+                                    preset_name)
+        stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s") or 120.0
+        sampled_temperature = _getattr_path(spec_bench, "sampled_temperature")
+        sampled_temperature = 0.7 if sampled_temperature is None else sampled_temperature
+        if spec_bench is not None and not baselines and _getattr_path(spec_bench, "baseline"):
+            try:
+                baselines = [load_baseline(spec_bench.baseline)]
+            except ValueError as exc:
+                raise BenchAbort(exitcodes.INVALID, f"bench.baseline: {exc}") from None
         engine = probe_engine(target)
         if engine["model"] is None and engine["engine"] is None:
             try:
@@ -281,17 +336,23 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             target.model = model
         elif target.model is None:
             target.model = engine["model"]
+        n_ctx = engine.get("n_ctx")
         if preset_name == "auto":
-            n_ctx = engine.get("n_ctx") or 0
-            preset_name = "rig" if n_ctx >= PRESETS["rig"].min_context_tokens else "small"
+            preset_name = "rig" if (n_ctx or 0) >= PRESETS["rig"].min_context_tokens else "small"
             console.print(f"preset: {preset_name} (server context "
-                          f"{n_ctx or 'unknown'} tokens; the rig preset needs "
+                          f"{n_ctx or 'unknown'} tokens per request; the rig preset needs "
                           f"{PRESETS['rig'].min_context_tokens})")
+        # The preset first, then the host's bench settings on top: the settings' defaults are
+        # the rig preset's own figures, so another preset takes only what the operator set.
         preset = PRESETS[preset_name]
-        if spec_bench is not None and preset_name == "rig":
-            effort = _getattr_path(spec_bench, "reasoning_effort")
-            preset = dataclasses.replace(preset, extra_body={
-                "chat_template_kwargs": {"reasoning_effort": effort}} if effort else {})
+        for key, value in host_bench_settings(spec_bench, preset_name).items():
+            if key == "quoting_prompt_tokens":
+                quoting_tokens = quoting_tokens or value
+            elif key == "max_tokens":
+                max_tokens = max_tokens or value
+            elif key == "reasoning_effort":
+                preset = dataclasses.replace(preset, extra_body={
+                    "chat_template_kwargs": {"reasoning_effort": value}} if value else {})
         cpt, cpt_source = measure_chars_per_token(target, "".join(make_document(2000, 3)))
         names = (workloads or list(WORKLOAD_NAMES[1:]))
         quoting_cpt = cpt
@@ -309,6 +370,12 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                               quoting_tokens=quoting_tokens,
                               sampled_temperature=sampled_temperature,
                               quoting_chars_per_token=quoting_cpt)
+        mark_unrunnable(wls, n_ctx=n_ctx, n_params=engine.get("n_params"),
+                        chars_per_token=cpt, quoting_chars_per_token=quoting_cpt)
+        for wl in wls:
+            if wl.not_run:
+                console.print(f"[yellow]{wl.name}: NOT-RUN[/] — {wl.not_run}", markup=True,
+                              highlight=False)
         context = {k: engine.get(k) for k in ("engine", "engine_version", "model", "model_path",
                                               "quantization", "n_ctx", "speculative")}
         context["model"] = context["model"] or target.model

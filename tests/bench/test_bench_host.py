@@ -73,16 +73,22 @@ def invoke(tmp_path, *args):
                                       "--out", str(tmp_path / "out"), *args])
 
 
-def test_member_not_ready_in_llama_swap_is_refused_without_a_request(rig, tmp_path):
+def test_member_not_ready_in_llama_swap_is_not_run_without_a_request(rig, tmp_path):
     rig.replay.running = [{"model": "strata", "state": "ready"},
                           {"model": "hyperqwen", "state": "starting"}]
     result = invoke(tmp_path, "--member", "hyperqwen")
-    assert result.exit_code == 1
-    assert result.stderr.endswith(
-        "rigkit bench: member 'hyperqwen' is not running in llama-swap (running: hyperqwen "
-        "starting, strata ready); benching it through :8080 would swap the resident out — "
-        "open a window to bench it standalone\n")
+    why = ("member 'hyperqwen' is not running in llama-swap (running: hyperqwen starting, "
+           "strata ready); benching it through :8080 would swap the resident out — open a "
+           "window to bench it standalone")
+    assert result.exit_code == 0, result.output
+    assert f"chat-greedy: NOT-RUN — {why}" in result.stdout.splitlines()
+    assert f"  verdict: NOT-RUN — {why}" in result.stdout.splitlines()
+    assert result.stdout.splitlines()[-2] == "result: OK"
     assert rig.replay.requests_seen == []
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert {n: v["verdict"] for n, v in summary["verdicts"].items()} == {
+        "chat-greedy": "NOT-RUN", "chat-sampled": "NOT-RUN", "quoting": "NOT-RUN",
+        "warmup": "NOT-RUN"}
 
 
 def test_ready_member_is_benched_through_the_forward_with_host_context(rig, tmp_path):

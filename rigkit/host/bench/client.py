@@ -8,8 +8,10 @@ its benchmark client ``vllm/benchmarks/lib/endpoint_request_func.py``; llama.cpp
 README (``delta.reasoning_content``, ``timings`` on the last chunk, ``:`` pings). See
 ``notes/bench.md`` for why each rule exists.
 
-Definitions (seconds, tok/s, all from :func:`time.monotonic` taken when a network read
-returns):
+Definitions (seconds, tok/s, all from :func:`time.monotonic`): the send is the clock read just
+before the request's bytes go out on an already open connection (connecting, building the
+body and the headers come before it); every chunk time is the clock read when the network read
+that brought it returns.
 
 - ``ttft_s``: send → first chunk carrying a token of any kind (reasoning or answer).
 - ``ttft_answer_s``: send → first chunk carrying answer text.
@@ -18,18 +20,26 @@ returns):
 - ``prefill_tps`` = prompt_tokens / ttft_s — a lower bound (HTTP, tokenisation, queueing).
 - ``tokens_per_chunk`` = completion_tokens / token-carrying chunks.
 
-Token counts come from the server's ``usage``; without it the client falls back to counting
-chunks, marks ``tokens_source="chunk-estimate"`` and adds a loud warning.
+Token counts come from the server's ``usage`` (``tokens_source="usage"``); without it, from
+llama.cpp's ``timings.predicted_n`` (``"timings"``: the server's own count of generated tokens,
+as authoritative as usage); without both the client falls back to counting chunks, marks
+``tokens_source="chunk-estimate"`` and adds a loud warning (worded once per run: the runner
+counts repeats).
+
+Transport: :mod:`http.client` over a :class:`ChatSession` that keeps one connection per
+server open between requests (a connection the server closed is reopened once); no proxy
+support — the bench talks to 127.0.0.1 or an SSH forward.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
-
-import requests
+from urllib.parse import urlsplit
 
 from rigkit.host.bench.sse import SSEParser
 
@@ -40,10 +50,19 @@ REASONING_FIELDS = ("reasoning", "reasoning_content", "thinking")
 _OPEN, _CLOSE = "<think>", "</think>"
 
 CHUNK_ESTIMATE_WARNING = (
-    "WARNING: the server sent no usage; completion tokens are a chunk-count estimate "
-    "({chunks} chunks). Under speculative decoding one chunk carries several tokens, so this "
-    "undercounts (~2.5x on HyperQwen). Send stream_options.include_usage or start vLLM with "
+    "WARNING: the server sent no usage; completion tokens are a chunk-count estimate. Under "
+    "speculative decoding one chunk carries several tokens, so this undercounts (~2.5x on "
+    "HyperQwen). Send stream_options.include_usage or start vLLM with "
     "--enable-force-include-usage."
+)
+
+#: Share of the request's ``max_tokens`` that thinking must have used for an answer cut by
+#: ``finish_reason: "length"`` to be reported as cut by thinking.
+THINKING_MOST = 0.5
+
+CUT_BY_THINKING_WARNING = (
+    "WARNING: answers cut by max_tokens after thinking used most of the budget "
+    "(finish_reason \"length\"); raise max_tokens"
 )
 
 
@@ -55,6 +74,11 @@ class RequestResult:
     request failed: ``error_kind`` is one of ``connection``, ``http-4xx``, ``http-5xx``,
     ``engine-dead``, ``stream-error``, ``stalled``, ``cut``, ``bad-data``,
     ``thinking-ate-budget``, ``empty-answer``; ``error`` is the message shown to the operator.
+    ``tokens_source`` is ``usage``, ``timings`` (llama.cpp's ``predicted_n``) or
+    ``chunk-estimate``; ``reasoning_tokens`` comes from ``usage.completion_tokens_details``
+    (``reasoning_tokens_source="usage"``) or, for a cut answer, is split from the completion
+    tokens by the share of thinking chunks (``"chunk-share"``). ``cut_note`` names the
+    reasoning/answer split when thinking used most of the budget and the answer was cut.
     ``answer`` is the answer text (kept in memory for the verbatim check; the JSONL keeps
     only its length and a short head).
     """
@@ -73,7 +97,10 @@ class RequestResult:
     completion_tokens: int | None = None
     tokens_source: str | None = None
     reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
+    answer_tokens: int | None = None
     token_chunks: int = 0
+    reasoning_chunks: int = 0
     chunk_estimate: int = 0
     tokens_per_chunk: float | None = None
     decode_tps: float | None = None
@@ -86,6 +113,7 @@ class RequestResult:
     done: bool = False
     server_timings: dict[str, Any] | None = None
     server_metrics: dict[str, Any] | None = None
+    cut_note: str | None = None
     warnings: list[str] = field(default_factory=list)
     answer: str = ""
 
@@ -171,12 +199,55 @@ def _looks_engine_dead(message: str) -> bool:
     return "enginedead" in m or "engine dead" in m or "enginecore" in m or "engine core" in m
 
 
+class ChatSession:
+    """Open HTTP/1.1 connections to chat servers, one per ``(scheme, host, port)``, kept
+    between requests so a request's clock starts on a warm connection (no TCP handshake in
+    TTFT). Not thread-safe: one request at a time, as the bench runs them. Close with
+    :meth:`close` (or use it as a context manager)."""
+
+    def __init__(self) -> None:
+        self._conns: dict[tuple[str, str, int], http.client.HTTPConnection] = {}
+
+    def connection(self, scheme: str, host: str, port: int,
+                   connect_timeout_s: float) -> tuple[http.client.HTTPConnection, bool]:
+        """``(connection, reused)``: the open connection to the server, or a new one
+        connected now. Raises OSError (``TimeoutError`` on the connect timeout)."""
+        key = (scheme, host, port)
+        conn = self._conns.get(key)
+        if conn is not None and conn.sock is not None:
+            return conn, True
+        cls = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
+        conn = cls(host, port, timeout=connect_timeout_s)
+        conn.connect()
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._conns[key] = conn
+        return conn, False
+
+    def drop(self, scheme: str, host: str, port: int) -> None:
+        """Close and forget the connection to that server (after an error or a close)."""
+        conn = self._conns.pop((scheme, host, port), None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Close every connection."""
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> "ChatSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def stream_chat(
     url: str,
     payload: dict[str, Any],
     *,
     api_key: str | None = None,
-    session: requests.Session | None = None,
+    session: ChatSession | None = None,
     stall_timeout_s: float = 120.0,
     connect_timeout_s: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
@@ -188,6 +259,8 @@ def stream_chat(
       ``stream_options.include_usage`` are forced on. ``n`` other than 1 raises ValueError
       (usage then covers every choice).
     + api_key: sent as ``Authorization: Bearer``; never stored in the result.
+    + session: a :class:`ChatSession` to reuse connections across calls (default: a
+      connection of its own, closed afterwards).
     + stall_timeout_s: seconds without a data event (bytes or only ``:`` pings) after which the
       stream counts as stalled.
     + clock: the monotonic clock (seconds); tests may pass their own.
@@ -200,149 +273,260 @@ def stream_chat(
     body = dict(payload)
     body["stream"] = True
     body["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
-    headers = {"Accept": "text/event-stream"}
+    data = json.dumps(body).encode("utf-8")
+    parts = urlsplit(url)
+    scheme = parts.scheme or "http"
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if scheme == "https" else 80)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    headers = {"Accept": "text/event-stream", "Content-Type": "application/json",
+               "Content-Length": str(len(data))}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    sess = session or requests.Session()
+    own = session is None
+    sess = session or ChatSession()
     r = RequestResult()
 
     def fail(kind: str, message: str) -> RequestResult:
         r.ok, r.error_kind, r.error = False, kind, message
         return r
 
-    path = "/" + url.split("://", 1)[-1].partition("/")[2]
-    t0 = clock()
     try:
-        resp = sess.post(url, json=body, headers=headers, stream=True,
-                         timeout=(connect_timeout_s, stall_timeout_s))
-    except requests.exceptions.ConnectTimeout:
-        return fail("connection", f"could not connect to {url} within {connect_timeout_s:g} s")
-    except requests.exceptions.ReadTimeout:
-        return fail("stalled", f"stalled: no response headers within {stall_timeout_s:g} s (stall timeout)")
-    except requests.exceptions.ConnectionError as exc:
-        return fail("connection", f"could not connect to {url}: {type(exc).__name__}")
-    r.status = resp.status_code
-    with resp:
-        if resp.status_code >= 400:
-            try:
-                raw = resp.raw.read(4096)
-            except Exception:  # noqa: BLE001 - the status already says what matters
-                raw = b""
-            msg = _error_message(raw)
-            kind = "http-5xx" if resp.status_code >= 500 else "http-4xx"
-            if resp.status_code >= 500 and _looks_engine_dead(msg):
-                kind = "engine-dead"
-            return fail(kind, f"HTTP {resp.status_code} from POST {path}: {msg}")
-        return _read_stream(resp, r, t0, clock, stall_timeout_s, fail, on_chunk)
+        return _request(sess, scheme, host, port, url, path, data, headers, r, clock,
+                        connect_timeout_s, stall_timeout_s, fail, on_chunk)
+    finally:
+        if own:
+            sess.close()
+
+
+def _request(sess, scheme, host, port, url, path, data, headers, r, clock, connect_timeout_s,
+             stall_timeout_s, fail, on_chunk) -> RequestResult:
+    for attempt in (0, 1):
+        try:
+            conn, reused = sess.connection(scheme, host, port, connect_timeout_s)
+        except TimeoutError:
+            return fail("connection", f"could not connect to {url} within {connect_timeout_s:g} s")
+        except OSError as exc:
+            return fail("connection", f"could not connect to {url}: {type(exc).__name__}")
+        conn.sock.settimeout(stall_timeout_s)
+        try:
+            conn.putrequest("POST", path, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            t0 = clock()  # the request leaves now
+            conn.endheaders(data)
+            resp = conn.getresponse()
+        except TimeoutError:
+            sess.drop(scheme, host, port)
+            return fail("stalled", f"stalled: no response headers within {stall_timeout_s:g} s "
+                                   f"(stall timeout)")
+        except (http.client.HTTPException, OSError) as exc:
+            sess.drop(scheme, host, port)
+            if reused and attempt == 0:
+                continue  # the server closed the kept connection: once more on a new one
+            return fail("connection", f"could not connect to {url}: {type(exc).__name__}")
+        break
+    r.status = resp.status
+    if resp.status >= 400:
+        try:
+            raw = resp.read(4096)
+        except Exception:  # noqa: BLE001 - the status already says what matters
+            raw = b""
+        sess.drop(scheme, host, port)
+        msg = _error_message(raw)
+        kind = "http-5xx" if resp.status >= 500 else "http-4xx"
+        if resp.status >= 500 and _looks_engine_dead(msg):
+            kind = "engine-dead"
+        return fail(kind, f"HTTP {resp.status} from POST {path}: {msg}")
+    try:
+        out = _read_stream(resp, r, t0, clock, stall_timeout_s, fail, on_chunk)
+    except BaseException:
+        sess.drop(scheme, host, port)
+        raise
+    if not r.ok or resp.will_close or not _drained(resp):
+        sess.drop(scheme, host, port)
+    return out
+
+
+def _drained(resp: http.client.HTTPResponse, timeout_s: float = 2.0) -> bool:
+    """Read what follows ``[DONE]`` (the chunked terminator) so the connection can carry the
+    next request; False when that did not end within ``timeout_s``."""
+    try:
+        if resp.fp is not None and resp.fp.raw is not None:
+            sock = getattr(resp.fp.raw, "_sock", None)
+            if sock is not None:
+                sock.settimeout(timeout_s)
+        resp.read()
+        return resp.isclosed()
+    except (OSError, http.client.HTTPException, AttributeError):
+        return False
+
+
+class _BadData(Exception):
+    """A stream event is valid JSON of an unexpected shape; the message names the field."""
+
+
+def _kind(v: Any) -> str:
+    return {str: "a string", list: "a list", dict: "an object", bool: "a boolean",
+            int: "a number", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
 
 
 def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: float, fail, on_chunk):
     parser = SSEParser()
     splitter = _ThinkSplitter()
     answer_parts: list[str] = []
+    append_answer = answer_parts.append
     reasoning_chars = 0
     usage: dict[str, Any] | None = None
     t_last_data = t0
     t_last_token: float | None = None
+    loads = json.loads
+    rfields = REASONING_FIELDS
+    n_event = 0
 
-    def handle(ev_data: str, t: float) -> RequestResult | None:
-        nonlocal usage, reasoning_chars, t_last_token
-        if ev_data.strip() == "[DONE]":
+    def bad(field_name: str, value: Any, expected: str) -> _BadData:
+        return _BadData(f"bad data in stream event {n_event}: {field_name} is {_kind(value)}, "
+                        f"expected {expected}")
+
+    def handle(payload, t: float) -> RequestResult | None:
+        nonlocal usage, reasoning_chars, t_last_token, n_event
+        n_event += 1
+        if payload[:1] != "{" and payload.strip() == "[DONE]":
             r.done = True
             return None
         try:
-            obj = json.loads(ev_data)
+            obj = loads(payload)
         except ValueError:
-            return fail("bad-data", f"unparseable SSE data: {ev_data[:120]!r}")
-        if not isinstance(obj, dict):
-            return fail("bad-data", f"unexpected SSE data: {ev_data[:120]!r}")
-        if obj.get("error"):
+            return fail("bad-data", f"unparseable SSE data: {payload[:120]!r}")
+        if type(obj) is not dict:
+            return fail("bad-data", f"unexpected SSE data (event {n_event}): {_kind(obj)}, "
+                                    f"expected an object")
+        if "error" in obj and obj["error"]:
             err = obj["error"]
             msg = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
             kind = "engine-dead" if _looks_engine_dead(str(msg)) else "stream-error"
             return fail(kind, f"server sent an error in the stream: {str(msg)[:300]}")
-        if obj.get("usage"):
-            usage = obj["usage"]
-        if isinstance(obj.get("timings"), dict):
-            r.server_timings = obj["timings"]
-        if isinstance(obj.get("metrics"), dict):
-            r.server_metrics = obj["metrics"]
-        for choice in obj.get("choices") or []:
-            if choice.get("finish_reason"):
-                r.finish_reason = choice["finish_reason"]
-            delta = choice.get("delta") or {}
+        u = obj.get("usage")
+        if u is not None:
+            if type(u) is not dict:
+                raise bad("usage", u, "an object")
+            if u:
+                usage = u
+        if "timings" in obj:
+            tm = obj["timings"]
+            if tm is not None and type(tm) is not dict:
+                raise bad("timings", tm, "an object")
+            r.server_timings = tm or r.server_timings
+        if "metrics" in obj:
+            mt = obj["metrics"]
+            if mt is not None and type(mt) is not dict:
+                raise bad("metrics", mt, "an object")
+            r.server_metrics = mt or r.server_metrics
+        choices = obj.get("choices")
+        if not choices:
+            if choices is not None and type(choices) is not list:
+                raise bad("choices", choices, "a list")
+            return None
+        if type(choices) is not list:
+            raise bad("choices", choices, "a list")
+        for ci, choice in enumerate(choices):
+            if type(choice) is not dict:
+                raise bad(f"choices[{ci}]", choice, "an object")
+            fr = choice.get("finish_reason")
+            if fr:
+                if type(fr) is not str:
+                    raise bad(f"choices[{ci}].finish_reason", fr, "a string")
+                r.finish_reason = fr
+            delta = choice.get("delta")
+            if not delta:
+                if delta is not None and type(delta) is not dict:
+                    raise bad(f"choices[{ci}].delta", delta, "an object")
+                continue
+            if type(delta) is not dict:
+                raise bad(f"choices[{ci}].delta", delta, "an object")
             carried = False
-            for fname in REASONING_FIELDS:
-                val = delta.get(fname)
-                if isinstance(val, str) and val:
-                    reasoning_chars += len(val)
-                    r.reasoning_source = r.reasoning_source or fname
-                    carried = True
-                    break
+            thinking = False
             content = delta.get("content")
-            if isinstance(content, str) and content:
+            if content is None or len(delta) > 1:  # more than an answer piece: look for thinking
+                for fname in rfields:
+                    val = delta.get(fname)
+                    if val:
+                        if type(val) is not str:
+                            raise bad(f"choices[{ci}].delta.{fname}", val, "a string")
+                        reasoning_chars += len(val)
+                        r.reasoning_source = r.reasoning_source or fname
+                        carried = thinking = True
+                        break
+                if delta.get("tool_calls"):
+                    carried = True
+            if content:
+                if type(content) is not str:
+                    raise bad(f"choices[{ci}].delta.content", content, "a string")
                 carried = True
-                for kind, text in splitter.feed(content):
-                    if kind == "orphan-close":
-                        reasoning_chars += sum(len(p) for p in answer_parts)
-                        answer_parts.clear()
-                        r.ttft_answer_s = None
-                        r.reasoning_source = r.reasoning_source or "inline-think"
-                    elif kind == "reasoning":
-                        reasoning_chars += len(text)
-                        r.reasoning_source = r.reasoning_source or "inline-think"
-                    else:
-                        answer_parts.append(text)
-                        if r.ttft_answer_s is None:
-                            r.ttft_answer_s = t - t0
-            if delta.get("tool_calls"):
-                carried = True
+                if not splitter.pending and not splitter.in_think and "<" not in content:
+                    append_answer(content)  # the common case, without the tag splitter
+                    if r.ttft_answer_s is None:
+                        r.ttft_answer_s = t - t0
+                else:
+                    for kind, text in splitter.feed(content):
+                        if kind == "orphan-close":
+                            reasoning_chars += sum(len(p) for p in answer_parts)
+                            answer_parts.clear()
+                            r.ttft_answer_s = None
+                            r.reasoning_source = r.reasoning_source or "inline-think"
+                            thinking = True
+                        elif kind == "reasoning":
+                            reasoning_chars += len(text)
+                            r.reasoning_source = r.reasoning_source or "inline-think"
+                            thinking = True
+                        else:
+                            append_answer(text)
+                            if r.ttft_answer_s is None:
+                                r.ttft_answer_s = t - t0
             if carried:
                 r.token_chunks += 1
+                if thinking:
+                    r.reasoning_chunks += 1
                 if r.ttft_s is None:
                     r.ttft_s = t - t0
                 t_last_token = t
         return None
 
+    read1 = resp.read1
     try:
         while True:
-            data = resp.raw.read1(65536)
+            data = read1(65536)
             t = clock()
             if not data:
                 break
             comments_before = parser.comments
-            events = parser.feed(data)
-            if events:
+            payloads = parser.feed_data(data)
+            if payloads:
                 t_last_data = t
             elif parser.comments > comments_before and t - t_last_data > stall_timeout_s:
                 return fail("stalled", f"stalled: only pings, no data for {t - t_last_data:.1f} s "
                                        f"(stall timeout {stall_timeout_s:g} s)")
-            for ev in events:
+            for p in payloads:
                 if r.done:
                     break
-                failed = handle(ev.data, t)
-                if failed is not None:
-                    return failed
-            if on_chunk is not None and events:
+                if handle(p, t) is not None:
+                    return r
+            if on_chunk is not None and payloads:
                 on_chunk(r)
             if r.done:
                 break
-        for ev in parser.close():
-            if handle(ev.data, clock()) is not None:
-                return r
-    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-        if "timed out" in str(exc).lower() or isinstance(exc, requests.exceptions.Timeout):
-            return fail("stalled", f"stalled: no data for {stall_timeout_s:g} s (stall timeout) "
-                                   f"after {r.token_chunks} token chunks")
+        if not r.done:
+            for ev in parser.close():
+                if handle(ev.data, clock()) is not None:
+                    return r
+    except _BadData as exc:
+        return fail("bad-data", str(exc))
+    except TimeoutError:
+        return fail("stalled", f"stalled: no data for {stall_timeout_s:g} s (stall timeout) "
+                               f"after {r.token_chunks} token chunks")
+    except (OSError, http.client.HTTPException) as exc:
         return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks "
                            f"({type(exc).__name__})")
-    except Exception as exc:  # urllib3 ProtocolError / IncompleteRead / socket timeout
-        name = type(exc).__name__
-        text = str(exc).lower()
-        if "timed out" in text or "timeout" in name.lower():
-            return fail("stalled", f"stalled: no data for {stall_timeout_s:g} s (stall timeout) "
-                                   f"after {r.token_chunks} token chunks")
-        return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks ({name})")
     r.total_s = clock() - t0
     r.pings = parser.comments
     for kind, text in splitter.feed("", final=True):
@@ -358,31 +542,10 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
         r.e2e_s = t_last_token - t0
     if not r.done:
         return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks")
-
-    if usage:
-        r.completion_tokens = usage.get("completion_tokens")
-        r.prompt_tokens = usage.get("prompt_tokens")
-        r.prompt_tokens_source = "usage" if r.prompt_tokens is not None else None
-        r.tokens_source = "usage"
-        details = usage.get("completion_tokens_details") or {}
-        r.reasoning_tokens = details.get("reasoning_tokens")
-        r.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    else:
-        r.completion_tokens = r.token_chunks
-        r.tokens_source = "chunk-estimate"
-        r.warnings.append(CHUNK_ESTIMATE_WARNING.format(chunks=r.token_chunks))
-        tm = r.server_timings or {}
-        if "prompt_n" in tm:
-            r.prompt_tokens = int(tm.get("prompt_n", 0)) + int(tm.get("cache_n", 0))
-            r.prompt_tokens_source = "timings"
-    if r.completion_tokens and r.token_chunks:
-        r.tokens_per_chunk = r.completion_tokens / r.token_chunks
-    if r.ttft_s and r.prompt_tokens:
-        r.prefill_tps = r.prompt_tokens / r.ttft_s
-    if (r.completion_tokens or 0) > 1 and r.e2e_s is not None and r.ttft_s is not None \
-            and r.e2e_s > r.ttft_s:
-        r.decode_tps = (r.completion_tokens - 1) / (r.e2e_s - r.ttft_s)
-
+    try:
+        _count(r, usage)
+    except _BadData as exc:
+        return fail("bad-data", str(exc))
     if not r.answer.strip():
         if r.finish_reason == "length":
             return fail("thinking-ate-budget",
@@ -391,3 +554,62 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
                         f"({r.reasoning_chars} characters of thinking); raise max_tokens")
         return fail("empty-answer", f"empty answer (finish_reason {r.finish_reason!r})")
     return r
+
+
+def _int_field(obj: dict[str, Any], key: str, where: str) -> int | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) is not int:
+        raise _BadData(f"bad data in the stream: {where}.{key} is {_kind(v)}, expected an integer")
+    return v
+
+
+def _count(r: RequestResult, usage: dict[str, Any] | None) -> None:
+    """Fill the token counts and rates of a finished stream (see the module doc); raises
+    :class:`_BadData` naming a count field of the wrong type."""
+    tm = r.server_timings or {}
+    if usage:
+        r.completion_tokens = _int_field(usage, "completion_tokens", "usage")
+        r.prompt_tokens = _int_field(usage, "prompt_tokens", "usage")
+        r.prompt_tokens_source = "usage" if r.prompt_tokens is not None else None
+        r.tokens_source = "usage"
+        details = usage.get("completion_tokens_details") or {}
+        if type(details) is not dict:
+            raise _BadData(f"bad data in the stream: usage.completion_tokens_details is "
+                           f"{_kind(details)}, expected an object")
+        r.reasoning_tokens = _int_field(details, "reasoning_tokens", "usage.completion_tokens_details")
+        if r.reasoning_tokens is not None:
+            r.reasoning_tokens_source = "usage"
+        pdetails = usage.get("prompt_tokens_details") or {}
+        if type(pdetails) is dict:
+            r.cached_tokens = _int_field(pdetails, "cached_tokens", "usage.prompt_tokens_details")
+    elif isinstance(tm.get("predicted_n"), int):
+        r.completion_tokens = tm["predicted_n"]
+        r.tokens_source = "timings"
+    else:
+        r.completion_tokens = r.token_chunks
+        r.tokens_source = "chunk-estimate"
+        r.warnings.append(CHUNK_ESTIMATE_WARNING)
+    if r.prompt_tokens is None and isinstance(tm.get("prompt_n"), int):
+        r.prompt_tokens = int(tm.get("prompt_n", 0)) + int(tm.get("cache_n") or 0)
+        r.prompt_tokens_source = "timings"
+    if r.completion_tokens and r.token_chunks:
+        r.tokens_per_chunk = r.completion_tokens / r.token_chunks
+    if r.ttft_s and r.prompt_tokens:
+        r.prefill_tps = r.prompt_tokens / r.ttft_s
+    if (r.completion_tokens or 0) > 1 and r.e2e_s is not None and r.ttft_s is not None \
+            and r.e2e_s > r.ttft_s:
+        r.decode_tps = (r.completion_tokens - 1) / (r.e2e_s - r.ttft_s)
+    if r.finish_reason == "length" and r.completion_tokens and r.answer.strip():
+        if r.reasoning_tokens is None and r.token_chunks:
+            r.reasoning_tokens = round(r.completion_tokens * r.reasoning_chunks / r.token_chunks)
+            r.reasoning_tokens_source = "chunk-share"
+        if r.reasoning_tokens is not None:
+            r.answer_tokens = r.completion_tokens - r.reasoning_tokens
+            if r.reasoning_tokens >= THINKING_MOST * r.completion_tokens:
+                approx = "~" if r.reasoning_tokens_source != "usage" else ""
+                r.cut_note = (f"answer cut by max_tokens (finish_reason \"length\") after "
+                              f"{r.completion_tokens} tokens: thinking {approx}{r.reasoning_tokens}, "
+                              f"answer {approx}{r.answer_tokens}")
+                r.warnings.append(CUT_BY_THINKING_WARNING)

@@ -73,18 +73,25 @@ def quantization_from(*names: str | None) -> str | None:
 def probe_engine(target: Target) -> dict[str, Any]:
     """Ask the server what it is. Returns ``engine`` (``llama.cpp`` / ``vllm`` / None),
     ``engine_version``, ``model`` (served id), ``model_path``, ``quantization``,
-    ``n_ctx`` (tokens), ``speculative``; unknown values are None. Never raises."""
+    ``n_ctx`` (tokens one request may use: llama.cpp's ``/props``
+    ``default_generation_settings.n_ctx``, the slot's context — ``--ctx-size`` divided by the
+    slots unless the KV cache is unified, capped at the model's training context; vLLM's
+    ``max_model_len``), ``n_params`` (llama.cpp's ``/v1/models`` ``meta.n_params``),
+    ``speculative``; unknown values are None. Never raises."""
     h = target.headers()
     base = target.aux_base.rstrip("/")
     out: dict[str, Any] = {"engine": None, "engine_version": None, "model": None,
                            "model_path": None, "quantization": None, "n_ctx": None,
-                           "speculative": None}
+                           "n_params": None, "speculative": None}
     models = _get_json(base + "/v1/models", h)
     first: dict[str, Any] = {}
     if isinstance(models, dict) and models.get("data"):
         first = models["data"][0] or {}
         out["model"] = first.get("id")
-        out["n_ctx"] = first.get("max_model_len") or (first.get("meta") or {}).get("n_ctx")
+        meta = first.get("meta") if isinstance(first.get("meta"), dict) else {}
+        out["n_ctx"] = first.get("max_model_len") or meta.get("n_ctx")
+        if isinstance(meta.get("n_params"), int):
+            out["n_params"] = meta["n_params"]
     props = _get_json(base + "/props", h)
     if isinstance(props, dict) and ("build_info" in props or "model_path" in props):
         out["engine"] = "llama.cpp"

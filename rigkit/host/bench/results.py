@@ -14,6 +14,11 @@ Verdicts (per workload):
 - ``PASS`` — within the band.
 - ``no baseline`` — no baseline given, or its context differs or is unknown
   (:func:`rigkit.host.bench.context.comparable`).
+- ``not comparable`` — a baseline matches, but one side's completion tokens are a chunk-count
+  estimate (the server sent no usage) and the other's are counted (``usage`` or llama.cpp's
+  ``timings.predicted_n``): decode tok/s from an estimate is neither a slowdown nor a speed-up
+  against a count (chunk counting undercounts ~2.5x under speculative decoding), so the
+  decode comparison is not made and the reason says why. Never a FAIL.
 
 Exit code: 1 when any verdict is FAIL (a verbatim FAIL included — a model that cannot quote is
 a failed smoke test, even the tiny test model's), else 0.
@@ -31,6 +36,16 @@ SCHEMA_VERSION = 1
 METRICS = ("decode_tps", "prefill_tps", "ttft_s", "ttft_answer_s", "e2e_s",
            "completion_tokens", "prompt_tokens", "tokens_per_chunk")
 SLOWER, FASTER, MAX_CV = 0.85, 1.15, 0.10
+#: How each ``tokens_source`` counts: ``counted`` (the server's own count) or ``estimate``.
+COUNTED_SOURCES = ("usage", "timings")
+
+
+def counts_kind(tokens_source: str | None) -> str | None:
+    """``"counted"`` for ``usage``/``timings``, ``"estimate"`` for ``chunk-estimate`` or a
+    ``mixed`` workload (some requests estimated), None when unknown (no successful request)."""
+    if tokens_source is None:
+        return None
+    return "counted" if tokens_source in COUNTED_SOURCES else "estimate"
 
 
 def stats(values: list[float]) -> dict[str, Any] | None:
@@ -49,24 +64,35 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
                        error_kind: str | None = None, spec_decode: dict | None = None,
                        spec_decode_note: str | None = None,
                        verbatim: list[dict[str, Any]] | None = None,
-                       not_run: str | None = None) -> dict[str, Any]:
+                       not_run: str | None = None, skipped: bool = False) -> dict[str, Any]:
     """Summary of one workload from its successful request records (dicts from
     :meth:`rigkit.host.bench.client.RequestResult.to_record`).
 
     Keys: ``status`` (``ok`` / ``failed`` / ``not-run``), ``error``, ``error_kind``, ``n``,
-    ``metrics`` (name → :func:`stats`), ``tokens_source`` (``usage``, ``chunk-estimate`` or
-    ``mixed``), ``completion_tokens_total``, ``chunk_estimate_total`` (what chunk counting
+    ``metrics`` (name → :func:`stats`), ``tokens_source`` (``usage``, ``timings``,
+    ``chunk-estimate``, ``usage+timings`` or ``mixed`` — some estimated), ``counts``
+    (:func:`counts_kind`), ``cut_by_thinking`` (``[{prompt_id, repetition, note}]``: answers
+    cut by max_tokens after thinking used most of it), ``completion_tokens_total``, ``chunk_estimate_total`` (what chunk counting
     would have said), ``server_timings`` (llama.cpp prompt/predicted tok/s stats),
-    ``spec_decode``, ``verbatim`` (one entry per quoting run).
+    ``spec_decode``, ``verbatim`` (one entry per quoting run). ``not_run`` (the reason)
+    marks a workload not sent; ``skipped`` says it was left out because it cannot run on this
+    target (verdict NOT-RUN) rather than because an earlier failure stopped the run (FAIL).
     """
     ok = [r for r in records if r.get("ok")]
     sources = sorted({r.get("tokens_source") for r in ok if r.get("tokens_source")})
+    kinds = {counts_kind(s_) for s_ in sources}
+    source = sources[0] if len(sources) == 1 else (
+        ("mixed" if "estimate" in kinds else "usage+timings") if sources else None)
     timings = [r.get("server_timings") or {} for r in ok]
     out: dict[str, Any] = {
         "status": "not-run" if not_run else ("failed" if error else "ok"),
+        "skipped": bool(not_run and skipped),
         "error": not_run or error, "error_kind": error_kind, "n": len(ok),
         "metrics": {m: stats([r.get(m) for r in ok]) for m in METRICS},
-        "tokens_source": sources[0] if len(sources) == 1 else ("mixed" if sources else None),
+        "tokens_source": source,
+        "counts": ("estimate" if "estimate" in kinds else "counted") if sources else None,
+        "cut_by_thinking": [{"prompt_id": r.get("prompt_id"), "repetition": r.get("repetition"),
+                             "note": r["cut_note"]} for r in ok if r.get("cut_note")],
         "completion_tokens_total": sum(r.get("completion_tokens") or 0 for r in ok),
         "chunk_estimate_total": sum(r.get("chunk_estimate") or 0 for r in ok),
         "server_timings": {
@@ -88,10 +114,14 @@ def _median(summary: dict[str, Any], metric: str) -> float | None:
 
 def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
             baselines: list[dict[str, Any]]) -> dict[str, Any]:
-    """Verdict for workload ``name``: ``{"verdict": PASS|WARN|FAIL|no baseline,
-    "reasons": [...], "baseline": file or None}``. ``baselines`` are loaded summary files
+    """Verdict for workload ``name``: ``{"verdict": PASS|WARN|FAIL|no baseline|not comparable|
+    NOT-RUN, "reasons": [...], "baseline": file or None}``; a workload that was not run
+    because it cannot run on this target (its summary's ``status`` ``not-run`` with
+    ``skipped`` true) is ``NOT-RUN`` with the reason, never a FAIL. ``baselines`` are loaded summary files
     (``{"context": …, "workloads": …, "_file": path}``)."""
     reasons: list[str] = []
+    if current["status"] == "not-run" and current.get("skipped"):
+        return {"verdict": "NOT-RUN", "reasons": [current["error"]], "baseline": None}
     if current["status"] != "ok":
         return {"verdict": "FAIL", "reasons": [current["error"]], "baseline": None}
     failed_quotes = [v for v in current.get("verbatim") or [] if not v["passed"]]
@@ -111,6 +141,16 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         label = "no baseline"
     else:
         bw = match["workloads"][name]
+        mine = current.get("counts") or counts_kind(current.get("tokens_source"))
+        theirs = bw.get("counts") or counts_kind(bw.get("tokens_source"))
+        if mine and theirs and mine != theirs:
+            est, cnt = ("this run", "the baseline") if mine == "estimate" else ("the baseline", "this run")
+            src = bw.get("tokens_source") if mine == "estimate" else current.get("tokens_source")
+            reasons.append(f"decode not compared: {est}'s completion tokens are a chunk-count "
+                           f"estimate (the server sent no usage), {cnt}'s are counted "
+                           f"({src}); an estimate is neither a slowdown nor a speed-up")
+            metrics = [m for m in metrics if m != "decode_tps"]
+            label = "not comparable"
         for m in metrics:
             cur, base = _median(current, m), _median(bw, m)
             if cur is None or not base:
@@ -124,7 +164,7 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
             elif ratio > FASTER:
                 reasons.append(f"{unit} {cur:.1f} tok/s is {100 * (ratio - 1):.0f}% above "
                                f"baseline {base:.1f} tok/s (stale baseline or a counting bug?)")
-                if label != "FAIL":
+                if label not in ("FAIL", "not comparable"):
                     label = "WARN"
     for m in metrics:
         s = (current.get("metrics") or {}).get(m)
@@ -153,7 +193,7 @@ def speedups(summary_workloads: dict[str, Any], baselines: list[dict[str, Any]])
             if not bw or cur.get("status") != "ok" or bw.get("status", "ok") != "ok":
                 continue
             c, base = _median(cur, "decode_tps"), _median(bw, "decode_tps")
-            if c and base:
+            if c and base and (cur.get("counts") or "counted") == (bw.get("counts") or "counted"):
                 out.append({"workload": name, "against": label, "file": b.get("_file"),
                             "factor": round(c / base, 3)})
     return out

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import requests
 
 from rigkit.host.bench import metrics as spec_metrics
-from rigkit.host.bench.client import stream_chat
+from rigkit.host.bench.client import ChatSession, stream_chat
 from rigkit.host.bench.context import Target
 from rigkit.host.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
                                   verdict)
@@ -58,27 +58,30 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
 
     Returns ``(summaries, warnings)``: workload name → :func:`summarize_workload` dict (the
     warm-up included, flagged ``discarded``), and the warnings raised on the way (chunk-count
-    fallbacks, skipped ``/metrics``). ``progress(workload, done, total)`` and ``warn(text)``
-    are called as it goes.
+    fallbacks, answers cut by thinking), each once, with ``(N of M requests)`` when it was
+    raised by more than one request. ``progress(workload, done, total)`` is called as it goes,
+    ``warn(text)`` the first time each warning is raised. A workload whose
+    :attr:`Workload.not_run` is set is not sent and is reported ``not-run`` with that reason.
     """
     os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, "requests.jsonl")
-    warnings: list[str] = []
+    counts: dict[str, int] = {}
     summaries: dict[str, Any] = {}
     aborted: str | None = None
+    sent = 0
 
     def _warn(text: str) -> None:
-        if text not in warnings:
-            warnings.append(text)
-            if warn:
-                warn(text)
+        counts[text] = counts.get(text, 0) + 1
+        if counts[text] == 1 and warn:
+            warn(text)
 
-    session = requests.Session()
-    with open(jsonl, "a", encoding="utf-8") as fh:
+    session = ChatSession()
+    with session, open(jsonl, "a", encoding="utf-8") as fh:
         for wl in workloads:
-            if aborted:
-                summaries[wl.name] = summarize_workload(
-                    wl.name, [], not_run=f"not run: the run stopped after {aborted}")
+            if aborted or wl.not_run:
+                why = wl.not_run or f"not run: the run stopped after {aborted}"
+                summaries[wl.name] = summarize_workload(wl.name, [], not_run=why,
+                                                        skipped=bool(wl.not_run))
                 summaries[wl.name]["discarded"] = wl.discard
                 continue
             before, note = spec_metrics.scrape(target.aux_base, target.headers())
@@ -90,6 +93,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                     progress(wl.name, i, len(wl.requests))
                 r = stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
                                 session=session, stall_timeout_s=stall_timeout_s)
+                sent += 1
                 for w in r.warnings:
                     _warn(w)
                 rec = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
@@ -128,6 +132,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
             summaries[wl.name]["discarded"] = wl.discard
             if error and kind in ABORT_KINDS:
                 aborted = wl.name
+    warnings = [text if n == 1 else f"{text} ({n} of {sent} requests)"
+                for text, n in counts.items()]
     return summaries, warnings
 
 
@@ -143,7 +149,9 @@ def build_summary(run_id: str, target: Target, context: dict[str, Any],
     context = dict(context)
     context["warmup_done"] = bool(warm and warm["status"] == "ok")
     verdicts = {n: verdict(n, w, context, baselines) for n, w in measured.items()}
-    if warm and warm["status"] != "ok":
+    if warm and warm.get("skipped"):
+        verdicts["warmup"] = {"verdict": "NOT-RUN", "reasons": [warm["error"]], "baseline": None}
+    elif warm and warm["status"] != "ok":
         verdicts["warmup"] = {"verdict": "FAIL", "reasons": [warm["error"]], "baseline": None}
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id,
@@ -165,6 +173,15 @@ def _fmt(s: dict[str, Any] | None, unit: str, digits: int = 1) -> str:
     return txt
 
 
+SOURCE_WORDS = {
+    "usage": "from usage",
+    "timings": "from llama.cpp's timings.predicted_n (the server's count; no usage sent)",
+    "usage+timings": "from usage and llama.cpp's timings.predicted_n",
+    "chunk-estimate": "ESTIMATED by counting chunks (no usage, no timings)",
+    "mixed": "partly ESTIMATED by counting chunks (some requests had no usage)",
+}
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
     speed-ups and the overall result."""
@@ -182,15 +199,24 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             m = w["metrics"]
             ct = m.get("completion_tokens")
             tpc = m.get("tokens_per_chunk")
+            estimate = w.get("counts") == "estimate"
+            decode = _fmt(m.get("decode_tps"), "tok/s")
+            if estimate and m.get("decode_tps"):
+                decode = f"~{decode} (ESTIMATE: chunks counted, no usage)"
             lines.append(
-                f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {_fmt(m.get('decode_tps'), 'tok/s')} · prefill "
+                f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {decode} · prefill "
                 f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
                 f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
+            source = SOURCE_WORDS.get(w["tokens_source"], w["tokens_source"])
             lines.append(
                 f"  completion tokens: {ct['median']:.0f} per request (median), "
-                f"{w['completion_tokens_total']} in total from {w['tokens_source']}; a chunk "
+                f"{w['completion_tokens_total']} in total {source}; a chunk "
                 f"count would say {w['chunk_estimate_total']} · "
                 f"{tpc['median']:.2f} tokens/chunk" if ct and tpc else "  completion tokens: n/a")
+            cut = w.get("cut_by_thinking") or []
+            if cut:
+                lines.append(f"  WARNING: {len(cut)} of {w['n']} answers cut by max_tokens after "
+                             f"thinking used most of it — {cut[0]['prompt_id']}: {cut[0]['note']}")
             st = w.get("server_timings")
             if st and st.get("predicted_per_second"):
                 lines.append(f"  server timings: prefill {_fmt(st['prompt_per_second'], 'tok/s')}"
@@ -205,7 +231,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
         reasons = "; ".join(v["reasons"])
         lines.append(f"  verdict: {v['verdict']}" + (f" — {reasons}" if reasons else ""))
     if "warmup" in summary["verdicts"]:
-        lines.append(f"warmup: FAIL — {summary['verdicts']['warmup']['reasons'][0]}")
+        wv = summary["verdicts"]["warmup"]
+        lines.append(f"warmup: {wv['verdict']} — {wv['reasons'][0]}")
     for s in summary["speedups"]:
         lines.append(f"speed-up vs {s['against']}: {s['workload']} {s['factor']:.2f}x decode")
     bad = [n for n, v in summary["verdicts"].items() if v["verdict"] == "FAIL"]

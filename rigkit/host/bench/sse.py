@@ -9,6 +9,15 @@ ends is discarded.
 
 Bytes are decoded with an incremental UTF-8 decoder, so a multi-byte character split across
 network reads is reassembled instead of turning into replacement characters.
+
+Two ways to read: :meth:`SSEParser.feed` returns :class:`SSEEvent` objects (every field);
+:meth:`SSEParser.feed_data` returns only each event's ``data`` and is the bench client's hot
+path: while the stream holds no CR and its events are single ``data: …`` lines (what vLLM and
+llama.cpp send), it decodes each read's complete events at once (cut at the last blank line,
+an ASCII boundary, so no multi-byte character is split; the rest waits for the next read) and
+slices each payload out of them. Any other event (a ``:`` ping, several
+lines, ``event:``/``id:`` fields) goes through the full interpreter one event at a time, and a
+CR anywhere switches the rest of the stream to it, so both methods yield the same data.
 """
 
 from __future__ import annotations
@@ -51,16 +60,60 @@ class SSEParser:
         self._has_fields = False
         self.comments = 0
         self.open_event = False
+        self._fast = True
+        self._raw = b""  # fast-path bytes not yet split into events
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (bytes, any split) and return the events it completed, in order."""
+        if self._raw:
+            chunk, self._raw = self._raw + chunk, b""
         text = self._decoder.decode(chunk)
         return self._consume(text, final=False)
+
+    def feed_data(self, chunk: bytes) -> list[str]:
+        """Parse ``chunk`` (bytes, any split) and return the ``data`` of each event it
+        completed, in order (what :meth:`feed` would return as ``SSEEvent.data``)."""
+        if not self._fast or b"\r" in chunk:
+            if self._fast:  # leave the fast path for good, handing over what it holds
+                self._fast = False
+            return [ev.data for ev in self.feed(chunk)]
+        buf = self._raw + chunk if self._raw else chunk
+        if not self._started:
+            if not buf:
+                return []
+            if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
+                self._raw = buf
+                return []
+            self._started = True
+            if buf.startswith(b"\xef\xbb\xbf"):
+                buf = buf[3:]
+        complete, sep, self._raw = buf.rpartition(b"\n\n")
+        if not sep:
+            self._raw = complete
+            return []
+        # whole events only, so no multi-byte character is cut: one decode per read
+        text = complete.decode("utf-8", errors="replace")
+        out: list[str] = []
+        append = out.append
+        for block in text.split("\n\n"):
+            if block[:6] == "data: " and "\n" not in block:
+                append(block[6:])
+            elif block:
+                if block[0] == "\n":  # a run of blank lines: an empty line dispatches nothing
+                    block = block.lstrip("\n")
+                    if block[:6] == "data: " and "\n" not in block:
+                        append(block[6:])
+                        continue
+                    if not block:
+                        continue
+                out.extend(ev.data for ev in self._consume(block + "\n\n", final=False))
+        return out
 
     def close(self) -> list[SSEEvent]:
         """End of stream: flush the decoder; an event without its blank line is discarded
         (``open_event`` then becomes True). Returns any event a final CR completed."""
-        text = self._decoder.decode(b"", final=True)
+        text = self._decoder.decode(self._raw, final=True)
+        self._raw = b""
         events = self._consume(text, final=True)
         if self._buf:
             self._line(self._buf)

@@ -122,12 +122,14 @@ class RequestSpec:
 
 @dataclass
 class Workload:
-    """A named list of requests; ``discard`` True keeps them out of the figures."""
+    """A named list of requests; ``discard`` True keeps them out of the figures; ``not_run``
+    (a sentence) says why it cannot run on this target, and then nothing is sent."""
 
     name: str
     requests: list[RequestSpec]
     discard: bool = False
     temperature: float | None = None
+    not_run: str | None = None
 
 
 def _body(model: str | None, content: str, *, max_tokens: int, temperature: float,
@@ -271,3 +273,46 @@ def verbatim_check(expected: str, got: str) -> VerbatimResult:
         difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
     return VerbatimResult(False, i, line, col, len(a), len(b), a[i:i + 24], b[i:i + 24],
                           round(sim, 4))
+
+
+#: Fewer parameters than this and a model cannot follow the quoting instruction at all (the
+#: sandbox's tiny GGUFs are bigram chains of ~0.1M); the smallest instruction models that copy
+#: text are ~1e8 (SmolLM-135M). Below it a verbatim FAIL would judge the model, not the rig.
+MIN_QUOTING_PARAMS = 100_000_000
+#: Tokens the chat template adds around a user message (role markers), as headroom.
+TEMPLATE_TOKENS = 32
+
+
+def _prompt_chars(spec: RequestSpec) -> int:
+    return sum(len(m.get("content") or "") for m in spec.payload.get("messages") or [])
+
+
+def mark_unrunnable(workloads: list[Workload], *, n_ctx: int | None, n_params: int | None,
+                    chars_per_token: float, quoting_chars_per_token: float | None = None,
+                    min_quoting_params: int = MIN_QUOTING_PARAMS) -> None:
+    """Set :attr:`Workload.not_run` (a sentence naming the figures and where they come from)
+    on each workload that cannot run on this target, so it is reported NOT-RUN, not FAIL:
+
+    - its largest request needs more context than one request may use: prompt tokens
+      (characters / ``chars_per_token``, plus :data:`TEMPLATE_TOKENS`) + ``max_tokens`` >
+      ``n_ctx`` (tokens; None: unknown, nothing is marked) — the server would answer HTTP 400;
+    - ``quoting``, when the model has fewer than ``min_quoting_params`` parameters
+      (``n_params`` from llama.cpp; None: unknown, it runs).
+    """
+    for wl in workloads:
+        if not wl.requests:
+            continue
+        cpt = (quoting_chars_per_token or chars_per_token) if wl.name == "quoting" else chars_per_token
+        need = max(int(_prompt_chars(s) / cpt) + TEMPLATE_TOKENS + int(s.payload.get("max_tokens") or 0)
+                   for s in wl.requests)
+        if n_ctx and need > n_ctx:
+            biggest = max(wl.requests, key=_prompt_chars)
+            wl.not_run = (f"needs ~{need:,} tokens of context (a ~{int(_prompt_chars(biggest) / cpt):,}"
+                          f"-token prompt + max_tokens {biggest.payload.get('max_tokens')}); the "
+                          f"server allows {n_ctx:,} per request (its reported context); use a "
+                          f"smaller --preset, --quoting-tokens or --max-tokens")
+        elif wl.name == "quoting" and n_params is not None and n_params < min_quoting_params:
+            wl.not_run = (f"the model has {n_params:,} parameters (the server's /v1/models "
+                          f"meta.n_params), under the {min_quoting_params:,} a model needs to "
+                          f"follow the quoting instruction; a verbatim FAIL would judge the "
+                          f"model, not the rig")
