@@ -1,82 +1,174 @@
-"""The results chart: tok/s per workload against the baseline (PNG, matplotlib).
+"""The bench's charts (matplotlib): one run's tok/s per workload against its baseline (PNG
+beside the results), and a member's history over runs (SVG, for ``rigkit report``).
 
-Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg canvas, so no pyplot state and
-no display backend are touched (works headless, in tests and on the host agent).
+Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg/SVG canvases, so no pyplot state
+and no display backend are touched (works headless, in tests and on any host).
+
+What a run's chart shows, per panel (decode tok/s, prefill tok/s, TTFT s; a panel with no value
+in any workload is left out): a bar per workload centred on its label (the median), each
+request's value as a point over it (the spread, not only a whisker), the baseline's median
+beside it when the baseline has that workload; a chunk-count estimate hatched and labelled
+``estimate``; a failed workload marked ``FAILED`` with its error kind at its label, a workload
+not run marked ``not run``; a warm-up that failed or did not run gets its own column, marked.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"))
+PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"))
+RUN_COLOUR, BASE_COLOUR, FAIL_COLOUR, MUTED = "#2b6cb0", "#a0aec0", "#c53030", "#718096"
 
 
-def _bar(summary: dict[str, Any] | None, metric: str) -> tuple[float, float, float] | None:
+def _median(summary: dict[str, Any] | None, metric: str) -> float | None:
     s = ((summary or {}).get("metrics") or {}).get(metric)
     if not s or (summary or {}).get("status", "ok") != "ok":
         return None
-    return s["median"], s["median"] - s["min"], s["max"] - s["median"]
+    return s["median"]
 
 
-def write_chart(path: str, summary: dict[str, Any], baseline: dict[str, Any] | None = None) -> None:
-    """Write a PNG to ``path``: one panel per metric of :data:`PANELS`, a bar per workload
-    (median, whiskers min–max) beside the baseline's median when ``baseline`` (a loaded
-    summary) has that workload. Failed workloads are marked ``FAILED`` instead of a bar.
-    Raises OSError when the file cannot be written."""
-    names = [n for n, w in summary["workloads"].items()]
-    fig = Figure(figsize=(8.5, 4.2 * len(PANELS)), dpi=100)
-    FigureCanvasAgg(fig)
+def _num(v: float) -> str:
+    """A figure for a label: thousands separated above 100, 1 decimal above 1, else 3."""
+    return f"{v:,.0f}" if abs(v) >= 100 else (f"{v:.1f}" if abs(v) >= 1 else f"{v:.3f}")
+
+
+def _columns(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    cols = list(summary["workloads"].items())
+    warm = summary.get("warmup")
+    if warm and warm.get("status") != "ok":
+        cols.insert(0, ("warmup", warm))
+    return cols
+
+
+def samples_from_jsonl(path: str) -> dict[str, dict[str, list[float]]]:
+    """Per-request values of the measured (not discarded) requests in a ``requests.jsonl``:
+    ``{workload: {metric: [values]}}`` for the metrics of :data:`PANELS`; ``{}`` when the file
+    is missing. Lines that are not JSON objects are skipped."""
+    out: dict[str, dict[str, list[float]]] = {}
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError:
+        return out
+    with fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or rec.get("discarded") or not rec.get("ok"):
+                continue
+            per = out.setdefault(str(rec.get("workload")), {})
+            for metric, _ in PANELS:
+                if isinstance(rec.get(metric), (int, float)):
+                    per.setdefault(metric, []).append(float(rec[metric]))
+    return out
+
+
+def draw_run(fig: Figure, summary: dict[str, Any], baseline: dict[str, Any] | None = None,
+             samples: dict[str, dict[str, list[float]]] | None = None) -> list[str]:
+    """Draw a run's panels on ``fig`` (see the module doc); returns the metrics drawn, in
+    order (empty when no workload has a value: then only a note is drawn)."""
+    cols = _columns(summary)
+    samples = samples or {}
+    bw = (baseline or {}).get("workloads") or {}
+    drawn = [(m, label) for m, label in PANELS
+             if any(_median(w, m) is not None for _, w in cols)]
     ctx = summary.get("context") or {}
     title = " · ".join(str(ctx[k]) for k in ("engine", "model", "quantization", "gpu")
                        if ctx.get(k))
     fig.suptitle(f"rigkit bench {summary.get('run_id', '')}\n{title}", fontsize=10)
+    verdicts = summary.get("verdicts") or {}
+    if not drawn:
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_axis_off()
+        lines = [f"{n}: {verdicts.get(n, {}).get('verdict') or w.get('status')} — "
+                 f"{(w.get('error') or '')[:90]}" for n, w in cols]
+        ax.text(0.5, 0.5, "nothing measured\n" + "\n".join(lines), ha="center", va="center",
+                fontsize=8, color=MUTED, wrap=True)
+        return []
     base_label = "baseline"
     if baseline:
         bctx = baseline.get("context") or {}
         base_label = "baseline: " + (" ".join(str(bctx[k]) for k in ("engine", "model")
                                               if bctx.get(k)) or baseline.get("_file", ""))
     width = 0.38
-    for i, (metric, label) in enumerate(PANELS):
-        ax = fig.add_subplot(len(PANELS), 1, i + 1)
-        xs = list(range(len(names)))
-        for x, name in zip(xs, names):
-            cur = _bar(summary["workloads"][name], metric)
-            if cur:
-                ax.bar(x - width / 2, cur[0], width, yerr=[[cur[1]], [cur[2]]], capsize=3,
-                       color="#2b6cb0", label="this run" if x == xs[0] or not ax.get_legend_handles_labels()[0] else None)
-                ax.annotate(f"{cur[0]:.0f}", (x - width / 2, cur[0] + cur[2]), ha="center",
-                            va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-            elif summary["workloads"][name].get("status") != "ok":
-                ax.annotate("FAILED", (x - width / 2, 0), ha="center", va="bottom",
-                            color="#c53030", fontsize=9, fontweight="bold")
-            base = _bar((baseline or {}).get("workloads", {}).get(name), metric)
-            if base:
-                ax.bar(x + width / 2, base[0], width, color="#a0aec0", hatch="//",
-                       label=base_label if base_label not in ax.get_legend_handles_labels()[1] else None)
-                ax.annotate(f"{base[0]:.0f}", (x + width / 2, base[0]), ha="center",
-                            va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-        verdicts = summary.get("verdicts") or {}
-        ax.set_xticks(xs)
-        ax.set_xticklabels([f"{n}\n{verdicts.get(n, {}).get('verdict', '')}" for n in names])
-        ax.margins(y=0.18)
+    for i, (metric, label) in enumerate(drawn):
+        ax = fig.add_subplot(len(drawn), 1, i + 1)
+        top = max([v for _, w in cols for v in [_median(w, metric)] if v is not None]
+                  + [max(samples.get(n, {}).get(metric) or [0]) for n, _ in cols]
+                  + [_median(bw.get(n), metric) or 0 for n, _ in cols]) or 1.0
+        seen: set[str] = set()
+        for x, (name, w) in enumerate(cols):
+            base = _median(bw.get(name), metric)
+            cur = _median(w, metric)
+            xc = x - width / 2 if base is not None else x  # centred on the label when alone
+            if cur is not None:
+                estimate = w.get("counts") == "estimate" and metric == "decode_tps"
+                lab = "this run (estimate)" if estimate else "this run"
+                ax.bar(xc, cur, width, color="white" if estimate else RUN_COLOUR,
+                       edgecolor=RUN_COLOUR, hatch="xx" if estimate else None,
+                       label=lab if lab not in seen else None)
+                seen.add(lab)
+                pts = samples.get(name, {}).get(metric) or []
+                if pts:
+                    ax.scatter([xc] * len(pts), pts, s=14, color="#1a202c", zorder=3,
+                               label="each request" if "pts" not in seen else None)
+                    seen.add("pts")
+                ax.annotate(f"{'~' if estimate else ''}{_num(cur)}" + (" estimate" if estimate else ""),
+                            (xc, max([cur, *pts])), ha="center", va="bottom", fontsize=8,
+                            xytext=(0, 3), textcoords="offset points")
+            elif w.get("status") == "failed":
+                ax.plot([x], [0], marker="X", color=FAIL_COLOUR, markersize=12, zorder=3)
+                ax.annotate(f"FAILED\n{w.get('error_kind') or ''}", (x, top * 0.08),
+                            ha="center", va="bottom", color=FAIL_COLOUR, fontsize=8,
+                            fontweight="bold")
+            elif w.get("status") == "not-run":
+                ax.annotate("not run", (x, top * 0.08), ha="center", va="bottom",
+                            color=MUTED, fontsize=8, fontstyle="italic")
+            if base is not None:
+                ax.bar(x + width / 2, base, width, color=BASE_COLOUR, hatch="//",
+                       label=base_label if base_label not in seen else None)
+                seen.add(base_label)
+                ax.annotate(_num(base), (x + width / 2, base), ha="center", va="bottom",
+                            fontsize=8, xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(list(range(len(cols))))
+        ax.set_xticklabels([f"{n}\n{verdicts.get(n, {}).get('verdict', '')}" for n, _ in cols],
+                           fontsize=8)
+        ax.set_xlim(-0.6, len(cols) - 0.4)
+        ax.set_ylim(0, top * 1.25)
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
-        handles, labels = ax.get_legend_handles_labels()
-        if handles:
-            ax.legend(loc="best", fontsize=8, framealpha=0.9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize=7, framealpha=0.9)
+    return [m for m, _ in drawn]
+
+
+def write_chart(path: str, summary: dict[str, Any], baseline: dict[str, Any] | None = None,
+                samples: dict[str, dict[str, list[float]]] | None = None,
+                fmt: str = "png") -> list[str]:
+    """Write a run's chart (:func:`draw_run`) to ``path`` as ``fmt`` (``png`` or ``svg``).
+    ``samples``: per-request values (:func:`samples_from_jsonl`). Returns the metrics drawn.
+    Raises OSError when the file cannot be written."""
+    n = sum(1 for m, _ in PANELS if any(_median(w, m) is not None for _, w in _columns(summary)))
+    fig = Figure(figsize=(8.5, 1.2 + 3.4 * max(n, 1)), dpi=100)
+    FigureCanvasAgg(fig)
+    drawn = draw_run(fig, summary, baseline, samples)
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
+    return drawn
 
 
 def write_outputs(out_dir: str, summary: dict[str, Any],
                   baselines: list[dict[str, Any]]) -> dict[str, str]:
     """Write ``summary.json`` and ``chart.png`` (against the verdict baseline of the first
-    workload that has one, else the first baseline given). Returns name → path."""
+    workload that has one, else the first baseline given; per-request points from the folder's
+    ``requests.jsonl``). Returns name → path."""
     paths = {"requests": os.path.join(out_dir, "requests.jsonl"),
              "summary": os.path.join(out_dir, "summary.json"),
              "chart": os.path.join(out_dir, "chart.png")}
@@ -86,5 +178,81 @@ def write_outputs(out_dir: str, summary: dict[str, Any],
     files = [v.get("baseline") for v in summary["verdicts"].values() if v.get("baseline")]
     chosen = next((b for b in baselines if b.get("_file") in files), None) or \
         (baselines[0] if baselines else None)
-    write_chart(paths["chart"], summary, chosen)
+    write_chart(paths["chart"], summary, chosen, samples_from_jsonl(paths["requests"]))
     return paths
+
+
+#: The history panels: metric, label, and the DESIGN.md reference key of each workload.
+HISTORY = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"))
+
+
+def write_history_svg(path: str, title: str, runs: list[dict[str, Any]],
+                      references: dict[str, dict[str, float]] | None = None,
+                      baseline: dict[str, dict[str, float]] | None = None) -> int:
+    """A member's bench history as one SVG: a panel per :data:`HISTORY` metric with a value,
+    a line per workload over time (median per run; hollow markers for chunk-count estimates,
+    a red cross at the time of a run whose workload failed), the baseline's median as a dashed
+    line and the reference figures (``references``: ``{metric: {label: value}}``, e.g. DESIGN.md's
+    rig figures) as dotted lines. Each point is an SVG link (``<a href>``) to its run's files.
+
+    + runs: ``[{"time": datetime, "href": str, "run_id": str, "workloads": {name: summary}}]``
+      in any order.
+    + baseline: ``{metric: {workload: median}}``.
+
+    Returns the number of panels drawn (0: nothing to draw, no file written). Raises OSError
+    when the file cannot be written.
+    """
+    runs = sorted(runs, key=lambda r: r["time"])
+    panels = [(m, label) for m, label in HISTORY
+              if any(_median(w, m) is not None for r in runs for w in r["workloads"].values())]
+    if not panels:
+        return 0
+    names = sorted({n for r in runs for n in r["workloads"]})
+    fig = Figure(figsize=(8.0, 0.9 + 2.6 * len(panels)), dpi=100)
+    FigureCanvasAgg(fig)
+    fig.suptitle(title, fontsize=10)
+    palette = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c")
+    for i, (metric, label) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        for k, name in enumerate(names):
+            colour = palette[k % len(palette)]
+            xs = [r["time"] for r in runs if _median(r["workloads"].get(name), metric) is not None]
+            ys = [_median(r["workloads"][name], metric) for r in runs
+                  if _median(r["workloads"].get(name), metric) is not None]
+            if xs:
+                ax.plot(xs, ys, color=colour, linewidth=1, alpha=0.7, label=name)
+            for r in runs:
+                w = r["workloads"].get(name)
+                v = _median(w, metric)
+                if v is not None:
+                    est = w.get("counts") == "estimate" and metric == "decode_tps"
+                    (pt,) = ax.plot([r["time"]], [v], marker="o", linestyle="none", markersize=6,
+                                    color=colour, markerfacecolor="white" if est else colour)
+                    pt.set_url(r["href"])
+                elif w and w.get("status") == "failed" and xs:
+                    (pt,) = ax.plot([r["time"]], [min(ys)], marker="X", linestyle="none",
+                                    color=FAIL_COLOUR, markersize=8)
+                    pt.set_url(r["href"])
+            for wl, value in ((baseline or {}).get(metric) or {}).items():
+                if wl == name:
+                    ax.axhline(value, color=colour, linestyle="--", linewidth=1,
+                               label=f"{name} baseline {value:.3g}")
+        for ref_label, value in ((references or {}).get(metric) or {}).items():
+            ax.axhline(value, color=MUTED, linestyle=":", linewidth=1.2,
+                       label=f"{ref_label} {value:g}")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=6, framealpha=0.9)
+        ax.tick_params(axis="x", labelsize=7)
+        if len({r["time"].date() for r in runs}) == 1:
+            from matplotlib.dates import DateFormatter
+            ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    return len(panels)
+
+
+def parse_time(ts: str) -> datetime:
+    """A summary's ISO-8601 ``timestamp`` as an aware datetime; raises ValueError."""
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
