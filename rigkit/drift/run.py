@@ -1,8 +1,25 @@
-"""The run: every host declared, planned, probed and compared (:func:`check`), and one host's
-exit code (:func:`exit_code`)."""
+"""The run: every host declared, planned, probed and compared (:func:`check`), one host's exit
+code (:func:`exit_code`), and the run as one document (:func:`document`, written by
+``rigkit drift --json`` and read back by :func:`read_document` — ``rigkit report`` reads it).
+
+The document is JSON Lines, one object per line, every line with ``kind``, ``host``, ``item``
+and ``severity`` (so a reader of finding records can filter the others out):
+
+- one line per finding (:meth:`Finding.record`: ``{host, kind, item, declared, actual,
+  severity}``, ``diff`` with ``--diff``);
+- then one ``kind: "status"`` line per host, clean hosts included: ``status`` (``clean``,
+  ``drift`` or ``not checked``), ``exit_code``, ``findings`` (how many count: ``drift`` and
+  ``error``), ``state`` (what was read: the GPU's power limits and driver, CUDA, llama-swap's
+  live members as declared and whether the live config is the declared one, the hold, the host
+  lock, the last window's journal — None for a host not reached);
+- last, one ``kind: "run"`` line: ``schema_version``, ``generated`` (UTC ISO-8601),
+  ``inventory``, ``hosts`` (names, in order), ``exit_code`` (DESIGN.md precedence).
+"""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
@@ -24,9 +41,11 @@ def exit_code(findings: list[Finding]) -> int:
 
 
 def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool = False, plan: bool = True,
-          connect_timeout: int = 10) -> tuple[list[Finding], dict[str, int]]:
+          connect_timeout: int = 10, states: dict[str, Any] | None = None) -> tuple[list[Finding], dict[str, int]]:
     """Drift of every host: ``(findings, {host: exit code})``, every host reported. Findings are
-    masked; an unreachable host is one ``error`` finding (kind ``host``)."""
+    masked; an unreachable host is one ``error`` finding (kind ``host``). When ``states`` (a
+    dict) is given, it is filled with each host's :func:`host_state` (None when not reached).
+    The hosts are probed at once (pyinfra's own parallel connect and fact gathering)."""
     from rigkit.secrets import hf_token_source, read_hf_token
 
     token = read_hf_token()
@@ -42,6 +61,8 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     codes: dict[str, int] = {}
     for decl in decls:
         facts, why = probes.get(decl.host, (None, "not probed"))
+        if states is not None:
+            states[decl.host] = None if facts is None else host_state(decl, facts)
         if facts is None:
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why, severity="error")]
         else:
@@ -63,3 +84,104 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         findings += host_findings
         codes[decl.host] = exit_code(host_findings)
     return findings, codes
+
+
+STATUS = {exitcodes.OK: "clean", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked",
+          exitcodes.INVALID: "not checked"}
+SCHEMA_VERSION = 1
+
+
+def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """What the probe read that an operator wants at a glance (no secret in it): ``gpu``
+    (name, driver, power limit / enforced / default / min / max in W, from ``NvidiaSmi``),
+    ``cuda`` (the driver's CUDA version), ``llama_swap_live`` (the members the declared live
+    config holds, names only, and ``live_config_as_declared``: False when the live file's hash
+    differs), ``hold`` (the holds file's data or None), ``lock`` (``held``/``holder``/``stale``),
+    ``window`` (the last window journal's ``id``, ``state``, ``tenant``, ``started``/``ended``,
+    or None when none was ever run)."""
+    from rigkit import paths
+
+    smi = facts.get("smi") or {}
+    gpus = smi.get("gpus") or []
+    g = gpus[0] if gpus else {}
+    members = getattr(getattr(decl.spec, "llama_swap", None), "members", {}) or {}
+    live = sorted(n for n, m in members.items() if not getattr(m, "staged", False))
+    files = facts.get("files") or {}
+    declared = (decl.files or {}).get(paths.LLAMA_SWAP_CONFIG)
+    actual = files.get(paths.LLAMA_SWAP_CONFIG) or {}
+    want = declared.get("sha256") if isinstance(declared, dict) else getattr(declared, "sha256", None)
+    as_declared = None if not want or not actual else actual.get("sha256") == want
+    journal = (facts.get("window") or {}).get("data") or None
+    window = None
+    if isinstance(journal, dict):
+        window = {k: journal.get(k) for k in ("id", "state", "started", "ended", "started_at", "ended_at")
+                  if journal.get(k) is not None}
+        window["tenant"] = (journal.get("plan") or {}).get("tenant")
+    holds = (facts.get("holds") or {}).get("data") or None
+    lock = facts.get("rig_lock") or {}
+    return {
+        "gpu": {"state": smi.get("state"), "name": g.get("name"), "driver": g.get("driver_version"),
+                "power_limit_w": g.get("power_limit_w"), "power_enforced_w": g.get("power_enforced_w"),
+                "power_default_w": g.get("power_default_w"), "power_min_w": g.get("power_min_w"),
+                "power_max_w": g.get("power_max_w"), "declared_power_limit_w": decl.spec.gpu_power_limit_w,
+                "declared_driver": decl.spec.nvidia_driver_version},
+        "cuda": facts.get("smi_cuda"), "declared_cuda": decl.spec.cuda_version,
+        "llama_swap_live": {"members": live, "live_config_as_declared": as_declared},
+        "hold": holds if holds else None,
+        "lock": {"held": bool(lock.get("held")), "holder": lock.get("holder"), "stale": lock.get("stale")},
+        "window": window,
+    }
+
+
+def document(findings: list[Finding], codes: dict[str, int], hosts: list[str], inventory: str,
+             states: dict[str, Any] | None = None, with_diff: bool = False) -> list[dict[str, Any]]:
+    """The run as the records of the module doc, in order: findings, a status per host, the run."""
+    states = states or {}
+    out = [f.record(with_diff=with_diff) for f in findings]
+    for h in hosts:
+        counted = sum(f.host == h and f.severity in ("drift", "error") for f in findings)
+        out.append({"kind": "status", "host": h, "item": "drift", "severity": "status",
+                    "status": STATUS.get(codes[h], "not checked"), "exit_code": codes[h],
+                    "findings": counted, "state": states.get(h)})
+    out.append({"kind": "run", "host": None, "item": "rigkit drift", "severity": "status",
+                "schema_version": SCHEMA_VERSION, "inventory": inventory, "hosts": list(hosts),
+                "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "exit_code": exitcodes.combine(*codes.values()) if codes else exitcodes.OK})
+    return out
+
+
+def dumps_document(records: list[dict[str, Any]]) -> str:
+    """JSON Lines text of a :func:`document` (one sorted-key object per line)."""
+    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+
+
+def read_document(text: str, source: str = "drift document") -> dict[str, Any]:
+    """Parse ``rigkit drift --json`` output: ``{"run": run record, "hosts": {name: status
+    record + "records": [its findings]}}``. Raises ValueError naming ``source`` and the line
+    when a line is not a JSON object, or when the ``run`` record is missing (an output cut
+    short, or one written before the document had one)."""
+    run: dict[str, Any] | None = None
+    hosts: dict[str, dict[str, Any]] = {}
+    findings: list[dict[str, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{source}: line {n} is not JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{source}: line {n} is not a JSON object")
+        if rec.get("kind") == "run":
+            run = rec
+        elif rec.get("kind") == "status":
+            hosts[str(rec.get("host"))] = {**rec, "records": []}
+        else:
+            findings.append(rec)
+    if run is None:
+        raise ValueError(f"{source}: no \"run\" record (cut short, or written by an older rigkit "
+                         f"drift --json); run rigkit drift --json again")
+    for rec in findings:
+        if str(rec.get("host")) in hosts:
+            hosts[str(rec.get("host"))]["records"].append(rec)
+    return {"run": run, "hosts": hosts}
