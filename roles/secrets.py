@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pyinfra.api import deploy
-from pyinfra.operations import server
+from pyinfra.operations import files, server
 
 from rigkit import paths
 from rigkit.operations.secrets import generated_secret, secret_env_file
@@ -20,6 +20,10 @@ def secrets(spec: RigSpec):
     server.group(name=f"Create the {user} group", group=user, system=True)
     server.user(name=f"Create the {user} system user", user=user, group=user, groups=["docker"], system=True,
                 home=f"/var/lib/{user}", shell="/usr/bin/nologin", create_home=True, ensure_home=True)
+    # the one declaration of the folder's owner and mode (DESIGN.md "Secrets"): llama-swap reads
+    # hyperqwen.env through it
+    files.directory(name="Create /etc/rigkit/secrets (root:llama-swap 0750)", path=paths.SECRETS_DIR, user="root",
+                    group=user, mode="750")
     token = read_hf_token()
     if token:
         secret_env_file(name=f"Install the HF token from the control machine's {hf_token_source()}",

@@ -574,14 +574,15 @@ class _Fetcher:
         if todo:
             need = sum(f["size"] for f in todo)
             partial = sum(min(self._part(f).stat().st_size, f["size"]) for f in todo if self._part(f).exists())
-            reclaim = sum((self.target / f["path"]).stat().st_size for f in bad)
             in_place = sum(f["size"] for f in self.entry["files"]) - need
             free = self.free_space(self.target)
-            if need - partial > free + reclaim:
+            # a bad file stays in place until its verified successor replaces it (a failed transfer
+            # leaves the host as it was), so its bytes are not free while the successor downloads
+            if need - partial > free:
                 raise FetchError(
                     f"{self.name}: not enough disk at {self.target}: {need - partial} bytes ({human(need - partial)}) "
                     f"still to download for {len(todo)} file(s), {free} bytes ({human(free)}) free"
-                    + (f" (+{human(reclaim)} from bad files to replace)" if reclaim else "")
+                    + (f" ({len(bad)} file(s) to replace stay in place until their successors verify)" if bad else "")
                     + f"; {human(in_place)} already in place, {human(partial)} partially downloaded. "
                     "Nothing was downloaded; free space or move the models root")
             self.token = read_token(self.token_file) if "repo_id" in self.source else None
@@ -590,9 +591,6 @@ class _Fetcher:
             self.log(f"{self.name}: {len(todo)} file(s), {human(need - partial)} to download into {self.target} "
                      f"({human(in_place)} already in place)")
         for f in todo:
-            path = self.target / f["path"]
-            if f in bad and path.exists():
-                path.unlink()
             before = self._part(f).stat().st_size if self._part(f).exists() else 0
             entries[f["path"]] = self.fetch_one(f)
             result.fetched.append(f["path"])

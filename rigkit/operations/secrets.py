@@ -1,5 +1,7 @@
-"""Secret files whose values never reach any output, diff or op name: an env file uploaded from the
-control machine (:func:`secret_env_file`), one generated once on the host (:func:`generated_secret`)."""
+"""Secret files whose values never reach any output, diff or op name — nor any file another user of
+the host could read, even for a moment: an env file uploaded from the control machine
+(:func:`secret_env_file`), one generated once on the host (:func:`generated_secret`). Their folder
+(``/etc/rigkit/secrets/``) is declared once, by the secrets role, not here."""
 
 from __future__ import annotations
 
@@ -7,6 +9,11 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import operation
+
+from rigkit import paths
+
+#: Where a secret upload waits for sudo's copy: a folder owned by the SSH user, mode 0700.
+UPLOAD_DIR = f"{paths.STATE_DIR}/upload"
 
 
 @operation()
@@ -17,8 +24,10 @@ def secret_env_file(path: str, key: str, value: str, user: str = "root", group: 
     + key: the variable name (shown); ``value`` never is
     + user/group/mode: ownership (``root``/``root``/``600`` by default)
 
-    Compares the file's sha256 with the wanted content's; uploads with a plain file upload (no
-    ``--diff`` output, no content in commands or op names), then fixes owner and mode.
+    Compares the file's sha256 with the wanted content's; creates the file empty with its final
+    owner and mode, then uploads (no ``--diff`` output, no content in commands or op names) — under
+    sudo through a 0700 folder of the SSH user's (:data:`UPLOAD_DIR`), never a default-mode file in
+    ``/tmp``; the folder holding ``path`` must exist (the secrets role declares it).
     """
     import hashlib
 
@@ -30,10 +39,17 @@ def secret_env_file(path: str, key: str, value: str, user: str = "root", group: 
     info = host.get_fact(File, path=path)
     current = host.get_fact(Sha256File, path=path) if info else None
     if current != wanted:
-        directory = path.rsplit("/", 1)[0]
-        yield f"install -d -m 0750 -o root -g {group} {directory}"
-        yield f"install -m 0600 /dev/null {path}"
-        yield FileUploadCommand(StringIO(content), path, remote_temp_filename=host.get_temp_filename(path))
+        # the destination exists first with its final mode, so neither an SFTP write nor sudo's
+        # `cp` onto it ever leaves the content in a readable file
+        yield f"install -m {mode} -o {user} -g {group} /dev/null {path}"
+        # under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it into place:
+        # that file lives in a folder only the SSH user (and root) can enter, and is removed after
+        yield f"mkdir -p {paths.STATE_DIR}"
+        yield (f"install -d -m 0700 -o \"${{SUDO_USER:-$(id -un)}}\" -g \"$(id -gn \"${{SUDO_USER:-$(id -un)}}\")\" "
+               f"{UPLOAD_DIR}")
+        temp = f"{UPLOAD_DIR}/{hashlib.sha1(path.encode()).hexdigest()}"
+        yield FileUploadCommand(StringIO(content), path, remote_temp_filename=temp)
+        yield f"rm -f {temp}"
         info = None
     yield from _owner_and_mode(path, info, user, group, mode)
 
@@ -62,8 +78,6 @@ def generated_secret(path: str, key: str, user: str = "root", group: str = "root
 
     info = host.get_fact(File, path=path)
     if not info or not info.get("size"):
-        directory = path.rsplit("/", 1)[0]
-        yield f"install -d -m 0750 -o root -g {group} {directory}"
         yield (f"( umask 077; printf '{key}=%s\\n' \"$(od -An -N{nbytes} -tx1 /dev/urandom | tr -d ' \\n')\" > {path} )")
         info = None
     yield from _owner_and_mode(path, info, user, group, mode)

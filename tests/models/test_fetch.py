@@ -188,6 +188,24 @@ def test_corrupted_file_on_disk_is_replaced(hub, lock, host):
            "(540920 bytes, lock 540920); it will be replaced" in msgs
 
 
+@pytest.mark.parametrize("failure", ["corrupt-twice", "wrong-token"])
+def test_a_failed_refetch_leaves_the_previous_file_in_place(hub, lock, host, failure):
+    """A file that fails its hash is replaced only by its verified successor: a refetch whose transfer
+    fails (bytes that never verify, the hub refusing the token) leaves the old file where it was."""
+    fetch(lock, "gguf-baseline", host, hub)
+    gguf = target(host, "gguf-baseline") / "Qwen3.8-27B-Q4_K_M.gguf"
+    data = bytearray(gguf.read_bytes())
+    data[10] ^= 0xFF  # bit rot: the file no longer matches the lock
+    gguf.write_bytes(bytes(data))
+    if failure == "corrupt-twice":
+        hub.hub.fault(repos.GGUF, "Qwen3.8-27B-Q4_K_M.gguf", "corrupt", times=2)
+    else:
+        host["token_file"].write_text(f"HF_TOKEN={WRONG_TOKEN}\n")
+    with pytest.raises(FetchError):
+        fetch(lock, "gguf-baseline", host, hub)
+    assert gguf.read_bytes() == bytes(data), "the previous file must stay until its successor verifies"
+
+
 def test_too_little_disk_is_refused_before_any_download(hub, lock, host):
     dest = target(host)
     dest.mkdir(parents=True)
