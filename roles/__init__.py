@@ -4,16 +4,14 @@ operations, reading only the :class:`~rigkit.spec.RigSpec` (never raw ``host.dat
 
 from __future__ import annotations
 
-from io import StringIO
-
-from pyinfra.operations import files
-
+from rigkit.operations.config import rendered_file
 from rigkit.render import RenderedFile
 
 
 def put_rendered(path: str, rendered: RenderedFile, name: str):
-    """Upload one file from :func:`rigkit.render.render` (the same string ``rigkit render``
-    shows) with its mode and owner; returns pyinfra's ``OperationMeta``."""
+    """Install one file from :func:`rigkit.render.render` (the same string ``rigkit render`` shows)
+    with its mode and owner, keeping a backup of a replaced file rigkit did not write
+    (:func:`rigkit.operations.config.rendered_file`); returns pyinfra's ``OperationMeta``."""
     user, group = rendered.owner.split(":")
-    return files.put(name=name, src=StringIO(rendered.text), dest=path, user=user, group=group,
-                     mode=rendered.mode.lstrip("0") or "0", create_remote_dir=True)
+    return rendered_file(name=name, path=path, text=rendered.text, user=user, group=group,
+                         mode=rendered.mode.lstrip("0") or "0")

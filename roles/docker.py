@@ -22,7 +22,7 @@ def docker(spec: RigSpec):
     """Install and start docker with the nvidia runtime; restart it only when daemon.json changed."""
     pacman.packages(name="Install docker, compose, buildx and the NVIDIA container toolkit", packages=PACKAGES)
     daemon_json = json_keys(name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
-                            path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS, backup_suffix=".rigkit-bak")
+                            path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS)
     systemd.service(name="Enable and start docker", service="docker.service", running=True, enabled=True)
     server.shell(name="Restart docker for the new daemon.json (under the host lock)",
                  commands=[locked_command("deploy: restart docker for daemon.json",

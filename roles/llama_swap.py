@@ -11,6 +11,8 @@ run changes nothing.
 
 from __future__ import annotations
 
+from io import StringIO
+
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
@@ -39,8 +41,9 @@ def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile]):
     put_rendered(paths.LLAMA_SWAP_STAGED, rendered[paths.LLAMA_SWAP_STAGED],
                  name="Install the staged llama-swap config for review")
     live_text = rendered[paths.LLAMA_SWAP_CONFIG].text
-    put_rendered(STAGING, RenderedFile(live_text, "0600", "root:root"),
-                          name="Upload the declared live llama-swap config for activation")
+    # rigkit's own scratch copy (the wire-in writes it too): no backup of what it replaces
+    files.put(name="Upload the declared live llama-swap config for activation", src=StringIO(live_text), dest=STAGING,
+              user="root", group="root", mode="600", create_remote_dir=True)
     unit = put_rendered(UNIT, rendered[UNIT], name="Install llama-swap.service")
     systemd.daemon_reload(name="Reload systemd for llama-swap.service", _if=lambda: unit.did_change())
     systemd.service(name="Enable llama-swap", service="llama-swap.service", enabled=True)

@@ -1,17 +1,20 @@
 """Config files: some keys of a JSON file owned by rigkit (:func:`json_keys`, merged with the pure
-:func:`merge_json`), and a rendered file installed with a backup of the one it replaces."""
+:func:`merge_json`), and a rendered file (:func:`rendered_file`) — both keep a timestamped backup of
+a file they replace that rigkit did not write, and name it in the deploy's output."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from io import StringIO
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import OperationError, operation
 from pyinfra.operations import files
 
+from rigkit import paths
 from rigkit.facts import JsonFile
 
 
@@ -29,12 +32,13 @@ def merge_json(current: Any, wanted: Any) -> Any:
 
 
 @operation()
-def json_keys(path: str, keys: dict[str, Any], backup_suffix: str | None = None):
+def json_keys(path: str, keys: dict[str, Any], backup: bool = True):
     """Own some keys of a JSON config file, keeping the rest (e.g. ``/etc/docker/daemon.json``).
 
     + path: the JSON file (created when missing)
     + keys: the keys rigkit owns, merged with :func:`merge_json`
-    + backup_suffix: when set, an existing file is copied to ``path + suffix`` before it is replaced
+    + backup: an existing file is copied to :func:`backup_path` (timestamped) before it is replaced,
+      and the backup named in the deploy's output
 
     Compared as JSON, never as text; written with 4-space indentation like ``nvidia-ctk``. A
     file that is not a JSON object is refused, never overwritten.
@@ -46,31 +50,53 @@ def json_keys(path: str, keys: dict[str, Any], backup_suffix: str | None = None)
     if current["exists"] and merged == current["data"]:
         host.noop(f"{path} holds {', '.join(sorted(keys))}")
         return
-    if current["exists"] and backup_suffix:
-        yield f"cp -a {path} {path}{backup_suffix}"
+    if current["exists"] and backup:
+        yield from _backup(path, f"rigkit merges {', '.join(sorted(keys))} into it")
     yield from files.put._inner(src=StringIO(json.dumps(merged, indent=4) + "\n"), dest=path,
                                 user="root", group="root", mode="644")
 
 
+def backup_path(path: str, stamp: str | None = None) -> str:
+    """``<path>.rigkit-bak-<UTC stamp>`` (``20261201T120000Z``): where a replaced file is kept."""
+    return f"{path}.rigkit-bak-{stamp or time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+
+
+def written_marker(path: str) -> str:
+    """The file recording the sha256 of what rigkit last wrote to ``path``
+    (``/var/lib/rigkit/written/<sha1 of path>``)."""
+    return f"{paths.STATE_DIR}/written/{hashlib.sha1(path.encode()).hexdigest()}"
+
+
+def _backup(path: str, what: str):
+    """Copy ``path`` aside (content, mode, owner) and say where, in the deploy's output."""
+    dest = backup_path(path)
+    logger.warning(f"{host.print_prefix}{path}: {what}; the replaced file is kept as {dest}")
+    yield f"cp -a {path} {dest}"
+
+
 @operation()
-def config_file(path: str, text: str, user: str = "root", group: str = "root", mode: str = "644",
-                backup: bool = True):
-    """Install a rendered config file, keeping a copy of the one it replaces.
+def rendered_file(path: str, text: str, user: str = "root", group: str = "root", mode: str = "644"):
+    """Install a rendered file; a replaced file whose content rigkit did not write last is kept.
 
-    + path: the remote file
-    + text: its wanted content (from :func:`rigkit.render.render`)
-    + backup: copy an existing, different file to ``<path>.bak-<UTC timestamp>`` first
+    + path: the remote file; text: its content (from :func:`rigkit.render.render`)
+    + user/group/mode: ownership and octal mode (``"644"``)
 
-    Nothing already on a host is lost: the backup is taken before the upload, only when the
-    content differs.
+    When ``path`` exists with other content and that content is not what rigkit wrote there last
+    (the sha256 in :func:`written_marker`) — an operator's hand edit, or a file from before rigkit —
+    it is copied to :func:`backup_path` first and the backup is named in the deploy's output. After
+    an upload the marker records the new content. No change when the content, owner and mode hold.
     """
-    from pyinfra.facts.files import Sha1File
+    from pyinfra.facts.files import FileContents, Sha256File
 
-    import hashlib
-
-    current = host.get_fact(Sha1File, path=path)
-    wanted = hashlib.sha1(text.encode()).hexdigest()
-    if backup and current and current != wanted:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        yield f"cp -a {path} {path}.bak-{stamp}"
-    yield from files.put._inner(src=StringIO(text), dest=path, user=user, group=group, mode=mode)
+    wanted = hashlib.sha256(text.encode()).hexdigest()
+    current = host.get_fact(Sha256File, path=path)
+    if current and current != wanted:
+        marker = host.get_fact(FileContents, path=written_marker(path)) or []
+        if (marker[0].strip() if marker else None) != current:
+            yield from _backup(path, "its content was not written by rigkit (edited by hand?)")
+    changed = current != wanted
+    yield from files.put._inner(src=StringIO(text), dest=path, user=user, group=group, mode=mode,
+                                create_remote_dir=True)
+    if changed:
+        marker = written_marker(path)
+        yield f"mkdir -p {marker.rsplit('/', 1)[0]} && echo {wanted} > {marker}"
