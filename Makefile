@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # (DESIGN.md "Testing with real parts"); its sha256 is still checked.
 SHARED ?= $(abspath ../shared)
 export RIGKIT_LLAMA_SWAP_SCHEMA_URL ?= $(if $(wildcard $(SHARED)/data/llama-swap/config-schema.json),file://$(SHARED)/data/llama-swap/config-schema.json,)
-APT_PACKAGES := systemd
+APT_PACKAGES := systemd chromium
 
 SANDBOX_STATE ?= /var/lib/rigkit-harness
 RELEASES := $(SANDBOX_STATE)/fixtures-www/releases
@@ -44,6 +44,8 @@ demo: sandbox-fixtures
 	@echo "the demo host stays up until 'make demo-clean'; reach it with:"
 	@echo "  $$(bash tests/harness/host.sh reach demo)"
 	@echo "  e.g. curl 127.0.0.1:8080/running there; rigkit drift -i inventory/sandbox.py here"
+	@echo "the report (drift now, the bench history; open it from disk):"
+	@HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit report -i inventory/sandbox.py --out out/report
 
 demo-clean:
 	bash tests/harness/host.sh down demo

@@ -221,8 +221,10 @@ from rigkit.models_cli import models  # noqa: E402
 cli.add_command(models)
 
 from rigkit.drift_cli import drift  # noqa: E402
+from rigkit.report_cli import report  # noqa: E402
 
 cli.add_command(drift)
+cli.add_command(report)
 
 from rigkit.wirein_cli import wire_in  # noqa: E402
 

@@ -1,0 +1,155 @@
+"""`rigkit report` (issue 16 items 3 and 5): one static page per inventory — every host and
+member, the drift state, the bench history charts (inline SVG, points linking to the runs'
+files), nothing fetched from the network, text escaped; opened in headless Chromium with its
+console captured, and a screenshot kept (``out/test-artefacts/report.png``, ignored by git)."""
+
+import json
+import re
+import shutil
+from datetime import datetime, timedelta, timezone
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rigkit.drift.compare import Finding
+from rigkit.drift.run import document, dumps_document, read_document
+from rigkit.report import find_runs, write_report
+
+ARTEFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artefacts"
+STATE = {"gpu": {"state": "ok", "name": "NVIDIA GeForce RTX 3090", "driver": "610.57",
+                 "power_limit_w": 420.0, "power_enforced_w": 420.0, "power_default_w": 350.0,
+                 "power_min_w": 100.0, "power_max_w": 450.0, "declared_power_limit_w": 420,
+                 "declared_driver": "610.57"},
+         "cuda": "13.3", "declared_cuda": "13.3",
+         "llama_swap_live": {"members": ["gguf-baseline", "strata"], "live_config_as_declared": True},
+         "hold": None, "lock": {"held": False, "holder": None, "stale": None}, "window": None}
+
+
+def member(service=None):
+    return SimpleNamespace(service=service)
+
+
+def host(name, *members):
+    spec = SimpleNamespace(
+        llama_swap=SimpleNamespace(members={m: member("hyperqwen" if m == "hyperqwen" else None)
+                                            for m in members}),
+        bench=SimpleNamespace(baseline=None))
+    return SimpleNamespace(name=name, spec=spec)
+
+
+def summary(host_, member_, when, decode, status="ok", counts="counted"):
+    w = {"status": status, "counts": counts, "error": None if status == "ok" else "stalled",
+         "metrics": {"decode_tps": {"median": decode, "min": decode, "max": decode, "n": 1, "cv": None},
+                     "prefill_tps": {"median": decode * 8, "min": 1, "max": 1, "n": 1, "cv": None},
+                     "ttft_s": {"median": 0.2, "min": 0.2, "max": 0.2, "n": 1, "cv": None}}
+         if status == "ok" else {}}
+    return {"run_id": f"run-{member_}-{when:%H%M%S}", "timestamp": when.isoformat(), "preset": "small",
+            "context": {"host": host_, "member": member_}, "workloads": {"chat-greedy": w},
+            "verdicts": {"chat-greedy": {"verdict": "PASS" if status == "ok" else "FAIL",
+                                         "reasons": []}}}
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """Two hosts; b's strata has three runs (one failed, one an estimate), a's none; b drifted
+    with a finding holding markup and brackets."""
+    results = tmp_path / "results"
+    t0 = datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    for i, (decode, status, counts) in enumerate([(40.0, "ok", "counted"), (0, "failed", "counted"),
+                                                 (17.0, "ok", "estimate")]):
+        s = summary("b", "strata", t0 + timedelta(hours=i), decode, status, counts)
+        d = results / f"bench-{i}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps(s))
+        (d / "requests.jsonl").write_text("{}\n")
+    s = summary("b", "hyperqwen", t0, 120.0)
+    (results / "hq").mkdir()
+    (results / "hq" / "summary.json").write_text(json.dumps(s))
+    (results / "junk").mkdir()
+    (results / "junk" / "summary.json").write_text("not json")
+    hosts = [host("a", "gguf-baseline", "strata"), host("b", "gguf-baseline", "hyperqwen", "strata")]
+    f = Finding("b", "pin", "IgnorePkg in [options]", "<script>alert(1)</script>", "missing")
+    doc = read_document(dumps_document(document([f], {"a": 0, "b": 3}, ["a", "b"], "inv.py",
+                                                {"a": STATE, "b": STATE})))
+    out = tmp_path / "report"
+    page = write_report(hosts, "inv.py", str(out), str(results), doc, "run live")
+    return Path(page), hosts
+
+
+class Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags(text):
+    p = Tags()
+    p.feed(text)
+    return p.tags
+
+
+def test_runs_are_grouped_by_the_host_and_member_their_context_names(fleet, tmp_path):
+    runs = find_runs(str(tmp_path / "results"))
+    assert sorted(runs) == [("b", "hyperqwen"), ("b", "strata")]
+    assert [r.time.hour for r in runs[("b", "strata")]] == [10, 11, 12]
+
+
+def test_the_page_fetches_nothing_and_every_link_is_a_file_in_its_folder(fleet):
+    page, _ = fleet
+    text = page.read_text()
+    assert not re.search(r"(src|href)=\"(https?:)?//", text)
+    assert "<script" not in text
+    hrefs = [a.get("href") or a.get("xlink:href") for t, a in tags(text) if t == "a"]
+    files = [h for h in hrefs if h and not h.startswith("#")]
+    assert files and all((page.parent / h).is_file() for h in files), files
+    # each strata run's point links to its copied summary
+    assert sum('xlink:href="runs/b/strata/' in ln for ln in text.splitlines()) >= 3
+
+
+def test_finding_text_is_escaped_and_brackets_kept(fleet):
+    text = fleet[0].read_text()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "IgnorePkg in [options]" in text
+
+
+def test_the_reference_figures_of_the_real_rig_are_drawn_for_hyperqwen(fleet):
+    text = fleet[0].read_text()
+    hq = text[text.index('data-chart="b/hyperqwen"'):]
+    hq = hq[:hq.index("</figure>")]
+    assert "rig chat greedy 118" in hq and "rig quoting 29k 1210" in hq
+
+
+@pytest.mark.slow
+def test_chromium_loads_the_page_without_console_errors_and_shows_every_host_member_and_chart(fleet):
+    from .browser import load, screenshot
+
+    page, hosts = fleet
+    seen = load(page)
+    assert seen.errors == [], seen.stderr[-3000:]
+    dom = tags(seen.dom)
+    assert [a["data-host"] for t, a in dom if t == "section" and "data-host" in a] == ["a", "b"]
+    members = [a["data-member"] for t, a in dom if t == "section" and "data-member" in a]
+    assert members == ["gguf-baseline", "strata", "gguf-baseline", "hyperqwen", "strata"]
+    charts = [a["data-chart"] for t, a in dom if t == "figure" and "data-chart" in a]
+    assert charts == ["b/hyperqwen", "b/strata"]
+    assert seen.dom.count("<svg") == len(charts)
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shot = screenshot(page, ARTEFACTS / "report.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_the_console_check_catches_a_page_error_and_console_error(tmp_path):
+    """The control: the same capture reports an uncaught exception and console.error."""
+    from .browser import load
+
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!DOCTYPE html><html><body><script>console.error("TypeError: x is null");'
+                   'throw new Error("boom")</script></body></html>')
+    seen = load(bad)
+    assert any("Uncaught Error: boom" in e for e in seen.errors), seen.stderr[-2000:]
+    assert any("TypeError: x is null" in e for e in seen.errors), seen.stderr[-2000:]
