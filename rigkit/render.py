@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import yaml
 
 from rigkit import members as members_mod
 from rigkit import paths
@@ -48,6 +51,64 @@ AGENT_TIMERS = {
 }
 
 
+def _yaml(value: object, style: str | None = None) -> str:
+    """``value`` as one YAML scalar written by PyYAML's emitter (``allow_unicode``: characters
+    outside the BMP stay characters, which libyaml reads, rather than escapes; no line width), in
+    ``style`` (``'"'`` double-quoted, ``"|"`` literal block) or the emitter's own choice (plain
+    when that reads back the same). The emitter falls back to a quoted style whenever the asked
+    one could not hold the value."""
+    text = yaml.dump(value, Dumper=yaml.SafeDumper, default_style=style, allow_unicode=True, width=float("inf"))
+    if text.endswith("\n...\n"):  # the end marker of a bare plain scalar
+        text = text[: -len("...\n")]
+    return text[:-1] if text.endswith("\n") else text
+
+
+def yaml_scalar(value: object) -> str:
+    """The ``y`` filter: a YAML scalar on one line (plain when safe, quoted otherwise)."""
+    text = _yaml(value)
+    if "\n" in text:  # a multi-line value: double-quoted keeps it on one line
+        text = _yaml(value, '"')
+    return text
+
+
+def yaml_quoted(value: object) -> str:
+    """The ``q`` filter: a double-quoted YAML scalar (``"strata"``) on one line."""
+    return _yaml(str(value), '"')
+
+
+def yaml_block(value: str, indent: int) -> str:
+    """The ``block`` filter: ``value`` as a literal block scalar (``|`` and its lines indented
+    ``indent`` spaces, for review) when the emitter can write it so, else a double-quoted scalar;
+    to follow ``key: `` in a template, the block's lines already indented."""
+    text = _yaml(value, "|")
+    if not text.startswith("|"):
+        return text
+    header, *lines = text.split("\n")
+    return "\n".join([header] + [(" " * indent + ln[2:]) if ln else ln for ln in lines])
+
+
+def dotenv_value(value: str) -> str:
+    """A ``.env`` value written so that docker compose (compose-go's dotenv) reads back exactly
+    ``value``, as does :mod:`rigkit.host.envfile`: bare when it is only letters, digits and
+    ``_ . / : , + @ % = -``; in single quotes (literal: no ``$`` interpolation, no ``#``
+    comment, no escapes) otherwise; in double quotes when it holds a ``'`` but nothing double
+    quotes would reinterpret. Raises ``ValueError`` (saying why) for a value no quoting carries:
+    a control character, or a ``'`` together with ``"``, ``\\`` or ``$``."""
+    if any(unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") for ch in value):
+        raise ValueError("a control character (a newline would start a new variable) cannot be written into .env")
+    if _DOTENV_BARE.match(value):
+        return value
+    if "'" not in value:
+        return f"'{value}'"
+    if not any(ch in value for ch in '"\\$'):
+        return f'"{value}"'
+    raise ValueError("a value holding ' together with \", \\ or $ cannot be quoted so that compose reads it back "
+                     "unchanged")
+
+
+_DOTENV_BARE = re.compile(r"^[A-Za-z0-9_./:,+@%=-]+$")
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -56,7 +117,10 @@ def _env() -> jinja2.Environment:
         trim_blocks=False,
         autoescape=False,
     )
-    env.filters["q"] = lambda s: json.dumps(str(s))  # a JSON string is a valid YAML scalar
+    env.filters["q"] = yaml_quoted
+    env.filters["y"] = yaml_scalar
+    env.filters["block"] = yaml_block
+    env.filters["dotenv"] = dotenv_value
     return env
 
 
@@ -87,7 +151,7 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
         view.append({
             "id": mid, "spec": m.spec, "staged": m.spec.staged, "cmd_stop": m.cmd_stop or "",
             "proxy": m.proxy or "", "unload_timeout_s": m.unload_timeout_s, "use_model_name": m.use_model_name,
-            "vram_gib": m.vram_gib, "cmd_lines": _cmd_lines(m.argv, m.cmd or ""),
+            "vram_gib": m.vram_gib, "cmd_text": "\n".join(_cmd_lines(m.argv, m.cmd or "")) + "\n",
         })
     groups = []
     for name, g in spec.llama_swap.groups.items():

@@ -19,6 +19,9 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+import shlex
+import typing
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -27,6 +30,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    model_validator,
 )
 
 from rigkit import paths
@@ -76,9 +80,23 @@ class SpecWarning(BaseModel):
 
 class StrictModel(BaseModel):
     """Base of every spec model: unknown keys forbidden, no silent type coercion
-    (``"420"`` is not a power limit), defaults validated too."""
+    (``"420"`` is not a power limit), defaults validated too. An empty string given for an
+    optional field (``str | None``, every operator value among them) means *unset*: it becomes
+    ``None``, so ``rigkit check`` warns and ``rigkit deploy`` refuses instead of deploying a
+    placeholder; an empty list or mapping stays a declared "none" (``lock_files: []``)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_string_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            if out.get(name) == "" and type(None) in typing.get_args(field.annotation):
+                out[name] = None
+        return out
 
 
 def operator_value(description: str, **kwargs: Any) -> Any:
@@ -335,15 +353,18 @@ class RigSpec(StrictModel):
         merged: dict[str, Any] = {}
         for i, layer in enumerate(layers):
             own, _ = split_pyinfra_keys(layer)
+            own, raw_problems = scan_raw(own)
+            label = labels[i] if labels and i < len(labels) else f"data layer {i + 1}"
+            problems += [p.model_copy(update={"key": f"{p.key} (in {label})"}) for p in raw_problems]
             if own:
                 candidate = merge_layers(base, own)
                 try:
                     cls.model_validate(candidate)
                 except ValidationError as exc:
-                    label = labels[i] if labels and i < len(labels) else f"data layer {i + 1}"
                     # a member spread over layers is complete only when merged: "missing" waits for that
                     problems += [p.model_copy(update={"key": f"{p.key} (in {label})"})
-                                 for p in _problems_from_pydantic(exc, candidate) if p.allowed != "required"]
+                                 for p in _problems_from_pydantic(exc, candidate)
+                                 if p.allowed != "required" and not _redacted(p)]
             merged = merge_layers(merged, own)
         if problems:
             raise SpecError(problems, source)
@@ -354,12 +375,147 @@ class RigSpec(StrictModel):
         """Validate the models of one already-merged overrides dict over the defaults; raises
         :class:`SpecError`. The models only: :func:`rigkit.validate.spec_from_dict` adds the
         cross-field checks."""
+        data, problems = scan_raw(dict(data))
         base = defaults_dict()
         merged = merge_layers(base, data)
         try:
-            return cls.model_validate(merged)
+            spec = cls.model_validate(merged)
         except ValidationError as exc:
-            raise SpecError(_problems_from_pydantic(exc, merged), source) from None
+            problems += [p for p in _problems_from_pydantic(exc, merged) if not _redacted(p)]
+            raise SpecError(problems, source) from None
+        if problems:
+            raise SpecError(problems, source)
+        return spec
+
+
+def _redacted(problem: SpecProblem) -> bool:
+    """A problem about a value :func:`scan_raw` already refused as a secret (and replaced)."""
+    return SECRET_SHOWN in problem.value or "<secret-shaped key" in problem.key
+
+
+# --------------------------------------------------------------------------------------------
+# Secrets and control characters: found in the raw data, before any model sees it
+
+#: A Hugging Face user access token (``hf_`` + letters and digits), anywhere in a string or a key.
+HF_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}")
+#: A URL carrying a password (``scheme://user:password@host``).
+URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")
+#: A name (key, ``NAME=`` of an env item, ``--flag`` of a command line) that holds a secret.
+SECRET_NAME_RE = re.compile(
+    r"(?i)(?:^|[^a-z0-9])(?:token|secret|password|passwd|passphrase|credentials?|api[_-]?key|apikey|"
+    r"access[_-]?key|private[_-]?key|auth)(?:$|[^a-z0-9])")
+#: Names that point at a secret (a file, a path) rather than holding one.
+_SECRET_REF_SUFFIXES = ("_file", "-file", "_path", "-path", "_dir", "-dir")
+#: Where the secrets live instead (DESIGN.md "Secrets"); the text of every secret problem.
+SECRET_ADVICE = ("secrets never go in the spec: the API key lives in /etc/rigkit/secrets/hyperqwen.env, "
+                 "the HF token comes from HF_TOKEN or the hf token file")
+SECRET_SHOWN = "<secret, not shown>"
+#: Keys whose strings may span lines (llama-swap splits commands itself; YAML holds a description).
+MULTILINE_KEYS = frozenset({"cmd", "cmd_stop", "description"})
+
+
+def secret_name(name: str) -> bool:
+    """True when ``name`` (a key, an env name, a ``--flag``) is named like a secret:
+    ``HF_TOKEN``, ``VLLM_API_KEY``, ``--api-key``, ``password``... but not ``max_tokens`` and not a
+    reference to one (``HF_TOKEN_FILE``, ``--api-key-file``)."""
+    bare = name.lstrip("-")
+    return bool(SECRET_NAME_RE.search(bare)) and not bare.lower().endswith(_SECRET_REF_SUFFIXES)
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _secret_in_words(words: list[str]) -> bool:
+    """A secret in a command line or an argument list: ``NAME=value`` / ``--flag=value`` with a
+    secret name and a value, or a secret ``--flag`` followed by its value."""
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if eq and value and secret_name(name):
+            return True
+        if (not eq and word.startswith("-") and secret_name(word) and i + 1 < len(words)
+                and not words[i + 1].startswith("-")):
+            return True
+    return False
+
+
+def secret_shaped(value: Any) -> bool:
+    """True when a string holds a secret: a Hugging Face token, a URL with a password, or a
+    secret given as ``NAME=value`` / ``--api-key value`` inside it."""
+    if not isinstance(value, str):
+        return False
+    if HF_TOKEN_RE.search(value) or URL_PASSWORD_RE.search(value):
+        return True
+    return ("=" in value or " " in value.strip()) and _secret_in_words(_words(value))
+
+
+def _bad_char(text: str, multiline: bool) -> str | None:
+    """The first character no rendered file can hold in this value, as ``U+XXXX (name)``:
+    control characters (a newline, tab or NUL outside the multi-line keys), line/paragraph
+    separators, lone surrogates, a byte-order mark."""
+    for ch in text:
+        if multiline and ch in "\n\t":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") or ch == "\ufeff":
+            return f"U+{ord(ch):04X} ({unicodedata.name(ch, 'control character').lower()})"
+    return None
+
+
+def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProblem]]:
+    """Walk one data layer before any model sees it: returns ``(redacted copy, problems)``.
+
+    Refused (a :class:`SpecProblem` each, the value never shown): a secret-shaped value
+    (:func:`secret_shaped`) anywhere, as a value, a list item or a mapping key; any value of a key
+    named like a secret (:func:`secret_name`); a secret ``NAME=value`` list item or ``--flag value``
+    pair. Refused with the character named: control characters where no rendered file can hold
+    them (newline and tab only in :data:`MULTILINE_KEYS`). In the copy each secret is replaced by
+    ``"<secret, not shown>"`` (a secret key by ``"<secret-shaped key N>"``), so no later error
+    message (pydantic's included) can echo it."""
+    problems: list[SpecProblem] = []
+
+    def secret(at: tuple[Any, ...]) -> None:
+        problems.append(SpecProblem(key=_fmt_loc(at) or "(root)", value=SECRET_SHOWN, allowed=SECRET_ADVICE))
+
+    def walk(value: Any, at: tuple[Any, ...]) -> Any:
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for n, (key, item) in enumerate(value.items()):
+                if isinstance(key, str) and secret_shaped(key):
+                    shown = f"<secret-shaped key {n + 1}>"
+                    secret((*at, shown))
+                    out[shown] = SECRET_SHOWN
+                    continue
+                if isinstance(key, str) and secret_name(key) and item not in (None, "", False, [], {}):
+                    secret((*at, key))
+                    out[key] = SECRET_SHOWN
+                    continue
+                if isinstance(key, str) and (bad := _bad_char(key, False)):
+                    problems.append(SpecProblem(key=_fmt_loc((*at, repr(key))), value="key",
+                                                allowed=f"control character {bad} in a key"))
+                out[key] = walk(item, (*at, key))
+            return out
+        if isinstance(value, (list, tuple)):
+            if all(isinstance(v, str) for v in value) and _secret_in_words(list(value)):
+                secret(at)
+                return [SECRET_SHOWN]
+            return [walk(v, (*at, i)) for i, v in enumerate(value)]
+        if isinstance(value, str):
+            if secret_shaped(value):
+                secret(at)
+                return SECRET_SHOWN
+            key = next((p for p in reversed(at) if isinstance(p, str)), "")
+            bad = _bad_char(value, key in MULTILINE_KEYS)
+            if bad:
+                problems.append(SpecProblem(
+                    key=_fmt_loc(at), value=repr(value),
+                    allowed=f"control character {bad}: no rendered file can hold it here (it would start a new "
+                            f"line or be reinterpreted); only {', '.join(sorted(MULTILINE_KEYS))} may span lines"))
+        return value
+
+    return walk(data, loc), problems
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,6 +669,8 @@ def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> li
         else:
             value = err.get("input")
             shown = f"{value!r} ({type(value).__name__})" if value is not None else "None"
+            if secret_shaped(value) or SECRET_SHOWN in shown:  # never echo a secret, whatever the path
+                shown = SECRET_SHOWN
             problem = SpecProblem(key=key, value=shown, allowed=_allowed_text(err))
         if str(problem) not in seen:
             seen.add(str(problem))
@@ -549,7 +707,8 @@ def _allowed_text(err: Mapping[str, Any]) -> str:
 
 
 def unset_operator_values(spec: RigSpec) -> list[str]:
-    """Dotted keys of operator-supplied values still unset (``None``), in declaration order.
+    """Dotted keys of operator-supplied values still unset (``None``; an empty string given for
+    one is ``None`` too, :class:`StrictModel`), in declaration order.
 
     Model sources count as one value each: a hub ``repo_id``, or ``url`` + ``sha256``.
     """

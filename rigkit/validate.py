@@ -11,7 +11,9 @@ rules), ``notes/hyperqwen.md`` (the ``.env`` knobs), the operator's write-up (th
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,29 @@ OWNED_ENV_KEYS = {
 SECRET_ENV_KEYS = {"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
 _OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.service", "hyperqwen-watchdog.service",
               "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer"}
-SHELL_METACHARS = (";", "&&", "||", "|", ">", "<", "$(", "`")
 DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
+#: Absolute bounds of ``gpu_power_limit_w`` for the RTX 3090 family, checked before the host is
+#: reached (the card's own range, ``gpu_power_range_w``, narrows them when known). Source:
+#: ``notes/nvidia-arch.md`` §3 — reference TDP 350 W, AIB VBIOS ceilings 390–480 W, the highest
+#: cited board (Galax HOF OC Lab) 500 W; 100 W is the lowest ``power.min_limit`` 3090 boards report.
+POWER_LIMIT_SANITY_W = (100, 500)
+#: An image repository by the OCI distribution spec's name grammar (``[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*``
+#: per path component), after an optional registry host (``docker/distribution`` reference
+#: grammar: a first component with a '.' or ':' or ``localhost``), 255 characters at most.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+REGISTRY_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
+IMAGE_PATH_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+#: An image tag (OCI distribution spec).
+IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+#: A docker container name (moby's ``RestrictedNamePattern``).
+CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+#: A llama-swap ``env`` item (its schema's pattern).
+MEMBER_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+HOST_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*$")
+_FOREGROUND = ("cmd must stay in the foreground and exit when the server dies, or llama-swap waits out "
+               "healthCheckTimeout on a dead member")
 
 
 def spec_from_layers(layers: Iterable[Mapping[str, Any]], source: str = "spec",
@@ -98,6 +121,13 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
             warnings.append(SpecWarning(
                 key=f"{key}.ref",
                 message=f"{image.ref!r} is a tag, not a digest; pin sha256:<64 hex> so the image cannot move"))
+    hq = spec.hyperqwen
+    if hq.allow_unsafe_spec and _unsafe_speculation(spec):
+        warnings.append(SpecWarning(
+            key="hyperqwen.allow_unsafe_spec",
+            message=(f"true: the DFlash guard is off and dflash_tokens {hq.dflash_tokens} runs at max_model_len "
+                     f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
+                     "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
     return warnings
 
 
@@ -105,6 +135,12 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
 
 
 def _check_power(spec: RigSpec) -> list[SpecProblem]:
+    lo, hi = POWER_LIMIT_SANITY_W
+    if not lo <= spec.gpu_power_limit_w <= hi:
+        return [SpecProblem(
+            key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
+            allowed=f"outside {lo}–{hi} W, what any RTX 3090-family card accepts (reference 350 W, the highest "
+                    "board VBIOS 500 W; notes/nvidia-arch.md §3); the card's own range is read on the host")]
     rng = spec.gpu_power_range_w
     if rng is None:
         return []
@@ -119,9 +155,15 @@ def _check_power(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
+def _unsafe_speculation(spec: RigSpec) -> bool:
+    """DFlash2 is the speculative method with a verify block above the safe size at long context."""
+    hq = spec.hyperqwen
+    return hq.spec == "dflash2" and hq.dflash_tokens > SAFE_DFLASH_TOKENS and hq.max_model_len >= UNSAFE_SPEC_CONTEXT
+
+
 def _check_speculative(spec: RigSpec) -> list[SpecProblem]:
     hq = spec.hyperqwen
-    if hq.dflash_tokens > SAFE_DFLASH_TOKENS and hq.max_model_len >= UNSAFE_SPEC_CONTEXT and not hq.allow_unsafe_spec:
+    if _unsafe_speculation(spec) and not hq.allow_unsafe_spec:
         return [SpecProblem(
             key="hyperqwen.dflash_tokens", value=repr(hq.dflash_tokens),
             allowed=(f"above {SAFE_DFLASH_TOKENS} with max_model_len {hq.max_model_len} (≥ {UNSAFE_SPEC_CONTEXT}) is refused: "
@@ -132,7 +174,30 @@ def _check_speculative(spec: RigSpec) -> list[SpecProblem]:
 
 
 def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
+    from rigkit.render import dotenv_value
+
     out = []
+    hq = spec.hyperqwen
+    try:
+        ipaddress.ip_address(hq.bind)
+    except ValueError:
+        out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
+                               allowed="an IP address to publish HyperQwen's port on (compose ports BIND:PORT:PORT), "
+                                       "e.g. 127.0.0.1"))
+    if not HOST_PATH_RE.match(hq.models_dir) or ".." in hq.models_dir.split("/"):
+        out.append(SpecProblem(key="hyperqwen.models_dir", value=repr(hq.models_dir),
+                               allowed="an absolute path of letters, digits and . _ - + @ / (compose interpolates "
+                                       "MODELS_DIR into a volume, which ':' or a space would split)"))
+    if not hq.served_model_name.strip():
+        out.append(SpecProblem(key="hyperqwen.served_model_name", value=repr(hq.served_model_name),
+                               allowed="the model name vLLM serves, e.g. 'qwen3.8-27b'"))
+    for key, value in hq.extra_env.items():
+        if key in SECRET_ENV_KEYS or key in OWNED_ENV_KEYS:
+            continue
+        try:
+            dotenv_value(value)
+        except ValueError as exc:
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(value), allowed=str(exc)))
     for key in spec.hyperqwen.extra_env:
         if key in SECRET_ENV_KEYS:
             out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value="<secret, not shown>",
@@ -187,6 +252,10 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
 
 def _check_units(spec: RigSpec) -> list[SpecProblem]:
     out = []
+    for key, user in (("llama_swap.user", spec.llama_swap.user), ("operator_user", spec.operator_user)):
+        if user is not None and not USER_NAME_RE.match(user):
+            out.append(SpecProblem(key=key, value=repr(user),
+                                   allowed="a Linux user name: lower-case letters, digits, _ and -, 32 at most"))
     for i, unit in enumerate(spec.legacy_units):
         if not UNIT_NAME_RE.match(unit):
             out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
@@ -220,9 +289,25 @@ def _images(spec: RigSpec) -> list[tuple[str, ImageSpec]]:
             ("gguf_baseline.image", spec.gguf_baseline.image)]
 
 
+def _repository_problem(repository: str) -> str | None:
+    """Why ``repository`` is not an image repository (the name alone, no tag), or None."""
+    last = repository.rsplit("/", 1)[-1]
+    if "@" in repository or ":" in last:
+        return "holds a tag or digest (':tag', '@sha256:…'); the repository is the name alone, the pin goes in ref"
+    first, _, rest = repository.partition("/")
+    path = rest if rest and ("." in first or ":" in first or first == "localhost") else repository
+    if (rest and path is rest and not REGISTRY_RE.match(first)) or not IMAGE_PATH_RE.match(path) or len(repository) > 255:
+        return ("not an image repository by the OCI distribution reference grammar: [registry[:port]/]path, each "
+                "path component lower-case letters and digits joined by '.', '_', '__' or '-', 255 characters at most")
+    return None
+
+
 def _check_images(spec: RigSpec) -> list[SpecProblem]:
     out = []
     for key, image in _images(spec):
+        why = _repository_problem(image.repository)
+        if why:
+            out.append(SpecProblem(key=f"{key}.repository", value=repr(image.repository), allowed=why))
         ref = image.ref
         if ref is None:
             continue
@@ -231,8 +316,10 @@ def _check_images(spec: RigSpec) -> list[SpecProblem]:
         elif ref in {"latest", "main", "master", "edge", "nightly"} or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
                                    allowed="a moving tag is not a pin; use an immutable tag (e.g. sha-1a2b3c4, server-cuda-b6123) or sha256:<digest>"))
-        elif ":" in ref and not ref.startswith("sha256:") or "/" in ref or " " in ref:
-            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref), allowed="a bare tag or sha256:<digest> (the repository is image.repository)"))
+        elif not ref.startswith("sha256:") and not IMAGE_TAG_RE.match(ref):
+            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
+                                   allowed="a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or "
+                                           "sha256:<digest> (the repository is image.repository)"))
     sha = spec.llama_swap.release_sha256
     if sha is not None and not SHA256_RE.match(sha):
         out.append(SpecProblem(key="llama_swap.release_sha256", value=repr(sha), allowed="64 lower-case hex digits"))
@@ -258,41 +345,38 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
         if not m.cmd:
             out.append(SpecProblem(key=f"{key}.cmd", value="None", allowed="a member without service: needs cmd, the server in the foreground"))
             continue
-        argv = members_mod.split_command(m.cmd)
         uses_port = "${PORT}" in m.cmd
-        if not uses_port and not s.proxy and s.service is None:
+        if m.proxy and not _proxy_url(m.proxy):
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="not a URL: llama-swap proxies to http(s)://host[:port][/path], "
+                                           "e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"))
+        elif not uses_port and not s.proxy and s.service is None:
             out.append(SpecProblem(
                 key=f"{key}.proxy", value="None",
                 allowed="a fixed-port member (its cmd has no ${PORT}) must set proxy, e.g. http://127.0.0.1:<port>; "
                         "llama-swap's default http://localhost:${PORT} would point elsewhere"))
-        if m.proxy and "${PORT}" in m.proxy and not uses_port:
+        elif m.proxy and "${PORT}" in m.proxy and not uses_port:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="proxy uses ${PORT} but cmd does not (llama-swap refuses this config)"))
+        elif m.proxy and uses_port and "${PORT}" not in m.proxy:
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="cmd listens on llama-swap's ${PORT} but proxy names a fixed port; use "
+                                           "http://127.0.0.1:${PORT} (or leave proxy unset)"))
         if s.service is None and s.vram_gib is None:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
         if s.service is not None and s.service != "hyperqwen" and s.vram_gib is None:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
-        if any(tok in SHELL_METACHARS for tok in argv) and not _wrapped_in_shell(argv):
-            out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.cmd),
-                                   allowed="llama-swap runs cmd without a shell, so ; && | > stay literal; wrap it in sh -c '...'"))
-        if members_mod.is_container_cmd(argv):
-            if not m.cmd_stop:
-                out.append(SpecProblem(
-                    key=f"{key}.cmd_stop", value="None",
-                    allowed="a container member needs cmdStop (e.g. docker stop <name>): SIGTERM to the docker "
-                            "client does not stop the container, which then keeps the VRAM"))
-            detached = [a for a in argv if a in ("-d", "--detach") or a.startswith("--detach=")]
-            if detached:
-                out.append(SpecProblem(
-                    key=f"{key}.cmd", value=repr(m.cmd),
-                    allowed=f"runs detached ({detached[0]}); cmd must stay in the foreground and exit when the "
-                            "server dies, or llama-swap waits out healthCheckTimeout on a dead member"))
-            if "run" in argv and "compose" not in argv and "--name" not in argv and not any(a.startswith("--name=") for a in argv):
-                out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.cmd),
-                                       allowed="docker run needs --rm and a fixed --name so cmdStop can stop it"))
-            if "up" in argv and "compose" in " ".join(argv[:3]) and "--abort-on-container-exit" in argv:
-                out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.cmd),
-                                       allowed="--abort-on-container-exit also fires when `prepare` exits; start the service alone with --no-deps"))
+        for i, item in enumerate(s.env):
+            if not MEMBER_ENV_RE.match(item):
+                out.append(SpecProblem(key=f"{key}.env[{i}]", value=repr(item),
+                                       allowed="NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"))
+        out += _check_command(f"{key}.cmd", m.cmd, m.cmd_stop, f"{key}.cmd_stop")
+        if m.cmd_stop:
+            out += _check_command(f"{key}.cmd_stop", m.cmd_stop, None, None, stop=True)
+        if m.container and not CONTAINER_NAME_RE.match(m.container):
+            out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.container),
+                                   allowed="a container name is letters, digits and _ . - (docker's rule), "
+                                           "starting with a letter or digit"))
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
             out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
                                    allowed="a preloaded (resident) member keeps ttl 0, or it unloads and nothing brings it back"))
@@ -320,8 +404,68 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
-def _wrapped_in_shell(argv: list[str]) -> bool:
-    return len(argv) >= 3 and argv[0].rsplit("/", 1)[-1] in {"sh", "bash"} and argv[1] == "-c"
+def _proxy_url(url: str) -> bool:
+    """``http(s)://host[:port][/path]``; ``${PORT}`` may stand for the port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.replace("${PORT}", "1"))
+        _ = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment \
+        and not parts.username and " " not in url
+
+
+def _check_command(key: str, cmd: str, cmd_stop: str | None, stop_key: str | None,
+                   stop: bool = False) -> list[SpecProblem]:
+    """What llama-swap would get wrong running ``cmd`` (no shell, in the foreground): unquoted shell
+    operators, then, with every wrapper taken off (``sh -c``, ``bash -lc``, ``env X=1``, ``exec``,
+    ``nice`` …, :func:`rigkit.members.unwrap`), a background ``&``, a detached container (``-d``,
+    ``-itd``, ``--detach``, ``compose up --wait``, ``compose start``), ``docker run`` without ``--rm``
+    or ``--name``, ``compose up --abort-on-container-exit``, a container without ``cmd_stop``.
+    ``stop``: ``cmd`` is a cmdStop (it may run detached: only the operators are checked)."""
+    out: list[SpecProblem] = []
+    shown = repr(cmd)
+    if members_mod.shell_operators(cmd):
+        out.append(SpecProblem(key=key, value=shown,
+                               allowed="llama-swap runs cmd without a shell, so ; && | > stay literal; wrap it in sh -c '...'"))
+    if stop:
+        return out
+    unwrapped = members_mod.unwrap(members_mod.split_command(cmd))
+    if "&" in unwrapped.separators:
+        out.append(SpecProblem(key=key, value=shown,
+                               allowed=f"runs a command in the background (&) inside {unwrapped.shells[0]}; {_FOREGROUND}"))
+    container = False
+    for words in unwrapped.commands:
+        cc = members_mod.container_command(words)
+        if cc is None:
+            continue
+        container = True
+        detached = None
+        if cc.verb in ("run", "compose up", "compose run"):
+            detached = cc.has("-d", "--detach") or (cc.verb == "compose up" and cc.has("--wait"))
+        elif cc.verb == "start" and not cc.has("-a", "--attach"):
+            detached = "start"
+        elif cc.verb in ("compose start", "compose restart", "create"):
+            detached = cc.verb
+        if detached:
+            out.append(SpecProblem(key=key, value=shown, allowed=f"runs detached ({detached}); {_FOREGROUND}"))
+        if cc.verb == "run" and (not cc.has("--rm") or not cc.has("--name")):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="docker run needs --rm and a fixed --name so cmdStop can stop it"))
+        if cc.verb == "compose run" and not cc.has("--rm"):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="compose run needs --rm, or each start leaves a stopped container behind"))
+        if cc.verb == "compose up" and cc.has("--abort-on-container-exit"):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="--abort-on-container-exit also fires when `prepare` exits; start the service alone with --no-deps"))
+    if container and not cmd_stop and stop_key:
+        out.append(SpecProblem(
+            key=stop_key, value="None",
+            allowed="a container member needs cmdStop (e.g. docker stop <name>): SIGTERM to the docker "
+                    "client does not stop the container, which then keeps the VRAM"))
+    return out
 
 
 def _groups_with_default(spec: RigSpec) -> dict[str, tuple[bool, bool, bool, list[str]]]:
