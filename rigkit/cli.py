@@ -59,6 +59,10 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     (e.g. the llama-swap schema could not be fetched: the line says what to do).
     """
     from rigkit.checks import verdict_code
+    from rich.markup import escape
+
+    from rigkit.inventory import default_inventory
+    from rigkit.models import lock_problems_for
     from rigkit.secrets import hf_token_source
     from rigkit.validate import spec_warnings
 
@@ -70,6 +74,13 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
             err.print(f"  [yellow]warn[/]  {warning}", markup=True)
         print_verdicts(hs.name, results, out, verbose)
         codes.append(verdict_code(results))
+        lock_file, lock_problems = lock_problems_for(hs.spec, inventory or default_inventory())
+        for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
+            err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem}')}", markup=True)
+        if lock_problems:
+            codes.append(exitcodes.INVALID)
+        elif lock_file:
+            out.print(f"  {lock_file}: matches the spec", markup=False)
     source = hf_token_source()
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
@@ -132,6 +143,11 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             for key in keys:
                 err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
         sys.exit(exitcodes.INVALID)
+    from rigkit.validate import spec_warnings
+
+    for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
+        for warning in spec_warnings(hs.spec):
+            err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")

@@ -36,16 +36,151 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 LOCK_VERSION = 1
+_SHA256 = r"^[0-9a-f]{64}$"
+_GIT_SHA1 = r"^[0-9a-f]{40}$"
 
 
 class LockError(RuntimeError):
     """The hub (or a URL) could not resolve a model: the message names the model, repo and
     revision, and the cause (HTTP status, network); never a token. Exit code 1."""
+
+
+class LockFormatError(ValueError):
+    """A lock file that is not a valid rigkit model lock: ``problems`` lists ``"<file>: <entry>:
+    <what is wrong>"`` lines (the file and the entry named, e.g. ``models.strata.files[0].path``).
+    Exit code 2."""
+
+    def __init__(self, path: str | os.PathLike, problems: list[str]):
+        self.path = str(path)
+        self.problems = [f"{path}: {p}" for p in problems]
+        super().__init__("\n".join(self.problems))
+
+
+def _relative_path(value: str) -> str:
+    """A path inside the model folder: relative, POSIX, no ``..``, no empty or ``.`` part."""
+    parts = value.split("/")
+    if not value or value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts) \
+            or PurePosixPath(value).is_absolute() or re.match(r"^[A-Za-z]:", value):
+        raise ValueError("a relative path inside the model folder (no '..', no leading '/', no empty part)")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError("a path without control characters")
+    return value
+
+
+class _LockModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LockedFile(_LockModel):
+    """One file of a locked model: ``path`` inside the model folder, ``size`` in bytes, and its
+    hash: ``sha256`` (LFS files, url models) or ``git_blob`` (small files: the git blob id).
+    ``url`` for a url model's file."""
+
+    path: str
+    size: int = Field(ge=0)
+    sha256: str | None = Field(default=None, pattern=_SHA256)
+    git_blob: str | None = Field(default=None, pattern=_GIT_SHA1)
+    url: str | None = None
+
+    _path = field_validator("path")(classmethod(lambda cls, v: _relative_path(v)))
+
+    @model_validator(mode="after")
+    def _one_hash(self) -> LockedFile:
+        if (self.sha256 is None) == (self.git_blob is None):
+            raise ValueError("each file needs exactly one of sha256 (64 hex) or git_blob (40 hex)")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a file fetched by url needs its sha256")
+        return self
+
+
+class LockedSource(_LockModel):
+    """The spec source a lock entry was made from (:func:`source_of`): a hub repo (``repo_id``,
+    ``revision``, ``include``, ``exclude``, ``path``) or a url model (``url``, ``sha256``, ``path``)."""
+
+    repo_id: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(default=None, min_length=1)
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    sha256: str | None = Field(default=None, pattern=_SHA256)
+    path: str
+
+    _path = field_validator("path")(classmethod(lambda cls, v: _relative_path(v)))
+
+    @model_validator(mode="after")
+    def _hub_or_url(self) -> LockedSource:
+        hub = [self.repo_id, self.revision, self.include, self.exclude]
+        if self.url is None and all(v is not None for v in hub) and self.sha256 is None:
+            return self
+        if self.url is not None and self.sha256 is not None and all(v is None for v in hub):
+            return self
+        raise ValueError("a hub source (repo_id, revision, include, exclude, path) or a url source "
+                         "(url, sha256, path), not a mix")
+
+
+class LockEntry(_LockModel):
+    """One locked model: its ``source``, the ``commit`` (40 hex, hub models), the ``files`` (at
+    least one, unique paths) and ``total_bytes`` (their sizes summed)."""
+
+    source: LockedSource
+    commit: str | None = Field(default=None, pattern=_GIT_SHA1)
+    files: list[LockedFile] = Field(min_length=1)
+    total_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LockEntry:
+        if self.source.repo_id is not None and self.commit is None:
+            raise ValueError("a hub model needs its commit (40 hex), what `rigkit models lock` resolved")
+        paths = [f.path for f in self.files]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a file is listed twice")
+        if self.total_bytes != sum(f.size for f in self.files):
+            raise ValueError(f"total_bytes {self.total_bytes} is not the sum of the file sizes "
+                             f"({sum(f.size for f in self.files)})")
+        return self
+
+
+class LockDocument(_LockModel):
+    """The whole lock file (``version`` 1, ``models`` by name)."""
+
+    version: Literal[1]
+    models: dict[str, LockEntry]
+
+
+_TYPE_WORDS = {"model_type": "expected a mapping", "dict_type": "expected a mapping", "list_type": "expected a list",
+               "int_type": "expected an integer", "string_type": "expected a string",
+               "literal_error": f"expected {LOCK_VERSION}"}
+
+
+def _lock_problems(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ""
+        for part in err["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (("." if loc else "") + str(part))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required"
+        elif err["type"] in _TYPE_WORDS:
+            msg = _TYPE_WORDS[err["type"]]
+        elif err["type"] == "string_pattern_mismatch":
+            want = {_SHA256: "64 lower-case hex digits", _GIT_SHA1: "40 lower-case hex digits"}
+            msg = want.get(err["ctx"]["pattern"], msg)
+        value = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list)) \
+            else f" ({value!r})"[:90]
+        out.append(f"{loc or '(root)'}: {msg}{shown}")
+    return out
 
 
 def lock_path_for(inventory: str | os.PathLike) -> Path:
@@ -184,12 +319,44 @@ def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
 
 
 def load_lock(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a lock file. Raises ``FileNotFoundError`` (no lock yet: run ``rigkit models lock``)
-    or ``ValueError`` (not JSON, or a version this rigkit does not read)."""
-    lock = json.loads(Path(path).read_text())
-    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION or not isinstance(lock.get("models"), dict):
-        raise ValueError(f"{path}: not a rigkit model lock (version {LOCK_VERSION}); re-lock with `rigkit models lock`")
+    """Read and validate a lock file (:class:`LockDocument`, as strictly as the spec: every entry's
+    source, a 40-hex commit for hub models, each file's path inside the model folder, its size and
+    exactly one hash). Returns the plain dict. Raises ``FileNotFoundError`` (no lock yet: run
+    ``rigkit models lock``) or :class:`LockFormatError` (a ``ValueError``) naming the file and each
+    bad entry."""
+    try:
+        lock = json.loads(Path(path).read_text())
+    except UnicodeDecodeError as exc:
+        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); re-lock with `rigkit models lock`"]) from None
+    except json.JSONDecodeError as exc:
+        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
+                                     "re-lock with `rigkit models lock`"]) from None
+    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION:
+        raise LockFormatError(path, [f"not a rigkit model lock (version {LOCK_VERSION}); re-lock with `rigkit models lock`"])
+    try:
+        LockDocument.model_validate(lock)
+    except ValidationError as exc:
+        raise LockFormatError(path, _lock_problems(exc)) from None
     return lock
+
+
+def lock_problems_for(spec: Any, inventory: str | os.PathLike) -> tuple[str | None, list[str]]:
+    """What ``rigkit check`` says about the model lock of one host: ``(lock path or None, problems)``.
+
+    The lock is ``spec.models_lock`` when set, else the file ``rigkit models lock`` writes beside
+    the inventory; when it does not exist there is nothing to say (``rigkit deploy`` refuses
+    without one). Problems: each bad entry (:func:`load_lock`), then each model that no longer
+    matches its lock (:func:`check_lock`)."""
+    path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
+    if not path.is_file():
+        return None, []
+    try:
+        lock = load_lock(path)
+    except LockFormatError as exc:
+        return str(path), list(exc.problems)
+    except OSError as exc:
+        return str(path), [f"{path}: unreadable ({exc.strerror})"]
+    return str(path), check_lock(spec.models, lock, str(path))
 
 
 def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:

@@ -452,6 +452,10 @@ def secret_shaped(value: Any) -> bool:
     return ("=" in value or " " in value.strip()) and _secret_in_words(_words(value))
 
 
+_CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\t": "tab", "\x00": "NUL", "\x1b": "escape",
+                  "\x7f": "delete"}
+
+
 def _bad_char(text: str, multiline: bool) -> str | None:
     """The first character no rendered file can hold in this value, as ``U+XXXX (name)``:
     control characters (a newline, tab or NUL outside the multi-line keys), line/paragraph
@@ -460,7 +464,8 @@ def _bad_char(text: str, multiline: bool) -> str | None:
         if multiline and ch in "\n\t":
             continue
         if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") or ch == "\ufeff":
-            return f"U+{ord(ch):04X} ({unicodedata.name(ch, 'control character').lower()})"
+            name = _CONTROL_NAMES.get(ch) or unicodedata.name(ch, "control character").lower()
+            return f"U+{ord(ch):04X} ({name})"
     return None
 
 

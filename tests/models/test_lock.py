@@ -158,3 +158,99 @@ def test_cli_lock_wrong_token_exits_1_without_printing_it(hub, tmp_path):
     assert "the hub refused the HF token (HTTP 401" in proc.stderr
     assert WRONG_TOKEN not in proc.stderr + proc.stdout
     assert not (tmp_path / "lab.lock.json").exists()
+
+
+# --- the lock read as strictly as the spec (issue 15) -------------------------------------------
+
+SANDBOX_LOCK = ROOT / "inventory" / "sandbox.lock.json"
+REL = "a relative path inside the model folder (no '..', no leading '/', no empty part)"
+
+
+def _edited(tmp_path, edit) -> Path:
+    lock = json.loads(SANDBOX_LOCK.read_text())
+    edit(lock)
+    path = tmp_path / "lab.lock.json"
+    path.write_text(json.dumps(lock))
+    return path
+
+
+BAD_LOCKS = [
+    pytest.param(lambda lk: lk["models"]["strata"]["files"][0].pop("sha256"),
+                 "models.strata.files[0]: each file needs exactly one of sha256 (64 hex) or git_blob (40 hex)",
+                 id="file-without-a-hash"),
+    pytest.param(lambda lk: lk["models"]["strata"]["files"][0].update(sha256="ABC"),
+                 "models.strata.files[0].sha256: 64 lower-case hex digits ('ABC')", id="bad-sha256"),
+    pytest.param(lambda lk: lk["models"]["strata"].pop("commit"),
+                 "models.strata: a hub model needs its commit (40 hex), what `rigkit models lock` resolved",
+                 id="hub-entry-without-commit"),
+    pytest.param(lambda lk: lk["models"]["strata"].update(commit="main"),
+                 "models.strata.commit: 40 lower-case hex digits ('main')", id="commit-not-a-sha"),
+    pytest.param(lambda lk: lk["models"]["strata"]["files"][0].update(path="../../etc/shadow"),
+                 f"models.strata.files[0].path: {REL} ('../../etc/shadow')", id="file-path-climbs-out"),
+    pytest.param(lambda lk: lk["models"]["strata"]["files"][0].update(path="/etc/shadow"),
+                 f"models.strata.files[0].path: {REL} ('/etc/shadow')", id="file-path-absolute"),
+    pytest.param(lambda lk: lk["models"]["strata"]["source"].update(path="strata/../../root"),
+                 f"models.strata.source.path: {REL} ('strata/../../root')", id="model-folder-climbs-out"),
+    pytest.param(lambda lk: lk["models"].update(strata=["not", "an", "entry"]),
+                 "models.strata: expected a mapping", id="entry-of-the-wrong-type"),
+    pytest.param(lambda lk: lk["models"]["strata"].update(files={"a": 1}),
+                 "models.strata.files: expected a list", id="files-of-the-wrong-type"),
+    pytest.param(lambda lk: lk["models"]["strata"]["files"][0].update(size="12"),
+                 "models.strata.files[0].size: expected an integer ('12')", id="size-a-string"),
+    pytest.param(lambda lk: lk["models"]["strata"].update(total_bytes=1),
+                 "models.strata: total_bytes 1 is not the sum of the file sizes", id="total-bytes-wrong"),
+    pytest.param(lambda lk: lk["models"]["strata"].update(extra=1), "models.strata.extra: unknown key",
+                 id="unknown-key"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), BAD_LOCKS)
+def test_a_malformed_lock_entry_is_refused_naming_the_file_and_the_entry(tmp_path, edit, message):
+    from rigkit.models import LockFormatError, load_lock
+
+    path = _edited(tmp_path, edit)
+    with pytest.raises(LockFormatError) as info:
+        load_lock(path)
+    assert any(p.startswith(f"{path}: {message}") for p in info.value.problems), info.value.problems
+
+
+def test_not_json_names_the_file(tmp_path):
+    from rigkit.models import LockFormatError, load_lock
+
+    (tmp_path / "x.lock.json").write_text("{nope")
+    with pytest.raises(LockFormatError, match=r"x\.lock\.json: not JSON \(line 1 column 2"):
+        load_lock(tmp_path / "x.lock.json")
+
+
+def test_the_sandbox_lock_is_valid():
+    from rigkit.models import load_lock
+
+    assert set(load_lock(SANDBOX_LOCK)["models"]) == {"hyperqwen", "hyperqwen-dflash2", "gguf-baseline", "strata"}
+
+
+SANDBOX_MODELS = ('{"hyperqwen-dflash2": {"repo_id": "rigkit-test/Qwen3.8-27B-DFlash2-W4A16"}, '
+                  '"gguf-baseline": {"repo_id": "rigkit-test/Qwen3.8-27B-GGUF"}, '
+                  '"strata": {"repo_id": "rigkit-test/Strata-Coder-GGUF"}}')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["models", "check"], ["check"]])
+def test_models_check_and_check_read_the_lock_and_exit_2_on_a_bad_entry(tmp_path, command):
+    lock = json.loads(SANDBOX_LOCK.read_text())
+    (tmp_path / "inventory").mkdir()
+    (tmp_path / "inventory" / "lab.py").write_text(f'hosts = [("box", {{"ssh_hostname": "b", "models": {SANDBOX_MODELS}}})]\n')
+    lock_file = tmp_path / "inventory" / "lab.lock.json"
+    lock_file.write_text(json.dumps(lock))
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    if command == ["check"]:  # the good lock: check says it matches
+        proc = _run([*command, "-i", "inventory/lab.py"], env, tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "inventory/lab.lock.json: matches the spec" in proc.stdout
+    lock["models"]["strata"]["files"][0]["path"] = "../../etc/shadow"
+    lock["models"]["gguf-baseline"] = 7
+    lock_file.write_text(json.dumps(lock))
+    proc = _run([*command, "-i", "inventory/lab.py"], env, tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"inventory/lab.lock.json: models.strata.files[0].path: {REL}" in proc.stderr
+    assert "inventory/lab.lock.json: models.gguf-baseline: expected a mapping" in proc.stderr
+    assert "Traceback" not in proc.stderr
