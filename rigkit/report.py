@@ -255,6 +255,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% if m.chart %}<figure class="chart" data-chart="{{ h.name }}/{{ m.name }}">{{ m.chart|safe }}
 <figcaption class="meta">median per run; hollow points: chunk-count estimates; red crosses: failed runs; dashed: the baseline
 {%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}. Each point links to its run's files.</figcaption></figure>
+{% elif m.runs %}<p class="none">nothing measured in {{ m.runs|length }} run(s) of {{ m.name }} on {{ h.name }}: see the verdicts</p>
 {% else %}<p class="none">no bench run of {{ m.name }} on {{ h.name }} in the results folder</p>{% endif %}
 {% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}
 {% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>files</th></tr>

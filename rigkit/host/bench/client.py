@@ -279,8 +279,9 @@ def stream_chat(
     host = parts.hostname or "127.0.0.1"
     port = parts.port or (443 if scheme == "https" else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    headers = {"Accept": "text/event-stream", "Content-Type": "application/json",
-               "Content-Length": str(len(data))}
+    # identity: the stream must arrive as the server sends it, never compressed on the way
+    headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
+               "Content-Type": "application/json", "Content-Length": str(len(data))}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     own = session is None
