@@ -141,17 +141,9 @@ def write_holds(path: Path, holds: dict[str, dict[str, Any]]) -> None:
 def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT) -> str:
     """The shell command that runs ``rigkit-agent activate ARGS`` on the host in the transient unit
     ``rigkit-activate`` (``systemd-run --wait``: it keeps running when the SSH session is lost; its
-    name lets one run at a time), then prints its log and exits with its status. A previous run's unit
-    that is stopped but not yet collected is waited for (up to 10 s), so two commands back to back both
-    run. Run as root."""
+    name lets one run at a time), then prints its log and exits with its status. Run as root."""
     agent_cmd = shlex.join([agent, "activate", *args])
-    # the previous run's unit may still be loaded for a moment after `--wait` returned (stopped, not yet
-    # collected): wait for it to go (at most 10 s) rather than fail with "already loaded"; a run still
-    # active is left alone (systemd-run then refuses by name, as intended)
-    settle = (f"i=0; while [ $i -lt 100 ] && [ \"$(systemctl show -p LoadState --value {unit}.service)\" = loaded ] && "
-              f"! systemctl -q is-active {unit}.service; do systemctl reset-failed {unit}.service 2>/dev/null; "
-              f"sleep 0.1; i=$((i+1)); done; ")
-    return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && {settle}"
+    return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && "
             f"systemd-run --unit={unit} --collect --wait --quiet --service-type=exec "
             f"-p StandardOutput=truncate:{log} -p StandardError=inherit -E PYTHONUNBUFFERED=1 {agent_cmd}; "
             f"rc=$?; cat {shlex.quote(log)} 2>/dev/null; exit $rc")
