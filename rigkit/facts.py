@@ -144,8 +144,10 @@ class KernelState(FactBase):
     """The running kernel and what will boot next.
 
     Command: ``uname -r``, ``cat /proc/sys/kernel/random/boot_id``, ``cat
-    /sys/module/nvidia/version`` (the loaded module; empty when not loaded) and ``ls
-    /usr/lib/modules``. Returns ``{"running": str, "boot_id": str, "nvidia_module": str | None,
+    /sys/module/nvidia/version`` (the loaded module; empty when not loaded) and the installed
+    kernels: each ``/usr/lib/modules/<version>/`` holding its image ``vmlinuz`` (Arch's kernel
+    packages install it there; a folder left behind by a removed kernel, or by DKMS, holds none and
+    is no kernel). Returns ``{"running": str, "boot_id": str, "nvidia_module": str | None,
     "installed_kernels": [str]}``.
 
     Seam (documented, sandbox only): when ``/etc/rigkit/fact-seams.sh`` exists it may set
@@ -162,7 +164,7 @@ class KernelState(FactBase):
                 "else echo running=$(uname -r); fi; "
                 "echo boot_id=$(cat /proc/sys/kernel/random/boot_id); "
                 "echo nvidia=$(cat \"${RIGKIT_NVIDIA_MODULE_VERSION_FILE:-/sys/module/nvidia/version}\" 2>/dev/null); "
-                "for d in /usr/lib/modules/*/; do [ -d \"$d\" ] && echo kernel=$(basename \"$d\"); done; true")
+                "for d in /usr/lib/modules/*/; do [ -f \"${d}vmlinuz\" ] && echo kernel=$(basename \"$d\"); done; true")
 
     def process(self, output: list[str]) -> dict[str, Any]:
         state: dict[str, Any] = {"running": "", "boot_id": "", "nvidia_module": None, "installed_kernels": []}

@@ -18,6 +18,9 @@ DAEMON_JSON_KEYS = {
 #: Models rewritten in place by HyperQwen's ``prepare``: after it, their record (not the lock) is
 #: the reference.
 PREPARED_MODELS = frozenset({"hyperqwen"})
+#: What the rig installs from the repos with ``pacman -Syu --needed`` (pinned packages come from the
+#: archive): docker, Compose v2, buildx and the NVIDIA container toolkit (Arch's package names).
+REPO_PACKAGES = ("docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit")
 
 
 def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.facts.files import File
-from pyinfra.operations import pacman, server, systemd
+from pyinfra.operations import server, systemd
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
@@ -14,13 +14,11 @@ from rigkit.hoststate import DAEMON_JSON_KEYS
 from rigkit.operations.config import json_keys
 from rigkit.spec import RigSpec
 
-PACKAGES = ["docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit"]
 
 
 @deploy("Docker")
 def docker(spec: RigSpec):
     """Install and start docker with the nvidia runtime; restart it only when daemon.json changed."""
-    pacman.packages(name="Install docker, compose, buildx and the NVIDIA container toolkit", packages=PACKAGES)
     daemon_json = json_keys(name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
                             path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS)
     systemd.service(name="Enable and start docker", service="docker.service", running=True, enabled=True)

@@ -1,18 +1,23 @@
-"""Pins: the driver, CUDA and kernel packages at their pinned versions, held by IgnorePkg."""
+"""Packages and pins: the pins held by IgnorePkg first, then what the rig needs installed with one
+``pacman -Syu --needed`` (never ``-Sy`` alone: Arch does not support partial upgrades), then the
+driver, CUDA and kernel packages at their pinned versions from the archive."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from rigkit.operations.pacman import pacman_ignorepkg, pacman_pins
+from rigkit.operations.pacman import pacman_ignorepkg, pacman_pins, synced_packages
+from rigkit.hoststate import REPO_PACKAGES
 from rigkit.spec import RigSpec
 
 
 @deploy("Pins")
 def pins(spec: RigSpec):
-    """``pacman -U`` the pins from ``arch_archive_url`` together, then hold them."""
+    """Hold the pins (``IgnorePkg``), install what is missing with ``pacman -Syu --needed``, then
+    ``pacman -U`` the pins from ``arch_archive_url`` together."""
     assert spec.pacman_pins is not None  # preflight refuses an unset value
-    installed = pacman_pins(name="Install the pinned packages from the archive", pins=spec.pacman_pins,
-                            archive=spec.arch_archive_url)
     pacman_ignorepkg(name="Hold the pinned packages with IgnorePkg in [options]", packages=list(spec.pacman_pins))
-    return installed
+    synced_packages(name="Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)",
+                    packages=list(REPO_PACKAGES))
+    return pacman_pins(name="Install the pinned packages from the archive", pins=spec.pacman_pins,
+                       archive=spec.arch_archive_url)

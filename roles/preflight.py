@@ -8,9 +8,11 @@ from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import paths
-from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, RigLockState
+from rigkit.hoststate import REPO_PACKAGES
+from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
 from rigkit.host import lock as host_lock
 from rigkit.host.window.journal import is_open
+from rigkit.operations.pacman import missing_packages
 from rigkit.render import own_units
 from rigkit.spec import RigSpec, unset_operator_values
 
@@ -57,12 +59,15 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
 
 
 def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool,
-                     held: bool = False, binary_sha256: str | None = None) -> list[str]:
+                     held: bool = False, binary_sha256: str | None = None,
+                     sync_missing: list[str] | None = None) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
     (pure, for tests): a changed live llama-swap config or unit while llama-swap runs (not the
     config while a hold keeps it back: the deploy will not activate it) or a new llama-swap binary
     (``binary_sha256``: the tarball sha256 the installed binary came from, its marker file) while
-    llama-swap runs, a daemon.json that the docker step will change (docker restarts)."""
+    llama-swap runs, a daemon.json that the docker step will change (docker restarts), and a
+    ``pacman -Syu`` to install ``sync_missing`` packages on a serving host (it may upgrade the kernel,
+    docker and what runs)."""
     import hashlib
 
     from rigkit.hoststate import DAEMON_JSON_KEYS
@@ -78,6 +83,9 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
         wanted = spec.llama_swap.release_sha256
         if wanted and (binary_sha256 or "").strip() != wanted:
             out.append(f"llama-swap's binary changes (release tarball {wanted[:12]}): llama-swap restarts")
+    if sync_missing and proxy_running:
+        out.append(f"pacman -Syu (to install {', '.join(sync_missing)}) upgrades the host: the kernel, docker "
+                   "and what runs may be replaced")
     data = daemon_json.get("data") or {}
     if daemon_json.get("exists") and merge_json(data, DAEMON_JSON_KEYS) != data:
         out.append("daemon.json changes: docker restarts")
@@ -95,7 +103,9 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     held = "llama-swap" in (host.get_fact(JsonFile, path=paths.HOLDS_FILE).get("data") or {})
     marker = host.get_fact(FileContents, path=paths.LLAMA_SWAP_MARKER)
     disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
-                                  held, "\n".join(marker) if marker else None)
+                                  held, "\n".join(marker) if marker else None,
+                                  missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
+                                                   list(REPO_PACKAGES)))
     clients = (host.get_fact(EstablishedConnections, port=spec.llama_swap.port, own_units=own_units(rendered))
                if disruptive else [])
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)

@@ -41,10 +41,32 @@ def pacman_pins(pins: dict[str, str], archive: str):
         host.noop("pinned packages installed: " + ", ".join(f"{p} {v}" for p, v in sorted(pins.items())))
         return
     if not host.get_fact(PacmanSyncDbs):
-        # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...)
-        yield "pacman -Sy --noconfirm"
+        # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...); never
+        # `-Sy` alone (a partial upgrade, unsupported on Arch): sync and upgrade, the pins held
+        yield "pacman -Syu --noconfirm"
     urls = " ".join(archive_url(archive, p, v) for p, v in sorted(pins.items()))
     yield f"pacman -U --noconfirm --needed {urls}"
+
+
+@operation()
+def synced_packages(packages: list[str]):
+    """Install what is missing of ``packages`` the Arch way: one ``pacman -Syu --needed --noconfirm
+    PKG...`` (sync *and* upgrade; Arch does not support partial upgrades, and a stale sync database
+    names files the mirror no longer has), with the pins held by ``IgnorePkg`` (run
+    :func:`pacman_ignorepkg` first). Nothing when every package is installed, however old the
+    databases: a converged host runs nothing. An upgraded kernel or driver is the reboot gate's
+    business (``roles/boot.py``)."""
+    installed = host.get_fact(PacmanVersions, packages=sorted(packages))
+    missing = missing_packages(installed, packages)
+    if not missing:
+        host.noop("installed: " + ", ".join(packages))
+        return
+    yield "pacman -Syu --noconfirm --needed " + " ".join(missing)
+
+
+def missing_packages(installed: dict[str, str | None], packages: list[str]) -> list[str]:
+    """The names of ``packages`` the ``PacmanVersions`` fact says are not installed (pure)."""
+    return [p for p in packages if not installed.get(p)]
 
 
 def ensure_ignorepkg(lines: list[str], packages: list[str]) -> list[str]:

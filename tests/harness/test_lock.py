@@ -68,13 +68,19 @@ def wait_for(pred, timeout: float = 60.0, every: float = 0.2):
     return pred()
 
 
-def held_by(host, word: str, timeout: float = 60.0) -> dict:
-    """Wait until the host lock is held by a holder whose ``what`` contains ``word``; its record."""
+def held_by(host, pattern: str, proc=None, timeout: float = 60.0) -> dict:
+    """Wait until the host lock is held by a holder whose ``what`` matches the regex ``pattern``; its
+    record. ``proc``: the command expected to take it (its output is shown if it ends first)."""
     def check():
+        if proc is not None and proc.poll() is not None:
+            return "ended"
         st = lock_state(host)
-        return st["holder"] if st["held"] and word in (st["holder"] or {}).get("what", "") else None
+        return st["holder"] if st["held"] and re.search(pattern, (st["holder"] or {}).get("what", "")) else None
     rec = wait_for(check, timeout)
-    assert rec, f"the lock was never held by {word!r}: {lock_state(host)}"
+    if rec == "ended":
+        out, err = proc.communicate()
+        raise AssertionError(f"exited {proc.returncode} before the lock was held by {pattern!r}:\n{out[-2000:]}\n{err[-3000:]}")
+    assert rec, f"the lock was never held by {pattern!r}: {lock_state(host)}"
     return rec
 
 
@@ -135,7 +141,7 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
     slow_hyperqwen(host, 12)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
-        rec = held_by(host, "activation")
+        rec = held_by(host, "^activation", act)
         assert "rigkit wire-in --activate" in rec["what"]
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1, win.stderr[-2000:]
@@ -157,7 +163,7 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
     slow_hyperqwen(host, 15)
     try:
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
-        rec = held_by(host, "window")
+        rec = held_by(host, r"^window \d", win)
         assert "(hyperqwen)" in rec["what"] and rec["command"].endswith("window run")
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP))
         assert act.returncode == 1, act.stdout[-2000:]
@@ -176,7 +182,7 @@ def test_a_window_started_while_the_deploys_activation_holds_the_lock_is_refused
     slow_hyperqwen(host, 12)
     try:
         dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP), popen=True)
-        rec = held_by(host, "activation", timeout=300)
+        rec = held_by(host, "^activation", dep, timeout=300)
         assert "(rigkit deploy)" in rec["what"]
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1
@@ -212,7 +218,7 @@ def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_res
     slow_hyperqwen(host, 30)
     try:
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
-        rec = held_by(host, "window")
+        rec = held_by(host, r"^window \d", win)
         wait_for(lambda: json.loads(host.run("cat /var/lib/rigkit/window.json").stdout).get("state") == "open")
         host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
         win.communicate(timeout=300)
@@ -240,7 +246,7 @@ def test_watchdog_and_keeper_work_on_port_8090(host):
     try:
         body = json.dumps({"model": "hyperqwen", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
         key = "$(sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env)"
-        host.run(f"curl -fsS -m 300 -o /dev/null 127.0.0.1:{PORT}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+        host.run(f"curl -fsS -m 300 -o /dev/null 127.0.0.1:{PORT}/v1/chat/completions -H \"Authorization: Bearer {key}\" "
                  f"-H 'Content-Type: application/json' -d {shlex.quote(body)}")
         host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
         outs = [host.run(f"{AGENT} watchdog --failures 2", check=False) for _ in range(2)]

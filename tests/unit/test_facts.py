@@ -118,3 +118,16 @@ def test_drop_kms_hook_removes_only_kms_from_hooks():
     assert drop_kms_hook(lines) == ["# HOOKS=(base kms)", "MODULES=()",
                                     "HOOKS=(base udev autodetect microcode modconf keyboard block filesystems fsck)"]
     assert drop_kms_hook(["HOOKS=(base udev kmsx)"]) == ["HOOKS=(base udev kmsx)"]
+
+
+def test_a_modules_folder_without_its_kernel_image_is_no_installed_kernel(tmp_path):
+    """A ghost ``/usr/lib/modules/<version>/`` (a removed kernel's leftovers, DKMS output) holds no
+    ``vmlinuz`` and must not count as a kernel that DKMS has to build for."""
+    import subprocess
+
+    (tmp_path / "6.12.58-1-lts").mkdir()
+    (tmp_path / "6.12.58-1-lts" / "vmlinuz").write_text("image")
+    (tmp_path / "6.6.1-ghost" / "updates" / "dkms").mkdir(parents=True)
+    cmd = KernelState().command().replace("/usr/lib/modules", str(tmp_path))
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True).stdout.splitlines()
+    assert KernelState().process(out)["installed_kernels"] == ["6.12.58-1-lts"]
