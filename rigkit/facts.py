@@ -262,7 +262,8 @@ class EstablishedConnections(FactBase):
     _PORT = "__RIGKIT_PORT__="
 
     def command(self, port: int, own_units: tuple[str, ...] | list[str] = ()) -> str:
-        pattern = "|".join(u.replace(".", "\\.") for u in own_units) or "^$"
+        # a unit or its instances (rigkit-activate-<id>.service): the stem matches both
+        pattern = "|".join(u.removesuffix(".service").replace(".", "\\.") for u in own_units) or "^$"
         return (f"echo {self._PORT}{int(port)}; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; "
                 f"echo {self._MARK}; "
                 f"for c in $(grep -lE {shlex.quote(pattern)} /proc/[0-9]*/cgroup 2>/dev/null); do "

@@ -79,17 +79,23 @@ def parse_cgroup_units(text: str) -> set[str]:
     return units
 
 
+def is_own_unit(unit: str, own: Iterable[str]) -> bool:
+    """True when ``unit`` is one of ``own`` or an instance of one (``rigkit-activate-<id>.service``
+    for ``rigkit-activate.service``)."""
+    return any(unit == u or unit.startswith(u.removesuffix(".service") + "-") for u in own)
+
+
 def own_socket_inodes(units: Iterable[str], proc: str | os.PathLike = "/proc") -> set[int]:
     """Inodes of the sockets held by processes running in one of ``units`` (rigkit's own:
-    the keeper, the watchdog, an activation, a window)."""
-    wanted = set(units)
+    the keeper, the watchdog, an activation, a window; instances ``<stem>-<id>`` included)."""
+    wanted = list(units)
     out: set[int] = set()
     root = Path(proc)
     for pid_dir in root.iterdir() if root.is_dir() else []:
         if not pid_dir.name.isdigit():
             continue
         try:
-            if not parse_cgroup_units((pid_dir / "cgroup").read_text()) & wanted:
+            if not any(is_own_unit(u, wanted) for u in parse_cgroup_units((pid_dir / "cgroup").read_text())):
                 continue
             for fd in (pid_dir / "fd").iterdir():
                 link = os.readlink(fd)

@@ -159,13 +159,35 @@ def test_read_holds_absent_empty_and_broken(tmp_path):
     assert act.read_holds(str(p)) == {"llama-swap": {"since": "x"}}
 
 
-def test_remote_command_runs_the_agent_in_a_transient_unit_and_prints_its_log():
+def test_remote_command_runs_the_agent_in_a_unit_of_its_own_and_prints_its_log(tmp_path):
     cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"],
                              agent="/opt/rigkit/venv/bin/rigkit-agent", log="/var/lib/rigkit/activate.log")
-    assert cmd.startswith("mkdir -p /var/lib/rigkit && systemd-run --unit=rigkit-activate --collect --wait --quiet ")
+    assert cmd.startswith("mkdir -p /var/lib/rigkit && id=$(date +%s%N)-$$ && systemd-run --unit=rigkit-activate-$id "
+                          "--collect --wait --quiet ")
     assert ("/opt/rigkit/venv/bin/rigkit-agent activate --config /var/lib/rigkit/llama-swap/config.next.yaml "
-            "--live /etc/llama-swap/config.yaml; rc=$?; cat /var/lib/rigkit/activate.log 2>/dev/null; exit $rc") in cmd
+            "--live /etc/llama-swap/config.yaml; rc=$?; cat /var/lib/rigkit/activate.log.$id 2>/dev/null; "
+            "mv -f /var/lib/rigkit/activate.log.$id /var/lib/rigkit/activate.log 2>/dev/null; exit $rc") in cmd
+    # the shell part runs as written: a fake systemd-run on PATH writes the log, the command prints it
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "systemd-run"
+    fake.write_text("#!/bin/sh\nfor a; do case $a in StandardOutput=truncate:*) echo activated > ${a#*:};; esac; done\n"
+                    "exit 3\n")
+    fake.chmod(0o755)
+    log = tmp_path / "state" / "activate.log"
+    import subprocess
 
+    p = subprocess.run(["sh", "-c", act.remote_command(["--release"], agent="agent", log=str(log))], capture_output=True,
+                       text=True, env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
+    assert (p.returncode, p.stdout) == (3, "activated\n") and log.read_text() == "activated\n"
+    assert [f.name for f in log.parent.iterdir()] == ["activate.log"]
+
+
+def test_rigkits_own_units_include_their_instances():
+    from rigkit.host.net import is_own_unit
+
+    own = ["rigkit-activate.service", "rigkit-keeper.service"]
+    assert is_own_unit("rigkit-activate-1733051234000000000-42.service", own)
+    assert is_own_unit("rigkit-keeper.service", own) and not is_own_unit("agent-sync.service", own)
 
 def _host_config(tmp_path, journal_state=None):
     from rigkit.render import render_host_config

@@ -157,3 +157,15 @@ def test_operator_units_are_rendered_as_they_are(tmp_path, monkeypatch):
     files = render(spec_from_dict({"operator_units": ["sync.timer"]}))
     assert tuple(files[f"{UNITS}/sync.timer"]) == ("[Timer]\nOnCalendar=hourly\n[Install]\nWantedBy=timers.target\n", "0644",
                                             "root:root")
+
+
+def test_compose_refuses_to_start_hyperqwen_without_its_api_key_file():
+    """The secret file is required: compose refuses to start rather than serve without VLLM_API_KEY."""
+    import yaml
+
+    from rigkit.render import render
+    from rigkit.validate import spec_from_layers
+
+    compose = yaml.safe_load(render(spec_from_layers([{}]))["/opt/rigkit/hyperqwen/compose.yaml"].text)
+    env_files = compose["x-hyperqwen"]["env_file"]
+    assert {"path": "/etc/rigkit/secrets/hyperqwen.env", "required": True} in env_files
