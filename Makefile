@@ -10,7 +10,7 @@ SHARED ?= $(abspath ../shared)
 export RIGKIT_LLAMA_SWAP_SCHEMA_URL ?= $(if $(wildcard $(SHARED)/data/llama-swap/config-schema.json),file://$(SHARED)/data/llama-swap/config-schema.json,)
 APT_PACKAGES := systemd
 
-SANDBOX_STATE ?= /var/lib/rigkit-harness
+SANDBOX_STATE ?= $(or $(RIGKIT_HARNESS_STATE),/var/lib/rigkit-harness)
 RELEASES := $(SANDBOX_STATE)/fixtures-www/releases
 
 .PHONY: venv apt harness sandbox-fixtures demo demo-clean check-rig test test-fast clean

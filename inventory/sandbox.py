@@ -9,14 +9,18 @@ harness serves), its fake images and tiny models.
 """
 
 import hashlib
-import json
+import importlib.util
 import os
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
 _STATE = Path(os.environ.get("RIGKIT_HARNESS_STATE", "/var/lib/rigkit-harness"))
 _NAME = os.environ.get("RIGKIT_SANDBOX_HOST", "demo")
-_MIRROR = json.loads((_ROOT / "tests" / "harness" / "mirror.json").read_text())
+# the harness' network names and addresses (RIGKIT_HARNESS_NET): the mirror's URLs follow them
+_spec = importlib.util.spec_from_file_location("rigkit_harness_netcfg", _ROOT / "tests" / "harness" / "netcfg.py")
+_netcfg = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_netcfg)
+_MIRROR = _netcfg.manifest()
 _META_PATH = _STATE / "hosts" / _NAME / "meta.json"
 _META = json.loads(_META_PATH.read_text()) if _META_PATH.is_file() else {}
 _TARBALL = _STATE / "fixtures-www" / "releases" / "llama-swap_250_linux_amd64.tar.gz"

@@ -11,7 +11,9 @@ usage: hostctl.py up NAME [--lane nspawn|chroot]   bring a host up (idempotent);
        hostctl.py hub-token                          print the token the sandbox hub accepts
        hostctl.py reach NAME                         print the ssh command that reaches an nspawn host
 
-Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here):
+Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here). The names and
+addresses below are the default; RIGKIT_HARNESS_NET=N moves a session to 10.N.0.0/16, "rkfxN" and
+"rkNh<n>" (netcfg.py) so that two sessions on one machine never meet:
   fixtures namespace "rkfx": serves the pacman mirror over HTTP on 10.231.255.1:80 (an address on its lo)
     control side  rkfx-c 10.231.0.1/30  <->  rkfx-f 10.231.0.2/30; route 10.231.255.1/32 via 10.231.0.2
   nspawn host with index n (1..250), network namespace "rkh<n>":
@@ -46,11 +48,11 @@ CACHE = Path(os.environ.get("RIGKIT_HARNESS_CACHE")
 # fixed at import: tests/conftest.py points RIGKIT_CACHE at a per-session temp dir later on, and the
 # root tarball must still come from the real cache
 os.environ["RIGKIT_HARNESS_CACHE"] = str(CACHE)
-FIX_NS = "rkfx"
-FIX_ADDR = "10.231.255.1"
-FIX_URL = f"http://{FIX_ADDR}"
+sys.path.insert(0, str(HERE))
+from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest  # noqa: E402  (RIGKIT_HARNESS_NET)
+
 SSH_USER = "rig"
-MANIFEST = json.loads((HERE / "mirror.json").read_text())
+MANIFEST = manifest()
 TIMINGS: dict[str, float] = {}
 
 
@@ -150,13 +152,13 @@ def fixtures_up() -> None:
         ip("netns", "add", FIX_NS)
     ip("link", "set", "lo", "up", ns=FIX_NS)
     ip("addr", "replace", f"{FIX_ADDR}/32", "dev", "lo", ns=FIX_NS)
-    if not link_exists("rkfx-c"):
-        ip("link", "add", "rkfx-c", "type", "veth", "peer", "name", "rkfx-f", "netns", FIX_NS)
-        ip("addr", "add", "10.231.0.1/30", "dev", "rkfx-c")
-        ip("addr", "add", "10.231.0.2/30", "dev", "rkfx-f", ns=FIX_NS)
-        ip("link", "set", "rkfx-c", "up")
-        ip("link", "set", "rkfx-f", "up", ns=FIX_NS)
-    ip("route", "replace", f"{FIX_ADDR}/32", "via", "10.231.0.2", "dev", "rkfx-c")
+    if not link_exists(f"{FIX_NS}-c"):
+        ip("link", "add", f"{FIX_NS}-c", "type", "veth", "peer", "name", f"{FIX_NS}-f", "netns", FIX_NS)
+        ip("addr", "add", f"{BLOCK}.0.1/30", "dev", f"{FIX_NS}-c")
+        ip("addr", "add", f"{BLOCK}.0.2/30", "dev", f"{FIX_NS}-f", ns=FIX_NS)
+        ip("link", "set", f"{FIX_NS}-c", "up")
+        ip("link", "set", f"{FIX_NS}-f", "up", ns=FIX_NS)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.0.2", "dev", f"{FIX_NS}-c")
     pidf = STATE / "fixtures.pid"
     pid = int(pidf.read_text()) if pidf.exists() else None
     if not pid_alive(pid):
@@ -218,8 +220,8 @@ def fixtures_down() -> None:
         kill_group(int(pidf.read_text()))
         pidf.unlink()
     ip("route", "del", f"{FIX_ADDR}/32", check=False)
-    if link_exists("rkfx-c"):
-        ip("link", "del", "rkfx-c", check=False)
+    if link_exists(f"{FIX_NS}-c"):
+        ip("link", "del", f"{FIX_NS}-c", check=False)
     if netns_exists(FIX_NS):
         ip("netns", "del", FIX_NS, check=False)
 
@@ -354,39 +356,39 @@ def alloc_index() -> int:
         if m.get("index"):
             used.add(m["index"])
     for n in range(1, 251):
-        if n not in used and not netns_exists(f"rkh{n}") and not link_exists(f"rkh{n}-c"):
+        if n not in used and not netns_exists(f"{HOST_NS}{n}") and not link_exists(f"{HOST_NS}{n}-c"):
             return n
     raise RuntimeError("no free host index (250 hosts?)")
 
 
 def host_net_up(n: int) -> None:
-    ns = f"rkh{n}"
+    ns = f"{HOST_NS}{n}"
     if not netns_exists(ns):
         ip("netns", "add", ns)
     ip("link", "set", "lo", "up", ns=ns)
-    if not link_exists(f"rkh{n}-c"):
-        ip("link", "add", f"rkh{n}-c", "type", "veth", "peer", "name", f"rkh{n}-h", "netns", ns)
-        ip("addr", "add", f"10.231.{n}.1/30", "dev", f"rkh{n}-c")
-        ip("addr", "add", f"10.231.{n}.2/30", "dev", f"rkh{n}-h", ns=ns)
-        ip("link", "set", f"rkh{n}-c", "up")
-        ip("link", "set", f"rkh{n}-h", "up", ns=ns)
-    if ip("link", "show", f"rkh{n}-f", ns=FIX_NS, check=False).returncode != 0:
-        ip("link", "add", f"rkh{n}-f", "netns", FIX_NS, "type", "veth", "peer", "name", f"rkh{n}-x", "netns", ns)
-        ip("addr", "add", f"10.231.{n}.5/30", "dev", f"rkh{n}-f", ns=FIX_NS)
-        ip("addr", "add", f"10.231.{n}.6/30", "dev", f"rkh{n}-x", ns=ns)
-        ip("link", "set", f"rkh{n}-f", "up", ns=FIX_NS)
-        ip("link", "set", f"rkh{n}-x", "up", ns=ns)
-    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"10.231.{n}.5", "dev", f"rkh{n}-x", ns=ns)
+    if not link_exists(f"{HOST_NS}{n}-c"):
+        ip("link", "add", f"{HOST_NS}{n}-c", "type", "veth", "peer", "name", f"{HOST_NS}{n}-h", "netns", ns)
+        ip("addr", "add", f"{BLOCK}.{n}.1/30", "dev", f"{HOST_NS}{n}-c")
+        ip("addr", "add", f"{BLOCK}.{n}.2/30", "dev", f"{HOST_NS}{n}-h", ns=ns)
+        ip("link", "set", f"{HOST_NS}{n}-c", "up")
+        ip("link", "set", f"{HOST_NS}{n}-h", "up", ns=ns)
+    if ip("link", "show", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False).returncode != 0:
+        ip("link", "add", f"{HOST_NS}{n}-f", "netns", FIX_NS, "type", "veth", "peer", "name", f"{HOST_NS}{n}-x", "netns", ns)
+        ip("addr", "add", f"{BLOCK}.{n}.5/30", "dev", f"{HOST_NS}{n}-f", ns=FIX_NS)
+        ip("addr", "add", f"{BLOCK}.{n}.6/30", "dev", f"{HOST_NS}{n}-x", ns=ns)
+        ip("link", "set", f"{HOST_NS}{n}-f", "up", ns=FIX_NS)
+        ip("link", "set", f"{HOST_NS}{n}-x", "up", ns=ns)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.{n}.5", "dev", f"{HOST_NS}{n}-x", ns=ns)
 
 
 def host_net_down(n: int) -> None:
-    if netns_exists(f"rkh{n}"):
-        ip("netns", "del", f"rkh{n}", check=False)  # its veth ends go with it, and so do their peers
-    for link in (f"rkh{n}-c",):
+    if netns_exists(f"{HOST_NS}{n}"):
+        ip("netns", "del", f"{HOST_NS}{n}", check=False)  # its veth ends go with it, and so do their peers
+    for link in (f"{HOST_NS}{n}-c",):
         if link_exists(link):
             ip("link", "del", link, check=False)
     if netns_exists(FIX_NS):
-        ip("link", "del", f"rkh{n}-f", ns=FIX_NS, check=False)
+        ip("link", "del", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False)
 
 
 def extra_binds() -> list[str]:
@@ -420,7 +422,7 @@ done
 
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
-            f"--network-namespace-path=/run/netns/rkh{n}", *extra_binds()]
+            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *extra_binds()]
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
@@ -476,7 +478,7 @@ def host_up(name: str, lane: str = "nspawn") -> dict:
             n = alloc_index() if lane == "nspawn" else 0
             meta = {"name": name, "lane": lane, "index": n, "root": str(root), "ssh_user": SSH_USER,
                     "ssh_key": str(ssh_key()), "ssh_port": 22,
-                    "ssh_hostname": f"10.231.{n}.2" if lane == "nspawn" else None}
+                    "ssh_hostname": f"{BLOCK}.{n}.2" if lane == "nspawn" else None}
             (d / "meta.json").write_text(json.dumps(meta, indent=1))
             unpack(root)
             personalize(root, name, meta["ssh_hostname"])
@@ -549,8 +551,8 @@ def clean(prefix: str = "") -> None:
                 host_down(name)
         # leftovers of a failed run: namespaces and links with no host behind them
         live = {read_meta(h).get("index") for h in all_hosts() if read_meta(h)}
-        for ns in Path("/run/netns").glob("rkh*") if Path("/run/netns").exists() else []:
-            n = ns.name[3:]
+        for ns in Path("/run/netns").glob(f"{HOST_NS}*") if Path("/run/netns").exists() else []:
+            n = ns.name[len(HOST_NS):]
             if n.isdigit() and int(n) not in live:
                 host_net_down(int(n))
         if not all_hosts():
