@@ -10,6 +10,7 @@ harness serves), its fake images and tiny models.
 
 import hashlib
 import importlib.util
+import json
 import os
 from pathlib import Path
 

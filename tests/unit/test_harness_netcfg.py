@@ -39,12 +39,17 @@ def test_a_bad_value_is_refused_by_name():
         assert r.returncode != 0 and "RIGKIT_HARNESS_NET" in r.stderr, (bad, r.stderr)
 
 
-def test_the_sandbox_inventory_follows_it():
+def test_the_sandbox_inventory_follows_it(tmp_path):
+    meta = tmp_path / "hosts" / "demo" / "meta.json"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"ssh_hostname": "10.232.1.2", "ssh_port": 22, "ssh_user": "rig", "ssh_key": "/k"}))
     code = ("import runpy, json; g = runpy.run_path('inventory/sandbox.py'); d = g['sandbox'][0][1]; "
-            "print(json.dumps([d['arch_archive_url'], d['hf_endpoint'], d['llama_swap']['release_url']]))")
-    env = {**os.environ, "RIGKIT_HARNESS_NET": "232", "RIGKIT_HARNESS_STATE": "/nonexistent-rigkit-state"}
+            "print(json.dumps([d['arch_archive_url'], d['hf_endpoint'], d['llama_swap']['release_url'], d['ssh_hostname']]))")
+    env = {**os.environ, "RIGKIT_HARNESS_NET": "232", "RIGKIT_HARNESS_STATE": str(tmp_path),
+           "RIGKIT_SANDBOX_HOST": "demo"}
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    archive, hub, release = json.loads(r.stdout)
+    archive, hub, release, ssh = json.loads(r.stdout)
+    assert ssh == "10.232.1.2"
     assert archive.startswith("http://10.232.255.1/") and hub == "http://10.232.255.1:8000"
     assert release.startswith("http://10.232.255.1/releases/")
