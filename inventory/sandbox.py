@@ -28,6 +28,14 @@ _TARBALL = _STATE / "fixtures-www" / "releases" / "llama-swap_250_linux_amd64.ta
 _FIXTURES = _MIRROR["url"]
 
 
+# the sandbox registry's images (tests/harness/images.py, pushed by hostctl registry_up): their
+# manifest digests, pinned like the rig's; absent while hosts run the docker stand-in
+_IMAGES_PATH = _STATE / "fixtures-www" / "images.json"
+_IMAGES = json.loads(_IMAGES_PATH.read_text()) if _IMAGES_PATH.is_file() else {}
+_HQ_REF = _IMAGES.get("ghcr.io/syv-ai/hyperqwen", "sha256:" + "0" * 63 + "1")
+_LLAMA_REF = _IMAGES.get("ghcr.io/ggml-org/llama.cpp", "sha256:" + "0" * 63 + "2")
+
+
 def _sha256(path):
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
@@ -55,11 +63,11 @@ _sandbox_data = {
     "hf_endpoint": f"{_FIXTURES}:8000",  # tests/hub in the fixtures namespace (hostctl hub_up)
     "models_lock": str(Path(__file__).with_suffix(".lock.json")),
     "lock_files": [],
-    # the sandbox's fake images (tests/harness/stubs/docker) and its hub's tiny repos (tests/hub)
-    "hyperqwen": {"image": {"ref": "sha256:" + "0" * 63 + "1"}},
-    "strata": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "strata-coder-Q4_K_M.gguf",
+    # the sandbox registry's images (or the docker stand-in's fake digests) and its hub's tiny repos (tests/hub)
+    "hyperqwen": {"image": {"ref": _HQ_REF}},
+    "strata": {"image": {"ref": _LLAMA_REF}, "model_file": "strata-coder-Q4_K_M.gguf",
                "args": ["--threads", "1"]},
-    "gguf_baseline": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
+    "gguf_baseline": {"image": {"ref": _LLAMA_REF}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
     "models": {
         "hyperqwen-dflash2": {"repo_id": "rigkit-test/Qwen3.8-27B-DFlash2-W4A16"},
         "gguf-baseline": {"repo_id": "rigkit-test/Qwen3.8-27B-GGUF"},

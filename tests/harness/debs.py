@@ -39,6 +39,28 @@ DEBS = {
     "docker-registry": "2.8.2+ds1-1",
 }
 
+# the model images' minimal root (images.py): Python 3.11 and the C/C++ runtime llama.cpp's server needs
+IMAGE_DEBS = {
+    "libc6": "2.36-9+deb12u14",
+    "libgcc-s1": "12.2.0-14+deb12u1",
+    "libgomp1": "12.2.0-14+deb12u1",
+    "libstdc++6": "12.2.0-14+deb12u1",
+    "zlib1g": "1:1.2.13.dfsg-1+deb12u1",
+    "libexpat1": "2.5.0-1+deb12u5",
+    "libffi8": "3.4.4-1",
+    "libbz2-1.0": "1.0.8-5+b1",
+    "liblzma5": "5.4.1-1+deb12u2",
+    "libcrypt1": "1:4.4.33-2",
+    "libssl3": "3.0.22-1~deb12u2",
+    "libuuid1": "2.38.1-5+deb12u3",
+    "libsqlite3-0": "3.40.1-2+deb12u2",
+    "python3.11-minimal": "3.11.2-6+deb12u9",
+    "libpython3.11-minimal": "3.11.2-6+deb12u9",
+    "libpython3.11-stdlib": "3.11.2-6+deb12u9",
+    "media-types": "10.0.0",
+}
+SETS = {"engine": DEBS, "image": IMAGE_DEBS}
+
 
 def cache_dir() -> Path:
     if os.environ.get("RIGKIT_HARNESS_CACHE"):
@@ -46,13 +68,15 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
 
 
-def key() -> str:
-    return hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(DEBS.items())).encode()).hexdigest()[:16]
+def key(pins: dict) -> str:
+    return hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(pins.items())).encode()).hexdigest()[:16]
 
 
-def unpacked() -> Path:
-    """The directory of unpacked packages, fetching and unpacking them when missing."""
-    out = cache_dir() / f"debs-{key()}"
+def unpacked(which: str = "engine") -> Path:
+    """The directory of unpacked packages of set ``which`` (:data:`SETS`), fetching and unpacking
+    them when missing."""
+    DEBS = SETS[which]
+    out = cache_dir() / f"debs-{key(DEBS)}"
     if (out / ".complete").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,5 +108,5 @@ def unpacked() -> Path:
 
 
 if __name__ == "__main__":
-    print(unpacked())
+    print(unpacked(sys.argv[1] if len(sys.argv) > 1 else "engine"))
     sys.exit(0)

@@ -169,6 +169,65 @@ def fixtures_up() -> None:
         pidf.write_text(str(p.pid))
         wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
     hub_up()
+    if real_docker():
+        registry_up()
+
+
+def real_docker() -> bool:
+    """``RIGKIT_HARNESS_DOCKER=real``: hosts run the real Docker engine (the mirror's docker packages,
+    :func:`docker_args`) and pull from the sandbox registry (:func:`registry_up`)."""
+    return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+
+
+REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
+
+
+def registry_tls() -> Path:
+    """A test CA and the registry's certificate for REGISTRY_NAMES and FIX_ADDR (openssl; made once
+    per state directory, kept in $STATE/registry/tls)."""
+    d = STATE / "registry" / "tls"
+    if (d / "server.crt").exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=rigkit sandbox test CA",
+       "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"), quiet=True)
+    sans = ",".join([f"DNS:{n}" for n in REGISTRY_NAMES] + [f"IP:{FIX_ADDR}"])
+    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={REGISTRY_NAMES[0]}",
+       "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"), quiet=True)
+    (d / "ext.cnf").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
+    sh("openssl", "x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
+       "-CAcreateserial", "-days", "3650", "-extfile", str(d / "ext.cnf"), "-out", str(d / "server.crt"), quiet=True)
+    return d
+
+
+def registry_up() -> None:
+    """Debian's docker-registry (distribution 2.8.2) in the fixtures namespace on FIX_ADDR:443 (TLS,
+    the test CA), storage in $STATE/registry/data; the sandbox images (images.py) pushed to it and
+    their digests written to $STATE/fixtures-www/images.json ({repository: "sha256:..."}), which
+    inventory/sandbox.py pins."""
+    sys.path.insert(0, str(HERE))
+    import debs
+
+    tls = registry_tls()
+    binary = debs.unpacked("engine") / "docker-registry" / "usr/bin/docker-registry"
+    conf = STATE / "registry" / "config.yml"
+    conf.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
+                    f"{STATE / 'registry' / 'data'}\n  delete:\n    enabled: false\nhttp:\n  addr: {FIX_ADDR}:443\n"
+                    f"  tls:\n    certificate: {tls / 'server.crt'}\n    key: {tls / 'server.key'}\n")
+    pidf = STATE / "registry.pid"
+    pid = int(pidf.read_text()) if pidf.exists() else None
+    if not pid_alive(pid):
+        with timed("registry up"):
+            p = subprocess.Popen(fixtures_exec(str(binary), "serve", str(conf)), start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=open(STATE / "registry.log", "a"), stderr=subprocess.STDOUT)
+            pidf.write_text(str(p.pid))
+            wait_tcp(FIX_ADDR, 443, 30, what="sandbox registry")
+    out = fixtures_www() / "images.json"
+    venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
+    with timed("images"):
+        r = sh(str(venv_python), str(HERE / "images.py"), "push", f"https://{FIX_ADDR}", str(tls / "ca.crt"),
+               capture_output=True)
+    out.write_text(r.stdout)
 
 
 HUB_PORT, HUB_CDN_PORT = 8000, 8001
@@ -211,6 +270,10 @@ def hub_up() -> None:
 
 
 def fixtures_down() -> None:
+    reg_pid = STATE / "registry.pid"
+    if reg_pid.exists():
+        kill_group(int(reg_pid.read_text()))
+        reg_pid.unlink()
     hub_pid = STATE / "hub.pid"
     if hub_pid.exists():
         kill_group(int(hub_pid.read_text()))
@@ -301,6 +364,13 @@ def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
     with timed("personalize"):
         (root / "etc/hostname").write_text(name + "\n")
         (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        if real_docker():  # the host's resolver answers the rig's registries with the sandbox registry
+            with open(root / "etc/hosts", "a") as f:
+                f.write("".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
+            for n in REGISTRY_NAMES:
+                certs = root / "etc/docker/certs.d" / n
+                certs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
         (root / "etc/pacman.d/mirrorlist").write_text(
             "## rigkit sandbox: the fixtures namespace's mirror\nServer = " + FIX_URL + "/$repo/os/$arch\n")
         sh("cp", "-a", f"{HERE / 'overlay'}/.", str(root))
@@ -407,6 +477,17 @@ def extra_binds() -> list[str]:
     return binds
 
 
+def docker_args() -> list[str]:
+    """What the real Docker engine (``RIGKIT_HARNESS_DOCKER=real``, tests/harness/README.md) needs of
+    the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
+    syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
+    device cgroups, mount for overlay2, @privileged for the rest), and the CI machine's cgroup
+    hierarchy itself (cgroupfs driver; nspawn's own cgroup view has no writable controllers)."""
+    if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") != "real":
+        return []
+    return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged", "--bind=/sys/fs/cgroup"]
+
+
 SUPERVISOR = r"""
 # restart the container when it asks to reboot (systemd-nspawn exits 133), like a machine would
 trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
@@ -422,7 +503,7 @@ done
 
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
-            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *extra_binds()]
+            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *extra_binds(), *docker_args()]
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
