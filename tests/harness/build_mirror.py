@@ -136,7 +136,7 @@ def real_payload(pkg: dict) -> dict | None:
         f["usr/bin/dockerd"] = (deb("docker.io", "usr/sbin/dockerd"), 0o755)
         f["usr/bin/docker-proxy"] = (deb("docker.io", "usr/sbin/docker-proxy"), 0o755)
         f["usr/bin/docker-init"] = (deb("tini", "usr/bin/tini-static"), 0o755)
-        f[f"{LIB}/libdevmapper.so.1.02.1"] = (deb("libdevmapper1.02.1", "lib/x86_64-linux-gnu/libdevmapper.so.1.02.1"), 0o644)
+        # dockerd also links libdevmapper.so.1.02.1, which the Debian root underneath already has
         f["usr/lib/systemd/system/docker.service"] = (ARCH_DOCKER_SERVICE, 0o644)
         f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
         f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
@@ -152,18 +152,22 @@ def real_payload(pkg: dict) -> dict | None:
         f["usr/bin/nvidia-container-runtime-hook"] = (stub("nvidia-container-runtime-hook"), 0o755)
     elif name == "runc":
         f["usr/bin/runc"] = (deb("runc", "usr/sbin/runc"), 0o755)
-    elif name == "iptables":  # Arch's iptables is the nft flavour
-        f["usr/bin/xtables-nft-multi"] = (deb("iptables", "usr/sbin/xtables-nft-multi"), 0o755)
+    elif name == "iptables":  # Arch's iptables is the nft flavour: xtables-nft-multi behind each name
+        # its libraries live in a private directory (the Debian root underneath already carries some
+        # of them, and pacman refuses to overwrite files), reached through a wrapper per tool
+        f["usr/lib/iptables/bin/xtables-nft-multi"] = (deb("iptables", "usr/sbin/xtables-nft-multi"), 0o755)
         for tool in ("iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"):
-            f[f"usr/bin/{tool}"] = ("->", "xtables-nft-multi")
+            f[f"usr/lib/iptables/bin/{tool}"] = ("->", "xtables-nft-multi")
+            f[f"usr/bin/{tool}"] = ("#!/bin/sh\nLD_LIBRARY_PATH=/usr/lib/iptables/lib XTABLES_LIBDIR=/usr/lib/iptables/xtables "
+                                    f"exec /usr/lib/iptables/bin/{tool} \"$@\"\n", 0o755)
         for lib_pkg, lib in (("libxtables12", "libxtables.so.12"), ("libnftnl11", "libnftnl.so.11"),
                              ("libmnl0", "libmnl.so.0"), ("libip4tc2", "libip4tc.so.2"), ("libip6tc2", "libip6tc.so.2"),
                              ("libnetfilter-conntrack3", "libnetfilter_conntrack.so.3"),
                              ("libnfnetlink0", "libnfnetlink.so.0")):
-            f[f"{LIB}/{lib}"] = (deb(lib_pkg, f"usr/lib/x86_64-linux-gnu/{lib}"), 0o644)
-        plug = _DEBS / "iptables" / "usr/lib/x86_64-linux-gnu/xtables" if _DEBS else None
-        for so in sorted(plug.glob("*.so")) if plug and plug.is_dir() else []:
-            f[f"{LIB}/xtables/{so.name}"] = (so, 0o644)
+            f[f"usr/lib/iptables/lib/{lib}"] = (deb(lib_pkg, f"usr/lib/x86_64-linux-gnu/{lib}"), 0o644)
+        plug = _DEBS / "iptables" / "usr/lib/x86_64-linux-gnu/xtables"
+        for so in sorted(plug.glob("*.so")):
+            f[f"usr/lib/iptables/xtables/{so.name}"] = (so, 0o644)
     else:
         return None
     return f

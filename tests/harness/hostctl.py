@@ -449,6 +449,11 @@ def host_net_up(n: int) -> None:
         ip("link", "set", f"{HOST_NS}{n}-f", "up", ns=FIX_NS)
         ip("link", "set", f"{HOST_NS}{n}-x", "up", ns=ns)
     ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.{n}.5", "dev", f"{HOST_NS}{n}-x", ns=ns)
+    if real_docker():
+        # nspawn mounts /proc/sys read-only, so dockerd cannot switch IP forwarding on itself (it
+        # fails: "Enabling IP forwarding failed: open /proc/sys/net/ipv4/ip_forward: read-only file
+        # system"); it only writes the file when it is not already 1, so switch it on from outside
+        sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 
 
 def host_net_down(n: int) -> None:
