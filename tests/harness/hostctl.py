@@ -30,6 +30,7 @@ the harness ssh key).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -179,6 +180,11 @@ def real_docker() -> bool:
     return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
 
 
+# where a test tells HyperQwen's stand-in engine to fail (answer500, die_after, boot_delay_s;
+# stubs/openai_stub.py): the docker stand-in's control directory, or, in the real engine's
+# container, $MODELS_DIR/.sandbox-control (bound at /app/models; images.py)
+HQ_CONTROL = ("/srv/models/hyperqwen/.sandbox-control" if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+              else "/run/fake-docker/control/hyperqwen-single-1")
 REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
 
 
@@ -224,10 +230,19 @@ def registry_up() -> None:
             wait_tcp(FIX_ADDR, 443, 30, what="sandbox registry")
     out = fixtures_www() / "images.json"
     venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
+    h = hashlib.sha256()
+    for p in (HERE / "images.py", HERE / "debs.py", HERE / "stubs/openai_stub.py", HERE / "stubs/hyperqwen_prepare.py"):
+        h.update(p.read_bytes())
+    h.update(str(sorted((str(p), p.stat().st_size) for p in HERE.parent.parent.glob(
+        ".venv/lib/python3.11/site-packages/xllamacpp/*"))).encode())
+    keyf = STATE / "registry" / "images.key"
+    if out.exists() and keyf.exists() and keyf.read_text() == h.hexdigest():
+        return  # this registry already holds these images
     with timed("images"):
         r = sh(str(venv_python), str(HERE / "images.py"), "push", f"https://{FIX_ADDR}", str(tls / "ca.crt"),
                capture_output=True)
     out.write_text(r.stdout)
+    keyf.write_text(h.hexdigest())
 
 
 HUB_PORT, HUB_CDN_PORT = 8000, 8001

@@ -19,7 +19,10 @@ when an input does):
   are accepted and ignored) and fails on a missing model file with llama-server's messages, rc 1.
 - ``ghcr.io/syv-ai/hyperqwen:sandbox`` — upstream's entrypoint shape (``prepare``, ``single``,
   ``batch``) over the harness' stand-in engine (``stubs/openai_stub.py --kind vllm``) and
-  prepare (``stubs/hyperqwen_prepare.py``), same minimal root.
+  prepare (``stubs/hyperqwen_prepare.py``), same minimal root. The stand-in engine's failure knobs
+  (``answer500``, ``die_after``, ``boot_delay_s``: stubs/openai_stub.py) are files in
+  ``/app/models/.sandbox-control/``, i.e. ``$MODELS_DIR/.sandbox-control/`` on the host
+  (``hostctl.HQ_CONTROL``): the model server is where those failures come from.
 
 usage: images.py build              print {repository: manifest digest} (no registry needed)
        images.py push REGISTRY_URL CA  push them; print {repository: digest}
@@ -108,7 +111,7 @@ if os.environ.get("PREPARE", "1") != "0":  # like upstream: the idempotent prepa
         sys.exit(os.waitstatus_to_exitcode(status))
 port = os.environ.get("PORT", "18020")
 serve = ["/usr/bin/python3.11", "/app/openai_stub.py", "--kind", "vllm", "--host", "0.0.0.0", "--port", port,
-         "--alias", "qwen3.8-27b", "--api-key", os.environ.get("VLLM_API_KEY", ""), "--control-dir", "/run/hyperqwen-control"]
+         "--alias", "qwen3.8-27b", "--api-key", os.environ.get("VLLM_API_KEY", ""), "--control-dir", "/app/models/.sandbox-control"]
 os.execv(serve[0], serve)
 '''
 
@@ -205,8 +208,7 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
     hq_app = _tar_layer([("app/entrypoint.py", "f", HYPERQWEN_ENTRYPOINT.encode(), 0o755),
                          ("app/openai_stub.py", "f", (HERE / "stubs/openai_stub.py").read_bytes(), 0o644),
                          ("app/hyperqwen_prepare.py", "f", (HERE / "stubs/hyperqwen_prepare.py").read_bytes(), 0o644),
-                         ("app/models", "d", None, 0o755), ("cache", "d", None, 0o755),
-                         ("run/hyperqwen-control", "d", None, 0o755)])
+                         ("app/models", "d", None, 0o755), ("cache", "d", None, 0o755)])
     out = {}
     out[LLAMA_REPO] = ("server-cuda", *image([base, xl, llama_app], ["/app/llama-server"], None, ENV))
     out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"], ENV))
