@@ -10,7 +10,7 @@ SHARED ?= $(abspath ../shared)
 export RIGKIT_LLAMA_SWAP_SCHEMA_URL ?= $(if $(wildcard $(SHARED)/data/llama-swap/config-schema.json),file://$(SHARED)/data/llama-swap/config-schema.json,)
 APT_PACKAGES := systemd chromium
 
-SANDBOX_STATE ?= /var/lib/rigkit-harness
+SANDBOX_STATE ?= $(or $(RIGKIT_HARNESS_STATE),/var/lib/rigkit-harness)
 RELEASES := $(SANDBOX_STATE)/fixtures-www/releases
 
 .PHONY: venv apt harness sandbox-fixtures demo demo-clean check-rig test test-fast clean
@@ -30,10 +30,16 @@ apt:
 harness: apt
 	bash tests/harness/setup.sh
 
-# What the sandbox's fixtures server hands out beside the mirror: the llama-swap release.
+# What the sandbox's fixtures server hands out beside the mirror: the llama-swap release, the
+# real v250 built from its Go module (tests/harness/llama_swap_release.py; cached). Where no source
+# can build it (the errors are printed as BLOCKED: lines) the stand-in is served instead, saying so,
+# unless RIGKIT_LLAMA_SWAP=real, which makes that a failure.
 sandbox-fixtures: venv harness
 	mkdir -p $(RELEASES)
-	$(BIN)/python tests/standins/build_llama_swap.py --out $(RELEASES)
+	$(BIN)/python tests/harness/llama_swap_release.py --out $(RELEASES) || { \
+	  [ "$${RIGKIT_LLAMA_SWAP:-}" != real ] || exit 1; \
+	  echo "WARNING: the real llama-swap 250 could not be built (BLOCKED above): serving the stand-in" >&2; \
+	  $(BIN)/python tests/standins/build_llama_swap.py --out $(RELEASES); }
 
 # The main job on the local sandbox host: bring it up (it persists until `make demo-clean`),
 # deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.

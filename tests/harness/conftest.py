@@ -31,7 +31,7 @@ _TIMINGS: list[tuple[str, float]] = []
 class HarnessHost:
     """One sandbox host. ``inventory_data`` is what a pyinfra inventory needs for it.
 
-    nspawn lane: ``ssh_hostname`` (10.231.<n>.2), ``ssh_port`` 22, ``ssh_user`` "rig" (NOPASSWD sudo),
+    nspawn lane: ``ssh_hostname`` (10.231.<n>.2; 10.N.<n>.2 under RIGKIT_HARNESS_NET=N), ``ssh_port`` 22, ``ssh_user`` "rig" (NOPASSWD sudo),
     ``ssh_key`` (path), ``ssh_known_hosts_file`` (this host's own keys; addresses are reused),
     ``ssh_strict_host_key_checking`` "yes", ``_sudo`` True; pyinfra target ``ssh_hostname``.
     chroot lane: ``root``; pyinfra target ``@chroot/<root>``.

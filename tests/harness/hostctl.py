@@ -11,7 +11,9 @@ usage: hostctl.py up NAME [--lane nspawn|chroot]   bring a host up (idempotent);
        hostctl.py hub-token                          print the token the sandbox hub accepts
        hostctl.py reach NAME                         print the ssh command that reaches an nspawn host
 
-Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here):
+Network (DESIGN.md "Reaching services"; only 10.231.0.0/16, only namespaces created here). The names and
+addresses below are the default; RIGKIT_HARNESS_NET=N moves a session to 10.N.0.0/16, "rkfxN" and
+"rkNh<n>" (netcfg.py) so that two sessions on one machine never meet:
   fixtures namespace "rkfx": serves the pacman mirror over HTTP on 10.231.255.1:80 (an address on its lo)
     control side  rkfx-c 10.231.0.1/30  <->  rkfx-f 10.231.0.2/30; route 10.231.255.1/32 via 10.231.0.2
   nspawn host with index n (1..250), network namespace "rkh<n>":
@@ -28,6 +30,7 @@ the harness ssh key).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -46,11 +49,11 @@ CACHE = Path(os.environ.get("RIGKIT_HARNESS_CACHE")
 # fixed at import: tests/conftest.py points RIGKIT_CACHE at a per-session temp dir later on, and the
 # root tarball must still come from the real cache
 os.environ["RIGKIT_HARNESS_CACHE"] = str(CACHE)
-FIX_NS = "rkfx"
-FIX_ADDR = "10.231.255.1"
-FIX_URL = f"http://{FIX_ADDR}"
+sys.path.insert(0, str(HERE))
+from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest  # noqa: E402  (RIGKIT_HARNESS_NET)
+
 SSH_USER = "rig"
-MANIFEST = json.loads((HERE / "mirror.json").read_text())
+MANIFEST = manifest()
 TIMINGS: dict[str, float] = {}
 
 
@@ -150,13 +153,13 @@ def fixtures_up() -> None:
         ip("netns", "add", FIX_NS)
     ip("link", "set", "lo", "up", ns=FIX_NS)
     ip("addr", "replace", f"{FIX_ADDR}/32", "dev", "lo", ns=FIX_NS)
-    if not link_exists("rkfx-c"):
-        ip("link", "add", "rkfx-c", "type", "veth", "peer", "name", "rkfx-f", "netns", FIX_NS)
-        ip("addr", "add", "10.231.0.1/30", "dev", "rkfx-c")
-        ip("addr", "add", "10.231.0.2/30", "dev", "rkfx-f", ns=FIX_NS)
-        ip("link", "set", "rkfx-c", "up")
-        ip("link", "set", "rkfx-f", "up", ns=FIX_NS)
-    ip("route", "replace", f"{FIX_ADDR}/32", "via", "10.231.0.2", "dev", "rkfx-c")
+    if not link_exists(f"{FIX_NS}-c"):
+        ip("link", "add", f"{FIX_NS}-c", "type", "veth", "peer", "name", f"{FIX_NS}-f", "netns", FIX_NS)
+        ip("addr", "add", f"{BLOCK}.0.1/30", "dev", f"{FIX_NS}-c")
+        ip("addr", "add", f"{BLOCK}.0.2/30", "dev", f"{FIX_NS}-f", ns=FIX_NS)
+        ip("link", "set", f"{FIX_NS}-c", "up")
+        ip("link", "set", f"{FIX_NS}-f", "up", ns=FIX_NS)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.0.2", "dev", f"{FIX_NS}-c")
     pidf = STATE / "fixtures.pid"
     pid = int(pidf.read_text()) if pidf.exists() else None
     if not pid_alive(pid):
@@ -167,6 +170,79 @@ def fixtures_up() -> None:
         pidf.write_text(str(p.pid))
         wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
     hub_up()
+    if real_docker():
+        registry_up()
+
+
+def real_docker() -> bool:
+    """``RIGKIT_HARNESS_DOCKER=real``: hosts run the real Docker engine (the mirror's docker packages,
+    :func:`docker_args`) and pull from the sandbox registry (:func:`registry_up`)."""
+    return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+
+
+# where a test tells HyperQwen's stand-in engine to fail (answer500, die_after, boot_delay_s;
+# stubs/openai_stub.py): the docker stand-in's control directory, or, in the real engine's
+# container, $MODELS_DIR/.sandbox-control (bound at /app/models; images.py)
+HQ_CONTROL = ("/srv/models/hyperqwen/.sandbox-control" if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+              else "/run/fake-docker/control/hyperqwen-single-1")
+REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
+
+
+def registry_tls() -> Path:
+    """A test CA and the registry's certificate for REGISTRY_NAMES and FIX_ADDR (openssl; made once
+    per state directory, kept in $STATE/registry/tls)."""
+    d = STATE / "registry" / "tls"
+    if (d / "server.crt").exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=rigkit sandbox test CA",
+       "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"), quiet=True)
+    sans = ",".join([f"DNS:{n}" for n in REGISTRY_NAMES] + [f"IP:{FIX_ADDR}"])
+    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={REGISTRY_NAMES[0]}",
+       "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"), quiet=True)
+    (d / "ext.cnf").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
+    sh("openssl", "x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
+       "-CAcreateserial", "-days", "3650", "-extfile", str(d / "ext.cnf"), "-out", str(d / "server.crt"), quiet=True)
+    return d
+
+
+def registry_up() -> None:
+    """Debian's docker-registry (distribution 2.8.2) in the fixtures namespace on FIX_ADDR:443 (TLS,
+    the test CA), storage in $STATE/registry/data; the sandbox images (images.py) pushed to it and
+    their digests written to $STATE/fixtures-www/images.json ({repository: "sha256:..."}), which
+    inventory/sandbox.py pins."""
+    sys.path.insert(0, str(HERE))
+    import debs
+
+    tls = registry_tls()
+    binary = debs.unpacked("engine") / "docker-registry" / "usr/bin/docker-registry"
+    conf = STATE / "registry" / "config.yml"
+    conf.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
+                    f"{STATE / 'registry' / 'data'}\n  delete:\n    enabled: false\nhttp:\n  addr: {FIX_ADDR}:443\n"
+                    f"  tls:\n    certificate: {tls / 'server.crt'}\n    key: {tls / 'server.key'}\n")
+    pidf = STATE / "registry.pid"
+    pid = int(pidf.read_text()) if pidf.exists() else None
+    if not pid_alive(pid):
+        with timed("registry up"):
+            p = subprocess.Popen(fixtures_exec(str(binary), "serve", str(conf)), start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=open(STATE / "registry.log", "a"), stderr=subprocess.STDOUT)
+            pidf.write_text(str(p.pid))
+            wait_tcp(FIX_ADDR, 443, 30, what="sandbox registry")
+    out = fixtures_www() / "images.json"
+    venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
+    h = hashlib.sha256()
+    for p in (HERE / "images.py", HERE / "debs.py", HERE / "stubs/openai_stub.py", HERE / "stubs/hyperqwen_prepare.py"):
+        h.update(p.read_bytes())
+    h.update(str(sorted((str(p), p.stat().st_size) for p in HERE.parent.parent.glob(
+        ".venv/lib/python3.11/site-packages/xllamacpp/*"))).encode())
+    keyf = STATE / "registry" / "images.key"
+    if out.exists() and keyf.exists() and keyf.read_text() == h.hexdigest():
+        return  # this registry already holds these images
+    with timed("images"):
+        r = sh(str(venv_python), str(HERE / "images.py"), "push", f"https://{FIX_ADDR}", str(tls / "ca.crt"),
+               capture_output=True)
+    out.write_text(r.stdout)
+    keyf.write_text(h.hexdigest())
 
 
 HUB_PORT, HUB_CDN_PORT = 8000, 8001
@@ -209,6 +285,10 @@ def hub_up() -> None:
 
 
 def fixtures_down() -> None:
+    reg_pid = STATE / "registry.pid"
+    if reg_pid.exists():
+        kill_group(int(reg_pid.read_text()))
+        reg_pid.unlink()
     hub_pid = STATE / "hub.pid"
     if hub_pid.exists():
         kill_group(int(hub_pid.read_text()))
@@ -218,8 +298,8 @@ def fixtures_down() -> None:
         kill_group(int(pidf.read_text()))
         pidf.unlink()
     ip("route", "del", f"{FIX_ADDR}/32", check=False)
-    if link_exists("rkfx-c"):
-        ip("link", "del", "rkfx-c", check=False)
+    if link_exists(f"{FIX_NS}-c"):
+        ip("link", "del", f"{FIX_NS}-c", check=False)
     if netns_exists(FIX_NS):
         ip("netns", "del", FIX_NS, check=False)
 
@@ -299,6 +379,13 @@ def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
     with timed("personalize"):
         (root / "etc/hostname").write_text(name + "\n")
         (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        if real_docker():  # the host's resolver answers the rig's registries with the sandbox registry
+            with open(root / "etc/hosts", "a") as f:
+                f.write("".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
+            for n in REGISTRY_NAMES:
+                certs = root / "etc/docker/certs.d" / n
+                certs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
         (root / "etc/pacman.d/mirrorlist").write_text(
             "## rigkit sandbox: the fixtures namespace's mirror\nServer = " + FIX_URL + "/$repo/os/$arch\n")
         sh("cp", "-a", f"{HERE / 'overlay'}/.", str(root))
@@ -354,39 +441,44 @@ def alloc_index() -> int:
         if m.get("index"):
             used.add(m["index"])
     for n in range(1, 251):
-        if n not in used and not netns_exists(f"rkh{n}") and not link_exists(f"rkh{n}-c"):
+        if n not in used and not netns_exists(f"{HOST_NS}{n}") and not link_exists(f"{HOST_NS}{n}-c"):
             return n
     raise RuntimeError("no free host index (250 hosts?)")
 
 
 def host_net_up(n: int) -> None:
-    ns = f"rkh{n}"
+    ns = f"{HOST_NS}{n}"
     if not netns_exists(ns):
         ip("netns", "add", ns)
     ip("link", "set", "lo", "up", ns=ns)
-    if not link_exists(f"rkh{n}-c"):
-        ip("link", "add", f"rkh{n}-c", "type", "veth", "peer", "name", f"rkh{n}-h", "netns", ns)
-        ip("addr", "add", f"10.231.{n}.1/30", "dev", f"rkh{n}-c")
-        ip("addr", "add", f"10.231.{n}.2/30", "dev", f"rkh{n}-h", ns=ns)
-        ip("link", "set", f"rkh{n}-c", "up")
-        ip("link", "set", f"rkh{n}-h", "up", ns=ns)
-    if ip("link", "show", f"rkh{n}-f", ns=FIX_NS, check=False).returncode != 0:
-        ip("link", "add", f"rkh{n}-f", "netns", FIX_NS, "type", "veth", "peer", "name", f"rkh{n}-x", "netns", ns)
-        ip("addr", "add", f"10.231.{n}.5/30", "dev", f"rkh{n}-f", ns=FIX_NS)
-        ip("addr", "add", f"10.231.{n}.6/30", "dev", f"rkh{n}-x", ns=ns)
-        ip("link", "set", f"rkh{n}-f", "up", ns=FIX_NS)
-        ip("link", "set", f"rkh{n}-x", "up", ns=ns)
-    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"10.231.{n}.5", "dev", f"rkh{n}-x", ns=ns)
+    if not link_exists(f"{HOST_NS}{n}-c"):
+        ip("link", "add", f"{HOST_NS}{n}-c", "type", "veth", "peer", "name", f"{HOST_NS}{n}-h", "netns", ns)
+        ip("addr", "add", f"{BLOCK}.{n}.1/30", "dev", f"{HOST_NS}{n}-c")
+        ip("addr", "add", f"{BLOCK}.{n}.2/30", "dev", f"{HOST_NS}{n}-h", ns=ns)
+        ip("link", "set", f"{HOST_NS}{n}-c", "up")
+        ip("link", "set", f"{HOST_NS}{n}-h", "up", ns=ns)
+    if ip("link", "show", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False).returncode != 0:
+        ip("link", "add", f"{HOST_NS}{n}-f", "netns", FIX_NS, "type", "veth", "peer", "name", f"{HOST_NS}{n}-x", "netns", ns)
+        ip("addr", "add", f"{BLOCK}.{n}.5/30", "dev", f"{HOST_NS}{n}-f", ns=FIX_NS)
+        ip("addr", "add", f"{BLOCK}.{n}.6/30", "dev", f"{HOST_NS}{n}-x", ns=ns)
+        ip("link", "set", f"{HOST_NS}{n}-f", "up", ns=FIX_NS)
+        ip("link", "set", f"{HOST_NS}{n}-x", "up", ns=ns)
+    ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.{n}.5", "dev", f"{HOST_NS}{n}-x", ns=ns)
+    if real_docker():
+        # nspawn mounts /proc/sys read-only, so dockerd cannot switch IP forwarding on itself (it
+        # fails: "Enabling IP forwarding failed: open /proc/sys/net/ipv4/ip_forward: read-only file
+        # system"); it only writes the file when it is not already 1, so switch it on from outside
+        sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 
 
 def host_net_down(n: int) -> None:
-    if netns_exists(f"rkh{n}"):
-        ip("netns", "del", f"rkh{n}", check=False)  # its veth ends go with it, and so do their peers
-    for link in (f"rkh{n}-c",):
+    if netns_exists(f"{HOST_NS}{n}"):
+        ip("netns", "del", f"{HOST_NS}{n}", check=False)  # its veth ends go with it, and so do their peers
+    for link in (f"{HOST_NS}{n}-c",):
         if link_exists(link):
             ip("link", "del", link, check=False)
     if netns_exists(FIX_NS):
-        ip("link", "del", f"rkh{n}-f", ns=FIX_NS, check=False)
+        ip("link", "del", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False)
 
 
 def extra_binds() -> list[str]:
@@ -405,6 +497,17 @@ def extra_binds() -> list[str]:
     return binds
 
 
+def docker_args() -> list[str]:
+    """What the real Docker engine (``RIGKIT_HARNESS_DOCKER=real``, tests/harness/README.md) needs of
+    the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
+    syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
+    device cgroups, mount for overlay2, @privileged for the rest), and the CI machine's cgroup
+    hierarchy itself (cgroupfs driver; nspawn's own cgroup view has no writable controllers)."""
+    if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") != "real":
+        return []
+    return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged", "--bind=/sys/fs/cgroup"]
+
+
 SUPERVISOR = r"""
 # restart the container when it asks to reboot (systemd-nspawn exits 133), like a machine would
 trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
@@ -420,7 +523,7 @@ done
 
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
-            f"--network-namespace-path=/run/netns/rkh{n}", *extra_binds()]
+            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *extra_binds(), *docker_args()]
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
@@ -476,7 +579,7 @@ def host_up(name: str, lane: str = "nspawn") -> dict:
             n = alloc_index() if lane == "nspawn" else 0
             meta = {"name": name, "lane": lane, "index": n, "root": str(root), "ssh_user": SSH_USER,
                     "ssh_key": str(ssh_key()), "ssh_port": 22,
-                    "ssh_hostname": f"10.231.{n}.2" if lane == "nspawn" else None}
+                    "ssh_hostname": f"{BLOCK}.{n}.2" if lane == "nspawn" else None}
             (d / "meta.json").write_text(json.dumps(meta, indent=1))
             unpack(root)
             personalize(root, name, meta["ssh_hostname"])
@@ -549,8 +652,8 @@ def clean(prefix: str = "") -> None:
                 host_down(name)
         # leftovers of a failed run: namespaces and links with no host behind them
         live = {read_meta(h).get("index") for h in all_hosts() if read_meta(h)}
-        for ns in Path("/run/netns").glob("rkh*") if Path("/run/netns").exists() else []:
-            n = ns.name[3:]
+        for ns in Path("/run/netns").glob(f"{HOST_NS}*") if Path("/run/netns").exists() else []:
+            n = ns.name[len(HOST_NS):]
             if n.isdigit() and int(n) not in live:
                 host_net_down(int(n))
         if not all_hosts():

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MANIFEST = json.loads((HERE / "mirror.json").read_text())
+from netcfg import BLOCK, FIX_URL, manifest  # noqa: E402  (conftest puts tests/harness on sys.path)
+
+MANIFEST = manifest()  # mirror.json, its URLs at this session's fixtures address (RIGKIT_HARNESS_NET)
 TINY = Path("/work/shared/reference/llama/make_tiny_gguf.py")
 IMG = "ghcr.io/ggml-org/llama.cpp:server-cuda"
 pytestmark = pytest.mark.harness

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MANIFEST = json.loads((HERE / "mirror.json").read_text())
+from netcfg import BLOCK, FIX_URL, manifest  # noqa: E402  (conftest puts tests/harness on sys.path)
+
+MANIFEST = manifest()  # mirror.json, its URLs at this session's fixtures address (RIGKIT_HARNESS_NET)
 PYINFRA = str(Path(sys.executable).with_name("pyinfra"))
 pytestmark = pytest.mark.harness
 
@@ -30,7 +32,7 @@ def test_pacman_conf_is_stock_with_ignorepkg_in_options(host):
     ign = conf.index("#IgnorePkg   =")
     sections = [i for i, line in enumerate(conf) if line.startswith("[")]
     assert conf[sections[0]] == "[options]" and sections[0] < ign < sections[1]
-    assert "Server = http://10.231.255.1/$repo/os/$arch" in host.run("cat /etc/pacman.d/mirrorlist").stdout
+    assert f"Server = {FIX_URL}/$repo/os/$arch" in host.run("cat /etc/pacman.d/mirrorlist").stdout
 
 
 def test_operator_has_passwordless_sudo_and_python_venv(host):
@@ -95,7 +97,7 @@ def test_nothing_listens_outside_loopback_on_the_ci_machine(nspawn_host):
     for line in out.splitlines():
         local = line.split()[4]
         addr = local.rsplit(":", 1)[0].strip("[]")
-        assert not addr.startswith("10.231."), line
+        assert not addr.startswith(BLOCK + "."), line
 
 
 def test_two_nspawn_hosts_each_have_their_own_8080(nspawn_host, make_host):

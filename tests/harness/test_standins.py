@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-MANIFEST = json.loads((HERE / "mirror.json").read_text())
+from netcfg import BLOCK, FIX_URL, manifest  # noqa: E402  (conftest puts tests/harness on sys.path)
+
+MANIFEST = manifest()  # mirror.json, its URLs at this session's fixtures address (RIGKIT_HARNESS_NET)
 A = MANIFEST["archive_url"]
 pytestmark = pytest.mark.harness
 Q = "nvidia-smi --query-gpu={} --format=csv,noheader,nounits"

@@ -37,7 +37,7 @@ from rigkit.host.window import expected_deviations, is_open, read_journal  # noq
 
 TIMERS = ["agent-a.timer", "agent-b.timer", "agent-c.timer"]
 LOCK = "/run/agent-session.lock"
-CONTROL = "/run/fake-docker/control/hyperqwen-single-1"
+CONTROL = hostctl.HQ_CONTROL
 DATA = ["--data", f"paused_timers={json.dumps(TIMERS)}", "--data", f"lock_files={json.dumps([LOCK])}"]
 OUT = ["--out", tempfile.mkdtemp(prefix="rkw-results-")]  # results copied back (not into the repo)
 STEPS = ["preflight", "pause-timers", "stop-proxy", "vram-free", "start-tenant", "healthy", "warmup",

@@ -38,7 +38,7 @@ SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d
                      r"(?P<failed>\d+) failed$", re.M)
 AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
 LIVE = "/etc/llama-swap/config.yaml"
-HQ_CONTROL = "/run/fake-docker/control/hyperqwen-single-1"
+HQ_CONTROL = hostctl.HQ_CONTROL
 FLIP_TTL4 = 'llama_swap={"members": {"hyperqwen": {"staged": false, "ttl": 4}}}'
 FLIP = 'llama_swap={"members": {"hyperqwen": {"staged": false}}}'
 KEY_HEADER = "-H \"Authorization: Bearer $(sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env)\""

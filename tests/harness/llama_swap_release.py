@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The real llama-swap v250 for the sandbox: built from its Go module, packed like upstream's release.
+
+Usage: ``python tests/harness/llama_swap_release.py --out DIR [--print-binary]``
+
+Writes ``DIR/llama-swap_250_linux_amd64.tar.gz`` holding, at the archive root, ``llama-swap``
+(0755, root:root), ``LICENSE.md`` and ``README.md`` — what upstream's goreleaser archive for
+``linux_amd64`` holds (``.goreleaser.yaml``: ``name_template: "{{ .ProjectName }}_{{ .Version }}_{{ .Os }}_{{ .Arch }}"``,
+default archive files ``LICENSE*``/``README*``, ``builds_info`` owner/group root). Prints
+``<sha256>  <path>``; the sandbox inventory pins that sha256 (``inventory/sandbox.py``).
+
+Sources, in order (the first that works; each failure is printed with its exact error):
+
+1. the Go module proxy: ``go install github.com/mostlygeek/llama-swap@v0.0.0-20260814154540-60226b63776e``
+   (tag ``v250`` is commit ``60226b63776e``; upstream's tags are not semver, so the pseudo-version
+   is asked for exactly). The module's LICENSE.md and README.md come from ``go mod download``.
+2. ``$RIGKIT_LLAMA_SWAP_GIT``: a git directory of upstream (mostlygeek/llama-swap); the pinned
+   commit is exported with ``git archive 60226b63776e`` (so the tree is that commit by its object
+   id) and built with ``go build``; its dependencies still come from the Go module proxy.
+
+Both build with ``CGO_ENABLED=0 -trimpath`` and ``-ldflags "-s -w -X main.version=250
+-X main.commit=60226b63776e -X main.date=2026-08-14T15:45:40Z"`` (the commit's date); without the
+``embed_ui`` tag v250 builds without its web UI (``internal/server/embed_notag.go``).
+``llama-swap -version`` then prints ``version: 250 (60226b63776e), built at 2026-08-14T15:45:40Z``.
+
+The binary is cached in ``$RIGKIT_HARNESS_CACHE`` (default ``${RIGKIT_CACHE:-~/.cache/rigkit}/harness``)
+under ``llama-swap-<key>/`` (key: pseudo-version, ldflags, ``go version``): a cold build takes
+~95 s on 2 cores (measured: Go 1.26.8, module cache warm), a warm one < 1 s. The tarball is
+reproducible (fixed mtimes = the commit's date, owners, order), so a cached binary gives the
+same sha256 every time.
+
+Exit status: 0 written; 1 when no source could build it (``BLOCKED:`` lines name each error).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+MODULE = "github.com/mostlygeek/llama-swap"
+VERSION = "250"                       # the release number: asset name and main.version
+COMMIT = "60226b63776e"               # tag v250 (git rev-parse --short=12 v250)
+PSEUDO = "v0.0.0-20260814154540-60226b63776e"  # the module version of that commit
+DATE = "2026-08-14T15:45:40Z"         # the commit's committer date, UTC
+MTIME = 1786722340                    # DATE as a Unix time: the archive's mtimes
+LDFLAGS = f"-s -w -X main.version={VERSION} -X main.commit={COMMIT} -X main.date={DATE}"
+ASSET = f"llama-swap_{VERSION}_linux_amd64.tar.gz"
+
+
+def cache_dir() -> Path:
+    if os.environ.get("RIGKIT_HARNESS_CACHE"):
+        return Path(os.environ["RIGKIT_HARNESS_CACHE"])
+    return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
+
+
+def go_binary() -> str:
+    """The Go toolchain: ``$GO``, ``go`` on PATH, or /usr/local/go/bin/go (the official tarball's place)."""
+    for cand in (os.environ.get("GO"), shutil.which("go"), "/usr/local/go/bin/go"):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return cand
+    raise RuntimeError("no Go toolchain: set $GO, put go on PATH or install Go >= 1.26 in /usr/local/go")
+
+
+def _env() -> dict:
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false", "GOTOOLCHAIN": "local"}
+    return env
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), **kw)
+    if r.returncode != 0:
+        err = (r.stderr or r.stdout).strip()
+        raise RuntimeError(f"`{' '.join(cmd)}` exited {r.returncode}: {err}")
+    return r
+
+
+def build_key(go: str) -> str:
+    gov = _run([go, "version"]).stdout.strip()
+    return hashlib.sha256(f"{MODULE}@{PSEUDO}\0{LDFLAGS}\0{gov}".encode()).hexdigest()[:16]
+
+
+def build_from_proxy(go: str, out: Path) -> None:
+    """``go install MODULE@PSEUDO`` into ``out``; LICENSE.md/README.md from the module's download dir."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**_env(), "GOBIN": tmp}
+        r = subprocess.run([go, "install", "-trimpath", "-ldflags", LDFLAGS, f"{MODULE}@{PSEUDO}"],
+                           capture_output=True, text=True, env=env, cwd=tmp)
+        if r.returncode != 0:
+            raise RuntimeError(f"go install {MODULE}@{PSEUDO} exited {r.returncode}: {r.stderr.strip()}")
+        info = json.loads(_run([go, "mod", "download", "-json", f"{MODULE}@{PSEUDO}"], cwd=tmp).stdout)
+        shutil.copy2(Path(tmp) / "llama-swap", out / "llama-swap")
+        for doc in ("LICENSE.md", "README.md"):
+            shutil.copyfile(Path(info["Dir"]) / doc, out / doc)
+
+
+def build_from_git(go: str, git_dir: str, out: Path) -> None:
+    """``git archive COMMIT`` of an upstream git directory, then ``go build`` of that tree."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        arch = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "--format=tar", COMMIT],
+                              capture_output=True)
+        if arch.returncode != 0:
+            raise RuntimeError(f"git archive {COMMIT} in {git_dir} exited {arch.returncode}: "
+                               f"{arch.stderr.decode(errors='replace').strip()}")
+        with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
+            tf.extractall(src, filter="data")
+        mod = (src / "go.mod").read_text().splitlines()[0].strip()
+        if mod != f"module {MODULE}":
+            raise RuntimeError(f"{git_dir}: commit {COMMIT} is not {MODULE} (go.mod says {mod!r})")
+        _run([go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out / "llama-swap"), "."], cwd=src)
+        for doc in ("LICENSE.md", "README.md"):
+            shutil.copyfile(src / doc, out / doc)
+
+
+def binary_dir() -> Path:
+    """The cached build (``llama-swap``, ``LICENSE.md``, ``README.md``), building it when missing."""
+    go = go_binary()
+    d = cache_dir() / f"llama-swap-{build_key(go)}"
+    if (d / "llama-swap").is_file():
+        return d
+    errors = []
+    sources = [("the Go module proxy", lambda o: build_from_proxy(go, o))]
+    if os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
+        sources.append((f"$RIGKIT_LLAMA_SWAP_GIT={os.environ['RIGKIT_LLAMA_SWAP_GIT']}",
+                        lambda o: build_from_git(go, os.environ["RIGKIT_LLAMA_SWAP_GIT"], o)))
+    for what, build in sources:
+        tmp = Path(tempfile.mkdtemp(prefix="llama-swap-", dir=cache_dir() if cache_dir().exists() else None))
+        try:
+            print(f"llama-swap {VERSION}: building from {what} ...", file=sys.stderr, flush=True)
+            build(tmp)
+            ver = subprocess.run([str(tmp / "llama-swap"), "-version"], capture_output=True, text=True).stdout
+            if f"version: {VERSION} ({COMMIT})" not in ver:
+                raise RuntimeError(f"the built binary says {ver.strip()!r}")
+            d.parent.mkdir(parents=True, exist_ok=True)
+            if d.exists():
+                shutil.rmtree(d)
+            tmp.rename(d)
+            return d
+        except Exception as e:  # noqa: BLE001 - every source's error is reported
+            errors.append(f"{what}: {e}")
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise RuntimeError("\n".join(errors))
+
+
+def build_tarball(out_dir: Path, src: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ASSET
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, mode in (("LICENSE.md", 0o644), ("README.md", 0o644), ("llama-swap", 0o755)):
+            data = (src / name).read_bytes()
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode, ti.mtime = len(data), mode, MTIME
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = "root"
+            tf.addfile(ti, io.BytesIO(data))
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f, gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    tmp.replace(path)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="where to write the release tarball")
+    ap.add_argument("--print-binary", action="store_true", help="print the cached binary's path")
+    a = ap.parse_args(argv)
+    try:
+        src = binary_dir()
+    except RuntimeError as e:
+        for line in str(e).splitlines():
+            print(f"BLOCKED: llama-swap {VERSION}: {line}", file=sys.stderr)
+        return 1
+    if a.print_binary:
+        print(src / "llama-swap")
+    if a.out:
+        path = build_tarball(a.out, src)
+        print(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

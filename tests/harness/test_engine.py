@@ -1,0 +1,90 @@
+"""The real Docker engine on the sandbox host (``RIGKIT_HARNESS_DOCKER=real``): Debian's docker.io
+20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
+sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
+Skipped with the docker stand-in (tests/harness/README.md)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+
+pytestmark = [pytest.mark.harness,
+              pytest.mark.skipif(not hostctl.real_docker(), reason="RIGKIT_HARNESS_DOCKER=real is not set: the docker stand-in runs")]
+TINY = Path("/work/shared/reference/llama/make_tiny_gguf.py")
+
+
+def images() -> dict[str, str]:
+    return json.loads((hostctl.fixtures_www() / "images.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def ehost(make_module_host):
+    h = make_module_host("e1")
+    h.run("pacman -Sy >/dev/null && pacman -S --noconfirm --needed docker docker-compose nvidia-container-toolkit >/dev/null "
+          "&& timeout 120 systemctl enable --now docker.service", timeout=300)
+    return h
+
+
+def test_the_engine_is_real_and_compose_is_v2_40_3(ehost):
+    v = json.loads(ehost.run("timeout 20 docker version --format '{{json .}}'").stdout)
+    assert v["Server"]["Version"] == "20.10.24+dfsg1"
+    assert {c["Name"] for c in v["Server"]["Components"]} >= {"Engine", "containerd", "runc", "docker-init"}
+    assert ehost.run("timeout 20 docker compose version").stdout.strip() == "Docker Compose version v2.40.3"
+    info = ehost.run("timeout 20 docker info --format '{{.Driver}} {{.CgroupDriver}} {{.CgroupVersion}}'").stdout.split()
+    assert info == ["overlay2", "cgroupfs", "1"]
+
+
+def test_a_digest_pull_comes_from_the_sandbox_registry_as_ghcr_io(ehost):
+    ref = "ghcr.io/ggml-org/llama.cpp@" + images()["ghcr.io/ggml-org/llama.cpp"]
+    assert ehost.run(f"timeout 120 docker pull -q {ref}").stdout.strip() == ref
+    missing = ehost.run("timeout 60 docker pull ghcr.io/ggml-org/llama.cpp@sha256:" + "ab" * 32, check=False)
+    assert missing.returncode == 1
+    assert "manifest unknown" in missing.stderr and "Error response from daemon" in missing.stderr
+
+
+def test_gpus_all_reaches_the_toolkit_hook_and_a_missing_model_fails_like_llama_server(ehost):
+    ref = "ghcr.io/ggml-org/llama.cpp@" + images()["ghcr.io/ggml-org/llama.cpp"]
+    ehost.run("rm -rf /run/fake-gpu/requests")
+    r = ehost.run(f"timeout 120 docker run --rm --init --name e-missing --gpus all {ref} --model /models/nope.gguf", check=False)
+    assert r.returncode == 1
+    assert "failed to open GGUF file '/models/nope.gguf'" in r.stderr and "main: exiting due to model loading error" in r.stderr
+    recs = [json.loads(x) for x in ehost.run("cat /run/fake-gpu/requests/*.json").stdout.replace("}\n{", "}\x00{").split("\x00")]
+    assert len(recs) == 1 and recs[0]["visible_devices"] == "all"
+    assert recs[0]["args"][-2:] == ["--model", "/models/nope.gguf"]
+    # without the hook on PATH dockerd has no "nvidia" device driver: --gpus fails with the engine's error
+    ehost.run("mv /usr/bin/nvidia-container-runtime-hook /root/hook && timeout 60 systemctl restart docker")
+    try:
+        r = ehost.run(f"timeout 60 docker run --rm --gpus all {ref} --model /x", check=False)
+        assert r.returncode == 125 and 'could not select device driver "" with capabilities: [[gpu]]' in r.stderr
+    finally:
+        ehost.run("mv /root/hook /usr/bin/nvidia-container-runtime-hook && timeout 60 systemctl restart docker")
+
+
+def test_a_daemon_json_the_engine_rejects_stops_it_from_starting(ehost):
+    ehost.run("cp /etc/docker/daemon.json /root/daemon.json.ok 2>/dev/null || echo '{}' > /root/daemon.json.ok")
+    ehost.run("""mkdir -p /etc/docker && echo '{"no-such-option": true}' > /etc/docker/daemon.json""")
+    try:
+        r = ehost.run("timeout 60 systemctl restart docker", check=False)
+        assert r.returncode != 0
+        log = ehost.run("journalctl -u docker.service -n 30 --no-pager").stdout
+        assert "unable to configure the Docker daemon with file /etc/docker/daemon.json" in log
+        assert "no-such-option" in log
+    finally:
+        ehost.run("cp /root/daemon.json.ok /etc/docker/daemon.json && systemctl reset-failed docker.service; "
+                  "timeout 60 systemctl restart docker")
+
+
+def test_restarting_the_engine_stops_running_containers(ehost):
+    """No live-restore (the rig's daemon.json does not set it): a restart of docker.service takes every
+    container down, and a --rm one is gone."""
+    ref = "ghcr.io/syv-ai/hyperqwen@" + images()["ghcr.io/syv-ai/hyperqwen"]
+    ehost.run("mkdir -p /srv/e-models")
+    ehost.run(f"timeout 120 docker run -d --rm --init --name e-long -e PREPARE=0 -v /srv/e-models:/app/models {ref} single")
+    assert ehost.run("docker ps --format '{{.Names}}'").stdout.split() == ["e-long"]
+    ehost.run("timeout 60 systemctl restart docker")
+    assert ehost.run("docker ps -a --format '{{.Names}}'").stdout.split() == []
