@@ -62,6 +62,8 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None) -> 
     files = render(spec)
     ls_group = spec.llama_swap.user
     secrets: dict[str, tuple[str, str, str | None]] = {
+        # the folder too: one owner and mode (llama-swap reads hyperqwen.env through it)
+        paths.SECRETS_DIR: (f"root:{ls_group}", "0750", None),
         paths.HYPERQWEN_SECRET_FILE: (f"root:{ls_group}", "0640", None),
     }
     if hf_token:

@@ -68,7 +68,8 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
                                          f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; {content}; else echo missing; fi"))
     for path in sorted(decl.secrets):
         # never the content: owner, mode and sha256 only
-        sections.append((f"secret:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
+        sections.append((f"secret:{path}", f"if [ -d {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) dir\"; "
+                                           f"elif [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
                                            f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; else echo missing; fi"))
     sections.append(("pacman", PacmanVersions().command(decl.packages)))
     sections.append(("ignorepkg", PacmanIgnorePkg().command()))

@@ -86,11 +86,27 @@ def test_missing_rendered_file():
 # ---- secrets
 
 
+SECRETS_DIR_OK = {"mode": "750", "user": "root", "group": "llama-swap", "size": 4096, "sha256": "dir"}
+
+
+def test_the_secrets_folder_has_one_owner_and_mode():
+    """A token change once left /etc/rigkit/secrets root:root: llama-swap could no longer read the API key."""
+    d = decl(hf_token=None)
+    ok = {"/etc/rigkit/secrets": SECRETS_DIR_OK,
+          "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
+                                                "sha256": "ab" * 32}}
+    assert compare.compare_secrets("h1", d.secrets, ok) == []
+    flipped = {**ok, "/etc/rigkit/secrets": {**SECRETS_DIR_OK, "group": "root"}}
+    assert [(f.kind, f.item, f.declared, f.actual) for f in compare.compare_secrets("h1", d.secrets, flipped)] == [
+        ("secret-owner", "/etc/rigkit/secrets", "root:llama-swap", "root:root")]
+
+
 def test_secret_files_owner_mode_and_content_only_with_token_at_hand():
     d = decl(hf_token=TOKEN)
     import hashlib
     good = hashlib.sha256(f"HF_TOKEN={TOKEN}\n".encode()).hexdigest()
-    actual = {"/etc/rigkit/secrets/hf.env": {"mode": "600", "user": "root", "group": "root", "size": 10, "sha256": good},
+    actual = {"/etc/rigkit/secrets": SECRETS_DIR_OK,
+              "/etc/rigkit/secrets/hf.env": {"mode": "600", "user": "root", "group": "root", "size": 10, "sha256": good},
               "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
                                                     "sha256": "ab" * 32}}
     assert compare.compare_secrets("h1", d.secrets, actual) == []
@@ -104,7 +120,7 @@ def test_secret_files_owner_mode_and_content_only_with_token_at_hand():
 
 def test_hf_env_optional_without_token_but_owner_mode_checked_when_present():
     d = decl(hf_token=None)
-    actual = {"/etc/rigkit/secrets/hf.env": None,
+    actual = {"/etc/rigkit/secrets": SECRETS_DIR_OK, "/etc/rigkit/secrets/hf.env": None,
               "/etc/rigkit/secrets/hyperqwen.env": {"mode": "640", "user": "root", "group": "llama-swap", "size": 77,
                                                     "sha256": "ab" * 32}}
     assert compare.compare_secrets("h1", d.secrets, actual) == []
