@@ -192,3 +192,27 @@ def test_not_run_workload_verdict_is_not_run_and_exit_stays_0():
     s = summarize_workload("quoting", [], not_run="too small", skipped=True)
     assert verdict("quoting", s, CTX, []) == {"verdict": "NOT-RUN", "reasons": ["too small"],
                                              "baseline": None}
+
+
+def _sse(*objs):
+    return b"".join(b"data: " + (o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n\n"
+                    for o in objs)
+
+
+def test_events_arriving_in_one_read_are_counted_like_events_arriving_apart(replay):
+    many = [chunk({"content": "ab"})] * 50
+    r = chat(replay, [("raw", _sse(*many, usage_chunk(5, 100), b"[DONE]"))])
+    assert r.ok, r.error
+    assert (r.token_chunks, r.completion_tokens, r.answer) == (50, 100, "ab" * 50)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b'{"choices": [', "unparseable SSE data: '{\"choices\": ['"),
+    (b"[1, 2]", "unexpected SSE data (event 3): a list, expected an object"),
+    (json.dumps({"choices": [], "usage": 7}).encode(),
+     "bad data in stream event 3: usage is a number, expected an object"),
+])
+def test_a_bad_event_inside_one_read_is_named_as_when_it_comes_alone(replay, bad, message):
+    r = chat(replay, [("raw", _sse(chunk({"content": "a"}), chunk({"content": "b"}), bad,
+                                   chunk({"content": "c"}), b"[DONE]"))])
+    assert (r.ok, r.error_kind, r.error) == (False, "bad-data", message)

@@ -390,15 +390,20 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
                         f"expected {expected}")
 
     def handle(payload, t: float) -> RequestResult | None:
-        nonlocal usage, reasoning_chars, t_last_token, n_event
-        n_event += 1
         if payload[:1] != "{" and payload.strip() == "[DONE]":
+            nonlocal n_event
+            n_event += 1
             r.done = True
             return None
         try:
             obj = loads(payload)
         except ValueError:
             return fail("bad-data", f"unparseable SSE data: {payload[:120]!r}")
+        return handle_obj(obj, t)
+
+    def handle_obj(obj, t: float) -> RequestResult | None:
+        nonlocal usage, reasoning_chars, t_last_token, n_event
+        n_event += 1
         if type(obj) is not dict:
             return fail("bad-data", f"unexpected SSE data (event {n_event}): {_kind(obj)}, "
                                     f"expected an object")
@@ -507,11 +512,28 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
             elif parser.comments > comments_before and t - t_last_data > stall_timeout_s:
                 return fail("stalled", f"stalled: only pings, no data for {t - t_last_data:.1f} s "
                                        f"(stall timeout {stall_timeout_s:g} s)")
-            for p in payloads:
-                if r.done:
-                    break
-                if handle(p, t) is not None:
-                    return r
+            objs = None
+            if len(payloads) > 1:
+                # one JSON text for the whole read: the per-call cost of json.loads paid once;
+                # any event that is not JSON alone (or [DONE]) sends the read down the
+                # per-event path, which names it
+                try:
+                    objs = loads("[" + ",".join(payloads) + "]")
+                except ValueError:
+                    objs = None
+                if objs is not None and (len(objs) != len(payloads)
+                                         or any(type(o) is not dict for o in objs)):
+                    objs = None
+            if objs is not None:
+                for obj in objs:
+                    if handle_obj(obj, t) is not None:
+                        return r
+            else:
+                for p in payloads:
+                    if r.done:
+                        break
+                    if handle(p, t) is not None:
+                        return r
             if on_chunk is not None and payloads:
                 on_chunk(r)
             if r.done:
