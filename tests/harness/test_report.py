@@ -1,0 +1,80 @@
+"""``rigkit report`` on a deployed sandbox host (issue 16): after the deploy and one ``rigkit
+bench`` of each member, the page shows the host, its drift state now and the bench history
+chart; headless Chromium opens it from disk with no console error; the screenshot is kept in
+``out/test-artefacts/report-sandbox.png``. Also the README's bench command against both
+sandbox members: strata passes (quoting NOT-RUN on the tiny model, saying why), gguf-baseline
+(not loaded: the resident is strata) is NOT-RUN with no request sent, never FAIL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "harness"))
+import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()
+NAME = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-") + "rp1"
+
+
+def rigkit(host, *args, timeout=600):
+    env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name, "HF_TOKEN": hostctl.hub_token()}
+    return subprocess.run([sys.executable, "-m", "rigkit", *args], cwd=PROJECT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def rig(make_module_host):
+    host = make_module_host("rp1")
+    assert host.name == NAME
+    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return host
+
+
+def test_readme_bench_passes_on_strata_and_is_not_run_on_the_unloaded_baseline(rig, tmp_path):
+    strata = rigkit(rig, "bench", "-i", "inventory/sandbox.py", "--host", rig.name, "--member", "strata",
+                    "--out", str(tmp_path / "results" / "strata"))
+    assert strata.returncode == 0, strata.stdout + strata.stderr[-3000:]
+    lines = strata.stdout.splitlines()
+    assert lines[-2] == "result: OK"
+    assert any(ln.startswith("quoting: NOT-RUN — the model has ") for ln in lines)
+    summary = json.loads((tmp_path / "results" / "strata" / "summary.json").read_text())
+    assert summary["preset"] == "small"
+    assert {summary["workloads"][n]["status"] for n in ("chat-greedy", "chat-sampled")} == {"ok"}
+    base = rigkit(rig, "bench", "-i", "inventory/sandbox.py", "--host", rig.name, "--member",
+                  "gguf-baseline", "--out", str(tmp_path / "results" / "gguf"))
+    assert base.returncode == 0, base.stdout + base.stderr[-3000:]
+    assert ("chat-greedy: NOT-RUN — member 'gguf-baseline' is not running in llama-swap (running: "
+            "strata ready)") in base.stdout
+    # the resident is still the one loaded: nothing swapped it out
+    assert '"strata"' in rig.run("curl -s 127.0.0.1:8080/running").stdout
+
+    page = rigkit(rig, "report", "-i", "inventory/sandbox.py", "--results", str(tmp_path / "results"),
+                  "--out", str(tmp_path / "report"), "--no-plan")
+    assert page.returncode == 0, page.stderr[-3000:]
+    index = Path(page.stdout.strip())
+    assert index == (tmp_path / "report" / "index.html")
+
+    sys.path.insert(0, str(ROOT))
+    from tests.report.browser import load, screenshot
+
+    seen = load(index)
+    assert seen.errors == [], seen.stderr[-3000:]
+    assert f'data-host="{rig.name}"' in seen.dom
+    for m in ("gguf-baseline", "hyperqwen", "strata"):
+        assert f'data-member="{m}"' in seen.dom
+    assert f'data-chart="{rig.name}/strata"' in seen.dom and "<svg" in seen.dom
+    assert '<span class="status clean">clean</span>' in seen.dom  # drift now: the host is as declared
+    assert "420 W (enforced 420 W" in seen.dom
+    art = ROOT / "out" / "test-artefacts"
+    art.mkdir(parents=True, exist_ok=True)
+    screenshot(index, art / "report-sandbox.png")
