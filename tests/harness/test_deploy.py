@@ -128,12 +128,16 @@ def test_files_have_their_modes_and_owners(deployed):
 
 
 def test_daemon_json_has_the_runtime_and_mitigation_and_keeps_a_foreign_key(deployed):
-    host, _, _ = deployed
+    host, first, _ = deployed
     data = json.loads(host.run("cat /etc/docker/daemon.json").stdout)
     assert data["log-driver"] == "journald"
     assert data["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
     assert "native.cgroupdriver=cgroupfs" in data["exec-opts"]
-    assert json.loads(host.run("cat /etc/docker/daemon.json.rigkit-bak").stdout) == {"log-driver": "journald"}
+    # the replaced daemon.json is kept, timestamped, and the deploy's output names the backup
+    backups = host.run("ls /etc/docker/ | grep '^daemon.json.rigkit-bak-'", check=False).stdout.split()
+    assert len(backups) == 1, backups
+    assert json.loads(host.run(f"cat /etc/docker/{backups[0]}").stdout) == {"log-driver": "journald"}
+    assert f"the replaced file is kept as /etc/docker/{backups[0]}" in first.stderr
 
 
 def test_power_limit_is_enforced(deployed):
@@ -224,8 +228,10 @@ def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context
     assert (tmp_path / "out" / "requests.jsonl").read_text().count("\n") >= 4
     idle = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "hyperqwen",
                            "--workload", "chat-greedy"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)
-    assert idle.returncode == 1
-    assert "hyperqwen" in idle.stderr and "window" in idle.stderr
+    # an idle member is not benched through :8080 (it would swap the resident out): NOT-RUN, with why
+    assert idle.returncode == 0, idle.stdout[-2000:] + idle.stderr[-2000:]
+    said = idle.stdout + idle.stderr
+    assert "hyperqwen" in said and "swap the resident out" in said and "window" in said
 
 
 def test_out_of_range_power_limit_is_refused_before_anything_is_touched(deployed):

@@ -79,6 +79,8 @@ def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str
         cmd.append("--no-plan")
     proc = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    # the document's per-host status and run records follow the findings (drift --json)
+    records = [r for r in records if r.get("kind") not in ("status", "run")]
     return proc.returncode, records, proc.stdout + proc.stderr
 
 
