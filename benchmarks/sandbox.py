@@ -33,7 +33,7 @@ def warm_build(lane: str, runs: int) -> list[float]:
     """Seconds to bring up a fresh host of ``lane`` from the cached tarball, ``runs`` times."""
     out = []
     for i in range(runs):
-        name = f"rkb-{lane[:2]}{i}"
+        name = f"{os.environ.get('RIGKIT_HARNESS_PREFIX', 'rkb-')}{lane[:2]}{i}"
         with hostctl.lock():
             hostctl.host_down(name)
         t0 = time.monotonic()

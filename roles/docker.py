@@ -18,11 +18,15 @@ from rigkit.spec import RigSpec
 
 @deploy("Docker")
 def docker(spec: RigSpec):
-    """Install and start docker with the nvidia runtime; restart it only when daemon.json changed."""
+    """Install and start docker with the nvidia runtime; restart it only when daemon.json changed.
+
+    Returns the restart's operation: a docker restart takes every container down (no live-restore),
+    Strata's included, so the llama-swap role restarts llama-swap through the activation path when
+    it ran (found against the real engine, issue 13; tests/harness/test_deploy.py)."""
     daemon_json = json_keys(name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
                             path=paths.DOCKER_DAEMON_JSON, keys=DAEMON_JSON_KEYS)
     systemd.service(name="Enable and start docker", service="docker.service", running=True, enabled=True)
-    server.shell(name="Restart docker for the new daemon.json (under the host lock)",
+    restart = server.shell(name="Restart docker for the new daemon.json (under the host lock)",
                  commands=[locked_command("deploy: restart docker for daemon.json",
                                           ["systemctl", "restart", "docker.service"])],
                  _if=daemon_json.did_change)
@@ -34,3 +38,4 @@ def docker(spec: RigSpec):
     if host.get_fact(File, path="/usr/lib/systemd/system/nvidia-cdi-refresh.path"):
         systemd.service(name="Enable the CDI refresh the toolkit ships", service="nvidia-cdi-refresh.path",
                         running=True, enabled=True)
+    return restart

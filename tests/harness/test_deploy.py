@@ -310,3 +310,24 @@ def test_llama_swap_is_the_real_go_binary_250_from_the_pinned_tarball(deployed):
     assert host.run("head -c 4 /usr/local/bin/llama-swap | od -An -c").stdout.split() == ["177", "E", "L", "F"]
     api = json.loads(host.run("curl -fsS 127.0.0.1:8080/api/version").stdout)
     assert api == {"version": "250", "commit": "60226b63776e", "build_date": "2026-08-14T15:45:40Z"}
+
+
+def test_a_daemon_json_change_restarts_docker_and_strata_serves_again_after_the_deploy(deployed):
+    """On a converged host, a daemon.json that lost the nvidia runtime is merged back, so docker is
+    restarted: the real engine (no live-restore) takes Strata's container down with it. The deploy
+    must leave Strata serving, not just llama-swap running."""
+    host, _, _ = deployed
+    old = host.run("docker inspect --format '{{.Id}}' strata").stdout.strip()
+    host.run("python3 -c \"import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); d.pop('runtimes'); "
+             "open(p, 'w').write(json.dumps(d, indent=4))\"")
+    proc = deploy(host, token=TOKEN)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(r"Restart docker for the new daemon.json[^\n]*\n\s+\[\S+\] Success", proc.stderr), proc.stderr[-4000:]
+    running = json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]
+    assert [(m["model"], m["state"]) for m in running] == [("strata", "ready")], running
+    assert re.search(r"Restart llama-swap for its new unit or binary or a docker restart[^\n]*\n\s+\[\S+\] Success",
+                     proc.stderr), proc.stderr[-4000:]
+    new = host.run("docker inspect --format '{{.Id}}' strata").stdout.strip()
+    assert new and new != old  # a fresh container: the restart really took the old one down
+    again = deploy(host, token=TOKEN)
+    assert summary(again)["changed"] == 0, again.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The real Docker engine on the sandbox host (``RIGKIT_HARNESS_DOCKER=real``): Debian's docker.io
 20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
 sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
-Skipped with the docker stand-in (tests/harness/README.md)."""
+Skipped under RIGKIT_HARNESS_DOCKER=stub (tests/harness/README.md)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
 pytestmark = [pytest.mark.harness,
-              pytest.mark.skipif(not hostctl.real_docker(), reason="RIGKIT_HARNESS_DOCKER=real is not set: the docker stand-in runs")]
+              pytest.mark.skipif(not hostctl.real_docker(), reason="RIGKIT_HARNESS_DOCKER=stub: the docker stand-in runs")]
 TINY = Path("/work/shared/reference/llama/make_tiny_gguf.py")
 
 
