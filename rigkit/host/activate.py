@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from rigkit.host import client, envfile, standdown
 from rigkit.host.jsonfile import read_object, write_atomic
-from rigkit.host.lock import LockHeld, RigLock
+from rigkit.host.lock import LockHeld
 
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
 HOLD_KEY = "llama-swap"
@@ -482,20 +482,16 @@ def main(argv: list[str] | None = None) -> int:
 
     holds = cfg.path("holds")
     what = "rollback" if args.rollback else "release" if args.release else "activation"
-    lock = RigLock(cfg.path("lock"), f"{what} of llama-swap's config" + (f" ({args.by})" if args.by else ""))
     try:
-        lock.acquire()
+        lock = standdown.lock_for_change(cfg, f"{what} of llama-swap's config" + (f" ({args.by})" if args.by else ""),
+                                         log)
     except LockHeld as exc:
         log(f"error: {exc}")
         return 1
+    except standdown.WindowOpen as exc:
+        log(f"error: {what}: {exc}")
+        return 1
     try:
-        for w in lock.warnings:
-            log(f"warning: {w}")
-        why = standdown.window_reason(cfg, what)
-        if why:
-            log(f"error: {why.replace('; standing down', '')}: refused (the window restores steady state itself; "
-                "run again once it has)")
-            return 1
         if args.release:
             return release(holds, log)
         return _activation(args, ap, cfg, holds, log)

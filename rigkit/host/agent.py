@@ -45,20 +45,13 @@ def lock_main(argv: list[str]) -> int:
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("lock run needs a command after --")
-    lock = host_lock.RigLock(cfg.path("lock"), a.what, command=" ".join(cmd))
     try:
-        lock.acquire()
-    except host_lock.LockHeld as exc:
+        lock = standdown.lock_for_change(cfg, a.what, lambda msg: print(f"{a.what}: {msg}", file=sys.stderr),
+                                         command=" ".join(cmd))
+    except (host_lock.LockHeld, standdown.WindowOpen) as exc:
         print(f"{a.what}: {exc}", file=sys.stderr)
         return 1
     try:
-        for w in lock.warnings:
-            print(f"{a.what}: warning: {w}", file=sys.stderr)
-        why = standdown.window_reason(cfg, a.what)
-        if why:
-            print(f"{why.replace('; standing down', '')}; refused (the window restores steady state itself)",
-                  file=sys.stderr)
-            return 1
         return subprocess.run(cmd).returncode
     finally:
         lock.release()

@@ -1,5 +1,7 @@
-"""Why a recurring job (keeper, watchdog) stands down now: an open window, or the host lock held by
-someone else (an activation, a rollback, a deploy's disruptive step). One test for both jobs."""
+"""Why a recurring job (keeper, watchdog) stands down now — an open window, or the host lock held by
+someone else (an activation, a rollback, a deploy's disruptive step) — and the one way a command that
+changes the serving state takes the lock (:func:`lock_for_change`): refused while it is held or a
+window is open."""
 
 from __future__ import annotations
 
@@ -8,17 +10,46 @@ from rigkit.host.config import HostConfig
 from rigkit.host.window.journal import is_open, read_journal
 
 
-def window_reason(cfg: HostConfig, job: str) -> str | None:
-    """``"<job>: a window is open (...); standing down"`` or None."""
+class WindowOpen(RuntimeError):
+    """A change of the serving state refused: a window is open (or its journal is unreadable); the
+    message says which."""
+
+
+def _journal_problem(cfg: HostConfig) -> tuple[str, str] | None:
+    """``("open", "window <id> is open (<path>: state 'open')")``, ``("unreadable", <error>)`` or None."""
     path = cfg.path("window_journal")
     try:
         journal = read_journal(path)
     except ValueError as exc:
-        return f"{job}: {exc}; standing down until a human looks"
+        return "unreadable", str(exc)
     if is_open(journal):
-        return (f"{job}: window {journal.get('id')} is open ({path}: state {journal.get('state')!r}); standing down "
-                "(the window watches its own tenant)")
+        return "open", f"window {journal.get('id')} is open ({path}: state {journal.get('state')!r})"
     return None
+
+
+def window_reason(cfg: HostConfig, job: str) -> str | None:
+    """``"<job>: window <id> is open (...); standing down ..."`` or None."""
+    problem = _journal_problem(cfg)
+    if problem is None:
+        return None
+    kind, text = problem
+    return f"{job}: {text}; standing down " + ("until a human looks" if kind == "unreadable"
+                                                else "(the window watches its own tenant)")
+
+
+def lock_for_change(cfg: HostConfig, what: str, log, command: str | None = None) -> host_lock.RigLock:
+    """The host lock for ``what`` (an activation, a rollback, a deploy's step), held by the caller
+    until it releases it; a dead holder's reclaim warning goes to ``log``. Raises
+    :class:`rigkit.host.lock.LockHeld` (naming the holder) or :class:`WindowOpen`."""
+    lock = host_lock.RigLock(cfg.path("lock"), what, command)
+    lock.acquire()
+    for w in lock.warnings:
+        log(f"warning: {w}")
+    problem = _journal_problem(cfg)
+    if problem:
+        lock.release()
+        raise WindowOpen(f"{problem[1]}: refused (the window restores steady state itself; run again once it has)")
+    return lock
 
 
 def lock_reason(cfg: HostConfig, job: str) -> str | None:

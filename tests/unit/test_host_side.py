@@ -281,3 +281,27 @@ def test_the_deploy_fact_counts_clients_with_the_same_counter():
     assert fact.process(out) == ["127.0.0.1:50001"]
     assert fact.process(["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__"]) == \
         ["127.0.0.1:50000", "127.0.0.1:50001"]
+
+
+def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
+    """`rigkit-agent lock run` (the deploy's docker restart, its reboot) shares the activation's
+    way of taking the lock (rigkit.host.standdown.lock_for_change)."""
+    from rigkit.render import render_host_config
+    from rigkit.validate import spec_from_layers
+
+    data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+    run = [sys.executable, "-m", "rigkit.host.agent", "lock", "run", "--what", "deploy: restart docker", "--",
+           "touch", str(tmp_path / "ran")]
+    (tmp_path / "window.json").write_text('{"id": "w9", "state": "open"}')
+    p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 1 and "deploy: restart docker: window w9 is open" in p.stderr and "refused" in p.stderr
+    (tmp_path / "window.json").unlink()
+    with host_lock.RigLock(tmp_path / "rig.lock", "activation"):
+        p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 1 and "deploy: restart docker: the rig is locked by activation" in p.stderr
+    assert not (tmp_path / "ran").exists()
+    p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 0 and (tmp_path / "ran").exists() and (tmp_path / "rig.lock").read_text() == ""
