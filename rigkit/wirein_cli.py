@@ -118,16 +118,9 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
     print its log, return its exit code (an ssh failure is 1)."""
     from rigkit.agentcmd import activate_command
 
-    import time
-
-    cmd = activate_command(args)
-    # the previous command's transient unit can linger a moment after it finished (stopped, not yet
-    # collected): systemd-run then refuses the name before the agent runs; try again for up to 10 s
-    for attempt in range(20):
-        p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(cmd)}", timeout_s=timeout_s)
-        if "was already loaded or has a fragment file" not in p.stderr or attempt == 19:
-            break
-        time.sleep(0.5)
+    # each run gets a transient unit of its own (rigkit.host.activate.remote_command): a command right
+    # after the previous one never meets a unit systemd has not collected yet
+    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(activate_command(args))}", timeout_s=timeout_s)
     sys.stdout.write(p.stdout)
     if p.stderr.strip():
         sys.stderr.write(p.stderr)
