@@ -1,18 +1,20 @@
 """The rig, rebuilt: ``pyinfra INVENTORY deploy.py`` (or ``rigkit deploy``).
 
-Thin: the host's data layers become one validated RigSpec, the renderer produces every file,
-and the roles apply in DESIGN.md's order — except the host agent, installed right after the pins so
-that every disruptive step runs under its host lock (its timers come last). A second run changes
-nothing.
+Thin: the host's data layers become one validated RigSpec, the renderer produces every file —
+or, for ``rigkit rollback`` and a host a rollback holds, a recorded generation gives both
+(:func:`rigkit.deploy.source_for`) — and the roles apply in DESIGN.md's order, except the host
+agent, installed right after the pins so that every disruptive step runs under its host lock (its
+timers come last). Last, the generation it leaves is recorded when it differs from the current
+one. A second run changes nothing.
 """
 
 from pyinfra import host
 
-from rigkit.deploy import spec_for
-from rigkit.render import render
+from rigkit.deploy import source_for
 from roles.agent import agent, agent_timers
 from roles.boot import boot
 from roles.docker import docker
+from roles.generation import generation
 from roles.hyperqwen import hyperqwen
 from roles.legacy import legacy
 from roles.llama_swap import llama_swap
@@ -22,8 +24,8 @@ from roles.power import power
 from roles.preflight import preflight
 from roles.secrets import secrets
 
-spec = spec_for(host)
-rendered = render(spec)
+source, hold = source_for(host)
+spec, rendered = source.spec, source.rendered
 
 preflight(spec, rendered)
 pins(spec)
@@ -37,3 +39,4 @@ models(spec)
 legacy(spec, rendered)
 llama_swap(spec, rendered, docker_restart)
 agent_timers(spec, rendered)
+generation(source, hold)

@@ -3,8 +3,6 @@ codes (:mod:`rigkit.exitcodes`): 0 done, 1 failed, 2 invalid input (nothing touc
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -87,28 +85,6 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     sys.exit(exitcodes.combine(*codes))
 
 
-def _print_results(stdout: str) -> None:
-    """One line per host from ``pyinfra --json -y`` results: operations changed/unchanged/failed
-    (pyinfra 3.10: ``results.operations[].{success,no_change,error}`` list host names)."""
-    try:
-        results = json.loads(stdout)["results"]
-    except (ValueError, KeyError, TypeError):
-        if stdout.strip():
-            sys.stdout.write(stdout)
-        return
-    per_host: dict[str, dict[str, int]] = {}
-    for op in results.get("operations", []):
-        for kind in ("success", "no_change", "error"):
-            for name in op.get(kind, []):
-                per_host.setdefault(name, {"success": 0, "no_change": 0, "error": 0})[kind] += 1
-    for name, c in sorted(per_host.items()):
-        total = sum(c.values())
-        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed",
-                  markup=False)
-    for name in results.get("failed_hosts", []) or []:
-        err.print(f"{name}: failed", markup=False)
-
-
 @cli.command()
 @inventory_option
 @host_option
@@ -125,9 +101,11 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
     unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
     when such a validator could not run; exit 1 when pyinfra fails on a host.
-    """
-    import subprocess
 
+    A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
+    says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held
+    generation (the spec is not applied; the deploy says so) until ``rigkit rollback --release``.
+    """
     from rigkit.inventory import default_inventory
     from rigkit.spec import unset_operator_values
 
@@ -151,69 +129,17 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")
-    project = Path(__file__).resolve().parent.parent
-    cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", inventory or default_inventory(), str(project / "deploy.py")]
-    if dry:
-        cmd = [c for c in cmd if c != "-y"] + ["--dry"]
-    for name in hosts:
-        cmd += ["--limit", name]
-    for key, value in overrides.items():
-        cmd += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
-    if verbose:
-        cmd.append("-" + "v" * verbose)
-    err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")]))}
-    if not dry:
-        cmd.insert(2, "--json")  # the results as JSON on stdout; pyinfra's log stays on stderr
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    if not dry:
-        _print_results(proc.stdout)
-    else:
-        sys.stdout.write(proc.stdout)
+    from rigkit.deployrun import run_pyinfra, smoke
+
+    proc, env = run_pyinfra(inventory or default_inventory(), hosts, overrides, dry, verbose)
     if proc.returncode != 0:
         sys.exit(exitcodes.FAILED)
     if dry or no_smoke:
         sys.exit(exitcodes.OK)
     codes = []
     for hs in host_specs:
-        codes.append(_smoke(hs, inventory or default_inventory(), env))
+        codes.append(smoke(hs, inventory or default_inventory(), env))
     sys.exit(exitcodes.combine(*codes))
-
-
-def smoke_members(spec) -> list[str]:
-    """The members up in steady state: the preloaded (``ttl 0``, resident) members of the live config,
-    in preload order. Members on demand (HyperQwen wired in) are not up in steady state."""
-    from rigkit.members import live_member_ids
-
-    live = live_member_ids(spec)
-    return [m for m in spec.llama_swap.preload if m in live]
-
-
-def _smoke(hs, inventory: str, env: dict[str, str]) -> int:
-    """The post-deploy smoke of one host: ``rigkit bench --preset small --max-tokens 256 --workload
-    chat-greedy`` (a short preset: a warm-up, then a few 256-token greedy answers) through llama-swap against each member up in steady state (:func:`smoke_members`),
-    compared with ``bench.baseline`` when set; results under ``results/smoke/<host>/<UTC stamp>/<member>``.
-    Returns 0, or 1 when a bench fails (a FAIL verdict, a member not running, the host unreachable)."""
-    import subprocess
-    import time
-
-    members = smoke_members(hs.spec)
-    if not members:
-        err.print(f"{hs.name}: no member is up in steady state (no preloaded live member); no smoke")
-        return exitcodes.OK
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    codes = []
-    for member in members:
-        smoke = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", inventory, "--host", hs.name,
-                 "--member", member, "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "256",
-                 "--out", str(Path("results") / "smoke" / hs.name / stamp / member)]
-        if hs.spec.bench.baseline:
-            smoke += ["--baseline", hs.spec.bench.baseline]
-        err.print(f"post-deploy smoke: $ {' '.join(smoke[1:])}", markup=False)
-        rc = subprocess.run(smoke, env=env).returncode
-        err.print(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}", markup=False)
-        codes.append(exitcodes.FAILED if rc else exitcodes.OK)
-    return exitcodes.combine(*codes)
 
 
 def main() -> None:
@@ -249,3 +175,8 @@ cli.add_command(wire_in)
 from rigkit.window_cli import window  # noqa: E402
 
 cli.add_command(window)
+
+from rigkit.generations_cli import generations, rollback  # noqa: E402
+
+cli.add_command(generations)
+cli.add_command(rollback)

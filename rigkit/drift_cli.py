@@ -76,6 +76,10 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
         for hs in host_specs:
             mine = [f for f in findings if f.host == hs.name]
             code = codes[hs.name]
+            gen = (states.get(hs.name) or {}).get("generation")
+            if gen:
+                out.print(Text(f"{hs.name}: generation {gen['current']} ({gen['time']}, {gen['operator']}, "
+                               f"{gen['reason']}); compared with {'the spec' if gen['compared_with'] == 'spec' else gen['compared_with']}"))
             verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
             if not mine:
                 out.print(f"[bold]{escape(hs.name)}[/]: no drift")

@@ -301,3 +301,23 @@ class RigLockState(FactBase):
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return host_lock.parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))
+
+
+class GenerationBundle(FactBase):
+    """One recorded generation with its stored files: ``rigkit-agent generation show N --files``
+    (:func:`rigkit.host.generations.show`: ``{"record": {...}, "contents": {path: text}}``), or
+    ``{"error": "..."}`` when the host has no such generation or no agent."""
+
+    def command(self, agent: str, n: int) -> str:
+        return f"{shlex.quote(agent)} generation show {int(n)} --files 2>&1; echo {RC_MARK}$?"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        lines, rc = _split_rc(output)
+        text = "\n".join(lines)
+        if rc == 0:
+            try:
+                data = json.loads(lines[-1])
+            except (ValueError, IndexError):
+                return {"error": f"not a generation: {text[-300:]}"}
+            return data if isinstance(data, dict) else {"error": "not a generation"}
+        return {"error": text.strip()[-300:] or f"exit {rc}"}

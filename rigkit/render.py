@@ -200,6 +200,7 @@ def render_host_config(spec: RigSpec) -> str:
         "paths": {"state_dir": paths.STATE_DIR, "lock": paths.RIG_LOCK, "window_journal": paths.WINDOW_JOURNAL,
                   "windows_dir": paths.WINDOWS_DIR, "holds": paths.HOLDS_FILE, "activate_log": paths.ACTIVATE_LOG,
                   "watchdog_state": paths.WATCHDOG_STATE, "models_root": paths.MODELS_ROOT,
+                  "generations": paths.GENERATIONS_DIR,
                   "hf_token_file": paths.HF_TOKEN_FILE, "api_key_file": paths.HYPERQWEN_SECRET_FILE,
                   "agent_bin": paths.AGENT_BIN},
     }

@@ -327,6 +327,9 @@ class RigSpec(StrictModel):
     models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
     reboot: bool = Field(default=False, strict=False)
     force: bool = Field(default=False, strict=False)
+    generations_keep: int = Field(default=10, ge=2, le=1000,
+                                  description="generations kept on the host (rigkit generations); the current one "
+                                              "and the one before it are never pruned")
     hyperqwen: HyperQwenSpec = Field(default_factory=HyperQwenSpec)
     strata: StrataSpec = Field(default_factory=StrataSpec)
     gguf_baseline: GgufBaselineSpec = Field(default_factory=GgufBaselineSpec)

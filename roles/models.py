@@ -15,7 +15,7 @@ from rigkit.models import check_lock, load_lock
 from rigkit.operations.models import hyperqwen_prepared, model_fetched
 from rigkit.spec import RigSpec
 
-REMOTE_LOCK = f"{paths.STATE_DIR}/models.lock.json"
+REMOTE_LOCK = paths.MODELS_LOCK
 
 
 @deploy("Models")

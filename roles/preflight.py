@@ -7,7 +7,7 @@ from pyinfra.api import DeployError, deploy
 from pyinfra.facts.files import File, FileContents, Sha1File
 from pyinfra.facts.systemd import SystemdStatus
 
-from rigkit import paths
+from rigkit import agentcmd, paths
 from rigkit.hoststate import REPO_PACKAGES
 from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
 from rigkit.host import lock as host_lock
@@ -19,7 +19,7 @@ from rigkit.spec import RigSpec, unset_operator_values
 
 def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
              disruptive: list[str] | None = None, clients: list[str] | None = None,
-             rig_lock: dict | None = None) -> list[str]:
+             rig_lock: dict | None = None, lease: str | None = None) -> list[str]:
     """Why the deploy must not start, one line each (empty: go). Pure, for tests.
 
     + window: the ``JsonFile`` fact of ``/var/lib/rigkit/window.json``
@@ -28,7 +28,8 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     + disruptive: steps of this run that will interrupt service (restart llama-swap or docker)
     + clients: established client connections to llama-swap right now (rigkit's own left out)
     + rig_lock: the ``RigLockState`` fact: a disruptive run is refused while someone holds the host
-      lock (a window, an activation, a rollback, another deploy's step), naming the holder
+      lock (a window, an activation, a rollback, another deploy's step), naming the holder —
+      unless it holds ``lease``, the lease of the ``rigkit rollback`` this run is part of
 
     Interrupting steps pass the same preflight as a window: refused under traffic or a declared
     lock unless ``force`` (DESIGN.md "Disruption and reboots").
@@ -44,7 +45,9 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
         if lo is not None and hi is not None and not lo <= spec.gpu_power_limit_w <= hi:
             out.append(f"gpu_power_limit_w {spec.gpu_power_limit_w} W is outside GPU {gpu['index']}'s limits "
                        f"{lo:g}–{hi:g} W (nvidia-smi power.min_limit/power.max_limit)")
-    if disruptive and (rig_lock or {}).get("held"):
+    holder = (rig_lock or {}).get("holder") or {}
+    ours = bool(lease and holder.get("lease") == lease)  # rigkit rollback's own lock: this run is part of it
+    if disruptive and (rig_lock or {}).get("held") and not ours:
         out.append(f"this run would interrupt service ({'; '.join(disruptive)}) but the rig is locked by "
                    f"{host_lock.describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
     if disruptive and not spec.force:
@@ -109,6 +112,6 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     clients = (host.get_fact(EstablishedConnections, port=spec.llama_swap.port, own_units=own_units(rendered))
                if disruptive else [])
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
-    problems = refusals(spec, window, smi, locks, disruptive, clients, rig_lock)
+    problems = refusals(spec, window, smi, locks, disruptive, clients, rig_lock, agentcmd.lease())
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

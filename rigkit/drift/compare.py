@@ -50,9 +50,12 @@ _HF_TOKEN_SHAPE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
 
 def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | None:
     """``text`` with secret values replaced by ``***``: each known value in ``secrets`` (e.g. the
-    HF token at hand), then any ``*TOKEN*``/``*SECRET*``/``*PASSWORD*``/``*API_KEY*`` assignment's
-    value (``KEY=v``, ``key: v``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
+    HF token at hand), then the value of any assignment (``KEY=v``, ``key: v``) whose name the spec
+    calls a secret's (:func:`rigkit.spec.secret_name`: ``HF_TOKEN``, ``VLLM_API_KEY``, not
+    ``DFLASH_TOKENS`` or ``max_tokens``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
     hf-token-shaped words. An ``${...}`` reference is kept (it names, not holds, a secret)."""
+    from rigkit.spec import secret_name
+
     if text is None:
         return None
     for value in secrets:
@@ -65,7 +68,11 @@ def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | N
             return m.group(0)
         return m.group(1) + MASK
 
-    text = _SECRET_ASSIGN.sub(keep_refs, text)
+    def keep_named(m: re.Match) -> str:
+        name = m.group(1).rstrip(" \t\"'=:")
+        return keep_refs(m) if secret_name(name) else m.group(0)
+
+    text = _SECRET_ASSIGN.sub(keep_named, text)
     text = _SECRET_FLAG.sub(keep_refs, text)
     text = _BEARER.sub(keep_refs, text)
     return _HF_TOKEN_SHAPE.sub(MASK, text)
@@ -361,6 +368,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out = name_live_backup(out, facts.get("holds") or {})
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
+    out += compare_generation(host, decl, facts.get("generations") or {})
     out += compare_rig_lock(host, facts.get("rig_lock") or {})
     return apply_window(host, out, (facts.get("window") or {}).get("data"))
 
@@ -379,6 +387,46 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
                          f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
                          "(`rigkit wire-in --show` diffs them)")
     return findings
+
+
+def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The generation hold in the probe's ``holds`` (``{"generation": n, ...}``) or None."""
+    from rigkit.host.generations import HOLD_KEY
+
+    hold = ((facts.get("holds") or {}).get("data") or {}).get(HOLD_KEY)
+    return hold if isinstance(hold, dict) and hold.get("generation") else None
+
+
+def compare_generation(host: str, decl: Declared, index: dict[str, Any]) -> list[Finding]:
+    """The current generation (``/var/lib/rigkit/generations/index.json``) against what is declared:
+    a ``warn`` when the spec would leave the host otherwise than the current generation recorded
+    (the next deploy records a new one), or when none is recorded yet. Under a hold (``decl`` is
+    the held generation) nothing: the hold is the finding."""
+    from rigkit.generations import manifest
+
+    if decl.generation is not None:
+        return []
+    if index.get("error"):
+        return [Finding(host, "generation", "index.json", "a JSON object", index["error"], severity="error")]
+    data = index.get("data") or {}
+    current = data.get("current")
+    entry = next((g for g in data.get("generations", []) if g.get("n") == current), None)
+    if entry is None:
+        return [Finding(host, "generation", "current", "a recorded generation",
+                        "none recorded yet (the next deploy that changes something records one)", severity="warn")]
+    from pathlib import Path
+
+    lock = Path(decl.spec.models_lock) if decl.spec.models_lock else None
+    try:  # the key the deploy would record (rigkit.deploy.source_for reads the lock the same way)
+        key = manifest(decl.spec, decl.files, lock.read_text() if lock and lock.is_file() else None)["key"]
+    except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
+        return []
+    if entry.get("key") == key:
+        return []
+    return [Finding(host, "generation", f"generation {current}", "the spec as generation "
+                    f"{current} recorded it", f"the spec differs from generation {current} ({entry.get('time')}, "
+                    f"{entry.get('reason')}): the next deploy records generation "
+                    f"{max(g.get('n', 0) for g in data.get('generations', [])) + 1}", severity="warn")]
 
 
 def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:
@@ -431,11 +479,20 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
+    from rigkit.host.generations import HOLD_KEY as GENERATION_HOLD
+
     if holds.get("error"):
         return [Finding(host, "hold", paths.HOLDS_FILE, "a JSON object", holds["error"], severity="error")]
     out = []
     for name, hold in sorted((holds.get("data") or {}).items()):
         if not isinstance(hold, dict):
+            continue
+        if name == GENERATION_HOLD:  # rigkit rollback's: the host is compared with the held generation
+            out.append(Finding(host, "hold", f"generation {hold.get('generation')}", "the spec applied (no hold)",
+                               f"held at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')} "
+                               f"by {hold.get('by', '?')} at {hold.get('since', '?')}): compared with that generation, "
+                               f"not the spec; the deploy keeps it until `rigkit rollback --host {host} --release`",
+                               severity="warn"))
             continue
         members = hold.get("held_back_members") or {}
         parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]

@@ -20,7 +20,7 @@ class Declared:
     ``{unit: {"enabled": bool | None, "active": bool | None}}`` (None: not checked), plus
     ``installed_only`` (must exist, must not be enabled) and ``legacy`` units; ``members``: unit
     names llama-swap must not be tied to; ``lock``: the model lock (dict) or None with
-    ``lock_note`` saying why.
+    ``lock_note`` saying why; ``generation``: the held generation this is (None: the spec).
     """
 
     host: str
@@ -35,6 +35,7 @@ class Declared:
     lock: dict[str, Any] | None = None
     lock_note: str | None = None
     secret_values: list[str] = field(default_factory=list)
+    generation: int | None = None
 
 
 def lock_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -52,14 +53,16 @@ def lock_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | No
         return None, f"model lock {path} unreadable ({exc}); model files not checked"
 
 
-def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None) -> Declared:
+def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
+                 files: dict[str, Any] | None = None, generation: int | None = None) -> Declared:
     """Everything drift compares for host ``name``: rendered files, secret files, units (DESIGN.md
     "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the value at hand
-    on the control machine (:func:`rigkit.secrets.read_hf_token`) or None."""
+    on the control machine (:func:`rigkit.secrets.read_hf_token`) or None. ``files`` replaces the
+    rendered spec (a held ``generation``'s stored files, :func:`rigkit.generations.source_from_bundle`)."""
     from rigkit import members as members_mod
     from rigkit.render import AGENT_TIMERS, render
 
-    files = render(spec)
+    files = render(spec) if files is None else files
     ls_group = spec.llama_swap.user
     secrets: dict[str, tuple[str, str, str | None]] = {
         # the folder too: one owner and mode (llama-swap reads hyperqwen.env through it)
@@ -87,4 +90,5 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None) -> 
     lock, note = lock_for(spec, inventory)
     return Declared(host=name, spec=spec, files=files, secrets=secrets, units=units,
                     installed_only=["hyperqwen.service"], legacy=list(spec.legacy_units), members=members,
-                    packages=packages, lock=lock, lock_note=note, secret_values=[hf_token] if hf_token else [])
+                    packages=packages, lock=lock, lock_note=note, secret_values=[hf_token] if hf_token else [],
+                    generation=generation)

@@ -80,6 +80,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
     sections.append(("holds", JsonFile().command(paths.HOLDS_FILE)))
+    sections.append(("generations", JsonFile().command(f"{paths.GENERATIONS_DIR}/index.json")))
     sections.append(("rig-lock", RigLockState().command(paths.RIG_LOCK)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
@@ -195,6 +196,8 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["window"] = JsonFile().process(lines)
         elif key == "holds":
             facts["holds"] = JsonFile().process(lines)
+        elif key == "generations":
+            facts["generations"] = JsonFile().process(lines)
         elif key == "rig-lock":
             facts["rig_lock"] = RigLockState().process(lines)
         elif key == "agent":

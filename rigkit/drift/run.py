@@ -23,10 +23,35 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
-from rigkit.drift.compare import Finding, compare_host, mask, window_open
+from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, window_open
 from rigkit.drift.declared import declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
 from rigkit.drift.probe import connect_and_probe
+
+
+def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], inventory: str,
+                  token: str | None) -> Any:
+    """``decl`` declared again from the generation a hold keeps its host at (read with
+    ``rigkit-agent generation show N --files`` over SSH); ``decl`` unchanged, with a warning in its
+    ``lock_note``, when that generation cannot be read."""
+    import tempfile
+    from pathlib import Path
+
+    from rigkit.generations import source_from_bundle
+    from rigkit.remote import Remote
+
+    n = generation_hold(facts)["generation"]
+    proc = Remote(decl.host, connection).agent("generation", "show", str(n), "--files", timeout=120)
+    try:
+        bundle = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+        source = source_from_bundle(bundle, decl.spec, Path(tempfile.mkdtemp(prefix="rigkit-drift-"))) if bundle else None
+    except (ValueError, IndexError, KeyError, Exception):  # noqa: BLE001 - reported, never a crash
+        source = None
+    if source is None:
+        why = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}")[-200:]
+        decl.lock_note = f"held generation {n} unreadable ({why}); compared with the spec"
+        return decl
+    return declared_for(decl.host, source.spec, inventory, token, files=source.rendered, generation=n)
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -54,8 +79,16 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     # one plan per host, all at once: a DeployError on one host (a refusal in preflight) aborts
     # pyinfra's whole run, and every other host must still be reported
     procs = {hs.name: start_plan(inventory, [hs.name]) for hs in host_specs} if plan else {}
-    probes = connect_and_probe(decls, {hs.name: hs.connection for hs in host_specs}, deep=deep,
-                               connect_timeout=connect_timeout)
+    connections = {hs.name: hs.connection for hs in host_specs}
+    probes = connect_and_probe(decls, connections, deep=deep, connect_timeout=connect_timeout)
+    # a host a rollback holds is compared with the held generation, not the spec: declared again
+    # from that generation's record and files, and probed again for them
+    held = [held_declared(d, probes[d.host][0], connections[d.host], inventory, token) for d in decls
+            if probes.get(d.host, (None,))[0] is not None and generation_hold(probes[d.host][0])]
+    if held:
+        by_host = {d.host: d for d in held}
+        decls = [by_host.get(d.host, d) for d in decls]
+        probes.update(connect_and_probe(held, connections, deep=deep, connect_timeout=connect_timeout))
     plans = {name: finish_plan(proc) for name, proc in procs.items()}
     findings: list[Finding] = []
     codes: dict[str, int] = {}
@@ -98,7 +131,7 @@ def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
     config holds, names only, and ``live_config_as_declared``: False when the live file's hash
     differs), ``hold`` (the holds file's data or None), ``lock`` (``held``/``holder``/``stale``),
     ``window`` (the last window journal's ``id``, ``state``, ``tenant``, ``started``/``ended``,
-    or None when none was ever run)."""
+    or None when none was ever run), ``generation`` (:func:`generation_state`)."""
     from rigkit import paths
 
     smi = facts.get("smi") or {}
@@ -130,7 +163,22 @@ def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
         "hold": holds if holds else None,
         "lock": {"held": bool(lock.get("held")), "holder": lock.get("holder"), "stale": lock.get("stale")},
         "window": window,
+        "generation": generation_state(decl, facts),
     }
+
+
+def generation_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"current": n, "time", "operator", "reason", "held": n | None, "compared_with": "spec" |
+    "generation n"}`` from the probe's generations index, or None when none is recorded."""
+    data = (facts.get("generations") or {}).get("data") or {}
+    current = data.get("current")
+    entry = next((g for g in data.get("generations", []) if g.get("n") == current), None)
+    if entry is None:
+        return None
+    hold = generation_hold(facts)
+    return {"current": current, "time": entry.get("time"), "operator": entry.get("operator"),
+            "reason": entry.get("reason"), "held": hold.get("generation") if hold else None,
+            "compared_with": f"generation {decl.generation}" if decl.generation is not None else "spec"}
 
 
 def document(findings: list[Finding], codes: dict[str, int], hosts: list[str], inventory: str,

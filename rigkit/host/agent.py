@@ -9,7 +9,10 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``fetch`` / ``record`` / ``status`` — model fetch and verify (:mod:`rigkit.host.fetch`).
 - ``lock status`` — the host lock's state as JSON; ``lock run --what WHAT -- CMD ...`` — run CMD
   under the host lock (the deploy's disruptive steps: a docker restart, a reboot), refused with
-  exit 1 naming the holder when it is held or a window is open.
+  exit 1 naming the holder when it is held or a window is open; ``lock hold --what WHAT --lease ID``
+  — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
+  printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
+- ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).
 - ``version``.
 
 Exit codes: 0 nothing to do or done, 1 the action failed or was refused, 2 invalid input.
@@ -37,11 +40,16 @@ def lock_main(argv: list[str]) -> int:
     run = sub.add_parser("run", help="run a command under the host lock")
     run.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'deploy: restart docker')")
     run.add_argument("command", nargs=argparse.REMAINDER)
+    hold = sub.add_parser("hold", help="hold the lock until stdin closes (a lease others can join)")
+    hold.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'rollback to generation 1')")
+    hold.add_argument("--lease", required=True, help="the lease id commands join with (RIGKIT_LOCK_LEASE)")
     a = ap.parse_args(argv)
     cfg = load_config()
     if a.cmd == "status":
         print(json.dumps(host_lock.state(cfg.path("lock")), sort_keys=True))
         return 0
+    if a.cmd == "hold":
+        return _hold(cfg, a.what, a.lease)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("lock run needs a command after --")
@@ -57,8 +65,36 @@ def lock_main(argv: list[str]) -> int:
         lock.release()
 
 
+def _hold(cfg, what: str, lease: str) -> int:
+    """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused."""
+    import signal
+
+    from rigkit.host import lock as host_lock
+    from rigkit.host import standdown
+
+    try:
+        lock = standdown.lock_for_change(cfg, what, lambda msg: print(f"{what}: {msg}", file=sys.stderr),
+                                         command=f"rigkit-agent lock hold --what {what!r}", lease=lease)
+    except (host_lock.LockHeld, standdown.WindowOpen) as exc:
+        print(f"{what}: {exc}", file=sys.stderr)
+        return 1
+
+    def stop(_signum, _frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        print("held", flush=True)
+        while sys.stdin.buffer.read(4096):
+            pass
+        return 0
+    finally:
+        lock.release()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,generation,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
@@ -70,8 +106,8 @@ def main(argv: list[str] | None = None) -> None:
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
-    if job not in ("keeper", "watchdog", "activate", "window", "lock"):
-        print("usage: rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,version} ...",
+    if job not in ("keeper", "watchdog", "activate", "window", "lock", "generation"):
+        print("usage: rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,generation,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:
@@ -85,6 +121,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(window_main(argv[1:]))
         if job == "lock":
             sys.exit(lock_main(argv[1:]))
+        if job == "generation":
+            from rigkit.host.generations import main as generation_main
+
+            sys.exit(generation_main(argv[1:]))
         cfg = load_config()
         if job == "keeper":
             from rigkit.host.keeper import keeper

@@ -16,7 +16,7 @@ Its shape (``version`` 1)::
      "keeper": {"timeout_s": s},
      "paused_timers": [unit], "lock_files": [path], "own_units": [unit],
      "paths": {"state_dir", "lock", "window_journal", "windows_dir", "holds", "activate_log",
-               "watchdog_state", "models_root", "hf_token_file", "api_key_file", "agent_bin"}}
+               "watchdog_state", "models_root", "generations", "hf_token_file", "api_key_file", "agent_bin"}}
 
 ``RIGKIT_HOST_CONFIG`` points the host commands at another file (the unit tests do).
 """

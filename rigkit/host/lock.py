@@ -8,6 +8,12 @@ on the rig), and the same file holds the record of its holder as JSON: ``{"what"
 release. Because the kernel drops a flock when its holder dies, a record left behind in an
 unlocked file is a dead holder's: the next taker reclaims the lock and says so. ``flock -n``
 (util-linux) on the same file sees the same lock, which is how the deploy's facts read it.
+
+A *lease* lets one change that runs as several commands hold the lock once: ``rigkit rollback``
+keeps the lock for its whole run with ``rigkit-agent lock hold --lease ID`` (the record carries
+``lease``), and the commands it runs meanwhile (the deploy's activation, its docker restart, the
+generation record) run with ``RIGKIT_LOCK_LEASE=ID`` in their environment: they *join* the
+holder instead of being refused by it. Anyone else is refused as usual.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+LEASE_ENV = "RIGKIT_LOCK_LEASE"
 
 
 class LockHeld(RuntimeError):
@@ -98,16 +106,24 @@ class RigLock:
     and the warning returned (and kept in :attr:`warnings`) so the caller can journal it.
     """
 
-    def __init__(self, path: str | os.PathLike, what: str, command: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, what: str, command: str | None = None,
+                 lease: str | None = None) -> None:
         self.path = Path(path)
         self.what = what
         self.command = command if command is not None else " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:])
+        self.lease = lease
         self.fh = None
+        self.joined: dict[str, Any] | None = None
         self.warnings: list[str] = []
 
     def acquire(self, wait_s: float = 0.0) -> list[str]:
         """Take the lock, waiting up to ``wait_s`` s for a holder to let go (0: refuse at once).
-        Returns the warnings (a reclaimed dead holder). Raises LockHeld."""
+        Returns the warnings (a reclaimed dead holder). Raises LockHeld.
+
+        When the holder's record carries the lease named by ``$RIGKIT_LOCK_LEASE`` and its process
+        lives, this command is part of that holder's change: it *joins* (``joined`` is the holder's
+        record) without taking the flock, and :meth:`release` leaves the holder's lock alone."""
+        joining = os.environ.get(LEASE_ENV) or None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(self.path, "a+")
         os.chmod(self.path, 0o644)
@@ -119,6 +135,10 @@ class RigLock:
             except BlockingIOError:
                 fh.seek(0)
                 holder = parse_record(fh.read())
+                if joining and holder and holder.get("lease") == joining and pid_alive(holder.get("pid")):
+                    fh.close()
+                    self.joined = holder
+                    return self.warnings
                 waited = time.monotonic() - t0
                 # no record yet: a reader's brief shared flock (lock.state, `flock -n -s`) or a taker
                 # between its flock and its record; give it a moment before refusing
@@ -134,6 +154,8 @@ class RigLock:
                                  "releasing it; check what it left half done)")
         record = {"what": self.what, "pid": os.getpid(), "command": self.command, "boot_id": _boot_id(),
                   "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if self.lease:
+            record["lease"] = self.lease
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps(record, sort_keys=True) + "\n")
@@ -142,7 +164,8 @@ class RigLock:
         return self.warnings
 
     def release(self) -> None:
-        """Empty the record and let go (idempotent)."""
+        """Empty the record and let go (idempotent; a joined holder's lock is left to it)."""
+        self.joined = None
         if self.fh is None:
             return
         try:

@@ -37,11 +37,13 @@ def window_reason(cfg: HostConfig, job: str) -> str | None:
                                                 else "(the window watches its own tenant)")
 
 
-def lock_for_change(cfg: HostConfig, what: str, log, command: str | None = None) -> host_lock.RigLock:
+def lock_for_change(cfg: HostConfig, what: str, log, command: str | None = None,
+                    lease: str | None = None) -> host_lock.RigLock:
     """The host lock for ``what`` (an activation, a rollback, a deploy's step), held by the caller
-    until it releases it; a dead holder's reclaim warning goes to ``log``. Raises
+    until it releases it (``lease``: the id commands run on its behalf join it with, see
+    :mod:`rigkit.host.lock`); a dead holder's reclaim warning goes to ``log``. Raises
     :class:`rigkit.host.lock.LockHeld` (naming the holder) or :class:`WindowOpen`."""
-    lock = host_lock.RigLock(cfg.path("lock"), what, command)
+    lock = host_lock.RigLock(cfg.path("lock"), what, command, lease=lease)
     lock.acquire()
     for w in lock.warnings:
         log(f"warning: {w}")

@@ -1,0 +1,418 @@
+"""Generations (DESIGN.md "Generations"): what each deploy that changed something left on this host,
+recorded so that ``rigkit generations`` can list and compare them and ``rigkit rollback`` can bring
+one back.
+
+On the host, under the host config's ``paths.generations`` (``/var/lib/rigkit/generations``, root
+0700: the rendered files include root-only configs)::
+
+    index.json          {"current": n, "previous": m, "generations": [{n, time, operator, reason, key, changed}]}
+    <n>.json            the record of generation n (below)
+    objects/<sha256>    the content of every rendered file a kept generation holds (0600), stored once
+
+A record is the control side's manifest (:func:`record`'s ``manifest``: the rendered files by
+sha256/mode/owner, the secret files by path, the pins, the units, llama-swap's members and release,
+the model lock's entries, daemon.json's keys, the rigkit version, the spec and its hash, the
+``key`` — the sha256 of what the deploy declared for the host, equal for two deploys that leave the
+host alike) plus what this host observed when it was recorded: ``n``, ``time`` (UTC ISO 8601),
+``operator`` (the SSH user behind sudo), each file's sha256 on disk (a file that differs from the
+declared one is recorded as found, with a warning), each secret file's sha256 (its content is
+never copied), ``installed`` (``pacman -Q`` of the pinned packages), ``unit_state`` (``systemctl
+is-enabled``), ``llama_swap_binary`` (``llama-swap -version``) and ``models`` (whether each locked
+model is verified, :func:`rigkit.host.fetch.status`). Model weights are referenced, never copied.
+
+Old generations are pruned to the manifest's ``keep`` (the spec's ``generations_keep``), never the
+current one or the one before it; objects no kept generation names are removed with them.
+
+A rollback records its generation with a *hold* (``holds.json``'s ``generation`` key): the deploy
+keeps the host at the held generation instead of the spec until ``rigkit rollback --release``.
+
+Sub-commands (``rigkit-agent generation ...``): ``record`` (manifest JSON on stdin, under the host
+lock), ``list``, ``show N [--files]``, ``check N`` (models generation N needs that this host lacks),
+``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pwd
+import grp
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rigkit.host.jsonfile import read_object, write_atomic
+
+HOLD_KEY = "generation"
+DEFAULT_KEEP = 10
+
+
+class GenerationError(RuntimeError):
+    """A generation cannot be recorded or read; the message says which file or number and why."""
+
+
+def _root(cfg: Any) -> Path:
+    return cfg.path("generations")
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    """``index.json`` (``{"current", "previous", "generations": [...]}``), an empty index when absent.
+    Raises ValueError for an unreadable file."""
+    data = read_object(root / "index.json") or {}
+    data.setdefault("current", None)
+    data.setdefault("previous", None)
+    data.setdefault("generations", [])
+    return data
+
+
+def read_record(root: Path, n: int) -> dict[str, Any]:
+    """The record of generation ``n``. Raises GenerationError when there is none."""
+    try:
+        data = read_object(root / f"{int(n)}.json")
+    except ValueError as exc:
+        raise GenerationError(str(exc)) from None
+    if data is None:
+        known = [g["n"] for g in read_index(root)["generations"]]
+        raise GenerationError(f"no generation {n} on this host (kept: {', '.join(map(str, known)) or 'none'})")
+    return data
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _owner(st: os.stat_result) -> str:
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return f"{user}:{group}"
+
+
+def _run(argv: list[str], timeout: float = 30) -> str | None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def installed_versions(packages: list[str]) -> dict[str, str | None]:
+    """``{package: version or None}`` from ``pacman -Q`` (one call; a missing package is None)."""
+    out: dict[str, str | None] = {p: None for p in packages}
+    try:
+        proc = subprocess.run(["pacman", "-Q", *packages], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in out:
+            out[parts[0]] = parts[1]
+    return out
+
+
+def unit_states(units: list[str]) -> dict[str, str]:
+    """``{unit: systemctl is-enabled's word}`` (``enabled``, ``disabled``, ``not-found``...)."""
+    out = {}
+    for unit in units:
+        try:
+            proc = subprocess.run(["systemctl", "is-enabled", unit], capture_output=True, text=True, timeout=30)
+            out[unit] = proc.stdout.strip().split("\n")[0] or "not-found"
+        except (OSError, subprocess.TimeoutExpired):
+            out[unit] = "unknown"
+    return out
+
+
+def models_verified(cfg: Any, lock_path: str | None, prepared: list[str]) -> dict[str, Any]:
+    """``{model: {"verified": bool, "reasons": [...]}}`` for each model of the lock at ``lock_path``
+    (:func:`rigkit.host.fetch.status`: size and mtime against the fetch's record), ``{}`` without one."""
+    from rigkit.host.fetch import load_lock_file, status
+
+    if not lock_path or not Path(lock_path).is_file():
+        return {}
+    try:
+        lock = load_lock_file(Path(lock_path))
+    except Exception as exc:  # noqa: BLE001 - an unreadable lock is recorded, not a failed record
+        return {"error": str(exc)}
+    out = {}
+    for name in sorted(lock.get("models", {})):
+        reasons = status(lock, name, cfg.path("models_root"), cfg.path("state_dir"), prepared=name in prepared)
+        out[name] = {"verified": not reasons, "reasons": reasons}
+    return out
+
+
+def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """What differs from ``old`` to ``new``, one short phrase each (``"files: /opt/rigkit/hyperqwen/.env"``,
+    ``"pins: cuda 13.3.1-1 -> 13.3.2-1"``, ``"members: strata"``); ``["first generation"]`` without ``old``."""
+    if old is None:
+        return ["first generation"]
+    out = []
+    files = sorted(p for p in set(old.get("files", {})) | set(new.get("files", {}))
+                   if (old.get("files", {}).get(p) or {}).get("sha256") != (new.get("files", {}).get(p) or {}).get("sha256"))
+    if files:
+        out.append("files: " + ", ".join(files))
+    secrets = sorted(p for p in set(old.get("secrets", {})) | set(new.get("secrets", {}))
+                     if (old.get("secrets", {}).get(p) or {}).get("sha256") != (new.get("secrets", {}).get(p) or {}).get("sha256"))
+    if secrets:
+        out.append("secrets: " + ", ".join(secrets))
+    op, np_ = old.get("pins") or {}, new.get("pins") or {}
+    pins = [f"{p} {op.get(p) or '-'} -> {np_.get(p) or '-'}" for p in sorted(set(op) | set(np_)) if op.get(p) != np_.get(p)]
+    if pins:
+        out.append("pins: " + ", ".join(pins))
+    om = (old.get("spec") or {}).get("llama_swap", {}).get("members", {})
+    nm = (new.get("spec") or {}).get("llama_swap", {}).get("members", {})
+    members = sorted(m for m in set(om) | set(nm) if om.get(m) != nm.get(m))
+    if members:
+        out.append("members: " + ", ".join(members))
+    if old.get("units") != new.get("units"):
+        out.append("units")
+    if (old.get("llama_swap") or {}).get("release") != (new.get("llama_swap") or {}).get("release"):
+        out.append("llama-swap release")
+    if old.get("daemon_json") != new.get("daemon_json"):
+        out.append("daemon.json keys")
+    if old.get("models") != new.get("models"):
+        out.append("models")
+    return out or ["nothing rigkit renders (the spec only)"]
+
+
+def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str], None] = print,
+           now: Callable[[], float] = time.time) -> dict[str, Any]:
+    """Record ``manifest`` as a new generation (the caller holds the host lock); returns its index
+    entry. Nothing is recorded when the current generation has the same ``key`` (returns that
+    entry, ``"recorded": False``). Every declared file is copied into ``objects/`` as found on disk;
+    secret files only hashed. Then prunes to ``manifest["keep"]`` and, with ``manifest["hold"]``,
+    records the hold. Raises GenerationError for a manifest without files or a declared file missing."""
+    root = _root(cfg)
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    objects = root / "objects"
+    objects.mkdir(exist_ok=True, mode=0o700)
+    index = read_index(root)
+    if not manifest.get("files") or not manifest.get("key"):
+        raise GenerationError("the manifest names no files or no key (a bug of the control side)")
+    current = index["current"]
+    if current is not None:
+        cur_entry = next((g for g in index["generations"] if g["n"] == current), None)
+        if cur_entry and cur_entry.get("key") == manifest["key"] and not manifest.get("hold"):
+            log(f"generation {current} is current and this deploy left the host alike: nothing recorded")
+            return {**cur_entry, "recorded": False}
+    n = max([g["n"] for g in index["generations"]] + [0]) + 1
+    files: dict[str, Any] = {}
+    warnings: list[str] = []
+    for path, meta in sorted(manifest["files"].items()):
+        try:
+            data = Path(path).read_bytes()
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise GenerationError(f"{path}: declared by the deploy but not on the host") from None
+        sha = _sha256(data)
+        obj = objects / sha
+        if not obj.exists():
+            tmp = objects / f".{sha}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, obj)
+        entry = {"sha256": sha, "mode": f"0{st.st_mode & 0o7777:o}", "owner": _owner(st)}
+        if sha != meta.get("sha256"):
+            entry["declared_sha256"] = meta.get("sha256")
+            warnings.append(f"{path}: on disk {sha[:12]}, the deploy declared {str(meta.get('sha256'))[:12]} "
+                            "(recorded as found)")
+        files[path] = entry
+    secrets = {}
+    for path in sorted(manifest.get("secrets") or []):
+        try:
+            st = os.stat(path)
+            secrets[path] = {"sha256": _sha256(Path(path).read_bytes()), "mode": f"0{st.st_mode & 0o7777:o}",
+                             "owner": _owner(st)}
+        except FileNotFoundError:
+            secrets[path] = {"sha256": None}
+    units = manifest.get("units") or {}
+    rec = {
+        **{k: v for k, v in manifest.items() if k not in ("files", "secrets", "hold")},
+        "n": n, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())), "operator": operator,
+        "files": files, "secrets": secrets, "warnings": warnings,
+        "installed": installed_versions(sorted(manifest.get("pins") or {})),
+        "unit_state": unit_states(sorted(set(units.get("enabled", [])) | set(units.get("disabled", [])))),
+        "llama_swap_binary": (_run([manifest["llama_swap"]["binary"], "-version"]) or "").strip() or None
+        if (manifest.get("llama_swap") or {}).get("binary") else None,
+        "models_verified": models_verified(cfg, manifest.get("models_lock_path"), manifest.get("prepared") or []),
+        "previous": current,
+    }
+    prev = read_record(root, current) if current is not None and (root / f"{current}.json").exists() else None
+    rec["changed"] = changed(prev, rec)
+    write_atomic(root / f"{n}.json", rec, mode=0o600)
+    entry = {"n": n, "time": rec["time"], "operator": operator, "reason": rec.get("reason", "deploy"),
+             "key": manifest["key"], "changed": rec["changed"]}
+    index["generations"].append(entry)
+    index["previous"], index["current"] = current, n
+    write_atomic(root / "index.json", index, mode=0o600)
+    for w in warnings:
+        log(f"warning: {w}")
+    log(f"recorded generation {n} ({entry['reason']}; {'; '.join(rec['changed'])})")
+    pruned = prune(root, int(manifest.get("keep") or DEFAULT_KEEP))
+    if pruned:
+        log(f"pruned generation(s) {', '.join(map(str, pruned))} (keeping {manifest.get('keep') or DEFAULT_KEEP})")
+    hold = manifest.get("hold")
+    if hold:
+        holds_path = cfg.path("holds")
+        holds = read_object(holds_path) or {}
+        holds[HOLD_KEY] = {**hold, "generation": n, "since": rec["time"], "by": hold.get("by") or operator}
+        write_atomic(holds_path, holds)
+        log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
+            f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
+    return {**entry, "recorded": True}
+
+
+def prune(root: Path, keep: int) -> list[int]:
+    """Remove the oldest generations beyond ``keep`` (at least 2: never the current one or the one
+    before it) and the objects no kept generation names. Returns the numbers removed."""
+    index = read_index(root)
+    keep = max(2, keep)
+    protected = {index["current"], index["previous"]}
+    gens = sorted(g["n"] for g in index["generations"])
+    removable = [n for n in gens if n not in protected]
+    excess = len(gens) - keep
+    drop = removable[:max(0, excess)]
+    if not drop:
+        return []
+    for n in drop:
+        (root / f"{n}.json").unlink(missing_ok=True)
+    index["generations"] = [g for g in index["generations"] if g["n"] not in drop]
+    write_atomic(root / "index.json", index, mode=0o600)
+    referenced = set()
+    for g in index["generations"]:
+        try:
+            rec = read_record(root, g["n"])
+        except GenerationError:
+            continue
+        referenced |= {f["sha256"] for f in rec.get("files", {}).values()}
+    for obj in (root / "objects").iterdir():
+        if not obj.name.startswith(".") and obj.name not in referenced:
+            obj.unlink()
+    return drop
+
+
+def show(root: Path, n: int, with_files: bool = False) -> dict[str, Any]:
+    """``{"record": ..., "contents": {path: text}}`` of generation ``n`` (contents only with
+    ``with_files``; UTF-8 text, which every rendered file is). Raises GenerationError."""
+    rec = read_record(root, n)
+    out: dict[str, Any] = {"record": rec}
+    if with_files:
+        contents = {}
+        for path, meta in rec.get("files", {}).items():
+            try:
+                contents[path] = (root / "objects" / meta["sha256"]).read_text()
+            except FileNotFoundError:
+                raise GenerationError(f"generation {n}: the stored copy of {path} is missing "
+                                      f"({root / 'objects' / meta['sha256']})") from None
+        out["contents"] = contents
+    return out
+
+
+def check(cfg: Any, n: int) -> list[str]:
+    """Why this host cannot go back to generation ``n`` without fetching (empty: it can): each
+    model of generation ``n``'s lock not verified here, named."""
+    root = _root(cfg)
+    rec = read_record(root, n)
+    lock_path = rec.get("models_lock_path")
+    meta = rec.get("files", {}).get(lock_path or "")
+    if not meta:
+        return []
+    tmp = root / f".check-lock-{os.getpid()}.json"
+    shutil.copyfile(root / "objects" / meta["sha256"], tmp)
+    try:
+        verified = models_verified(cfg, str(tmp), rec.get("prepared") or [])
+    finally:
+        tmp.unlink(missing_ok=True)
+    if "error" in verified:
+        return [f"generation {n}'s model lock is unreadable: {verified['error']}"]
+    return [f"model {name}: {'; '.join(v['reasons'])}" for name, v in sorted(verified.items()) if not v["verified"]]
+
+
+def release(cfg: Any, log: Callable[[str], None] = print) -> int:
+    """Remove the generation hold (the caller holds the host lock); 0, also when there was none."""
+    holds_path = cfg.path("holds")
+    holds = read_object(holds_path) or {}
+    hold = holds.pop(HOLD_KEY, None)
+    if hold is None:
+        log(f"no generation hold recorded in {holds_path}")
+        return 0
+    write_atomic(holds_path, holds)
+    log(f"released the hold at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')}, "
+        f"{hold.get('since')}); the next deploy applies the spec")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``rigkit-agent generation {record,list,show,check,release}`` (module docstring)."""
+    from rigkit.host import lock as host_lock
+    from rigkit.host import standdown
+    from rigkit.host.config import load as load_config
+
+    ap = argparse.ArgumentParser(prog="rigkit-agent generation", description="the generations of this host")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="record the manifest on stdin as a new generation (under the host lock)")
+    rec.add_argument("--by", default=None, help="the operator (default: $SUDO_USER)")
+    sub.add_parser("list", help="the index as JSON")
+    sh = sub.add_parser("show", help="one generation as JSON")
+    sh.add_argument("n", type=int)
+    sh.add_argument("--files", action="store_true", help="with the stored file contents")
+    ck = sub.add_parser("check", help="models generation N needs that this host has not verified")
+    ck.add_argument("n", type=int)
+    sub.add_parser("release", help="remove the generation hold (under the host lock)")
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as exc:
+        return 2 if exc.code else 0
+    cfg = load_config()
+    root = _root(cfg)
+
+    def log(msg: str) -> None:
+        print(f"generation: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        if a.cmd == "list":
+            print(json.dumps(read_index(root), sort_keys=True))
+            return 0
+        if a.cmd == "show":
+            print(json.dumps(show(root, a.n, a.files), sort_keys=True))
+            return 0
+        if a.cmd == "check":
+            problems = check(cfg, a.n)
+            print(json.dumps({"generation": a.n, "missing": problems}))
+            return 0
+        what = "deploy: record a generation" if a.cmd == "record" else "rollback: release the generation hold"
+        try:
+            lock = standdown.lock_for_change(cfg, what, log)
+        except (host_lock.LockHeld, standdown.WindowOpen) as exc:
+            log(f"error: {exc}")
+            return 1
+        try:
+            if a.cmd == "release":
+                return release(cfg, log)
+            try:
+                manifest = json.loads(sys.stdin.read())
+            except ValueError as exc:
+                log(f"error: the manifest on stdin is not JSON ({exc})")
+                return 2
+            operator = a.by or os.environ.get("SUDO_USER") or pwd.getpwuid(os.getuid()).pw_name
+            print(json.dumps(record(cfg, manifest, operator, log), sort_keys=True))
+            return 0
+        finally:
+            lock.release()
+    except GenerationError as exc:
+        log(f"error: {exc}")
+        return 1
+    except ValueError as exc:  # an unreadable index, record or holds file
+        log(f"error: {exc}")
+        return 1
