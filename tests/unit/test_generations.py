@@ -1,0 +1,318 @@
+"""Generations: the manifest and its key (control side), the record, prune, show, check and hold on
+the host (rigkit.host.generations against files in a temporary root), a generation turned back into
+what the roles deploy, the diff, and the host lock's lease a rollback's commands join."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rigkit import generations as gen
+from rigkit.host import generations as hostgen
+from rigkit.host import lock as host_lock
+from rigkit.host.config import HostConfig
+from rigkit.render import RenderedFile, render
+from rigkit.validate import spec_from_layers
+
+ROOT = Path(__file__).resolve().parents[2]
+PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
+
+
+def spec(**over):
+    return spec_from_layers([{"pacman_pins": dict(PINS), "paused_timers": [], "lock_files": [], **over}])
+
+
+# ------------------------------------------------------------------------------ the manifest
+def test_the_key_is_what_the_host_holds_not_when_or_by_whom():
+    a = gen.manifest(spec(), render(spec()), '{"models": {}}')
+    again = gen.manifest(spec(), render(spec()), '{"models": {}}')
+    assert a["key"] == again["key"] and a["spec_hash"] == again["spec_hash"]
+    assert gen.manifest(spec(reboot=True), render(spec(reboot=True)), '{"models": {}}')["key"] == a["key"]
+    assert "reboot" not in a["spec"] and "force" not in a["spec"]  # how a run goes, not what the host holds
+    for over in ({"hyperqwen": {"dflash_tokens": 5}}, {"llama_swap": {"members": {"gguf-baseline": {"ttl": 300}}}},
+                 {"pacman_pins": {**PINS, "cuda": "13.3.2-1"}}):
+        assert gen.manifest(spec(**over), render(spec(**over)), '{"models": {}}')["key"] != a["key"], over
+    assert gen.manifest(spec(), render(spec()), '{"models": {"x": {}}}')["key"] != a["key"]  # the model lock
+    assert a["files"]["/var/lib/rigkit/models.lock.json"]["mode"] == "0644"
+    assert a["secrets"] == ["/etc/rigkit/secrets/hf.env", "/etc/rigkit/secrets/hyperqwen.env"]
+    assert a["keep"] == 10 and a["units"]["disabled"] == ["hyperqwen.service", "strata.service"]
+
+
+def test_generations_keep_is_validated_with_the_spec():
+    from rigkit.spec import SpecError
+
+    with pytest.raises(SpecError, match=r"generations_keep.*1"):
+        spec(generations_keep=1)
+
+
+def _bundle(n: int, s, rendered, lock_text='{"models": {}}') -> dict:
+    m = gen.manifest(s, rendered, lock_text)
+    contents = {p: f.text for p, f in rendered.items()} | {"/var/lib/rigkit/models.lock.json": lock_text}
+    rec = {**{k: v for k, v in m.items() if k not in ("secrets", "hold")}, "n": n,
+           "secrets": {"/etc/rigkit/secrets/hf.env": {"sha256": "aa" if n == 1 else "bb"}}}
+    return {"record": rec, "contents": contents}
+
+
+def test_the_diff_shows_exactly_what_changed_between_two_generations():
+    a = _bundle(1, spec(), render(spec()))
+    b_spec = spec(hyperqwen={"dflash_tokens": 5}, llama_swap={"members": {"gguf-baseline": {"ttl": 300}}},
+                  pacman_pins={**PINS, "cuda": "13.3.2-1"})
+    b = _bundle(2, b_spec, render(b_spec))
+    d = gen.diff(a, b, mask=lambda t: t.replace("DFLASH", "MASKED"))
+    assert d["pins"] == {"cuda": ["13.3.1-1", "13.3.2-1"]}
+    assert d["members"] == {"gguf-baseline.ttl": [600, 300]}
+    assert d["spec"] == {"hyperqwen.dflash_tokens": [7, 5], "llama_swap.members.gguf-baseline.ttl": [600, 300],
+                         "pacman_pins.cuda": ["13.3.1-1", "13.3.2-1"]}
+    assert [f["path"] for f in d["files"]] == ["/etc/llama-swap/config.staged.yaml", "/etc/llama-swap/config.yaml",
+                                               "/opt/rigkit/hyperqwen/.env"]
+    env = next(f["diff"] for f in d["files"] if f["path"].endswith(".env"))
+    assert "-MASKED_TOKENS=7" in env and "+MASKED_TOKENS=5" in env  # through the caller's mask
+    assert d["secrets"] == ["/etc/rigkit/secrets/hf.env"]
+    assert "units" not in d and "models" not in d
+    text = gen.diff_text(d)
+    assert "pins:\n  cuda: \"13.3.1-1\" -> \"13.3.2-1\"" in text and "(by hash; never shown)" in text
+    assert gen.diff_text(gen.diff(a, a)) == "generation 1 -> generation 1: no difference\n"
+
+
+def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_path):
+    s = spec(hyperqwen={"dflash_tokens": 5})
+    rendered = render(s)
+    bundle = _bundle(3, s, rendered, '{"models": {"strata": {}}}')
+    src = gen.source_from_bundle(bundle, spec(reboot=True), tmp_path)
+    assert src.generation == 3 and src.spec.hyperqwen.dflash_tokens == 5 and src.spec.reboot is True
+    assert gen.spec_hash(src.spec) == gen.spec_hash(s.model_copy(update={"models_lock": src.spec.models_lock}))
+    assert Path(src.spec.models_lock).read_text() == '{"models": {"strata": {}}}' == src.lock_text
+    assert {p: f.text for p, f in src.rendered.items()} == {p: f.text for p, f in rendered.items()}
+    assert "/var/lib/rigkit/models.lock.json" not in src.rendered
+
+
+def test_the_plan_line_says_which_generation_a_deploy_replaces():
+    from rigkit.operations.generations import plan_line
+
+    m = gen.manifest(spec(), render(spec()), None)
+    assert plan_line({"data": None}, m) == (True, "no generation recorded yet: this deploy records generation 1 (deploy)")
+    index = {"data": {"current": 2, "generations": [{"n": 1, "key": "x"}, {"n": 2, "key": m["key"], "time": "T",
+                                                                              "operator": "rig", "reason": "deploy"}]}}
+    assert plan_line(index, m) == (False, "generation 2 (T, rig, deploy) stays current: this deploy leaves the host as "
+                                          "it recorded")
+    index["data"]["generations"][1]["key"] = "y"
+    assert plan_line(index, m) == (True, "generation 2 (T, rig, deploy) is replaced by generation 3 (deploy)")
+
+
+# ------------------------------------------------------------------------------ on the host
+@pytest.fixture
+def host(tmp_path):
+    """A host config whose paths are under tmp_path, and rendered files written there."""
+    paths = {"generations": tmp_path / "gen", "holds": tmp_path / "holds.json", "models_root": tmp_path / "models",
+             "state_dir": tmp_path / "state", "lock": tmp_path / "rig.lock", "window_journal": tmp_path / "w.json"}
+    cfg = HostConfig({"version": 1, "paths": {k: str(v) for k, v in paths.items()}}, "test host.json")
+    cfg.root = tmp_path
+    return cfg
+
+
+def _files(root: Path, env: str = "DFLASH_TOKENS=7\n") -> dict:
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc" / "a.env").write_text(env)
+    (root / "etc" / "b.yaml").write_text("ttl: 600\n")
+    (root / "secret.env").write_text("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz\n")
+    return {str(root / "etc" / "a.env"): env, str(root / "etc" / "b.yaml"): "ttl: 600\n"}
+
+
+def _manifest(texts: dict, root: Path, **extra) -> dict:
+    rendered = {p: RenderedFile(t, "0640", "root:root") for p, t in texts.items()}
+    m = {"files": {p: {"sha256": f.sha256, "mode": f.mode, "owner": f.owner} for p, f in rendered.items()},
+         "secrets": [str(root / "secret.env")], "pins": {"cuda": "13.3.1-1"}, "reason": "deploy", "keep": 10,
+         "units": {"enabled": [], "disabled": []}}
+    m.update(extra)
+    m["key"] = json.dumps(sorted((p, v["sha256"]) for p, v in m["files"].items()) + sorted(m["pins"].items()))
+    return m
+
+
+def test_a_deploy_is_recorded_once_and_a_change_is_a_new_generation(host):
+    root = host.root
+    texts = _files(root)
+    log: list[str] = []
+    first = hostgen.record(host, _manifest(texts, root), "rig", log.append)
+    assert first["recorded"] and first["n"] == 1 and first["changed"] == ["first generation"]
+    again = hostgen.record(host, _manifest(texts, root), "rig", log.append)
+    assert again["recorded"] is False and again["n"] == 1
+    texts = _files(root, env="DFLASH_TOKENS=5\n")
+    second = hostgen.record(host, _manifest(texts, root, pins={"cuda": "13.3.2-1"}), "ops", log.append)
+    assert second["n"] == 2 and second["changed"] == [f"files: {root}/etc/a.env",
+                                                       "pins: cuda 13.3.1-1 -> 13.3.2-1"]
+    index = hostgen.read_index(root / "gen")
+    assert (index["current"], index["previous"]) == (2, 1)
+    rec = hostgen.read_record(root / "gen", 2)
+    assert rec["operator"] == "ops" and rec["previous"] == 1 and rec["installed"] == {"cuda": rec["installed"]["cuda"]}
+    # secrets by hash only: nowhere in the store
+    store = b"".join(p.read_bytes() for p in (root / "gen").rglob("*") if p.is_file())
+    assert b"hf_abcdefghijklmnopqrstuvwxyz" not in store
+    assert rec["secrets"][str(root / "secret.env")]["sha256"]
+    assert oct((root / "gen").stat().st_mode & 0o777) == "0o700"
+    assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in (root / "gen" / "objects").iterdir())
+    shown = hostgen.show(root / "gen", 1, with_files=True)
+    assert shown["contents"][f"{root}/etc/a.env"] == "DFLASH_TOKENS=7\n"
+    assert any("recorded generation 2" in ln for ln in log)
+
+
+def test_a_file_not_as_declared_is_recorded_as_found_and_a_missing_one_refused(host):
+    root = host.root
+    texts = _files(root)
+    m = _manifest(texts, root)
+    (root / "etc" / "b.yaml").write_text("edited by hand\n")
+    log: list[str] = []
+    entry = hostgen.record(host, m, "rig", log.append)
+    rec = hostgen.read_record(root / "gen", entry["n"])
+    assert rec["files"][f"{root}/etc/b.yaml"]["declared_sha256"] == m["files"][f"{root}/etc/b.yaml"]["sha256"]
+    assert any("recorded as found" in ln for ln in log)
+    (root / "etc" / "b.yaml").unlink()
+    m2 = _manifest(texts, root, pins={"cuda": "x"})
+    with pytest.raises(hostgen.GenerationError, match=r"b.yaml: declared by the deploy but not on the host"):
+        hostgen.record(host, m2, "rig")
+    with pytest.raises(hostgen.GenerationError, match=r"no generation 9 on this host \(kept: 1\)"):
+        hostgen.read_record(root / "gen", 9)
+
+
+def test_prune_keeps_the_count_and_never_the_current_or_previous_and_drops_unused_objects(host):
+    root = host.root
+    for i in range(5):
+        texts = _files(root, env=f"DFLASH_TOKENS={i}\n")
+        hostgen.record(host, _manifest(texts, root, keep=3), "rig")
+    index = hostgen.read_index(root / "gen")
+    assert [g["n"] for g in index["generations"]] == [3, 4, 5] and index["current"] == 5
+    assert not (root / "gen" / "1.json").exists()
+    kept = {f["sha256"] for n in (3, 4, 5) for f in hostgen.read_record(root / "gen", n)["files"].values()}
+    assert {p.name for p in (root / "gen" / "objects").iterdir()} == kept
+    assert hostgen.prune(root / "gen", 0) == [3]  # at least the current one and the one before it stay
+
+
+def test_a_rollbacks_generation_records_a_hold_and_release_removes_only_it(host):
+    root = host.root
+    texts = _files(root)
+    hostgen.record(host, _manifest(texts, root), "rig")
+    (root / "holds.json").write_text('{"llama-swap": {"since": "x"}}')
+    entry = hostgen.record(host, _manifest(texts, root, reason="rollback to 1",
+                                           hold={"rolled_back_to": 1, "by": None}), "rig")
+    assert entry["recorded"] and entry["n"] == 2  # a rollback records even when the host is alike
+    holds = json.loads((root / "holds.json").read_text())
+    assert holds["generation"]["generation"] == 2 and holds["generation"]["by"] == "rig"
+    assert holds["llama-swap"] == {"since": "x"}
+    log: list[str] = []
+    assert hostgen.release(host, log.append) == 0
+    assert json.loads((root / "holds.json").read_text()) == {"llama-swap": {"since": "x"}}
+    assert "the next deploy applies the spec" in log[0]
+
+
+def test_check_without_a_model_lock_needs_nothing(host):
+    root = host.root
+    hostgen.record(host, _manifest(_files(root), root), "rig")
+    assert hostgen.check(host, 1) == []
+
+
+def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
+    root = host.root
+    hostgen.record(host, _manifest(_files(root), root), "rig")
+    (tmp_path / "host.json").write_text(json.dumps(host.data))
+    env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+    agent = [sys.executable, "-m", "rigkit.host.agent", "generation"]
+    p = subprocess.run(agent + ["list"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 0 and json.loads(p.stdout)["current"] == 1
+    p = subprocess.run(agent + ["show", "4"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 1 and "no generation 4 on this host (kept: 1)" in p.stderr
+    p = subprocess.run(agent + ["record"], input="not json", capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 2 and "the manifest on stdin is not JSON" in p.stderr
+    with host_lock.RigLock(tmp_path / "rig.lock", "window 5"):
+        p = subprocess.run(agent + ["record"], input="{}", capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 1 and "the rig is locked by window 5" in p.stderr
+
+
+# ------------------------------------------------------------------------------ the lease
+def test_commands_with_the_holders_lease_join_it_and_no_one_else_does(tmp_path, monkeypatch):
+    path = tmp_path / "rig.lock"
+    code = ("import time; from rigkit.host.lock import RigLock; "
+            f"lk = RigLock({str(path)!r}, 'rollback to generation 1', lease='abc123'); lk.acquire(); "
+            "print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert json.loads(path.read_text())["lease"] == "abc123"
+        with pytest.raises(host_lock.LockHeld, match="rollback to generation 1"):
+            host_lock.RigLock(path, "window 2").acquire()
+        monkeypatch.setenv("RIGKIT_LOCK_LEASE", "wrong")
+        with pytest.raises(host_lock.LockHeld):
+            host_lock.RigLock(path, "activation").acquire()
+        assert host_lock.try_lock(path, "keeper") is None
+        monkeypatch.setenv("RIGKIT_LOCK_LEASE", "abc123")
+        joined = host_lock.RigLock(path, "activation")
+        joined.acquire()
+        assert joined.joined["what"] == "rollback to generation 1"
+        joined.release()
+        assert host_lock.state(path)["held"]  # the holder's lock is left to it
+    finally:
+        proc.kill()
+        proc.wait()
+    monkeypatch.setenv("RIGKIT_LOCK_LEASE", "abc123")  # the holder died: its lease joins nothing, it is reclaimed
+    lock = host_lock.RigLock(path, "activation")
+    assert "reclaimed the rig lock from rollback to generation 1" in lock.acquire()[0] and lock.joined is None
+    lock.release()
+
+
+def test_lock_hold_holds_until_stdin_closes(tmp_path):
+    from rigkit.render import render_host_config
+
+    data = json.loads(render_host_config(spec()))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+    hold = subprocess.Popen([sys.executable, "-m", "rigkit.host.agent", "lock", "hold", "--what", "rollback to 2",
+                             "--lease", "l1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert hold.stdout.readline().strip() == "held"
+    assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"
+    run = [sys.executable, "-m", "rigkit.host.agent", "lock", "run", "--what", "deploy: restart docker", "--", "true"]
+    assert subprocess.run(run, env=env, cwd=ROOT, capture_output=True).returncode == 1
+    assert subprocess.run(run, env={**env, "RIGKIT_LOCK_LEASE": "l1"}, cwd=ROOT, capture_output=True).returncode == 0
+    second = subprocess.run([sys.executable, "-m", "rigkit.host.agent", "lock", "hold", "--what", "rollback to 1",
+                             "--lease", "l2"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert second.returncode == 1 and "the rig is locked by rollback to 2" in second.stderr
+    hold.stdin.close()
+    assert hold.wait(10) == 0 and not host_lock.state(tmp_path / "rig.lock")["held"]
+
+
+def test_the_preflight_lets_the_rollbacks_own_lock_through():
+    from roles.preflight import refusals
+
+    held = {"held": True, "holder": {"what": "rollback to generation 1", "pid": 1, "lease": "l1"}}
+    s = spec()
+    def locked(lines):
+        return [ln for ln in lines if "the rig is locked by rollback to generation 1" in ln]
+
+    assert locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held, lease="l1")) == []
+    assert len(locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held))) == 1
+    assert len(locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held, lease="other"))) == 1
+
+
+def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():
+    from rigkit.deployrun import failed_operations, ran_operations
+
+    log = ("--> Beginning operation run...\n--> Starting operation: Pins | Install the pinned packages\n"
+           "--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host)\n"
+           "    [h] Error: executed 0 commands\n--> pyinfra error: No hosts remaining!\n")
+    proc = subprocess.CompletedProcess([], 1, "", log)
+    assert ran_operations(proc)
+    assert failed_operations(proc) == ["llama-swap | Activate the declared live llama-swap config (on the host)"]
+    refused = subprocess.CompletedProcess([], 1, "", "--> Preparing operation files...\nrefusing to deploy\n")
+    assert not ran_operations(refused) and failed_operations(refused) == []
+    results = json.dumps({"results": {"operations": [{"name": "A", "error": []}, {"name": "B", "error": ["h"]}]}})
+    assert failed_operations(subprocess.CompletedProcess([], 1, results, log)) == ["B"]
+
+
+def test_drift_masks_secret_names_only():
+    from rigkit.drift.compare import mask
+
+    assert mask("DFLASH_TOKENS=7\nHF_TOKEN=abcdefg\nVLLM_API_KEY: xyz123\nmax_tokens: 5") == \
+        "DFLASH_TOKENS=7\nHF_TOKEN=***\nVLLM_API_KEY: ***\nmax_tokens: 5"
