@@ -218,6 +218,8 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
                 err.print(f"[yellow]warning:[/] chart for bench {preset} not drawn: {exc}")
         else:
             click.echo(f"bench {preset}: exit code {b.get('exit_code')}, verdicts {b.get('verdicts')}")
+    if journal.get("sweep") and state != "closed":
+        _sweep_report(remote.name, journal, dest or (out or Path("results")) / str(wid))
     benches_ok = all(b.get("exit_code") == 0 for b in (journal.get("bench") or {}).values())
     if outcome == "refused":
         err.print(f"[red]refused:[/] {journal.get('error')}")
@@ -238,6 +240,67 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
     return exitcodes.FAILED
 
 
+def _sweep_report(host: str, journal: dict, folder: Path) -> None:
+    """Print the sweep's table, frontier and recommendation and write them (``sweep.json``,
+    ``sweep.txt``, ``sweep.svg``) into the window's copied folder."""
+    from rigkit.sweep import result, table_lines, write_result
+
+    plan = journal.get("plan") or {}
+    res = result(journal["sweep"], int((plan.get("sweep") or {}).get("max_model_len") or
+                                      journal["sweep"].get("max_model_len") or 0), host, journal.get("id"))
+    for line in table_lines(res):
+        click.echo(line)
+    try:
+        written = write_result(folder, res)
+        err.print(f"sweep result: {', '.join(str(p) for p in written)}")
+    except OSError as exc:
+        err.print(f"[yellow]warning:[/] the sweep result could not be written to {folder}: {exc}")
+
+
+def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None, runs: int, max_tokens: int,
+                max_minutes: float | None, resume: bool, remote: "Remote") -> dict | None:
+    """The plan's ``sweep`` from the options (exit 2 on bad input, before the host is touched but
+    for a read of its journal with ``--resume``); None when ``--resume`` finds nothing left to
+    measure (the result is printed, no window is opened)."""
+    from rigkit.sweep import SweepArgError, parse_contexts, parse_sweep, parse_workloads, plan_sweep
+
+    try:
+        key, values = parse_sweep(sweep)
+        ctx = parse_contexts(contexts, hs.spec.hyperqwen.max_model_len)
+        wls = parse_workloads(workloads)
+        sp = plan_sweep(hs.spec, key, values, ctx, wls, runs=runs, max_tokens=max_tokens,
+                        max_minutes=max_minutes, resume=resume)
+    except SweepArgError as exc:
+        err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    if resume:
+        from rigkit.host.window.sweepgrid import pending
+        from rigkit.sweep import grid_of, result, table_lines
+
+        proc = remote.agent("status")
+        if proc.returncode != 0:
+            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            sys.exit(exitcodes.FAILED)
+        last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
+        prev = last.get("sweep")
+        if not prev or prev.get("param") != key:
+            err.print(f"[red]error:[/] {hs.name}: --resume: no {key} sweep journal on the host (the last window, "
+                      f"{last.get('id') or 'none'}, ran no such sweep); run the sweep without --resume")
+            sys.exit(exitcodes.INVALID)
+        left = pending(grid_of(sp), prev.get("cells") or [])
+        if not left:
+            err.print(f"{hs.name}: --resume: every cell of this grid is already measured (window "
+                      f"{last.get('id')}); nothing to measure, no window opened")
+            res = result({**prev, **grid_of(sp)}, sp["max_model_len"], hs.name, last.get("id"))
+            for line in table_lines(res):
+                click.echo(line)
+            return None
+        err.print(f"{hs.name}: --resume: {len(prev.get('cells') or [])} cell(s) of window {last.get('id')} kept, "
+                  f"{len(left)} left to measure")
+    err.print(f"{hs.name}: {sp['guard']}")
+    return sp
+
+
 @click.command("window")
 @inventory_option
 @host_option
@@ -255,7 +318,21 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
 @click.option("--restore", "mode", flag_value="restore",
               help="replay the restore from the journal when a window was left open; nothing otherwise")
 @click.option("--follow", "mode", flag_value="follow", help="follow the window that runs now")
-def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_dir, mode) -> None:
+@click.option("--sweep", "sweep", metavar="KEY=N,N,...",
+              help="sweep a HyperQwen setting inside the window: dflash_tokens=3,5,7,9,11,15")
+@click.option("--contexts", metavar="TOKENS,...",
+              help="with --sweep: context sizes, ascending [default: 4096,16384,20480 and max_model_len]")
+@click.option("--workloads", metavar="NAME,...", help="with --sweep: chat-greedy, chat-sampled, quoting "
+              "[default: chat-greedy,quoting]")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="with --sweep: requests per cell (figures are their medians)")
+@click.option("--max-tokens", type=click.IntRange(min=16), default=1024, show_default=True,
+              help="with --sweep: max_tokens of each request (the prompt fills the rest of the context)")
+@click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True),
+              help="with --sweep: stop cleanly between cells after this many minutes (resume with --resume)")
+@click.option("--resume", is_flag=True, help="with --sweep: keep the last sweep's cells and measure only the rest")
+def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_dir, mode, sweep, contexts,
+           workloads, runs, max_tokens, max_minutes, resume) -> None:
     """Swap the tenant in on one host for measuring, then always restore steady state.
 
     On the host, as the transient unit rigkit-window.service: preflight (client connections on
@@ -273,6 +350,14 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     bad = [p for p in presets if p not in PRESETS]
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PRESETS)}", param_hint="--bench")
+    if not sweep:
+        given = [n for n, v in (("--contexts", contexts), ("--workloads", workloads), ("--max-minutes", max_minutes),
+                                ("--resume", resume or None)) if v is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --sweep KEY=N,N,...")
+    elif presets or mode:
+        raise click.UsageError(f"--sweep runs its own measurements: not with "
+                               f"{'--bench' if presets else '--' + str(mode)}")
     try:
         host_specs = load_hosts(inventory, list(hosts) or None, override_data=parse_data(data))
     except (InventoryError, SpecError) as exc:
@@ -308,10 +393,14 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
                 err.print(f"[red]error:[/] {hs.name}: {p}")
             sys.exit(exitcodes.INVALID)
         plan = build_plan(hs.name, hs.spec, tenant, list(presets), force, healthy_timeout)
+        if sweep:
+            plan["sweep"] = _sweep_plan(hs, sweep, contexts, workloads, runs, max_tokens, max_minutes, resume, remote)
+            if plan["sweep"] is None:
+                sys.exit(exitcodes.OK)
         proc = remote.agent("start", stdin=json.dumps(plan))
         if proc.returncode != 0:
             err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
-            sys.exit(exitcodes.FAILED)
+            sys.exit(exitcodes.INVALID if proc.returncode == exitcodes.INVALID else exitcodes.FAILED)
         wid = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
         err.print(f"{hs.name}: window {wid} ({tenant}) started as rigkit-window.service; Ctrl-C asks it to end "
                   "early (it restores), a lost connection leaves it running to its own restore")
