@@ -7,6 +7,9 @@ over SSH (the connection settings pyinfra uses, :mod:`rigkit.bench.tunnel`), fol
 and, at the end, copies ``/var/lib/rigkit/windows/<id>/`` back (journal, bench results with the
 host context; ``chart.png`` is drawn here, where matplotlib is).
 
+``--sweep`` runs HyperQwen's draft-length sweep inside the window (:mod:`rigkit.sweep` on this side,
+:mod:`rigkit.host.window.sweep` on the host); a crash it finds is a result, not a failure.
+
 Exit codes (:mod:`rigkit.exitcodes`): 0 the window ran, restored steady and every bench verdict
 passed (``--restore``/``--abort``: steady is back, or nothing was open); 1 refused by preflight,
 a step failed, aborted, a FAIL verdict, restore failed or the host unreachable; 2 invalid input
@@ -339,8 +342,11 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     the proxy, declared lock files, VRAM), pause the declared timers, stop llama-swap, confirm
     the VRAM is free, start hyperqwen.service, time boot-to-healthy, warm it up, run the --bench
     presets; then stop the tenant, start llama-swap, verify the resident with a real completion
-    and resume exactly the timers that were active. Exit 0 done, 1 failed/refused/aborted,
-    2 invalid input.
+    and resume exactly the timers that were active. With --sweep dflash_tokens=N,...: inside the
+    same window, each draft length's .env (rendered here, guard lifted on purpose) is installed, the
+    tenant started clean and each workload measured at each context from the shortest up, a crash
+    ending that setting (rigkit.sweep; the deployed .env is put back at restore). Exit 0 done, 1
+    failed/refused/aborted, 2 invalid input.
     """
     from rigkit.host.bench.workloads import PRESETS
     from rigkit.cliutil import parse_data

@@ -9,6 +9,8 @@ Control (tests; the stdlib server only, i.e. every HyperQwen container), files i
 - ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
 - ``boot_delay_s``: seconds before the server binds its port (vLLM listens only once the
   engine is up); a large value means it never gets healthy.
+- ``chunk_s``: seconds between streamed chunks (HyperQwen's engine; default :data:`CHUNK_S`), to make
+  a request last long enough for a test to interrupt it.
 A chat prompt holding a passage between ``<<<QUOTE START>>>`` and ``<<<QUOTE END>>>`` lines is
 answered with that passage (the bench's quoting workload), like a model that quotes correctly.
 
@@ -212,9 +214,10 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        chunk_s = control("chunk_s")
         for w in pieces:
             if VLLM:
-                time.sleep(CHUNK_S)
+                time.sleep(float(chunk_s) if chunk_s else CHUNK_S)
             d = {"delta": {"content": w}} if chat else {"text": w}
             ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
             self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
