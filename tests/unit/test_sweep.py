@@ -306,3 +306,124 @@ def test_the_stand_in_engine_dies_at_20k_tokens_above_7_drafts_and_takes_two_res
         assert e.chat("chat-greedy", 4096).ok
     finally:
         e.stop()
+
+
+def test_an_open_sweep_explains_its_env_to_drift():
+    from rigkit.drift.compare import Finding, apply_window
+    from rigkit.host.window import expected_deviations
+
+    env = "/opt/rigkit/hyperqwen/.env"
+    j = {"id": "W1", "state": "open", "plan": {"tenant": "hyperqwen"},
+         "changed": {"timers": [], "proxy_stopped": False, "tenant_started": False,
+                     "tenant_env": {"path": env, "backup": "/var/lib/rigkit/windows/W1/deployed.env"}}}
+    assert expected_deviations(j) == [f"{env} changed: window W1 installed a sweep setting's .env (the restore "
+                                      "puts the deployed one back from /var/lib/rigkit/windows/W1/deployed.env)"]
+    f = apply_window("h", [Finding("h", "file", env, "content abc", "content def")], j)
+    assert f[0].severity == "expected" and "installed a sweep setting's .env" in f[0].actual
+    assert expected_deviations({**j, "state": "restored"}) == []
+
+
+# ------------------------------------------------------------------------------ the host's runner
+class FakeUnit:
+    """``systemctl start/stop/reset-failed`` and ``is-active`` of the tenant's unit, played by the
+    stand-in engine as a local process that reads DFLASH_TOKENS from the installed .env (as compose
+    passes it)."""
+
+    def __init__(self, env_file: Path, control: Path) -> None:
+        self.env_file, self.control, self.proc, self.port = env_file, control, None, _free_port()
+        self.starts = 0
+
+    def sh(self, *argv, timeout=120.0, check=False):
+        if argv[:2] == ("systemctl", "start"):
+            env = dict(line.split("=", 1) for line in self.env_file.read_text().splitlines()
+                       if "=" in line and not line.startswith("#"))
+            self.starts += 1
+            self.proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(self.port),
+                                          "--alias", "m", "--control-dir", str(self.control)],
+                                         env={**os.environ, "DFLASH_TOKENS": env["DFLASH_TOKENS"]},
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        elif argv[:2] == ("systemctl", "stop") and self.proc:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def state(self, unit):
+        return "active" if self.proc and self.proc.poll() is None else "inactive"
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    """A Window with a sweep plan over the fake unit; returns a function that runs the sweep."""
+    from rigkit.host.window import steps as steps_mod
+    from rigkit.host.window import sweep as sweep_mod
+    from rigkit.host.window.journal import Journal
+    from rigkit.render import render
+    from rigkit.sweep import plan_sweep
+    from rigkit.validate import spec_from_dict
+    from rigkit import paths
+
+    spec = spec_from_dict({})
+    env_file = tmp_path / ".env"
+    deployed = render(spec)[paths.HYPERQWEN_ENV].text
+    env_file.write_text(deployed)
+    env_file.chmod(0o640)
+    (tmp_path / "key.env").write_text("")
+    unit = FakeUnit(env_file, tmp_path / "control")
+    for mod in (steps_mod, sweep_mod):
+        monkeypatch.setattr(mod, "sh", unit.sh)
+        monkeypatch.setattr(mod, "unit_state", unit.state)
+
+    def run(values, contexts, max_minutes=None):
+        sp = plan_sweep(spec, "dflash_tokens", values, contexts, ["chat-greedy"], runs=1, max_tokens=32,
+                        max_minutes=max_minutes, resume=False)
+        plan = {"host": "h", "tenant": "hyperqwen", "tenant_unit": "hq.service", "tenant_port": unit.port,
+                "tenant_model": "m", "api_key_file": str(tmp_path / "key.env"), "tenant_env": str(env_file),
+                "timeouts": {"healthy_s": 20, "tenant_stop_s": 10, "warmup_s": 60}, "sweep": sp}
+        data = {"id": "W1", "plan": plan, "results_dir": str(tmp_path / "W1"), "steps": [], "notes": [],
+                "changed": {"timers": [], "proxy_stopped": False, "tenant_started": False, "tenant_env": None},
+                "sweep": {"cells": [], "starts": {}, "resumed_from": None}}
+        w = steps_mod.Window(Journal(data, tmp_path / "window.json"))
+        try:
+            sweep_mod.Sweep(w).run()
+        finally:
+            unit.sh("systemctl", "stop", "hq.service")
+        return w, data
+
+    run.env_file, run.deployed, run.unit = env_file, deployed, unit
+    return run
+
+
+def test_the_host_runner_records_the_crash_restarts_twice_and_puts_the_deployed_env_back(runner):
+    w, data = runner([7, 9], [4096, 20480])
+    cells = {(c["setting"], c["context"]): c["status"] for c in data["sweep"]["cells"]}
+    assert cells == {(7, 4096): "ok", (7, 20480): "ok", (9, 4096): "ok", (9, 20480): "crashed"}
+    assert [a["probe"] == "ok" for a in data["sweep"]["starts"]["dflash_tokens=9"]] == [True]
+    assert [a["probe"] == "ok" for a in data["sweep"]["starts"]["deployed"]] == [False, True]
+    assert "DFLASH_TOKENS=7" in runner.env_file.read_text()  # recover put the deployed .env back
+    assert data["changed"]["tenant_env"] is None
+    assert [s["name"] for s in data["steps"] if s["name"].startswith("sweep")] == [
+        "sweep:dflash_tokens=7", "sweep:dflash_tokens=9", "sweep:recover"]
+    assert runner.env_file.read_text() == runner.deployed and oct(runner.env_file.stat().st_mode & 0o777) == "0o640"
+    assert any("the engine died at 20480 tokens on chat-greedy" in n for n in data["notes"])
+
+
+def test_the_host_runner_stops_cleanly_on_its_time_budget_and_restore_puts_the_env_back(runner, monkeypatch):
+    from rigkit.host.window.sweep import Sweep
+
+    real = Sweep.over_budget
+
+    def budget_spent_after_one_cell(self):
+        if self.data["cells"]:
+            self.t0 -= 3600  # an hour has gone by since the sweep started
+        return real(self)
+
+    monkeypatch.setattr(Sweep, "over_budget", budget_spent_after_one_cell)
+    w, data = runner([9], [4096, 20480], max_minutes=5)
+    assert [(c["context"], c["status"]) for c in data["sweep"]["cells"]] == [(4096, "ok")]
+    assert data["sweep"]["stopped"] == "time budget of 5 min spent; 1 cell(s) left for --resume"
+    assert "DFLASH_TOKENS=9" in runner.env_file.read_text()
+    assert w.r_restore_env() == (f"{runner.env_file} is the deployed file again ({len(runner.deployed.encode())} bytes, "
+                                 "mode 0640)")
+    assert runner.env_file.read_text() == runner.deployed
+    assert w.r_restore_env().endswith("untouched (no setting was installed)")

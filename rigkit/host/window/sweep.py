@@ -226,7 +226,11 @@ class Sweep:
         label = f"{self.grid['param']}={value}"
         todo = [(ctx, w) for s, ctx, w in pending(self.grid, self.data["cells"]) if s == value]
         self.install_env(env)
-        started = self.start_clean(label)
+        try:
+            started = self.start_clean(label)
+        except StepFailed:
+            self.dirty = True  # left in an unknown state: the deployed .env must be shown to start
+            raise
         self.j.step(f"warmup:{label}", self.w.warmup, fatal=False)
         cpt, _ = measure_chars_per_token(self.target(), "".join(make_document(2000, 3)))
         done = []
