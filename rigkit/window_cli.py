@@ -285,6 +285,12 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
             err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
+        from rigkit.host.window import is_open
+
+        if is_open(last):
+            err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
+                      "run `rigkit window --restore` first (it keeps the measured cells), then --resume")
+            sys.exit(exitcodes.FAILED)
         prev = last.get("sweep")
         if not prev or prev.get("param") != key:
             err.print(f"[red]error:[/] {hs.name}: --resume: no {key} sweep journal on the host (the last window, "

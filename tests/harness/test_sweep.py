@@ -186,17 +186,19 @@ def test_killing_the_sweep_unit_mid_cell_then_restore_keeps_the_measured_cells(s
     end = time.monotonic() + 300
     while True:
         j = journal(host) or {}
-        if j.get("id") != old and len((j.get("sweep") or {}).get("cells") or []) >= 1:
+        sw = j.get("sweep") or {}
+        if j.get("id") != old and len(sw.get("cells") or []) >= 1 and sw.get("current"):
             break
         assert time.monotonic() < end and proc.poll() is None, (proc.poll(), json.dumps(j)[-3000:])
         time.sleep(0.3)
-    time.sleep(1.5)  # into the next cell's first request
+    time.sleep(1.0)  # into the cell's first request (~4 s long)
     host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     j = journal(host)
     kept = [c for c in j["sweep"]["cells"]]
     assert is_open(j) and len(kept) >= 1
+    assert j["sweep"]["current"] is not None  # killed mid-cell
     assert "DFLASH_TOKENS=3" in host.run(f"cat {ENV}").stdout  # the sweep's .env is installed now
     host.run(f"rm -f {CONTROL}/chunk_s")
     back = window(host, tmp_path, "--restore", timeout=300)
@@ -205,6 +207,8 @@ def test_killing_the_sweep_unit_mid_cell_then_restore_keeps_the_measured_cells(s
     j = journal(host)
     assert (j["state"], j["outcome"]) == ("restored", "interrupted")
     assert j["sweep"]["cells"] == kept  # the measured cells are kept
+    assert j["sweep"]["current"] is None
+    assert any("was cut short and is not journalled; --resume measures it" in n for n in j["notes"])
     assert "restore-env" in [s["name"] for s in j["steps"]]
     assert "dflash_tokens=3 chat-greedy @ 4096" in back.stdout  # the result so far is printed
     # --resume measures only what is left, keeping the earlier window's cells

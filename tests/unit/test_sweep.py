@@ -427,3 +427,19 @@ def test_the_host_runner_stops_cleanly_on_its_time_budget_and_restore_puts_the_e
                                  "mode 0640)")
     assert runner.env_file.read_text() == runner.deployed
     assert w.r_restore_env().endswith("untouched (no setting was installed)")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--contexts", "4096"], "--contexts: only with --sweep KEY=N,N,..."),
+    (["--resume", "--max-minutes", "5"], "--max-minutes, --resume: only with --sweep KEY=N,N,..."),
+    (["--sweep", "dflash_tokens=7", "--bench", "small"], "--sweep runs its own measurements: not with --bench"),
+    (["--sweep", "dflash_tokens=7", "--restore"], "--sweep runs its own measurements: not with --restore"),
+])
+def test_sweep_options_out_of_place_are_usage_errors_before_any_inventory_is_read(args, message, tmp_path):
+    from click.testing import CliRunner
+
+    from rigkit.window_cli import window
+
+    res = CliRunner().invoke(window, ["-i", str(tmp_path / "missing.py"), *args])
+    assert res.exit_code == 2
+    assert message in " ".join(res.output.split())

@@ -189,6 +189,11 @@ def cmd_restore_run(cfg: HostConfig, journal_path: Path) -> int:
                 st.update(status="failed", detail="the window's unit ended while this step ran")
         if j.get("outcome") is None:
             w.j.set(outcome="interrupted", error=j.get("error") or "the window's unit ended before it restored")
+        cur = (j.get("sweep") or {}).get("current")
+        if cur:
+            j["sweep"]["current"] = None
+            w.j.note(f"sweep: the cell {cur['setting']} / {cur['workload']} / {cur['context']} tokens (started "
+                     f"{cur['started']}) was cut short and is not journalled; --resume measures it")
         return 0 if w.restore() else 1
     finally:
         lock.release()

@@ -16,8 +16,9 @@ The plan's ``sweep`` (built by :func:`rigkit.sweep.plan_sweep`)::
 
 and the journal's ``sweep``: the grid (``param``, ``settings`` as values, ``contexts``,
 ``workloads``), ``cells`` (:mod:`rigkit.host.window.sweepgrid`), ``starts`` (``{setting:
-[{"attempt", "healthy_s", "probe"}]}``), ``resumed_from`` (window id or None), ``stopped`` (why
-it ended before the grid was done, or None).
+[{"attempt", "healthy_s", "probe"}]}``), ``current`` (the cell being measured: ``setting``,
+``workload``, ``context``, ``started``; None between cells), ``resumed_from`` (window id or None),
+``stopped`` (why it ended before the grid was done, or None).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class Sweep:
         data.setdefault("starts", {})
         data.setdefault("resumed_from", None)
         data["stopped"] = None
+        data["current"] = None
         data["max_model_len"] = self.sp.get("max_model_len")
         self.data = data
         self.t0 = time.monotonic()
@@ -200,6 +202,8 @@ class Sweep:
         """Measure one cell (``runs`` requests) and journal it."""
         t = self.target()
         results, expected = [], []
+        self.data["current"] = {"setting": setting, "workload": workload, "context": context, "started": now_iso()}
+        self.j.save()
         with ChatSession() as session:
             for i in range(int(self.sp.get("runs", 3))):
                 self.w.checkpoint()
@@ -218,6 +222,7 @@ class Sweep:
             active = unit_state(self.plan["tenant_unit"]) == "active"
         cell = summarize_cell(setting, workload, context, results, expected, active, self.j.data["id"])
         self.data["cells"].append(cell)
+        self.data["current"] = None
         self.j.save()
         return cell
 
