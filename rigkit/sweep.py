@@ -249,8 +249,8 @@ panel, labelled with the context. Returns False when
             crashed = res["frontier"][str(s)]["crashed_at"]
             if crashed is not None:
                 ax.plot([x], [0], marker="x", color="#c53030", markersize=12, mew=3)
-                ax.annotate(f"crash @ {crashed}", (x, 0), textcoords="offset points", xytext=(0, 10),
-                            ha="center", color="#c53030", fontsize=8)
+                ax.annotate(f"crash @ {crashed}", (x, 0), textcoords="offset points", xytext=(0, 10 + 11 * (x % 2)),
+                            ha="center", color="#c53030", fontsize=7)  # neighbours' labels at two heights
         ax.set_xticks(xs, [str(s) for s in settings])
         ax.set_xlabel(grid["param"] + " (draft length)")
         ax.set_ylabel("decode tok/s (median)")
