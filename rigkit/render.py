@@ -190,7 +190,7 @@ def render_host_config(spec: RigSpec) -> str:
                           "watched": mid in watched, "staged": m.spec.staged}
                     for mid, m in resolved.items()},
         "tenants": {"hyperqwen": {"unit": "hyperqwen.service", "port": hq.port, "model": hq.served_model_name,
-                                  "member": hq_member}},
+                                  "member": hq_member, "env": paths.HYPERQWEN_ENV}},
         "watchdog": {"members": watched, "failures": 3, "backoff_after": 2, "backoff_s": 900.0,
                      "backoff_max_s": 86400.0, "timeout_s": 60.0},
         "keeper": {"timeout_s": float(ls.health_check_timeout_s) + 30},

@@ -8,7 +8,8 @@ coverage.py's and pytest-html's reports: one folder).
 Per host: the drift state now (run live with :func:`rigkit.drift.check`, every host at once
 through pyinfra's own parallel connections, or read from a saved ``rigkit drift --json``
 document, :func:`rigkit.drift.run.read_document`), the GPU's power limit and driver/CUDA as the
-host enforces them, llama-swap's live members and any hold, the last window's journal. Per
+host enforces them, llama-swap's live members and any hold, the last window's journal, the last HyperQwen sweep (:mod:`rigkit.sweep`: table, frontier,
+recommendation, chart). Per
 member: its bench history from the results folder (every ``summary.json`` whose context names
 that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s and
 TTFT over time against the member's baseline (``bench.baseline``) and the reference figures
@@ -245,6 +246,20 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <tr><th>host lock</th><td>{{ h.lock }}</td></tr>
 <tr><th>last window</th><td>{{ h.window }}</td></tr>
 </table>
+{% if h.sweep %}<section class="sweep" id="sweep-{{ h.anchor }}" data-sweep="{{ h.sweep.window }}">
+<h3>{{ h.name }} / HyperQwen sweep (window {{ h.sweep.window }})</h3>
+<table class="sweep-table"><tr><th>{{ h.sweep.param }}</th><th>workload</th>{% for c in h.sweep.contexts %}<th>{{ c }} tokens</th>{% endfor %}</tr>
+{% for row in h.sweep.rows %}<tr><td>{{ row.setting }}</td><td>{{ row.workload }}</td>{% for t in row.cells %}<td class="{{ 'FAIL' if t == 'CRASH' else '' }}">{{ t }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+<table class="frontier"><tr><th>{{ h.sweep.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
+{% for f in h.sweep.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
+{% endfor %}</table>
+<p class="recommendation">{{ h.sweep.recommendation }}</p>
+{% if h.sweep.group_data %}<p>to declare it (nothing was applied): <code>{{ h.sweep.group_data }}</code></p>{% endif %}
+{% if h.sweep.warning %}<p class="status WARN">WARNING: {{ h.sweep.warning }}</p>{% endif %}
+{% if h.sweep.chart %}<figure class="chart" data-chart="{{ h.name }}/sweep">{{ h.sweep.chart|safe }}
+<figcaption class="meta">decode tok/s (median per cell) by draft length, one line per context; red crosses: where the engine died.</figcaption></figure>{% endif %}
+</section>{% endif %}
 {% if h.findings %}<h3>findings</h3>
 <table class="findings"><tr><th>kind</th><th>item</th><th>declared</th><th>actual</th><th>severity</th></tr>
 {% for f in h.findings %}<tr class="{{ f.severity }}"><td>{{ f.kind }}</td><td>{{ f.item }}</td><td>{{ f.declared }}</td><td>{{ f.actual }}</td><td>{{ f.severity }}</td></tr>
@@ -270,6 +285,37 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 </body>
 </html>
 """
+
+
+def sweep_view(host: str, results_dir: str, out_dir: str) -> dict[str, Any] | None:
+    """The last sweep of ``host`` in ``results_dir`` (:func:`rigkit.sweep.find_results`) for the page:
+    the table (decode tok/s or CRASH per setting × workload × context), the frontier, the
+    recommendation, its group_data line and warning, the chart (inline SVG, also written to
+    ``out_dir/charts/<host>-sweep.svg``); None when the host has no sweep."""
+    from matplotlib import rc_context
+
+    from rigkit.sweep import cell_text, find_results, write_chart
+
+    found = find_results(results_dir).get(host)
+    if not found:
+        return None
+    res = found[-1]
+    grid, front, rec = res["grid"], res["frontier"], res["recommendation"]
+    by = {(c["setting"], c["workload"], c["context"]): c for c in res["cells"]}
+    rows = [{"setting": s, "workload": w,
+             "cells": [cell_text(by.get((s, w, c)), front[str(s)]["crashed_at"], c) for c in grid["contexts"]]}
+            for s in grid["settings"] for w in grid["workloads"]]
+    chart = os.path.join(out_dir, "charts", f"{_safe(host)}-sweep.svg")
+    os.makedirs(os.path.dirname(chart), exist_ok=True)
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"{host}/sweep"}):
+        drawn = write_chart(chart, res)
+    return {"window": res.get("window"), "param": grid["param"], "contexts": grid["contexts"], "rows": rows,
+            "frontier": [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
+                          else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]],
+            "recommendation": (f"recommendation: {rec['reason']} ({rec['decode_tps']} tok/s)" if rec["setting"] is not None
+                               else f"recommendation: none — {rec['reason']}"),
+            "group_data": res.get("group_data"), "warning": rec.get("warning"),
+            "chart": _svg_inline(chart) if drawn else None}
 
 
 def _fmt_w(v: Any) -> str:
@@ -341,7 +387,9 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
                 base = r.href.rsplit("/", 1)[0]
                 r.extra = [{"name": f, "href": f"{base}/{f}"} for f in RUN_FILES[1:]
                            if os.path.isfile(os.path.join(out_dir, base, f))]
-        hosts.append(host_view(hs.name, drift_doc["hosts"].get(hs.name), members))
+        view = host_view(hs.name, drift_doc["hosts"].get(hs.name), members)
+        view["sweep"] = sweep_view(hs.name, results_dir, out_dir)
+        hosts.append(view)
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
     page = env.from_string(TEMPLATE).render(
         inventory=inventory, hosts=hosts, verdict_cells=verdict_cells,

@@ -7,6 +7,9 @@ over SSH (the connection settings pyinfra uses, :mod:`rigkit.bench.tunnel`), fol
 and, at the end, copies ``/var/lib/rigkit/windows/<id>/`` back (journal, bench results with the
 host context; ``chart.png`` is drawn here, where matplotlib is).
 
+``--sweep`` runs HyperQwen's draft-length sweep inside the window (:mod:`rigkit.sweep` on this side,
+:mod:`rigkit.host.window.sweep` on the host); a crash it finds is a result, not a failure.
+
 Exit codes (:mod:`rigkit.exitcodes`): 0 the window ran, restored steady and every bench verdict
 passed (``--restore``/``--abort``: steady is back, or nothing was open); 1 refused by preflight,
 a step failed, aborted, a FAIL verdict, restore failed or the host unreachable; 2 invalid input
@@ -30,6 +33,7 @@ from typing import Any
 import click
 
 from rigkit import exitcodes, paths
+from rigkit.remote import Remote as AgentRemote
 from rigkit.cliutil import err, host_option, inventory_option
 
 TENANTS = ("hyperqwen",)
@@ -88,28 +92,13 @@ def plan_problems(spec: Any) -> list[str]:
     return out
 
 
-class Remote:
-    """``rigkit-agent window ...`` on one host over SSH (pyinfra's connection settings; ``sudo -n``
-    when the host's ``_sudo`` is set)."""
-
-    def __init__(self, name: str, connection: dict[str, Any]) -> None:
-        self.name = name
-        self.connection = connection
-
-    def argv(self, command: str) -> list[str]:
-        from rigkit.bench.tunnel import ssh_base_args
-
-        base = ssh_base_args(self.name, self.connection)
-        sudo = "sudo -n " if self.connection.get("_sudo") else ""
-        return base[:-1] + ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"] + base[-1:] + \
-            ["--", sudo + command]
+class Remote(AgentRemote):
+    """``rigkit-agent window ...`` on one host over SSH (:class:`rigkit.remote.Remote`), and the
+    window's results fetched back."""
 
     def agent(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-        cmd = " ".join([paths.AGENT_BIN, "window", *map(shlex.quote, args)])
-        try:
-            return subprocess.run(self.argv(cmd), input=stdin, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(cmd, 255, "", f"ssh: timed out after {timeout:g} s")
+        """``rigkit-agent window ARGS`` (:meth:`rigkit.remote.Remote.agent`)."""
+        return super().agent("window", *args, stdin=stdin, timeout=timeout)
 
     def fetch(self, window_id: str, dest: Path) -> Path:
         """Copy ``/var/lib/rigkit/windows/<id>/`` into ``dest`` (tar over SSH). Returns the folder."""
@@ -218,6 +207,8 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
                 err.print(f"[yellow]warning:[/] chart for bench {preset} not drawn: {exc}")
         else:
             click.echo(f"bench {preset}: exit code {b.get('exit_code')}, verdicts {b.get('verdicts')}")
+    if journal.get("sweep") and state != "closed":
+        _sweep_report(remote.name, journal, dest or (out or Path("results")) / str(wid))
     benches_ok = all(b.get("exit_code") == 0 for b in (journal.get("bench") or {}).values())
     if outcome == "refused":
         err.print(f"[red]refused:[/] {journal.get('error')}")
@@ -238,6 +229,73 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
     return exitcodes.FAILED
 
 
+def _sweep_report(host: str, journal: dict, folder: Path) -> None:
+    """Print the sweep's table, frontier and recommendation and write them (``sweep.json``,
+    ``sweep.txt``, ``sweep.svg``) into the window's copied folder."""
+    from rigkit.sweep import result, table_lines, write_result
+
+    plan = journal.get("plan") or {}
+    res = result(journal["sweep"], int((plan.get("sweep") or {}).get("max_model_len") or
+                                      journal["sweep"].get("max_model_len") or 0), host, journal.get("id"))
+    for line in table_lines(res):
+        click.echo(line)
+    try:
+        written = write_result(folder, res)
+        err.print(f"sweep result: {', '.join(str(p) for p in written)}")
+    except OSError as exc:
+        err.print(f"[yellow]warning:[/] the sweep result could not be written to {folder}: {exc}")
+
+
+def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None, runs: int, max_tokens: int,
+                max_minutes: float | None, resume: bool, remote: "Remote") -> dict | None:
+    """The plan's ``sweep`` from the options (exit 2 on bad input, before the host is touched but
+    for a read of its journal with ``--resume``); None when ``--resume`` finds nothing left to
+    measure (the result is printed, no window is opened)."""
+    from rigkit.sweep import SweepArgError, parse_contexts, parse_sweep, parse_workloads, plan_sweep
+
+    try:
+        key, values = parse_sweep(sweep)
+        ctx = parse_contexts(contexts, hs.spec.hyperqwen.max_model_len)
+        wls = parse_workloads(workloads)
+        sp = plan_sweep(hs.spec, key, values, ctx, wls, runs=runs, max_tokens=max_tokens,
+                        max_minutes=max_minutes, resume=resume)
+    except SweepArgError as exc:
+        err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    if resume:
+        from rigkit.host.window.sweepgrid import pending
+        from rigkit.sweep import grid_of, result, table_lines
+
+        proc = remote.agent("status")
+        if proc.returncode != 0:
+            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            sys.exit(exitcodes.FAILED)
+        last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
+        from rigkit.host.window import is_open
+
+        if is_open(last):
+            err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
+                      "run `rigkit window --restore` first (it keeps the measured cells), then --resume")
+            sys.exit(exitcodes.FAILED)
+        prev = last.get("sweep")
+        if not prev or prev.get("param") != key:
+            err.print(f"[red]error:[/] {hs.name}: --resume: no {key} sweep journal on the host (the last window, "
+                      f"{last.get('id') or 'none'}, ran no such sweep); run the sweep without --resume")
+            sys.exit(exitcodes.INVALID)
+        left = pending(grid_of(sp), prev.get("cells") or [])
+        if not left:
+            err.print(f"{hs.name}: --resume: every cell of this grid is already measured (window "
+                      f"{last.get('id')}); nothing to measure, no window opened")
+            res = result({**prev, **grid_of(sp)}, sp["max_model_len"], hs.name, last.get("id"))
+            for line in table_lines(res):
+                click.echo(line)
+            return None
+        err.print(f"{hs.name}: --resume: {len(prev.get('cells') or [])} cell(s) of window {last.get('id')} kept, "
+                  f"{len(left)} left to measure")
+    err.print(f"{hs.name}: {sp['guard']}")
+    return sp
+
+
 @click.command("window")
 @inventory_option
 @host_option
@@ -255,15 +313,32 @@ def _report(remote: Remote, journal: dict, out: Path | None, mode: str | None = 
 @click.option("--restore", "mode", flag_value="restore",
               help="replay the restore from the journal when a window was left open; nothing otherwise")
 @click.option("--follow", "mode", flag_value="follow", help="follow the window that runs now")
-def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_dir, mode) -> None:
+@click.option("--sweep", "sweep", metavar="KEY=N,N,...",
+              help="sweep a HyperQwen setting inside the window: dflash_tokens=3,5,7,9,11,15")
+@click.option("--contexts", metavar="TOKENS,...",
+              help="with --sweep: context sizes, ascending [default: 4096,16384,20480 and max_model_len]")
+@click.option("--workloads", metavar="NAME,...", help="with --sweep: chat-greedy, chat-sampled, quoting "
+              "[default: chat-greedy,quoting]")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
+              help="with --sweep: requests per cell (figures are their medians)")
+@click.option("--max-tokens", type=click.IntRange(min=16), default=1024, show_default=True,
+              help="with --sweep: max_tokens of each request (the prompt fills the rest of the context)")
+@click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True),
+              help="with --sweep: stop cleanly between cells after this many minutes (resume with --resume)")
+@click.option("--resume", is_flag=True, help="with --sweep: keep the last sweep's cells and measure only the rest")
+def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_dir, mode, sweep, contexts,
+           workloads, runs, max_tokens, max_minutes, resume) -> None:
     """Swap the tenant in on one host for measuring, then always restore steady state.
 
     On the host, as the transient unit rigkit-window.service: preflight (client connections on
     the proxy, declared lock files, VRAM), pause the declared timers, stop llama-swap, confirm
     the VRAM is free, start hyperqwen.service, time boot-to-healthy, warm it up, run the --bench
     presets; then stop the tenant, start llama-swap, verify the resident with a real completion
-    and resume exactly the timers that were active. Exit 0 done, 1 failed/refused/aborted,
-    2 invalid input.
+    and resume exactly the timers that were active. With --sweep dflash_tokens=N,...: inside the
+    same window, each draft length's .env (rendered here, guard lifted on purpose) is installed, the
+    tenant started clean and each workload measured at each context from the shortest up, a crash
+    ending that setting (rigkit.sweep; the deployed .env is put back at restore). Exit 0 done, 1
+    failed/refused/aborted, 2 invalid input.
     """
     from rigkit.host.bench.workloads import PRESETS
     from rigkit.cliutil import parse_data
@@ -273,6 +348,14 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     bad = [p for p in presets if p not in PRESETS]
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PRESETS)}", param_hint="--bench")
+    if not sweep:
+        given = [n for n, v in (("--contexts", contexts), ("--workloads", workloads), ("--max-minutes", max_minutes),
+                                ("--resume", resume or None)) if v is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: only with --sweep KEY=N,N,...")
+    elif presets or mode:
+        raise click.UsageError(f"--sweep runs its own measurements: not with "
+                               f"{'--bench' if presets else '--' + str(mode)}")
     try:
         host_specs = load_hosts(inventory, list(hosts) or None, override_data=parse_data(data))
     except (InventoryError, SpecError) as exc:
@@ -308,10 +391,14 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
                 err.print(f"[red]error:[/] {hs.name}: {p}")
             sys.exit(exitcodes.INVALID)
         plan = build_plan(hs.name, hs.spec, tenant, list(presets), force, healthy_timeout)
+        if sweep:
+            plan["sweep"] = _sweep_plan(hs, sweep, contexts, workloads, runs, max_tokens, max_minutes, resume, remote)
+            if plan["sweep"] is None:
+                sys.exit(exitcodes.OK)
         proc = remote.agent("start", stdin=json.dumps(plan))
         if proc.returncode != 0:
             err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
-            sys.exit(exitcodes.FAILED)
+            sys.exit(exitcodes.INVALID if proc.returncode == exitcodes.INVALID else exitcodes.FAILED)
         wid = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
         err.print(f"{hs.name}: window {wid} ({tenant}) started as rigkit-window.service; Ctrl-C asks it to end "
                   "early (it restores), a lost connection leaves it running to its own restore")

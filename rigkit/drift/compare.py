@@ -454,7 +454,7 @@ def window_open(facts: dict[str, Any]) -> bool:
 
 def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
     """While a window is open: report it (``warn``), and mark the findings it explains — its
-    tenant swapped in, the proxy down, the paused timers — as ``expected`` (not drift), from
+    tenant swapped in, the proxy down, the paused timers, a sweep's .env — as ``expected`` (not drift), from
     :func:`rigkit.host.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
     from rigkit.host.window import expected_deviations, is_open
 
@@ -463,7 +463,7 @@ def apply_window(host: str, findings: list[Finding], journal: dict | None) -> li
     deviations = expected_deviations(journal)
     explained = {d.split()[0]: d for d in deviations}
     for f in findings:
-        if f.kind == "unit" and f.item in explained:
+        if f.kind in ("unit", "file") and f.item in explained:
             f.severity = "expected"
             f.actual = f"{f.actual} — {explained[f.item].split(': ', 1)[-1]}"
     plan = journal.get("plan") or {}

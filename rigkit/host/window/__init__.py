@@ -38,6 +38,12 @@ with the bench results in ``/var/lib/rigkit/windows/<id>/``) is a JSON object::
                 "status": "running|ok|failed|skipped", "detail": str}],
      "restores": int, "notes": [str]}
 
+With a ``sweep`` in the plan (``rigkit window --sweep``, :mod:`rigkit.host.window.sweep`) the tenant
+steps are replaced by the sweep's (one ``sweep:<param>=<value>`` step per setting, ``sweep:recover``
+after a last crash), the journal carries ``sweep`` (the grid, the cells, the starts) and
+``changed.tenant_env`` (``{"path", "backup", "mode", "uid", "gid"}`` while a setting's ``.env`` is
+installed), and the restore has a ``restore-env`` step after ``stop-tenant``.
+
 The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is
 anything but ``closed`` (preflight refused, nothing touched) or ``restored``. ``changed`` says
 what the window did that restore has not undone yet: the source of :func:`expected_deviations`.

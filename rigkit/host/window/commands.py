@@ -49,6 +49,7 @@ def with_host_config(plan: dict, cfg: HostConfig) -> dict:
     tenant = cfg.get("tenants", plan["tenant"])
     return {"paused_timers": list(cfg.get("paused_timers")), "lock_files": list(cfg.get("lock_files")),
             **plan, "tenant_unit": tenant["unit"], "tenant_port": tenant["port"], "tenant_model": tenant["model"],
+            "tenant_env": tenant.get("env"),
             "proxy_unit": cfg.get("llama_swap", "unit"), "proxy_port": cfg.proxy_port,
             "resident": cfg.resident, "api_key_file": str(cfg.path("api_key_file")), "own_units": cfg.own_units}
 
@@ -78,6 +79,20 @@ def cmd_start(plan: dict, cfg: HostConfig, journal_path: Path) -> int:
                   f"{old.get('started')}); run `rigkit window --restore` first", file=sys.stderr)
             return 1
         plan = with_host_config(plan, cfg)
+        carried, resumed_from = [], None
+        if plan.get("sweep"):
+            if not plan.get("tenant_env"):
+                print(f"window: {cfg.source} names no tenants.{plan['tenant']}.env (re-run the deploy: a sweep "
+                      "installs its settings there)", file=sys.stderr)
+                return 1
+            if plan["sweep"].get("resume"):
+                prev = (old or {}).get("sweep")
+                if not prev or prev.get("param") != plan["sweep"]["param"]:
+                    print(f"window: --resume: no {plan['sweep']['param']} sweep journal on this host (the last "
+                          f"window, {(old or {}).get('id') or 'none'}, ran no such sweep); run it without --resume",
+                          file=sys.stderr)
+                    return 2
+                carried, resumed_from = list(prev.get("cells") or []), old.get("id")
         wid = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
         data = {"version": JOURNAL_VERSION, "id": wid, "tenant": plan["tenant"], "state": "preflight",
                 "outcome": None, "error": None, "started": now_iso(), "ended": None, "boot_id": boot_id(),
@@ -86,6 +101,9 @@ def cmd_start(plan: dict, cfg: HostConfig, journal_path: Path) -> int:
                 "changed": {"timers": [], "proxy_stopped": False, "tenant_started": False},
                 "boot_to_healthy_s": None, "warmup": None, "bench": {}, "steps": [], "restores": 0,
                 "notes": [f"{now_iso()} {w}" for w in lock.warnings]}
+        if plan.get("sweep"):
+            data["changed"]["tenant_env"] = None
+            data["sweep"] = {"cells": carried, "resumed_from": resumed_from, "starts": {}}
         Journal(data, journal_path).save()
         proc = _launch(["run"], f"rigkit window {wid} ({plan['tenant']})")
         if proc.returncode != 0:
@@ -171,6 +189,11 @@ def cmd_restore_run(cfg: HostConfig, journal_path: Path) -> int:
                 st.update(status="failed", detail="the window's unit ended while this step ran")
         if j.get("outcome") is None:
             w.j.set(outcome="interrupted", error=j.get("error") or "the window's unit ended before it restored")
+        cur = (j.get("sweep") or {}).get("current")
+        if cur:
+            j["sweep"]["current"] = None
+            w.j.note(f"sweep: the cell {cur['setting']} / {cur['workload']} / {cur['context']} tokens (started "
+                     f"{cur['started']}) was cut short and is not journalled; --resume measures it")
         return 0 if w.restore() else 1
     finally:
         lock.release()

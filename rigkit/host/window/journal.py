@@ -52,7 +52,8 @@ def expected_deviations(journal: dict | None) -> list[str]:
 
     One string per deviation, ``"<what> <observed state>: <why>"`` — the first word a unit
     name, or ``:PORT``: ``"hyperqwen.service active: ..."``, ``"llama-swap.service inactive: ..."``,
-    ``":<proxy port> closed: ..."``, ``"<timer> inactive: ..."``. Empty when no window is open. Derived
+    ``":<proxy port> closed: ..."``, ``"<timer> inactive: ..."``, ``"<tenant .env path> changed: ..."``
+    (a sweep installed one of its settings). Empty when no window is open. Derived
     from ``journal["changed"]`` (what the window did and restore has not undone yet) and the
     plan's unit names and ports.
     """
@@ -73,6 +74,10 @@ def expected_deviations(journal: dict | None) -> list[str]:
                    f"({plan.get('resident', 'the resident')} not loaded)")
     for timer in changed.get("timers") or []:
         out.append(f"{timer} inactive: window {wid} paused it")
+    env = changed.get("tenant_env")
+    if env:
+        out.append(f"{env['path']} changed: window {wid} installed a sweep setting's .env "
+                   f"(the restore puts the deployed one back from {env['backup']})")
     return out
 
 

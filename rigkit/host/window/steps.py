@@ -276,9 +276,12 @@ class Window:
         self.interruptible = False
         self.j.set(state="restoring", restores=int(self.j.data.get("restores") or 0) + 1)
         ok = True
-        for name, fn in (("stop-tenant", self.r_stop_tenant), ("start-proxy", self.r_start_proxy),
-                         ("resident-ready", self.r_resident_ready), ("verify-resident", self.r_verify),
-                         ("resume-timers", self.r_resume_timers)):
+        steps = [("stop-tenant", self.r_stop_tenant), ("start-proxy", self.r_start_proxy),
+                 ("resident-ready", self.r_resident_ready), ("verify-resident", self.r_verify),
+                 ("resume-timers", self.r_resume_timers)]
+        if self.j.data["changed"].get("tenant_env") or self.plan.get("sweep"):
+            steps.insert(1, ("restore-env", self.r_restore_env))
+        for name, fn in steps:
             self.j.step(name, fn, phase="restore", fatal=False)
             ok = ok and self.j.data["steps"][-1]["status"] == "ok"
         self.j.set(state="restored" if ok else "restore-failed", ended=now_iso())
@@ -302,6 +305,22 @@ class Window:
         if net.port_open(port):
             raise StepFailed(f":{port} still open after stopping {unit}")
         return f"{unit} stopped (was {state}); :{port} closed"
+
+    def r_restore_env(self) -> str:
+        """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
+        folder keeps the deployed one, ``changed.tenant_env``), same bytes, mode and owner."""
+        from rigkit.host.window.sweep import write_like
+
+        rec = self.j.data["changed"].get("tenant_env")
+        if not rec:
+            return f"{self.plan.get('tenant_env', 'the .env')} untouched (no setting was installed)"
+        data = Path(rec["backup"]).read_bytes()
+        write_like(Path(rec["path"]), data, rec)
+        if Path(rec["path"]).read_bytes() != data:
+            raise StepFailed(f"{rec['path']} does not read back as the deployed file ({rec['backup']})")
+        self.j.data["changed"]["tenant_env"] = None
+        self.j.save()
+        return f"{rec['path']} is the deployed file again ({len(data)} bytes, mode {int(rec['mode']):04o})"
 
     def r_start_proxy(self) -> str:
         unit, port = self.plan["proxy_unit"], int(self.plan["proxy_port"])
@@ -389,12 +408,17 @@ class Window:
             j.step("pause-timers", self.pause_timers)
             j.step("stop-proxy", self.stop_proxy)
             j.step("vram-free", self.vram_free)
-            j.step("start-tenant", self.start_tenant)
-            j.step("healthy", self.healthy)
-            j.step("warmup", self.warmup, fatal=False)
-            for preset in self.plan.get("bench") or []:
-                self.checkpoint()
-                j.step(f"bench:{preset}", lambda pr=preset: self.bench(pr))
+            if self.plan.get("sweep"):
+                from rigkit.host.window.sweep import Sweep
+
+                Sweep(self).run()
+            else:
+                j.step("start-tenant", self.start_tenant)
+                j.step("healthy", self.healthy)
+                j.step("warmup", self.warmup, fatal=False)
+                for preset in self.plan.get("bench") or []:
+                    self.checkpoint()
+                    j.step(f"bench:{preset}", lambda pr=preset: self.bench(pr))
             self.checkpoint()
             j.set(outcome="ok")
         except Interrupted as exc:

@@ -9,8 +9,23 @@ Control (tests; the stdlib server only, i.e. every HyperQwen container), files i
 - ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
 - ``boot_delay_s``: seconds before the server binds its port (vLLM listens only once the
   engine is up); a large value means it never gets healthy.
+- ``chunk_s``: seconds between streamed chunks (HyperQwen's engine; default :data:`CHUNK_S`), to make
+  a request last long enough for a test to interrupt it.
 A chat prompt holding a passage between ``<<<QUOTE START>>>`` and ``<<<QUOTE END>>>`` lines is
 answered with that passage (the bench's quoting workload), like a model that quotes correctly.
+
+HyperQwen's engine (``--kind vllm``), as the operator's write-ups report it (DESIGN.md "Testing with
+real parts"), from ``DFLASH_TOKENS`` in its environment (the ``.env`` compose passes; default 7):
+- tokens per chunk grow with the draft length: chat ``1 + 1.5 * min(d, 7) / 7`` (2.5 at 7, the
+  seeds' figure; longer drafts buy chat nothing), quoting ``1 + 0.6 * d`` (5.2 at 7, 10 at 15);
+  one chunk every :data:`CHUNK_S` s (the verify step), so decode tok/s follows tokens per chunk;
+  prefill at :data:`PREFILL_TPS` tok/s; prompt tokens are characters / 4 (there is no /tokenize).
+- a prompt of :data:`CRASH_PROMPT_TOKENS` tokens or more with ``DFLASH_TOKENS`` above 7 kills the
+  engine: ``EngineDeadError`` (marlin_gemm allocation failure) in the log, that request and every
+  later completion answer 500 and ``/health`` 503 until the container restarts; the crash leaves
+  ``crashed`` in the control directory, and the first engine to boot after it removes it and
+  answers every completion 500 all the same (``/health`` 200: it looks fine), so it takes a second
+  restart to recover (the seeds' "sometimes twice", made deterministic).
 """
 import argparse, json, os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +79,28 @@ NAME = a.alias or os.path.basename(a.model) or "model"
 T0 = int(time.time())
 SERVED = [0]  # completions answered by this process
 SERVED_LOCK = threading.Lock()
+VLLM = a.kind == "vllm"
+DRAFT = int(os.environ.get("DFLASH_TOKENS") or 7) if VLLM else None
+SAFE_DRAFT = 7
+CRASH_PROMPT_TOKENS = 20_000
+CHUNK_S = 0.01
+PREFILL_TPS = 400_000.0
+DEAD = [None]  # why the engine is dead (None: alive)
+
+
+def tokens_per_chunk(quoting):
+    """Accepted tokens per streamed chunk at this draft length (module doc)."""
+    if DRAFT is None:
+        return 1.0
+    return 1 + 0.6 * DRAFT if quoting else 1 + 1.5 * min(DRAFT, SAFE_DRAFT) / SAFE_DRAFT
+
+
+def prompt_tokens(req):
+    """Characters / 4 of the messages (chat) or the prompt (completions)."""
+    chars = sum(len(m.get("content") or "") for m in req.get("messages") or [] if isinstance(m.get("content"), str))
+    if isinstance(req.get("prompt"), str):
+        chars += len(req["prompt"])
+    return max(1, chars // 4)
 
 
 def control(name):
@@ -107,6 +144,8 @@ class H(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path in ("/health", "/v1/health"):
+            if DEAD[0] and DEAD[0] != "sticky":
+                return self.send(503, {"error": {"message": DEAD[0], "code": 503}})
             return self.send(200, {"status": "ok"})
         if not self.authorized():
             return
@@ -133,14 +172,35 @@ class H(BaseHTTPRequestHandler):
             os._exit(1)
         if e500 is not None and (not e500.isdigit() or n > int(e500)):
             return self.send(500, {"error": {"message": "EngineDeadError (sandbox: told to answer 500)", "code": 500}})
+        n_prompt = prompt_tokens(req)
+        if DEAD[0]:
+            return self.send(500, {"error": {"message": "EngineDeadError: EngineCore encountered an issue. See stack "
+                                             "trace (above) for the root cause.", "code": 500}})
+        if VLLM and DRAFT > SAFE_DRAFT and n_prompt >= CRASH_PROMPT_TOKENS:
+            DEAD[0] = "EngineDeadError: engine core died"
+            print(f"ERROR EngineCore: RuntimeError: marlin_gemm: CUDA error: out of memory (aten::empty call failed "
+                  f"while allocating the int4 draft workspace; DFLASH_TOKENS={DRAFT}, prompt {n_prompt} tokens)\n"
+                  "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                  "(above) for the root cause.", file=sys.stderr, flush=True)
+            if a.control_dir:
+                os.makedirs(a.control_dir, exist_ok=True)
+                open(os.path.join(a.control_dir, "crashed"), "w").write(f"DFLASH_TOKENS={DRAFT} prompt {n_prompt}\n")
+            return self.send(500, {"error": {"message": "EngineDeadError: EngineCore encountered an issue. See stack "
+                                             "trace (above) for the root cause.", "code": 500}})
+        if VLLM:
+            time.sleep(n_prompt / PREFILL_TPS)
         k = max(1, min(int(req.get("max_tokens") or 8), 64))
         words = ["sandbox"] * k
         passage = quoted(req) if self.path.endswith("chat/completions") else None
         if passage is not None:
             words = passage.split(" ")
-            k = max(1, len(passage) // 4)
+            k = max(1, min(len(passage) // 4, int(req.get("max_tokens") or 10 ** 6)))
         pieces = [w + " " for w in words[:-1]] + [words[-1] + ("" if passage is not None else " ")]
-        usage = {"prompt_tokens": 4, "completion_tokens": k, "total_tokens": 4 + k}
+        if VLLM:  # whole accepted batches per chunk: ceil(k / tokens per chunk) chunks
+            n_chunks = max(1, min(len(pieces), round(k / tokens_per_chunk(passage is not None))))
+            step = len(pieces) / n_chunks
+            pieces = ["".join(pieces[round(i * step):round((i + 1) * step)]) for i in range(n_chunks)]
+        usage = {"prompt_tokens": n_prompt, "completion_tokens": k, "total_tokens": n_prompt + k}
         chat = self.path.endswith("chat/completions")
         if not req.get("stream"):
             choice = {"index": 0, "finish_reason": "length"}
@@ -154,7 +214,10 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Connection", "close")
         self.end_headers()
+        chunk_s = control("chunk_s")
         for w in pieces:
+            if VLLM:
+                time.sleep(float(chunk_s) if chunk_s else CHUNK_S)
             d = {"delta": {"content": w}} if chat else {"text": w}
             ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
             self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
@@ -164,6 +227,11 @@ class H(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+if VLLM and control("crashed") is not None:  # the first boot after a crash comes up broken
+    os.remove(os.path.join(a.control_dir, "crashed"))
+    DEAD[0] = "sticky"
+    print("(sandbox) the engine crashed before this boot: every completion answers 500 until the next restart",
+          file=sys.stderr, flush=True)
 delay = control("boot_delay_s")
 if delay:
     print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)

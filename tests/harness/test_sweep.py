@@ -1,0 +1,222 @@
+"""The safety frontier for real (issue 19): `rigkit window --sweep dflash_tokens=...` on a deployed
+sandbox host (nspawn lane, real systemd and docker, the transient window unit, llama-swap with
+Strata), against the HyperQwen stand-in engine that behaves as the seeds report
+(tests/harness/stubs/openai_stub.py: tokens per chunk by DFLASH_TOKENS from the .env compose
+passes, EngineDeadError on a prompt of 20k tokens above 7 drafts, 500s until restarted, the first
+restart after a crash still answering 500). The sweep must find that ground truth; after every
+case Strata answers through :8080, the same timers are active, the deployed .env is back byte
+for byte and the window is closed.
+
+One host is deployed once for the module. Cells are kept small (max_tokens 64, 2 runs a cell):
+the stand-in counts a prompt's tokens as characters / 4 and streams a chunk every 10 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+ROOT = Path(__file__).resolve().parents[2]
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+PROJECT = sandbox_project.cwd()
+
+from rigkit.host.window import expected_deviations, is_open  # noqa: E402
+
+TIMERS = ["agent-a.timer", "agent-b.timer"]
+CONTROL = hostctl.HQ_CONTROL
+ENV = "/opt/rigkit/hyperqwen/.env"
+DATA = ["--data", f"paused_timers={json.dumps(TIMERS)}", "--data", "lock_files=[]"]
+SMALL = ["--runs", "2", "--max-tokens", "64"]
+FULL = ["--sweep", "dflash_tokens=3,5,7,9,15", "--contexts", "4096,16384,20480", "--workloads", "chat-greedy,quoting"]
+
+
+def _env(host) -> dict:
+    return {**{k: v for k, v in os.environ.items() if k != "HF_TOKEN"}, "RIGKIT_SANDBOX_HOST": host.name}
+
+
+def window(host, out: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, "--out", str(out), *args],
+                          cwd=PROJECT, env=_env(host), capture_output=True, text=True, timeout=timeout)
+
+
+def journal(host) -> dict | None:
+    return json.loads(host.run("cat /var/lib/rigkit/window.json 2>/dev/null || echo null").stdout)
+
+
+def active_timers(host) -> list[str]:
+    out = host.run("systemctl list-units --type=timer --state=active --plain --no-legend --no-pager").stdout
+    return sorted(line.split()[0] for line in out.splitlines() if line.strip())
+
+
+def env_state(host) -> str:
+    return host.run(f"sha256sum {ENV}; stat -c '%a %U:%G' {ENV}").stdout
+
+
+@pytest.fixture(scope="module")
+def rig(make_module_host):
+    """A deployed host with two active dummy agent timers; returns (host, timers, .env state)."""
+    host = make_module_host("s1")
+    env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
+    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for stem in ("agent-a", "agent-b"):
+        host.write(f"/etc/systemd/system/{stem}.service",
+                   f"[Unit]\nDescription=dummy agent job {stem}\n[Service]\nType=oneshot\nExecStart=/bin/true")
+        host.write(f"/etc/systemd/system/{stem}.timer",
+                   f"[Unit]\nDescription=dummy agent cron {stem}\n[Timer]\nOnBootSec=1h\nOnUnitActiveSec=1h")
+    host.run("systemctl daemon-reload && systemctl start agent-a.timer agent-b.timer")
+    return host, active_timers(host), env_state(host)
+
+
+@pytest.fixture
+def steady(rig):
+    host, timers, env = rig
+    host.run(f"rm -f {CONTROL}/chunk_s {CONTROL}/crashed")
+    yield host
+    host.run(f"rm -f {CONTROL}/chunk_s")
+    body = json.dumps({"model": "strata", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    out = host.run(f"curl -fsS -m 120 127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'")
+    assert json.loads(out.stdout)["usage"]["completion_tokens"] == 4
+    assert active_timers(host) == timers
+    assert host.run("systemctl is-active hyperqwen.service", check=False).stdout.strip() == "inactive"
+    assert env_state(host) == env  # the deployed .env, byte for byte, mode and owner
+    j = journal(host)
+    assert j is None or not is_open(j)
+    assert expected_deviations(j) == []
+
+
+def test_bad_sweep_input_is_refused_with_exit_2_before_the_host_is_touched(steady, tmp_path):
+    host = steady
+    cases = [
+        (["--sweep", "spec=3"], "--sweep 'spec=3': the key 'spec' cannot be swept; allowed: dflash_tokens=N,N,..."),
+        (["--sweep", "dflash_tokens=3,x"], "--sweep dflash_tokens: 'x' is not an integer"),
+        (["--sweep", "dflash_tokens=3", "--contexts", "16384,4096"], "--contexts: 4096 after 16384: contexts must be "
+                                                                     "ascending"),
+        (["--sweep", "dflash_tokens=3", "--workloads", "chat"], "--workloads: unknown workload 'chat'; allowed: "
+                                                                "chat-greedy, chat-sampled, quoting"),
+        (["--sweep", "dflash_tokens=3", "--resume"], "--resume: no dflash_tokens sweep journal on the host"),
+    ]
+    before = host.run("cat /var/lib/rigkit/window.json 2>/dev/null | sha256sum").stdout
+    for args, message in cases:
+        proc = window(host, tmp_path, *args, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        assert message in " ".join(proc.stderr.split()), (args, proc.stderr[-2000:])
+    assert host.run("cat /var/lib/rigkit/window.json 2>/dev/null | sha256sum").stdout == before
+
+
+def test_the_sweep_finds_9_and_15_crashing_at_20480_recommends_7_and_resume_measures_nothing_new(steady, tmp_path):
+    host = steady
+    t0 = time.monotonic()
+    proc = window(host, tmp_path, *FULL, *SMALL)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "ok"), j.get("error")
+    sw = j["sweep"]
+    crashed = {(c["setting"], c["workload"], c["context"]) for c in sw["cells"] if c["status"] == "crashed"}
+    assert crashed == {(9, "chat-greedy", 20480), (15, "chat-greedy", 20480)}
+    assert all(c["status"] == "ok" for c in sw["cells"] if c["setting"] <= 7) and len(sw["cells"]) == 3 * 6 + 2 * 5
+    # tokens per chunk: ~2.5 at 7 on chat, growing with the draft length on quoting
+    tpc = {(c["setting"], c["workload"]): c["tokens_per_chunk"] for c in sw["cells"] if c["context"] == 4096}
+    assert 2.3 <= tpc[(7, "chat-greedy")] <= 2.7
+    assert tpc[(3, "quoting")] < tpc[(5, "quoting")] < tpc[(7, "quoting")] < tpc[(9, "quoting")] < tpc[(15, "quoting")]
+    # the first start after 9's crash still answered 500: torn down and started again; so after 15's
+    assert [a["probe"] == "ok" for a in sw["starts"]["dflash_tokens=15"]] == [False, True]
+    assert "HTTP 500" in sw["starts"]["dflash_tokens=15"][0]["probe"]
+    assert [a["probe"] == "ok" for a in sw["starts"]["deployed"]] == [False, True]
+    names = [s["name"] for s in j["steps"]]
+    assert names[-6:] == ["stop-tenant", "restore-env", "start-proxy", "resident-ready", "verify-resident",
+                          "resume-timers"] and "sweep:recover" in names
+    assert any("lifts the DFlash guard on purpose" in n for n in j["notes"])
+    out = proc.stdout
+    assert "  dflash_tokens=9: 16384 tokens, crashed at 20480" in out
+    assert "  dflash_tokens=15: 16384 tokens, crashed at 20480" in out
+    assert "recommendation: dflash_tokens=7: the best decode tok/s at 20480 tokens" in out
+    assert 'hyperqwen = {"dflash_tokens": 7}' in out
+    assert ("WARNING: the longest context survived is 20480 tokens, below hyperqwen.max_model_len 65536" in out)
+    assert proc.stderr.count("lifts the DFlash guard on purpose") == 1
+    folder = tmp_path / j["id"]
+    res = json.loads((folder / "sweep.json").read_text())
+    assert res["recommendation"]["setting"] == 7 and res["frontier"]["9"]["crashed_at"] == 20480
+    assert "crash @ 20480" in (folder / "sweep.svg").read_text()
+    print(f"sweep of 5 settings x 3 contexts x 2 workloads: {wall:.1f} s wall")
+    # nothing the deploy owns is left changed: drift is clean
+    drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py"], cwd=PROJECT,
+                           env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
+                           timeout=600)
+    assert drift.returncode == 0, drift.stdout[-3000:] + drift.stderr[-2000:]
+    # the report shows it
+    report = subprocess.run([RIGKIT, "report", "-i", "inventory/sandbox.py", "--results", str(tmp_path), "--out",
+                             str(tmp_path / "report"), "--no-plan"], cwd=PROJECT,
+                            env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
+                            timeout=600)
+    assert report.returncode == 0, report.stderr[-2000:]
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert f'data-sweep="{j["id"]}"' in page and "hyperqwen = {&#34;dflash_tokens&#34;: 7}" in page
+    # --resume: every cell is measured already, so no window opens and nothing is measured
+    again = window(host, tmp_path, *FULL, *SMALL, "--resume", timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "every cell of this grid is already measured" in again.stderr and "no window opened" in again.stderr
+    assert journal(host)["id"] == j["id"]
+    assert 'hyperqwen = {"dflash_tokens": 7}' in again.stdout
+
+
+def test_killing_the_sweep_unit_mid_cell_then_restore_keeps_the_measured_cells(steady, tmp_path):
+    host = steady
+    host.run(f"mkdir -p {CONTROL} && echo 0.15 > {CONTROL}/chunk_s")  # a request lasts ~4 s
+    grid = ["--sweep", "dflash_tokens=3,5", "--contexts", "4096,16384", "--workloads", "chat-greedy"]
+    old = (journal(host) or {}).get("id")
+    proc = subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, "--out", str(tmp_path), *grid,
+                             *SMALL], cwd=PROJECT, env=_env(host), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    end = time.monotonic() + 300
+    while True:
+        j = journal(host) or {}
+        sw = j.get("sweep") or {}
+        if j.get("id") != old and len(sw.get("cells") or []) >= 1 and sw.get("current"):
+            break
+        assert time.monotonic() < end and proc.poll() is None, (proc.poll(), json.dumps(j)[-3000:])
+        time.sleep(0.3)
+    time.sleep(1.0)  # into the cell's first request (~4 s long)
+    host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    j = journal(host)
+    kept = [c for c in j["sweep"]["cells"]]
+    assert is_open(j) and len(kept) >= 1
+    assert j["sweep"]["current"] is not None  # killed mid-cell
+    assert "DFLASH_TOKENS=3" in host.run(f"cat {ENV}").stdout  # the sweep's .env is installed now
+    host.run(f"rm -f {CONTROL}/chunk_s")
+    back = window(host, tmp_path, "--restore", timeout=300)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert "steady state restored" in back.stderr
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "interrupted")
+    assert j["sweep"]["cells"] == kept  # the measured cells are kept
+    assert j["sweep"]["current"] is None
+    assert any("was cut short and is not journalled; --resume measures it" in n for n in j["notes"])
+    assert "restore-env" in [s["name"] for s in j["steps"]]
+    assert "dflash_tokens=3 chat-greedy @ 4096" in back.stdout  # the result so far is printed
+    # --resume measures only what is left, keeping the earlier window's cells
+    rest = window(host, tmp_path, *grid, *SMALL, "--resume", timeout=600)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    j2 = journal(host)
+    assert j2["sweep"]["resumed_from"] == j["id"]
+    assert j2["sweep"]["cells"][:len(kept)] == kept
+    assert {c["window"] for c in j2["sweep"]["cells"][len(kept):]} == {j2["id"]}
+    assert sorted((c["setting"], c["context"]) for c in j2["sweep"]["cells"]) == [(3, 4096), (3, 16384), (5, 4096),
+                                                                                  (5, 16384)]
