@@ -208,10 +208,18 @@ def test_a_rollbacks_generation_records_a_hold_and_release_removes_only_it(host)
     assert "the next deploy applies the spec" in log[0]
 
 
-def test_check_without_a_model_lock_needs_nothing(host):
+def test_check_names_each_model_a_generation_needs_that_the_host_has_not_verified(host):
     root = host.root
     hostgen.record(host, _manifest(_files(root), root), "rig")
-    assert hostgen.check(host, 1) == []
+    assert hostgen.check(host, 1) == []  # no model lock in that generation: nothing needed
+    lock = {"models": {"strata": {"commit": "c0ffee", "source": {"path": "strata", "repo": "org/strata"},
+                                  "files": [{"path": "strata.gguf", "size": 3, "sha256": "ab" * 32}]}}}
+    lock_file = root / "models.lock.json"
+    lock_file.write_text(json.dumps(lock))
+    texts = {**_files(root), str(lock_file): lock_file.read_text()}
+    hostgen.record(host, _manifest(texts, root, models_lock_path=str(lock_file)), "rig")
+    assert hostgen.check(host, 2) == ["model strata: strata: no record yet"]
+    assert hostgen.read_record(root / "gen", 2)["models_verified"]["strata"]["verified"] is False
 
 
 def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
