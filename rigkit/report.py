@@ -242,6 +242,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <tr><th>power limit</th><td>{{ h.power }}</td></tr>
 <tr><th>driver / CUDA</th><td>{{ h.versions }}</td></tr>
 <tr><th>llama-swap live members</th><td>{{ h.live }}</td></tr>
+<tr><th>generation</th><td>{{ h.generation }}</td></tr>
 <tr><th>hold</th><td>{{ h.hold }}</td></tr>
 <tr><th>host lock</th><td>{{ h.lock }}</td></tr>
 <tr><th>last window</th><td>{{ h.window }}</td></tr>
@@ -330,6 +331,7 @@ def host_view(name: str, drift: dict[str, Any] | None, members: list[MemberView]
     live = st.get("llama_swap_live") or {}
     window = st.get("window")
     hold = st.get("hold")
+    gen = st.get("generation")
     lock = st.get("lock") or {}
     if gpu.get("state") == "ok":
         power = (f"{_fmt_w(gpu.get('power_limit_w'))} (enforced {_fmt_w(gpu.get('power_enforced_w'))};"
@@ -353,6 +355,9 @@ def host_view(name: str, drift: dict[str, Any] | None, members: list[MemberView]
         "findings": (drift or {}).get("records") or [],
         "gpu": gpu_text, "power": power, "versions": versions,
         "live": members_text if st else "unknown (host not reached)",
+        "generation": (f"{gen['current']} ({gen.get('time')}, {gen.get('operator')}, {gen.get('reason')}); drift "
+                       f"compared with {'the spec' if gen.get('compared_with') == 'spec' else gen.get('compared_with')}" if gen else
+                       "none recorded" if st else "unknown (host not reached)"),
         "hold": json.dumps(hold, sort_keys=True) if hold else "none",
         "lock": ("held by " + json.dumps(lock.get("holder"), sort_keys=True)) if lock.get("held") else
                 ("free (a dead holder's record is left)" if lock.get("stale") else "free"),
