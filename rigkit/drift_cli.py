@@ -76,11 +76,14 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
         for hs in host_specs:
             mine = [f for f in findings if f.host == hs.name]
             code = codes[hs.name]
+            verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
             gen = (states.get(hs.name) or {}).get("generation")
             if gen:
+                against = "the spec" if gen["compared_with"] == "spec" else gen["compared_with"]
+                since = ("; the spec differs from what it recorded: the next deploy records a new one"
+                         if gen.get("spec_is_current") is False else "")
                 out.print(Text(f"{hs.name}: generation {gen['current']} ({gen['time']}, {gen['operator']}, "
-                               f"{gen['reason']}); compared with {'the spec' if gen['compared_with'] == 'spec' else gen['compared_with']}"))
-            verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
+                               f"{gen['reason']}); compared with {against}{since}"))
             if not mine:
                 out.print(f"[bold]{escape(hs.name)}[/]: no drift")
                 continue

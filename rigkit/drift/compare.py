@@ -368,7 +368,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out = name_live_backup(out, facts.get("holds") or {})
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
-    out += compare_generation(host, decl, facts.get("generations") or {})
+    out += compare_generation(host, facts.get("generations") or {})
     out += compare_rig_lock(host, facts.get("rig_lock") or {})
     return apply_window(host, out, (facts.get("window") or {}).get("data"))
 
@@ -397,36 +397,28 @@ def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
     return hold if isinstance(hold, dict) and hold.get("generation") else None
 
 
-def compare_generation(host: str, decl: Declared, index: dict[str, Any]) -> list[Finding]:
-    """The current generation (``/var/lib/rigkit/generations/index.json``) against what is declared:
-    a ``warn`` when the spec would leave the host otherwise than the current generation recorded
-    (the next deploy records a new one), or when none is recorded yet. Under a hold (``decl`` is
-    the held generation) nothing: the hold is the finding."""
-    from rigkit.generations import manifest
-
-    if decl.generation is not None:
-        return []
+def compare_generation(host: str, index: dict[str, Any]) -> list[Finding]:
+    """The generations index (``/var/lib/rigkit/generations/index.json``): an ``error`` when it cannot
+    be read. What it says otherwise is state, not a finding (:func:`spec_is_generation`)."""
     if index.get("error"):
         return [Finding(host, "generation", "index.json", "a JSON object", index["error"], severity="error")]
-    data = index.get("data") or {}
-    current = data.get("current")
-    entry = next((g for g in data.get("generations", []) if g.get("n") == current), None)
-    if entry is None:
-        return [Finding(host, "generation", "current", "a recorded generation",
-                        "none recorded yet (the next deploy that changes something records one)", severity="warn")]
+    return []
+
+
+def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
+    """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
+    next deploy would record is its key (:func:`rigkit.generations.manifest`, the model lock read as
+    :func:`rigkit.deploy.source_for` reads it) — or None when it cannot be told."""
     from pathlib import Path
 
+    from rigkit.generations import manifest
+
     lock = Path(decl.spec.models_lock) if decl.spec.models_lock else None
-    try:  # the key the deploy would record (rigkit.deploy.source_for reads the lock the same way)
+    try:
         key = manifest(decl.spec, decl.files, lock.read_text() if lock and lock.is_file() else None)["key"]
     except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
-        return []
-    if entry.get("key") == key:
-        return []
-    return [Finding(host, "generation", f"generation {current}", "the spec as generation "
-                    f"{current} recorded it", f"the spec differs from generation {current} ({entry.get('time')}, "
-                    f"{entry.get('reason')}): the next deploy records generation "
-                    f"{max(g.get('n', 0) for g in data.get('generations', [])) + 1}", severity="warn")]
+        return None
+    return entry.get("key") == key
 
 
 def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
-from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, window_open
+from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, spec_is_generation, window_open
 from rigkit.drift.declared import declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
 from rigkit.drift.probe import connect_and_probe
@@ -169,7 +169,10 @@ def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
 
 def generation_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any] | None:
     """``{"current": n, "time", "operator", "reason", "held": n | None, "compared_with": "spec" |
-    "generation n"}`` from the probe's generations index, or None when none is recorded."""
+    "generation n", "spec_is_current": bool | None}`` from the probe's generations index (the last:
+    whether the spec declares what the current generation recorded — False after a change of the
+    spec or a wire-in since the last deploy: the next deploy records a new generation), or None when
+    none is recorded."""
     data = (facts.get("generations") or {}).get("data") or {}
     current = data.get("current")
     entry = next((g for g in data.get("generations", []) if g.get("n") == current), None)
@@ -178,7 +181,8 @@ def generation_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any] | None:
     hold = generation_hold(facts)
     return {"current": current, "time": entry.get("time"), "operator": entry.get("operator"),
             "reason": entry.get("reason"), "held": hold.get("generation") if hold else None,
-            "compared_with": f"generation {decl.generation}" if decl.generation is not None else "spec"}
+            "compared_with": f"generation {decl.generation}" if decl.generation is not None else "spec",
+            "spec_is_current": spec_is_generation(decl, entry) if decl.generation is None else None}
 
 
 def document(findings: list[Finding], codes: dict[str, int], hosts: list[str], inventory: str,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -113,7 +114,9 @@ def test_table_output_without_a_terminal_has_no_colour(rig):
     proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py", "--no-plan"],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"{NAME}: no drift"
+    generation, verdict = proc.stdout.strip().splitlines()
+    assert re.fullmatch(rf"{NAME}: generation \d+ \(\S+Z, rig, deploy\); compared with the spec", generation), generation
+    assert verdict == f"{NAME}: no drift"
     assert "\x1b[" not in proc.stdout + proc.stderr
 
 
