@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
+from test_window import deploy_with_dummy_timers  # noqa: E402
 
 PROJECT = sandbox_project.cwd()
 
@@ -68,17 +68,7 @@ def env_state(host) -> str:
 @pytest.fixture(scope="module")
 def rig(make_module_host):
     """A deployed host with two active dummy agent timers; returns (host, timers, .env state)."""
-    host = make_module_host("s1")
-    env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
-    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
-                          env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    for stem in ("agent-a", "agent-b"):
-        host.write(f"/etc/systemd/system/{stem}.service",
-                   f"[Unit]\nDescription=dummy agent job {stem}\n[Service]\nType=oneshot\nExecStart=/bin/true")
-        host.write(f"/etc/systemd/system/{stem}.timer",
-                   f"[Unit]\nDescription=dummy agent cron {stem}\n[Timer]\nOnBootSec=1h\nOnUnitActiveSec=1h")
-    host.run("systemctl daemon-reload && systemctl start agent-a.timer agent-b.timer")
+    host = deploy_with_dummy_timers(make_module_host("s1"), ("agent-a", "agent-b"))
     return host, active_timers(host), env_state(host)
 
 

@@ -107,20 +107,27 @@ def steps(j: dict) -> dict[str, dict]:
     return {s["name"]: s for s in j["steps"]}
 
 
-@pytest.fixture(scope="module")
-def rig(make_module_host):
-    """A deployed host with the dummy agent timers; returns (host, active timers before)."""
-    host = make_module_host("w1")
+def deploy_with_dummy_timers(host, stems: tuple[str, ...], timeout: float = 900):
+    """Deploy ``host`` (rebooting for the driver), then install a dummy agent job and timer per stem
+    (``agent-a`` ...) and start ``agent-a.timer`` and ``agent-b.timer`` — what a window pauses.
+    Returns ``host``."""
     env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
     proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for stem in ("agent-a", "agent-b", "agent-c"):
+    for stem in stems:
         host.write(f"/etc/systemd/system/{stem}.service",
                    f"[Unit]\nDescription=dummy agent job {stem}\n[Service]\nType=oneshot\nExecStart=/bin/true")
         host.write(f"/etc/systemd/system/{stem}.timer",
                    f"[Unit]\nDescription=dummy agent cron {stem}\n[Timer]\nOnBootSec=1h\nOnUnitActiveSec=1h")
     host.run("systemctl daemon-reload && systemctl start agent-a.timer agent-b.timer")
+    return host
+
+
+@pytest.fixture(scope="module")
+def rig(make_module_host):
+    """A deployed host with the dummy agent timers; returns (host, active timers before)."""
+    host = deploy_with_dummy_timers(make_module_host("w1"), ("agent-a", "agent-b", "agent-c"))
     before = active_timers(host)
     assert {"agent-a.timer", "agent-b.timer"} <= set(before) and "agent-c.timer" not in before
     return host, before
