@@ -89,6 +89,12 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     hs = _one_host(inventory, host)
     remote = _remote(hs)
     if diff_pair:
+        known = [g["n"] for g in _agent_json(remote, "generation", "list").get("generations", [])]
+        unknown = [n for n in diff_pair if n not in known]
+        if unknown:
+            err.print(f"[red]error:[/] --diff {diff_pair[0]} {diff_pair[1]}: {hs.name} has no generation "
+                      f"{unknown[0]} (kept: {', '.join(map(str, known)) or 'none'})", markup=True)
+            sys.exit(exitcodes.INVALID)
         a, b = (_agent_json(remote, "generation", "show", str(n), "--files") for n in diff_pair)
         token = read_hf_token()
         d = diff(a, b, lambda text: mask(text, [token] if token else []) or "")
@@ -170,8 +176,9 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
              no_smoke: bool, verbose: int) -> None:
     """Bring back generation N on a host under the host lock, then hold it there: files, units, pins
     (pacman -U from the archive), llama-swap's config (through the activation path), daemon.json's
-    keys; then the smoke, and a new generation "rollback to N". The next deploy keeps the host at it
-    until ``--release``. A rollback that fails part-way deploys the generation it started from and
+    keys, recorded as a new generation "rollback to N" with a hold; then the smoke, still under the
+    lock (a failing smoke is exit 1, the rollback itself stays done). The next deploy keeps the host
+    at it until ``--release``. A rollback that fails part-way deploys the generation it started from and
     exits 1 naming the failed step. Refused (exit 1, nothing touched) while the lock is held, or when
     generation N needs a model the host has not verified (named)."""
     from rigkit.host.lock import LEASE_ENV
@@ -240,16 +247,20 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
                           f"{'; '.join(failed_operations(back)) or 'its start'}; the host is between "
                           f"generations: run `rigkit rollback --host {hs.name} --to {start}`", markup=True)
             sys.exit(exitcodes.FAILED)
+        after = _agent_json(remote, "generation", "list")
+        err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; held: "
+                  f"the next deploy keeps this host there until `rigkit rollback --host {hs.name} --release`",
+                  markup=False)
+        # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
+        code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env)
+        if code:
+            err.print(f"[red]error:[/] {hs.name}: the rollback to generation {to} is done and recorded (generation "
+                      f"{after.get('current')}, held), but its post-deploy smoke FAILED (above); the host stays at "
+                      f"generation {after.get('current')}", markup=True)
     finally:
         lost = not hold.alive()
         hold.release()
     if lost:
         err.print(f"[yellow]warn[/]  {hs.name}: the SSH session holding the host lock ended during the rollback "
                   "(a reboot?); it was not held to the end", markup=True)
-    after = _agent_json(remote, "generation", "list")
-    err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; held: "
-              f"the next deploy keeps this host there until `rigkit rollback --host {hs.name} --release`",
-              markup=False)
-    if no_smoke:
-        sys.exit(exitcodes.OK)
-    sys.exit(smoke(hs, inv, run_env))
+    sys.exit(code)

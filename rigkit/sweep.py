@@ -153,12 +153,21 @@ def result(sweep: dict[str, Any], max_model_len: int, host: str, window_id: str 
             "frontier": {str(k): v for k, v in frontier(grid, cells).items()}, "recommendation": rec,
             "pending": len(pending(grid, cells)), "stopped": sweep.get("stopped"),
             "resumed_from": sweep.get("resumed_from"), "starts": sweep.get("starts") or {},
-            "group_data": group_data_line(grid["param"], rec["setting"]) if rec["setting"] is not None else None}
+            "group_data": group_data_line(grid["param"], rec["setting"], max_model_len)
+            if rec["setting"] is not None else None}
 
 
-def group_data_line(key: str, value: int) -> str:
+def group_data_line(key: str, value: int, max_model_len: int | None = None) -> str:
     """The group_data line that declares ``hyperqwen.<key> = value`` (deep-merged: every other
-    HyperQwen key keeps its value), e.g. ``hyperqwen = {"dflash_tokens": 7}``."""
+    HyperQwen key keeps its value), e.g. ``hyperqwen = {"dflash_tokens": 7}``. A draft length the
+    spec's guard refuses at ``max_model_len`` (:data:`rigkit.validate.SAFE_DFLASH_TOKENS` at
+    :data:`rigkit.validate.UNSAFE_SPEC_CONTEXT` or more) is declared with ``"allow_unsafe_spec": True``,
+    which the deploy then needs — and warns about: the sweep did not prove it safe at that length."""
+    from rigkit.validate import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT
+
+    if (key == "dflash_tokens" and value > SAFE_DFLASH_TOKENS and max_model_len is not None
+            and max_model_len >= UNSAFE_SPEC_CONTEXT):
+        return f'hyperqwen = {{"{key}": {value}, "allow_unsafe_spec": True}}'
     return f'hyperqwen = {{"{key}": {value}}}'
 
 

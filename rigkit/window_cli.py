@@ -321,7 +321,7 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
               "[default: chat-greedy,quoting]")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
               help="with --sweep: requests per cell (figures are their medians)")
-@click.option("--max-tokens", type=click.IntRange(min=16), default=1024, show_default=True,
+@click.option("--max-tokens", type=click.IntRange(min=16), default=256, show_default=True,
               help="with --sweep: max_tokens of each request (the prompt fills the rest of the context)")
 @click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True),
               help="with --sweep: stop cleanly between cells after this many minutes (resume with --resume)")

@@ -12,7 +12,7 @@ from pyinfra.api import deploy
 from rigkit.deploy import REASON_ENV
 from rigkit.generations import Source, manifest
 from rigkit.facts import JsonFile
-from rigkit.operations.generations import INDEX, plan_line, recorded_generation
+from rigkit.operations.generations import INDEX, RECORD_OP, plan_line, recorded_generation
 
 
 @deploy("Generation")
@@ -28,4 +28,4 @@ def generation(source: Source, hold: dict[str, Any] | None) -> None:
     wanted = manifest(source.spec, source.rendered, source.lock_text, reason, new_hold)
     # said before anything runs (and by --dry): which generation this deploy replaces
     logger.info(f"{host.print_prefix}{plan_line(host.get_fact(JsonFile, path=INDEX), wanted)[1]}")
-    recorded_generation(name="Record the generation this deploy leaves", manifest=wanted)
+    recorded_generation(name=RECORD_OP, manifest=wanted)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rigkit.drift.compare import Finding
+from rigkit.operations.generations import RECORD_OP
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -56,10 +57,20 @@ def plan_findings(host: str, plan: dict[str, Any] | None) -> list[Finding]:
     *every* run, converged or not (pyinfra evaluates the condition when it runs), and the plan does not
     say which operation they are gated on, so a row for one would point at whatever else changes
     nearby. What would trigger one is a change of its own, already a row.
+
+    The generation record (:data:`GENERATION_OP`) is not reported either: it changes rigkit's own
+    record of the host, not the rig; that the host is no longer as its current generation recorded
+    it (a wire-in since the last deploy, a changed spec) is on drift's generation line
+    (``spec_is_current``).
     """
     if plan is None:
         return []
     return [Finding(host, "plan", name, "no change", "the deploy would change this")
             for op in plan.get("plan", [])
             if host in (op.get("hosts_with_change") or [])
-            for name in [" | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")]]
+            for name in [" | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")]
+            if name != GENERATION_OP]
+
+
+#: The plan's name of the deploy's last operation (roles/generation.py).
+GENERATION_OP = f"Generation | {RECORD_OP}"

@@ -18,6 +18,8 @@ from rigkit.facts import JsonFile
 #: Where the manifest waits for ``rigkit-agent generation record`` (root 0600; removed after).
 MANIFEST_PATH = f"{paths.STATE_DIR}/generation.next.json"
 INDEX = f"{paths.GENERATIONS_DIR}/index.json"
+#: The deploy's name of the record (in roles/generation.py's ``Generation`` deploy); drift's plan skips it.
+RECORD_OP = "Record the generation this deploy leaves"
 
 
 def plan_line(index: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, str]:

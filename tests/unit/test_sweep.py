@@ -114,6 +114,10 @@ def test_the_sweep_finds_9_and_15_crashing_at_20480_and_recommends_7_with_the_ma
     assert rec["warning"] == ("the longest context survived is 20480 tokens, below hyperqwen.max_model_len 65536: "
                               "nothing was measured between them at this setting")
     assert group_data_line("dflash_tokens", rec["setting"]) == 'hyperqwen = {"dflash_tokens": 7}'
+    # a draft length the guard refuses at the spec's max_model_len is declared with the guard lifted
+    assert group_data_line("dflash_tokens", 9, 65536) == 'hyperqwen = {"dflash_tokens": 9, "allow_unsafe_spec": True}'
+    assert group_data_line("dflash_tokens", 9, 8192) == 'hyperqwen = {"dflash_tokens": 9}'
+    assert group_data_line("dflash_tokens", 7, 65536) == 'hyperqwen = {"dflash_tokens": 7}'
 
 
 def test_no_warning_when_the_longest_context_is_max_model_len_and_a_longer_draft_wins_when_it_survives():
