@@ -17,7 +17,7 @@ from typing import Any
 from pyinfra import logger
 from pyinfra.api import DeployError
 
-from rigkit.generations import Source, source_from_bundle
+from rigkit.generations import Source, lock_text, source_from_bundle
 from rigkit.inventory import data_layers
 from rigkit.spec import RigSpec, SpecError
 from rigkit.validate import spec_from_layers
@@ -52,8 +52,7 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     wanted = os.environ.get(GENERATION_ENV)
     n = int(wanted) if wanted else (int(hold["generation"]) if isinstance(hold, dict) and hold.get("generation") else None)
     if n is None:
-        lock = Path(spec.models_lock).read_text() if spec.models_lock and Path(spec.models_lock).is_file() else None
-        return Source(spec, render(spec), None, lock), hold
+        return Source(spec, render(spec), None, lock_text(spec)), hold
     bundle = host.get_fact(GenerationBundle, agent=paths.AGENT_BIN, n=n)
     if "error" in bundle:
         raise DeployError(f"{host.name}: generation {n}: {bundle['error']}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from rigkit.host import gpu, net
+from rigkit.host import gpu, net, pacman
 from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
@@ -51,15 +51,14 @@ class NvidiaSmi(FactBase):
         return gpu.parse_query("\n".join(lines), rc)
 
 
-_PACMAN_Q = re.compile(r"^(?P<name>\S+) (?P<version>\S+)$")
-_PACMAN_MISSING = re.compile(r"^error: package '(?P<name>[^']+)' was not found$")
 
 
 class PacmanVersions(FactBase):
     """Installed versions of the named packages: ``{name: "[epoch:]pkgver-pkgrel" | None}``.
 
     Command: ``pacman -Q NAME...`` (lines ``name version``; ``error: package 'x' was not found``
-    for a missing one). Unlike pyinfra's ``PacmanPackages`` it keys by the exact names asked for.
+    for a missing one), parsed by :func:`rigkit.host.pacman.parse_query` (the host side's one reader).
+    Unlike pyinfra's ``PacmanPackages`` it keys by the exact names asked for.
     """
 
     def command(self, packages: list[str]) -> str:
@@ -74,15 +73,7 @@ class PacmanVersions(FactBase):
         return {}
 
     def process(self, output: list[str]) -> dict[str, str | None]:
-        found: dict[str, str | None] = {name: None for name in getattr(self, "_asked", [])}
-        for line in output:
-            line = line.strip()
-            m = _PACMAN_Q.match(line)
-            if m and not line.startswith("error:"):
-                found[m.group("name")] = m.group("version")
-            elif (miss := _PACMAN_MISSING.match(line)) is not None:
-                found[miss.group("name")] = None
-        return found
+        return pacman.parse_query(output, getattr(self, "_asked", []))
 
 
 def parse_ignorepkg(lines: list[str]) -> list[str] | None:

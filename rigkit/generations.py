@@ -100,6 +100,13 @@ def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | 
     }
 
 
+def lock_text(spec: RigSpec) -> str | None:
+    """The model lock the deploy installs for ``spec`` (``spec.models_lock``'s text, read on the
+    control machine), None when unset or missing (the models role then refuses)."""
+    path = Path(spec.models_lock) if spec.models_lock else None
+    return path.read_text() if path and path.is_file() else None
+
+
 @dataclass
 class Source:
     """What a deploy applies: the ``spec`` and its ``rendered`` files, from the inventory

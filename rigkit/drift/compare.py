@@ -409,13 +409,10 @@ def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
     """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
     next deploy would record is its key (:func:`rigkit.generations.manifest`, the model lock read as
     :func:`rigkit.deploy.source_for` reads it) — or None when it cannot be told."""
-    from pathlib import Path
+    from rigkit.generations import lock_text, manifest
 
-    from rigkit.generations import manifest
-
-    lock = Path(decl.spec.models_lock) if decl.spec.models_lock else None
     try:
-        key = manifest(decl.spec, decl.files, lock.read_text() if lock and lock.is_file() else None)["key"]
+        key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
     except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
         return None
     return entry.get("key") == key

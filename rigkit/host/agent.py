@@ -30,9 +30,9 @@ from rigkit.host.config import load as load_config
 
 
 def lock_main(argv: list[str]) -> int:
-    """``rigkit-agent lock status`` | ``rigkit-agent lock run --what WHAT [--allow-window] -- CMD ...``."""
+    """``rigkit-agent lock status`` | ``rigkit-agent lock run --what WHAT -- CMD ...`` | ``rigkit-agent lock
+    hold --what WHAT --lease ID``."""
     from rigkit.host import lock as host_lock
-    from rigkit.host import standdown
 
     ap = argparse.ArgumentParser(prog="rigkit-agent lock", description="the host lock")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -53,11 +53,8 @@ def lock_main(argv: list[str]) -> int:
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("lock run needs a command after --")
-    try:
-        lock = standdown.lock_for_change(cfg, a.what, lambda msg: print(f"{a.what}: {msg}", file=sys.stderr),
-                                         command=" ".join(cmd))
-    except (host_lock.LockHeld, standdown.WindowOpen) as exc:
-        print(f"{a.what}: {exc}", file=sys.stderr)
+    lock = _take(cfg, a.what, " ".join(cmd))
+    if lock is None:
         return 1
     try:
         return subprocess.run(cmd).returncode
@@ -65,18 +62,26 @@ def lock_main(argv: list[str]) -> int:
         lock.release()
 
 
-def _hold(cfg, what: str, lease: str) -> int:
-    """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused."""
-    import signal
-
+def _take(cfg, what: str, command: str, lease: str | None = None):
+    """:func:`rigkit.host.standdown.lock_for_change` for ``lock run``/``lock hold``: the lock, or None
+    after saying on stderr why it was refused (the holder, or the open window)."""
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
 
     try:
-        lock = standdown.lock_for_change(cfg, what, lambda msg: print(f"{what}: {msg}", file=sys.stderr),
-                                         command=f"rigkit-agent lock hold --what {what!r}", lease=lease)
+        return standdown.lock_for_change(cfg, what, lambda msg: print(f"{what}: {msg}", file=sys.stderr),
+                                         command=command, lease=lease)
     except (host_lock.LockHeld, standdown.WindowOpen) as exc:
         print(f"{what}: {exc}", file=sys.stderr)
+        return None
+
+
+def _hold(cfg, what: str, lease: str) -> int:
+    """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused."""
+    import signal
+
+    lock = _take(cfg, what, f"rigkit-agent lock hold --what {what!r}", lease)
+    if lock is None:
         return 1
 
     def stop(_signum, _frame):

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rigkit.host import pacman
 from rigkit.host.jsonfile import read_object, write_atomic
 
 HOLD_KEY = "generation"
@@ -104,20 +105,6 @@ def _run(argv: list[str], timeout: float = 30) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout if proc.returncode == 0 else None
-
-
-def installed_versions(packages: list[str]) -> dict[str, str | None]:
-    """``{package: version or None}`` from ``pacman -Q`` (one call; a missing package is None)."""
-    out: dict[str, str | None] = {p: None for p in packages}
-    try:
-        proc = subprocess.run(["pacman", "-Q", *packages], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return out
-    for line in proc.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] in out:
-            out[parts[0]] = parts[1]
-    return out
 
 
 def unit_states(units: list[str]) -> dict[str, str]:
@@ -241,7 +228,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         **{k: v for k, v in manifest.items() if k not in ("files", "secrets", "hold")},
         "n": n, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())), "operator": operator,
         "files": files, "secrets": secrets, "warnings": warnings,
-        "installed": installed_versions(sorted(manifest.get("pins") or {})),
+        "installed": pacman.installed_versions(sorted(manifest.get("pins") or {})),
         "unit_state": unit_states(sorted(set(units.get("enabled", [])) | set(units.get("disabled", [])))),
         "llama_swap_binary": (_run([manifest["llama_swap"]["binary"], "-version"]) or "").strip() or None
         if (manifest.get("llama_swap") or {}).get("binary") else None,
