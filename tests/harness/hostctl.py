@@ -50,7 +50,7 @@ CACHE = Path(os.environ.get("RIGKIT_HARNESS_CACHE")
 # root tarball must still come from the real cache
 os.environ["RIGKIT_HARNESS_CACHE"] = str(CACHE)
 sys.path.insert(0, str(HERE))
-from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest, real_docker  # noqa: E402,F401
+from netcfg import BLOCK, FIX_ADDR, FIX_NS, FIX_URL, HOST_NS, NET, manifest  # noqa: E402,F401
 
 SSH_USER = "rig"
 MANIFEST = manifest()
@@ -170,15 +170,12 @@ def fixtures_up() -> None:
         pidf.write_text(str(p.pid))
         wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
     hub_up()
-    if real_docker():
-        registry_up()
+    registry_up()
 
 
 # where a test tells HyperQwen's stand-in engine to fail (answer500, die_after, boot_delay_s;
-# stubs/openai_stub.py): the docker stand-in's control directory, or, in the real engine's
-# container, $MODELS_DIR/.sandbox-control (bound at /app/models; images.py)
-HQ_CONTROL = ("/srv/models/hyperqwen/.sandbox-control" if real_docker()
-              else "/run/fake-docker/control/hyperqwen-single-1")
+# stubs/openai_stub.py): $MODELS_DIR/.sandbox-control, bound at /app/models in its container (images.py)
+HQ_CONTROL = "/srv/models/hyperqwen/.sandbox-control"
 REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
 
 
@@ -373,13 +370,13 @@ def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
     with timed("personalize"):
         (root / "etc/hostname").write_text(name + "\n")
         (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-        if real_docker():  # the host's resolver answers the rig's registries with the sandbox registry
-            with open(root / "etc/hosts", "a") as f:
-                f.write("".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
-            for n in REGISTRY_NAMES:
-                certs = root / "etc/docker/certs.d" / n
-                certs.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
+        # the host's resolver answers the rig's registries with the sandbox registry
+        with open(root / "etc/hosts", "a") as f:
+            f.write("".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
+        for n in REGISTRY_NAMES:
+            certs = root / "etc/docker/certs.d" / n
+            certs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
         (root / "etc/pacman.d/mirrorlist").write_text(
             "## rigkit sandbox: the fixtures namespace's mirror\nServer = " + FIX_URL + "/$repo/os/$arch\n")
         sh("cp", "-a", f"{HERE / 'overlay'}/.", str(root))
@@ -458,11 +455,10 @@ def host_net_up(n: int) -> None:
         ip("link", "set", f"{HOST_NS}{n}-f", "up", ns=FIX_NS)
         ip("link", "set", f"{HOST_NS}{n}-x", "up", ns=ns)
     ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.{n}.5", "dev", f"{HOST_NS}{n}-x", ns=ns)
-    if real_docker():
-        # nspawn mounts /proc/sys read-only, so dockerd cannot switch IP forwarding on itself (it
-        # fails: "Enabling IP forwarding failed: open /proc/sys/net/ipv4/ip_forward: read-only file
-        # system"); it only writes the file when it is not already 1, so switch it on from outside
-        sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+    # nspawn mounts /proc/sys read-only, so dockerd cannot switch IP forwarding on itself (it
+    # fails: "Enabling IP forwarding failed: open /proc/sys/net/ipv4/ip_forward: read-only file
+    # system"); it only writes the file when it is not already 1, so switch it on from outside
+    sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 
 
 def host_net_down(n: int) -> None:
@@ -475,30 +471,12 @@ def host_net_down(n: int) -> None:
         ip("link", "del", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False)
 
 
-def extra_binds() -> list[str]:
-    """Read-only binds into every nspawn host: llama.cpp's server (the xllamacpp package) when the
-    control machine has it, so a model container runs the real server (docker stand-in)."""
-    binds = []
-    try:
-        import importlib.util
-        spec = importlib.util.find_spec("xllamacpp")
-    except Exception:  # noqa: BLE001 - optional
-        spec = None
-    found = [Path(list(spec.submodule_search_locations)[0])] if spec and spec.submodule_search_locations else []
-    found += sorted(HERE.parent.parent.glob(".venv/lib/python3*/site-packages/xllamacpp"))  # the project's venv
-    if found and os.environ.get("RIGKIT_HARNESS_XLLAMACPP", "1") != "0":
-        binds.append(f"--bind-ro={found[0]}:/usr/lib/fake-docker/site/xllamacpp")
-    return binds
-
-
 def docker_args() -> list[str]:
-    """What the real Docker engine (netcfg.real_docker, tests/harness/README.md) needs of
+    """What the real Docker engine (tests/harness/README.md) needs of
     the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
     syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
     device cgroups, mount for overlay2, @privileged for the rest), and the CI machine's cgroup
     hierarchy itself (cgroupfs driver; nspawn's own cgroup view has no writable controllers)."""
-    if not real_docker():
-        return []
     return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged", "--bind=/sys/fs/cgroup"]
 
 
@@ -517,7 +495,7 @@ done
 
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
-            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *extra_binds(), *docker_args()]
+            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *docker_args()]
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)

@@ -42,16 +42,6 @@ FIX_URL = f"http://{FIX_ADDR}"
 _MANIFEST_HOST = "http://10.231.255.1"   # what mirror.json is written with
 
 
-def real_docker() -> bool:
-    """Which docker the sandbox hosts run: ``RIGKIT_HARNESS_DOCKER=real`` (the default) the real
-    engine from Debian's packages, Compose v2 and the sandbox registry; ``stub`` the old stand-in
-    (tests/harness/stubs/docker), kept only until its tests are retired."""
-    v = os.environ.get("RIGKIT_HARNESS_DOCKER", "real")
-    if v not in ("real", "stub"):
-        raise SystemExit(f"RIGKIT_HARNESS_DOCKER={v!r}: real or stub")
-    return v == "real"
-
-
 def manifest() -> dict:
     """``mirror.json`` with its URLs pointing at this session's fixtures address."""
     m = json.loads((HERE / "mirror.json").read_text())

@@ -1,5 +1,6 @@
 """The deploy, for real: `rigkit deploy -i inventory/sandbox.py` onto fresh sandbox hosts over SSH
-with sudo (pacman, systemd, docker, llama-swap and the hub are the sandbox's stand-ins).
+with sudo: the real Docker engine, Compose v2, registry and llama-swap 250; pacman's mirror, the GPU
+and the hub are the sandbox's stand-ins.
 
 One host is deployed once for the module (with a recognisable HF token and pyinfra -vv), then
 deployed again (0 changed operations), then checked with testinfra; refusals run against it
@@ -196,21 +197,27 @@ def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deplo
     assert running() == ["strata"]
 
 
-def test_units_verify_for_real_inside_the_deployed_root(deployed):
-    """With the host's root as --root, the executables the deploy installed exist: nothing is skipped."""
+def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
+    """The units the deploy installed, read back from the host's root, are byte for byte what the
+    sandbox inventory renders for this host, and `systemd-analyze verify --root` passes on them:
+    the executables they name exist there, nothing is skipped."""
     from rigkit.checks import check_units
-    from rigkit.inventory import data_layers  # noqa: F401 - the spec comes from the sandbox inventory below
-    from rigkit.render import render
-    from rigkit.spec import RigSpec
+    from rigkit.render import RenderedFile
 
     host, _, _ = deployed
-    spec = RigSpec.from_dict({"operator_units": ["inventory/units/agent-sync.service", "inventory/units/agent-sync.timer"]})
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        results = check_units(render(spec), root=str(host.root))
-    finally:
-        os.chdir(cwd)
+    out = tmp_path / "render"
+    env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
+    proc = subprocess.run([RIGKIT, "render", "-i", "inventory/sandbox.py", "--out", str(out)], cwd=PROJECT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rendered = {e["path"]: e for e in json.loads((out / "manifest.json").read_text())}
+    units = sorted(p for p in rendered if p.startswith("/etc/systemd/system/"))
+    assert {"/etc/systemd/system/llama-swap.service", "/etc/systemd/system/agent-sync.timer"} <= set(units)
+    on_host = {p: (host.root / p.lstrip("/")).read_text() for p in units}
+    assert {p: t for p, t in on_host.items() if t != (out / p.lstrip("/")).read_text()} == {}
+    files = {p: RenderedFile(t, rendered[p]["mode"], rendered[p]["owner"]) for p, t in on_host.items()}
+    results = check_units(files, root=str(host.root))
+    assert sorted(r.path for r in results) == units
     assert [(r.path, r.status, r.detail) for r in results if r.status != "pass"] == []
 
 
@@ -300,12 +307,10 @@ def test_a_needed_reboot_is_refused_under_a_declared_lock_unless_forced(make_hos
 
 
 def test_llama_swap_is_the_real_go_binary_250_from_the_pinned_tarball(deployed):
-    """make sandbox-fixtures serves the real llama-swap (tests/harness/llama_swap_release.py); where
-    it could not be built it served the stand-in and printed BLOCKED lines, and this test says so."""
+    """make sandbox-fixtures serves the real llama-swap built from upstream's source
+    (tests/harness/llama_swap_release.py), and the deploy installs exactly that tarball's binary."""
     host, first, second = deployed
     version = host.run("/usr/local/bin/llama-swap -version").stdout.strip()
-    if "rigkit-standin" in version:
-        pytest.skip(f"the llama-swap stand-in is served ({version!r}): the real one was BLOCKED at make sandbox-fixtures")
     assert version == "version: 250 (60226b63776e), built at 2026-08-14T15:45:40Z"
     assert host.run("head -c 4 /usr/local/bin/llama-swap | od -An -c").stdout.split() == ["177", "E", "L", "F"]
     api = json.loads(host.run("curl -fsS 127.0.0.1:8080/api/version").stdout)

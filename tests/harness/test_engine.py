@@ -1,7 +1,6 @@
-"""The real Docker engine on the sandbox host (``RIGKIT_HARNESS_DOCKER=real``): Debian's docker.io
+"""The real Docker engine on the sandbox host: Debian's docker.io
 20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
-sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
-Skipped under RIGKIT_HARNESS_DOCKER=stub (tests/harness/README.md)."""
+sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests."""
 from __future__ import annotations
 
 import json
@@ -13,9 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
 
-pytestmark = [pytest.mark.harness,
-              pytest.mark.skipif(not hostctl.real_docker(), reason="RIGKIT_HARNESS_DOCKER=stub: the docker stand-in runs")]
-TINY = Path("/work/shared/reference/llama/make_tiny_gguf.py")
+pytestmark = pytest.mark.harness
 
 
 def images() -> dict[str, str]:

@@ -36,7 +36,7 @@ TOKEN = hostctl.hub_token()
 PORT = 8090
 BASE_DATA = {"llama_swap": {"port": PORT}}
 AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
-HQ_CONTROL = hostctl.HQ_CONTROL  # the stand-in engine's failure knobs (docker stand-in or real engine)
+HQ_CONTROL = hostctl.HQ_CONTROL  # the stand-in engine's failure knobs
 SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed", re.M)
 FLIP = 'llama_swap={"port": %d, "members": {"hyperqwen": {"staged": false}}}' % PORT
 

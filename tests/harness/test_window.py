@@ -1,11 +1,11 @@
 """Tenant windows for real (issue 9): `rigkit window` on a deployed sandbox host (nspawn lane,
-real systemd, the transient unit, the fake docker's HyperQwen stand-in, llama-swap with Strata
+real systemd, the transient unit, the real engine running the HyperQwen stand-in image, llama-swap 250 with Strata
 served by llama.cpp's server), every way a window can go wrong, and always back to steady.
 
 One host is deployed once for the module; three dummy agent timers are declared
 (``agent-a``/``agent-b`` active, ``agent-c`` installed but inactive) and one lock file. The
 tenant is told how to misbehave through the stand-in's control files
-(``/run/fake-docker/control/hyperqwen-single-1/``: ``boot_delay_s``, ``die_after``,
+(``hostctl.HQ_CONTROL``, bound into its container: ``boot_delay_s``, ``die_after``,
 ``answer500``; tests/harness/stubs/openai_stub.py). After every case: Strata answers a real
 completion through :8080, exactly the same timers are active as before, hyperqwen.service is
 inactive and the journal says restored (or closed, for a refusal).

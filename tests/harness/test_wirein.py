@@ -1,11 +1,11 @@
 """The wire-in, the watchdog and the keeper on a deployed sandbox host (nspawn lane, real SSH + sudo,
-llama-swap's stand-in, the fake docker's HyperQwen and llama.cpp's server for Strata).
+llama-swap 250, the real engine running the HyperQwen stand-in image and llama.cpp's server for Strata).
 
 One host is deployed for the module (through the activation path: a first activation), then the tests
 run in file order on it: show, activate, the keeper after a swap's ttl, rollback + hold + release, a
 broken member rolled back by itself, the watchdog (unload, answer again, back off, idle in a window),
 a failed first activation, and the deploy's smoke (passing, then failing on a FAIL verdict).
-The stub switches are tests/harness/README.md's (``/run/fake-docker/control/<container>/answer500``).
+HyperQwen's stand-in engine is told to fail through ``hostctl.HQ_CONTROL`` (``answer500``; tests/harness/stubs/openai_stub.py).
 """
 
 from __future__ import annotations

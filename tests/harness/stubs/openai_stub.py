@@ -1,9 +1,10 @@
-"""A model server for the docker stand-in: llama.cpp's real server (xllamacpp) when the host has it,
-else a small stdlib OpenAI-compatible server. Fails like llama-server when the model file is missing.
+"""HyperQwen's vLLM engine stand-in (a stdlib OpenAI-compatible server), run by the sandbox's
+HyperQwen image (tests/harness/images.py) and by the fast tier's sweep tests as a local process.
+Strata and the GGUF baseline run llama.cpp's real server instead (the llama.cpp image).
 
-usage: openai_stub.py --kind llama|vllm --model PATH --host H --port P --alias NAME [--api-key K]
-Control (tests; the stdlib server only, i.e. every HyperQwen container), files in CONTROL_DIR
-(docker's /run/fake-docker/control/<container name>/, kept across restarts of the container):
+usage: openai_stub.py [--kind vllm] --model PATH --host H --port P --alias NAME [--api-key K]
+Control (tests), files in CONTROL_DIR (``$MODELS_DIR/.sandbox-control`` in the container,
+hostctl.HQ_CONTROL; kept across restarts of the container):
 - ``answer500``: completions answer 500 (EngineDeadError); if the file holds an integer N, the
   first N completions of this server process succeed and every later one answers 500.
 - ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
@@ -31,7 +32,7 @@ import argparse, json, os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--kind", default="llama")
+ap.add_argument("--kind", choices=["vllm"], default="vllm")  # the one engine it stands in for
 ap.add_argument("--model", default="")
 ap.add_argument("--host", default="127.0.0.1")
 ap.add_argument("--port", type=int, default=8080)
@@ -40,40 +41,6 @@ ap.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY", ""))
 ap.add_argument("--control-dir", default="")
 ap.add_argument("--model-shown", default="", help="the model path as the container sees it (for messages)")
 a, _ = ap.parse_known_args()
-
-if a.kind == "llama":
-    if not a.model or not os.path.isfile(a.model):
-        a.model = a.model_shown or a.model
-        print(f"gguf_init_from_file: failed to open GGUF file '{a.model}'", file=sys.stderr)
-        print(f"llama_model_load: error loading model: llama_model_loader: failed to load model from {a.model}", file=sys.stderr)
-        print("common_init_from_params: failed to load model '%s'" % a.model, file=sys.stderr)
-        print("srv    load_model: failed to load model, '%s'" % a.model, file=sys.stderr)
-        print("main: exiting due to model loading error", file=sys.stderr)
-        sys.exit(1)
-    site = "/usr/lib/fake-docker/site"
-    if os.path.isdir(os.path.join(site, "xllamacpp")) and not os.environ.get("FAKE_DOCKER_NO_XLLAMACPP"):
-        sys.path.insert(0, site)
-        try:
-            import xllamacpp as xlc
-        except Exception as e:  # noqa: BLE001 - fall back to the stdlib server
-            print(f"(sandbox) xllamacpp unusable here ({e}); serving with the stdlib stand-in", file=sys.stderr)
-        else:
-            p = xlc.CommonParams()
-            p.model.path = a.model
-            p.n_ctx = 4096
-            p.cpuparams.n_threads = 1
-            p.cpuparams_batch.n_threads = 1
-            p.hostnames = [a.host] if isinstance(p.hostnames, list) else a.host
-            p.port = a.port
-            alias = a.alias or os.path.basename(a.model)
-            p.model_alias = [alias] if isinstance(p.model_alias, (list, set)) else alias
-            srv = xlc.Server(p)
-            print(f"main: server is listening on http://{a.host}:{a.port} (llama.cpp via xllamacpp)", flush=True)
-            ev = threading.Event()
-            signal.signal(signal.SIGTERM, lambda *_: ev.set())
-            signal.signal(signal.SIGINT, lambda *_: ev.set())
-            ev.wait()
-            os._exit(0)
 
 NAME = a.alias or os.path.basename(a.model) or "model"
 T0 = int(time.time())
