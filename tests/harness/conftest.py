@@ -21,9 +21,16 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import golden  # noqa: E402
 import hostctl  # noqa: E402
 
-PREFIX = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-")  # parallel sessions use their own
+# Parallel sessions use their own prefix; each lane (a pytest-xdist worker, `make test`) adds its
+# own to it, and the modules read it back from the environment (their host names, e.g. "<prefix>w1").
+BASE_PREFIX = os.environ.get("RIGKIT_HARNESS_BASE_PREFIX") or os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-")
+os.environ["RIGKIT_HARNESS_BASE_PREFIX"] = BASE_PREFIX
+_LANE = os.environ.get("PYTEST_XDIST_WORKER", "")
+PREFIX = f"{BASE_PREFIX}{_LANE}-" if _LANE else BASE_PREFIX
+os.environ["RIGKIT_HARNESS_PREFIX"] = PREFIX
 _TIMINGS: list[tuple[str, float]] = []
 
 
@@ -41,6 +48,7 @@ class HarnessHost:
     lane: str
     root: Path
     data: dict = field(repr=False)
+    golden: "golden.Golden | None" = field(default=None, repr=False)
 
     @property
     def ssh_hostname(self) -> str | None:
@@ -160,13 +168,20 @@ def _missing_prereqs() -> str | None:
     return None
 
 
-def _up(name: str, lane: str) -> HarnessHost:
+def _up(name: str, lane: str, converged: bool = False) -> HarnessHost:
+    """Bring up host ``name``: fresh, or (``converged``) a copy of the run's golden converged host
+    (golden.py), with ``golden`` set to it (its two deploys' outputs) on the returned host."""
+    gold = None
+    if converged:
+        t0 = time.monotonic()
+        gold = golden.ensure(BASE_PREFIX)
+        _TIMINGS.append(("golden converged host (built or found)", time.monotonic() - t0))
     hostctl.TIMINGS.clear()
     t0 = time.monotonic()
-    data = hostctl.host_up(name, lane)
-    _TIMINGS.append((f"{name} up ({lane})", time.monotonic() - t0))
+    data = hostctl.host_up(name, lane, copy_of=gold.root if gold else None)
+    _TIMINGS.append((f"{name} up ({lane}{', converged copy' if gold else ''})", time.monotonic() - t0))
     _TIMINGS.extend((f"  {name}: {k}", v) for k, v in hostctl.TIMINGS.items() if k != "host up total")
-    return HarnessHost(name=name, lane=lane, root=Path(data["root"]), data=data)
+    return HarnessHost(name=name, lane=lane, root=Path(data["root"]), data=data, golden=gold)
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +191,7 @@ def harness():
     if why:
         pytest.skip(why)
     t0 = time.monotonic()
-    hostctl.clean(prefix=PREFIX)
+    hostctl.clean(prefix=PREFIX, fixtures=not _LANE)
     _TIMINGS.append(("clean leftovers", time.monotonic() - t0))
     hosts: list[HarnessHost] = []
     yield hosts
@@ -184,7 +199,7 @@ def harness():
         h.close()
     t0 = time.monotonic()
     hostctl.TIMINGS.clear()
-    hostctl.clean(prefix=PREFIX)
+    hostctl.clean(prefix=PREFIX, fixtures=not _LANE)
     _TIMINGS.append(("teardown", time.monotonic() - t0))
     _TIMINGS.extend((f"  {k}", v) for k, v in hostctl.TIMINGS.items())
 
@@ -204,12 +219,13 @@ def chroot_host(harness) -> HarnessHost:
 
 
 def _host_factory():
-    """``(make, made)``: ``make(suffix, lane="nspawn")`` brings up ``<prefix><suffix>``; ``made``
-    lists them for the teardown (:func:`_remove_hosts`)."""
+    """``(make, made)``: ``make(suffix, lane="nspawn", converged=False)`` brings up ``<prefix><suffix>``
+    (with ``converged``, a copy of the run's converged host); ``made`` lists them for the teardown
+    (:func:`_remove_hosts`)."""
     made: list[HarnessHost] = []
 
-    def make(suffix: str, lane: str = "nspawn") -> HarnessHost:
-        h = _up(PREFIX + suffix, lane)
+    def make(suffix: str, lane: str = "nspawn", converged: bool = False) -> HarnessHost:
+        h = _up(PREFIX + suffix, lane, converged)
         made.append(h)
         return h
 
@@ -225,7 +241,8 @@ def _remove_hosts(made: list[HarnessHost]) -> None:
 
 @pytest.fixture
 def make_host(harness):
-    """Factory: make_host(suffix, lane="nspawn") -> a fresh HarnessHost, removed after the test."""
+    """Factory: make_host(suffix, lane="nspawn", converged=False) -> a fresh HarnessHost (or a
+    converged copy), removed after the test."""
     make, made = _host_factory()
     yield make
     _remove_hosts(made)

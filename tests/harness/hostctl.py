@@ -179,6 +179,12 @@ HQ_CONTROL = "/srv/models/hyperqwen/.sandbox-control"
 REGISTRY_NAMES = ("ghcr.io",)  # the registries the rig pulls from, answered by the sandbox registry
 
 
+def fixtures_up_locked() -> None:
+    """:func:`fixtures_up` under the harness lock (what ``host_up`` does before a host)."""
+    with lock():
+        fixtures_up()
+
+
 def registry_tls() -> Path:
     """A test CA and the registry's certificate for REGISTRY_NAMES and FIX_ADDR (openssl; made once
     per state directory, kept in $STATE/registry/tls)."""
@@ -365,18 +371,50 @@ def unpack(root: Path) -> None:
         sh("bash", "-c", f"zstd -dc '{tarball}' | tar -C '{root}' --numeric-owner -xf -")
 
 
+def copy_root(src: Path, root: Path) -> None:
+    """Copy a powered-off host's root (the converged golden copy, :mod:`golden`) to ``root``:
+    ``cp -a --reflink=auto`` keeps ownership, modes, xattrs, hard links and nanosecond mtimes
+    (the model records compare ``mtime_ns``, host/fetch.py; GNU tar's default would round them),
+    and dockerd's overlay2 store is a plain directory tree again (it cannot run on an overlayfs
+    upper dir, so an overlay mount is no substitute)."""
+    with timed("copy converged root"):
+        root.parent.mkdir(parents=True, exist_ok=True)
+        sh("cp", "-a", "--reflink=auto", str(src), str(root))
+
+
+def repersonalize(root: Path, name: str, sshd_addr: str) -> None:
+    """What is per host in a copied root: hostname and /etc/hosts, the address sshd listens on,
+    fresh SSH host keys and a fresh machine-id (the journal and D-Bus key on it)."""
+    with timed("re-personalize"):
+        _identity(root, name)
+        (root / "etc/ssh/sshd_config.d/rigkit-sandbox.conf").write_text(_sshd_conf(sshd_addr))
+        for k in (root / "etc/ssh").glob("ssh_host_*"):
+            k.unlink()
+        sh("chroot", str(root), "ssh-keygen", "-A", quiet=True)
+        (root / "etc/machine-id").write_text(os.urandom(16).hex() + "\n")
+
+
+def _identity(root: Path, name: str) -> None:
+    """Hostname, /etc/hosts (the rig's registries answered by the sandbox registry) and its CA."""
+    (root / "etc/hostname").write_text(name + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                                    + "".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
+    for n in REGISTRY_NAMES:
+        certs = root / "etc/docker/certs.d" / n
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
+
+
+def _sshd_conf(sshd_addr: str | None) -> str:
+    conf = ["Port 22", "PermitRootLogin prohibit-password", "PasswordAuthentication no", "UseDNS no"]
+    conf.append(f"ListenAddress {sshd_addr}" if sshd_addr else "ListenAddress 127.0.0.1")
+    return "\n".join(conf) + "\n"
+
+
 def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
     mirror = mirror_dir()
     with timed("personalize"):
-        (root / "etc/hostname").write_text(name + "\n")
-        (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
-        # the host's resolver answers the rig's registries with the sandbox registry
-        with open(root / "etc/hosts", "a") as f:
-            f.write("".join(f"{FIX_ADDR}\t{n}\n" for n in REGISTRY_NAMES))
-        for n in REGISTRY_NAMES:
-            certs = root / "etc/docker/certs.d" / n
-            certs.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(registry_tls() / "ca.crt", certs / "ca.crt")
+        _identity(root, name)
         (root / "etc/pacman.d/mirrorlist").write_text(
             "## rigkit sandbox: the fixtures namespace's mirror\nServer = " + FIX_URL + "/$repo/os/$arch\n")
         sh("cp", "-a", f"{HERE / 'overlay'}/.", str(root))
@@ -394,9 +432,7 @@ def personalize(root: Path, name: str, sshd_addr: str | None) -> None:
             (d / "authorized_keys").write_text(pub)
             (d / "authorized_keys").chmod(0o600)
             sh("chroot", str(root), "chown", "-R", f"{user}:", f"{home}/.ssh")
-        conf = ["Port 22", "PermitRootLogin prohibit-password", "PasswordAuthentication no", "UseDNS no"]
-        conf.append(f"ListenAddress {sshd_addr}" if sshd_addr else "ListenAddress 127.0.0.1")
-        (root / "etc/ssh/sshd_config.d/rigkit-sandbox.conf").write_text("\n".join(conf) + "\n")
+        (root / "etc/ssh/sshd_config.d/rigkit-sandbox.conf").write_text(_sshd_conf(sshd_addr))
         sh("chroot", str(root), "ssh-keygen", "-A", quiet=True)
     with timed("base packages"):
         # a real Arch install is never empty: install the placeholder base set from the mirror, from outside
@@ -531,7 +567,12 @@ def inventory_data(meta: dict) -> dict:
     return d
 
 
-def host_up(name: str, lane: str = "nspawn") -> dict:
+def host_up(name: str, lane: str = "nspawn", copy_of: Path | None = None) -> dict:
+    """Bring host ``name`` up (idempotent) and return its inventory data. A new host is unpacked
+    from the root tarball and personalized, or, with ``copy_of`` (a powered-off host's root; nspawn
+    lane only), a copy of that root re-personalized (:func:`copy_root`, :func:`repersonalize`)."""
+    if copy_of is not None and lane != "nspawn":
+        raise SystemExit("a copied root boots in the nspawn lane only")
     if lane not in ("nspawn", "chroot"):
         raise SystemExit(f"--lane must be nspawn or chroot, not {lane!r}")
     if not name.replace("-", "").isalnum() or len(name) > 40:
@@ -552,9 +593,15 @@ def host_up(name: str, lane: str = "nspawn") -> dict:
             meta = {"name": name, "lane": lane, "index": n, "root": str(root), "ssh_user": SSH_USER,
                     "ssh_key": str(ssh_key()), "ssh_port": 22,
                     "ssh_hostname": f"{BLOCK}.{n}.2" if lane == "nspawn" else None}
+            if copy_of is not None:
+                meta["copy_of"] = str(copy_of)
             (d / "meta.json").write_text(json.dumps(meta, indent=1))
-            unpack(root)
-            personalize(root, name, meta["ssh_hostname"])
+            if copy_of is not None:
+                copy_root(copy_of, root)
+                repersonalize(root, name, meta["ssh_hostname"])
+            else:
+                unpack(root)
+                personalize(root, name, meta["ssh_hostname"])
             if lane == "nspawn":  # pin the host's own key: addresses are reused by later hosts
                 keys = [(root / f"etc/ssh/ssh_host_{t}_key.pub").read_text().split()[:2] for t in ("ed25519", "ecdsa", "rsa")]
                 (d / "known_hosts").write_text("".join(f"{meta['ssh_hostname']} {k} {v}\n" for k, v in keys))
@@ -574,6 +621,25 @@ def host_up(name: str, lane: str = "nspawn") -> dict:
                     wait_ssh(meta)
     TIMINGS["host up total"] = round(time.monotonic() - t0, 2)
     return inventory_data(meta)
+
+
+def power_off(name: str, timeout: float = 90) -> None:
+    """``systemctl poweroff`` inside nspawn host ``name`` and wait for its supervisor to exit (its
+    root is then consistent on disk: docker, the journal and every unit stopped cleanly)."""
+    meta = read_meta(name)
+    if not meta or meta["lane"] != "nspawn":
+        raise SystemExit(f"power_off: no nspawn host {name!r}")
+    with timed("power off"):
+        sh(*ssh_base(meta), "sudo -n systemctl poweroff", check=False, quiet=True)
+        end = time.monotonic() + timeout
+        while pid_alive(meta.get("supervisor_pid")) and time.monotonic() < end:
+            try:  # reap it if it is our child
+                os.waitpid(meta["supervisor_pid"], os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        if pid_alive(meta.get("supervisor_pid")):
+            raise RuntimeError(f"{name} did not power off within {timeout:.0f} s")
 
 
 def host_down(name: str) -> None:
@@ -617,7 +683,10 @@ def all_hosts() -> list[str]:
     return sorted(p.name for p in (STATE / "hosts").glob("*") if p.is_dir())
 
 
-def clean(prefix: str = "") -> None:
+def clean(prefix: str = "", fixtures: bool = True) -> None:
+    """Remove every host whose name starts with ``prefix`` and the leftovers of failed runs; with
+    ``fixtures``, also the fixtures namespace once no host is left (a lane of a parallel run passes
+    False: another lane may be between two hosts)."""
     with lock():
         for name in all_hosts():
             if name.startswith(prefix):
@@ -628,7 +697,7 @@ def clean(prefix: str = "") -> None:
             n = ns.name[len(HOST_NS):]
             if n.isdigit() and int(n) not in live:
                 host_net_down(int(n))
-        if not all_hosts():
+        if fixtures and not all_hosts():
             fixtures_down()
 
 

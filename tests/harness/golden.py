@@ -1,0 +1,152 @@
+"""One converged sandbox host per test run, copied for every module that needs a converged host.
+
+A first deploy onto a fresh host takes 60-75 s on 2 cores; before this, ten modules each paid it
+to reach the same state. :func:`ensure` builds that state once: a fresh nspawn host
+(``<prefix>golden``), ``rigkit deploy -i inventory/sandbox.py --reboot --no-smoke``, the same deploy
+again (0 changed, or the build fails), then ``systemctl poweroff`` and its root moved to
+``$STATE/golden/<key>/root``. Both deploys' outputs are kept beside it (``deploys.json``) for the
+tests that assert on a first deploy. Each module then gets a copy (``hostctl.host_up(...,
+copy_of=root)``: ``cp -a``, keeping nanosecond mtimes, xattrs and ownership; re-personalized:
+hostname, sshd's address, SSH host keys and known_hosts, machine-id), its images already in the
+engine and its models already verified, booted like a machine that was switched off.
+
+The key is a sha256 over what the converged state depends on: the control side and the host
+side (``rigkit/``, ``roles/``, ``templates/``, ``deploy.py``, ``inventory/``, ``pyproject.toml``),
+the tests' declared data, the harness' host builder, stubs and overlay, and the fixtures it
+deploys (the mirror, the images' digests, the llama-swap tarball). A run whose key has a golden
+copy reuses it; any other builds it (once: lanes wait on ``$STATE/golden.lock``) and removes the
+older ones. A test run on a fresh machine therefore builds it exactly once.
+
+usage: python tests/harness/golden.py [--rebuild]   (root; prints the root and the build's timings)
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import hostctl  # noqa: E402
+import sandbox_project  # noqa: E402
+
+GOLDEN = hostctl.STATE / "golden"
+INPUTS = ("rigkit", "roles", "templates", "deploy.py", "inventory", "pyproject.toml",
+          "tests/harness/declared", "tests/harness/stubs", "tests/harness/overlay", "tests/harness/files",
+          "tests/harness/hostctl.py", "tests/harness/netcfg.py", "tests/harness/images.py",
+          "tests/harness/build_mirror.py", "tests/harness/debs.py", "tests/harness/rootfs.sh",
+          "tests/harness/mirror.json", "tests/harness/golden.py", "tests/harness/sandbox_project.py")
+SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "
+                     r"(?P<failed>\d+) failed$", re.M)
+
+
+@dataclass
+class Golden:
+    """The converged copy: ``root`` (a powered-off host's root, never booted itself again),
+    ``first``/``second`` (``{"returncode", "stdout", "stderr", "seconds"}`` of the two deploys that
+    made it), ``name`` (the host name it was deployed as), ``key``."""
+
+    root: Path
+    first: dict
+    second: dict
+    name: str
+    key: str
+
+
+def key() -> str:
+    """sha256 (16 hex digits) of the golden copy's inputs (module docstring)."""
+    h = hashlib.sha256()
+    for rel in INPUTS:
+        p = ROOT / rel
+        files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if "__pycache__" in f.parts or f.suffix == ".pyc":
+                continue
+            h.update(f.relative_to(ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    www = hostctl.fixtures_www()
+    for fixture in ("images.json", "releases/llama-swap_250_linux_amd64.tar.gz"):
+        f = www / fixture
+        h.update(fixture.encode() + b"\0" + (hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"-"))
+    h.update(hostctl.mirror_dir().name.encode() + hostctl.rootfs_tarball().name.encode())
+    return h.hexdigest()[:16]
+
+
+def _deploy(name: str, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=name, HF_TOKEN=hostctl.hub_token())
+    schema = Path(os.environ.get("RIGKIT_SHARED", ROOT.parent / "shared")) / "data/llama-swap/config-schema.json"
+    if not env.get("RIGKIT_LLAMA_SWAP_SCHEMA_URL") and schema.is_file():  # as tests/conftest.py does
+        env["RIGKIT_LLAMA_SWAP_SCHEMA_URL"] = schema.as_uri()
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    t0 = time.monotonic()
+    proc = subprocess.run([rigkit, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args],
+                          cwd=sandbox_project.cwd(), env=env, capture_output=True, text=True, timeout=900)
+    return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
+            "seconds": round(time.monotonic() - t0, 1)}
+
+
+def _load(d: Path) -> Golden:
+    rec = json.loads((d / "deploys.json").read_text())
+    return Golden(root=d / "root", first=rec["first"], second=rec["second"], name=rec["name"], key=d.name)
+
+
+def build(k: str, prefix: str) -> Golden:
+    """Deploy a fresh host twice, power it off and keep its root under ``$STATE/golden/<k>/``.
+    Raises RuntimeError (with the deploy's output tail) when either deploy fails or the second
+    one changes anything."""
+    name = prefix + "golden"
+    with hostctl.lock():
+        hostctl.host_down(name)
+    hostctl.host_up(name)
+    try:
+        first = _deploy(name, "--reboot")
+        if first["returncode"] != 0:
+            raise RuntimeError(f"golden host: the first deploy exited {first['returncode']}:\n{first['stderr'][-4000:]}")
+        second = _deploy(name)
+        m = SUMMARY.search(second["stderr"])
+        if second["returncode"] != 0 or not m or m["changed"] != "0":
+            raise RuntimeError(f"golden host: the second deploy is not converged:\n{second['stderr'][-4000:]}")
+        hostctl.power_off(name)
+        d = GOLDEN / k
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        (hostctl.host_dir(name) / "root").rename(d / "root")
+        (d / "deploys.json").write_text(json.dumps({"name": name, "first": first, "second": second}, indent=1))
+    finally:
+        with hostctl.lock():
+            hostctl.host_down(name)
+    for old in GOLDEN.iterdir():
+        if old.is_dir() and old.name != k:
+            shutil.rmtree(old, ignore_errors=True)
+    return _load(GOLDEN / k)
+
+
+def ensure(prefix: str | None = None, rebuild: bool = False) -> Golden:
+    """The golden copy for the current :func:`key`, built if missing (or ``rebuild``). Safe to call
+    from several processes at once: one builds, the others wait for it."""
+    prefix = prefix if prefix is not None else os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-")
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    with open(hostctl.STATE / "golden.lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        hostctl.fixtures_up_locked()
+        k = key()
+        d = GOLDEN / k
+        if not rebuild and (d / "deploys.json").is_file() and (d / "root").is_dir():
+            return _load(d)
+        return build(k, prefix)
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    g = ensure(rebuild="--rebuild" in sys.argv[1:])
+    print(f"golden {g.key}: {g.root} (first deploy {g.first['seconds']} s, second {g.second['seconds']} s; "
+          f"{time.monotonic() - t0:.1f} s here)")
