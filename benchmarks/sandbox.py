@@ -8,7 +8,7 @@ of each test tier (`make test-fast`'s selection, the slow tier, the harness tier
 With --deploy, also the first deploy onto a fresh nspawn host (`rigkit deploy -i inventory/sandbox.py
 --reboot --no-smoke`, wall seconds, median of N) and the converged second one. Which docker the hosts
 run is the harness' choice (RIGKIT_HARNESS_DOCKER=real: the real engine and registry; else the
-stand-in); the llama-swap deployed is whatever `make sandbox-fixtures` served.
+stand-in); the llama-swap deployed is the real v250 `make sandbox-fixtures` built.
 
 usage: python benchmarks/sandbox.py [--runs 3] [--cold] [--tiers] [--deploy]   (root; `make sandbox-fixtures` first)
 """

@@ -300,12 +300,10 @@ def test_a_needed_reboot_is_refused_under_a_declared_lock_unless_forced(make_hos
 
 
 def test_llama_swap_is_the_real_go_binary_250_from_the_pinned_tarball(deployed):
-    """make sandbox-fixtures serves the real llama-swap (tests/harness/llama_swap_release.py); where
-    it could not be built it served the stand-in and printed BLOCKED lines, and this test says so."""
+    """make sandbox-fixtures serves the real llama-swap (tests/harness/llama_swap_release.py; there is
+    no stand-in any more)."""
     host, first, second = deployed
     version = host.run("/usr/local/bin/llama-swap -version").stdout.strip()
-    if "rigkit-standin" in version:
-        pytest.skip(f"the llama-swap stand-in is served ({version!r}): the real one was BLOCKED at make sandbox-fixtures")
     assert version == "version: 250 (60226b63776e), built at 2026-08-14T15:45:40Z"
     assert host.run("head -c 4 /usr/local/bin/llama-swap | od -An -c").stdout.split() == ["177", "E", "L", "F"]
     api = json.loads(host.run("curl -fsS 127.0.0.1:8080/api/version").stdout)
