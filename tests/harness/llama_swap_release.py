@@ -14,7 +14,13 @@ Sources, in order (the first that works; each failure is printed with its exact 
 1. the Go module proxy: ``go install github.com/mostlygeek/llama-swap@v0.0.0-20260814154540-60226b63776e``
    (tag ``v250`` is commit ``60226b63776e``; upstream's tags are not semver, so the pseudo-version
    is asked for exactly). The module's LICENSE.md and README.md come from ``go mod download``.
-2. ``$RIGKIT_LLAMA_SWAP_GIT``: a git directory of upstream (mostlygeek/llama-swap); the pinned
+2. the vendored tree, ``$RIGKIT_LLAMA_SWAP_SRC`` (default
+   ``../shared/vendor/llama-swap/llama-swap-60226b63776e.tar.gz`` beside the checkout; CI has a copy
+   of shared/ there): upstream's tree at tag v250 as ``git archive`` exports it. Its sha256 is
+   checked first (``f8f508fc…``, the vendored README) and a mismatch is an error, never a reason to
+   try something else; then ``go build`` of that tree. Its dependencies come from the Go module
+   proxy, which serves every one of them (it refuses only llama-swap's own module version).
+3. ``$RIGKIT_LLAMA_SWAP_GIT``: a git directory of upstream (mostlygeek/llama-swap); the pinned
    commit is exported with ``git archive 60226b63776e`` (so the tree is that commit by its object
    id) and built with ``go build``; its dependencies still come from the Go module proxy.
 
@@ -29,7 +35,8 @@ under ``llama-swap-<key>/`` (key: pseudo-version, ldflags, ``go version``): a co
 reproducible (fixed mtimes = the commit's date, owners, order), so a cached binary gives the
 same sha256 every time.
 
-Exit status: 0 written; 1 when no source could build it (``BLOCKED:`` lines name each error).
+Exit status: 0 written; 1 when no source could build it, or when the vendored tarball's sha256 is
+not the pinned one (``BLOCKED:`` lines name each error).
 """
 from __future__ import annotations
 
@@ -54,6 +61,20 @@ DATE = "2026-08-14T15:45:40Z"         # the commit's committer date, UTC
 MTIME = 1786722340                    # DATE as a Unix time: the archive's mtimes
 LDFLAGS = f"-s -w -X main.version={VERSION} -X main.commit={COMMIT} -X main.date={DATE}"
 ASSET = f"llama-swap_{VERSION}_linux_amd64.tar.gz"
+SRC_NAME = f"llama-swap-{COMMIT}"     # the vendored archive's prefix and file stem
+SRC_SHA256 = "f8f508fc835df760f8f3721b8526a25f91ba9306adb90af1c437c57ab06be5d1"  # shared/vendor/llama-swap/README.md
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Tampered(RuntimeError):
+    """A source whose checksum is not the pinned one: an error that stops the build, never a
+    reason to try the next source."""
+
+
+def vendored_source() -> Path:
+    """The vendored v250 source tarball: ``$RIGKIT_LLAMA_SWAP_SRC`` or ``../shared/vendor/llama-swap/``."""
+    env = os.environ.get("RIGKIT_LLAMA_SWAP_SRC")
+    return Path(env) if env else ROOT.parent / "shared" / "vendor" / "llama-swap" / f"{SRC_NAME}.tar.gz"
 
 
 def cache_dir() -> Path:
@@ -122,6 +143,25 @@ def build_from_git(go: str, git_dir: str, out: Path) -> None:
             shutil.copyfile(src / doc, out / doc)
 
 
+def build_from_vendored(go: str, tarball: Path, out: Path) -> None:
+    """``go build`` of the vendored tree after checking the tarball's sha256 (a mismatch raises)."""
+    if not tarball.is_file():
+        raise RuntimeError(f"{tarball}: no such file (set $RIGKIT_LLAMA_SWAP_SRC to the vendored tarball)")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if digest != SRC_SHA256:
+        raise Tampered(f"{tarball}: sha256 {digest}, expected {SRC_SHA256}: refusing to build it")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(tarball) as tf:
+            tf.extractall(tmp, filter="data")
+        src = Path(tmp) / SRC_NAME
+        mod = (src / "go.mod").read_text().splitlines()[0].strip()
+        if mod != f"module {MODULE}":
+            raise RuntimeError(f"{tarball}: not {MODULE} (go.mod says {mod!r})")
+        _run([go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out / "llama-swap"), "."], cwd=src)
+        for doc in ("LICENSE.md", "README.md"):
+            shutil.copyfile(src / doc, out / doc)
+
+
 def binary_dir() -> Path:
     """The cached build (``llama-swap``, ``LICENSE.md``, ``README.md``), building it when missing."""
     go = go_binary()
@@ -129,7 +169,8 @@ def binary_dir() -> Path:
     if (d / "llama-swap").is_file():
         return d
     errors = []
-    sources = [("the Go module proxy", lambda o: build_from_proxy(go, o))]
+    sources = [("the Go module proxy", lambda o: build_from_proxy(go, o)),
+               (f"the vendored source {vendored_source()}", lambda o: build_from_vendored(go, vendored_source(), o))]
     if os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
         sources.append((f"$RIGKIT_LLAMA_SWAP_GIT={os.environ['RIGKIT_LLAMA_SWAP_GIT']}",
                         lambda o: build_from_git(go, os.environ["RIGKIT_LLAMA_SWAP_GIT"], o)))
@@ -146,6 +187,10 @@ def binary_dir() -> Path:
                 shutil.rmtree(d)
             tmp.rename(d)
             return d
+        except Tampered as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            errors.append(f"{what}: {e}")
+            break
         except Exception as e:  # noqa: BLE001 - every source's error is reported
             errors.append(f"{what}: {e}")
             shutil.rmtree(tmp, ignore_errors=True)
