@@ -1,5 +1,6 @@
 """Every rendered llama-swap config loads in the real llama-swap v250 (built from its Go module by
-tests/harness/llama_swap_release.py, cached; `make test` builds it before the suite) and lists every
+tests/harness/llama_swap_release.py, cached; `make test` builds it before the suite; when it cannot be
+built every test here fails with the BLOCKED text, there is no fallback) and lists every
 declared member by its name in ``/v1/models`` — including specs whose values need quoting (a unicode
 description outside the BMP, a member command with quotes). llama-swap itself ignores unknown keys,
 so the schema check and the strict model stay; this proves the files parse the way llama-swap reads
@@ -10,20 +11,15 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
-import hostctl  # noqa: E402,F401  (fixes RIGKIT_HARNESS_CACHE to the real cache before the suite moves RIGKIT_CACHE)
-
 from rigkit.render import render_llama_swap
 from rigkit.validate import spec_from_layers
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 
 SPECS = {
     "defaults": {},
@@ -36,17 +32,9 @@ SPECS = {
 
 
 @pytest.fixture(scope="module")
-def llama_swap() -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "tests/harness/llama_swap_release.py"), "--print-binary"],
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        import os
-
-        blocked = "the real llama-swap could not be built:\n" + proc.stderr[-2000:]
-        if os.environ.get("RIGKIT_LLAMA_SWAP") == "real":
-            pytest.fail(blocked)
-        pytest.skip("BLOCKED — " + blocked)
-    return proc.stdout.strip().splitlines()[-1]
+def llama_swap(llama_swap_bin) -> str:
+    """The real binary (conftest.py): a build failure fails every test here with the BLOCKED text."""
+    return llama_swap_bin
 
 
 def _free_port() -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A tiny OpenAI-compatible member server for llama-swap stand-in tests (stdlib only).
+"""A tiny OpenAI-compatible model server, the members of the real llama-swap's tests (stdlib only).
 
 Endpoints: ``GET /health`` (503 ``Loading model`` like llama.cpp's server until
 ``--health-delay`` s have passed, then 200 ``{"status":"ok"}``), ``GET /`` (200),
@@ -10,7 +10,10 @@ request's ``model`` so tests can see ``useModelName`` rewrites.
 
 Failure modes: ``--never-healthy``, ``--exit-at-start CODE`` (exits before listening),
 ``--die-after S`` (``os._exit(3)`` S seconds after start), ``--ignore-sigterm``
-(only SIGKILL stops it), ``--token-delay S`` (slow streams). Observability for tests: ``--vram-seen-file F``
+(only SIGKILL stops it), ``--token-delay S`` (slow streams), ``--drop-reused`` (a request that
+is not the first on its keep-alive connection is read and the connection closed without an
+answer: a server closing an idle connection as the proxy reuses it; each drop is appended to
+``--drop-log F``). Observability for tests: ``--vram-seen-file F``
 writes the MiB held by other live processes when this one starts (proves a swap freed
 VRAM first); ``--signal-log F`` appends the name of each stop signal received.
 
@@ -84,7 +87,21 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b)
 
+    def _dropped(self) -> bool:
+        self._served = getattr(self, "_served", 0) + 1
+        if not ARGS.drop_reused or self._served == 1:
+            return False
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        if ARGS.drop_log:
+            with open(ARGS.drop_log, "a") as f:
+                f.write("%s %s\n" % (self.command, self.path))
+        self.close_connection = True
+        return True
+
     def do_GET(self):
+        if self._dropped():
+            return
         p = self.path.split("?")[0]
         if p == "/health":
             ready = not ARGS.never_healthy and time.monotonic() - START >= ARGS.health_delay
@@ -98,6 +115,8 @@ class H(BaseHTTPRequestHandler):
         return self._json(404, {"error": "not found"})
 
     def do_POST(self):
+        if self._dropped():
+            return
         n = int(self.headers.get("Content-Length") or 0)
         req = json.loads(self.rfile.read(n) or b"{}")
         p = self.path.split("?")[0]
@@ -156,6 +175,8 @@ def main(argv=None):
     ap.add_argument("--token-delay", type=float, default=0.0)
     ap.add_argument("--vram-seen-file", default=None)
     ap.add_argument("--signal-log", default=None)
+    ap.add_argument("--drop-reused", action="store_true")
+    ap.add_argument("--drop-log", default=None)
     ARGS = ap.parse_args(argv)
     if ARGS.exit_at_start is not None:
         sys.stderr.write("fake-member: exiting at start with code %d\n" % ARGS.exit_at_start)

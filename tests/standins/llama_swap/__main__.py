@@ -1,5 +1,0 @@
-import sys
-
-from llama_swap.cli import main
-
-sys.exit(main())
