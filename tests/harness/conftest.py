@@ -181,7 +181,12 @@ def _up(name: str, lane: str, converged: bool = False) -> HarnessHost:
     data = hostctl.host_up(name, lane, copy_of=gold.root if gold else None)
     _TIMINGS.append((f"{name} up ({lane}{', converged copy' if gold else ''})", time.monotonic() - t0))
     _TIMINGS.extend((f"  {name}: {k}", v) for k, v in hostctl.TIMINGS.items() if k != "host up total")
-    return HarnessHost(name=name, lane=lane, root=Path(data["root"]), data=data, golden=gold)
+    h = HarnessHost(name=name, lane=lane, root=Path(data["root"]), data=data, golden=gold)
+    if gold:
+        t0 = time.monotonic()
+        golden.wait_serving(h.run)
+        _TIMINGS.append((f"  {name}: serving again", time.monotonic() - t0))
+    return h
 
 
 @pytest.fixture(scope="session")

@@ -61,6 +61,32 @@ class Golden:
     name: str
     key: str
 
+    def deploys(self) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+        """The first and second deploy as ``CompletedProcess`` (returncode, stdout, stderr), for the
+        tests that assert on what a first deploy and its converged re-run printed."""
+        return tuple(subprocess.CompletedProcess(["rigkit", "deploy"], d["returncode"], d["stdout"], d["stderr"])
+                     for d in (self.first, self.second))
+
+
+def wait_serving(run, timeout: float = 180) -> None:
+    """Wait until a booted copy is back where its deploy left it: systemd finished starting, and
+    llama-swap (the sandbox's declared :8080) has its resident, Strata, ready — as after the deploy.
+    ``run(cmd, check=False)`` runs a shell command as root on the host. Raises AssertionError, with
+    what was last seen, after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    run("systemctl is-system-running --wait", check=False, timeout=timeout)
+    seen = ""
+    while time.monotonic() < end:
+        r = run("curl -fsS -m 5 127.0.0.1:8080/running", check=False, timeout=30)
+        seen = r.stdout.strip() or r.stderr.strip()
+        try:
+            if [(m["model"], m["state"]) for m in json.loads(r.stdout)["running"]] == [("strata", "ready")]:
+                return
+        except (ValueError, KeyError, TypeError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"the converged copy did not serve Strata again within {timeout:.0f} s: {seen[-500:]}")
+
 
 def key() -> str:
     """sha256 (16 hex digits) of the golden copy's inputs (module docstring)."""

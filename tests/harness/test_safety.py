@@ -92,12 +92,7 @@ def strata_answers(host) -> None:
 
 @pytest.fixture(scope="module")
 def host(make_module_host):
-    h = make_module_host("sf")
-    first = deploy(h, "--reboot")
-    assert first.returncode == 0, first.stderr[-4000:]
-    second = deploy(h)
-    assert second.returncode == 0 and changed(second) == 0, second.stderr[-4000:]
-    return h
+    return make_module_host("sf", converged=True)
 
 
 def test_a_token_change_never_puts_the_token_in_a_file_another_user_can_read(host):

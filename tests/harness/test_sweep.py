@@ -68,7 +68,7 @@ def env_state(host) -> str:
 @pytest.fixture(scope="module")
 def rig(make_module_host):
     """A deployed host with two active dummy agent timers; returns (host, timers, .env state)."""
-    host = deploy_with_dummy_timers(make_module_host("s1"), ("agent-a", "agent-b"))
+    host = deploy_with_dummy_timers(make_module_host("s1", converged=True), ("agent-a", "agent-b"))
     return host, active_timers(host), env_state(host)
 
 

@@ -108,13 +108,14 @@ def steps(j: dict) -> dict[str, dict]:
 
 
 def deploy_with_dummy_timers(host, stems: tuple[str, ...], timeout: float = 900):
-    """Deploy ``host`` (rebooting for the driver), then install a dummy agent job and timer per stem
-    (``agent-a`` ...) and start ``agent-a.timer`` and ``agent-b.timer`` — what a window pauses.
-    Returns ``host``."""
-    env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
-    proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    """Deploy ``host`` (rebooting for the driver; nothing to do on a converged copy), then install a
+    dummy agent job and timer per stem (``agent-a`` ...) and start ``agent-a.timer`` and
+    ``agent-b.timer`` — what a window pauses. Returns ``host``."""
+    if host.golden is None:
+        env = {**_env(host), "HF_TOKEN": hostctl.hub_token()}
+        proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--reboot", "--no-smoke"], cwd=PROJECT,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, proc.stderr[-4000:]
     for stem in stems:
         host.write(f"/etc/systemd/system/{stem}.service",
                    f"[Unit]\nDescription=dummy agent job {stem}\n[Service]\nType=oneshot\nExecStart=/bin/true")
@@ -127,7 +128,7 @@ def deploy_with_dummy_timers(host, stems: tuple[str, ...], timeout: float = 900)
 @pytest.fixture(scope="module")
 def rig(make_module_host):
     """A deployed host with the dummy agent timers; returns (host, active timers before)."""
-    host = deploy_with_dummy_timers(make_module_host("w1"), ("agent-a", "agent-b", "agent-c"))
+    host = deploy_with_dummy_timers(make_module_host("w1", converged=True), ("agent-a", "agent-b", "agent-c"))
     before = active_timers(host)
     assert {"agent-a.timer", "agent-b.timer"} <= set(before) and "agent-c.timer" not in before
     return host, before

@@ -90,14 +90,10 @@ def agent(host, *args, check: bool = False) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def host(make_module_host):
-    """A fresh host deployed twice (the first activation, then nothing to do); its agent timers stopped
-    so the tests drive the keeper and the watchdog themselves."""
-    h = make_module_host("w1")
-    t0 = time.monotonic()
-    first = deploy(h, "--reboot")
-    second = deploy(h)
-    h.timings = {"deploy x2": time.monotonic() - t0}
-    h.first, h.second = first, second
+    """A copy of the run's converged host: its two deploys (the first activation, then nothing to do)
+    are the golden host's, and so is its activation log."""
+    h = make_module_host("w1", converged=True)
+    h.first, h.second = h.golden.deploys()
     h.key = h.run("sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env").stdout.strip()
     return h
 
