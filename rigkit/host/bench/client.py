@@ -499,11 +499,15 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
         return fail(kind, f"server sent an error in the stream: {msg[:300]}")
 
     def handle(payload, t: float) -> RequestResult | None:
-        if payload[:1] != "{" and payload.strip() == "[DONE]":
-            nonlocal n_event
-            n_event += 1
-            r.done = True
-            return None
+        if payload[:1] != "{":
+            stripped = payload.strip()
+            if stripped == "[DONE]":
+                nonlocal n_event
+                n_event += 1
+                r.done = True
+                return None
+            if not stripped:  # an empty data: line dispatches "" (WHATWG): it carries nothing
+                return None
         try:
             obj = loads(payload)
         except ValueError:

@@ -82,7 +82,7 @@ def send_patiently(send: Callable[[], RequestResult], *, health_budget_s: float,
     while True:
         r = send()
         if r.ok or r.error_kind not in WAIT_KINDS:
-            if waited and first:
+            if first:
                 r.warnings.append(f"waited {waited:.0f} s before this request was served: the "
                                   f"server was {first}")
             return r
