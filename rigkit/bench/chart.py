@@ -10,6 +10,14 @@ request's value as a point over it (the spread, not only a whisker), the baselin
 beside it when the baseline has that workload; a chunk-count estimate hatched and labelled
 ``estimate``; a failed workload marked ``FAILED`` with its error kind at its label, a workload
 not run marked ``not run``; a warm-up that failed or did not run gets its own column, marked.
+
+Two rules keep a picture from saying what was not measured (issue 27): a failed workload is a
+shaded column with its label placed in axes coordinates — no mark sits at 0 (or at any other
+value) on the value axis; and a decode bar counted one way is never drawn beside a baseline
+counted the other way (a chunk-count estimate against usage, or the reverse): the baseline
+bar is left out and the panel says ``baseline counted, not comparable``. In a member's
+history the line joins only counted points (estimates stay hollow, unjoined) and a failed run
+is a red vertical rule at its time, not a point at a value.
 """
 
 from __future__ import annotations
@@ -107,6 +115,14 @@ def draw_run(fig: Figure, summary: dict[str, Any], baseline: dict[str, Any] | No
         for x, (name, w) in enumerate(cols):
             base = _median(bw.get(name), metric)
             cur = _median(w, metric)
+            base_counts = (bw.get(name) or {}).get("counts")
+            if (metric == "decode_tps" and base is not None and cur is not None
+                    and w.get("counts") and base_counts and w.get("counts") != base_counts):
+                # an estimate beside a count would read as a speed-up or a slowdown
+                ax.annotate(f"baseline {base_counts}, not comparable", (x, 0.97),
+                            xycoords=ax.get_xaxis_transform(), ha="center", va="top",
+                            fontsize=7, color=MUTED, fontstyle="italic")
+                base = None
             xc = x - width / 2 if base is not None else x  # centred on the label when alone
             if cur is not None:
                 estimate = w.get("counts") == "estimate" and metric == "decode_tps"
@@ -124,13 +140,15 @@ def draw_run(fig: Figure, summary: dict[str, Any], baseline: dict[str, Any] | No
                             (xc, max([cur, *pts])), ha="center", va="bottom", fontsize=8,
                             xytext=(0, 3), textcoords="offset points")
             elif w.get("status") == "failed":
-                ax.plot([x], [0], marker="X", color=FAIL_COLOUR, markersize=12, zorder=3)
-                ax.annotate(f"FAILED\n{w.get('error_kind') or ''}", (x, top * 0.08),
-                            ha="center", va="bottom", color=FAIL_COLOUR, fontsize=8,
-                            fontweight="bold")
+                # no value was measured: shade the column, place the words in axes coordinates
+                ax.axvspan(x - 0.4, x + 0.4, color=FAIL_COLOUR, alpha=0.08, linewidth=0)
+                ax.annotate(f"FAILED\n{w.get('error_kind') or ''}\nno value measured",
+                            (x, 0.5), xycoords=ax.get_xaxis_transform(), ha="center",
+                            va="center", color=FAIL_COLOUR, fontsize=8, fontweight="bold")
             elif w.get("status") == "not-run":
-                ax.annotate("not run", (x, top * 0.08), ha="center", va="bottom",
-                            color=MUTED, fontsize=8, fontstyle="italic")
+                ax.annotate("not run", (x, 0.5), xycoords=ax.get_xaxis_transform(),
+                            ha="center", va="center", color=MUTED, fontsize=8,
+                            fontstyle="italic")
             if base is not None:
                 ax.bar(x + width / 2, base, width, color=BASE_COLOUR, hatch="//",
                        label=base_label if base_label not in seen else None)
@@ -216,22 +234,32 @@ def write_history_svg(path: str, title: str, runs: list[dict[str, Any]],
         ax = fig.add_subplot(len(panels), 1, i + 1)
         for k, name in enumerate(names):
             colour = palette[k % len(palette)]
-            xs = [r["time"] for r in runs if _median(r["workloads"].get(name), metric) is not None]
-            ys = [_median(r["workloads"][name], metric) for r in runs
-                  if _median(r["workloads"].get(name), metric) is not None]
-            if xs:
-                ax.plot(xs, ys, color=colour, linewidth=1, alpha=0.7, label=name)
+            def counted(w: dict[str, Any] | None) -> bool:
+                return not (w.get("counts") == "estimate" and metric == "decode_tps")
+
+            joined = [(r["time"], _median(r["workloads"][name], metric)) for r in runs
+                      if _median(r["workloads"].get(name), metric) is not None
+                      and counted(r["workloads"][name])]
+            if joined:
+                ax.plot([p[0] for p in joined], [p[1] for p in joined], color=colour,
+                        linewidth=1, alpha=0.7, label=name)
             for r in runs:
                 w = r["workloads"].get(name)
                 v = _median(w, metric)
                 if v is not None:
-                    est = w.get("counts") == "estimate" and metric == "decode_tps"
+                    est = not counted(w)
                     (pt,) = ax.plot([r["time"]], [v], marker="o", linestyle="none", markersize=6,
-                                    color=colour, markerfacecolor="white" if est else colour)
+                                    color=colour, markerfacecolor="white" if est else colour,
+                                    label=f"{name} (estimate)" if est and not joined else None)
                     pt.set_url(r["href"])
-                elif w and w.get("status") == "failed" and xs:
-                    (pt,) = ax.plot([r["time"]], [min(ys)], marker="X", linestyle="none",
-                                    color=FAIL_COLOUR, markersize=8)
+                elif w and w.get("status") == "failed":
+                    # no value: a rule at the run's time, the cross at the top of the panel
+                    rule = ax.axvline(r["time"], color=FAIL_COLOUR, linestyle="--",
+                                      linewidth=0.8, alpha=0.7)
+                    rule.set_url(r["href"])
+                    (pt,) = ax.plot([r["time"]], [0.95], marker="X", linestyle="none",
+                                    color=FAIL_COLOUR, markersize=8,
+                                    transform=ax.get_xaxis_transform())
                     pt.set_url(r["href"])
             for wl, value in ((baseline or {}).get(metric) or {}).items():
                 if wl == name:

@@ -229,8 +229,13 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
 @click.option("--stall-timeout", type=click.FloatRange(min=0.05),
               help="Seconds without data before a stream counts as stalled [default: the "
                    "host's bench.stall_timeout_s, else 120].")
+@click.option("--health-budget", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
+                   "model) or asks to retry later (429/503 Retry-After) before the workload "
+                   "fails as loading/rate-limited (never as a dead engine).")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
-          context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout):
+          context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout,
+          health_budget):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
 
     Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
@@ -248,7 +253,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
     try:
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
-                    quoting_tokens, max_tokens, stall_timeout)
+                    quoting_tokens, max_tokens, stall_timeout, health_budget)
     except BenchAbort as exc:
         click.echo(f"rigkit bench: {exc}", err=True)
         sys.exit(exc.code)
@@ -285,7 +290,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
 
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
-         stall_timeout) -> int:
+         stall_timeout, health_budget=120.0) -> int:
     import requests
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
@@ -402,6 +407,7 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
 
             summaries, warnings = run_workloads(target, wls, run_id=run_id, out_dir=out_dir,
                                                 stall_timeout_s=stall_timeout,
+                                                health_budget_s=health_budget,
                                                 progress=progress, warn=warn)
         summary = build_summary(run_id, target, context, summaries, baselines, warnings,
                                 preset_name)

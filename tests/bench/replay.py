@@ -8,6 +8,14 @@ one). A script is a list of steps: ``("event", obj)`` sends ``data: <json>\\n\\n
 ``Script(die=True)`` answers this request with vLLM's 500 after engine death and stays dead. Each write is
 one HTTP/1.1 chunk so the client sees it as soon as it is sent.
 
+Other shapes a real server or proxy sends: ``("error_line", obj)`` writes llama.cpp's
+``error: <json>\n\n``; ``("reset",)`` resets the connection (RST, SO_LINGER 0);
+``Script(pieces=N)`` writes every step in N HTTP chunks (cut at :func:`cut_points`: inside
+``data:``, inside a multi-byte character, between CR and LF), ``piece_gap_s`` apart, with
+TCP_NODELAY; ``Script(status=200, body=obj)`` answers one ``application/json`` body;
+``Script(headers={...})`` adds response headers (``Retry-After``). ``loading_for = N`` makes
+the next N chat requests, and ``/health`` meanwhile, answer llama.cpp's 503 ``Loading model``.
+
 Side endpoints: ``/health`` (200, or 503 once dead), ``/version`` (``{"version": ...}``, as
 vLLM), ``/v1/models`` (with ``max_model_len``), ``/metrics`` (vLLM's spec-decode counters,
 advancing per request), ``/tokenize`` (4 characters per token), ``/running`` (llama-swap's,
@@ -24,6 +32,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+LOADING_BODY = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
 ENGINE_DEAD_BODY = {"error": {"message": "EngineCore encountered an issue. See stack trace "
                               "(above) for the root cause.", "type": "InternalServerError",
@@ -80,6 +90,30 @@ class Script:
     quote: bool = False
     quote_diff_at: int | None = None
     die: bool = False
+    pieces: int = 1
+    piece_gap_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def cut_points(data: bytes, n: int) -> list[bytes]:
+    """``data`` in ``n`` pieces, cut where a parser is most easily fooled: inside ``data:``,
+    inside a multi-byte UTF-8 character, between a CR and its LF; else evenly."""
+    if n <= 1 or len(data) < n:
+        return [data]
+    cuts: list[int] = []
+    for cand in (data.find(b"ata:") + 2 if b"ata:" in data else -1,
+                 next((i + 1 for i, b in enumerate(data) if b >= 0xC0), -1),
+                 data.find(b"\r\n") + 1 if b"\r\n" in data else -1):
+        if 0 < cand < len(data) and cand not in cuts:
+            cuts.append(cand)
+    k = 1
+    while len(cuts) < n - 1:
+        cand = k * len(data) // n
+        if 0 < cand < len(data) and cand not in cuts:
+            cuts.append(cand)
+        k += 1
+    cuts = sorted(cuts[: n - 1])
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
 
 
 def quote_steps(prompt: str, diff_at: int | None) -> list[tuple]:
@@ -110,6 +144,7 @@ class ReplayServer:
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
         self.metrics_enabled = True
         self.running: list[dict] = []
+        self.loading_for = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -118,11 +153,13 @@ class ReplayServer:
             def log_message(self, *a):  # quiet
                 pass
 
-            def _json(self, status: int, obj: Any) -> None:
+            def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(obj).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -137,7 +174,9 @@ class ReplayServer:
                 if self.path == "/running":
                     self._json(200, {"running": server.running})
                 elif self.path == "/health":
-                    if server.dead:
+                    if server.loading_for > 0:
+                        self._json(503, LOADING_BODY)
+                    elif server.dead:
                         self._json(503, {"error": "EngineDeadError"})
                     else:
                         self.send_response(200)
@@ -179,6 +218,10 @@ class ReplayServer:
                     self._json(404, {"detail": "Not Found"})
                     return
                 server.requests_seen.append(body)
+                if server.loading_for > 0:
+                    server.loading_for -= 1
+                    self._json(503, LOADING_BODY)
+                    return
                 if server.dead:
                     self._json(500, ENGINE_DEAD_BODY)
                     return
@@ -191,7 +234,11 @@ class ReplayServer:
                     script = Script(quote_steps(body["messages"][-1]["content"],
                                                 script.quote_diff_at))
                 if script.status != 200:
-                    self._json(script.status, script.body or {"error": {"message": "boom"}})
+                    self._json(script.status, script.body or {"error": {"message": "boom"}},
+                               script.headers)
+                    return
+                if script.body is not None:  # one JSON body where a stream was asked for
+                    self._json(200, script.body, script.headers)
                     return
                 # 10 drafts of 7 tokens, 2 accepted each → acceptance length 1 + 20/10 = 3.0
                 server.spec_counters["drafts"] += 10
@@ -200,7 +247,12 @@ class ReplayServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
+                for k, v in script.headers.items():
+                    self.send_header(k, v)
                 self.end_headers()
+                if script.pieces > 1:
+                    import socket
+                    self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 for step in script.steps:
                     kind = step[0]
                     if kind == "sleep":
@@ -215,17 +267,31 @@ class ReplayServer:
                         except OSError:
                             pass
                         return
+                    if kind == "reset":
+                        import socket
+                        import struct
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                   struct.pack("ii", 1, 0))
+                        self.connection.close()
+                        return
                     if kind == "kill":
                         server.dead = True
                         continue
                     if kind == "event":
                         data = b"data: " + json.dumps(step[1]).encode() + b"\n\n"
+                    elif kind == "error_line":
+                        data = b"error: " + json.dumps(step[1]).encode() + b"\n\n"
                     elif kind == "done":
                         data = b"data: [DONE]\n\n"
                     else:
                         data = step[1]
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                    self.wfile.flush()
+                    for i, piece in enumerate(cut_points(data, script.pieces)):
+                        if i and script.piece_gap_s:
+                            time.sleep(script.piece_gap_s)
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
 

@@ -49,7 +49,28 @@ def test_failed_and_not_run_workloads_are_marked_at_their_labels():
     fig, _ = draw(s)
     ax = fig.axes[0]
     marks = {t.get_text(): round(t.xy[0]) for t in ax.texts}
-    assert marks["FAILED\nstalled"] == 1 and marks["not run"] == 2
+    assert marks["FAILED\nstalled\nno value measured"] == 1 and marks["not run"] == 2
+
+
+def test_a_failed_workload_puts_no_mark_on_the_value_axis():
+    s = summary(**{"chat-greedy": ok([100]),
+                   "chat-sampled": {"status": "failed", "error_kind": "cut", "metrics": {}}})
+    fig, _ = draw(s)
+    ax = fig.axes[0]
+    assert list(ax.lines) == []  # no marker plotted at a value (the old X sat at 0 tok/s)
+    (mark,) = [t for t in ax.texts if t.get_text().startswith("FAILED")]
+    assert mark.xycoords == ax.get_xaxis_transform() and mark.xy == (1, 0.5)
+    assert [round(p.get_height()) for p in ax.patches if p.get_height() > 0][:1] == [100]
+
+
+def test_an_estimate_is_not_drawn_beside_a_counted_baseline():
+    s = summary(**{"chat-greedy": ok([40], counts="estimate"), "quoting": ok([200])})
+    base = {"workloads": {"chat-greedy": ok([100]), "quoting": ok([190])}}
+    fig, _ = draw(s, base)
+    ax = fig.axes[0]
+    heights = sorted(round(p.get_height()) for p in ax.patches)
+    assert heights == [40, 190, 200]  # the counted 100 is not beside the estimated 40
+    assert "baseline counted, not comparable" in texts(ax)
 
 
 def test_panels_without_any_value_are_not_drawn():
@@ -63,7 +84,7 @@ def test_a_failed_warm_up_gets_its_own_marked_column():
     fig, _ = draw(s)
     ax = fig.axes[0]
     assert [t.get_text().split("\n")[0] for t in ax.get_xticklabels()] == ["warmup", "chat-greedy"]
-    assert "FAILED\nhttp-4xx" in texts(ax)
+    assert "FAILED\nhttp-4xx\nno value measured" in texts(ax)
 
 
 def test_each_request_is_a_point_over_the_median_bar():
@@ -106,3 +127,4 @@ def test_history_svg_links_every_point_to_its_run(tmp_path):
     svg = out.read_text()
     assert svg.count('xlink:href="runs/r1/summary.json"') == 1
     assert 'xlink:href="runs/r2/summary.json"' in svg
+

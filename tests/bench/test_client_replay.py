@@ -2,7 +2,7 @@
 
 import pytest
 
-from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
+from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, NO_DONE_WARNING, stream_chat
 from .replay import Script, chunk, usage_chunk, vllm_stream
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
@@ -106,9 +106,23 @@ def test_stream_cut_before_done_is_a_failure(replay):
     assert r.error.startswith("stream cut before [DONE] after 2 token chunks")
 
 
-def test_stream_that_ends_cleanly_without_done_is_cut(replay):
+def test_stream_that_ends_cleanly_after_finish_and_usage_without_done_is_counted_with_a_warning(replay):
     r = chat(replay, Script(vllm_stream(answer=["a"], done=False)))
-    assert r.error == "stream cut before [DONE] after 1 token chunks"
+    assert (r.ok, r.done, r.completion_tokens, r.tokens_source) == (True, False, 3, "usage")
+    assert NO_DONE_WARNING in r.warnings
+
+
+def test_stream_that_ends_cleanly_before_its_finish_reason_is_cut(replay):
+    steps = vllm_stream(answer=["a"], done=False)
+    r = chat(replay, Script(steps[:2]))
+    assert r.error == ("stream cut before [DONE] after 1 token chunks (the body ended cleanly "
+                       "with no finish_reason)")
+
+
+def test_stream_that_ends_after_finish_without_usage_or_done_is_cut(replay):
+    r = chat(replay, Script(vllm_stream(answer=["a"], usage=False, done=False)))
+    assert r.error == ("stream cut before [DONE] after 1 token chunks (the body ended cleanly "
+                       "with a finish_reason but no usage count)")
 
 
 def test_error_event_inside_the_stream_stops_the_request(replay):

@@ -56,6 +56,16 @@ CHUNK_ESTIMATE_WARNING = (
     "--enable-force-include-usage."
 )
 
+NO_DONE_WARNING = (
+    "WARNING: the stream ended without data: [DONE] after its finish_reason and the server's "
+    "token count; counted as complete (a proxy that drops [DONE] may drop more: check it)"
+)
+
+USAGE_WITHOUT_COUNT_WARNING = (
+    "WARNING: the server's usage has no completion_tokens; completion tokens are a chunk-count "
+    "estimate, not counted from usage (under speculative decoding it undercounts)"
+)
+
 #: Share of the request's ``max_tokens`` that thinking must have used for an answer cut by
 #: ``finish_reason: "length"`` to be reported as cut by thinking.
 THINKING_MOST = 0.5
@@ -72,8 +82,11 @@ class RequestResult:
 
     Times in seconds from the send, rates in tok/s, counts in tokens. ``ok`` False means the
     request failed: ``error_kind`` is one of ``connection``, ``http-4xx``, ``http-5xx``,
-    ``engine-dead``, ``stream-error``, ``stalled``, ``cut``, ``bad-data``,
-    ``thinking-ate-budget``, ``empty-answer``; ``error`` is the message shown to the operator.
+    ``engine-dead``, ``loading`` (llama.cpp's 503 ``Loading model``), ``rate-limited`` (429),
+    ``unavailable`` (503 with ``Retry-After``), ``stream-error``, ``stalled``, ``cut``,
+    ``not-streamed`` (one ``application/json`` body where a stream was asked for),
+    ``bad-data``, ``thinking-ate-budget``, ``empty-answer``; ``error`` is the message shown
+    to the operator; ``retry_after_s`` the seconds a ``Retry-After`` header asked for.
     ``tokens_source`` is ``usage``, ``timings`` (llama.cpp's ``predicted_n``) or
     ``chunk-estimate``; ``reasoning_tokens`` comes from ``usage.completion_tokens_details``
     (``reasoning_tokens_source="usage"``) or, for a cut answer, is split from the completion
@@ -114,6 +127,7 @@ class RequestResult:
     server_timings: dict[str, Any] | None = None
     server_metrics: dict[str, Any] | None = None
     cut_note: str | None = None
+    retry_after_s: float | None = None
     warnings: list[str] = field(default_factory=list)
     answer: str = ""
 
@@ -335,18 +349,48 @@ def _request(sess, scheme, host, port, url, path, data, headers, r, clock, conne
             raw = b""
         sess.drop(scheme, host, port)
         msg = _error_message(raw)
+        r.retry_after_s = retry_after_seconds(resp.getheader("Retry-After"))
         kind = "http-5xx" if resp.status >= 500 else "http-4xx"
-        if resp.status >= 500 and _looks_engine_dead(msg):
+        if resp.status == 503 and "loading" in msg.lower():
+            kind = "loading"  # llama.cpp's 503 {"error": {"message": "Loading model"}}
+        elif resp.status == 429:
+            kind = "rate-limited"
+        elif resp.status == 503 and r.retry_after_s is not None:
+            kind = "unavailable"
+        elif resp.status >= 500 and _looks_engine_dead(msg):
             kind = "engine-dead"
-        return fail(kind, f"HTTP {resp.status} from POST {path}: {msg}")
+        after = (f" (Retry-After {r.retry_after_s:g} s)" if r.retry_after_s is not None else "")
+        return fail(kind, f"HTTP {resp.status} from POST {path}: {msg}{after}")
+    ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
     try:
-        out = _read_stream(resp, r, t0, clock, stall_timeout_s, fail, on_chunk)
+        if ctype == "application/json":
+            out = _not_streamed(resp, r, t0, clock)
+        else:
+            out = _read_stream(resp, r, t0, clock, stall_timeout_s, on_chunk)
     except BaseException:
         sess.drop(scheme, host, port)
         raise
     if not r.ok or resp.will_close or not _drained(resp):
         sess.drop(scheme, host, port)
     return out
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (RFC 9110 §10.2.3: delay-seconds or an
+    HTTP-date), at least 0; None when absent or unreadable. ``now``: epoch seconds for a date
+    (default the current time)."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.isdigit():
+        return float(v)
+    try:
+        from email.utils import parsedate_to_datetime
+
+        when = parsedate_to_datetime(v).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))
 
 
 def _drained(resp: http.client.HTTPResponse, timeout_s: float = 2.0) -> bool:
@@ -372,8 +416,65 @@ def _kind(v: Any) -> str:
             int: "a number", float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: float, fail, on_chunk):
-    parser = SSEParser()
+def _error_object_message(obj: dict[str, Any]) -> str | None:
+    """The message of an error object inside a stream, or None when ``obj`` is no error:
+    ``{"error": {...}}`` (OpenAI, vLLM's ``create_streaming_error_response``, llama.cpp) or a
+    bare ``{"object": "error", "message": ...}`` (vLLM's older ``ErrorResponse``)."""
+    err = obj.get("error")
+    if err:
+        msg = err.get("message", json.dumps(err)) if isinstance(err, dict) else err
+        return str(msg)
+    if obj.get("object") == "error":
+        return str(obj.get("message") or json.dumps(obj))
+    return None
+
+
+def _has_count(usage: dict[str, Any] | None, timings: dict[str, Any] | None) -> bool:
+    """Whether the server sent a count of completion tokens (an integer
+    ``usage.completion_tokens`` or llama.cpp's ``timings.predicted_n``)."""
+    return (type((usage or {}).get("completion_tokens")) is int
+            or type((timings or {}).get("predicted_n")) is int)
+
+
+class StreamConsumer:
+    """Turns the bytes of one streamed chat completion into a :class:`RequestResult`, however
+    they were split into reads: the bench client's core, apart from the network.
+
+    + ``feed(data, t)``: one read's bytes (``bytes``) and the clock when the read returned
+      (seconds, same clock as ``t0``); returns True when the stream is over (``[DONE]``, or
+      a failure: read no more).
+    + ``end(t, exc=None)``: the stream ended at ``t`` — cleanly (``exc`` None: the body ended)
+      or with the exception the read raised (``TimeoutError``: stalled; other ``OSError`` or
+      :class:`http.client.HTTPException`: cut). Returns the finished result.
+
+    Verdicts at the end (README "What the bench does with each stream" names the sources): ``[DONE]`` → counted and
+    checked; a clean end without ``[DONE]`` after a ``finish_reason`` and the server's count
+    → counted, with :data:`NO_DONE_WARNING`; any other end before ``[DONE]`` → ``cut``; an
+    error event or error object → ``stream-error`` (``engine-dead`` when it says so), quoting
+    the server's message.
+    """
+
+    def __init__(self, result: RequestResult, t0: float, stall_timeout_s: float = 120.0,
+                 on_chunk: Callable[[RequestResult], None] | None = None) -> None:
+        self.result = result
+        self.parser = SSEParser()
+        self.feed, self.end = _consumer(result, self.parser, t0, stall_timeout_s, on_chunk)
+
+
+def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0) -> RequestResult:
+    """The :class:`RequestResult` of a stream given as ``reads``: an iterable of
+    ``(bytes, t)`` pairs (``t`` in seconds, the clock when each read returned), ending cleanly
+    after the last. For tests and replays; :func:`stream_chat` feeds the same consumer from
+    the network."""
+    c = StreamConsumer(RequestResult(status=200), t0, stall_timeout_s)
+    t = t0
+    for data, t in reads:
+        if c.feed(data, t):
+            break
+    return c.end(t)
+
+
+def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: float, on_chunk):
     splitter = _ThinkSplitter()
     answer_parts: list[str] = []
     append_answer = answer_parts.append
@@ -385,16 +486,28 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
     rfields = REASONING_FIELDS
     n_event = 0
 
+    def fail(kind: str, message: str) -> RequestResult:
+        r.ok, r.error_kind, r.error = False, kind, message
+        return r
+
     def bad(field_name: str, value: Any, expected: str) -> _BadData:
         return _BadData(f"bad data in stream event {n_event}: {field_name} is {_kind(value)}, "
                         f"expected {expected}")
 
+    def stream_error(msg: str) -> RequestResult:
+        kind = "engine-dead" if _looks_engine_dead(msg) else "stream-error"
+        return fail(kind, f"server sent an error in the stream: {msg[:300]}")
+
     def handle(payload, t: float) -> RequestResult | None:
-        if payload[:1] != "{" and payload.strip() == "[DONE]":
-            nonlocal n_event
-            n_event += 1
-            r.done = True
-            return None
+        if payload[:1] != "{":
+            stripped = payload.strip()
+            if stripped == "[DONE]":
+                nonlocal n_event
+                n_event += 1
+                r.done = True
+                return None
+            if not stripped:  # an empty data: line dispatches "" (WHATWG): it carries nothing
+                return None
         try:
             obj = loads(payload)
         except ValueError:
@@ -407,11 +520,10 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
         if type(obj) is not dict:
             return fail("bad-data", f"unexpected SSE data (event {n_event}): {_kind(obj)}, "
                                     f"expected an object")
-        if "error" in obj and obj["error"]:
-            err = obj["error"]
-            msg = err.get("message", json.dumps(err)) if isinstance(err, dict) else str(err)
-            kind = "engine-dead" if _looks_engine_dead(str(msg)) else "stream-error"
-            return fail(kind, f"server sent an error in the stream: {str(msg)[:300]}")
+        if "error" in obj or "object" in obj and obj["object"] == "error":
+            msg = _error_object_message(obj)
+            if msg is not None:
+                return stream_error(msg)
         u = obj.get("usage")
         if u is not None:
             if type(u) is not dict:
@@ -498,20 +610,23 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
                 t_last_token = t
         return None
 
-    read1 = resp.read1
-    try:
-        while True:
-            data = read1(65536)
-            t = clock()
-            if not data:
-                break
-            comments_before = parser.comments
+    def feed(data: bytes, t: float) -> bool:
+        nonlocal t_last_data
+        if not r.ok or r.done:
+            return True
+        comments_before = parser.comments
+        try:
             payloads = parser.feed_data(data)
+            error_text = None
+            if parser.errors:  # an error line or event: act on it where it stands in the stream
+                n_before, error_text = parser.errors[0]
+                payloads = payloads[:max(n_before - (parser.dispatched - len(payloads)), 0)]
             if payloads:
                 t_last_data = t
             elif parser.comments > comments_before and t - t_last_data > stall_timeout_s:
-                return fail("stalled", f"stalled: only pings, no data for {t - t_last_data:.1f} s "
-                                       f"(stall timeout {stall_timeout_s:g} s)")
+                fail("stalled", f"stalled: only pings, no data for {t - t_last_data:.1f} s "
+                                f"(stall timeout {stall_timeout_s:g} s)")
+                return True
             objs = None
             if len(payloads) > 1:
                 # one JSON text for the whole read: the per-call cost of json.loads paid once;
@@ -527,56 +642,134 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
             if objs is not None:
                 for obj in objs:
                     if handle_obj(obj, t) is not None:
-                        return r
+                        return True
             else:
                 for p in payloads:
                     if r.done:
                         break
                     if handle(p, t) is not None:
-                        return r
-            if on_chunk is not None and payloads:
-                on_chunk(r)
-            if r.done:
-                break
+                        return True
+        except _BadData as exc:
+            fail("bad-data", str(exc))
+            return True
+        if error_text is not None and not r.done:
+            stream_error(_error_message(error_text.encode("utf-8", errors="replace")))
+            return True
+        if on_chunk is not None and payloads:
+            on_chunk(r)
+        return r.done
+
+    def end(t: float, exc: BaseException | None = None) -> RequestResult:
+        nonlocal reasoning_chars
+        if not r.ok:
+            return r
+        if exc is not None and not r.done:
+            if isinstance(exc, TimeoutError):
+                return fail("stalled", f"stalled: no data for {stall_timeout_s:g} s (stall "
+                                       f"timeout) after {r.token_chunks} token chunks")
+            why = ("connection reset by the server" if isinstance(exc, ConnectionResetError)
+                   else "the response ended mid-body")
+            return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks "
+                               f"({type(exc).__name__}: {why})")
         if not r.done:
-            for ev in parser.close():
-                if handle(ev.data, clock()) is not None:
-                    return r
-    except _BadData as exc:
-        return fail("bad-data", str(exc))
-    except TimeoutError:
-        return fail("stalled", f"stalled: no data for {stall_timeout_s:g} s (stall timeout) "
-                               f"after {r.token_chunks} token chunks")
-    except (OSError, http.client.HTTPException) as exc:
-        return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks "
-                           f"({type(exc).__name__})")
-    r.total_s = clock() - t0
-    r.pings = parser.comments
-    for kind, text in splitter.feed("", final=True):
-        if kind == "answer":
-            answer_parts.append(text)
-        elif kind == "reasoning":
-            reasoning_chars += len(text)
-    r.answer = "".join(answer_parts)
-    r.answer_chars = len(r.answer)
-    r.reasoning_chars = reasoning_chars
-    r.chunk_estimate = r.token_chunks
-    if t_last_token is not None:
-        r.e2e_s = t_last_token - t0
-    if not r.done:
-        return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token chunks")
+            try:
+                for ev in parser.close():
+                    if handle(ev.data, t) is not None:
+                        return r
+            except _BadData as exc_:
+                return fail("bad-data", str(exc_))
+            if parser.errors and not r.done:
+                return stream_error(_error_message(parser.errors[0][1].encode("utf-8", "replace")))
+        r.total_s = t - t0
+        r.pings = parser.comments
+        for kind, text in splitter.feed("", final=True):
+            if kind == "answer":
+                answer_parts.append(text)
+            elif kind == "reasoning":
+                reasoning_chars += len(text)
+        r.answer = "".join(answer_parts)
+        r.answer_chars = len(r.answer)
+        r.reasoning_chars = reasoning_chars
+        r.chunk_estimate = r.token_chunks
+        if t_last_token is not None:
+            r.e2e_s = t_last_token - t0
+        if not r.done:
+            if r.finish_reason and _has_count(usage, r.server_timings):
+                r.warnings.append(NO_DONE_WARNING)
+            else:
+                missing = ("no finish_reason" if not r.finish_reason
+                           else "a finish_reason but no usage count")
+                tail = (", an unfinished event at the end discarded" if parser.open_event else "")
+                return fail("cut", f"stream cut before [DONE] after {r.token_chunks} token "
+                                   f"chunks (the body ended cleanly with {missing}{tail})")
+        try:
+            _count(r, usage)
+        except _BadData as exc_:
+            return fail("bad-data", str(exc_))
+        if not r.answer.strip():
+            if r.finish_reason == "length":
+                return fail("thinking-ate-budget",
+                            f"thinking ate the max_tokens budget: finish_reason \"length\" after "
+                            f"{r.completion_tokens} completion tokens with an empty answer "
+                            f"({r.reasoning_chars} characters of thinking); raise max_tokens")
+            return fail("empty-answer", f"empty answer (finish_reason {r.finish_reason!r})")
+        return r
+
+    return feed, end
+
+
+def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: float, on_chunk):
+    c = StreamConsumer(r, t0, stall_timeout_s, on_chunk)
+    feed = c.feed
+    read1 = resp.read1
     try:
-        _count(r, usage)
-    except _BadData as exc:
-        return fail("bad-data", str(exc))
-    if not r.answer.strip():
-        if r.finish_reason == "length":
-            return fail("thinking-ate-budget",
-                        f"thinking ate the max_tokens budget: finish_reason \"length\" after "
-                        f"{r.completion_tokens} completion tokens with an empty answer "
-                        f"({r.reasoning_chars} characters of thinking); raise max_tokens")
-        return fail("empty-answer", f"empty answer (finish_reason {r.finish_reason!r})")
-    return r
+        while True:
+            data = read1(65536)
+            t = clock()
+            if not data or feed(data, t):
+                break
+    except (OSError, http.client.HTTPException) as exc:
+        return c.end(clock(), exc)
+    return c.end(clock())
+
+
+def _not_streamed(resp, r: RequestResult, t0: float, clock) -> RequestResult:
+    """A server that answered one ``application/json`` body where a stream was asked for
+    (OpenAI API: ``stream: true`` answers ``text/event-stream``): an error body quotes its
+    message; a completion is ``not-streamed`` — its usage is the server's count, but neither
+    time to first token nor decode can be timed from one body."""
+    try:
+        raw = resp.read(8 << 20)
+    except (OSError, http.client.HTTPException) as exc:
+        raw = b""
+        r.error = type(exc).__name__
+    r.total_s = clock() - t0
+
+    def fail(kind: str, message: str) -> RequestResult:
+        r.ok, r.error_kind, r.error = False, kind, message
+        return r
+
+    try:
+        obj = json.loads(raw.decode("utf-8", errors="replace"))
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict):
+        msg = _error_object_message(obj)
+        if msg is not None:
+            kind = "engine-dead" if _looks_engine_dead(msg) else "stream-error"
+            return fail(kind, f"server answered {r.status} with an error body instead of a "
+                              f"stream: {msg[:300]}")
+        usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+        ct = usage.get("completion_tokens")
+        if type(ct) is int:
+            r.completion_tokens, r.tokens_source = ct, "usage"
+        said = (f"its usage says {ct} completion tokens, but" if type(ct) is int
+                else "it carries no usage count, and")
+        return fail("not-streamed", f"server answered one application/json body, not an event "
+                                    f"stream (stream: true not honoured): {said} time to first "
+                                    f"token and decode tok/s cannot be measured from one body")
+    return fail("not-streamed", f"server answered application/json where a stream was asked "
+                                f"for, and the body is not a JSON object ({len(raw)} bytes)")
 
 
 def _int_field(obj: dict[str, Any], key: str, where: str) -> int | None:
@@ -592,10 +785,15 @@ def _count(r: RequestResult, usage: dict[str, Any] | None) -> None:
     """Fill the token counts and rates of a finished stream (see the module doc); raises
     :class:`_BadData` naming a count field of the wrong type."""
     tm = r.server_timings or {}
+    ct = _int_field(usage, "completion_tokens", "usage") if usage else None
     if usage:
-        r.completion_tokens = _int_field(usage, "completion_tokens", "usage")
         r.prompt_tokens = _int_field(usage, "prompt_tokens", "usage")
         r.prompt_tokens_source = "usage" if r.prompt_tokens is not None else None
+        pdetails = usage.get("prompt_tokens_details") or {}
+        if type(pdetails) is dict:
+            r.cached_tokens = _int_field(pdetails, "cached_tokens", "usage.prompt_tokens_details")
+    if ct is not None:
+        r.completion_tokens = ct
         r.tokens_source = "usage"
         details = usage.get("completion_tokens_details") or {}
         if type(details) is not dict:
@@ -604,16 +802,13 @@ def _count(r: RequestResult, usage: dict[str, Any] | None) -> None:
         r.reasoning_tokens = _int_field(details, "reasoning_tokens", "usage.completion_tokens_details")
         if r.reasoning_tokens is not None:
             r.reasoning_tokens_source = "usage"
-        pdetails = usage.get("prompt_tokens_details") or {}
-        if type(pdetails) is dict:
-            r.cached_tokens = _int_field(pdetails, "cached_tokens", "usage.prompt_tokens_details")
     elif isinstance(tm.get("predicted_n"), int):
         r.completion_tokens = tm["predicted_n"]
         r.tokens_source = "timings"
     else:
         r.completion_tokens = r.token_chunks
         r.tokens_source = "chunk-estimate"
-        r.warnings.append(CHUNK_ESTIMATE_WARNING)
+        r.warnings.append(USAGE_WITHOUT_COUNT_WARNING if usage else CHUNK_ESTIMATE_WARNING)
     if r.prompt_tokens is None and isinstance(tm.get("prompt_n"), int):
         r.prompt_tokens = int(tm.get("prompt_n", 0)) + int(tm.get("cache_n") or 0)
         r.prompt_tokens_source = "timings"

@@ -18,7 +18,10 @@ Verdicts (per workload):
   estimate (the server sent no usage) and the other's are counted (``usage`` or llama.cpp's
   ``timings.predicted_n``): decode tok/s from an estimate is neither a slowdown nor a speed-up
   against a count (chunk counting undercounts ~2.5x under speculative decoding), so the
-  decode comparison is not made and the reason says why. Never a FAIL.
+  decode comparison is not made and the reason says why. Never a FAIL. So is a matching
+  baseline when either side has no figure for a compared metric (no decode tok/s: one token,
+  or a usage without ``completion_tokens`` that left only an estimate): a missing figure is
+  never a PASS.
 
 Exit code: 1 when any verdict is FAIL (a verbatim FAIL included — a model that cannot quote is
 a failed smoke test, even the tiny test model's), else 0.
@@ -153,10 +156,15 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
             label = "not comparable"
         for m in metrics:
             cur, base = _median(current, m), _median(bw, m)
+            unit = "decode" if m == "decode_tps" else "prefill"
             if cur is None or not base:
+                # a missing figure is no evidence of speed: never a PASS
+                which = "this run" if cur is None else "the baseline"
+                reasons.append(f"{unit} not compared: {which} has no {unit} tok/s figure")
+                if label != "FAIL":
+                    label = "not comparable"
                 continue
             ratio = cur / base
-            unit = "decode" if m == "decode_tps" else "prefill"
             if ratio < SLOWER:
                 reasons.append(f"{unit} {cur:.1f} tok/s is {100 * (1 - ratio):.0f}% below "
                                f"baseline {base:.1f} tok/s")

@@ -10,6 +10,16 @@ unwell (connection refused, HTTP 5xx, engine dead, stalled or cut stream, an err
 stream) also ends the run: the remaining workloads are reported ``not-run``. A failure of one
 request's own making (thinking ate the budget, empty answer, HTTP 4xx) moves on to the next
 workload. After any failure ``/health`` is probed and its answer added to the message.
+
+Server states (README "What the bench does with each stream"): a model still loading (llama.cpp answers 503
+``{"error": {"message": "Loading model"}}`` on every endpoint until loaded, its server
+README) or a 503/429 with ``Retry-After`` (RFC 9110 §10.2.3, §15.6.4; OpenAI's rate limits
+answer 429) is not a dead engine: the request is sent again after ``Retry-After`` (else
+``poll_s``) while the health budget lasts, and the wait is named in a warning; past the
+budget the workload fails ``loading`` / ``rate-limited`` / ``unavailable``, never
+``engine-dead``. A 5xx is called ``engine-dead`` only when its message says so or ``/health``
+answers 503 without llama.cpp's ``Loading model`` (vLLM's ``/health`` is 503 with an empty
+body after ``EngineDeadError``).
 """
 
 from __future__ import annotations
@@ -24,14 +34,17 @@ from typing import Any, Callable
 import requests
 
 from rigkit.host.bench import metrics as spec_metrics
-from rigkit.host.bench.client import ChatSession, stream_chat
+from rigkit.host.bench.client import ChatSession, RequestResult, stream_chat
 from rigkit.host.bench.context import Target
 from rigkit.host.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
                                   verdict)
 from rigkit.host.bench.workloads import Workload, verbatim_check
 
 ABORT_KINDS = {"connection", "http-5xx", "engine-dead", "stalled", "cut", "stream-error",
-               "bad-data"}
+               "bad-data", "loading", "rate-limited", "unavailable", "not-streamed"}
+#: Kinds that say "not yet" rather than "broken": waited on within the health budget.
+WAIT_KINDS = {"loading": "still loading", "rate-limited": "rate-limited (HTTP 429)",
+              "unavailable": "unavailable (HTTP 503 with Retry-After)"}
 
 
 def new_run_id() -> str:
@@ -40,17 +53,57 @@ def new_run_id() -> str:
 
 
 def probe_health(target: Target, timeout_s: float = 5.0) -> str:
-    """One phrase about ``GET /health`` for failure messages, e.g. ``/health answers 503``."""
+    """One phrase about ``GET /health`` for failure messages, e.g. ``/health answers 503``
+    or ``/health answers 503 Loading model`` (llama.cpp's body while loading, quoted)."""
     try:
         resp = requests.get(target.aux_base.rstrip("/") + "/health",
                             headers=target.headers(), timeout=timeout_s)
     except requests.RequestException as exc:
         return f"/health unreachable ({type(exc).__name__})"
-    return f"/health answers {resp.status_code}"
+    phrase = f"/health answers {resp.status_code}"
+    if resp.status_code == 503 and "loading" in resp.text.lower():
+        phrase += " Loading model"
+    return phrase
+
+
+def send_patiently(send: Callable[[], RequestResult], *, health_budget_s: float,
+                   poll_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> RequestResult:
+    """``send()`` until its result is not one of :data:`WAIT_KINDS`, waiting ``Retry-After``
+    (else ``poll_s``) seconds between tries while ``health_budget_s`` seconds last.
+
+    A result after waits carries a warning naming them (``waited 4 s: the model was still
+    loading (HTTP 503 …)``); when the budget runs out, or a ``Retry-After`` asks for more than
+    is left, the last failure is returned with the wait and the budget added to its message.
+    """
+    start = clock()
+    waited = 0.0
+    first: str | None = None
+    while True:
+        r = send()
+        if r.ok or r.error_kind not in WAIT_KINDS:
+            if first:
+                r.warnings.append(f"waited {waited:.0f} s before this request was served: the "
+                                  f"server was {first}")
+            return r
+        first = first or f"{WAIT_KINDS[r.error_kind]}: {r.error}"
+        wait = r.retry_after_s if r.retry_after_s is not None else poll_s
+        left = health_budget_s - (clock() - start)
+        if wait > left:
+            asked = (f"its Retry-After {wait:g} s is more than the {max(left, 0):.0f} s left"
+                     if r.retry_after_s is not None and wait > poll_s else
+                     f"waited {clock() - start:.0f} s")
+            r.error = (f"{r.error}; {WAIT_KINDS[r.error_kind]} — {asked} of the "
+                       f"{health_budget_s:g} s health budget (not dead: rerun later or raise "
+                       f"--health-budget)")
+            return r
+        sleep(wait)
+        waited += wait
 
 
 def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out_dir: str,
-                  stall_timeout_s: float = 120.0,
+                  stall_timeout_s: float = 120.0, health_budget_s: float = 120.0,
+                  poll_s: float = 1.0,
                   progress: Callable[[str, int, int], None] | None = None,
                   warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Run ``workloads`` one request at a time; append each record to
@@ -62,6 +115,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     raised by more than one request. ``progress(workload, done, total)`` is called as it goes,
     ``warn(text)`` the first time each warning is raised. A workload whose
     :attr:`Workload.not_run` is set is not sent and is reported ``not-run`` with that reason.
+    Each request is sent through :func:`send_patiently` (``health_budget_s``, ``poll_s``:
+    seconds; a loading or rate-limited server is waited for, not called dead).
     """
     os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, "requests.jsonl")
@@ -91,8 +146,10 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
             for i, spec in enumerate(wl.requests):
                 if progress:
                     progress(wl.name, i, len(wl.requests))
-                r = stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
-                                session=session, stall_timeout_s=stall_timeout_s)
+                r = send_patiently(
+                    lambda: stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
+                                        session=session, stall_timeout_s=stall_timeout_s),
+                    health_budget_s=health_budget_s, poll_s=poll_s)
                 sent += 1
                 for w in r.warnings:
                     _warn(w)
@@ -114,10 +171,14 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                     error, kind = r.error, r.error_kind
                     health = probe_health(target)
                     if kind == "http-5xx" and health.endswith(" 503"):
-                        kind = "engine-dead"
+                        kind = "engine-dead"  # vLLM's /health after EngineDeadError
+                    elif kind == "http-5xx" and health.endswith(" 503 Loading model"):
+                        kind = "loading"
                     error = f"{error}; {health}"
                     if kind == "engine-dead":
                         error += " (engine dead)"
+                    elif kind in WAIT_KINDS:
+                        error += f" ({WAIT_KINDS[kind]}, not dead)"
                     break
             if progress:
                 progress(wl.name, len(records), len(wl.requests))

@@ -1,11 +1,23 @@
-"""Server-Sent Events parser, to the specification.
+"""Server-Sent Events parser, to the specification, plus the one non-standard field servers use.
 
 Source of the format: WHATWG HTML Living Standard, "Server-sent events", §9.2.6
-"Interpreting an event stream": the stream is UTF-8 (a leading BOM is dropped); lines end in
-CRLF, LF or CR; a line starting with ``:`` is a comment (llama.cpp sends them as pings while a
-long prefill is silent); ``field: value`` lines fill ``data`` (joined with LF), ``event``,
-``id`` and ``retry``; an empty line dispatches the event; an event still open when the stream
-ends is discarded.
+"Interpreting an event stream": the stream is UTF-8 (a leading BOM is dropped; invalid bytes
+decode to U+FFFD); lines end in CRLF, LF or CR; a line starting with ``:`` is a comment
+(llama.cpp sends them as pings while a long prefill is silent); ``field: value`` lines fill
+``data`` (joined with LF; an empty ``data:`` line adds an empty line), ``event``, ``id`` and
+``retry``; an empty line dispatches the event, and an event whose data buffer is empty is not
+dispatched; an event still open when the stream ends is discarded.
+
+Decisions beyond the specification, each with its source:
+
+- ``error:`` lines. llama.cpp's server writes a failure inside a stream as
+  ``error: {json}\n\n`` (``server_sent_event(sink, "error", …)`` in
+  ``tools/server/utils.hpp``/``server.cpp``) and then still sends ``data: [DONE]``. To the
+  specification ``error`` is an unknown field, ignored — a spec-only client would see no data
+  and a clean ``[DONE]``. The parser records each such line in :attr:`SSEParser.errors`; so
+  it does for an event of type ``error`` (``event: error``), whose data it also returns.
+- Each error is recorded with the number of data events dispatched before it, so a client
+  can act on it at the same place in the stream however the bytes were split.
 
 Bytes are decoded with an incremental UTF-8 decoder, so a multi-byte character split across
 network reads is reassembled instead of turning into replacement characters.
@@ -14,10 +26,12 @@ Two ways to read: :meth:`SSEParser.feed` returns :class:`SSEEvent` objects (ever
 :meth:`SSEParser.feed_data` returns only each event's ``data`` and is the bench client's hot
 path: while the stream holds no CR and its events are single ``data: …`` lines (what vLLM and
 llama.cpp send), it decodes each read's complete events at once (cut at the last blank line,
-an ASCII boundary, so no multi-byte character is split; the rest waits for the next read) and
-slices each payload out of them. Any other event (a ``:`` ping, several
-lines, ``event:``/``id:`` fields) goes through the full interpreter one event at a time, and a
-CR anywhere switches the rest of the stream to it, so both methods yield the same data.
+an ASCII boundary, so no multi-byte character is split) and keeps every byte after that
+boundary — a read holding no blank line at all is kept whole — for the next read. Any other
+event (a ``:`` ping, several lines, ``event:``/``id:``/``error:`` fields) goes through the
+full interpreter one event at a time, and a CR anywhere switches the rest of the stream to
+it, so both methods yield the same data for any split of the same bytes (a property test in
+``tests/bench/test_split_property.py`` holds them to it).
 """
 
 from __future__ import annotations
@@ -44,7 +58,10 @@ class SSEParser:
 
     + ``comments``: how many comment lines (``:``…) were seen — pings, not data.
     + ``open_event``: True when the stream ended (``close``) inside an unfinished event,
-      which the specification discards; the client reports that as a cut stream.
+      which the specification discards; the client names it in its verdict.
+    + ``errors``: ``[(n_before, message)]`` — each ``error:`` line (llama.cpp) or
+      ``event: error`` event, with the number of data events dispatched before it.
+    + ``dispatched``: data events dispatched so far (returned by ``feed``/``feed_data``).
 
     Never raises on malformed input: invalid UTF-8 becomes U+FFFD (the specification's
     decoding), unknown fields are ignored.
@@ -62,6 +79,8 @@ class SSEParser:
         self.open_event = False
         self._fast = True
         self._raw = b""  # fast-path bytes not yet split into events
+        self.errors: list[tuple[int, str]] = []
+        self.dispatched = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (bytes, any split) and return the events it completed, in order."""
@@ -87,14 +106,16 @@ class SSEParser:
             self._started = True
             if buf.startswith(b"\xef\xbb\xbf"):
                 buf = buf[3:]
-        complete, sep, self._raw = buf.rpartition(b"\n\n")
-        if not sep:
-            self._raw = complete
+        complete, sep, rest = buf.rpartition(b"\n\n")
+        if not sep:  # no event ends in what has arrived: keep all of it for the next read
+            self._raw = buf
             return []
+        self._raw = rest
         # whole events only, so no multi-byte character is cut: one decode per read
         text = complete.decode("utf-8", errors="replace")
         out: list[str] = []
         append = out.append
+        base = self.dispatched
         for block in text.split("\n\n"):
             if block[:6] == "data: " and "\n" not in block:
                 append(block[6:])
@@ -106,7 +127,9 @@ class SSEParser:
                         continue
                     if not block:
                         continue
+                self.dispatched = base + len(out)  # errors recorded in it count from here
                 out.extend(ev.data for ev in self._consume(block + "\n\n", final=False))
+        self.dispatched = base + len(out)
         return out
 
     def close(self) -> list[SSEEvent]:
@@ -158,6 +181,8 @@ class SSEParser:
             self._data.append(value)
         elif name == "event":
             self._event = value
+        elif name == "error":  # llama.cpp's error line (module doc): not in the specification
+            self.errors.append((self.dispatched, value))
         elif name == "id":
             if "\0" not in value:
                 self._last_id = value
@@ -171,4 +196,7 @@ class SSEParser:
             return None
         ev = SSEEvent(data="\n".join(self._data), event=self._event or "message", id=self._last_id)
         self._data, self._event = [], ""
+        if ev.event == "error":
+            self.errors.append((self.dispatched, ev.data))
+        self.dispatched += 1
         return ev
