@@ -101,7 +101,7 @@ def probe(opt: dict) -> dict:
     if handled not in err:
         row["kind"] = "string"
         return row
-    why = err.split(handled, 1)[1].split("\n", 1)[0]
+    why = err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]  # a what() may end in its own newline
     if why in NUMERIC:
         row["kind"] = NUMERIC[why]
         row["conv"] = why

@@ -254,7 +254,7 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
   'usage': "-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', "
            "default: 'auto')\n"
            '                                        (env: LLAMA_ARG_FLASH_ATTN)\n',
-  'rejects': "error: unknown value for --flash-attn: '{value}'"},
+  'rejects': "error: unknown value for --flash-attn: '{value}'\n"},
  {'names': ['--perf', '--no-perf'],
   'section': 'common',
   'hint': None,
@@ -662,7 +662,7 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "memory ('on' or\n"
            "                                        'off', default: 'on')\n"
            '                                        (env: LLAMA_ARG_FIT)\n',
-  'rejects': "error: unknown value for --fit: '{value}'"},
+  'rejects': "error: unknown value for --fit: '{value}'\n"},
  {'names': ['-fitt', '--fit-target'],
   'section': 'common',
   'hint': 'MiB0,MiB1,MiB2,...',
@@ -711,7 +711,7 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            '                                        types: int, float, bool, str. example: --override-kv\n'
            '                                        '
            'tokenizer.ggml.add_bos_token=bool:false,tokenizer.ggml.add_eos_token=bool:false\n',
-  'rejects': 'error: Invalid type for KV override: {value}'},
+  'rejects': 'error: Invalid type for KV override: {value}\n'},
  {'names': ['--op-offload', '--no-op-offload'],
   'section': 'common',
   'hint': None,
@@ -889,7 +889,7 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "'auto')\n"
            "                                        'auto' enables colors when output is to a terminal\n"
            '                                        (env: LLAMA_ARG_LOG_COLORS)\n',
-  'rejects': "error: unknown value for --log-colors: '{value}'"},
+  'rejects': "error: unknown value for --log-colors: '{value}'\n"},
  {'names': ['-v', '--verbose', '--log-verbose'],
   'section': 'common',
   'hint': None,
@@ -2700,7 +2700,7 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "'auto', default:\n"
            "                                        'auto' (detect from template))\n"
            '                                        (env: LLAMA_ARG_REASONING)\n',
-  'rejects': "error: unknown value for --reasoning: '{value}'"},
+  'rejects': "error: unknown value for --reasoning: '{value}'\n"},
  {'names': ['--reasoning-effort'],
   'section': 'example-specific',
   'hint': 'LEVEL',
