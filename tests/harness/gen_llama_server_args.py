@@ -22,12 +22,14 @@ import pprint
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE / "llama_parse_real.py"
 OUT = HERE / "stubs" / "llama_server_args.py"
 EXPECTED = "expected value for argument"
+SCRATCH = tempfile.mkdtemp(prefix="llama-args-")
 # what() of the std:: conversion that threw -> kind: stoi in the parser itself (handler_int), the
 # others inside a string handler; stoul/stoull parse an unsigned value (a leading '-' wraps)
 NUMERIC = {"stoi": "int", "stof": "float", "stod": "float", "stoul": "uint", "stoull": "uint"}
@@ -39,7 +41,7 @@ def run(args: list[str]) -> tuple[int, str, str]:
     env["RIGKIT_PARSE_JSON"] = "1"  # a command line it parsed prints one JSON line; an exit inside it does not
     try:
         r = subprocess.run([sys.executable, str(REAL), *args], capture_output=True, text=True, env=env,
-                           timeout=20, stdin=subprocess.DEVNULL)
+                           timeout=20, stdin=subprocess.DEVNULL, cwd=SCRATCH)  # e.g. --log-file abc writes ./abc
     except subprocess.TimeoutExpired:
         return 124, "", "timeout"
     return r.returncode, r.stdout, r.stderr
