@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Generate stubs/llama_server_args.py: llama-server's options, from the xllamacpp wheel's own parser.
+
+The options come from ``llama-server --help`` as the wheel's build of llama.cpp prints it
+(``common_params_print_usage``: every option of ``LLAMA_EXAMPLE_SERVER`` and the common ones, each
+with its ``common_arg::to_string()``: names, value hints, help, ``(env: …)``). What each takes is
+found by asking that same parser (llama_parse_real.py, a fresh process per question):
+
+- ``FLAG`` alone: ``expected value for argument`` means it takes a value; else none (a switch);
+- ``FLAG abc``: ``expected value for argument`` again means two values; an error ending ``: stoi``
+  means an int (``handler_int``: ``std::stoi`` in common_params_parse_ex); ``: stof`` a float
+  (a string handler calling ``std::stof``); another handler error a checked value (enum choices
+  are then the hint's ``{a,b}`` / ``[a|b]`` words that it accepts); accepted means a string.
+
+usage: .venv/bin/python tests/harness/gen_llama_server_args.py   (rewrites stubs/llama_server_args.py)
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import pprint
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REAL = HERE / "llama_parse_real.py"
+OUT = HERE / "stubs" / "llama_server_args.py"
+EXPECTED = "expected value for argument"
+SCRATCH = tempfile.mkdtemp(prefix="llama-args-")
+# what() of the std:: conversion that threw -> kind: stoi in the parser itself (handler_int), the
+# others inside a string handler; stoul/stoull parse an unsigned value (a leading '-' wraps)
+NUMERIC = {"stoi": "int", "stof": "float", "stod": "float", "stoul": "uint", "stoull": "uint"}
+
+
+def run(args: list[str]) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_") and k != "HF_TOKEN"}
+    env["HF_HUB_OFFLINE"] = "1"
+    env["RIGKIT_PARSE_JSON"] = "1"  # a command line it parsed prints one JSON line; an exit inside it does not
+    try:
+        r = subprocess.run([sys.executable, str(REAL), *args], capture_output=True, text=True, env=env,
+                           timeout=20, stdin=subprocess.DEVNULL, cwd=SCRATCH)  # e.g. --log-file abc writes ./abc
+    except subprocess.TimeoutExpired:
+        return 124, "", "timeout"
+    return r.returncode, r.stdout, r.stderr
+
+
+def options_from_help(text: str) -> list[dict]:
+    """[{section, names, hint, usage}] in --help order; ``usage`` is the option's to_string()."""
+    out: list[dict] = []
+    section = ""
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"----- (.*) params -----", line)
+        if m:
+            section = m.group(1)
+            continue
+        if line.startswith("-"):
+            head = line[:40].rstrip() if len(line.rstrip("\n")) > 40 and line[37:40] == "   " else line.strip()
+            pieces = re.split(r",\s+", head)
+            last = pieces[-1].split(" ", 1)
+            names = pieces[:-1] + [last[0]]
+            hint = last[1] if len(last) > 1 else None
+            assert all(n.startswith("-") for n in names), head
+            out.append({"section": section, "names": names, "hint": hint, "usage": line})
+        elif out and line.strip() != "" or (out and line.startswith(" " * 40)):
+            out[-1]["usage"] += line
+    return out
+
+
+def choices_of(hint: str | None, usage: str) -> list[str]:
+    """Candidate values: the hint's {a,b} / [a|b] / a,b,c words, else the help's ``allowed values:``
+    list or its ``- word:`` lines (each is then asked of the parser)."""
+    m = re.fullmatch(r"\{([^{}]+)\}|\[([^\[\]]+)\]|([a-z0-9][a-z0-9_+-]*(?:,[a-z0-9][a-z0-9_+-]*)+)", hint or "")
+    if m:
+        return [c for c in re.split(r"[,|]", m.group(1) or m.group(2) or m.group(3)) if c]
+    flat = re.sub(r"\s+", " ", usage)
+    m = re.search(r"allowed values: ([a-z0-9_]+(?:, [a-z0-9_]+)*)", flat)
+    if m:
+        return m.group(1).split(", ")
+    return re.findall(r"^ {40}- ([a-z0-9_+-]+):", usage, re.M)
+
+
+def probe(opt: dict) -> dict:
+    name = opt["names"][0]
+    rc, out, err = run([name])
+    env = re.search(r"\(env: ([A-Z0-9_]+)\)", opt["usage"])
+    row = {"names": opt["names"], "section": opt["section"], "hint": opt["hint"],
+           "env": env.group(1) if env else None, "nargs": 0, "kind": "switch", "choices": None,
+           "usage": opt["usage"]}
+    if EXPECTED not in err:
+        last = out.strip().splitlines()[-1] if out.strip() else ""
+        row["exits"] = None if last.startswith('{"model"') else rc
+        return row
+    rc, _, err = run([name, "abc"])
+    if EXPECTED in err:
+        _, _, err2 = run([name, "abc", "abc"])
+        row.update(nargs=2, kind="int" if err2.split("\n", 1)[0].endswith(": stoi") else "string")
+        return row
+    row["nargs"] = 1
+    handled = f'error while handling argument "{name}": '
+    if handled not in err:
+        row["kind"] = "string"
+        return row
+    why = err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]  # a what() may end in its own newline
+    if why in NUMERIC:
+        row["kind"] = NUMERIC[why]
+        row["conv"] = why
+    else:
+        candidates = choices_of(opt["hint"], opt["usage"])
+        accepted = [c for c in candidates if handled not in run([name, c])[2]]
+        ok = accepted and accepted == candidates
+        row["kind"] = "enum" if ok else "checked"
+        row["choices"] = accepted if ok else None
+        row["rejects"] = why.replace("'abc'", "'{value}'").replace(": abc", ": {value}")
+    return row
+
+
+HEADER = '''"""llama-server's options at the sandbox image's llama.cpp (generated; do not edit).
+
+Source: the llama.cpp compiled into the xllamacpp {version} wheel (pyproject.toml's pin), whose
+version scheme names llama.cpp's build b{build}; the wheel records no commit ({version_line!r}).
+Its parser is llama.cpp's common/arg.cpp (github.com/ggml-org/llama.cpp, common/arg.cpp:
+``common_params_parser_init`` / ``common_params_parse_ex``), read here through the wheel itself:
+``llama-server --help`` for every option of LLAMA_EXAMPLE_SERVER and the common ones, then the
+parser asked what each one takes. Generated by tests/harness/gen_llama_server_args.py (it runs
+tests/harness/llama_parse_real.py).
+
+OPTIONS: one dict per common_arg, in --help order: ``names`` (every spelling, the --no-…
+negations included), ``section`` (common / sampling / speculative / example-specific), ``hint``
+(value hint(s) as printed), ``env`` (its LLAMA_ARG_… variable or None), ``nargs`` (0, 1 or 2
+values), ``kind`` (switch; int: std::stoi; float: std::stof / stod; uint: std::stoul / stoull; enum: ``choices`` checked by its
+handler; checked: its handler validates the value in a way not tabled here (``rejects``: its
+message for a bad value, ``{{value}}`` where it quotes the value); string), ``usage`` (its to_string(), as printed in its error's usage block),
+``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
+(a switch that ends the process when parsed: its exit code; None otherwise).
+"""
+'''
+
+
+def main() -> int:
+    rc, help_text, err = run(["--help"])
+    assert rc == 0, err
+    _, _, version = run(["--version"])
+    opts = options_from_help(help_text)
+    with cf.ThreadPoolExecutor(int(os.environ.get("JOBS", "2"))) as pool:
+        rows = list(pool.map(probe, opts))
+    from importlib.metadata import version as dist_version
+    v = dist_version("xllamacpp")
+    text = HEADER.format(version=v, build=v.split(".")[2], version_line=version.splitlines()[0] if version else "")
+    text += f"\nXLLAMACPP_VERSION = {v!r}\nVERSION_TEXT = {version!r}\n"
+    text += "\nOPTIONS = " + pprint.pformat(rows, width=110, sort_dicts=False) + "\n"
+    OUT.write_text(text)
+    print(f"{OUT}: {len(rows)} options", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
