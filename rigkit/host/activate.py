@@ -247,9 +247,11 @@ class Host:
         took = time.monotonic() - t0
         if r.status_code != 200:
             body = " ".join(r.text.split())[:300]
+            said = " | ".join(client.member_log(self.base, member))[-600:]
             if key:
-                body = body.replace(key, "<VLLM_API_KEY>")
-            raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}")
+                body, said = body.replace(key, "<VLLM_API_KEY>"), said.replace(key, "<VLLM_API_KEY>")
+            raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}"
+                                  + (f"; its server said: {said}" if said else ""))
         return f"HTTP 200 in {took:.1f} s"
 
 

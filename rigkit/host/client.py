@@ -1,7 +1,8 @@
 """The small HTTP client the host commands share (keeper, watchdog, activation): one real chat
 completion, llama-swap's ``/running`` and its unload. Source for llama-swap's endpoints: its v250
 ``proxymanager`` routes (``GET /running`` → ``{"running": [{"model", "state", "proxy", ...}]}``,
-``POST /api/models/unload/<id>``)."""
+``POST /api/models/unload/<id>``, ``GET /logs/stream/<model id>``: that member's own output, its
+history first, then live; ``internal/server/log.go`` ``handleLogStream``)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,33 @@ def unload(base: str, member: str, timeout_s: float = 30.0) -> tuple[bool, str]:
     except requests.RequestException as exc:
         return False, type(exc).__name__
     return resp.status_code < 400, f"HTTP {resp.status_code}"
+
+
+def member_log(base: str, member: str, lines: int = 6, wait_s: float = 1.0) -> list[str]:
+    """The last ``lines`` non-empty lines ``member``'s own process wrote, as llama-swap kept them
+    (``GET /logs/stream/<member>`` sends its history, then follows; this reads until the stream is
+    quiet for ``wait_s`` s). What a member's server said when it refused to start (llama.cpp's
+    ``error: invalid argument: --no-such-flag``) is only there: llama-swap answers the request with
+    ``upstream command exited prematurely``. Returns ``[]`` when llama-swap has no log for it or
+    does not answer."""
+    import requests
+
+    got = b""
+    try:
+        with requests.get(f"{base.rstrip('/')}/logs/stream/{member}", stream=True, timeout=(5, wait_s)) as r:
+            if r.status_code != 200:
+                return []
+            try:
+                for chunk in r.iter_content(chunk_size=None):
+                    got += chunk
+                    if len(got) > 1 << 20:
+                        got = got[-(1 << 19):]
+            except requests.RequestException:  # quiet for wait_s: the history is all there
+                pass
+    except requests.RequestException:
+        return []
+    text = got.decode("utf-8", "replace").replace("\r", "\n")
+    return [ln.rstrip() for ln in text.splitlines() if ln.strip()][-lines:]
 
 
 def error_text(resp, secret: str | None = None, limit: int = 200) -> str:

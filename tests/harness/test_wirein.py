@@ -240,6 +240,21 @@ def test_a_broken_new_member_is_rolled_back_by_itself_and_strata_still_answers(h
     assert complete(host, "strata").stdout == "200"
 
 
+def test_a_deploy_whose_strata_args_carry_an_unknown_flag_fails_naming_it_and_strata_still_answers(host):
+    """As on the rig: the sandbox's llama-server parses its command line as llama.cpp's does
+    (tests/harness/stubs/llama_server.py), so a typo in ``strata.args`` makes Strata exit at start. The
+    deploy's activation fails naming the flag (what the server said, from llama-swap's log of the
+    member), the previous config is live again, and Strata answers."""
+    before = host.run(f"cat {LIVE}").stdout
+    proc = deploy(host, "--data", 'strata={"args": ["--threads", "1", "--no-such-flag"]}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert "its server said: " in out and "error: invalid argument: --no-such-flag" in out, out[-4000:]
+    assert host.run(f"cat {LIVE}").stdout == before
+    assert running(host) == {"strata": "ready"}
+    assert complete(host, "strata").stdout == "200"
+
+
 def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs_off(host):
     proc = wire_in(host, "--activate", "--data", FLIP)  # ttl 900: stays loaded between watchdog runs
     assert proc.returncode == 0, proc.stdout + proc.stderr

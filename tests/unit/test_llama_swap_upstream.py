@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import signal
 import threading
 import time
@@ -479,3 +480,34 @@ sys.exit(9)
 
 
 assert FAKE_MEMBER.is_file()
+
+
+def test_a_member_that_refuses_its_command_line_is_named_with_what_its_server_said(run_llama_swap, tmp_path):
+    """llama-swap answers a member that exits at start with ``upstream command exited prematurely``
+    only; what the server said (llama.cpp's ``error: invalid argument: FLAG``) is in the member's
+    own log, ``GET /logs/stream/<id>``. The activation's failure message quotes it
+    (rigkit.host.client.member_log), so a typo in ``strata.args`` is named where the operator reads."""
+    from rigkit.host import activate, client
+
+    refuse = tmp_path / "refuse.py"  # llama-server's answer to an unknown flag (common/arg.cpp), exit 1
+    refuse.write_text("import sys\nprint('error: invalid argument: --no-such-flag', file=sys.stderr)\nsys.exit(1)\n")
+    ls = run_llama_swap(f"""
+healthCheckTimeout: 15
+models:
+  strata:
+    cmd: {sys.executable} {refuse}
+    proxy: http://127.0.0.1:{free_port()}
+""")
+    base = f"http://127.0.0.1:{ls.port}"
+    st, body, _ = chat(ls.port, "strata")
+    assert st == 500 and b"exited prematurely" in body
+    assert client.member_log(base, "strata")[-1] == "error: invalid argument: --no-such-flag"
+    assert client.member_log(base, "no-such-member") == []
+    key = tmp_path / "hyperqwen.env"
+    key.write_text("VLLM_API_KEY=\n")
+    host = activate.Host(base, "llama-swap.service", key)
+    with pytest.raises(activate.ActivationError) as e:
+        host.complete("strata", 10)
+    msg = str(e.value)  # the log holds both starts, this one's last
+    assert "exited prematurely" in msg and "; its server said: " in msg, msg
+    assert msg.endswith("error: invalid argument: --no-such-flag"), msg
