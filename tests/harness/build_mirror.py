@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -345,9 +346,10 @@ def main() -> None:
         out = base / f"mirror-{inputs_key()}"
         if not (out / "mirror.json").exists():
             build(out)
-            for old in base.glob("mirror-*"):
-                if old != out and old.is_dir():
-                    shutil.rmtree(old, ignore_errors=True)
+        os.utime(out)  # in use: another checkout sharing this cache may serve an older mirror right now,
+        for old in base.glob("mirror-*"):  # so only mirrors unused for a day go
+            if old != out and old.is_dir() and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
     print(out)
 
 
