@@ -14,8 +14,9 @@ The key is a sha256 over what the converged state depends on: the control side a
 side (``rigkit/``, ``roles/``, ``templates/``, ``deploy.py``, ``inventory/``, ``pyproject.toml``),
 the tests' declared data, the harness' host builder, stubs and overlay, and the fixtures it
 deploys (the mirror, the images' digests, the llama-swap tarball). A run whose key has a golden
-copy reuses it; any other builds it (once: lanes wait on ``$STATE/golden.lock``) and removes the
-older ones. A test run on a fresh machine therefore builds it exactly once.
+copy reuses it; any other builds it (once: lanes wait on ``$STATE/golden.lock``); copies unused for a
+day are removed (a lane or another checkout may still be copying a younger one). A test run on a
+fresh machine therefore builds it exactly once.
 
 usage: python tests/harness/golden.py [--rebuild]   (root; prints the root and the build's timings)
 """
@@ -150,8 +151,8 @@ def build(k: str, prefix: str) -> Golden:
     finally:
         with hostctl.lock():
             hostctl.host_down(name)
-    for old in GOLDEN.iterdir():
-        if old.is_dir() and old.name != k:
+    for old in GOLDEN.iterdir():  # another run (a lane of this one, another checkout) may copy an older one
+        if old.is_dir() and old.name != k and time.time() - old.stat().st_mtime > 86400:
             shutil.rmtree(old, ignore_errors=True)
     return _load(GOLDEN / k)
 
@@ -167,6 +168,7 @@ def ensure(prefix: str | None = None, rebuild: bool = False) -> Golden:
         k = key()
         d = GOLDEN / k
         if not rebuild and (d / "deploys.json").is_file() and (d / "root").is_dir():
+            os.utime(d)  # in use (older copies go after a day unused)
             return _load(d)
         return build(k, prefix)
 
