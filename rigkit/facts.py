@@ -13,6 +13,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from rigkit import paths
 from rigkit.host import gpu, net, pacman
 from rigkit.host import lock as host_lock
 
@@ -129,6 +130,24 @@ class JsonFile(FactBase):
         if not isinstance(data, dict):
             return {"exists": True, "data": None, "error": "not a JSON object"}
         return {"exists": True, "data": data, "error": None}
+
+
+class Holds(JsonFile):
+    """The holds file (``/var/lib/rigkit/holds.json``) read by its one parser,
+    :func:`rigkit.host.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
+    (``data`` ``{}`` when absent; ``error`` — the parser's message — when it is not a JSON object of
+    hold records: a caller refuses, never reads it as "no hold"). Command: ``cat PATH``."""
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        from rigkit.host import holds
+
+        lines, rc = _split_rc(output)
+        if rc == 404:
+            return {"exists": False, "data": {}, "error": None}
+        try:
+            return {"exists": True, "data": holds.parse("\n".join(lines), paths.HOLDS_FILE), "error": None}
+        except holds.HoldsError as exc:
+            return {"exists": True, "data": {}, "error": str(exc)}
 
 
 class KernelState(FactBase):

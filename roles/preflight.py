@@ -9,8 +9,9 @@ from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
 from rigkit.hoststate import REPO_PACKAGES
-from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
+from rigkit.facts import EstablishedConnections, Holds, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
 from rigkit.host import lock as host_lock
+from rigkit.host.holds import LLAMA_SWAP
 from rigkit.host.window.journal import is_open
 from rigkit.operations.pacman import missing_packages
 from rigkit.render import own_units
@@ -103,7 +104,10 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
     sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
-    held = "llama-swap" in (host.get_fact(JsonFile, path=paths.HOLDS_FILE).get("data") or {})
+    holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
+    if holds["error"]:
+        raise DeployError(f"refusing to deploy:\n  {holds['error']}")
+    held = LLAMA_SWAP in holds["data"]
     marker = host.get_fact(FileContents, path=paths.LLAMA_SWAP_MARKER)
     disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
                                   held, "\n".join(marker) if marker else None,

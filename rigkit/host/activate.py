@@ -16,11 +16,11 @@ rolled-back or refused config left there would read as a change the deploy would
 
 Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
-and does not re-activate; drift reports it (:func:`read_holds`) until :func:`release`.
+and does not re-activate; drift reports it (:mod:`rigkit.host.holds`) until :func:`release`.
 
 Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only, imported lazily, so
 the control side can import the pure helpers (:func:`changed_members`, :func:`remote_command`,
-:func:`read_holds`). Paths, the port and the unit come from the host config
+:mod:`rigkit.host.holds`). Paths, the port and the unit come from the host config
 (:mod:`rigkit.host.config`). An activation, a rollback and a release hold the host lock
 (:mod:`rigkit.host.lock`) for their whole duration and are refused while a window is open; the
 keeper and the watchdog stand down meanwhile. The API key (``VLLM_API_KEY`` from the host config's
@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rigkit.host import client, envfile, standdown
-from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
+from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.lock import LockHeld
 
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
-HOLD_KEY = "llama-swap"
 DEFAULT_OWNER = "root:llama-swap"
 DEFAULT_MODE = 0o640
 
@@ -114,28 +114,6 @@ def probe_order(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
 def backups(live: Path) -> list[Path]:
     """``<live>.bak-*`` files, oldest first (the UTC stamps sort as text)."""
     return sorted(live.parent.glob(live.name + ".bak-*"))
-
-
-def read_holds(path: Path | str) -> dict[str, dict[str, Any]]:
-    """The holds recorded on a host: ``{name: record}``, ``{}`` when the file is absent or empty.
-
-    Today one name exists, ``"llama-swap"`` (a rollback by hand of the live config); its record:
-    ``path`` (the live config), ``since`` (UTC ISO 8601), ``by`` (the command), ``restored_from``
-    (the backup it rolled back to), ``live_sha256`` (sha256 of the config now live),
-    ``held_back_sha256`` and ``held_back_copy`` (the config it replaced and where a copy lies), and
-    ``held_back_members`` (``{"added"|"removed"|"changed": [ids]}`` — what re-activating would
-    bring back relative to the live config). Raises ValueError when the file is not a JSON object
-    of objects (the message names the file).
-    """
-    data = read_object(path) or {}
-    if not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path}: not a JSON object of hold records")
-    return data
-
-
-def write_holds(path: Path, holds: dict[str, dict[str, Any]]) -> None:
-    """Write the holds atomically (root 0644: drift reads them)."""
-    write_atomic(path, holds)
 
 
 def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, lease: str | None = None) -> str:

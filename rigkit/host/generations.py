@@ -47,9 +47,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rigkit.host import pacman
+from rigkit.host.holds import GENERATION as HOLD_KEY
+from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.jsonfile import read_object, write_atomic
 
-HOLD_KEY = "generation"
 DEFAULT_KEEP = 10
 
 
@@ -252,9 +253,9 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     hold = manifest.get("hold")
     if hold:
         holds_path = cfg.path("holds")
-        holds = read_object(holds_path) or {}
+        holds = read_holds(holds_path)
         holds[HOLD_KEY] = {**hold, "generation": n, "since": rec["time"], "by": hold.get("by") or operator}
-        write_atomic(holds_path, holds)
+        write_holds(holds_path, holds)
         log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
             f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
     return {**entry, "recorded": True}
@@ -329,12 +330,12 @@ def check(cfg: Any, n: int) -> list[str]:
 def release(cfg: Any, log: Callable[[str], None] = print) -> int:
     """Remove the generation hold (the caller holds the host lock); 0, also when there was none."""
     holds_path = cfg.path("holds")
-    holds = read_object(holds_path) or {}
+    holds = read_holds(holds_path)
     hold = holds.pop(HOLD_KEY, None)
     if hold is None:
         log(f"no generation hold recorded in {holds_path}")
         return 0
-    write_atomic(holds_path, holds)
+    write_holds(holds_path, holds)
     log(f"released the hold at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')}, "
         f"{hold.get('since')}); the next deploy applies the spec")
     return 0
