@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import client, envfile, standdown
+from rigkit.host import atomic, client, envfile, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.lock import LockHeld
@@ -138,25 +138,13 @@ def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, leas
 # ------------------------------------------------------------------------------ the host side
 def _install(text: str, live: Path, owner: str, mode: int) -> None:
     """Write ``text`` to ``live`` atomically with ``owner`` (``user:group``) and ``mode``."""
-    import grp
-    import pwd
-
-    user, _, group = owner.partition(":")
-    tmp = live.with_name(f".{live.name}.rigkit-tmp")
-    tmp.write_text(text)
-    os.chown(tmp, pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid)
-    os.chmod(tmp, mode)
-    os.replace(tmp, live)
+    atomic.write_text(live, text, mode, owner)
 
 
 def _copy(src: Path, dest: Path) -> None:
     """``cp -a``: content, mode and owner."""
     st = src.stat()
-    tmp = dest.with_name(f".{dest.name}.rigkit-tmp")
-    tmp.write_bytes(src.read_bytes())
-    os.chown(tmp, st.st_uid, st.st_gid)
-    os.chmod(tmp, st.st_mode & 0o7777)
-    os.replace(tmp, dest)
+    atomic.write_bytes(dest, src.read_bytes(), st.st_mode & 0o7777, (st.st_uid, st.st_gid))
 
 
 def _unique(path: Path) -> Path:
@@ -327,7 +315,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
         aside = _unique(live.with_name(f"{live.name}.failed-{utc_stamp(now())}"))
         try:
             if live.exists():
-                os.replace(live, aside)
+                atomic.move(live, aside)
             host.systemctl("stop")
         except (ActivationError, OSError) as exc:
             log(f"FAILED to stop llama-swap too: {exc}")

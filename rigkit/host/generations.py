@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import pacman
+from rigkit.host import atomic, pacman
 from rigkit.host.holds import GENERATION as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.jsonfile import read_object, write_atomic
@@ -205,11 +205,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         sha = _sha256(data)
         obj = objects / sha
         if not obj.exists():
-            tmp = objects / f".{sha}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, obj)
+            atomic.write_bytes(obj, data, 0o600)
         entry = {"sha256": sha, "mode": f"0{st.st_mode & 0o7777:o}", "owner": _owner(st)}
         if sha != meta.get("sha256"):
             entry["declared_sha256"] = meta.get("sha256")

@@ -13,7 +13,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import envfile, gpu, net
+from rigkit.host import atomic, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 
@@ -309,13 +309,11 @@ class Window:
     def r_restore_env(self) -> str:
         """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
         folder keeps the deployed one, ``changed.tenant_env``), same bytes, mode and owner."""
-        from rigkit.host.window.sweep import write_like
-
         rec = self.j.data["changed"].get("tenant_env")
         if not rec:
             return f"{self.plan.get('tenant_env', 'the .env')} untouched (no setting was installed)"
         data = Path(rec["backup"]).read_bytes()
-        write_like(Path(rec["path"]), data, rec)
+        atomic.write_bytes(rec["path"], data, int(rec["mode"]), (int(rec["uid"]), int(rec["gid"])))
         if Path(rec["path"]).read_bytes() != data:
             raise StepFailed(f"{rec['path']} does not read back as the deployed file ({rec['backup']})")
         self.j.data["changed"]["tenant_env"] = None
