@@ -11,6 +11,7 @@ from rigkit import agentcmd, paths
 from rigkit.hoststate import REPO_PACKAGES
 from rigkit.facts import EstablishedConnections, Holds, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
 from rigkit.host import lock as host_lock
+from rigkit.host.gpu import power_limit_problem
 from rigkit.host.holds import LLAMA_SWAP
 from rigkit.host.window.journal import is_open
 from rigkit.operations.pacman import missing_packages
@@ -42,10 +43,10 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
         out.append(f"a window is open ({paths.WINDOW_JOURNAL}: state {data.get('state')!r}); "
                    "the deploy waits until the window has restored steady state")
     for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
-        lo, hi = gpu["power_min_w"], gpu["power_max_w"]
-        if lo is not None and hi is not None and not lo <= spec.gpu_power_limit_w <= hi:
-            out.append(f"gpu_power_limit_w {spec.gpu_power_limit_w} W is outside GPU {gpu['index']}'s limits "
-                       f"{lo:g}–{hi:g} W (nvidia-smi power.min_limit/power.max_limit)")
+        problem = power_limit_problem(spec.gpu_power_limit_w, gpu["power_min_w"], gpu["power_max_w"],
+                                      f"GPU {gpu['index']}")
+        if problem:
+            out.append(problem)
     holder = (rig_lock or {}).get("holder") or {}
     ours = bool(lease and holder.get("lease") == lease)  # rigkit rollback's own lock: this run is part of it
     if disruptive and (rig_lock or {}).get("held") and not ours:
