@@ -77,23 +77,6 @@ class PacmanVersions(FactBase):
         return pacman.parse_query(output, getattr(self, "_asked", []))
 
 
-def parse_ignorepkg(lines: list[str]) -> list[str] | None:
-    """Packages in ``IgnorePkg`` lines inside ``[options]`` of pacman.conf(5), or None when the
-    file is missing. Lines under other sections do not count (pacman ignores them)."""
-    section = None
-    out: list[str] = []
-    for raw in lines:
-        line = raw.split("#", 1)[0].strip()
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section == "options" and "=" in line:
-            key, value = (p.strip() for p in line.split("=", 1))
-            if key == "IgnorePkg":
-                out.extend(value.split())
-    return out
-
-
 class PacmanIgnorePkg(FactBase):
     """Packages held by ``IgnorePkg`` in ``[options]`` of ``/etc/pacman.conf`` (list), or None
     when the file is missing. Command: ``cat /etc/pacman.conf``."""
@@ -105,7 +88,7 @@ class PacmanIgnorePkg(FactBase):
         lines, rc = _split_rc(output)
         if rc == 1 and not lines:
             return None
-        return parse_ignorepkg(lines)
+        return pacman.ignored_packages(lines)
 
 
 class JsonFile(FactBase):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import DeployError, deploy
-from pyinfra.facts.files import File, FileContents, Sha1File
+from pyinfra.facts.files import File, FileContents, Sha256File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
@@ -14,6 +14,7 @@ from rigkit.host import lock as host_lock
 from rigkit.host.gpu import power_limit_problem
 from rigkit.host.holds import LLAMA_SWAP
 from rigkit.host.window.journal import is_open
+from rigkit.operations.llama_swap import holds_text
 from rigkit.operations.pacman import missing_packages
 from rigkit.render import own_units
 from rigkit.spec import RigSpec, unset_operator_values
@@ -63,7 +64,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     return out
 
 
-def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool,
+def disruptive_steps(spec: RigSpec, rendered: dict, sha256: dict, daemon_json: dict, proxy_running: bool,
                      held: bool = False, binary_sha256: str | None = None,
                      sync_missing: list[str] | None = None) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
@@ -73,8 +74,6 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
     llama-swap runs, a daemon.json that the docker step will change (docker restarts), and a
     ``pacman -Syu`` to install ``sync_missing`` packages on a serving host (it may upgrade the kernel,
     docker and what runs)."""
-    import hashlib
-
     from rigkit.hoststate import DAEMON_JSON_KEYS
     from rigkit.operations.config import merge_json
 
@@ -83,7 +82,7 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
         for path in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service"):
             if held and path == paths.LLAMA_SWAP_CONFIG:
                 continue
-            if sha1.get(path) != hashlib.sha1(rendered[path].text.encode()).hexdigest():
+            if not holds_text(sha256.get(path), rendered[path].text):
                 out.append(f"{path} changes: llama-swap restarts")
         wanted = spec.llama_swap.release_sha256
         if wanted and (binary_sha256 or "").strip() != wanted:
@@ -103,14 +102,14 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     window = host.get_fact(JsonFile, path=paths.WINDOW_JOURNAL)
     smi = host.get_fact(NvidiaSmi)
     locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
-    sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
+    sha256 = {p: host.get_fact(Sha256File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
     holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
     if holds["error"]:
         raise DeployError(f"refusing to deploy:\n  {holds['error']}")
     held = LLAMA_SWAP in holds["data"]
     marker = host.get_fact(FileContents, path=paths.LLAMA_SWAP_MARKER)
-    disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
+    disruptive = disruptive_steps(spec, rendered, sha256, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
                                   held, "\n".join(marker) if marker else None,
                                   missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
                                                    list(REPO_PACKAGES)))
