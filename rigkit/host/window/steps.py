@@ -16,21 +16,8 @@ from pathlib import Path
 from rigkit.host import atomic, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
-
-
-def sh(*argv: str, timeout: float = 120.0, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``argv`` (no shell), text output captured. ``check``: raise StepFailed naming the
-    command and its stderr on a non-zero exit."""
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise StepFailed(f"`{' '.join(argv)}` exited {proc.returncode}: "
-                         f"{(proc.stderr or proc.stdout).strip()[-400:]}")
-    return proc
-
-
-def unit_state(unit: str) -> str:
-    """``systemctl is-active UNIT``: ``active``, ``inactive``, ``failed``, ``activating`` ..."""
-    return sh("systemctl", "is-active", unit).stdout.strip() or "unknown"
+from rigkit.host.window.sweep import Sweep
+from rigkit.host.window.system import sh, unit_state
 
 
 def boot_id() -> str:
@@ -407,8 +394,6 @@ class Window:
             j.step("stop-proxy", self.stop_proxy)
             j.step("vram-free", self.vram_free)
             if self.plan.get("sweep"):
-                from rigkit.host.window.sweep import Sweep
-
                 Sweep(self).run()
             else:
                 j.step("start-tenant", self.start_tenant)

@@ -36,7 +36,7 @@ from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_qu
                                          verbatim_check)
 from rigkit.host.window.journal import StepFailed, now_iso
 from rigkit.host.window.sweepgrid import classify, crash_point, pending
-from rigkit.host.window.steps import sh, unit_state
+from rigkit.host.window.system import sh, unit_state
 
 #: Starts of the tenant per setting before it is given up: the first, and two restarts while a
 #: start still answers 500 (the seeds: "until restarted, sometimes twice").
