@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from pyinfra import host, logger
 from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
