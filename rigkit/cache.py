@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
@@ -57,7 +56,4 @@ def fetch_pinned(url: str, sha256: str, name: str, cache: Path | None = None, ti
     actual = hashlib.sha256(data).hexdigest()
     if actual != sha256:
         raise FetchError(f"{url}: sha256 {actual} does not match the pinned {sha256}")
-    with tempfile.NamedTemporaryFile(dir=target.parent, delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, target)
-    return target
+    return atomic.write_bytes(target, data)

@@ -43,12 +43,15 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     generation (module docstring) read from the host (``GenerationBundle``). Raises ``DeployError``
     for an invalid spec, a generation the host cannot show, or a stored spec no longer valid."""
     from rigkit import paths
-    from rigkit.facts import GenerationBundle, JsonFile
+    from rigkit.facts import GenerationBundle, Holds
+    from rigkit.host.holds import GENERATION
     from rigkit.render import render
 
     spec = spec_for(host)
-    holds = host.get_fact(JsonFile, path=paths.HOLDS_FILE)
-    hold = (holds.get("data") or {}).get("generation") if not holds.get("error") else None
+    holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
+    if holds["error"]:  # a hold is a safety record: an unreadable one is no "no hold"
+        raise DeployError(f"{host.name}: {holds['error']}")
+    hold = holds["data"].get(GENERATION)
     wanted = os.environ.get(GENERATION_ENV)
     n = int(wanted) if wanted else (int(hold["generation"]) if isinstance(hold, dict) and hold.get("generation") else None)
     if n is None:

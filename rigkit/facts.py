@@ -13,6 +13,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from rigkit import paths
 from rigkit.host import gpu, net, pacman
 from rigkit.host import lock as host_lock
 
@@ -76,23 +77,6 @@ class PacmanVersions(FactBase):
         return pacman.parse_query(output, getattr(self, "_asked", []))
 
 
-def parse_ignorepkg(lines: list[str]) -> list[str] | None:
-    """Packages in ``IgnorePkg`` lines inside ``[options]`` of pacman.conf(5), or None when the
-    file is missing. Lines under other sections do not count (pacman ignores them)."""
-    section = None
-    out: list[str] = []
-    for raw in lines:
-        line = raw.split("#", 1)[0].strip()
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        if section == "options" and "=" in line:
-            key, value = (p.strip() for p in line.split("=", 1))
-            if key == "IgnorePkg":
-                out.extend(value.split())
-    return out
-
-
 class PacmanIgnorePkg(FactBase):
     """Packages held by ``IgnorePkg`` in ``[options]`` of ``/etc/pacman.conf`` (list), or None
     when the file is missing. Command: ``cat /etc/pacman.conf``."""
@@ -104,7 +88,7 @@ class PacmanIgnorePkg(FactBase):
         lines, rc = _split_rc(output)
         if rc == 1 and not lines:
             return None
-        return parse_ignorepkg(lines)
+        return pacman.ignored_packages(lines)
 
 
 class JsonFile(FactBase):
@@ -129,6 +113,24 @@ class JsonFile(FactBase):
         if not isinstance(data, dict):
             return {"exists": True, "data": None, "error": "not a JSON object"}
         return {"exists": True, "data": data, "error": None}
+
+
+class Holds(JsonFile):
+    """The holds file (``/var/lib/rigkit/holds.json``) read by its one parser,
+    :func:`rigkit.host.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
+    (``data`` ``{}`` when absent; ``error`` — the parser's message — when it is not a JSON object of
+    hold records: a caller refuses, never reads it as "no hold"). Command: ``cat PATH``."""
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        from rigkit.host import holds
+
+        lines, rc = _split_rc(output)
+        if rc == 404:
+            return {"exists": False, "data": {}, "error": None}
+        try:
+            return {"exists": True, "data": holds.parse("\n".join(lines), paths.HOLDS_FILE), "error": None}
+        except holds.HoldsError as exc:
+            return {"exists": True, "data": {}, "error": str(exc)}
 
 
 class KernelState(FactBase):

@@ -53,13 +53,19 @@ def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
 
 
 def _holds(remote) -> dict:
+    """The host's holds (:func:`rigkit.host.holds.parse`); exits 1 naming the file when it is not a
+    JSON object of hold records (a hold is a safety record: never read as "no hold")."""
     from rigkit import paths
+    from rigkit.host import holds
 
     proc = remote.run(f"cat {paths.HOLDS_FILE} 2>/dev/null || true")
     try:
-        return json.loads(proc.stdout) if proc.stdout.strip() else {}
-    except ValueError:
-        return {}
+        return holds.parse(proc.stdout, paths.HOLDS_FILE)
+    except holds.HoldsError as exc:
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(f'{remote.name}: {exc}')}", markup=True, highlight=False)
+        sys.exit(exitcodes.FAILED)
 
 
 def list_lines(index: dict, hold: dict | None) -> list[str]:
@@ -84,6 +90,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
     from rigkit.drift.compare import mask
     from rigkit.generations import diff, diff_text
+    from rigkit.host.holds import GENERATION
     from rigkit.secrets import read_hf_token
 
     hs = _one_host(inventory, host)
@@ -104,7 +111,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
             sys.stdout.write(diff_text(d))
         sys.exit(exitcodes.OK)
     index = _agent_json(remote, "generation", "list")
-    hold = _holds(remote).get("generation")
+    hold = _holds(remote).get(GENERATION)
     if as_json:
         sys.stdout.write(json.dumps({**index, "hold": hold}, indent=2, sort_keys=True) + "\n")
         sys.exit(exitcodes.OK)

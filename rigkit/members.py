@@ -171,11 +171,6 @@ def split_command(cmd: str) -> list[str]:
         return joined.split()
 
 
-def is_container_cmd(argv: list[str]) -> bool:
-    """True when the command runs a container (``docker``/``podman`` run, or compose)."""
-    return bool(argv) and argv[0].rsplit("/", 1)[-1] in {"docker", "podman", "docker-compose", "podman-compose"}
-
-
 def container_name(cmd: str) -> str | None:
     """The ``--name`` of a ``docker run`` / the ``--project-name`` of a compose command, looked
     for in every command :func:`unwrap` finds (so ``sh -c '… docker run --name x …'`` counts)."""

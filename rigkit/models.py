@@ -310,12 +310,10 @@ def dumps_lock(lock: dict[str, Any]) -> str:
 
 
 def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Write :func:`dumps_lock` to ``path`` atomically (temp file + rename); return the path."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps_lock(lock))
-    os.replace(tmp, path)
-    return path
+    """Write :func:`dumps_lock` to ``path`` atomically (:func:`rigkit.host.atomic.write_text`); return the path."""
+    from rigkit.host import atomic
+
+    return atomic.write_text(path, dumps_lock(lock), make_parents=False)
 
 
 def load_lock(path: str | os.PathLike) -> dict[str, Any]:

@@ -6,6 +6,8 @@ validators agree. Nothing here touches the host.
 
 from __future__ import annotations
 
+from rigkit.host.holds import FILE_NAME as _HOLDS_NAME
+
 AGENT_DIR = "/opt/rigkit"
 AGENT_VENV = f"{AGENT_DIR}/venv"
 AGENT_BIN = f"{AGENT_VENV}/bin/rigkit-agent"
@@ -29,7 +31,7 @@ MODELS_ROOT = "/srv/models"
 STATE_DIR = "/var/lib/rigkit"
 WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
 WINDOWS_DIR = f"{STATE_DIR}/windows"
-HOLDS_FILE = f"{STATE_DIR}/holds.json"
+HOLDS_FILE = f"{STATE_DIR}/{_HOLDS_NAME}"  # rigkit.host.holds: its one reader and writer
 GENERATIONS_DIR = f"{STATE_DIR}/generations"  # root 0700: rigkit.host.generations
 MODELS_LOCK = f"{STATE_DIR}/models.lock.json"  # the model lock the deploy installed
 RIG_LOCK = f"{STATE_DIR}/rig.lock"  # the one host lock (flock + holder record), rigkit.host.lock

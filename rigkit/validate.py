@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rigkit import members as members_mod
+from rigkit.host.gpu import power_limit_problem
 from rigkit.spec import (
     DIGEST_RE,
     MEMBER_ID_RE,
@@ -136,7 +137,7 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
 
 def _check_power(spec: RigSpec) -> list[SpecProblem]:
     lo, hi = POWER_LIMIT_SANITY_W
-    if not lo <= spec.gpu_power_limit_w <= hi:
+    if power_limit_problem(spec.gpu_power_limit_w, lo, hi):
         return [SpecProblem(
             key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
             allowed=f"outside {lo}–{hi} W, what any RTX 3090-family card accepts (reference 350 W, the highest "
@@ -148,10 +149,9 @@ def _check_power(spec: RigSpec) -> list[SpecProblem]:
     if rng.min_w > rng.max_w:
         out.append(SpecProblem(key="gpu_power_range_w", value=f"min_w {rng.min_w} > max_w {rng.max_w}",
                                allowed="min_w must not exceed max_w"))
-    elif not rng.min_w <= spec.gpu_power_limit_w <= rng.max_w:
-        out.append(SpecProblem(
-            key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
-            allowed=f"outside the card's power limits {rng.min_w}–{rng.max_w} W (nvidia-smi power.min_limit/max_limit)"))
+    elif problem := power_limit_problem(spec.gpu_power_limit_w, rng.min_w, rng.max_w):
+        out.append(SpecProblem(key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
+                               allowed=problem.partition(" W is ")[2]))
     return out
 
 

@@ -62,20 +62,19 @@ def live_config(hs) -> str | None:
 
 
 def host_holds(hs) -> dict:
-    """The host's holds (:func:`rigkit.host.activate.read_holds` of ``/var/lib/rigkit/holds.json``)."""
-    import json
-
+    """The host's holds (:func:`rigkit.host.holds.parse` of ``/var/lib/rigkit/holds.json``); raises
+    _Fail (exit 1) when the host cannot be read or the file is not a JSON object of hold records."""
     from rigkit import paths
+    from rigkit.host import holds
 
     path = shlex.quote(paths.HOLDS_FILE)
     p = _ssh(hs, f"{_sudo(hs.connection)}sh -c 'cat {path} 2>/dev/null || true'")
     if p.returncode != 0:
         raise _Fail(f"{hs.name}: cannot read {paths.HOLDS_FILE}: {p.stderr.strip()[:300]}")
     try:
-        data = json.loads(p.stdout) if p.stdout.strip() else {}
-    except ValueError:
-        raise _Fail(f"{hs.name}: {paths.HOLDS_FILE} is not valid JSON; fix or remove it") from None
-    return data if isinstance(data, dict) else {}
+        return holds.parse(p.stdout, paths.HOLDS_FILE)
+    except holds.HoldsError as exc:
+        raise _Fail(f"{hs.name}: {exc}") from None
 
 
 def describe_hold(hold: dict) -> str:
@@ -89,12 +88,13 @@ def describe_hold(hold: dict) -> str:
 def show(hs, echo=click.echo) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
     from rigkit import paths
-    from rigkit.host.activate import HOLD_KEY, member_diff, parse_config
+    from rigkit.host.activate import member_diff, parse_config
+    from rigkit.host.holds import LLAMA_SWAP
     from rigkit.render import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)
     live = live_config(hs)
-    hold = host_holds(hs).get(HOLD_KEY)
+    hold = host_holds(hs).get(LLAMA_SWAP)
     if hold:
         echo(f"{hs.name}: {describe_hold(hold)}")
     if live == declared:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import DeployError, deploy
-from pyinfra.facts.files import File, FileContents, Sha1File
+from pyinfra.facts.files import File, FileContents, Sha256File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
 from rigkit.hoststate import REPO_PACKAGES
-from rigkit.facts import EstablishedConnections, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
+from rigkit.facts import EstablishedConnections, Holds, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
 from rigkit.host import lock as host_lock
+from rigkit.host.gpu import power_limit_problem
+from rigkit.host.holds import LLAMA_SWAP
 from rigkit.host.window.journal import is_open
+from rigkit.operations.llama_swap import holds_text
 from rigkit.operations.pacman import missing_packages
 from rigkit.render import own_units
 from rigkit.spec import RigSpec, unset_operator_values
@@ -41,10 +44,10 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
         out.append(f"a window is open ({paths.WINDOW_JOURNAL}: state {data.get('state')!r}); "
                    "the deploy waits until the window has restored steady state")
     for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
-        lo, hi = gpu["power_min_w"], gpu["power_max_w"]
-        if lo is not None and hi is not None and not lo <= spec.gpu_power_limit_w <= hi:
-            out.append(f"gpu_power_limit_w {spec.gpu_power_limit_w} W is outside GPU {gpu['index']}'s limits "
-                       f"{lo:g}–{hi:g} W (nvidia-smi power.min_limit/power.max_limit)")
+        problem = power_limit_problem(spec.gpu_power_limit_w, gpu["power_min_w"], gpu["power_max_w"],
+                                      f"GPU {gpu['index']}")
+        if problem:
+            out.append(problem)
     holder = (rig_lock or {}).get("holder") or {}
     ours = bool(lease and holder.get("lease") == lease)  # rigkit rollback's own lock: this run is part of it
     if disruptive and (rig_lock or {}).get("held") and not ours:
@@ -61,7 +64,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     return out
 
 
-def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dict, proxy_running: bool,
+def disruptive_steps(spec: RigSpec, rendered: dict, sha256: dict, daemon_json: dict, proxy_running: bool,
                      held: bool = False, binary_sha256: str | None = None,
                      sync_missing: list[str] | None = None) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
@@ -71,8 +74,6 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
     llama-swap runs, a daemon.json that the docker step will change (docker restarts), and a
     ``pacman -Syu`` to install ``sync_missing`` packages on a serving host (it may upgrade the kernel,
     docker and what runs)."""
-    import hashlib
-
     from rigkit.hoststate import DAEMON_JSON_KEYS
     from rigkit.operations.config import merge_json
 
@@ -81,7 +82,7 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha1: dict, daemon_json: dic
         for path in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service"):
             if held and path == paths.LLAMA_SWAP_CONFIG:
                 continue
-            if sha1.get(path) != hashlib.sha1(rendered[path].text.encode()).hexdigest():
+            if not holds_text(sha256.get(path), rendered[path].text):
                 out.append(f"{path} changes: llama-swap restarts")
         wanted = spec.llama_swap.release_sha256
         if wanted and (binary_sha256 or "").strip() != wanted:
@@ -101,11 +102,14 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     window = host.get_fact(JsonFile, path=paths.WINDOW_JOURNAL)
     smi = host.get_fact(NvidiaSmi)
     locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
-    sha1 = {p: host.get_fact(Sha1File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
+    sha256 = {p: host.get_fact(Sha256File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
-    held = "llama-swap" in (host.get_fact(JsonFile, path=paths.HOLDS_FILE).get("data") or {})
+    holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
+    if holds["error"]:
+        raise DeployError(f"refusing to deploy:\n  {holds['error']}")
+    held = LLAMA_SWAP in holds["data"]
     marker = host.get_fact(FileContents, path=paths.LLAMA_SWAP_MARKER)
-    disruptive = disruptive_steps(spec, rendered, sha1, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
+    disruptive = disruptive_steps(spec, rendered, sha256, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
                                   held, "\n".join(marker) if marker else None,
                                   missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
                                                    list(REPO_PACKAGES)))

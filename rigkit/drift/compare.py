@@ -378,9 +378,9 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
     activated): its finding says what the deploy does with it — back it up as
     ``<live>.bak-<UTC stamp>`` and activate the declared one — or, under a hold, that the deploy
     leaves it. ``findings`` is changed in place and returned."""
-    from rigkit.host.activate import HOLD_KEY
+    from rigkit.host.holds import LLAMA_SWAP
 
-    held = isinstance((holds.get("data") or {}).get(HOLD_KEY), dict)
+    held = isinstance((holds.get("data") or {}).get(LLAMA_SWAP), dict)
     for f in findings:
         if f.kind == "file" and f.item == paths.LLAMA_SWAP_CONFIG and f.actual != "missing":
             f.actual += (" — held by a rollback: the deploy leaves it (see the hold)" if held else
@@ -391,9 +391,9 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
 
 def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
     """The generation hold in the probe's ``holds`` (``{"generation": n, ...}``) or None."""
-    from rigkit.host.generations import HOLD_KEY
+    from rigkit.host.holds import GENERATION
 
-    hold = ((facts.get("holds") or {}).get("data") or {}).get(HOLD_KEY)
+    hold = ((facts.get("holds") or {}).get("data") or {}).get(GENERATION)
     return hold if isinstance(hold, dict) and hold.get("generation") else None
 
 
@@ -468,7 +468,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
-    from rigkit.host.generations import HOLD_KEY as GENERATION_HOLD
+    from rigkit.host.holds import GENERATION as GENERATION_HOLD
 
     if holds.get("error"):
         return [Finding(host, "hold", paths.HOLDS_FILE, "a JSON object", holds["error"], severity="error")]

@@ -15,7 +15,7 @@ from pyinfra.api import FactBase
 
 from rigkit import hoststate, paths
 from rigkit.drift.declared import Declared
-from rigkit.facts import (DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
@@ -79,7 +79,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("smi-cuda", "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9][0-9.]*\\).*/\\1/p' | head -n 1"))
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
-    sections.append(("holds", JsonFile().command(paths.HOLDS_FILE)))
+    sections.append(("holds", Holds().command(paths.HOLDS_FILE)))
     sections.append(("generations", JsonFile().command(f"{paths.GENERATIONS_DIR}/index.json")))
     sections.append(("rig-lock", RigLockState().command(paths.RIG_LOCK)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
@@ -195,7 +195,7 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
         elif key == "window":
             facts["window"] = JsonFile().process(lines)
         elif key == "holds":
-            facts["holds"] = JsonFile().process(lines)
+            facts["holds"] = Holds().process(lines)
         elif key == "generations":
             facts["generations"] = JsonFile().process(lines)
         elif key == "rig-lock":

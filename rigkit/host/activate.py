@@ -16,11 +16,11 @@ rolled-back or refused config left there would read as a change the deploy would
 
 Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
-and does not re-activate; drift reports it (:func:`read_holds`) until :func:`release`.
+and does not re-activate; drift reports it (:mod:`rigkit.host.holds`) until :func:`release`.
 
 Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only, imported lazily, so
 the control side can import the pure helpers (:func:`changed_members`, :func:`remote_command`,
-:func:`read_holds`). Paths, the port and the unit come from the host config
+:mod:`rigkit.host.holds`). Paths, the port and the unit come from the host config
 (:mod:`rigkit.host.config`). An activation, a rollback and a release hold the host lock
 (:mod:`rigkit.host.lock`) for their whole duration and are refused while a window is open; the
 keeper and the watchdog stand down meanwhile. The API key (``VLLM_API_KEY`` from the host config's
@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import client, envfile, standdown
-from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.host import atomic, client, envfile, standdown
+from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
+from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.lock import LockHeld
 
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
-HOLD_KEY = "llama-swap"
 DEFAULT_OWNER = "root:llama-swap"
 DEFAULT_MODE = 0o640
 
@@ -116,28 +116,6 @@ def backups(live: Path) -> list[Path]:
     return sorted(live.parent.glob(live.name + ".bak-*"))
 
 
-def read_holds(path: Path | str) -> dict[str, dict[str, Any]]:
-    """The holds recorded on a host: ``{name: record}``, ``{}`` when the file is absent or empty.
-
-    Today one name exists, ``"llama-swap"`` (a rollback by hand of the live config); its record:
-    ``path`` (the live config), ``since`` (UTC ISO 8601), ``by`` (the command), ``restored_from``
-    (the backup it rolled back to), ``live_sha256`` (sha256 of the config now live),
-    ``held_back_sha256`` and ``held_back_copy`` (the config it replaced and where a copy lies), and
-    ``held_back_members`` (``{"added"|"removed"|"changed": [ids]}`` — what re-activating would
-    bring back relative to the live config). Raises ValueError when the file is not a JSON object
-    of objects (the message names the file).
-    """
-    data = read_object(path) or {}
-    if not all(isinstance(v, dict) for v in data.values()):
-        raise ValueError(f"{path}: not a JSON object of hold records")
-    return data
-
-
-def write_holds(path: Path, holds: dict[str, dict[str, Any]]) -> None:
-    """Write the holds atomically (root 0644: drift reads them)."""
-    write_atomic(path, holds)
-
-
 def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, lease: str | None = None) -> str:
     """The shell command that runs ``rigkit-agent activate ARGS`` on the host in a transient unit
     ``rigkit-activate-<id>.service`` (``systemd-run --wait``: it keeps running when the SSH session is
@@ -160,25 +138,13 @@ def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, leas
 # ------------------------------------------------------------------------------ the host side
 def _install(text: str, live: Path, owner: str, mode: int) -> None:
     """Write ``text`` to ``live`` atomically with ``owner`` (``user:group``) and ``mode``."""
-    import grp
-    import pwd
-
-    user, _, group = owner.partition(":")
-    tmp = live.with_name(f".{live.name}.rigkit-tmp")
-    tmp.write_text(text)
-    os.chown(tmp, pwd.getpwnam(user).pw_uid, grp.getgrnam(group or user).gr_gid)
-    os.chmod(tmp, mode)
-    os.replace(tmp, live)
+    atomic.write_text(live, text, mode, owner)
 
 
 def _copy(src: Path, dest: Path) -> None:
     """``cp -a``: content, mode and owner."""
     st = src.stat()
-    tmp = dest.with_name(f".{dest.name}.rigkit-tmp")
-    tmp.write_bytes(src.read_bytes())
-    os.chown(tmp, st.st_uid, st.st_gid)
-    os.chmod(tmp, st.st_mode & 0o7777)
-    os.replace(tmp, dest)
+    atomic.write_bytes(dest, src.read_bytes(), st.st_mode & 0o7777, (st.st_uid, st.st_gid))
 
 
 def _unique(path: Path) -> Path:
@@ -349,7 +315,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
         aside = _unique(live.with_name(f"{live.name}.failed-{utc_stamp(now())}"))
         try:
             if live.exists():
-                os.replace(live, aside)
+                atomic.move(live, aside)
             host.systemctl("stop")
         except (ActivationError, OSError) as exc:
             log(f"FAILED to stop llama-swap too: {exc}")

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from rigkit.host import atomic
 from rigkit.host.envfile import parse_env_text
 from rigkit.host.jsonfile import write_atomic
 
@@ -557,7 +558,7 @@ class _Fetcher:
             self.log(msg + "; fetching it again")
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(part, 0o644)
-        os.replace(part, dest)
+        atomic.move(part, dest)
         self.log(f"{self.name}: {rel}: {kind} verified")
         return _stat_entry(dest, d)
 

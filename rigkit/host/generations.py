@@ -46,10 +46,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import pacman
+from rigkit.host import atomic, pacman
+from rigkit.host.holds import GENERATION as HOLD_KEY
+from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.jsonfile import read_object, write_atomic
 
-HOLD_KEY = "generation"
 DEFAULT_KEEP = 10
 
 
@@ -204,11 +205,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         sha = _sha256(data)
         obj = objects / sha
         if not obj.exists():
-            tmp = objects / f".{sha}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, obj)
+            atomic.write_bytes(obj, data, 0o600)
         entry = {"sha256": sha, "mode": f"0{st.st_mode & 0o7777:o}", "owner": _owner(st)}
         if sha != meta.get("sha256"):
             entry["declared_sha256"] = meta.get("sha256")
@@ -252,9 +249,9 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     hold = manifest.get("hold")
     if hold:
         holds_path = cfg.path("holds")
-        holds = read_object(holds_path) or {}
+        holds = read_holds(holds_path)
         holds[HOLD_KEY] = {**hold, "generation": n, "since": rec["time"], "by": hold.get("by") or operator}
-        write_atomic(holds_path, holds)
+        write_holds(holds_path, holds)
         log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
             f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
     return {**entry, "recorded": True}
@@ -329,12 +326,12 @@ def check(cfg: Any, n: int) -> list[str]:
 def release(cfg: Any, log: Callable[[str], None] = print) -> int:
     """Remove the generation hold (the caller holds the host lock); 0, also when there was none."""
     holds_path = cfg.path("holds")
-    holds = read_object(holds_path) or {}
+    holds = read_holds(holds_path)
     hold = holds.pop(HOLD_KEY, None)
     if hold is None:
         log(f"no generation hold recorded in {holds_path}")
         return 0
-    write_atomic(holds_path, holds)
+    write_holds(holds_path, holds)
     log(f"released the hold at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')}, "
         f"{hold.get('since')}); the next deploy applies the spec")
     return 0

@@ -27,6 +27,18 @@ def _num(text: str) -> float | None:
         return None
 
 
+def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
+    """Why ``watts`` (W) cannot be ``gpu``'s power limit, as the one message every check gives
+    (``gpu_power_limit_w 450 W is outside GPU 0's limits 100–400 W (nvidia-smi
+    power.min_limit/power.max_limit)``), or None when it lies in ``lo``..``hi`` (W, as
+    :func:`parse_query` reads them) or the range is unknown (either bound None). Used by the spec's
+    check, the deploy's preflight and the power-limit operation."""
+    if lo is None or hi is None or lo <= watts <= hi:
+        return None
+    return (f"gpu_power_limit_w {watts:g} W is outside {gpu}'s limits {lo:g}–{hi:g} W "
+            "(nvidia-smi power.min_limit/power.max_limit)")
+
+
 def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     """The GPUs from :data:`QUERY`'s output and exit code.
 

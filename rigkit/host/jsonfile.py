@@ -1,5 +1,5 @@
-"""JSON files on the host, one way: read an object, write atomically (temp file in the same folder,
-fsync, rename), so a reader never sees half a file. Used for the window journal, holds, the
+"""JSON files on the host, one way: read an object, write atomically (:mod:`rigkit.host.atomic`: temp
+file in the same folder, fsync, rename), so a reader never sees half a file. Used for the window journal, holds, the
 watchdog's state, model records and the lock's holder record's readers."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from rigkit.host import atomic
 
 
 def read_object(path: str | os.PathLike) -> dict[str, Any] | None:
@@ -33,14 +35,4 @@ def write_atomic(path: str | os.PathLike, data: Any, mode: int = 0o644, indent: 
                  sort_keys: bool = True) -> Path:
     """Write ``data`` as JSON (trailing newline) to ``path`` atomically with ``mode``; creates the
     parent folder. Returns the path. Raises OSError when it cannot be written."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=indent, sort_keys=sort_keys)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, p)
-    return p
+    return atomic.write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n", mode)

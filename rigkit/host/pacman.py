@@ -36,3 +36,37 @@ def installed_versions(packages: list[str]) -> dict[str, str | None]:
     except (OSError, subprocess.TimeoutExpired):
         return {p: None for p in packages}
     return parse_query((proc.stdout + proc.stderr).splitlines(), packages)
+
+
+def _section(line: str) -> str | None:
+    """The section a pacman.conf line opens (``[options]`` → ``options``), or None."""
+    text = line.split("#", 1)[0].strip()
+    return text[1:-1].strip() if text.startswith("[") and text.endswith("]") else None
+
+
+def ignorepkg_lines(lines: list[str]) -> tuple[int | None, int, list[tuple[int, bool, list[str]]]]:
+    """Where pacman.conf(5) ``lines`` hold packages with ``IgnorePkg``: the one parser of it.
+
+    Returns ``(start, end, entries)``: ``start`` the index of the ``[options]`` header (None when the
+    file has none), ``end`` the index of the next section header (or ``len(lines)``), ``entries`` one
+    ``(index, commented, packages)`` per ``IgnorePkg = ...`` line between them — a commented one
+    (``#IgnorePkg   =``, as Arch ships it) has ``commented`` True and holds nothing for pacman.
+    Lines under other sections do not count (pacman ignores them)."""
+    start = next((i for i, ln in enumerate(lines) if _section(ln) == "options"), None)
+    if start is None:
+        return None, len(lines), []
+    end = next((i for i in range(start + 1, len(lines)) if _section(lines[i]) is not None), len(lines))
+    entries = []
+    for i in range(start + 1, end):
+        stripped = lines[i].strip()
+        commented = stripped.startswith("#")
+        body = stripped.lstrip("#").strip() if commented else stripped
+        key, eq, value = body.partition("=")
+        if eq and key.strip() == "IgnorePkg":
+            entries.append((i, commented, value.split("#", 1)[0].split()))
+    return start, end, entries
+
+
+def ignored_packages(lines: list[str]) -> list[str]:
+    """The packages ``IgnorePkg`` holds in pacman.conf ``lines`` (:func:`ignorepkg_lines`), in order."""
+    return [p for _, commented, pkgs in ignorepkg_lines(lines)[2] if not commented for p in pkgs]

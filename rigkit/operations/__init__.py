@@ -9,7 +9,6 @@ which is what makes a converged run report 0 changes). One module per concern; t
 - :mod:`rigkit.operations.gpu`: the GPU power limit
 - :mod:`rigkit.operations.boot`: the ``kms`` hook, reboots and the reboot gate
 - :mod:`rigkit.operations.release`: an executable from a pinned release tarball
-- :mod:`rigkit.operations.service`: waiting for a service's HTTP endpoint
 - :mod:`rigkit.operations.llama_swap`: activating llama-swap's live config on the host
 - :mod:`rigkit.operations.models`: model weights fetched and HyperQwen's prepare step
 - :mod:`rigkit.operations.generations`: the generation a deploy leaves, recorded on the host

@@ -6,6 +6,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
 
 from rigkit.facts import NvidiaSmi
+from rigkit.host.gpu import power_limit_problem
 
 
 @operation()
@@ -26,9 +27,9 @@ def gpu_power_limit(watts: int, index: int = 0):
     gpu = next((g for g in smi["gpus"] if g["index"] == index), None)
     if gpu is None:
         raise OperationError(f"nvidia-smi lists no GPU {index}")
-    lo, hi = gpu["power_min_w"], gpu["power_max_w"]
-    if lo is not None and hi is not None and not lo <= watts <= hi:
-        raise OperationError(f"gpu_power_limit_w {watts} W is outside the card's limits {lo:g}–{hi:g} W")
+    problem = power_limit_problem(watts, gpu["power_min_w"], gpu["power_max_w"], f"GPU {index}")
+    if problem:
+        raise OperationError(problem)
     if gpu["power_limit_w"] == watts and gpu["power_enforced_w"] == watts:
         host.noop(f"GPU {index} power limit is {watts} W")
         return

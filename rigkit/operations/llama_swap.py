@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import hashlib
-
 from pyinfra import host, logger
 from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from rigkit import paths
-from rigkit.facts import JsonFile
+from rigkit.facts import Holds
 from rigkit.agentcmd import activate_command
 from rigkit.host import activate
+from rigkit.host.holds import LLAMA_SWAP
 
 
 #: The agent's log lines the deploy's output repeats as warnings (the rest stays in the activation log):
@@ -51,6 +50,13 @@ class AgentCommand(StringCommand):
         return status, output
 
 
+def holds_text(sha256: str | None, text: str) -> bool:
+    """Whether a file whose ``Sha256File`` fact is ``sha256`` (None: no file) holds ``text``: the one
+    way a live config (or unit) on the host is compared with the rendered one (the operation below and
+    the preflight's :func:`roles.preflight.disruptive_steps`)."""
+    return sha256 == activate.sha256_text(text)
+
+
 @operation()
 def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLDS_FILE):
     """Activate ``text`` (already uploaded to ``staging``) as llama-swap's live config, on the host.
@@ -66,18 +72,17 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
     backup of the replaced live config (a warning); a failed activation fails the operation with the
     agent's log (what was restored, or that llama-swap was left stopped on a first activation).
     """
-    wanted = hashlib.sha256(text.encode()).hexdigest()
-    if host.get_fact(Sha256File, path=live) == wanted:
+    if holds_text(host.get_fact(Sha256File, path=live), text):
         host.noop(f"{live} is the declared config")
         return
-    held = host.get_fact(JsonFile, path=holds)
+    held = host.get_fact(Holds, path=holds)
     if held["error"]:
-        raise OperationError(f"{holds}: {held['error']}; fix or remove it (it records rollbacks by hand)")
-    record = (held["data"] or {}).get(activate.HOLD_KEY)
+        raise OperationError(held["error"])
+    record = held["data"].get(LLAMA_SWAP)
     if isinstance(record, dict):
         logger.warning(f"{host.print_prefix}llama-swap: HELD since {record.get('since')} "
                        f"(`{record.get('by')}`, restored {record.get('restored_from')}): the declared config "
                        f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
-        host.noop("llama-swap's live config is held (holds.json); not activating")
+        host.noop(f"llama-swap's live config is held ({holds}); not activating")
         return
     yield AgentCommand(activate_command(["--config", staging, "--live", live, "--by", "rigkit deploy"]))

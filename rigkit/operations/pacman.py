@@ -12,6 +12,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from rigkit.facts import PacmanSyncDbs, PacmanVersions
+from rigkit.host.pacman import ignorepkg_lines
 
 
 def archive_url(base: str, package: str, version: str, arch: str = "x86_64") -> str:
@@ -78,22 +79,12 @@ def ensure_ignorepkg(lines: list[str], packages: list[str]) -> list[str]:
     Raises ValueError when the file has no ``[options]`` section.
     """
     out = list(lines)
-    start = next((i for i, ln in enumerate(out) if ln.strip() == "[options]"), None)
+    start, end, entries = ignorepkg_lines(out)
     if start is None:
         raise ValueError("pacman.conf has no [options] section")
-    end = next((i for i in range(start + 1, len(out)) if out[i].strip().startswith("[")), len(out))
-    held: list[str] = []
-    first = None
-    for i in range(start + 1, end):
-        stripped = out[i].strip()
-        body = stripped.lstrip("#").strip()
-        if body.startswith("IgnorePkg") and "=" in body:
-            if not stripped.startswith("#"):
-                held += body.split("=", 1)[1].split("#", 1)[0].split()
-                if first is None or out[first].strip().startswith("#"):
-                    first = i
-            elif first is None:
-                first = i
+    held = [p for _, commented, pkgs in entries if not commented for p in pkgs]
+    live = [i for i, commented, _ in entries if not commented]
+    first = live[0] if live else (entries[0][0] if entries else None)
     wanted = list(dict.fromkeys(held + list(packages)))
     line = "IgnorePkg = " + " ".join(wanted)
     if first is None:
@@ -104,8 +95,7 @@ def ensure_ignorepkg(lines: list[str], packages: list[str]) -> list[str]:
     else:
         out[first] = line
         # later uncommented IgnorePkg lines in [options] are folded into the first
-        out = [ln for i, ln in enumerate(out)
-               if not (start < i < end and i != first and ln.strip().startswith("IgnorePkg") and "=" in ln)]
+        out = [ln for i, ln in enumerate(out) if i == first or i not in live]
     return out
 
 

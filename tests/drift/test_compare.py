@@ -147,7 +147,7 @@ def test_pin_moved_and_ignorepkg_removed():
 
 
 def test_ignorepkg_outside_options_does_not_hold():
-    from rigkit.facts import parse_ignorepkg
+    from rigkit.host.pacman import ignored_packages as parse_ignorepkg
 
     held = parse_ignorepkg(["[options]", "#IgnorePkg =", "[extra]", "IgnorePkg = " + " ".join(PINS)])
     assert {f.item for f in compare.compare_pins("h1", PINS, PINS, held)} == set(PINS)

@@ -141,24 +141,6 @@ def test_rollback_without_a_differing_backup_is_invalid_input(live, tmp_path):
     assert host.lines[-1] == f"error: no backup {live}.bak-* differs from the live config; nothing to roll back to"
 
 
-def test_read_holds_absent_empty_and_broken(tmp_path):
-    p = tmp_path / "holds.json"
-    assert act.read_holds(p) == {}
-    p.write_text("")
-    assert act.read_holds(p) == {}
-    p.write_text("[1]")
-    with pytest.raises(ValueError, match=r"holds.json: not a JSON object$"):
-        act.read_holds(p)
-    p.write_text('{"llama-swap": 1}')
-    with pytest.raises(ValueError, match=r"holds.json: not a JSON object of hold records$"):
-        act.read_holds(p)
-    p.write_text("{")
-    with pytest.raises(ValueError, match=r"holds.json: not valid JSON"):
-        act.read_holds(p)
-    p.write_text(json.dumps({"llama-swap": {"since": "x"}}))
-    assert act.read_holds(str(p)) == {"llama-swap": {"since": "x"}}
-
-
 def test_remote_command_runs_the_agent_in_a_unit_of_its_own_and_prints_its_log(tmp_path):
     cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"],
                              agent="/opt/rigkit/venv/bin/rigkit-agent", log="/var/lib/rigkit/activate.log")

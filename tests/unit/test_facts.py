@@ -131,3 +131,34 @@ def test_a_modules_folder_without_its_kernel_image_is_no_installed_kernel(tmp_pa
     cmd = KernelState().command().replace("/usr/lib/modules", str(tmp_path))
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True).stdout.splitlines()
     assert KernelState().process(out)["installed_kernels"] == ["6.12.58-1-lts"]
+
+
+@pytest.mark.parametrize("conf", [
+    STOCK_OPTIONS,
+    ["[options]  # pacman's own", "IgnorePkg = docker", "IgnorePkg = cuda # later", "[core]", "IgnorePkg = x"],
+    ["#[options]", "[options]", "#IgnorePkg = old", "IgnorePkg=cuda", "", "[extra]"],
+])
+def test_the_fact_reads_what_the_operation_wrote_with_one_parser(conf):
+    """One IgnorePkg parser (rigkit.host.pacman.ignorepkg_lines): what the operation leaves, the fact
+    reads back as the operator's holds plus ours; running the operation again changes nothing."""
+    from rigkit.host.pacman import ignored_packages
+
+    before = ignored_packages(conf)
+    out = ensure_ignorepkg(conf, ["nvidia-utils", "cuda"])
+    assert PacmanIgnorePkg().process(out) == list(dict.fromkeys(before + ["nvidia-utils", "cuda"]))
+    assert ensure_ignorepkg(out, ["nvidia-utils", "cuda"]) == out
+
+
+def test_no_second_ignorepkg_parser():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in sorted((root / "rigkit").rglob("*.py")) + sorted((root / "roles").rglob("*.py")):
+        if path == root / "rigkit" / "host" / "pacman.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "IgnorePkg":
+                offenders.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not offenders, "parse IgnorePkg with rigkit.host.pacman.ignorepkg_lines:\n" + "\n".join(offenders)

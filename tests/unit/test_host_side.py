@@ -305,3 +305,28 @@ def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
     assert not (tmp_path / "ran").exists()
     p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and (tmp_path / "ran").exists() and (tmp_path / "rig.lock").read_text() == ""
+
+
+# ------------------------------------------------------------------------------ the power range
+def test_one_check_and_one_message_for_the_power_range():
+    assert gpu.power_limit_problem(420, 100.0, 400.0, "GPU 0") == (
+        "gpu_power_limit_w 420 W is outside GPU 0's limits 100–400 W (nvidia-smi power.min_limit/power.max_limit)")
+    assert gpu.power_limit_problem(400, 100.0, 400.0) is None
+    assert gpu.power_limit_problem(9999, None, 400.0) is None  # the card did not say
+
+
+def test_no_second_power_range_check_comes_back():
+    """A chained comparison (``lo <= w <= hi``) over a power value, or the range's message, anywhere but
+    :func:`rigkit.host.gpu.power_limit_problem`, is a second copy."""
+    offenders = []
+    for path in sorted((ROOT / "rigkit").rglob("*.py")) + sorted((ROOT / "roles").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and len(node.ops) == 2 and path != HOST / "gpu.py":
+                text = ast.unparse(node)
+                if "power" in text or "min_w" in text or "max_w" in text:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text}")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "limits" in node.value \
+                    and "outside" in node.value and path != HOST / "gpu.py":
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not offenders, "use rigkit.host.gpu.power_limit_problem:\n" + "\n".join(offenders)

@@ -19,8 +19,8 @@ def spec(**data):
     return spec_from_dict(data)
 
 
-def sha1_of(files):
-    return {p: hashlib.sha1(files[p].text.encode()).hexdigest() for p in (paths.LLAMA_SWAP_CONFIG, UNIT)}
+def sha256_of(files):
+    return {p: hashlib.sha256(files[p].text.encode()).hexdigest() for p in (paths.LLAMA_SWAP_CONFIG, UNIT)}
 
 
 def test_unset_operator_values_are_refused_by_name():
@@ -49,13 +49,13 @@ def test_a_converged_host_has_no_disruptive_step():
     files = render(s)
     daemon = {"exists": True, "data": {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
                                        "exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald"}}
-    assert disruptive_steps(s, files, sha1_of(files), daemon, proxy_running=True) == []
+    assert disruptive_steps(s, files, sha256_of(files), daemon, proxy_running=True) == []
 
 
 def test_a_config_change_while_the_proxy_runs_is_disruptive_and_refused_under_traffic_or_a_lock():
     s = spec(llama_swap={"health_check_timeout_s": 330})
     old = render(spec())
-    steps = disruptive_steps(s, render(s), sha1_of(old), {"exists": False}, proxy_running=True)
+    steps = disruptive_steps(s, render(s), sha256_of(old), {"exists": False}, proxy_running=True)
     assert steps == ["/etc/llama-swap/config.yaml changes: llama-swap restarts"]
     out = refusals(s, NO_WINDOW, NO_GPU, ["/run/agent/session.lock"], steps, ["127.0.0.1:51234"])
     assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while lock "
@@ -74,4 +74,19 @@ def test_nothing_runs_yet_so_a_fresh_host_is_not_disrupted():
 def test_a_held_config_is_not_a_disruption_the_deploy_will_not_activate_it():
     s = spec(llama_swap={"health_check_timeout_s": 330})
     old = render(spec())
-    assert disruptive_steps(s, render(s), sha1_of(old), {"exists": False}, proxy_running=True, held=True) == []
+    assert disruptive_steps(s, render(s), sha256_of(old), {"exists": False}, proxy_running=True, held=True) == []
+
+
+def test_the_live_config_is_compared_one_way():
+    """The preflight and the activation compare the live config by sha256 through one function; no
+    module reads a file's sha1 to compare it (issue #26)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    users = []
+    for path in sorted((root / "rigkit").rglob("*.py")) + sorted((root / "roles").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name) and node.id == "Sha1File":
+                users.append(str(path.relative_to(root)))
+    assert not users

@@ -118,8 +118,8 @@ BAD_INPUTS = [
     pytest.param({"gpu_power_limit_w": 0},
                  "gpu_power_limit_w: 0 (int) — must be greater than 0", id="zero-power-limit"),
     pytest.param({"gpu_power_limit_w": 450, "gpu_power_range_w": {"min_w": 100, "max_w": 400}},
-                 "gpu_power_limit_w: 450 — outside the card's power limits 100–400 W "
-                 "(nvidia-smi power.min_limit/max_limit)", id="power-limit-out-of-range"),
+                 "gpu_power_limit_w: 450 — outside the card's limits 100–400 W "
+                 "(nvidia-smi power.min_limit/power.max_limit)", id="power-limit-out-of-range"),
     pytest.param({"llama_swap": {"groups": {"gpu": {"swap": False}}}},
                  "llama_swap.groups.gpu.swap: False — lets strata (21.6 GiB) + gguf-baseline (17.5 GiB) + "
                  "hyperqwen (22.08 GiB) run at once = 61.18 GiB > 23 GiB usable (gpu_vram_gib 24 − "

@@ -14,7 +14,8 @@ from rigkit.host.config import ConfigError, HostConfig
 from rigkit.host.config import load as load_config
 from rigkit.host.lock import LockHeld, RigLock
 from rigkit.host.window.journal import JOURNAL_VERSION, Journal, is_open, now_iso, read_journal
-from rigkit.host.window.steps import Window, boot_id, sh, unit_state
+from rigkit.host.window.steps import Window, boot_id
+from rigkit.host.window.system import sh, unit_state
 
 UNIT = "rigkit-window"
 #: How long a transient window unit may take to restore after a stop request (s).

@@ -13,24 +13,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import envfile, gpu, net
+from rigkit.host import atomic, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
-
-
-def sh(*argv: str, timeout: float = 120.0, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``argv`` (no shell), text output captured. ``check``: raise StepFailed naming the
-    command and its stderr on a non-zero exit."""
-    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise StepFailed(f"`{' '.join(argv)}` exited {proc.returncode}: "
-                         f"{(proc.stderr or proc.stdout).strip()[-400:]}")
-    return proc
-
-
-def unit_state(unit: str) -> str:
-    """``systemctl is-active UNIT``: ``active``, ``inactive``, ``failed``, ``activating`` ..."""
-    return sh("systemctl", "is-active", unit).stdout.strip() or "unknown"
+from rigkit.host.window.sweep import Sweep
+from rigkit.host.window.system import sh, unit_state
 
 
 def boot_id() -> str:
@@ -309,13 +296,11 @@ class Window:
     def r_restore_env(self) -> str:
         """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
         folder keeps the deployed one, ``changed.tenant_env``), same bytes, mode and owner."""
-        from rigkit.host.window.sweep import write_like
-
         rec = self.j.data["changed"].get("tenant_env")
         if not rec:
             return f"{self.plan.get('tenant_env', 'the .env')} untouched (no setting was installed)"
         data = Path(rec["backup"]).read_bytes()
-        write_like(Path(rec["path"]), data, rec)
+        atomic.write_bytes(rec["path"], data, int(rec["mode"]), (int(rec["uid"]), int(rec["gid"])))
         if Path(rec["path"]).read_bytes() != data:
             raise StepFailed(f"{rec['path']} does not read back as the deployed file ({rec['backup']})")
         self.j.data["changed"]["tenant_env"] = None
@@ -409,8 +394,6 @@ class Window:
             j.step("stop-proxy", self.stop_proxy)
             j.step("vram-free", self.vram_free)
             if self.plan.get("sweep"):
-                from rigkit.host.window.sweep import Sweep
-
                 Sweep(self).run()
             else:
                 j.step("start-tenant", self.start_tenant)

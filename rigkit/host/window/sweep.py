@@ -29,14 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rigkit.host import envfile
+from rigkit.host import atomic, envfile
 from rigkit.host.bench.client import ChatSession, stream_chat
 from rigkit.host.bench.context import Target, measure_chars_per_token
 from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document,
                                          verbatim_check)
 from rigkit.host.window.journal import StepFailed, now_iso
 from rigkit.host.window.sweepgrid import classify, crash_point, pending
-from rigkit.host.window.steps import sh, unit_state
+from rigkit.host.window.system import sh, unit_state
 
 #: Starts of the tenant per setting before it is given up: the first, and two restarts while a
 #: start still answers 500 (the seeds: "until restarted, sometimes twice").
@@ -142,7 +142,8 @@ class Sweep:
             changed["tenant_env"] = {"path": str(path), "backup": str(backup), "mode": st.st_mode & 0o7777,
                                      "uid": st.st_uid, "gid": st.st_gid}
             self.j.save()
-        write_like(path, text.encode(), changed["tenant_env"])
+        rec = changed["tenant_env"]
+        atomic.write_bytes(path, text.encode(), rec["mode"], (rec["uid"], rec["gid"]))
 
     # starting clean ----------------------------------------------------------------------
     def stop_tenant(self) -> None:
@@ -283,17 +284,3 @@ class Sweep:
         started = self.start_clean("deployed")
         self.stop_tenant()
         return f"{detail}; {started}; stopped again"
-
-
-def write_like(path: Path, data: bytes, like: dict) -> None:
-    """Write ``data`` to ``path`` atomically with ``like``'s ``mode``, ``uid`` and ``gid``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-        os.fchown(fd, int(like["uid"]), int(like["gid"]))
-        os.fchmod(fd, int(like["mode"]))
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
