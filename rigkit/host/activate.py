@@ -46,6 +46,7 @@ from typing import Any, Callable
 from rigkit.host import atomic, client, envfile, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
+from rigkit.host import lock
 from rigkit.host.lock import LockHeld
 
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
@@ -127,7 +128,7 @@ def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, leas
     the log of the one that holds the lock. The log of the last run is kept as ``log``. With
     ``lease`` the activation joins the lock holder of that lease (``RIGKIT_LOCK_LEASE``)."""
     agent_cmd = shlex.join([agent, "activate", *args])
-    env = f"-E RIGKIT_LOCK_LEASE={shlex.quote(lease)} " if lease else ""
+    env = f"-E {lock.LEASE_ENV}={shlex.quote(lease)} " if lease else ""
     q = shlex.quote(log)
     return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && id=$(date +%s%N)-$$ && "
             f"systemd-run --unit={unit}-$id --collect --wait --quiet --service-type=exec "

@@ -113,3 +113,26 @@ def test_only_the_holds_module_names_the_file_and_its_keys():
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: assigns a hold name")
         offenders += [f"{path.relative_to(ROOT)}:{line}: {v!r}" for line, v in _code_strings(path) if "holds.json" in v]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_lease_variable_is_named_once():
+    """``RIGKIT_LOCK_LEASE`` is used as a name in one place, rigkit.host.lock.LEASE_ENV: no other
+    string in the package is that name or sets it (``RIGKIT_LOCK_LEASE=``); prose may mention it."""
+    import ast
+    from pathlib import Path
+
+    hits = []
+    for path in sorted(Path(__file__).resolve().parents[2].joinpath("rigkit").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if id(node) in docs:
+                continue
+            parts = node.values if isinstance(node, ast.JoinedStr) else [node]
+            for part in parts:
+                if isinstance(part, ast.Constant) and isinstance(part.value, str) and (
+                        part.value == "RIGKIT_LOCK_LEASE" or "RIGKIT_LOCK_LEASE=" in part.value):
+                    hits.append((path.name, getattr(node, "lineno", 0)))
+    assert hits == [("lock.py", 29)]
