@@ -116,9 +116,11 @@ class RigLock:
         self.joined: dict[str, Any] | None = None
         self.warnings: list[str] = []
 
-    def acquire(self, wait_s: float = 0.0) -> list[str]:
-        """Take the lock, waiting up to ``wait_s`` s for a holder to let go (0: refuse at once).
-        Returns the warnings (a reclaimed dead holder). Raises LockHeld.
+    def acquire(self, wait_s: float = 0.0, yield_to: tuple[str, ...] = (), yield_s: float = 0.0) -> list[str]:
+        """Take the lock, waiting up to ``wait_s`` s for a holder to let go (0: refuse at once), and up
+        to ``yield_s`` s for a holder whose job (its record's ``what`` before the first ``:``) is one
+        of ``yield_to``. Returns the warnings (a reclaimed dead holder, a wait for a yielded-to job).
+        Raises LockHeld.
 
         When the holder's record carries the lease named by ``$RIGKIT_LOCK_LEASE`` and its process
         lives, this command is part of that holder's change: it *joins* (``joined`` is the holder's
@@ -128,9 +130,12 @@ class RigLock:
         fh = open(self.path, "a+")
         os.chmod(self.path, 0o644)
         t0 = time.monotonic()
+        yielded: list[str] = []
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if yielded:
+                    self.warnings.append(f"waited {time.monotonic() - t0:.1f} s for {yielded[0]} to finish")
                 break
             except BlockingIOError:
                 fh.seek(0)
@@ -140,6 +145,12 @@ class RigLock:
                     self.joined = holder
                     return self.warnings
                 waited = time.monotonic() - t0
+                job = str((holder or {}).get("what", "")).split(":", 1)[0]
+                if holder and job in yield_to and waited < yield_s:
+                    if not yielded:
+                        yielded.append(describe(holder))
+                    time.sleep(0.2)
+                    continue
                 # no record yet: a reader's brief shared flock (lock.state, `flock -n -s`) or a taker
                 # between its flock and its record; give it a moment before refusing
                 if waited >= wait_s and (holder or waited >= 1.0):

@@ -37,14 +37,25 @@ def window_reason(cfg: HostConfig, job: str) -> str | None:
                                                 else "(the window watches its own tenant)")
 
 
+# The jobs that only ever hold the lock for one bounded action of their own (the keeper bringing the
+# resident back, the watchdog unloading a member) and stand down otherwise. A change asked for by an
+# operator waits for that action instead of failing on it: the deploy's docker restart takes Strata's
+# container down, the keeper's next period brings Strata back under the lock, and the deploy's
+# llama-swap restart, one step later, would otherwise be refused naming the keeper.
+AUTOMATIC_JOBS = ("keeper", "watchdog")
+AUTOMATIC_YIELD_S = 180.0  # the keeper's one completion to the resident waits out its cold boot
+
+
 def lock_for_change(cfg: HostConfig, what: str, log, command: str | None = None,
                     lease: str | None = None) -> host_lock.RigLock:
     """The host lock for ``what`` (an activation, a rollback, a deploy's step), held by the caller
     until it releases it (``lease``: the id commands run on its behalf join it with, see
-    :mod:`rigkit.host.lock`); a dead holder's reclaim warning goes to ``log``. Raises
-    :class:`rigkit.host.lock.LockHeld` (naming the holder) or :class:`WindowOpen`."""
+    :mod:`rigkit.host.lock`); a dead holder's reclaim warning goes to ``log``. A keeper or watchdog
+    holding it is waited for (:data:`AUTOMATIC_JOBS`, up to :data:`AUTOMATIC_YIELD_S` s, said in the
+    log); anyone else is refused at once. Raises :class:`rigkit.host.lock.LockHeld` (naming the
+    holder) or :class:`WindowOpen`."""
     lock = host_lock.RigLock(cfg.path("lock"), what, command, lease=lease)
-    lock.acquire()
+    lock.acquire(yield_to=AUTOMATIC_JOBS, yield_s=AUTOMATIC_YIELD_S)
     for w in lock.warnings:
         log(f"warning: {w}")
     problem = _journal_problem(cfg)

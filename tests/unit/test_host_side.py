@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import os
 import signal
 import subprocess
@@ -305,6 +306,54 @@ def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
     assert not (tmp_path / "ran").exists()
     p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and (tmp_path / "ran").exists() and (tmp_path / "rig.lock").read_text() == ""
+
+
+def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_path):
+    """The race of a deploy's docker restart (Strata's container goes down), the keeper's next period
+    (it takes the lock to bring Strata back) and the deploy's llama-swap restart one step later: one
+    winner at a time, and the change goes through once the keeper let go (its wait said in the log)
+    instead of failing on it. A window holding the lock is refused at once, as before."""
+    from rigkit.host import standdown
+    from rigkit.render import render_host_config
+    from rigkit.validate import spec_from_layers
+
+    from rigkit.host.config import HostConfig
+
+    data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
+    cfg = HostConfig(data, "host.json")
+    code = ("import sys, time; from rigkit.host.lock import try_lock; "
+            f"lk = try_lock({str(tmp_path / 'rig.lock')!r}, sys.argv[1]); print('held', flush=True); "
+            "time.sleep(float(sys.argv[2])); lk.release(); print('released', flush=True); time.sleep(30)")
+    keeper = subprocess.Popen([sys.executable, "-c", code, "keeper: bringing strata back", "1.5"], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
+    try:
+        assert keeper.stdout.readline().strip() == "held"
+        said: list[str] = []
+        t0 = time.monotonic()
+        lock = standdown.lock_for_change(cfg, "activation of llama-swap's config (rigkit deploy)", said.append)
+        waited = time.monotonic() - t0
+        try:
+            assert keeper.stdout.readline().strip() == "released"  # the keeper finished first: one winner at a time
+            assert 1.0 < waited < 10, waited
+            assert json.loads((tmp_path / "rig.lock").read_text())["what"].startswith("activation")
+            assert len(said) == 1 and re.fullmatch(r"warning: waited \d+\.\d s for keeper: bringing strata back "
+                                                   r"\(pid \d+, since .*\) to finish", said[0]), said
+        finally:
+            lock.release()
+    finally:
+        keeper.kill()
+        keeper.wait()
+    window = subprocess.Popen([sys.executable, "-c", code, "window w3", "30"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert window.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with pytest.raises(host_lock.LockHeld, match="locked by window w3"):
+            standdown.lock_for_change(cfg, "activation", print)
+        assert time.monotonic() - t0 < 2
+    finally:
+        window.kill()
+        window.wait()
 
 
 # ------------------------------------------------------------------------------ the power range

@@ -321,7 +321,7 @@ def test_member_exiting_after_ready_is_marked_stopped_and_restarted_by_next_requ
     ls = run_llama_swap(f"""
 models:
   flaky:
-    cmd: {member_cmd(p, "flaky", "--die-after", "0.8")}
+    cmd: {member_cmd(p, "flaky", "--die-after-answers", "1")}
     proxy: http://127.0.0.1:{p}
 """)
     assert chat(ls.port, "flaky")[0] == 200

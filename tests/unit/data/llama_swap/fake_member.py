@@ -73,6 +73,9 @@ def _cleanup_and_exit(signum=None, _frame=None):
     os._exit(0)
 
 
+ANSWERED = [0]  # completions answered by this process
+
+
 class H(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -131,9 +134,10 @@ class H(BaseHTTPRequestHandler):
             text = "".join(words)
             choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                       if chat else {"index": 0, "text": text, "finish_reason": "stop"})
-            return self._json(200, {"id": "x1", "object": "chat.completion" if chat else "text_completion",
-                                    "created": int(time.time()), "model": model, "served_by": ARGS.name,
-                                    "choices": [choice], "usage": usage})
+            self._json(200, {"id": "x1", "object": "chat.completion" if chat else "text_completion",
+                             "created": int(time.time()), "model": model, "served_by": ARGS.name,
+                             "choices": [choice], "usage": usage})
+            return self._answered()
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -153,6 +157,15 @@ class H(BaseHTTPRequestHandler):
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
+        self._answered()
+
+    def _answered(self):
+        """``--die-after-answers N``: the process exits 3 once N completions were answered (the
+        answer already sent), as a server that crashes after serving does."""
+        ANSWERED[0] += 1
+        if ARGS.die_after_answers is not None and ANSWERED[0] >= ARGS.die_after_answers:
+            self.wfile.flush()
+            threading.Timer(0.05, lambda: os._exit(3)).start()
 
     def _event(self, obj):
         self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
@@ -169,6 +182,7 @@ def main(argv=None):
     ap.add_argument("--never-healthy", action="store_true")
     ap.add_argument("--exit-at-start", type=int, default=None)
     ap.add_argument("--die-after", type=float, default=None)
+    ap.add_argument("--die-after-answers", type=int, default=None)
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--vram-mib", type=int, default=0)
     ap.add_argument("--tokens", type=int, default=5)
