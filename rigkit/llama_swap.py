@@ -27,6 +27,18 @@ class Group(_Strict):
     members: list[str]
 
 
+class Timeouts(_Strict):
+    """``models.<id>.timeouts`` (seconds, 0 = none): the member's reverse-proxy transport
+    (internal/config/model_config.go:59-68, defaults :141-147; used in internal/process/process_command.go:419-433)."""
+
+    connect: int | None = None
+    keepalive: int | None = None
+    responseHeader: int | None = None
+    tlsHandshake: int | None = None
+    expectContinue: int | None = None
+    idleConn: int | None = None
+
+
 class Model(_Strict):
     """``models.<id>``: one member."""
 
@@ -47,7 +59,7 @@ class Model(_Strict):
     concurrencyLimit: int | None = None
     sendLoadingState: bool | None = None
     unlisted: bool | None = None
-    timeouts: dict[str, Any] | None = None
+    timeouts: Timeouts | None = None
     compat: dict[str, Any] | None = None
     capabilities: dict[str, Any] | None = None
 
