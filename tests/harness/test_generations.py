@@ -7,7 +7,7 @@ pin moved to 13.3.2-1, an archive-only package of the sandbox mirror), list and 
 refused while another actor holds the lock, the rollback to 1 (under the lock: other actors refused and
 the keeper standing down meanwhile), drift against the held generation, a deploy that keeps the hold, the
 release and B again (the rollback with its post-deploy smoke through :8080, every request answered, and
-llama-swap's journal free of proxy errors and of the GPU monitor's gpuCh error), and a rollback whose activation fails (a member that no longer starts: its port
+llama-swap's journal free of the GPU monitor's gpuCh error), and a rollback whose activation fails (a member that no longer starts: its port
 taken) that puts the host back where it started.
 """
 
