@@ -179,7 +179,7 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
             detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
             results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
-        problems = llama_swap.strict_problems(data)
+        problems = llama_swap.strict_problems(data) + llama_swap.env_macro_problems(data)
         results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
     return results
 

@@ -27,6 +27,18 @@ class Group(_Strict):
     members: list[str]
 
 
+class Timeouts(_Strict):
+    """``models.<id>.timeouts`` (seconds, 0 = none): the member's reverse-proxy transport
+    (internal/config/model_config.go:59-68, defaults :141-147; used in internal/process/process_command.go:419-433)."""
+
+    connect: int | None = None
+    keepalive: int | None = None
+    responseHeader: int | None = None
+    tlsHandshake: int | None = None
+    expectContinue: int | None = None
+    idleConn: int | None = None
+
+
 class Model(_Strict):
     """``models.<id>``: one member."""
 
@@ -47,7 +59,7 @@ class Model(_Strict):
     concurrencyLimit: int | None = None
     sendLoadingState: bool | None = None
     unlisted: bool | None = None
-    timeouts: dict[str, Any] | None = None
+    timeouts: Timeouts | None = None
     compat: dict[str, Any] | None = None
     capabilities: dict[str, Any] | None = None
 
@@ -105,9 +117,16 @@ class Config(_Strict):
     routing: Routing | None = None
 
 
+RESERVED_MACROS = ("PID", "PORT", "MODEL_ID")  # internal/config/macros.go:52-54
+
+
 def strict_problems(data: Any) -> list[str]:
     """Problems of a parsed llama-swap config against the strict model, one line each
-    (``"models.strata.cmd_stop: unknown key (llama-swap ignores it silently)"``); empty when clean."""
+    (``"models.strata.cmd_stop: unknown key (llama-swap ignores it silently)"``); empty when clean.
+    Besides unknown keys, two of v250's load errors that the schema cannot express: a macro named
+    ``PID``/``PORT``/``MODEL_ID`` (reserved, macros.go:52-54) and the legacy top-level ``groups``/``matrix``
+    beside ``routing.router`` (load.go:189-198)."""
+    out = _load_problems(data) if isinstance(data, dict) else []
     try:
         Config.model_validate(data)
     except ValidationError as exc:
@@ -118,5 +137,35 @@ def strict_problems(data: Any) -> list[str]:
                 out.append(f"{loc}: unknown key (llama-swap ignores it silently)")
             else:
                 out.append(f"{loc}: {err['msg']}")
-        return out
+    return out
+
+
+def _load_problems(data: dict) -> list[str]:
+    out = []
+    scopes = [("macros", data.get("macros"))] + [
+        (f"models.{mid}.macros", m.get("macros")) for mid, m in (data.get("models") or {}).items() if isinstance(m, dict)]
+    for where, macros in scopes:
+        for name in (macros or {}) if isinstance(macros, dict) else ():
+            if name in RESERVED_MACROS:
+                out.append(f"{where}.{name}: macro name '{name}' is reserved (llama-swap refuses the config)")
+    router = ((data.get("routing") or {}).get("router") or {}) if isinstance(data.get("routing"), dict) else {}
+    settings = router.get("settings") or {} if isinstance(router, dict) else {}
+    has_routing = bool(router.get("use") or settings.get("matrix") is not None or settings.get("groups"))
+    if (data.get("matrix") is not None or data.get("groups")) and has_routing:
+        out.append("groups: the legacy top-level 'groups'/'matrix' and 'routing.router' cannot both be used "
+                   "(llama-swap refuses the config)")
+    return out
+
+
+def env_macro_problems(data: Any, where: str = "") -> list[str]:
+    """``${env.VAR}`` in any value of a config rigkit renders: llama-swap substitutes them at load and
+    fails the load when VAR is unset (internal/config/macros.go:452-486), and ``llama-swap.service`` gives
+    it no environment of rigkit's, so such a value would only ever fail an activation."""
+    if isinstance(data, dict):
+        return [p for k, v in data.items() for p in env_macro_problems(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in env_macro_problems(v, f"{where}[{i}]")]
+    if isinstance(data, str) and "${env." in data:
+        return [f"{where}: {data!r} uses an ${{env.…}} macro: llama-swap fails its load when the variable is unset, "
+                "and its unit sets none"]
     return []

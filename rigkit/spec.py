@@ -228,6 +228,12 @@ class MemberSpec(StrictModel):
     (it is in ``config.staged.yaml`` for review). ``vram_gib`` is GiB while loaded (``None`` for
     HyperQwen: ``gpu_memory_utilization`` x ``gpu_vram_gib``); ``cold_boot_s`` is the measured
     start-to-healthy time in s; ``ttl`` idle seconds before unload, 0 = never.
+
+    ``idle_conn_s`` is how long llama-swap keeps an idle connection to the member for reuse (its
+    ``timeouts.idleConn``; upstream's default 90 s, 0 = forever). It must stay below the member
+    server's own keep-alive idle timeout (llama.cpp's server, cpp-httplib: 5 s; vLLM's uvicorn: 5 s):
+    a POST that llama-swap sends on a connection the member is closing gets ``502`` with an empty
+    body, never retried (Go's transport retries only replayable requests; issue #25).
     """
 
     service: Literal["strata", "gguf_baseline", "hyperqwen"] | None = None
@@ -240,6 +246,7 @@ class MemberSpec(StrictModel):
     cmd_stop: str | None = None
     proxy: str | None = None
     check_endpoint: str = "/health"
+    idle_conn_s: int = Field(default=2, ge=1, le=4)
     aliases: list[str] = Field(default_factory=list)
     name: str | None = None
     description: str | None = None

@@ -17,12 +17,19 @@ def headers(api_key: str | None) -> dict[str, str]:
 def complete(base: str, model: str, api_key: str | None = None, timeout_s: float = 600.0):
     """One tiny real chat completion (``max_tokens`` 1, not streamed) to ``model`` at ``base``
     (``http://127.0.0.1:<port>``). Returns the ``requests.Response``; raises
-    ``requests.RequestException`` when nothing answers within ``timeout_s`` s."""
+    ``requests.RequestException`` when nothing answers within ``timeout_s`` s.
+    A ``502`` with an empty body (llama-swap's proxy found the member's kept connection closed and never
+    had an answer: :func:`rigkit.host.bench.client.proxy_lost_the_request`) is sent once more.
+    """
     import requests
 
-    return requests.post(f"{base.rstrip('/')}/v1/chat/completions", headers=headers(api_key), timeout=timeout_s,
-                         json={"model": model, "max_tokens": 1, "stream": False,
-                               "messages": [{"role": "user", "content": "ping"}]})
+    for attempt in (0, 1):
+        resp = requests.post(f"{base.rstrip('/')}/v1/chat/completions", headers=headers(api_key), timeout=timeout_s,
+                             json={"model": model, "max_tokens": 1, "stream": False,
+                                   "messages": [{"role": "user", "content": "ping"}]})
+        if attempt or not (resp.status_code == 502 and not resp.content.strip()):
+            return resp
+    return resp
 
 
 def running(base: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:

@@ -85,6 +85,29 @@ def test_memory_used_counts_live_vram_holders(gpu_host):
     assert gpu_host.run(Q.format("memory.used")).stdout == "1\n"
 
 
+MONITOR = ("nvidia-smi --query-gpu=index,name,uuid,temperature.gpu,utilization.gpu,memory.used,memory.total,fan.speed,"
+           "power.draw --format=csv,noheader,nounits --loop 1")  # llama-swap v250's GPU monitor, perf/monitor_unix.go:136-179
+
+
+def test_nvidia_smi_loop_keeps_answering_llama_swaps_gpu_monitor(gpu_host):
+    # llama-swap starts this once and reads it line by line for as long as it runs; each line must have the
+    # 9 fields its parser wants (perf/gpu_parse.go:15-30), and each interval is a fresh reading of the board
+    r = gpu_host.run("mkdir -p /run/fake-gpu/procs; (sleep 2.5; sleep 30 >/dev/null 2>&1 & h=$!; "
+                     "echo 21600 > /run/fake-gpu/procs/$h.mib; sleep 2; kill $h) & "
+                     f"timeout 6 {MONITOR}; echo rc=$?")
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "rc=124", r.stdout  # still looping when timeout stopped it
+    rows = [ln.split(", ") for ln in lines[:-1]]
+    assert 5 <= len(rows) <= 7 and all(len(f) == 9 for f in rows), r.stdout
+    assert rows[0] == ["0", "NVIDIA GeForce RTX 3090", "GPU-3c1f9b2e-7a54-4d1e-9c0b-2f6e8a913d57", "34", "0", "1",
+                       "24576", "0", "21.50"]
+    used = [f[5] for f in rows]
+    assert used[:2] == ["1", "1"] and "21601" in used and used[-1] == "1", used  # the holder came and went
+    assert gpu_host.run("nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 1 | head -n 2").stdout == \
+        "1 MiB\n1 MiB\n"  # a reader that goes away ends it (SIGPIPE), as it ends the real tool
+    assert gpu_host.run("timeout 1.5 nvidia-smi -l 1 | grep -c 'NVIDIA-SMI'", check=False).stdout.strip() == "2"
+
+
 def test_forced_mismatch_fails_like_nvml(gpu_host):
     gpu_host.run("touch /run/fake-gpu/force_mismatch")
     try:

@@ -156,6 +156,27 @@ def test_group_preload_is_refused(tmp_path):
     assert strict_problems(data) == ["groups.g.preload: unknown key (llama-swap ignores it silently)"]
 
 
+def test_strict_model_refuses_what_llama_swaps_load_refuses_and_its_schema_cannot_say():
+    # reserved macro names (macros.go:52-54), legacy groups beside routing.router (load.go:189-198): issue #25
+    data = {"macros": {"PORT": 1}, "models": {"a": {"cmd": "x", "macros": {"MODEL_ID": "m", "ok": 1}}},
+            "groups": {"g": {"members": ["a"]}}, "routing": {"router": {"settings": {"groups": {"h": {"members": ["a"]}}}}}}
+    assert strict_problems(data) == [
+        "macros.PORT: macro name 'PORT' is reserved (llama-swap refuses the config)",
+        "models.a.macros.MODEL_ID: macro name 'MODEL_ID' is reserved (llama-swap refuses the config)",
+        "groups: the legacy top-level 'groups'/'matrix' and 'routing.router' cannot both be used (llama-swap refuses the config)"]
+    assert strict_problems({"models": {"a": {"cmd": "x", "timeouts": {"idleconn": 2}}}}) == [
+        "models.a.timeouts.idleconn: unknown key (llama-swap ignores it silently)"]  # the fix's own key, typo'd
+
+
+def test_an_env_macro_in_a_rendered_llama_swap_config_fails_the_check():
+    from rigkit.checks import check_llama_swap
+
+    spec = spec_from_dict({"llama_swap": {"members": {"strata": {"description": "key ${env.HF_TOKEN}"}}}})
+    results = [r for r in check_llama_swap(render(spec), spec) if r.validator == "llama-swap strict model"]
+    assert {r.status for r in results} == {"fail"}
+    assert "models.strata.description: 'key ${env.HF_TOKEN}' uses an ${env.…} macro" in results[0].detail
+
+
 def test_pinned_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path):
     src = tmp_path / "schema.json"
     src.write_text("{}")

@@ -447,6 +447,38 @@ models:
     assert drops.read_text() == "POST /v1/chat/completions\nGET /v1/models\n"
 
 
+@pytest.mark.parametrize("idle_conn", [None, 2], ids=["upstream-default-90s", "rigkit-2s"])
+def test_idle_conn_below_the_members_keep_alive_means_a_post_after_idle_never_meets_a_closing_connection(
+        run_llama_swap, tmp_path, idle_conn):
+    # Issue #25's cause and fix. llama.cpp's server closes a keep-alive connection 5 s after its last answer
+    # (cpp-httplib's CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND; it says "Keep-Alive: timeout=5", which Go ignores).
+    # llama-swap keeps idle connections for timeouts.idleConn s (default 90, model_config.go:141-147) and hands
+    # a reused one to the next request (net/http transport.go queueForIdleConn skips only conns idle longer
+    # than IdleConnTimeout). A POST that meets the member closing it is not retried (transport.go
+    # shouldRetryRequest: a body without GetBody is not replayable): 502, empty body. With idleConn below the
+    # member's keep-alive (rigkit renders 2), no connection that old is ever reused: Go dials a fresh one.
+    p = free_port()
+    drops = tmp_path / "drops"
+    timeouts = f"    timeouts:\n      idleConn: {idle_conn}\n" if idle_conn else ""
+    ls = run_llama_swap(f"""
+models:
+  m:
+    cmd: {member_cmd(p, "m", "--keepalive-timeout", "3", "--drop-log", str(drops))}
+    proxy: http://127.0.0.1:{p}
+{timeouts}""")
+    assert chat(ls.port, "m")[0] == 200  # starts m, reusing the health check's connection at once
+    time.sleep(3.3)  # the member's keep-alive has run out on that connection: it is closing it
+    st, body, _ = chat(ls.port, "m")
+    if idle_conn is None:
+        assert (st, body) == (502, b"")
+        ls.wait_output("http: proxy error: EOF")
+        assert drops.read_text() == "POST /v1/chat/completions\n"
+    else:
+        assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 5, body
+        assert not drops.exists() and "proxy error" not in ls.output()
+        assert chat(ls.port, "m")[0] == 200  # reuse of a connection younger than idleConn still works
+
+
 def test_gpu_monitor_runs_nvidia_smi_in_loop_mode_and_stops_reading_when_it_exits(run_llama_swap, tmp_path):
     # perf/monitor_unix.go:136-179: one long-running `nvidia-smi --query-gpu=... --format=csv,noheader,nounits
     # --loop N` (N = performance.every in s), one GpuStat per line of >= 9 fields; when its stdout

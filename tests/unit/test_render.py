@@ -57,6 +57,18 @@ def test_live_config_holds_only_unstaged_members_and_staged_holds_all():
     assert live["models"]["strata"]["ttl"] == 0
 
 
+def test_llama_swap_drops_every_members_idle_connections_before_the_member_does():
+    # issue #25: llama.cpp's server (cpp-httplib) and vLLM's uvicorn close a keep-alive connection after
+    # 5 s idle; llama-swap's default timeouts.idleConn is 90 s (internal/config/model_config.go:141-147), so
+    # a POST it sent on a connection the member was closing got a 502 with an empty body
+    for path in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED):
+        models = yaml.safe_load(files_for()[path].text)["models"]
+        assert {m: c["timeouts"] for m, c in models.items()} == {m: {"idleConn": 2} for m in models}
+    one = files_for({"llama_swap": {"members": {"gguf-baseline": {"idle_conn_s": 1}}}})
+    models = yaml.safe_load(one[paths.LLAMA_SWAP_CONFIG].text)["models"]
+    assert models["gguf-baseline"]["timeouts"] == {"idleConn": 1} and models["strata"]["timeouts"] == {"idleConn": 2}
+
+
 def test_flipping_staged_wires_hyperqwen_into_the_live_config():
     live = yaml.safe_load(files_for({"llama_swap": {"members": {"hyperqwen": {"staged": False}}}})[
         paths.LLAMA_SWAP_CONFIG].text)

@@ -117,6 +117,12 @@ BAD_INPUTS = [
                  "gpu_power_limit_w: '420' (str) — expected an integer", id="string-power-limit"),
     pytest.param({"gpu_power_limit_w": 0},
                  "gpu_power_limit_w: 0 (int) — must be greater than 0", id="zero-power-limit"),
+    pytest.param({"llama_swap": {"members": {"strata": {"idle_conn_s": 0}}}},
+                 "llama_swap.members.strata.idle_conn_s: 0 (int) — must be greater than or equal to 1",
+                 id="idle-conn-forever"),  # llama-swap's 0 keeps idle connections forever (issue #25)
+    pytest.param({"llama_swap": {"members": {"strata": {"idle_conn_s": 5}}}},
+                 "llama_swap.members.strata.idle_conn_s: 5 (int) — must be less than or equal to 4",
+                 id="idle-conn-not-below-the-servers-keep-alive"),
     pytest.param({"gpu_power_limit_w": 450, "gpu_power_range_w": {"min_w": 100, "max_w": 400}},
                  "gpu_power_limit_w: 450 — outside the card's limits 100–400 W "
                  "(nvidia-smi power.min_limit/power.max_limit)", id="power-limit-out-of-range"),

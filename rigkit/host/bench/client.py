@@ -314,6 +314,17 @@ def stream_chat(
             sess.close()
 
 
+def proxy_lost_the_request(status: int, body: bytes) -> bool:
+    """A ``502`` with an empty body: llama-swap's reverse proxy found the member's kept connection closed
+    and never had an answer (Go's ReverseProxy default error handler, ``http: proxy error: EOF``; members
+    get no ErrorHandler, llama-swap v250 router/peer.go:91). llama.cpp's server closes its connection
+    after every streamed answer while advertising keep-alive, so the next request through llama-swap can
+    be handed that connection as it closes; Go retries only replayable requests, never a POST
+    (net/http transport.go:818-862). The member's own errors carry a body, llama-swap's own ones are JSON
+    (``{"src": "llama-swap", ...}``), so an empty 502 is that lost request: sent once more (issue #25)."""
+    return status == 502 and not body.strip()
+
+
 def _request(sess, scheme, host, port, url, path, data, headers, r, clock, connect_timeout_s,
              stall_timeout_s, fail, on_chunk) -> RequestResult:
     for attempt in (0, 1):
@@ -340,14 +351,18 @@ def _request(sess, scheme, host, port, url, path, data, headers, r, clock, conne
             if reused and attempt == 0:
                 continue  # the server closed the kept connection: once more on a new one
             return fail("connection", f"could not connect to {url}: {type(exc).__name__}")
+        raw = b""
+        if resp.status >= 400:
+            try:
+                raw = resp.read(4096)
+            except Exception:  # noqa: BLE001 - the status already says what matters
+                raw = b""
+            sess.drop(scheme, host, port)
+            if attempt == 0 and proxy_lost_the_request(resp.status, raw):
+                continue
         break
     r.status = resp.status
     if resp.status >= 400:
-        try:
-            raw = resp.read(4096)
-        except Exception:  # noqa: BLE001 - the status already says what matters
-            raw = b""
-        sess.drop(scheme, host, port)
         msg = _error_message(raw)
         r.retry_after_s = retry_after_seconds(resp.getheader("Retry-After"))
         kind = "http-5xx" if resp.status >= 500 else "http-4xx"

@@ -13,7 +13,10 @@ Failure modes: ``--never-healthy``, ``--exit-at-start CODE`` (exits before liste
 (only SIGKILL stops it), ``--token-delay S`` (slow streams), ``--drop-reused`` (a request that
 is not the first on its keep-alive connection is read and the connection closed without an
 answer: a server closing an idle connection as the proxy reuses it; each drop is appended to
-``--drop-log F``). Observability for tests: ``--vram-seen-file F``
+``--drop-log F``), ``--keepalive-timeout S`` (a server whose keep-alive idle timeout is S s, like
+cpp-httplib's 5 s in llama.cpp's server, caught at the moment it closes: a request arriving on a
+connection idle for S s or more is read and the connection closed without an answer; logged in
+``--drop-log F`` too). Observability for tests: ``--vram-seen-file F``
 writes the MiB held by other live processes when this one starts (proves a swap freed
 VRAM first); ``--signal-log F`` appends the name of each stop signal received.
 
@@ -92,7 +95,9 @@ class H(BaseHTTPRequestHandler):
 
     def _dropped(self) -> bool:
         self._served = getattr(self, "_served", 0) + 1
-        if not ARGS.drop_reused or self._served == 1:
+        idle = time.monotonic() - getattr(self, "_done_at", time.monotonic())
+        stale = ARGS.keepalive_timeout is not None and self._served > 1 and idle >= ARGS.keepalive_timeout
+        if not stale and (not ARGS.drop_reused or self._served == 1):
             return False
         n = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(n)
@@ -101,6 +106,10 @@ class H(BaseHTTPRequestHandler):
                 f.write("%s %s\n" % (self.command, self.path))
         self.close_connection = True
         return True
+
+    def handle_one_request(self):
+        super().handle_one_request()
+        self._done_at = time.monotonic()  # the connection is idle from here
 
     def do_GET(self):
         if self._dropped():
@@ -191,6 +200,7 @@ def main(argv=None):
     ap.add_argument("--signal-log", default=None)
     ap.add_argument("--drop-reused", action="store_true")
     ap.add_argument("--drop-log", default=None)
+    ap.add_argument("--keepalive-timeout", type=float, default=None)
     ARGS = ap.parse_args(argv)
     if ARGS.exit_at_start is not None:
         sys.stderr.write("fake-member: exiting at start with code %d\n" % ARGS.exit_at_start)
