@@ -31,7 +31,18 @@ def drop_kms_hook(lines: list[str]) -> list[str]:
 @operation()
 def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
     """Remove the ``kms`` hook from mkinitcpio.conf and rebuild the initramfs (``mkinitcpio -P``),
-    only when the hook is there. No mkinitcpio.conf: nothing to do."""
+    only when the hook is there. No mkinitcpio.conf: nothing to do.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.boot import mkinitcpio_without_kms
+        mkinitcpio_without_kms(
+            name="Drop the kms hook from mkinitcpio and rebuild the initramfs",
+            path="/etc/mkinitcpio.conf",
+        )
+    """
     lines = host.get_fact(FileContents, path=path)
     if lines is None:
         host.noop(f"{path} absent")
@@ -55,6 +66,17 @@ def reboot(reboot_timeout: int = 300, interval: float = 1.0):
     pyinfra's ``server.reboot`` confirms by uptime, which a container shares with its host;
     ``/proc/sys/kernel/random/boot_id`` changes on every boot, real or container. Gate it with
     ``_if`` on the change that needs it: it always reboots.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.boot import reboot
+        reboot(
+            name="Reboot into the new kernel and driver",
+            reboot_timeout=300,
+            interval=1.0,
+        )
     """
     before: list[str] = []
 
@@ -100,6 +122,23 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
     No command when nothing is pending, so a converged run reports no change. With a pending
     reboot and ``allow_reboot`` false the host fails with "reboot, then run again". A reboot
     happens only once DKMS has built the module for the kernel that will boot.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.boot import reboot_gate
+        reboot_gate(
+            name="Reboot gate: the running kernel and driver are the installed ones",
+            driver_version="610.57",
+            flavour="nvidia-open-dkms",
+            allow_reboot=False,
+            lock_files=[],
+            proxy_port=8080,
+            force=False,
+            own_units=["hyperqwen-watchdog.service", "rigkit-activate.service", "rigkit-keeper.service",
+                       "rigkit-lock.service", "rigkit-window.service"],
+        )
     """
     if not host.state.is_executing:
         return  # facts before this run's installs say nothing about after them

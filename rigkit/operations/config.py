@@ -42,6 +42,20 @@ def json_keys(path: str, keys: dict[str, Any], backup: bool = True):
 
     Compared as JSON, never as text; written with 4-space indentation like ``nvidia-ctk``. A
     file that is not a JSON object is refused, never overwritten.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.config import json_keys
+        json_keys(
+            name="Merge the nvidia runtime and the cgroup mitigation into daemon.json",
+            path="/etc/docker/daemon.json",
+            keys={
+                "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+                "exec-opts": ["native.cgroupdriver=cgroupfs"],
+            },
+        )
     """
     current = host.get_fact(JsonFile, path=path)
     if current["error"]:
@@ -85,6 +99,20 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
     (the sha256 in :func:`written_marker`) — an operator's hand edit, or a file from before rigkit —
     it is copied to :func:`backup_path` first and the backup is named in the deploy's output. After
     an upload the marker records the new content. No change when the content, owner and mode hold.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.config import rendered_file
+        rendered_file(
+            name="Blacklist nouveau",
+            path="/etc/modprobe.d/rigkit-nouveau.conf",
+            text="blacklist nouveau\\noptions nouveau modeset=0\\n",
+            user="root",
+            group="root",
+            mode="644",
+        )
     """
     from pyinfra.facts.files import FileContents, Sha256File
 

@@ -44,7 +44,19 @@ def recorded_generation(manifest: dict[str, Any]):
     """Record ``manifest`` (:func:`rigkit.generations.manifest`) as the host's next generation
     unless the current generation has its ``key`` (and no hold comes with it): :func:`plan_line`,
     read again when the operation runs. Runs last: pyinfra stops a host at its first failed
-    operation, so only a deploy that succeeded is recorded."""
+    operation, so only a deploy that succeeded is recorded.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.generations import recorded_generation
+        # wanted = rigkit.generations.manifest(spec, rendered, lock_text(spec)): a dict of ~15 keys
+        recorded_generation(
+            name="Record the generation this deploy leaves",
+            manifest=wanted,
+        )
+    """
     records, line = plan_line(host.get_fact(JsonFile, path=INDEX), manifest)
     if not records:
         host.noop(line)

@@ -20,6 +20,17 @@ def gpu_power_limit(watts: int, index: int = 0):
     ``nvidia-smi --power-limit`` the enforced limit is read back: open modules on some GPUs
     report success and change nothing (open-gpu-kernel-modules#483). The unit
     ``gpu-power-limit.service`` re-applies it at boot.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.gpu import gpu_power_limit
+        gpu_power_limit(
+            name="Set the GPU power limit to 420 W",
+            watts=420,
+            index=0,
+        )
     """
     smi = host.get_fact(NvidiaSmi)
     if smi["state"] != "ok":

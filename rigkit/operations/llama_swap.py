@@ -71,6 +71,19 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
     :func:`rigkit.agentcmd.activate_command` as an :class:`AgentCommand`: the deploy's output names the
     backup of the replaced live config (a warning); a failed activation fails the operation with the
     agent's log (what was restored, or that llama-swap was left stopped on a first activation).
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.llama_swap import activated_config
+        activated_config(
+            name="Activate the declared live llama-swap config (on the host)",
+            live="/etc/llama-swap/config.yaml",
+            staging="/var/lib/rigkit/llama-swap/config.next.yaml",
+            text="healthCheckTimeout: 300\\nlogLevel: info\\nstartPort: 5800\\nmodels:\\n  ...",
+            holds="/var/lib/rigkit/holds.json",
+        )
     """
     if holds_text(host.get_fact(Sha256File, path=live), text):
         host.noop(f"{live} is the declared config")

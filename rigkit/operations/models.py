@@ -21,6 +21,19 @@ def model_fetched(model: str, lock: str, endpoint: str | None, prepared: bool):
     + lock: the lock's path on the host
     + endpoint: the hub (None: huggingface.co)
     + prepared: rewritten in place later (HyperQwen's base): never re-fetched over prepared files
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.models import model_fetched
+        model_fetched(
+            name="Fetch and verify model strata",  # into /srv/models/strata/
+            model="strata",
+            lock="/var/lib/rigkit/models.lock.json",
+            endpoint=None,
+            prepared=False,
+        )
     """
     reasons = host.get_fact(ModelStatus, agent=paths.AGENT_BIN, lock=lock, names=[model])[model]
     if prepared:  # "not prepared yet" is the prepare step's business, not the fetch's
@@ -39,7 +52,19 @@ def model_fetched(model: str, lock: str, endpoint: str | None, prepared: bool):
 @operation()
 def hyperqwen_prepared(lock: str, models: list[str]):
     """Run HyperQwen's ``prepare`` (``NO_DOWNLOAD=1`` from its .env: it only uses what was
-    fetched) and record the prepared files as the reference, unless the record is converged."""
+    fetched) and record the prepared files as the reference, unless the record is converged.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.models import hyperqwen_prepared
+        hyperqwen_prepared(
+            name="Run HyperQwen's prepare (NO_DOWNLOAD=1) and record its files",  # in /srv/models/hyperqwen/
+            lock="/var/lib/rigkit/models.lock.json",
+            models=["hyperqwen"],
+        )
+    """
     status = host.get_fact(ModelStatus, agent=paths.AGENT_BIN, lock=lock, names=models, prepared=models)
     if not any(status.values()):
         host.noop("HyperQwen's prepared files are recorded")

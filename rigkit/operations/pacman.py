@@ -34,7 +34,16 @@ def pacman_pins(pins: dict[str, str], archive: str):
     together) with ``--needed``. Never ``pacman -S`` a pinned name: with ``IgnorePkg`` it prompts
     and ``--noconfirm`` answers yes. A missing archive file fails with pacman's error naming its URL.
 
-    **Example:** ``pacman_pins(name="Pin the driver", pins={"nvidia-utils": "610.57-1"}, archive=url)``
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.pacman import pacman_pins
+        pacman_pins(
+            name="Install the pinned packages from the archive",
+            pins={"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1"},
+            archive="https://archive.archlinux.org/packages",
+        )
     """
     installed = host.get_fact(PacmanVersions, packages=sorted(pins))
     differ = {p: (installed.get(p), v) for p, v in sorted(pins.items()) if installed.get(p) != v}
@@ -56,7 +65,18 @@ def synced_packages(packages: list[str]):
     names files the mirror no longer has), with the pins held by ``IgnorePkg`` (run
     :func:`pacman_ignorepkg` first). Nothing when every package is installed, however old the
     databases: a converged host runs nothing. An upgraded kernel or driver is the reboot gate's
-    business (``roles/boot.py``)."""
+    business (``roles/boot.py``).
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.pacman import synced_packages
+        synced_packages(
+            name="Install docker, compose, buildx and the NVIDIA container toolkit",
+            packages=["docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit"],
+        )
+    """
     installed = host.get_fact(PacmanVersions, packages=sorted(packages))
     missing = missing_packages(installed, packages)
     if not missing:
@@ -108,6 +128,17 @@ def pacman_ignorepkg(packages: list[str], path: str = "/etc/pacman.conf"):
 
     pyinfra's ``files.line`` would append a missing line after the last repo section, where
     pacman ignores it (``notes/pyinfra.md``); this edits ``[options]`` itself.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.pacman import pacman_ignorepkg
+        pacman_ignorepkg(
+            name="Hold the pinned packages with IgnorePkg in [options]",
+            packages=["nvidia-open-dkms", "nvidia-utils", "opencl-nvidia"],
+            path="/etc/pacman.conf",
+        )
     """
     lines = host.get_fact(FileContents, path=path)
     if lines is None:

@@ -18,6 +18,20 @@ def release_binary(url: str, sha256: str, dest: str, member: str, marker: str):
     + marker: a file recording the sha256 of the tarball the installed executable came from
 
     No change when the marker names ``sha256`` and ``dest`` exists.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.release import release_binary
+        release_binary(
+            name="Install llama-swap v250 from its pinned release tarball",
+            url="https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz",
+            sha256="<64 hex digits: the tarball's sha256 (llama_swap.release_sha256)>",
+            dest="/usr/local/bin/llama-swap",
+            member="llama-swap",
+            marker="/usr/local/lib/rigkit/llama-swap.sha256",
+        )
     """
     from pyinfra.facts.files import File
 

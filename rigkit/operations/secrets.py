@@ -28,6 +28,21 @@ def secret_env_file(path: str, key: str, value: str, user: str = "root", group: 
     owner and mode, then uploads (no ``--diff`` output, no content in commands or op names) — under
     sudo through a 0700 folder of the SSH user's (:data:`UPLOAD_DIR`), never a default-mode file in
     ``/tmp``; the folder holding ``path`` must exist (the secrets role declares it).
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.secrets import secret_env_file
+        secret_env_file(
+            name="Install the HF token from the control machine",
+            path="/etc/rigkit/secrets/hf.env",
+            key="HF_TOKEN",
+            value="<the Hugging Face token, from HF_TOKEN or hf's token file>",
+            user="root",
+            group="root",
+            mode="600",
+        )
     """
     import hashlib
 
@@ -73,6 +88,21 @@ def generated_secret(path: str, key: str, user: str = "root", group: str = "root
 
     The value is made by the host's shell and written with a restrictive umask; it never
     crosses the connection, so no output, log or op name can hold it.
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.secrets import generated_secret
+        generated_secret(
+            name="Generate HyperQwen's VLLM_API_KEY once on the host",
+            path="/etc/rigkit/secrets/hyperqwen.env",
+            key="VLLM_API_KEY",
+            user="root",
+            group="llama-swap",
+            mode="640",
+            nbytes=32,
+        )
     """
     from pyinfra.facts.files import File
 
