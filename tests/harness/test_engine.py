@@ -85,3 +85,29 @@ def test_restarting_the_engine_stops_running_containers(ehost):
     assert ehost.run("docker ps --format '{{.Names}}'").stdout.split() == ["e-long"]
     ehost.run("timeout 60 systemctl restart docker")
     assert ehost.run("docker ps -a --format '{{.Names}}'").stdout.split() == []
+
+
+def test_hyperqwen_prepare_refuses_an_incomplete_model_under_no_download_then_prepares_once(ehost):
+    """The HyperQwen image's ``prepare`` (the engine stand-in's, tests/harness/stubs/hyperqwen_prepare.py)
+    under the real engine, with the bind the rendered compose file gives it (``$MODELS_DIR`` at
+    ``/app/models``): an incomplete base model and ``NO_DOWNLOAD=1`` is refused naming what is
+    missing; a complete one is prepared once, in place; a second run changes nothing. (Moved here
+    from the retired docker stand-in's tests.)"""
+    ref = "ghcr.io/syv-ai/hyperqwen@" + images()["ghcr.io/syv-ai/hyperqwen"]
+    base = "/srv/models/hyperqwen-e/Qwen3.8-27B-W4A16-AutoRound"
+    ehost.run(f"rm -rf /srv/models/hyperqwen-e && mkdir -p {base}")
+    run = (f"timeout 120 docker run --rm -v /srv/models/hyperqwen-e:/app/models -e NO_DOWNLOAD=1 -e DFLASH2=0 "
+           f"-e FAST_VARIANT=0 {ref} prepare")
+    r = ehost.run(run, check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("prepare: error: base model incomplete in /app/models/Qwen3.8-27B-W4A16-AutoRound (missing: config.json, "
+            "model.safetensors.index.json) and NO_DOWNLOAD=1: refusing to download") in r.stdout + r.stderr
+    ehost.write(f"{base}/config.json", "{}")
+    ehost.write(f"{base}/model.safetensors.index.json", '{"weight_map": {"a": "model-00001.safetensors"}}')
+    ehost.write(f"{base}/model-00001.safetensors", "x")
+    assert "requantized" in ehost.run(run).stdout
+    index = json.loads(ehost.run(f"cat {base}/model.safetensors.index.json").stdout)
+    assert index["metadata"]["hyperqwen_prepared"]["lm_head"] == "int8"
+    before = ehost.run(f"sha256sum {base}/*").stdout
+    assert "already prepared" in ehost.run(run).stdout
+    assert ehost.run(f"sha256sum {base}/*").stdout == before
