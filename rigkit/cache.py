@@ -11,6 +11,8 @@ from urllib.request import url2pathname
 
 import requests
 
+from rigkit.host import atomic
+
 
 class FetchError(RuntimeError):
     """An artefact could not be fetched, or its sha256 is not the pinned one."""

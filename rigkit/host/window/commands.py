@@ -4,6 +4,7 @@ Every one that changes the serving state holds the host lock (:mod:`rigkit.host.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 import uuid
