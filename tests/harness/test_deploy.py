@@ -5,6 +5,10 @@ and the hub are the sandbox's stand-ins.
 One host is deployed once for the module (with a recognisable HF token and pyinfra -vv), then
 deployed again (0 changed operations), then checked with testinfra; refusals run against it
 afterwards. A second fresh host shows the pending-reboot stop.
+
+Why fresh hosts and not the run's converged copy (golden.py): this module is the proof of a deploy
+from nothing (the golden copy is built the same way, but its build is not a test), and the pending
+reboot and the lock-file gate need a host that has not converged yet.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The real Docker engine on the sandbox host: Debian's docker.io
 20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
-sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests."""
+sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
+A fresh host, not the converged copy: the engine is installed by hand, outside any deploy."""
 from __future__ import annotations
 
 import json

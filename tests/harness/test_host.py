@@ -1,4 +1,5 @@
-"""The sandbox host itself: looks like Arch, its mirror follows the manifest, both lanes reach it."""
+"""The sandbox host itself: looks like Arch, its mirror follows the manifest, both lanes reach it.
+Fresh hosts, not the converged copy: these test the bare host the deploy starts from."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""The stand-ins behave like the real parts, failures included (nvidia-smi, DKMS, nvidia-ctk)."""
+"""The stand-ins behave like the real parts, failures included (nvidia-smi, DKMS, nvidia-ctk).
+Fresh hosts, not the converged copy: each installs the packages it tests itself."""
 from __future__ import annotations
 
 import json
