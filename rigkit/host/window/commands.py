@@ -30,9 +30,22 @@ def _agent_argv() -> list[str]:
     return [sys.executable, "-m", "rigkit.host.agent"]
 
 
+UNLOAD_WAIT_S = 15.0  # how long the last window's unit may take to be unloaded after it stopped
+
+
 def _launch(args: list[str], description: str) -> subprocess.CompletedProcess:
-    """``systemd-run --unit=rigkit-window --collect`` of ``rigkit-agent window ARGS``."""
-    sh("systemctl", "reset-failed", f"{UNIT}.service")
+    """``systemd-run --unit=rigkit-window --collect`` of ``rigkit-agent window ARGS``, once the last
+    window's unit is unloaded. A transient unit that has just stopped stays loaded until systemd
+    collects it (a moment later, or at ``reset-failed`` when it failed); ``systemd-run`` refuses a
+    unit name still loaded (``Unit rigkit-window.service was already loaded or has a fragment
+    file``), which a window started right after another one met."""
+    end = time.monotonic() + UNLOAD_WAIT_S
+    while True:
+        sh("systemctl", "reset-failed", f"{UNIT}.service")
+        load = sh("systemctl", "show", "-p", "LoadState", "--value", f"{UNIT}.service").stdout.strip()
+        if load != "loaded" or _unit_running() or time.monotonic() >= end:
+            break
+        time.sleep(0.2)
     return sh("systemd-run", f"--unit={UNIT}", "--collect", f"--description={description}",
               "-p", f"TimeoutStopSec={STOP_TIMEOUT_S}", "-p", "KillMode=mixed",
               *_agent_argv(), "window", *args)
