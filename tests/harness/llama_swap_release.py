@@ -123,6 +123,17 @@ def build_from_proxy(go: str, out: Path) -> None:
             shutil.copyfile(Path(info["Dir"]) / doc, out / doc)
 
 
+def _build_tree(go: str, src: Path, what: str, out: Path) -> None:
+    """``go build`` of upstream's tree ``src`` (its go.mod must name :data:`MODULE`; ``what`` names
+    where it came from in the error) into ``out``, with its LICENSE.md and README.md."""
+    mod = (src / "go.mod").read_text().splitlines()[0].strip()
+    if mod != f"module {MODULE}":
+        raise RuntimeError(f"{what} is not {MODULE} (go.mod says {mod!r})")
+    _run([go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out / "llama-swap"), "."], cwd=src)
+    for doc in ("LICENSE.md", "README.md"):
+        shutil.copyfile(src / doc, out / doc)
+
+
 def build_from_git(go: str, git_dir: str, out: Path) -> None:
     """``git archive COMMIT`` of an upstream git directory, then ``go build`` of that tree."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,12 +146,7 @@ def build_from_git(go: str, git_dir: str, out: Path) -> None:
                                f"{arch.stderr.decode(errors='replace').strip()}")
         with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
             tf.extractall(src, filter="data")
-        mod = (src / "go.mod").read_text().splitlines()[0].strip()
-        if mod != f"module {MODULE}":
-            raise RuntimeError(f"{git_dir}: commit {COMMIT} is not {MODULE} (go.mod says {mod!r})")
-        _run([go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out / "llama-swap"), "."], cwd=src)
-        for doc in ("LICENSE.md", "README.md"):
-            shutil.copyfile(src / doc, out / doc)
+        _build_tree(go, src, f"{git_dir}: commit {COMMIT}", out)
 
 
 def build_from_vendored(go: str, tarball: Path, out: Path) -> None:
@@ -153,13 +159,7 @@ def build_from_vendored(go: str, tarball: Path, out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(tarball) as tf:
             tf.extractall(tmp, filter="data")
-        src = Path(tmp) / SRC_NAME
-        mod = (src / "go.mod").read_text().splitlines()[0].strip()
-        if mod != f"module {MODULE}":
-            raise RuntimeError(f"{tarball}: not {MODULE} (go.mod says {mod!r})")
-        _run([go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(out / "llama-swap"), "."], cwd=src)
-        for doc in ("LICENSE.md", "README.md"):
-            shutil.copyfile(src / doc, out / doc)
+        _build_tree(go, Path(tmp) / SRC_NAME, str(tarball), out)
 
 
 def binary_dir() -> Path:
