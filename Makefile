@@ -48,7 +48,7 @@ demo: sandbox-fixtures
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
 	@echo "the demo host stays up until 'make demo-clean'; reach it with:"
 	@echo "  $$(bash tests/harness/host.sh reach demo)"
-	@echo "  e.g. curl 127.0.0.1:8080/running there; rigkit drift -i inventory/sandbox.py here"
+	@echo "  e.g. curl 127.0.0.1:8080/running there; .venv/bin/rigkit drift -i inventory/sandbox.py here"
 	@echo "the report (drift now, the bench history; open it from disk):"
 	@HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit report -i inventory/sandbox.py --out out/report
 

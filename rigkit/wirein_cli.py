@@ -85,7 +85,7 @@ def describe_hold(hold: dict) -> str:
             f"held back ({what}), a copy in {hold.get('held_back_copy')}")
 
 
-def show(hs, echo=click.echo) -> int:
+def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
     from rigkit import paths
     from rigkit.host.activate import member_diff, parse_config
@@ -109,7 +109,9 @@ def show(hs, echo=click.echo) -> int:
     except ValueError:
         members = {}
     summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"
-    echo(f"{hs.name}: members {summary}; `rigkit wire-in --activate` activates the declared config")
+    again = "".join(f" --data {shlex.quote(d)}" for d in data)
+    echo(f"{hs.name}: members {summary}; `rigkit wire-in --host {hs.name} --activate{again}` activates "
+         + ("this config (the --data given here included)" if data else "the declared config"))
     return exitcodes.FINDINGS
 
 
@@ -204,7 +206,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
     for hs in host_specs:
         try:
             if action == "show":
-                codes.append(show(hs))
+                codes.append(show(hs, data=data))
             elif action == "activate":
                 codes.append(activate_host(hs, declared[hs.name]))
             elif action == "rollback":

@@ -49,7 +49,10 @@ def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile], docker_restart=
               user="root", group="root", mode="600", create_remote_dir=True)
     unit = put_rendered(UNIT, rendered[UNIT], name="Install llama-swap.service")
     systemd.daemon_reload(name="Reload systemd for llama-swap.service", _if=lambda: unit.did_change())
-    systemd.service(name="Enable llama-swap", service="llama-swap.service", enabled=True)
+    # enabled only: the activation path starts it once the live config is there (pyinfra's default
+    # running=True started it first, and a fresh rig's journal began with llama-swap failing to load
+    # a config that did not exist yet)
+    systemd.service(name="Enable llama-swap", service="llama-swap.service", enabled=True, running=None)
     activation = activated_config(name="Activate the declared live llama-swap config (on the host)",
                                   live=paths.LLAMA_SWAP_CONFIG, staging=STAGING, text=live_text)
     server.shell(name="Restart llama-swap for its new unit or binary or a docker restart, through the activation path",

@@ -71,6 +71,9 @@ def test_fresh_host_converges_and_a_second_run_changes_nothing(deployed):
     assert summary(first)["failed"] == 0 and summary(first)["changed"] > 30
     assert second.returncode == 0, second.stderr[-4000:]
     assert summary(second)["changed"] == 0, second.stderr[-4000:]
+    # llama-swap is first started by the activation, once its live config is there (not by the
+    # "Enable llama-swap" step before it, which made a fresh rig's journal begin with a failure)
+    assert host.run("journalctl -u llama-swap --no-pager | grep -c 'failed to load config'", check=False).stdout.strip() == "0"
 
 
 def test_hf_token_appears_in_no_output_and_no_file_but_its_secret_file(deployed):

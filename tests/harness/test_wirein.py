@@ -121,7 +121,9 @@ def test_show_diffs_live_with_declared(host):
     assert flip.returncode == 3, flip.stderr
     assert f"--- {host.name}:/etc/llama-swap/config.yaml (live)" in flip.stdout
     assert '+  "hyperqwen":' in flip.stdout and '+            - "hyperqwen"' in flip.stdout
-    assert f"{host.name}: members added: hyperqwen; `rigkit wire-in --activate` activates the declared config" in flip.stdout
+    # the hint carries the --data this look was given: as printed, it activates what was shown
+    assert (f"{host.name}: members added: hyperqwen; `rigkit wire-in --host {host.name} --activate --data "
+            f"{shlex.quote(FLIP_TTL4)}` activates this config (the --data given here included)") in flip.stdout
     assert host.key and host.key not in flip.stdout + flip.stderr
 
 
