@@ -321,6 +321,25 @@ def test_is_the_rig_busy_is_answered_and_worded_in_one_place():
         assert "busy.refusal(" in path.read_text(), path
 
 
+def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once():
+    """Host programs are modules of rigkit/host (checked above for their imports), run with
+    ``python -m``; no control-side string imports rigkit.host. The one model-files comparison is
+    rigkit.host.fetch.compare (drift's probe runs rigkit.host.modelcheck, built on fetch.status)."""
+    offenders = []
+    for path in sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):
+        if HOST in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
+                    r"^\s*(from rigkit\.host\b|import rigkit\.host\b)", node.value, re.M):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: a host program in a string")
+    for path in sorted(HOST.rglob("*.py")):
+        if path != HOST / "fetch.py" and "differs from the record" in path.read_text():
+            offenders.append(f"{path.relative_to(ROOT)}: a second model-files comparison")
+    assert not offenders, "\n".join(offenders)
+    assert "-m rigkit.host.modelcheck" in (ROOT / "rigkit" / "drift" / "probe.py").read_text()
+
+
 def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
     """`rigkit-agent lock run` (the deploy's docker restart, its reboot) shares the activation's
     way of taking the lock (rigkit.host.standdown.lock_for_change)."""
