@@ -14,7 +14,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import gpu, net, pacman
+from rigkit.host import busy, gpu, pacman
 from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
@@ -245,37 +245,46 @@ class ModelStatus(FactBase):
         return out
 
 
-class EstablishedConnections(FactBase):
-    """Client connections to a local port right now, as ``[peer address:port]``, rigkit's own requests
-    (processes in ``own_units``) left out: :func:`rigkit.host.net.clients`, the same counter the window
-    uses. Command: ``cat /proc/net/tcp /proc/net/tcp6``, then the socket inodes of processes whose
-    ``/proc/<pid>/cgroup`` names one of ``own_units``."""
+class RigBusy(FactBase):
+    """Is the rig busy (:func:`rigkit.host.busy.facts`, the one answer the window uses too):
+    ``{"port", "clients": [peer address:port], "locks": [declared lock files present]}``, rigkit's
+    own requests (processes in ``own_units``) left out of the clients. Command: ``cat /proc/net/tcp
+    /proc/net/tcp6``, the socket inodes of processes whose ``/proc/<pid>/cgroup`` names one of
+    ``own_units``, then each of ``lock_files`` that exists (``test -e``)."""
 
     _MARK = "__RIGKIT_OWN_INODES__"
+    _LOCKS = "__RIGKIT_LOCKS__"
     _PORT = "__RIGKIT_PORT__="
 
-    def command(self, port: int, own_units: tuple[str, ...] | list[str] = ()) -> str:
+    def command(self, port: int, own_units: tuple[str, ...] | list[str] = (),
+                lock_files: tuple[str, ...] | list[str] = ()) -> str:
         # a unit or its instances (rigkit-activate-<id>.service): the stem matches both
         pattern = "|".join(u.removesuffix(".service").replace(".", "\\.") for u in own_units) or "^$"
+        locks = "".join(f"if [ -e {shlex.quote(f)} ]; then echo {shlex.quote(f)}; fi; " for f in lock_files)
         return (f"echo {self._PORT}{int(port)}; cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; "
                 f"echo {self._MARK}; "
                 f"for c in $(grep -lE {shlex.quote(pattern)} /proc/[0-9]*/cgroup 2>/dev/null); do "
-                "ls -l \"${c%/cgroup}/fd\" 2>/dev/null; done | sed -n 's/.*socket:\\[\\([0-9]*\\)\\].*/\\1/p'")
+                "ls -l \"${c%/cgroup}/fd\" 2>/dev/null; done | sed -n 's/.*socket:\\[\\([0-9]*\\)\\].*/\\1/p'; "
+                f"echo {self._LOCKS}; {locks}true")
 
     @staticmethod
-    def default() -> list[str]:
-        return []
+    def default() -> dict:
+        return {"port": 0, "clients": [], "locks": []}
 
-    def process(self, output: list[str]) -> list[str]:
+    def process(self, output: list[str]) -> dict:
         port = next((int(x[len(self._PORT):]) for x in output if x.startswith(self._PORT)), 0)
         output = [x for x in output if not x.startswith(self._PORT)]
+        locks: list[str] = []
+        if self._LOCKS in output:
+            i = output.index(self._LOCKS)
+            output, locks = output[:i], [x for x in output[i + 1:] if x.strip()]
         if self._MARK in output:
             i = output.index(self._MARK)
             tables, inodes = output[:i], output[i + 1:]
         else:
             tables, inodes = output, []
         own = {int(x) for x in inodes if x.strip().isdigit()}
-        return net.clients(["\n".join(tables)], port, own)
+        return busy.facts(port, ["\n".join(tables)], own, locks, exists=lambda _path: True)  # the command kept the present ones
 
 
 class RigLockState(FactBase):

@@ -1,6 +1,12 @@
-"""The host agent over SSH, one way for every control-side command that talks to it directly
-(``rigkit window``, ``rigkit generations``, ``rigkit rollback``): pyinfra's connection settings
-(:func:`rigkit.bench.tunnel.ssh_base_args`), ``sudo -n`` when the host's ``_sudo`` is set."""
+"""The host over SSH, one way for every control-side command that talks to it directly
+(``rigkit window``, ``rigkit generations``, ``rigkit rollback``, ``rigkit wire-in``, drift's
+generation reads; the bench's forward and its reads start from :func:`ssh_base_args`): pyinfra's
+connection settings, ``sudo -n`` when the host's ``_sudo`` is set. The one module that builds an
+``ssh`` argv (tests/unit/test_remote.py).
+
+The connection dict holds pyinfra's own data keys (``ssh_hostname``, ``ssh_port``, ``ssh_user``,
+``ssh_key``, ``ssh_known_hosts_file``, ``ssh_strict_host_key_checking``, ``ssh_config_file``); they
+map onto OpenSSH's client options (ssh(1), ssh_config(5)), with ``BatchMode=yes`` (never prompt)."""
 
 from __future__ import annotations
 
@@ -9,6 +15,31 @@ import subprocess
 from typing import Any
 
 from rigkit import paths
+
+
+def ssh_base_args(host_name: str, connection: dict[str, Any]) -> list[str]:
+    """The ``ssh`` argv (without a remote command) for ``connection`` (pyinfra data keys).
+
+    ``ssh_hostname`` defaults to ``host_name``. Password authentication is not supported
+    (BatchMode); a key or the agent must do.
+    """
+    args = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    if connection.get("ssh_config_file"):
+        args += ["-F", str(connection["ssh_config_file"])]
+    if connection.get("ssh_port"):
+        args += ["-p", str(connection["ssh_port"])]
+    if connection.get("ssh_user"):
+        args += ["-l", str(connection["ssh_user"])]
+    if connection.get("ssh_key"):
+        args += ["-i", str(connection["ssh_key"]), "-o", "IdentitiesOnly=yes"]
+    if connection.get("ssh_known_hosts_file"):
+        args += ["-o", f"UserKnownHostsFile={connection['ssh_known_hosts_file']}"]
+    strict = connection.get("ssh_strict_host_key_checking")
+    if strict is not None:
+        val = strict if isinstance(strict, str) else ("yes" if strict else "no")
+        args += ["-o", f"StrictHostKeyChecking={val}"]
+    args.append(str(connection.get("ssh_hostname") or host_name))
+    return args
 
 
 class Remote:
@@ -21,8 +52,6 @@ class Remote:
     def argv(self, command: str) -> list[str]:
         """The ``ssh`` argv running shell ``command`` on the host (as root when ``_sudo``), with
         keep-alives (a dead link ends the session within ~15 s)."""
-        from rigkit.bench.tunnel import ssh_base_args
-
         base = ssh_base_args(self.name, self.connection)
         sudo = "sudo -n " if self.connection.get("_sudo") else ""
         return base[:-1] + ["-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"] + base[-1:] + \

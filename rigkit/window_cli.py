@@ -3,7 +3,7 @@ resident model (DESIGN.md "Lifecycle"; the host side is :mod:`rigkit.host.window
 
 The control side builds the window's *plan* from the host's spec (timers, lock files, ports,
 VRAM, bench settings — the host agent has no spec of its own), starts the window on the host
-over SSH (the connection settings pyinfra uses, :mod:`rigkit.bench.tunnel`), follows its journal
+over SSH (the connection settings pyinfra uses, :class:`rigkit.remote.Remote`), follows its journal
 and, at the end, copies ``/var/lib/rigkit/windows/<id>/`` back (journal, bench results with the
 host context; ``chart.png`` is drawn here, where matplotlib is).
 

@@ -8,8 +8,8 @@ leave it half done), then installs the declared review copy and host config (wit
 respects and drift reports; ``--release`` removes the hold. The operator wires a member in by flipping
 ``staged`` in group_data (or, for one run, ``--data``); nothing edits the operator's files.
 
-Reaches the host over SSH with pyinfra's connection settings (:mod:`rigkit.bench.tunnel`), ``sudo -n``
-when the inventory says ``_sudo``. Nothing shown holds a secret: the configs hold none, and the agent
+Reaches the host over SSH through :class:`rigkit.remote.Remote` (pyinfra's connection settings,
+``sudo -n`` when the inventory says ``_sudo``). Nothing shown holds a secret: the configs hold none, and the agent
 never prints the API key.
 
 Exit codes (DESIGN.md): 0 done / no differences; 1 failed (host unreachable, activation failed and
@@ -29,20 +29,13 @@ import click
 from rigkit import exitcodes
 
 
-def _sudo(connection: dict) -> str:
-    return "sudo -n " if connection.get("_sudo") else ""
+def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    """Run ``command`` (a shell string) on the host as root (``sudo -n`` when the inventory says
+    ``_sudo``) through :class:`rigkit.remote.Remote`, the one SSH path; a timeout is exit 255 with
+    ``ssh: timed out after N s`` on stderr."""
+    from rigkit.remote import Remote
 
-
-def _ssh(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-    """Run ``command`` (a shell string) on the host; raises click.ClickException (exit 1) when ssh fails
-    to run at all."""
-    from rigkit.bench.tunnel import ssh_base_args
-
-    argv = ssh_base_args(hs.name, hs.connection) + ["--", command]
-    try:
-        return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise _Fail(f"{hs.name}: `{command[:80]}` timed out after {timeout_s:g} s") from None
+    return Remote(hs.name, hs.connection).run(command, stdin=stdin, timeout=timeout_s)
 
 
 class _Fail(click.ClickException):
@@ -55,7 +48,7 @@ def live_config(hs) -> str | None:
     from rigkit import paths
 
     path = shlex.quote(paths.LLAMA_SWAP_CONFIG)
-    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c 'if [ -e {path} ]; then cat {path}; else echo __RIGKIT_NONE__; fi'")
+    p = _run(hs, f"sh -c 'if [ -e {path} ]; then cat {path}; else echo __RIGKIT_NONE__; fi'")
     if p.returncode != 0:
         raise _Fail(f"{hs.name}: cannot read {paths.LLAMA_SWAP_CONFIG} (ssh exit {p.returncode}): {p.stderr.strip()[:300]}")
     return None if p.stdout == "__RIGKIT_NONE__\n" else p.stdout
@@ -68,7 +61,7 @@ def host_holds(hs) -> dict:
     from rigkit.host import holds
 
     path = shlex.quote(paths.HOLDS_FILE)
-    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c 'cat {path} 2>/dev/null || true'")
+    p = _run(hs, f"sh -c 'cat {path} 2>/dev/null || true'")
     if p.returncode != 0:
         raise _Fail(f"{hs.name}: cannot read {paths.HOLDS_FILE}: {p.stderr.strip()[:300]}")
     try:
@@ -122,7 +115,7 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
 
     # each run gets a transient unit of its own (rigkit.host.activate.remote_command): a command right
     # after the previous one never meets a unit systemd has not collected yet
-    p = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(activate_command(args))}", timeout_s=timeout_s)
+    p = _run(hs, f"sh -c {shlex.quote(activate_command(args))}", timeout_s=timeout_s)
     sys.stdout.write(p.stdout)
     if p.stderr.strip():
         sys.stderr.write(p.stderr)
@@ -146,7 +139,7 @@ def install_declared_companions(hs, declared_spec) -> None:
         q = shlex.quote(path)
         script = (f"umask 077 && cat > {tmp} && if cmp -s {tmp} {q}; then rm -f {tmp}; else "
                   f"chown {shlex.quote(f.owner)} {tmp} && chmod {f.mode} {tmp} && mv -f {tmp} {q}; fi")
-        up = _ssh(hs, f"{_sudo(hs.connection)}sh -c {shlex.quote(script)}", stdin=f.text)
+        up = _run(hs, f"sh -c {shlex.quote(script)}", stdin=f.text)
         if up.returncode != 0:
             raise _Fail(f"{hs.name}: installing the declared {path} failed: {up.stderr.strip()[:300]}")
 
@@ -162,7 +155,7 @@ def activate_host(hs, declared_spec=None) -> int:
 
     declared = render_llama_swap(hs.spec, staged=False)
     staging = paths.LLAMA_SWAP_NEXT
-    up = _ssh(hs, f"{_sudo(hs.connection)}sh -c " + shlex.quote(
+    up = _run(hs, "sh -c " + shlex.quote(
         f"install -d -m 0700 {shlex.quote(posixpath.dirname(staging))} && umask 077 && cat > {shlex.quote(staging)}"),
         stdin=declared)
     if up.returncode != 0:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import DeployError, deploy
-from pyinfra.facts.files import File, FileContents, Sha256File
+from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
 from rigkit.hoststate import REPO_PACKAGES
-from rigkit.facts import EstablishedConnections, Holds, JsonFile, NvidiaSmi, PacmanVersions, RigLockState
+from rigkit.facts import Holds, JsonFile, NvidiaSmi, PacmanVersions, RigBusy, RigLockState
+from rigkit.host import busy as rig_busy
 from rigkit.host import lock as host_lock
 from rigkit.host.gpu import power_limit_problem
 from rigkit.host.holds import LLAMA_SWAP
@@ -20,16 +21,15 @@ from rigkit.render import own_units
 from rigkit.spec import RigSpec, unset_operator_values
 
 
-def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
-             disruptive: list[str] | None = None, clients: list[str] | None = None,
-             rig_lock: dict | None = None, lease: str | None = None) -> list[str]:
+def refusals(spec: RigSpec, window: dict, smi: dict, disruptive: list[str] | None = None,
+             busy: dict | None = None, rig_lock: dict | None = None, lease: str | None = None) -> list[str]:
     """Why the deploy must not start, one line each (empty: go). Pure, for tests.
 
     + window: the ``JsonFile`` fact of ``/var/lib/rigkit/window.json``
     + smi: the ``NvidiaSmi`` fact (the power range is checked only when it is readable)
-    + present_locks: declared lock files that exist on the host
     + disruptive: steps of this run that will interrupt service (restart llama-swap or docker)
-    + clients: established client connections to llama-swap right now (rigkit's own left out)
+    + busy: the ``RigBusy`` fact (:func:`rigkit.host.busy.facts`): declared lock files present and
+      client connections to llama-swap right now (rigkit's own left out)
     + rig_lock: the ``RigLockState`` fact: a disruptive run is refused while someone holds the host
       lock (a window, an activation, a rollback, another deploy's step), naming the holder —
       unless it holds ``lease``, the lease of the ``rigkit rollback`` this run is part of
@@ -53,14 +53,9 @@ def refusals(spec: RigSpec, window: dict, smi: dict, present_locks: list[str],
     if disruptive and (rig_lock or {}).get("held") and not ours:
         out.append(f"this run would interrupt service ({'; '.join(disruptive)}) but the rig is locked by "
                    f"{host_lock.describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
-    if disruptive and not spec.force:
-        why = "; ".join(disruptive)
-        if present_locks:
-            out.append(f"this run would interrupt service ({why}) while lock file(s) are present: "
-                       f"{', '.join(present_locks)}; run again when released, or pass --force")
-        if clients:
-            out.append(f"this run would interrupt service ({why}) while llama-swap has {len(clients)} client "
-                       f"connection(s) ({', '.join(sorted(clients)[:5])}); run again when idle, or pass --force")
+    refused = rig_busy.refusal(busy or {}, f"this run would interrupt service ({'; '.join(disruptive or [])})")
+    if disruptive and not spec.force and refused:
+        out.append(refused)
     return out
 
 
@@ -101,7 +96,6 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     """Raise ``DeployError`` with every refusal before any operation is added."""
     window = host.get_fact(JsonFile, path=paths.WINDOW_JOURNAL)
     smi = host.get_fact(NvidiaSmi)
-    locks = [p for p in (spec.lock_files or []) if host.get_fact(File, path=p)]
     sha256 = {p: host.get_fact(Sha256File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
     running = bool(host.get_fact(SystemdStatus, services=["llama-swap.service"]).get("llama-swap.service"))
     holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
@@ -113,9 +107,9 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
                                   held, "\n".join(marker) if marker else None,
                                   missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
                                                    list(REPO_PACKAGES)))
-    clients = (host.get_fact(EstablishedConnections, port=spec.llama_swap.port, own_units=own_units(rendered))
-               if disruptive else [])
+    busy = (host.get_fact(RigBusy, port=spec.llama_swap.port, own_units=own_units(rendered),
+                          lock_files=spec.lock_files or []) if disruptive else None)
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
-    problems = refusals(spec, window, smi, locks, disruptive, clients, rig_lock, agentcmd.lease())
+    problems = refusals(spec, window, smi, disruptive, busy, rig_lock, agentcmd.lease())
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -279,8 +278,3 @@ def write_history_svg(path: str, title: str, runs: list[dict[str, Any]],
     fig.tight_layout()
     fig.savefig(path, format="svg", metadata={"Date": None})
     return len(panels)
-
-
-def parse_time(ts: str) -> datetime:
-    """A summary's ISO-8601 ``timestamp`` as an aware datetime; raises ValueError."""
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))

@@ -130,9 +130,8 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     api_key = _read_key_file(api_key_file) if api_key_file else None
     is_hq = _getattr_path(members[member], "service") == "hyperqwen" or member == "hyperqwen"
     if api_key is None and is_hq:
-        sudo = "sudo -n " if hs.connection.get("_sudo") else ""
         try:
-            rc, out, _err = run_ssh(hs.name, hs.connection, f"{sudo}cat {REMOTE_KEY_FILE}")
+            rc, out, _err = run_ssh(hs.name, hs.connection, f"cat {REMOTE_KEY_FILE}", as_root=True)
         except TunnelError:
             rc, out = 1, ""
         if rc == 0:

@@ -1,4 +1,5 @@
-"""Reach the rig's 127.0.0.1 services over SSH, with the connection settings pyinfra uses.
+"""Reach the rig's 127.0.0.1 services over SSH, with the connection settings pyinfra uses
+(the ``ssh`` argv is :func:`rigkit.remote.ssh_base_args`'s, the one place that builds one).
 
 DESIGN.md "Reaching services": everything on the rig listens on 127.0.0.1; control-side HTTP
 goes through an SSH local forward. The connection dict holds pyinfra's own data keys
@@ -16,41 +17,19 @@ import subprocess
 import time
 from typing import Any
 
+from rigkit.remote import Remote, ssh_base_args
+
 
 class TunnelError(RuntimeError):
     """The SSH command or forward failed; the message names the host and ssh's own error."""
 
 
-def ssh_base_args(host_name: str, connection: dict[str, Any]) -> list[str]:
-    """The ``ssh`` argv (without a remote command) for ``connection`` (pyinfra data keys).
-
-    ``ssh_hostname`` defaults to ``host_name``. Password authentication is not supported
-    (BatchMode); a key or the agent must do.
-    """
-    args = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
-    if connection.get("ssh_config_file"):
-        args += ["-F", str(connection["ssh_config_file"])]
-    if connection.get("ssh_port"):
-        args += ["-p", str(connection["ssh_port"])]
-    if connection.get("ssh_user"):
-        args += ["-l", str(connection["ssh_user"])]
-    if connection.get("ssh_key"):
-        args += ["-i", str(connection["ssh_key"]), "-o", "IdentitiesOnly=yes"]
-    if connection.get("ssh_known_hosts_file"):
-        args += ["-o", f"UserKnownHostsFile={connection['ssh_known_hosts_file']}"]
-    strict = connection.get("ssh_strict_host_key_checking")
-    if strict is not None:
-        val = strict if isinstance(strict, str) else ("yes" if strict else "no")
-        args += ["-o", f"StrictHostKeyChecking={val}"]
-    args.append(str(connection.get("ssh_hostname") or host_name))
-    return args
-
-
 def run_ssh(host_name: str, connection: dict[str, Any], command: str,
-            timeout_s: float = 30.0) -> tuple[int, str, str]:
-    """Run ``command`` on the host; return ``(exit status, stdout, stderr)`` as text.
+            timeout_s: float = 30.0, as_root: bool = False) -> tuple[int, str, str]:
+    """Run ``command`` on the host (:meth:`rigkit.remote.Remote.argv`; ``as_root``: under ``sudo -n``
+    when the inventory says ``_sudo``); return ``(exit status, stdout, stderr)`` as text.
     A timeout or a missing ``ssh`` binary raises :class:`TunnelError`."""
-    argv = ssh_base_args(host_name, connection) + ["--", command]
+    argv = Remote(host_name, connection if as_root else {**connection, "_sudo": False}).argv(command)
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:

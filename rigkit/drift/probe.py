@@ -26,36 +26,6 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
               "PartOf", "FragmentPath")
 
 
-_MODELS_PY = r"""
-import base64, json, sys
-from pathlib import Path
-from rigkit.host import fetch
-from rigkit.host.config import load
-cfg = load()
-root, state = cfg.path("models_root"), cfg.path("state_dir")
-lock = json.loads(base64.b64decode(sys.argv[1]))
-deep = sys.argv[2] == "1"
-prepared = set(filter(None, sys.argv[3].split(",")))
-out = {}
-for name, entry in sorted(lock.get("models", {}).items()):
-    directory = root / entry["source"]["path"]
-    try:
-        reasons = fetch.status(lock, name, root, state, prepared=name in prepared)
-        if deep:
-            rec = fetch.load_record(state, name)
-            if rec:
-                rels = [r for r in sorted(rec["files"]) if (directory / r).is_file()]
-                digests = fetch.hash_files([directory / r for r in rels])
-                for rel, d in zip(rels, digests):
-                    if d["sha256"] != rec["files"][rel]["sha256"]:
-                        reasons.append(f"{name}: {rel}: content differs from the record (sha256)")
-    except Exception as exc:
-        reasons = [f"{name}: cannot check: {type(exc).__name__}: {exc}"]
-    out[name] = reasons
-print(json.dumps(out))
-"""
-
-
 def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
     :func:`parse_probe`. Commands of rigkit's facts are reused verbatim."""
@@ -91,7 +61,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     if decl.lock is not None:
         lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
         py = f"{paths.AGENT_VENV}/bin/python"
-        sections.append(("models", f"if [ -x {py} ]; then {py} -c {q(_MODELS_PY)} {lock_b64} {int(deep)} "
+        sections.append(("models", f"if [ -x {py} ]; then {py} -m rigkit.host.modelcheck {lock_b64} {int(deep)} "
                                    f"{q(','.join(sorted(hoststate.PREPARED_MODELS)) or ',')} 2>&1; "
                                    "else echo __NOAGENT__; fi"))
     return sections

@@ -250,38 +250,45 @@ def record(name: str, directory: str | os.PathLike, lock: dict[str, Any] | None,
 
 
 def compare(name: str, directory: str | os.PathLike, state_dir: str | os.PathLike,
-            deep: bool = False) -> list[str]:
-    """What differs between ``directory`` and the record of ``name`` (for drift): one line per
-    file missing, or whose size or mtime changed (``deep``: every file hashed, and reported when
-    its bytes differ from the recorded sha256, even with the same size and mtime). Files not in the record are not reported. No record
-    → one line saying so."""
+            deep: bool = False, workers: int | None = None) -> list[str]:
+    """What differs between ``directory`` and the record of ``name``: one line per recorded file
+    missing, or whose size or mtime changed; with ``deep`` every recorded file present is also
+    hashed (``workers`` threads) and reported when its bytes differ from the recorded sha256, even
+    with the same size and mtime (drift's ``--deep``). Files not in the record are not reported. No
+    record → one line saying so. The one model-files comparison: :func:`status` (the deploy) and
+    :mod:`rigkit.host.modelcheck` (drift) use it."""
     rec = load_record(state_dir, name)
     directory = Path(directory)
     if rec is None:
         return [f"{name}: no record in {record_path(state_dir, name)}; run the fetch"]
     out = []
+    present = []
     for rel, entry in sorted(rec["files"].items()):
         path = directory / rel
         if not path.is_file():
             out.append(f"{name}: {rel}: missing")
-        elif deep:
-            if hash_file(path)["sha256"] != entry["sha256"]:
-                out.append(f"{name}: {rel}: content differs from the record")
-        elif not _same_stat(path, entry):
+            continue
+        present.append(rel)
+        if not _same_stat(path, entry):
             out.append(f"{name}: {rel}: size or mtime differs from the record")
     if rec.get("prepare_needed"):
         out.append(f"{name}: a base file was fetched again; prepare must run (then record)")
+    if deep and present:
+        digests = hash_files([directory / r for r in present], workers=workers)
+        out += [f"{name}: {rel}: content differs from the record (sha256)"
+                for rel, d in zip(present, digests, strict=True) if d["sha256"] != rec["files"][rel]["sha256"]]
     return out
 
 
 def status(lock: dict[str, Any], name: str, models_root: str | os.PathLike,
-           state_dir: str | os.PathLike, prepared: bool = False) -> list[str]:
+           state_dir: str | os.PathLike, prepared: bool = False, deep: bool = False) -> list[str]:
     """Why model ``name`` of ``lock`` is not converged on this host (empty: converged), without
-    reading any file's bytes: its record must exist for the locked commit, cover every locked
+    reading any file's bytes unless ``deep``: its record must exist for the locked commit, cover every locked
     file with the lock's hash (for a prepared model: the locked hashes it was recorded against),
     and every recorded file must keep its recorded size and mtime; a ``prepared`` model must have
     been recorded after ``prepare``. What a converged deploy checks
-    before deciding not to run the fetch. Raises :class:`LockInputError` for an unknown model."""
+    before deciding not to run the fetch; ``deep`` (drift's ``--deep``) also hashes every recorded
+    file present (:func:`compare`). Raises :class:`LockInputError` for an unknown model."""
     entry = lock.get("models", {}).get(name)
     if entry is None:
         raise LockInputError(f"model {name!r} is not in the lock")
@@ -303,7 +310,7 @@ def status(lock: dict[str, Any], name: str, models_root: str | os.PathLike,
             got = rec["files"].get(path)
             if got is None or digest not in (got.get("sha256"), got.get("git_blob")):
                 reasons.append(f"{name}: {path}: not recorded with the locked hash")
-    return reasons + compare(name, directory, state_dir)
+    return reasons + compare(name, directory, state_dir, deep=deep)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Who is talking to a local port: one client-connection counter for the deploy's preflight, the
-window's preflight and drift (DESIGN.md "One host lock": rigkit's own requests never count as
-client traffic).
+"""Who is talking to a local port: one client-connection counter for "is the rig busy"
+(:mod:`rigkit.host.busy`: the deploy's preflight, the reboot gate, the window's preflight;
+DESIGN.md "One host lock": rigkit's own requests never count as client traffic).
 
 Sources: ``/proc/net/tcp`` and ``/proc/net/tcp6`` (``proc(5)``: ``local_address rem_address st
 ... inode``, addresses as little-endian hex words, state ``01`` ESTABLISHED) and, to tell rigkit's
@@ -106,16 +106,21 @@ def own_socket_inodes(units: Iterable[str], proc: str | os.PathLike = "/proc") -
     return out
 
 
-def client_connections(port: int, own_units: Iterable[str] = (), proc: str | os.PathLike = "/proc") -> list[str]:
-    """Client connections to local ``port`` on this host, rigkit's own (processes in ``own_units``)
-    left out: ``["IP:PORT", ...]``."""
+def read_tables(proc: str | os.PathLike = "/proc") -> list[str]:
+    """The texts of ``/proc/net/tcp`` and ``/proc/net/tcp6`` (one that cannot be read left out)."""
     tables = []
     for name in ("tcp", "tcp6"):
         try:
             tables.append((Path(proc) / "net" / name).read_text())
         except OSError:
             continue
-    return clients(tables, port, own_socket_inodes(own_units, proc) if own_units else ())
+    return tables
+
+
+def client_connections(port: int, own_units: Iterable[str] = (), proc: str | os.PathLike = "/proc") -> list[str]:
+    """Client connections to local ``port`` on this host, rigkit's own (processes in ``own_units``)
+    left out: ``["IP:PORT", ...]``."""
+    return clients(read_tables(proc), port, own_socket_inodes(own_units, proc) if own_units else ())
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.5) -> bool:

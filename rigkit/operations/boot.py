@@ -8,11 +8,12 @@ import time
 
 from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
-from pyinfra.facts.files import File, FileContents
+from pyinfra.facts.files import FileContents
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
-from rigkit.facts import DkmsStatus, EstablishedConnections, KernelState
+from rigkit.facts import DkmsStatus, KernelState, RigBusy
+from rigkit.host import busy as rig_busy
 from rigkit.hoststate import reboot_reasons
 
 
@@ -154,12 +155,10 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
     if not allow_reboot:
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
     # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
-    held = [p for p in lock_files or [] if host.get_fact(File, path=p)]
-    clients = host.get_fact(EstablishedConnections, port=proxy_port, own_units=own_units)
-    if (held or clients) and not force:
-        why = (f"lock file(s) present: {', '.join(held)}" if held else
-               f"llama-swap has {len(clients)} client connection(s)")
-        raise OperationError(f"a reboot is needed ({'; '.join(reasons)}) but {why}; run again when idle, or pass --force")
+    busy = host.get_fact(RigBusy, port=proxy_port, own_units=own_units or [], lock_files=lock_files or [])
+    refused = rig_busy.refusal(busy, f"a reboot is needed ({'; '.join(reasons)})")
+    if refused and not force:
+        raise OperationError(refused)
     yield from reboot._inner(reboot_timeout=reboot_timeout)
 
     def confirm(state, host):  # noqa: F811 - pyinfra passes (state, host) by name

@@ -52,12 +52,12 @@ def rig(monkeypatch, replay):
         def __exit__(self, *exc):
             pass
 
-    def run_ssh(host_name, connection, command, timeout_s=30.0):
+    def run_ssh(host_name, connection, command, timeout_s=30.0, as_root=False):
         calls["ssh"].append(command)
         if command.startswith("nvidia-smi"):
             return 0, ("0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 21000, 350.00, 420.00, 420.00, 100.00, "
                        "450.00\n"), ""
-        if command == "sudo -n cat /etc/rigkit/secrets/hyperqwen.env":
+        if command == "cat /etc/rigkit/secrets/hyperqwen.env" and as_root:
             return 0, f"VLLM_API_KEY={SECRET}\n", ""
         return 127, "", "not found"
 

@@ -337,9 +337,44 @@ def test_fetch_compare_finds_a_truncated_file_and_deep_a_same_size_corruption(tm
     (d / "w.gguf").write_bytes(b"y" * 4096)  # same size, mtime put back: only hashing sees it
     os.utime(d / "w.gguf", ns=(st.st_atime_ns, st.st_mtime_ns))
     assert fetch.compare("m", d, tmp_path) == []
+    assert fetch.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: content differs from the record (sha256)"]
     with open(d / "w.gguf", "r+b") as fh:
         fh.truncate(100)
     assert fetch.compare("m", d, tmp_path) == ["m: w.gguf: size or mtime differs from the record"]
+    assert fetch.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: size or mtime differs from the record",
+                                                          "m: w.gguf: content differs from the record (sha256)"]
+
+
+def test_the_probes_model_check_is_the_deploys_status_per_model(tmp_path):
+    """rigkit.host.modelcheck (what the probe runs with the agent's python): fetch.status for each
+    locked model, --deep passed down to fetch.compare; one model's failure does not hide the others."""
+    import os
+
+    from rigkit.host import fetch, modelcheck
+
+    d = tmp_path / "models" / "m"
+    d.mkdir(parents=True)
+    (d / "w.gguf").write_bytes(b"x" * 4096)
+    digest = fetch.hash_file(d / "w.gguf")
+    lock = {"models": {"m": {"source": {"path": "m"}, "commit": "c1",
+                             "files": [{"path": "w.gguf", "sha256": digest["sha256"]}]},
+                       "n": {"source": {"path": "n"}, "commit": "c2", "files": "not a list"}}}
+    fetch.write_record(tmp_path / "state", "m", {
+        "version": fetch.RECORD_VERSION, "model": "m", "dir": str(d), "commit": "c1", "reference": "lock",
+        "prepare_needed": False, "files": {"w.gguf": fetch._stat_entry(d / "w.gguf", digest)}, "locked": {}})
+    fetch.write_record(tmp_path / "state", "n", {
+        "version": fetch.RECORD_VERSION, "model": "n", "dir": str(d), "commit": "c2", "reference": "lock",
+        "prepare_needed": False, "files": {}, "locked": {}})
+    out = modelcheck.check(lock, tmp_path / "models", tmp_path / "state")
+    assert out["m"] == [] and out["n"][0].startswith("n: cannot check: TypeError")
+    st = os.stat(d / "w.gguf")
+    (d / "w.gguf").write_bytes(b"y" * 4096)
+    os.utime(d / "w.gguf", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert modelcheck.check(lock, tmp_path / "models", tmp_path / "state")["m"] == []
+    assert modelcheck.check(lock, tmp_path / "models", tmp_path / "state", deep=True)["m"] == [
+        "m: w.gguf: content differs from the record (sha256)"]
+    assert modelcheck.check(lock, tmp_path / "models", tmp_path / "state", prepared=["m"])["m"] == [
+        "m: not prepared yet (its record is the lock's, not prepare's)"]
 
 
 # ---- plan

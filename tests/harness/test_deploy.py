@@ -277,8 +277,9 @@ def test_a_restart_under_a_declared_lock_is_refused_unless_forced(deployed):
     try:
         proc = deploy(host, *change)
         assert proc.returncode == 1
-        assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while "
-                "lock file(s) are present: /run/agent-session.lock; run again when released, or pass --force") in proc.stderr
+        assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) but "
+                "lock file(s) present: /run/agent-session.lock (a session holds the GPU)") in proc.stderr
+        assert "run again when the rig is idle, or pass --force" in proc.stderr
         assert "healthCheckTimeout: 300" in host.run("cat /etc/llama-swap/config.yaml").stdout
         forced = deploy(host, *change, "--force")
         assert forced.returncode == 0, forced.stderr[-3000:]
@@ -305,7 +306,8 @@ def test_a_needed_reboot_is_refused_under_a_declared_lock_unless_forced(make_hos
     host.write("/run/agent-session.lock", "held")
     proc = deploy(host, "--reboot", "--data", 'lock_files=["/run/agent-session.lock"]')
     assert proc.returncode == 1
-    assert "but lock file(s) present: /run/agent-session.lock; run again when idle, or pass --force" in proc.stderr
+    assert "but lock file(s) present: /run/agent-session.lock (a session holds the GPU)" in proc.stderr
+    assert "run again when the rig is idle, or pass --force" in proc.stderr
     assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0  # stopped at the gate
     # (nvidia-smi, run by the next preflight, loads the freshly built module as nvidia-modprobe
     # does, so the next run may need no reboot at all; either way --force lets it through)

@@ -358,7 +358,7 @@ def test_preflight_refuses_under_a_lock_file_unless_forced(steady):
         j = journal(host)
         assert (j["state"], j["outcome"]) == ("closed", "refused")
         assert j["error"] == (f"lock file(s) present: {LOCK} (a session holds the GPU); "
-                              "run again when it is released, or pass --force")
+                              "run again when the rig is idle, or pass --force")
         proc = window(host, "--force")
         assert proc.returncode == 0, proc.stderr[-3000:]
         j = journal(host)

@@ -299,9 +299,9 @@ def test_the_preflight_lets_the_rollbacks_own_lock_through():
     def locked(lines):
         return [ln for ln in lines if "the rig is locked by rollback to generation 1" in ln]
 
-    assert locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held, lease="l1")) == []
-    assert len(locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held))) == 1
-    assert len(locked(refusals(s, {}, {}, [], ["llama-swap restarts"], [], held, lease="other"))) == 1
+    assert locked(refusals(s, {}, {}, ["llama-swap restarts"], None, held, lease="l1")) == []
+    assert len(locked(refusals(s, {}, {}, ["llama-swap restarts"], None, held))) == 1
+    assert len(locked(refusals(s, {}, {}, ["llama-swap restarts"], None, held, lease="other"))) == 1
 
 
 def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import envfile, gpu, jsonfile, net
+from rigkit.host import busy, envfile, gpu, jsonfile, net
 from rigkit.host import lock as host_lock
 from rigkit.host.config import ConfigError, HostConfig, load
 from rigkit.host.window.journal import expected_deviations, is_open, read_journal
@@ -274,14 +274,70 @@ def test_no_journal_or_a_closed_one_means_no_window_and_no_expected_deviation(tm
 
 
 def test_the_deploy_fact_counts_clients_with_the_same_counter():
-    from rigkit.facts import EstablishedConnections
+    from rigkit.facts import RigBusy
 
-    fact = EstablishedConnections()
-    assert "/proc/net/tcp" in fact.command(8080, ["rigkit-keeper.service"])
-    out = ["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__", "102"]
-    assert fact.process(out) == ["127.0.0.1:50001"]
-    assert fact.process(["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__"]) == \
-        ["127.0.0.1:50000", "127.0.0.1:50001"]
+    fact = RigBusy()
+    cmd = fact.command(8080, ["rigkit-keeper.service"], ["/run/agent session.lock"])
+    assert "/proc/net/tcp" in cmd and "[ -e '/run/agent session.lock' ]" in cmd
+    out = ["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__", "102", "__RIGKIT_LOCKS__",
+           "/run/agent session.lock"]
+    assert fact.process(out) == {"port": 8080, "clients": ["127.0.0.1:50001"], "locks": ["/run/agent session.lock"]}
+    assert fact.process(["__RIGKIT_PORT__=8080", *TCP.splitlines(), "__RIGKIT_OWN_INODES__", "__RIGKIT_LOCKS__"]) == \
+        {"port": 8080, "clients": ["127.0.0.1:50000", "127.0.0.1:50001"], "locks": []}
+
+
+def test_the_rig_is_busy_under_a_present_lock_file_or_a_client_and_one_function_words_it(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(TCP)
+    (tmp_path / "held.lock").write_text("")
+    state = busy.read(8080, (), [str(tmp_path / "held.lock"), str(tmp_path / "absent.lock")], proc)
+    assert state == {"port": 8080, "clients": ["127.0.0.1:50000", "127.0.0.1:50001"],
+                     "locks": [str(tmp_path / "held.lock")]}
+    assert busy.refusal(state, "a reboot is needed (x)") == (
+        f"a reboot is needed (x) but lock file(s) present: {tmp_path / 'held.lock'} (a session holds the GPU); "
+        "llama-swap (:8080) has 2 established client connection(s), from 127.0.0.1:50000, 127.0.0.1:50001; "
+        "run again when the rig is idle, or pass --force")
+    assert busy.refusal({"port": 8080, "clients": [], "locks": []}) is None
+    many = {"port": 8080, "locks": [], "clients": [f"10.0.0.{i}:1" for i in range(7)]}
+    assert busy.reasons(many) == ["llama-swap (:8080) has 7 established client connection(s), from 10.0.0.0:1, "
+                                  "10.0.0.1:1, 10.0.0.2:1, 10.0.0.3:1, 10.0.0.4:1 and 2 more"]
+
+
+def test_is_the_rig_busy_is_answered_and_worded_in_one_place():
+    """rigkit/host/busy.py is the one place that words "the rig is busy" and the one caller of the
+    client counter; the deploy's preflight, the reboot gate and the window's preflight use it."""
+    offenders = []
+    for path in sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):
+        if path == HOST / "busy.py":
+            continue
+        text = path.read_text()
+        for needle in ("lock file(s)", "client connection(s)", "net.clients(", "net.client_connections(",
+                       "(a session holds the GPU)"):
+            if needle in text:
+                offenders.append(f"{path.relative_to(ROOT)}: {needle}")
+    assert not offenders, "\n".join(offenders)
+    for path in (ROOT / "roles" / "preflight.py", ROOT / "rigkit" / "operations" / "boot.py", HOST / "window" / "steps.py"):
+        assert "busy.refusal(" in path.read_text(), path
+
+
+def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once():
+    """Host programs are modules of rigkit/host (checked above for their imports), run with
+    ``python -m``; no control-side string imports rigkit.host. The one model-files comparison is
+    rigkit.host.fetch.compare (drift's probe runs rigkit.host.modelcheck, built on fetch.status)."""
+    offenders = []
+    for path in sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):
+        if HOST in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.search(
+                    r"^\s*(from rigkit\.host\b|import rigkit\.host\b)", node.value, re.M):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: a host program in a string")
+    for path in sorted(HOST.rglob("*.py")):
+        if path != HOST / "fetch.py" and "differs from the record" in path.read_text():
+            offenders.append(f"{path.relative_to(ROOT)}: a second model-files comparison")
+    assert not offenders, "\n".join(offenders)
+    assert "-m rigkit.host.modelcheck" in (ROOT / "rigkit" / "drift" / "probe.py").read_text()
 
 
 def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):

@@ -24,14 +24,14 @@ def sha256_of(files):
 
 
 def test_unset_operator_values_are_refused_by_name():
-    out = refusals(spec(), NO_WINDOW, NO_GPU, [])
+    out = refusals(spec(), NO_WINDOW, NO_GPU)
     assert "pacman_pins is unset (operator-supplied); set it in group_data or host data" in out
     assert "llama_swap.release_sha256 is unset (operator-supplied); set it in group_data or host data" in out
 
 
 def test_power_limit_outside_the_cards_range_is_refused():
     smi = {"state": "ok", "message": "", "gpus": [{"index": 0, "power_min_w": 100.0, "power_max_w": 400.0}]}
-    out = refusals(spec(pacman_pins=PINS), NO_WINDOW, smi, [])
+    out = refusals(spec(pacman_pins=PINS), NO_WINDOW, smi)
     assert "gpu_power_limit_w 420 W is outside GPU 0's limits 100–400 W (nvidia-smi power.min_limit/power.max_limit)" in out
 
 
@@ -40,8 +40,8 @@ def test_an_open_window_is_refused_and_a_closed_one_is_not():
     closed = {"exists": True, "data": {"state": "closed"}, "error": None}
     msg = ("a window is open (/var/lib/rigkit/window.json: state 'serving'); the deploy waits until the window has "
            "restored steady state")
-    assert msg in refusals(spec(), open_, NO_GPU, [])
-    assert not [r for r in refusals(spec(), closed, NO_GPU, []) if "window" in r]
+    assert msg in refusals(spec(), open_, NO_GPU)
+    assert not [r for r in refusals(spec(), closed, NO_GPU) if "window" in r]
 
 
 def test_a_converged_host_has_no_disruptive_step():
@@ -57,13 +57,15 @@ def test_a_config_change_while_the_proxy_runs_is_disruptive_and_refused_under_tr
     old = render(spec())
     steps = disruptive_steps(s, render(s), sha256_of(old), {"exists": False}, proxy_running=True)
     assert steps == ["/etc/llama-swap/config.yaml changes: llama-swap restarts"]
-    out = refusals(s, NO_WINDOW, NO_GPU, ["/run/agent/session.lock"], steps, ["127.0.0.1:51234"])
-    assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while lock "
-            "file(s) are present: /run/agent/session.lock; run again when released, or pass --force") in out
-    assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) while "
-            "llama-swap has 1 client connection(s) (127.0.0.1:51234); run again when idle, or pass --force") in out
+    busy = {"port": 8080, "locks": ["/run/agent/session.lock"], "clients": ["127.0.0.1:51234"]}
+    out = refusals(s, NO_WINDOW, NO_GPU, steps, busy)
+    assert ("this run would interrupt service (/etc/llama-swap/config.yaml changes: llama-swap restarts) but lock "
+            "file(s) present: /run/agent/session.lock (a session holds the GPU); llama-swap (:8080) has 1 established "
+            "client connection(s), from 127.0.0.1:51234; run again when the rig is idle, or pass --force") in out
+    assert not [r for r in refusals(s, NO_WINDOW, NO_GPU, steps, {"port": 8080, "locks": [], "clients": []})
+                if "interrupt" in r]
     forced = spec(llama_swap={"health_check_timeout_s": 330}, force=True)
-    assert not [r for r in refusals(forced, NO_WINDOW, NO_GPU, ["/x"], steps, ["a"]) if "interrupt" in r]
+    assert not [r for r in refusals(forced, NO_WINDOW, NO_GPU, steps, busy) if "interrupt" in r]
 
 
 def test_nothing_runs_yet_so_a_fresh_host_is_not_disrupted():

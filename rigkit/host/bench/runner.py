@@ -299,8 +299,3 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     bad = [n for n, v in summary["verdicts"].items() if v["verdict"] == "FAIL"]
     lines.append(f"result: FAIL ({', '.join(bad)})" if bad else "result: OK")
     return lines
-
-
-def elapsed(t0: float) -> float:
-    """Seconds since ``t0`` (monotonic)."""
-    return time.monotonic() - t0

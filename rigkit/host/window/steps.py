@@ -4,7 +4,6 @@ whatever happened. Each step is journalled (:class:`rigkit.host.window.journal.J
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -13,7 +12,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, envfile, gpu, net
+from rigkit.host import atomic, busy, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep
@@ -67,25 +66,19 @@ class Window:
     # the steps -------------------------------------------------------------------------
     def preflight(self) -> str:
         p = self.plan
-        busy = []
-        locks = [f for f in p.get("lock_files") or [] if os.path.exists(f)]
-        clients = net.client_connections(int(p["proxy_port"]), p.get("own_units") or ())
-        if locks:
-            busy.append(f"lock file(s) present: {', '.join(locks)} (a session holds the GPU)")
-        if clients:
-            busy.append(f"llama-swap (:{p['proxy_port']}) has {len(clients)} established client "
-                        f"connection(s), from {', '.join(sorted(clients))}")
-        if busy and p.get("force"):
-            self.j.note("preflight overridden by --force: " + "; ".join(busy))
-            busy = []
+        state = busy.read(int(p["proxy_port"]), p.get("own_units") or (), p.get("lock_files") or ())
+        refused = busy.refusal(state)
+        if refused and p.get("force"):
+            self.j.note("preflight overridden by --force: " + "; ".join(busy.reasons(state)))
+            refused = None
         used, total = gpu_memory_mib()
         need = float(p["tenant_vram_gib"])
         reserve = float(p.get("vram_reserve_gib", 0))
         if need + reserve > total / 1024:
             raise Refused(f"{p['tenant']} needs {need:g} GiB + {reserve:g} GiB reserve; the GPU has "
                           f"{total / 1024:.2f} GiB (nvidia-smi memory.total)")
-        if busy:
-            raise Refused("; ".join(busy) + "; run again when it is released, or pass --force")
+        if refused:
+            raise Refused(refused)
         return (f"no client connections on :{p['proxy_port']}; lock files absent: "
                 f"{', '.join(p.get('lock_files') or []) or '(none declared)'}; "
                 f"{p['tenant']} {need:g} GiB + {reserve:g} GiB reserve fits {total / 1024:.2f} GiB")
