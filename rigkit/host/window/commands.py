@@ -30,25 +30,25 @@ def _agent_argv() -> list[str]:
     return [sys.executable, "-m", "rigkit.host.agent"]
 
 
-UNLOAD_WAIT_S = 15.0  # how long the last window's unit may take to be unloaded after it stopped
+RELAUNCH_S = 10.0  # how long a window start retries while the last window's unit is still being unloaded
 
 
 def _launch(args: list[str], description: str) -> subprocess.CompletedProcess:
-    """``systemd-run --unit=rigkit-window --collect`` of ``rigkit-agent window ARGS``, once the last
-    window's unit is unloaded. A transient unit that has just stopped stays loaded until systemd
-    collects it (a moment later, or at ``reset-failed`` when it failed); ``systemd-run`` refuses a
-    unit name still loaded (``Unit rigkit-window.service was already loaded or has a fragment
-    file``), which a window started right after another one met."""
-    end = time.monotonic() + UNLOAD_WAIT_S
+    """``systemd-run --unit=rigkit-window --collect`` of ``rigkit-agent window ARGS``. A transient
+    unit that has just stopped stays loaded until systemd collects it, and ``systemd-run`` refuses a
+    name still loaded (``Unit rigkit-window.service was already loaded or has a fragment file``),
+    which a window started right after another met; such a start is retried for up to
+    :data:`RELAUNCH_S` s. (Asking ``systemctl show`` about the unit meanwhile is no way to wait: it
+    loads the unit from its transient file and keeps it from being collected.)"""
+    end = time.monotonic() + RELAUNCH_S
     while True:
         sh("systemctl", "reset-failed", f"{UNIT}.service")
-        load = sh("systemctl", "show", "-p", "LoadState", "--value", f"{UNIT}.service").stdout.strip()
-        if load != "loaded" or _unit_running() or time.monotonic() >= end:
-            break
-        time.sleep(0.2)
-    return sh("systemd-run", f"--unit={UNIT}", "--collect", f"--description={description}",
-              "-p", f"TimeoutStopSec={STOP_TIMEOUT_S}", "-p", "KillMode=mixed",
-              *_agent_argv(), "window", *args)
+        proc = sh("systemd-run", f"--unit={UNIT}", "--collect", f"--description={description}",
+                  "-p", f"TimeoutStopSec={STOP_TIMEOUT_S}", "-p", "KillMode=mixed",
+                  *_agent_argv(), "window", *args)
+        if proc.returncode == 0 or "already loaded" not in proc.stderr or time.monotonic() >= end:
+            return proc
+        time.sleep(0.5)
 
 
 def _unit_running() -> bool:
