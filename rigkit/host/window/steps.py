@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, envfile, gpu, net
+from rigkit.host import atomic, busy, client, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep
@@ -341,13 +340,13 @@ class Window:
         raise StepFailed(f"{p['resident']} not ready after {timeout:g} s (GET {base}/running: {last})")
 
     def r_verify(self) -> str:
-        import requests
-
+        """A real completion to the resident through llama-swap, by the one client the host commands
+        share (rigkit.host.client.complete: it sends a request once more when llama-swap's proxy
+        lost it, an empty 502 — notes/issue-25-swap-502.md)."""
         p = self.plan
-        url = f"http://127.0.0.1:{p['proxy_port']}/v1/chat/completions"
-        body = {"model": p["resident"], "max_tokens": 4, "temperature": 0,
-                "messages": [{"role": "user", "content": "Say OK."}]}
-        r = requests.post(url, json=body, timeout=float(p["timeouts"].get("resident_s", 300)))
+        base = f"http://127.0.0.1:{p['proxy_port']}"
+        url = f"{base}/v1/chat/completions"
+        r = client.complete(base, p["resident"], timeout_s=float(p["timeouts"].get("resident_s", 300)))
         if r.status_code != 200:
             raise StepFailed(f"POST {url} (model {p['resident']}) answered HTTP {r.status_code}: {r.text[:200]}")
         n = ((r.json() or {}).get("usage") or {}).get("completion_tokens")
