@@ -63,9 +63,9 @@ check-rig: apt venv
 # Lanes: pytest-xdist workers, each with its own host prefix (tests/harness/conftest.py); the
 # modules that need a converged host share one, built once per run (tests/harness/golden.py).
 # Whatever the outcome, this run's hosts are removed and the fixtures namespace with them.
-LANES ?= 3
+LANES ?= 2
 test: sandbox-fixtures
-	@rc=0; $(BIN)/pytest -q -n $(LANES) --dist loadfile --durations=25 || rc=$$?; \
+	@rc=0; $(BIN)/pytest -q -n $(LANES) --dist loadgroup --durations=25 || rc=$$?; \
 	  $(BIN)/python tests/harness/hostctl.py clean --prefix $${RIGKIT_HARNESS_PREFIX:-rkt-} || true; exit $$rc
 
 test-fast: venv
