@@ -64,16 +64,3 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{r['lane']}: {r['wall_s']:7.1f} s wall, {len(r['files'])} modules; longest: "
                                     + ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in top))
     shutil.rmtree(where, ignore_errors=True)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Lanes by group (``--dist loadgroup``): every sandbox module in one lane, one after another;
-    any other module in a lane of its own. The sandbox hosts share the CI machine's cgroup hierarchy
-    (bound into each nspawn host for dockerd, tests/harness/hostctl.py docker_args), so two hosts'
-    units of one name share one cgroup: stopping llama-swap.service, or a window's transient unit,
-    on one host reaches the other's. Until each host gets a cgroup subtree of its own, hosts of
-    different modules must not run at once."""
-    for item in items:
-        path = Path(str(item.fspath))
-        group = "sandbox" if "harness" in path.parts else str(path)
-        item.add_marker(pytest.mark.xdist_group(group))
