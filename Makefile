@@ -60,12 +60,11 @@ check-rig: apt venv
 	$(BIN)/rigkit check -i inventory/rig.py
 	$(BIN)/rigkit render -i inventory/rig.py --out out/rig
 
-# One lane for now: the sandbox hosts share the CI machine's cgroup hierarchy, so two hosts' units of
-# one name share a cgroup and modules on several hosts at once break each other (tests/harness/README.md
-# "Lanes"); `make test LANES=N` runs N pytest-xdist lanes anyway. The modules that need a converged host
-# share one, built once per run (tests/harness/golden.py). Whatever the outcome, this run's hosts are
-# removed and the fixtures namespace with them.
-LANES ?= 1
+# Two pytest-xdist lanes (`make test LANES=1` runs one): each lane's hosts have their own prefix and
+# cgroups (tests/harness/README.md "Lanes"). The modules that need a converged host share one, built
+# once per run (tests/harness/golden.py). Whatever the outcome, this run's hosts are removed and the
+# fixtures namespace with them.
+LANES ?= 2
 test: sandbox-fixtures
 	@rc=0; $(BIN)/pytest -q $(if $(filter-out 1,$(LANES)),-n $(LANES) --dist loadfile) --durations=25 || rc=$$?; \
 	  $(BIN)/python tests/harness/hostctl.py clean --prefix $${RIGKIT_HARNESS_PREFIX:-rkt-} || true; exit $$rc

@@ -120,6 +120,20 @@ class HarnessHost:
             return testinfra.get_host(f"ssh://{self.name}", ssh_config=str(self.ssh_config), sudo=sudo)
         return testinfra.get_host(str(self.root), connection="chroot")
 
+    def quiet_automatic_jobs(self, timeout: float = 120) -> None:
+        """Stop the watchdog's and the keeper's timers (a test that runs them itself calls this) and wait
+        out a run a timer already started. A deploy or a window's restore starts the timers again, so call
+        it in each such test, not once per module: a keeper the timer started holds the host lock, and the
+        watchdog rightly stands down for it (CI saw that once, in test_lock)."""
+        self.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")
+        at_work = {"active", "activating", "deactivating", "reloading"}  # a oneshot at work is "activating"
+        units = "hyperqwen-watchdog.service rigkit-keeper.service"
+        end = time.monotonic() + timeout
+        while at_work & set(self.run(f"systemctl is-active {units}", check=False).stdout.split()):
+            if time.monotonic() > end:
+                raise AssertionError(self.run(f"systemctl status {units}", check=False).stdout)
+            time.sleep(0.3)
+
     def boot_id(self) -> str:
         return self.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
 

@@ -507,16 +507,124 @@ def host_net_down(n: int) -> None:
         ip("link", "del", f"{HOST_NS}{n}-f", ns=FIX_NS, check=False)
 
 
-def docker_args() -> list[str]:
+CGROUP_GROUP = "rigkit-harness"  # each nspawn host's cgroups: <this process's cgroup>/rigkit-harness/<host>
+
+
+def cgroup_hierarchies() -> list[tuple[Path, Path]]:
+    """Each cgroup hierarchy mounted at /sys/fs/cgroup or directly below it, as ``(mount point, this process's cgroup directory in it)``,
+    e.g. ``(/sys/fs/cgroup/memory, /sys/fs/cgroup/memory/process_api/c947…)``; a cgroup v2-only machine
+    gives one pair. Sources: ``/proc/self/mountinfo`` (fields per proc(5)) and ``/proc/self/cgroup``
+    (``ID:CONTROLLERS:PATH``, cgroups(7)). Raises RuntimeError for a hierarchy whose mount does not
+    show this process's cgroup (a mount rooted below it)."""
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        own[ctrls] = path
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        pre, post = line.split(" - ", 1)
+        fields, (fstype, _source, options) = pre.split(), post.split()[:3]
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        root, mnt = fields[3], Path(fields[4])
+        if mnt.parent != Path("/sys/fs/cgroup") and mnt != Path("/sys/fs/cgroup"):
+            continue  # a host's cgroup view (cgroup_view), not a hierarchy's own mount
+        opts = set(options.split(","))
+        key = "" if fstype == "cgroup2" else next((k for k in own if k and set(k.split(",")) <= opts), None)
+        if key is None or key not in own:
+            continue
+        path = own[key]
+        if not (path + "/").startswith(root.rstrip("/") + "/") or "/../" in path + "/":
+            raise RuntimeError(f"cgroup hierarchy {mnt} (root {root}) does not show this process's cgroup {path}")
+        out.append((mnt, mnt / path[len(root.rstrip("/")):].lstrip("/")))
+    return out
+
+
+def host_cgroups(name: str) -> list[tuple[Path, Path]]:
+    """``(mount point, host's own cgroup directory)`` per hierarchy for nspawn host ``name``."""
+    return [(mnt, own / CGROUP_GROUP / name) for mnt, own in cgroup_hierarchies()]
+
+
+def make_host_cgroups(name: str) -> list[tuple[Path, Path]]:
+    """Create host ``name``'s cgroups (:func:`host_cgroups`); a v1 cpuset group gets its parent's cpus
+    and mems, without which no task may join it (cgroups(7), cpuset(7))."""
+    made = host_cgroups(name)
+    for mnt, d in made:
+        for level in (d.parent, d):
+            level.mkdir(exist_ok=True)
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                f = level / knob
+                if f.exists() and not f.read_text().strip():
+                    f.write_text((level.parent / knob).read_text())
+    return made
+
+
+def remove_host_cgroups(name: str, timeout: float = 10.0) -> None:
+    """Remove host ``name``'s cgroups, deepest first, once their last task has gone (a cgroup with
+    tasks cannot be removed; a killed container's processes take a moment to exit)."""
+    end = time.monotonic() + timeout
+    for _mnt, d in host_cgroups(name):
+        if not d.is_dir():
+            continue
+        while True:
+            try:
+                for sub, _dirs, _files in sorted(os.walk(d), key=lambda w: -w[0].count("/")):
+                    os.rmdir(sub)
+                break
+            except OSError as e:
+                if time.monotonic() > end:
+                    log(f"cgroup {d} not removed: {e}")
+                    break
+                time.sleep(0.2)
+
+
+def cgroup_view(name: str) -> Path:
+    """Host ``name``'s view of the cgroup hierarchies, ``<host dir>/cgroup`` (a tmpfs): per hierarchy a directory
+    named like its mount point under /sys/fs/cgroup with the host's own cgroup bind-mounted on it
+    (symlinks such as ``cpu -> cpu,cpuacct`` copied). nspawn binds it recursively on the container's
+    /sys/fs/cgroup (one ``--bind`` per hierarchy fails: nspawn cannot make mount points in its
+    read-only cgroup tmpfs). Undone by :func:`cgroup_view_down`."""
+    view = host_dir(name) / "cgroup"
+    view.mkdir(exist_ok=True)
+    if str(view) not in mounts_under(view):  # a tmpfs, like /sys/fs/cgroup: nspawn remounts it read-only
+        sh("mount", "-t", "tmpfs", "-o", "mode=755,size=1m", "rigkit-cgroup", str(view), quiet=True)
+    for mnt, own in make_host_cgroups(name):
+        d = view / mnt.relative_to("/sys/fs/cgroup")
+        d.mkdir(parents=True, exist_ok=True)
+        if str(d) not in mounts_under(view):
+            sh("mount", "--bind", str(own), str(d), quiet=True)
+    for link in Path("/sys/fs/cgroup").iterdir():
+        if link.is_symlink() and not (view / link.name).is_symlink():
+            (view / link.name).symlink_to(os.readlink(link))
+    return view
+
+
+def cgroup_view_down(name: str) -> None:
+    """Unmount host ``name``'s cgroup view (:func:`cgroup_view`) and remove its cgroups."""
+    view = host_dir(name) / "cgroup"
+    for m in sorted(mounts_under(view), key=len, reverse=True) if view.exists() else []:
+        sh("umount", "-l", m, check=False, quiet=True)
+    remove_host_cgroups(name)
+
+
+def docker_args(name: str) -> list[str]:
     """What the real Docker engine (tests/harness/README.md) needs of
     the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
     syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
-    device cgroups, mount for overlay2, @privileged for the rest), and the CI machine's cgroup
-    hierarchy itself (cgroupfs driver; nspawn's own cgroup view has no writable controllers)."""
-    return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged", "--bind=/sys/fs/cgroup"]
+    device cgroups, mount for overlay2, @privileged for the rest), and writable cgroup hierarchies
+    (cgroupfs driver; nspawn's own cgroup view has no writable controllers): host ``name``'s own
+    cgroups (:func:`cgroup_view`) on /sys/fs/cgroup. Never the whole hierarchy: every host's systemd
+    would then make its units at the same paths (``/sys/fs/cgroup/<controller>/system.slice/<unit>``),
+    and two hosts' units of one name would share one cgroup (a window's transient unit "already
+    loaded" on one host while another ran one)."""
+    return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged",
+            f"--bind={cgroup_view(name)}:/sys/fs/cgroup"]
 
 
 SUPERVISOR = r"""
+# join the host's own cgroups first (hostctl.make_host_cgroups): nspawn makes its payload cgroup and
+# the container's cgroup namespace below them, so the container's view matches the hierarchies bound in
+for g in $RIGKIT_HOST_CGROUPS; do echo $$ > "$g/cgroup.procs" || exit 1; done
 # restart the container when it asks to reboot (systemd-nspawn exits 133), like a machine would
 trap 'kill -TERM $child 2>/dev/null; wait $child; exit 0' TERM INT
 while :; do
@@ -531,9 +639,11 @@ done
 
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
-            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *docker_args()]
+            f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *docker_args(name)]
+    cgroups = " ".join(str(own) for _mnt, own in host_cgroups(name))
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
+                         env={**os.environ, "RIGKIT_HOST_CGROUPS": cgroups},
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
     return p.pid
 
@@ -655,6 +765,7 @@ def _host_down(name: str) -> None:
     meta = read_meta(name) or {}
     if meta.get("supervisor_pid"):
         kill_group(meta["supervisor_pid"])
+    cgroup_view_down(name)
     if meta.get("index"):
         host_net_down(meta["index"])
     root = d / "root"

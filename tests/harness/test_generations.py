@@ -76,7 +76,7 @@ B_STATE = {"cuda": "13.3.2-1", "dflash_tokens": "5", "gguf_ttl": "300"}
 def host(make_module_host):
     h = make_module_host("g1", converged=True)  # generation 1 is the golden host's first deploy
     h.first, h.second = h.golden.deploys()
-    h.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")  # the tests run the keeper themselves
+    h.quiet_automatic_jobs()  # the tests run the keeper themselves
     return h
 
 

@@ -114,7 +114,7 @@ def host(make_module_host):
     second = rigkit(h, "deploy", *inv("--no-smoke"))
     assert second.returncode == 0, second.stderr[-4000:]
     h.second = second
-    h.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")  # the tests drive them
+    h.quiet_automatic_jobs()
     return h
 
 
@@ -138,6 +138,7 @@ def test_the_agent_venv_has_no_control_side_library(host):
 
 
 def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keeper_stands_down(host):
+    host.quiet_automatic_jobs()
     slow_hyperqwen(host, 12)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
@@ -241,6 +242,7 @@ def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_res
 
 
 def test_watchdog_and_keeper_work_on_port_8090(host):
+    host.quiet_automatic_jobs()
     wired = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP))
     assert wired.returncode == 0, wired.stdout[-2000:]
     try:

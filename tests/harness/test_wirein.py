@@ -98,10 +98,6 @@ def host(make_module_host):
     return h
 
 
-def stop_timers(host):
-    host.run("systemctl stop hyperqwen-watchdog.timer rigkit-keeper.timer")
-
-
 def test_first_deploy_activates_every_member_then_strata_and_a_second_changes_nothing(host):
     assert host.first.returncode == 0, host.first.stderr[-4000:]
     assert host.second.returncode == 0, host.second.stderr[-4000:]
@@ -144,7 +140,7 @@ def test_activate_wires_hyperqwen_in_on_demand_and_leaves_strata_loaded(host):
 
 
 def test_keeper_brings_strata_back_after_a_swaps_ttl_ran_out(host):
-    stop_timers(host)
+    host.quiet_automatic_jobs()
     if "hyperqwen" not in running(host):
         assert complete(host, "hyperqwen").stdout == "200"
     assert wait_for(lambda: running(host) == {}, timeout=30), running(host)  # ttl 4 s
@@ -260,7 +256,7 @@ def test_a_deploy_whose_strata_args_carry_an_unknown_flag_fails_naming_it_and_st
 def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs_off(host):
     proc = wire_in(host, "--activate", "--data", FLIP)  # ttl 900: stays loaded between watchdog runs
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    stop_timers(host)
+    host.quiet_automatic_jobs()
     host.run("rm -f /var/lib/rigkit/watchdog.json")
     wd = ("watchdog", "--failures", "2", "--backoff-after", "2", "--backoff-s", "600", "--timeout", "20")
     idle = agent(host, *wd)
@@ -299,6 +295,7 @@ def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs
 
 
 def test_watchdog_and_keeper_stand_down_while_a_window_is_open(host):
+    host.quiet_automatic_jobs()
     host.run(f"mkdir -p {HQ_CONTROL} && touch {HQ_CONTROL}/answer500")
     host.write("/var/lib/rigkit/window.json", '{"id": "w-test", "state": "open", "tenant": "hyperqwen"}')
     try:
