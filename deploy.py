@@ -2,7 +2,7 @@
 
 Thin: the host's data layers become one validated RigSpec, the renderer produces every file —
 or, for ``rigkit rollback`` and a host a rollback holds, a recorded generation gives both
-(:func:`rigkit.deploy.source_for`) — and the roles apply in DESIGN.md's order, except the host
+(:func:`rigkit.deploy.source.source_for`) — and the roles apply in DESIGN.md's order, except the host
 agent, installed right after the pins so that every disruptive step runs under its host lock (its
 timers come last). Last, the generation it leaves is recorded when it differs from the current
 one. A second run changes nothing.
@@ -10,7 +10,7 @@ one. A second run changes nothing.
 
 from pyinfra import host
 
-from rigkit.deploy import source_for
+from rigkit.deploy.source import source_for
 from roles.agent import agent, agent_timers
 from roles.boot import boot
 from roles.docker import docker

@@ -5,11 +5,11 @@ Not a test: prints figures (medians of ``--runs``). Files are written once into 
 (default a temp folder) and read warm from the page cache, so the figures are the hashing
 cost, not the disk's:
 
-1. throughput — :func:`rigkit.host.fetch.hash_file` (sha256, the LFS oid) on one ``--size-mib`` file
+1. throughput — :func:`rigkit.host.modelrecords.hash_file` (sha256, the LFS oid) on one ``--size-mib`` file
    against ``openssl dgst -sha256`` on the same file, in MiB/s, and their ratio. OpenSSL is the
    bar (it uses the CPU's SHA extensions; coreutils ``sha256sum`` is ~4x slower on such CPUs).
    Python's hashlib is OpenSSL's code, so the ratio measures rigkit's reading loop.
-2. parallel — two such files hashed by :func:`rigkit.host.fetch.hash_files` with 2 workers vs 1
+2. parallel — two such files hashed by :func:`rigkit.host.modelrecords.hash_files` with 2 workers vs 1
    (threads: hashlib releases the GIL on large updates), wall s and speed-up.
 3. converged check — a second :func:`rigkit.host.fetch.fetch_model` over a 20-file model whose
    record matches: size + mtime only, no read, no request, in ms.
@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rigkit.host.fetch import fetch_model, hash_file, hash_files, write_record
+from rigkit.host.fetch import fetch_model
+from rigkit.host.modelrecords import hash_file, hash_files, write_record
 
 
 def write_file(path: Path, size: int) -> Path:

@@ -1,4 +1,4 @@
-"""The rig's declared state: overrides of rigkit's defaults (``rigkit.spec.RigSpec``).
+"""The rig's declared state: overrides of rigkit's defaults (``rigkit.spec.model.RigSpec``).
 
 Every key is optional — defaults live in the spec models, and nested dicts are deep-merged,
 so ``# llama-swap members. HyperQwen is staged (in config.staged.yaml for review, not live); to wire it

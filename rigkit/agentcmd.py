@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
 from rigkit import paths
-from rigkit.host.activate import remote_command
+from rigkit.host.activate import UNIT
 from rigkit.host.lock import LEASE_ENV
 
 
@@ -27,9 +28,28 @@ def _env_prefix() -> str:
     return f"env {LEASE_ENV}={shlex.quote(lease())} " if lease() else ""
 
 
+def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, lease: str | None = None) -> str:
+    """The shell command that runs ``rigkit-agent activate ARGS`` on the host in a transient unit
+    ``rigkit-activate-<id>.service`` (``systemd-run --wait``: it keeps running when the SSH session is
+    lost), then prints its log and exits with its status. Run as root.
+
+    One activation at a time is the host lock's business (:func:`rigkit.host.activate.main` takes it), not the unit's
+    name: each run gets its own unit and its own log (``<log>.<id>``), so a command right after the
+    previous one never meets a unit systemd has not collected yet, and a refused run cannot truncate
+    the log of the one that holds the lock. The log of the last run is kept as ``log``. With
+    ``lease`` the activation joins the lock holder of that lease (``RIGKIT_LOCK_LEASE``)."""
+    agent_cmd = shlex.join([agent, "activate", *args])
+    env = f"-E {LEASE_ENV}={shlex.quote(lease)} " if lease else ""
+    q = shlex.quote(log)
+    return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && id=$(date +%s%N)-$$ && "
+            f"systemd-run --unit={unit}-$id --collect --wait --quiet --service-type=exec "
+            f"-p StandardOutput=truncate:{log}.$id -p StandardError=inherit -E PYTHONUNBUFFERED=1 {env}{agent_cmd}; "
+            f"rc=$?; cat {q}.$id 2>/dev/null; mv -f {q}.$id {q} 2>/dev/null; exit $rc")
+
+
 def activate_command(args: list[str]) -> str:
     """``rigkit-agent activate ARGS`` in the transient unit ``rigkit-activate``, its log printed back
-    (:func:`rigkit.host.activate.remote_command` with the rig's agent and log paths). Run as root."""
+    (:func:`remote_command` with the rig's agent and log paths). Run as root."""
     return remote_command(args, agent=paths.AGENT_BIN, log=paths.ACTIVATE_LOG, lease=lease())
 
 

@@ -14,7 +14,7 @@ import requests
 from rigkit.host import atomic
 
 
-class FetchError(RuntimeError):
+class ArtefactUnavailable(RuntimeError):
     """An artefact could not be fetched, or its sha256 is not the pinned one."""
 
 
@@ -36,7 +36,7 @@ def fetch_pinned(url: str, sha256: str, name: str, cache: Path | None = None, ti
     """Return the cached file ``<cache>/<sha256>/<name>``, fetching ``url`` first when absent.
 
     ``url`` is ``https://``/``http://`` (requests) or ``file://``. The content must hash to
-    ``sha256`` (hex) or nothing is cached. Raises :class:`FetchError` naming the URL and, on a
+    ``sha256`` (hex) or nothing is cached. Raises :class:`ArtefactUnavailable` naming the URL and, on a
     mismatch, both hashes.
     """
     target = cache_dir(cache) / "artefacts" / sha256 / name
@@ -52,10 +52,10 @@ def fetch_pinned(url: str, sha256: str, name: str, cache: Path | None = None, ti
             resp.raise_for_status()
             data = resp.content
         else:
-            raise FetchError(f"{url}: unsupported URL scheme {parts.scheme!r} (https, http or file)")
+            raise ArtefactUnavailable(f"{url}: unsupported URL scheme {parts.scheme!r} (https, http or file)")
     except (OSError, requests.RequestException) as exc:
-        raise FetchError(f"could not fetch {url}: {exc}") from exc
+        raise ArtefactUnavailable(f"could not fetch {url}: {exc}") from exc
     actual = hashlib.sha256(data).hexdigest()
     if actual != sha256:
-        raise FetchError(f"{url}: sha256 {actual} does not match the pinned {sha256}")
+        raise ArtefactUnavailable(f"{url}: sha256 {actual} does not match the pinned {sha256}")
     return atomic.write_bytes(target, data)

@@ -12,9 +12,10 @@ from pyinfra.facts.server import Command
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from rigkit import paths, wheelhouse
-from rigkit.render import RenderedFile
-from rigkit.spec import RigSpec
+from rigkit import paths
+from rigkit.deploy import wheelhouse
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 WHEELS = f"{paths.AGENT_DIR}/wheels"

@@ -7,8 +7,8 @@ from pyinfra.api import deploy
 
 from rigkit import paths
 from rigkit.operations.boot import mkinitcpio_without_kms, reboot_gate
-from rigkit.render import RenderedFile, own_units
-from rigkit.spec import RigSpec
+from rigkit.render.files import RenderedFile, own_units
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 

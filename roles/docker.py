@@ -10,9 +10,9 @@ from pyinfra.operations import server, systemd
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
-from rigkit.hoststate import DAEMON_JSON_KEYS
+from rigkit.render.declared_state import DAEMON_JSON_KEYS
 from rigkit.operations.config import json_keys
-from rigkit.spec import RigSpec
+from rigkit.spec.model import RigSpec
 
 
 

@@ -7,8 +7,8 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit import paths
-from rigkit.render import RenderedFile
-from rigkit.spec import RigSpec
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 UNIT = f"{paths.UNIT_DIR}/hyperqwen.service"

@@ -14,8 +14,8 @@ from pathlib import Path
 from pyinfra.operations.util import any_changed
 
 from rigkit import paths
-from rigkit.render import RenderedFile
-from rigkit.spec import RigSpec
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 BACKUP_DIR = f"{paths.STATE_DIR}/legacy-units"

@@ -20,8 +20,8 @@ from rigkit import paths
 from rigkit.agentcmd import activate_command
 from rigkit.operations.llama_swap import activated_config
 from rigkit.operations.release import release_binary
-from rigkit.render import RenderedFile
-from rigkit.spec import RigSpec
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"

@@ -10,10 +10,10 @@ from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
 from rigkit import paths
-from rigkit.hoststate import PREPARED_MODELS
-from rigkit.models import check_lock, load_lock
+from rigkit.render.declared_state import PREPARED_MODELS
+from rigkit.spec.modellock import check_lock, load_lock
 from rigkit.operations.models import hyperqwen_prepared, model_fetched
-from rigkit.spec import RigSpec
+from rigkit.spec.model import RigSpec
 
 REMOTE_LOCK = paths.MODELS_LOCK
 

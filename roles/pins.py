@@ -7,8 +7,8 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from rigkit.operations.pacman import pacman_ignorepkg, pacman_pins, synced_packages
-from rigkit.hoststate import REPO_PACKAGES
-from rigkit.spec import RigSpec
+from rigkit.render.declared_state import REPO_PACKAGES
+from rigkit.spec.model import RigSpec
 
 
 @deploy("Pins")

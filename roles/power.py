@@ -7,8 +7,8 @@ from pyinfra.operations import systemd
 
 from rigkit import paths
 from rigkit.operations.gpu import gpu_power_limit
-from rigkit.render import RenderedFile
-from rigkit.spec import RigSpec
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 UNIT = f"{paths.UNIT_DIR}/gpu-power-limit.service"

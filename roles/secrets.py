@@ -8,8 +8,8 @@ from pyinfra.operations import files, server
 
 from rigkit import paths
 from rigkit.operations.secrets import generated_secret, secret_env_file
-from rigkit.secrets import hf_token_source, read_hf_token
-from rigkit.spec import RigSpec
+from rigkit.spec.secrets import hf_token_source, read_hf_token
+from rigkit.spec.model import RigSpec
 
 
 @deploy("Secrets")

@@ -9,9 +9,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rigkit import hoststate, paths
+from rigkit import paths
+from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.facts import NvidiaSmi
+from rigkit.operations.facts import NvidiaSmi
 from rigkit.operations.config import merge_json
 
 SEVERITIES = ("error", "drift", "warn")
@@ -51,10 +52,10 @@ _HF_TOKEN_SHAPE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
 def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | None:
     """``text`` with secret values replaced by ``***``: each known value in ``secrets`` (e.g. the
     HF token at hand), then the value of any assignment (``KEY=v``, ``key: v``) whose name the spec
-    calls a secret's (:func:`rigkit.spec.secret_name`: ``HF_TOKEN``, ``VLLM_API_KEY``, not
+    calls a secret's (:func:`rigkit.spec.secrets.secret_name`: ``HF_TOKEN``, ``VLLM_API_KEY``, not
     ``DFLASH_TOKENS`` or ``max_tokens``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
     hf-token-shaped words. An ``${...}`` reference is kept (it names, not holds, a secret)."""
-    from rigkit.spec import secret_name
+    from rigkit.spec.secrets import secret_name
 
     if text is None:
         return None
@@ -211,7 +212,7 @@ def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cud
 
 
 def compare_reboot(host: str, reasons: list[str]) -> list[Finding]:
-    """:func:`rigkit.hoststate.reboot_reasons` (the deploy's own gate) as one finding when non-empty."""
+    """:func:`rigkit.render.declared_state.reboot_reasons` (the deploy's own gate) as one finding when non-empty."""
     if not reasons:
         return []
     return [Finding(host, "reboot", "reboot pending", "running kernel and module are the installed ones",
@@ -357,10 +358,10 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     out += compare_driver(host, spec.nvidia_driver_version, spec.driver_flavour, installed, kernel, smi)
     out += compare_cuda(host, spec.cuda_version, installed, facts.get("smi_cuda"), smi.get("state") == "ok")
-    out += compare_reboot(host, hoststate.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
+    out += compare_reboot(host, declared_state.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
                                                           spec.driver_flavour))
     out += compare_power(host, spec.gpu_power_limit_w, smi)
-    out += compare_daemon_json(host, hoststate.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
+    out += compare_daemon_json(host, declared_state.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
     out += compare_agent(host, facts.get("agent") or {})
     out += compare_units(host, decl, facts.get("units") or {})
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {},
@@ -407,9 +408,9 @@ def compare_generation(host: str, index: dict[str, Any]) -> list[Finding]:
 
 def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
     """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
-    next deploy would record is its key (:func:`rigkit.generations.manifest`, the model lock read as
-    :func:`rigkit.deploy.source_for` reads it) — or None when it cannot be told."""
-    from rigkit.generations import lock_text, manifest
+    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
+    :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
+    from rigkit.deploy.generations import lock_text, manifest
 
     try:
         key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
@@ -435,8 +436,8 @@ def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:
 
 
 def window_open(facts: dict[str, Any]) -> bool:
-    """True when the probe found an open window journal (:func:`rigkit.host.window.is_open`)."""
-    from rigkit.host.window import is_open
+    """True when the probe found an open window journal (:func:`rigkit.host.journal.is_open`)."""
+    from rigkit.host.journal import is_open
 
     return is_open((facts.get("window") or {}).get("data"))
 
@@ -444,8 +445,8 @@ def window_open(facts: dict[str, Any]) -> bool:
 def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
     """While a window is open: report it (``warn``), and mark the findings it explains — its
     tenant swapped in, the proxy down, the paused timers, a sweep's .env — as ``expected`` (not drift), from
-    :func:`rigkit.host.window.expected_deviations`. Without an open window, ``findings`` unchanged."""
-    from rigkit.host.window import expected_deviations, is_open
+    :func:`rigkit.host.journal.expected_deviations`. Without an open window, ``findings`` unchanged."""
+    from rigkit.host.journal import expected_deviations, is_open
 
     if not is_open(journal):
         return findings

@@ -15,7 +15,7 @@ from rigkit import paths
 class Declared:
     """The declared state of one host, from its RigSpec (nothing here touches the host).
 
-    ``files``: ``{path: RenderedFile}`` (:func:`rigkit.render.render`); ``secrets``: ``{path:
+    ``files``: ``{path: RenderedFile}`` (:func:`rigkit.render.files.render`); ``secrets``: ``{path:
     (owner "user:group", mode "0640", sha256 of the wanted content or None)}``; ``units``:
     ``{unit: {"enabled": bool | None, "active": bool | None}}`` (None: not checked), plus
     ``installed_only`` (must exist, must not be enabled) and ``legacy`` units; ``members``: unit
@@ -40,9 +40,9 @@ class Declared:
 
 def lock_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None]:
     """The model lock declared for ``inventory``: ``spec.models_lock`` when set, else the file
-    ``rigkit models lock`` writes beside the inventory (:func:`rigkit.models.lock_path_for`).
+    ``rigkit models lock`` writes beside the inventory (:func:`rigkit.spec.modellock.lock_path_for`).
     Returns ``(lock, None)`` or ``(None, why not)``; never raises for a missing or bad file."""
-    from rigkit.models import load_lock, lock_path_for
+    from rigkit.spec.modellock import load_lock, lock_path_for
 
     path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
     if not path.is_file():
@@ -57,10 +57,10 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
                  files: dict[str, Any] | None = None, generation: int | None = None) -> Declared:
     """Everything drift compares for host ``name``: rendered files, secret files, units (DESIGN.md
     "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the value at hand
-    on the control machine (:func:`rigkit.secrets.read_hf_token`) or None. ``files`` replaces the
-    rendered spec (a held ``generation``'s stored files, :func:`rigkit.generations.source_from_bundle`)."""
-    from rigkit import members as members_mod
-    from rigkit.render import AGENT_TIMERS, render
+    on the control machine (:func:`rigkit.spec.secrets.read_hf_token`) or None. ``files`` replaces the
+    rendered spec (a held ``generation``'s stored files, :func:`rigkit.deploy.generations.source_from_bundle`)."""
+    from rigkit.spec import members as members_mod
+    from rigkit.render.files import AGENT_TIMERS, render
 
     files = render(spec) if files is None else files
     ls_group = spec.llama_swap.user

@@ -13,9 +13,10 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from rigkit import hoststate, paths
+from rigkit import paths
+from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.operations.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
@@ -62,7 +63,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
         lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
         py = f"{paths.AGENT_VENV}/bin/python"
         sections.append(("models", f"if [ -x {py} ]; then {py} -m rigkit.host.modelcheck {lock_b64} {int(deep)} "
-                                   f"{q(','.join(sorted(hoststate.PREPARED_MODELS)) or ',')} 2>&1; "
+                                   f"{q(','.join(sorted(declared_state.PREPARED_MODELS)) or ',')} 2>&1; "
                                    "else echo __NOAGENT__; fi"))
     return sections
 

@@ -37,7 +37,7 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
     import tempfile
     from pathlib import Path
 
-    from rigkit.generations import source_from_bundle
+    from rigkit.deploy.generations import source_from_bundle
     from rigkit.remote import Remote
 
     n = generation_hold(facts)["generation"]
@@ -71,7 +71,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     masked; an unreachable host is one ``error`` finding (kind ``host``). When ``states`` (a
     dict) is given, it is filled with each host's :func:`host_state` (None when not reached).
     The hosts are probed at once (pyinfra's own parallel connect and fact gathering)."""
-    from rigkit.secrets import hf_token_source, read_hf_token
+    from rigkit.spec.secrets import hf_token_source, read_hf_token
 
     token = read_hf_token()
     source = hf_token_source() if token else None

@@ -18,9 +18,10 @@ Rollback (:func:`rollback`): the newest backup that differs from the live config
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
 and does not re-activate; drift reports it (:mod:`rigkit.host.holds`) until :func:`release`.
 
-Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only, imported lazily, so
-the control side can import the pure helpers (:func:`changed_members`, :func:`remote_command`,
-:mod:`rigkit.host.holds`). Paths, the port and the unit come from the host config
+Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only. The config's pure
+reading (the resident, the member diff, the probe order, backups) is :mod:`rigkit.host.swapconfig`,
+which the control side imports too; the command the control side runs this by is
+:func:`rigkit.agentcmd.activation_command`. Paths, the port and the unit come from the host config
 (:mod:`rigkit.host.config`). An activation, a rollback and a release hold the host lock
 (:mod:`rigkit.host.lock`) for their whole duration and are refused while a window is open; the
 keeper and the watchdog stand down meanwhile. The API key (``VLLM_API_KEY`` from the host config's
@@ -34,20 +35,18 @@ activation running; 2 invalid input (an unreadable new config, no backup to roll
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, client, envfile, standdown
+from rigkit.host import atomic, envfile, llama_swap, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
-from rigkit.host import lock
 from rigkit.host.lock import LockHeld
+from rigkit.host.swapconfig import backups, member_diff, parse_config, probe_order, resident, sha256_text, utc_stamp
 
 UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
 DEFAULT_OWNER = "root:llama-swap"
@@ -58,85 +57,6 @@ class ActivationError(RuntimeError):
     """One step of an activation failed; the message names the step and what answered."""
 
 
-# ------------------------------------------------------------------------------ pure helpers
-def utc_stamp(now: float | None = None) -> str:
-    """``20250102T030405Z``: the UTC stamp of backups, holds and failed configs."""
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-
-
-def sha256_text(text: str) -> str:
-    """Hex sha256 of ``text`` as UTF-8."""
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def parse_config(text: str, source: str) -> dict[str, Any]:
-    """A llama-swap config as data; raises ValueError naming ``source`` when it is not YAML, not a
-    mapping, or has no ``models`` mapping."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{source}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise ValueError(f"{source}: not a llama-swap config (no `models` mapping)")
-    return data
-
-
-def resident(config: dict[str, Any]) -> str | None:
-    """The resident member: the first ``hooks.on_startup.preload`` id that is a model of ``config``."""
-    preload = (((config.get("hooks") or {}).get("on_startup") or {}).get("preload")) or []
-    return next((p for p in preload if p in (config.get("models") or {})), None)
-
-
-def changed_members(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """Ids of ``new``'s members whose definition (``models.<id>``, compared as data) differs from
-    ``old``'s or is absent there, in ``new``'s order. ``old`` None (a first activation): all."""
-    before = (old or {}).get("models") or {}
-    return [mid for mid, m in (new.get("models") or {}).items() if before.get(mid) != m]
-
-
-def member_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, list[str]]:
-    """``{"added": [...], "removed": [...], "changed": [...]}``: member ids of ``new`` vs ``old``."""
-    a = (old or {}).get("models") or {}
-    b = (new or {}).get("models") or {}
-    return {"added": [m for m in b if m not in a], "removed": [m for m in a if m not in b],
-            "changed": [m for m in b if m in a and a[m] != b[m]]}
-
-
-def probe_order(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """The members to send a completion to, in order: each changed member except the resident,
-    then the resident last (so it is what stays loaded)."""
-    res = resident(new)
-    order = [m for m in changed_members(old, new) if m != res]
-    return order + ([res] if res else [])
-
-
-def backups(live: Path) -> list[Path]:
-    """``<live>.bak-*`` files, oldest first (the UTC stamps sort as text)."""
-    return sorted(live.parent.glob(live.name + ".bak-*"))
-
-
-def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, lease: str | None = None) -> str:
-    """The shell command that runs ``rigkit-agent activate ARGS`` on the host in a transient unit
-    ``rigkit-activate-<id>.service`` (``systemd-run --wait``: it keeps running when the SSH session is
-    lost), then prints its log and exits with its status. Run as root.
-
-    One activation at a time is the host lock's business (:func:`main` takes it), not the unit's
-    name: each run gets its own unit and its own log (``<log>.<id>``), so a command right after the
-    previous one never meets a unit systemd has not collected yet, and a refused run cannot truncate
-    the log of the one that holds the lock. The log of the last run is kept as ``log``. With
-    ``lease`` the activation joins the lock holder of that lease (``RIGKIT_LOCK_LEASE``)."""
-    agent_cmd = shlex.join([agent, "activate", *args])
-    env = f"-E {lock.LEASE_ENV}={shlex.quote(lease)} " if lease else ""
-    q = shlex.quote(log)
-    return (f"mkdir -p {shlex.quote(str(Path(log).parent))} && id=$(date +%s%N)-$$ && "
-            f"systemd-run --unit={unit}-$id --collect --wait --quiet --service-type=exec "
-            f"-p StandardOutput=truncate:{log}.$id -p StandardError=inherit -E PYTHONUNBUFFERED=1 {env}{agent_cmd}; "
-            f"rc=$?; cat {q}.$id 2>/dev/null; mv -f {q}.$id {q} 2>/dev/null; exit $rc")
-
-
-# ------------------------------------------------------------------------------ the host side
 def _install(text: str, live: Path, owner: str, mode: int) -> None:
     """Write ``text`` to ``live`` atomically with ``owner`` (``user:group``) and ``mode``."""
     atomic.write_text(live, text, mode, owner)
@@ -207,14 +127,14 @@ class Host:
         key = envfile.read_value(self.key_file, "VLLM_API_KEY")
         t0 = time.monotonic()
         try:
-            r = client.complete(self.base, member, key, timeout_s=timeout_s)
+            r = llama_swap.complete(self.base, member, key, timeout_s=timeout_s)
         except requests.RequestException as exc:
             raise ActivationError(f"{member}: no answer through llama-swap within {timeout_s:g} s "
                                   f"({type(exc).__name__})") from None
         took = time.monotonic() - t0
         if r.status_code != 200:
             body = " ".join(r.text.split())[:300]
-            said = " | ".join(client.member_log(self.base, member))[-600:]
+            said = " | ".join(llama_swap.member_log(self.base, member))[-600:]
             if key:
                 body, said = body.replace(key, "<VLLM_API_KEY>"), said.replace(key, "<VLLM_API_KEY>")
             raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}"
@@ -238,7 +158,7 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
              force_restart: bool = False, now: Callable[[], float] = time.time) -> int:
     """Make ``new_text`` the live llama-swap config through the activation path; returns an exit code.
 
-    + new_text: the whole new config (YAML text, as rendered by :func:`rigkit.render.render_llama_swap`)
+    + new_text: the whole new config (YAML text, as rendered by :func:`rigkit.render.files.render_llama_swap`)
     + live: the live config path; its backup is ``<live>.bak-<UTC stamp>``
     + owner/mode: of the installed file (default: the replaced file's, else ``root:llama-swap`` 0640)
     + respect_hold: refuse (exit 1) while a ``llama-swap`` hold is recorded

@@ -1,5 +1,5 @@
 """The one host config (DESIGN.md "The host side"): ``/etc/rigkit/host.json``, rendered by the deploy
-like every other file (:func:`rigkit.render.render_host_config`) and read by every host command.
+like every other file (:func:`rigkit.render.files.render_host_config`) and read by every host command.
 No host module names a port or a path of its own: they all come from here.
 
 Its shape (``version`` 1)::

@@ -18,7 +18,7 @@ host alike) plus what this host observed when it was recorded: ``n``, ``time`` (
 declared one is recorded as found, with a warning), each secret file's sha256 (its content is
 never copied), ``installed`` (``pacman -Q`` of the pinned packages), ``unit_state`` (``systemctl
 is-enabled``), ``llama_swap_binary`` (``llama-swap -version``) and ``models`` (whether each locked
-model is verified, :func:`rigkit.host.fetch.status`). Model weights are referenced, never copied.
+model is verified, :func:`rigkit.host.modelrecords.status`). Model weights are referenced, never copied.
 
 Old generations are pruned to the manifest's ``keep`` (the spec's ``generations_keep``), never the
 current one or the one before it; objects no kept generation names are removed with them.
@@ -122,8 +122,9 @@ def unit_states(units: list[str]) -> dict[str, str]:
 
 def models_verified(cfg: Any, lock_path: str | None, prepared: list[str]) -> dict[str, Any]:
     """``{model: {"verified": bool, "reasons": [...]}}`` for each model of the lock at ``lock_path``
-    (:func:`rigkit.host.fetch.status`: size and mtime against the fetch's record), ``{}`` without one."""
-    from rigkit.host.fetch import load_lock_file, status
+    (:func:`rigkit.host.modelrecords.status`: size and mtime against the fetch's record), ``{}`` without one."""
+    from rigkit.host.fetch import load_lock_file
+    from rigkit.host.modelrecords import status
 
     if not lock_path or not Path(lock_path).is_file():
         return {}

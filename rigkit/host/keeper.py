@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from rigkit.host import client, standdown
+from rigkit.host import llama_swap, standdown
 from rigkit.host.config import HostConfig
 
 
@@ -27,7 +27,7 @@ def keeper(cfg: HostConfig) -> int:
         print(why)
         return 0
     base = cfg.proxy_url
-    loaded = [m for m in client.running(base) if m.get("state") in ("ready", "starting")]
+    loaded = [m for m in llama_swap.running(base) if m.get("state") in ("ready", "starting")]
     if loaded:
         print("keeper: loaded: " + ", ".join(m["model"] for m in loaded))
         return 0
@@ -41,7 +41,7 @@ def keeper(cfg: HostConfig) -> int:
         return 0
     try:
         print(f"keeper: no member loaded (a ttl ran out after a swap?); bringing {resident} back")
-        resp = client.complete(base, resident, None, timeout_s=float(cfg.get("keeper", "timeout_s")))
+        resp = llama_swap.complete(base, resident, None, timeout_s=float(cfg.get("keeper", "timeout_s")))
         if resp.status_code >= 400:
             print(f"keeper: bringing {resident} back failed: HTTP {resp.status_code}", file=sys.stderr)
             return 1

@@ -1,5 +1,5 @@
 """Drift's model-files check on the host: every model of a lock against its verified record, by
-:func:`rigkit.host.fetch.status` (the deploy's own convergence check; ``--deep`` also hashes every
+:func:`rigkit.host.modelrecords.status` (the deploy's own convergence check; ``--deep`` also hashes every
 recorded file). Paths come from the host config (``models_root``, ``state_dir``).
 
 Run by drift's probe as ``<agent venv>/bin/python -m rigkit.host.modelcheck LOCK_B64 DEEP PREPARED``:
@@ -20,18 +20,18 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from rigkit.host import fetch
+from rigkit.host import modelrecords
 from rigkit.host.config import load
 
 
 def check(lock: dict[str, Any], models_root: str | Path, state_dir: str | Path, deep: bool = False,
           prepared: Iterable[str] = ()) -> dict[str, list[str]]:
-    """``{model: reasons}`` for every model of ``lock`` (:func:`rigkit.host.fetch.status`)."""
+    """``{model: reasons}`` for every model of ``lock`` (:func:`rigkit.host.modelrecords.status`)."""
     prepared = set(prepared)
     out = {}
     for name in sorted(lock.get("models", {})):
         try:
-            out[name] = fetch.status(lock, name, models_root, state_dir, prepared=name in prepared, deep=deep)
+            out[name] = modelrecords.status(lock, name, models_root, state_dir, prepared=name in prepared, deep=deep)
         except Exception as exc:  # one model's failure must not hide the others'
             out[name] = [f"{name}: cannot check: {type(exc).__name__}: {exc}"]
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rigkit.host import lock as host_lock
 from rigkit.host.config import HostConfig
-from rigkit.host.window.journal import is_open, read_journal
+from rigkit.host.journal import is_open, read_journal
 
 
 class WindowOpen(RuntimeError):

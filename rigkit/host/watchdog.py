@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Callable
 
-from rigkit.host import client, envfile, standdown
+from rigkit.host import llama_swap, envfile, standdown
 from rigkit.host.config import HostConfig
 from rigkit.host.jsonfile import read_object, write_atomic
 
@@ -29,7 +29,7 @@ def probe(member: dict, model: str, api_key: str | None, timeout_s: float) -> st
     import requests
 
     try:
-        resp = client.complete(member["proxy"].rstrip("/"), model, api_key, timeout_s=timeout_s)
+        resp = llama_swap.complete(member["proxy"].rstrip("/"), model, api_key, timeout_s=timeout_s)
     except requests.RequestException as exc:
         return f"no answer within {timeout_s:g} s ({type(exc).__name__})"
     if resp.status_code < 500:
@@ -37,7 +37,7 @@ def probe(member: dict, model: str, api_key: str | None, timeout_s: float) -> st
             print(f"watchdog: {member['model']} answered HTTP {resp.status_code} (a client error, not a dead engine: "
                   "check the API key and the model name)", file=sys.stderr)
         return None
-    return f"HTTP {resp.status_code}: {client.error_text(resp, api_key)}"
+    return f"HTTP {resp.status_code}: {llama_swap.error_text(resp, api_key)}"
 
 
 def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: int | None = None,
@@ -78,7 +78,7 @@ def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: 
     except ValueError:
         state = {}
     base = cfg.proxy_url
-    listed = {m.get("model"): m for m in client.running(base)}
+    listed = {m.get("model"): m for m in llama_swap.running(base)}
     defined = cfg.data.get("members") or {}
     key = envfile.read_value(cfg.path("api_key_file"), "VLLM_API_KEY")
     status = 0
@@ -116,7 +116,7 @@ def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: 
         try:
             print(f"watchdog: unloading {mid} through llama-swap after {st['failures']} failures in a row ({reason}); "
                   "the next request starts it afresh", file=sys.stderr)
-            ok, detail = client.unload(base, mid, timeout_s=max(30.0, timeout_s))
+            ok, detail = llama_swap.unload(base, mid, timeout_s=max(30.0, timeout_s))
         finally:
             lock.release()
         if not ok:

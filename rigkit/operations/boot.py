@@ -12,9 +12,9 @@ from pyinfra.facts.files import FileContents
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
-from rigkit.facts import DkmsStatus, KernelState, RigBusy
+from rigkit.operations.facts import DkmsStatus, KernelState, RigBusy
 from rigkit.host import busy as rig_busy
-from rigkit.hoststate import reboot_reasons
+from rigkit.render.declared_state import reboot_reasons
 
 
 def drop_kms_hook(lines: list[str]) -> list[str]:

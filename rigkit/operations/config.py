@@ -15,7 +15,7 @@ from pyinfra.api import OperationError, operation
 from pyinfra.operations import files
 
 from rigkit import paths
-from rigkit.facts import JsonFile
+from rigkit.operations.facts import JsonFile
 
 
 def merge_json(current: Any, wanted: Any) -> Any:
@@ -92,7 +92,7 @@ def _backup(path: str, what: str):
 def rendered_file(path: str, text: str, user: str = "root", group: str = "root", mode: str = "644"):
     """Install a rendered file; a replaced file whose content rigkit did not write last is kept.
 
-    + path: the remote file; text: its content (from :func:`rigkit.render.render`)
+    + path: the remote file; text: its content (from :func:`rigkit.render.files.render`)
     + user/group/mode: ownership and octal mode (``"644"``)
 
     When ``path`` exists with other content and that content is not what rigkit wrote there last

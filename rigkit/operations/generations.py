@@ -13,7 +13,7 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.agentcmd import record_command
-from rigkit.facts import JsonFile
+from rigkit.operations.facts import JsonFile
 
 #: Where the manifest waits for ``rigkit-agent generation record`` (root 0600; removed after).
 MANIFEST_PATH = f"{paths.STATE_DIR}/generation.next.json"
@@ -41,7 +41,7 @@ def plan_line(index: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, st
 
 @operation()
 def recorded_generation(manifest: dict[str, Any]):
-    """Record ``manifest`` (:func:`rigkit.generations.manifest`) as the host's next generation
+    """Record ``manifest`` (:func:`rigkit.deploy.generations.manifest`) as the host's next generation
     unless the current generation has its ``key`` (and no hold comes with it): :func:`plan_line`,
     read again when the operation runs. Runs last: pyinfra stops a host at its first failed
     operation, so only a deploy that succeeded is recorded.
@@ -51,7 +51,7 @@ def recorded_generation(manifest: dict[str, Any]):
     .. code:: python
 
         from rigkit.operations.generations import recorded_generation
-        # wanted = rigkit.generations.manifest(spec, rendered, lock_text(spec)): a dict of ~15 keys
+        # wanted = rigkit.deploy.generations.manifest(spec, rendered, lock_text(spec)): a dict of ~15 keys
         recorded_generation(
             name="Record the generation this deploy leaves",
             manifest=wanted,

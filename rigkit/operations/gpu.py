@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
 
-from rigkit.facts import NvidiaSmi
+from rigkit.operations.facts import NvidiaSmi
 from rigkit.host.gpu import power_limit_problem
 
 

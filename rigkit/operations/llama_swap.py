@@ -8,9 +8,9 @@ from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from rigkit import paths
-from rigkit.facts import Holds
+from rigkit.operations.facts import Holds
 from rigkit.agentcmd import activate_command
-from rigkit.host import activate
+from rigkit.host import swapconfig
 from rigkit.host.holds import LLAMA_SWAP
 
 
@@ -50,13 +50,6 @@ class AgentCommand(StringCommand):
         return status, output
 
 
-def holds_text(sha256: str | None, text: str) -> bool:
-    """Whether a file whose ``Sha256File`` fact is ``sha256`` (None: no file) holds ``text``: the one
-    way a live config (or unit) on the host is compared with the rendered one (the operation below and
-    the preflight's :func:`roles.preflight.disruptive_steps`)."""
-    return sha256 == activate.sha256_text(text)
-
-
 @operation()
 def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLDS_FILE):
     """Activate ``text`` (already uploaded to ``staging``) as llama-swap's live config, on the host.
@@ -85,7 +78,7 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
             holds="/var/lib/rigkit/holds.json",
         )
     """
-    if holds_text(host.get_fact(Sha256File, path=live), text):
+    if swapconfig.holds_text(host.get_fact(Sha256File, path=live), text):
         host.noop(f"{live} is the declared config")
         return
     held = host.get_fact(Holds, path=holds)

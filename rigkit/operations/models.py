@@ -9,8 +9,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from rigkit import members, paths
-from rigkit.facts import ModelStatus
+from rigkit import paths
+from rigkit.spec import members
+from rigkit.operations.facts import ModelStatus
 
 
 @operation()

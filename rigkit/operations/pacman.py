@@ -11,7 +11,7 @@ from pyinfra.api import OperationError, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from rigkit.facts import PacmanSyncDbs, PacmanVersions
+from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
 from rigkit.host.pacman import ignorepkg_lines
 
 

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import rigkit.bench.tunnel as tunnel
-import rigkit.inventory
-from rigkit.bench.cli import bench
+import rigkit.spec.inventory
+from rigkit.cli.bench import bench
 from rigkit.bench.tunnel import SSHForward, TunnelError
 
 from .replay import Script, vllm_stream
@@ -61,7 +61,7 @@ def rig(monkeypatch, replay):
             return 0, f"VLLM_API_KEY={SECRET}\n", ""
         return 127, "", "not found"
 
-    monkeypatch.setattr(rigkit.inventory, "load_hosts", load_hosts)
+    monkeypatch.setattr(rigkit.spec.inventory, "load_hosts", load_hosts)
     monkeypatch.setattr(tunnel, "SSHForward", FakeForward)
     monkeypatch.setattr(tunnel, "run_ssh", run_ssh)
     replay.default = Script(vllm_stream(answer=["abc"] * 4))
@@ -123,9 +123,9 @@ def test_unknown_member_is_invalid_input(rig, tmp_path):
 
 def test_inventory_error_is_invalid_input(monkeypatch, tmp_path):
     def load_hosts(path, names):
-        raise rigkit.inventory.InventoryError("host 'rig' is not in inventory/lab.py")
+        raise rigkit.spec.inventory.InventoryError("host 'rig' is not in inventory/lab.py")
 
-    monkeypatch.setattr(rigkit.inventory, "load_hosts", load_hosts)
+    monkeypatch.setattr(rigkit.spec.inventory, "load_hosts", load_hosts)
     result = invoke(tmp_path, "--member", "hyperqwen")
     assert result.exit_code == 2
     assert result.stderr == ("rigkit bench: inventory/lab.py: host 'rig' is not in "

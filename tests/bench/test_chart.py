@@ -5,7 +5,7 @@ request's value drawn over its bar, estimates marked."""
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rigkit.bench.chart import draw_run, samples_from_jsonl, write_history_svg
+from rigkit.report.chart import draw_run, samples_from_jsonl, write_history_svg
 from rigkit.host.bench.results import stats
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from rigkit.bench.cli import bench
+from rigkit.cli.bench import bench
 from rigkit.host.bench.workloads import QUOTE_END, QUOTE_START
 
 from .replay import ENGINE_DEAD_BODY, Script, vllm_stream

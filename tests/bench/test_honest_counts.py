@@ -7,11 +7,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rigkit.bench.cli import bench, host_bench_settings
+from rigkit.cli.bench import bench, host_bench_settings
 from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
 from rigkit.host.bench.results import stats, summarize_workload, verdict
 from rigkit.host.bench.workloads import PRESETS, build_workloads, mark_unrunnable
-from rigkit.spec import BenchSpec
+from rigkit.spec.model import BenchSpec
 
 from .replay import Script, chunk, usage_chunk, vllm_stream
 

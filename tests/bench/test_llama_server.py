@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rigkit.bench.cli import bench
+from rigkit.cli.bench import bench
 from rigkit.host.bench.client import stream_chat
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rigkit.bench.cli import bench
+from rigkit.cli.bench import bench
 from rigkit.host.bench.client import (CHUNK_ESTIMATE_WARNING, USAGE_WITHOUT_COUNT_WARNING,
                                       retry_after_seconds, stream_chat)
 from rigkit.host.bench.context import CONTEXT_KEYS

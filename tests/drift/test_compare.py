@@ -7,9 +7,9 @@ import json
 from rigkit import drift
 from rigkit.drift import Finding, HostProbe, compare, mask, probe
 from rigkit.drift import plan as drift_plan
-from rigkit.render import RenderedFile, render
-from rigkit.spec import RigSpec
-from rigkit.validate import spec_from_dict
+from rigkit.render.files import RenderedFile, render
+from rigkit.spec.model import RigSpec
+from rigkit.spec.validate import spec_from_dict
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
 TOKEN = "hf_DriftCanaryTokenValue0123456789"
@@ -179,7 +179,7 @@ def test_cuda_series_and_driver_level():
 
 
 def test_reboot_pending_uses_the_deploys_own_reasons():
-    from rigkit.hoststate import reboot_reasons
+    from rigkit.render.declared_state import reboot_reasons
 
     kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts", "6.12.60-1-lts"]}
     reasons = reboot_reasons(kernel, [], "610.57", "nvidia-open-dkms")
@@ -323,47 +323,47 @@ def test_fetch_compare_finds_a_truncated_file_and_deep_a_same_size_corruption(tm
     """What the probe runs on the host (rigkit.host.fetch in the agent's venv), here on local files."""
     import os
 
-    from rigkit.host import fetch
+    from rigkit.host import modelrecords
 
     d = tmp_path / "models" / "m"
     d.mkdir(parents=True)
     (d / "w.gguf").write_bytes(b"x" * 4096)
-    digest = fetch.hash_file(d / "w.gguf")
-    fetch.write_record(tmp_path, "m", {"version": fetch.RECORD_VERSION, "model": "m", "dir": str(d), "commit": None,
+    digest = modelrecords.hash_file(d / "w.gguf")
+    modelrecords.write_record(tmp_path, "m", {"version": modelrecords.RECORD_VERSION, "model": "m", "dir": str(d), "commit": None,
                                        "reference": "lock", "prepare_needed": False,
-                                       "files": {"w.gguf": fetch._stat_entry(d / "w.gguf", digest)}, "locked": {}})
-    assert fetch.compare("m", d, tmp_path) == []
+                                       "files": {"w.gguf": modelrecords.stat_entry(d / "w.gguf", digest)}, "locked": {}})
+    assert modelrecords.compare("m", d, tmp_path) == []
     st = os.stat(d / "w.gguf")
     (d / "w.gguf").write_bytes(b"y" * 4096)  # same size, mtime put back: only hashing sees it
     os.utime(d / "w.gguf", ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert fetch.compare("m", d, tmp_path) == []
-    assert fetch.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: content differs from the record (sha256)"]
+    assert modelrecords.compare("m", d, tmp_path) == []
+    assert modelrecords.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: content differs from the record (sha256)"]
     with open(d / "w.gguf", "r+b") as fh:
         fh.truncate(100)
-    assert fetch.compare("m", d, tmp_path) == ["m: w.gguf: size or mtime differs from the record"]
-    assert fetch.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: size or mtime differs from the record",
+    assert modelrecords.compare("m", d, tmp_path) == ["m: w.gguf: size or mtime differs from the record"]
+    assert modelrecords.compare("m", d, tmp_path, deep=True) == ["m: w.gguf: size or mtime differs from the record",
                                                           "m: w.gguf: content differs from the record (sha256)"]
 
 
 def test_the_probes_model_check_is_the_deploys_status_per_model(tmp_path):
-    """rigkit.host.modelcheck (what the probe runs with the agent's python): fetch.status for each
-    locked model, --deep passed down to fetch.compare; one model's failure does not hide the others."""
+    """rigkit.host.modelcheck (what the probe runs with the agent's python): modelrecords.status for each
+    locked model, --deep passed down to modelrecords.compare; one model's failure does not hide the others."""
     import os
 
-    from rigkit.host import fetch, modelcheck
+    from rigkit.host import modelcheck, modelrecords
 
     d = tmp_path / "models" / "m"
     d.mkdir(parents=True)
     (d / "w.gguf").write_bytes(b"x" * 4096)
-    digest = fetch.hash_file(d / "w.gguf")
+    digest = modelrecords.hash_file(d / "w.gguf")
     lock = {"models": {"m": {"source": {"path": "m"}, "commit": "c1",
                              "files": [{"path": "w.gguf", "sha256": digest["sha256"]}]},
                        "n": {"source": {"path": "n"}, "commit": "c2", "files": "not a list"}}}
-    fetch.write_record(tmp_path / "state", "m", {
-        "version": fetch.RECORD_VERSION, "model": "m", "dir": str(d), "commit": "c1", "reference": "lock",
-        "prepare_needed": False, "files": {"w.gguf": fetch._stat_entry(d / "w.gguf", digest)}, "locked": {}})
-    fetch.write_record(tmp_path / "state", "n", {
-        "version": fetch.RECORD_VERSION, "model": "n", "dir": str(d), "commit": "c2", "reference": "lock",
+    modelrecords.write_record(tmp_path / "state", "m", {
+        "version": modelrecords.RECORD_VERSION, "model": "m", "dir": str(d), "commit": "c1", "reference": "lock",
+        "prepare_needed": False, "files": {"w.gguf": modelrecords.stat_entry(d / "w.gguf", digest)}, "locked": {}})
+    modelrecords.write_record(tmp_path / "state", "n", {
+        "version": modelrecords.RECORD_VERSION, "model": "n", "dir": str(d), "commit": "c2", "reference": "lock",
         "prepare_needed": False, "files": {}, "locked": {}})
     out = modelcheck.check(lock, tmp_path / "models", tmp_path / "state")
     assert out["m"] == [] and out["n"][0].startswith("n: cannot check: TypeError")
@@ -448,7 +448,7 @@ def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tm
     ``json.dump`` does) must not swallow the next section's marker."""
     import subprocess
 
-    from rigkit.facts import JsonFile
+    from rigkit.operations.facts import JsonFile
 
     p = tmp_path / "daemon.json"
     p.write_text(json.dumps({"runtimes": {}, "log-level": "warn"}, indent=4))

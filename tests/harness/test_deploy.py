@@ -208,8 +208,8 @@ def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     """The units the deploy installed, read back from the host's root, are byte for byte what the
     sandbox inventory renders for this host, and `systemd-analyze verify --root` passes on them:
     the executables they name exist there, nothing is skipped."""
-    from rigkit.checks import check_units
-    from rigkit.render import RenderedFile
+    from rigkit.render.checks import check_units
+    from rigkit.render.files import RenderedFile
 
     host, _, _ = deployed
     out = tmp_path / "render"

@@ -46,7 +46,7 @@ def rig(make_module_host):
 
 
 def _agent_digest() -> str:
-    from rigkit import wheelhouse
+    from rigkit.deploy import wheelhouse
 
     return wheelhouse._source_digest()
 

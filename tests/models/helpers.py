@@ -14,7 +14,7 @@ WRONG_TOKEN = "hf_rigkitWRONG0secret0value0do0not0print"
 def model_sources():
     """The spec's default models with the operator-supplied repos pointed at the test hub's
     (``hyperqwen`` keeps the spec default, which the test hub serves too)."""
-    from rigkit.spec import _default_models
+    from rigkit.spec.model import _default_models
 
     models = _default_models()
     for name, repo_id in (("hyperqwen-dflash2", repos.DFLASH2), ("gguf-baseline", repos.GGUF),

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host.fetch import FetchError, LockInputError, PARTIAL_DIR, compare, fetch_model, load_record, record
+from rigkit.host.fetch import fetch_model
+from rigkit.host.modelrecords import PARTIAL_DIR, FetchError, LockInputError, compare, load_record, record
 from tests.hub import repos
 
 from .helpers import TOKEN, WRONG_TOKEN, all_text, repo_bytes
@@ -133,7 +134,7 @@ def test_killed_agent_fetch_resumes_on_the_next_run(hub, lock, host, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # The agent with 64 KiB download chunks (see small_chunks), killed while the hub stalls.
     code = ("import sys, huggingface_hub.constants as c; c.DOWNLOAD_CHUNK_SIZE = 65536; "
-            "from rigkit.host.agent import main; main()")
+            "from rigkit.host.__main__ import main; main()")
     proc = subprocess.Popen([sys.executable, "-c", code, "fetch", "--lock", str(lock_file), "--model", "strata",
                              "--models-root", str(host["models_root"]), "--state-dir", str(host["state_dir"]),
                              "--token-file", str(host["token_file"]), "--endpoint", hub.endpoint],

@@ -1,4 +1,4 @@
-"""The model lock (rigkit.models) against the test hub, with the real huggingface-hub client."""
+"""The model lock (rigkit.spec.modellock) against the test hub, with the real huggingface-hub client."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.models import LockError, check_lock, dumps_lock, lock_models, lock_path_for, select_files
+from rigkit.spec.modellock import LockError, check_lock, dumps_lock, lock_models, lock_path_for, select_files
 from tests.hub import repos
 from tests.hub.server import git_blob_id
 from .helpers import TOKEN, WRONG_TOKEN, model_sources, repo_bytes
@@ -53,7 +53,7 @@ def test_lock_text_is_deterministic_and_holds_no_token(hub):
 
 
 def test_unset_models_are_skipped_and_named(hub):
-    from rigkit.spec import _default_models
+    from rigkit.spec.model import _default_models
 
     result, skipped = lock_models(_default_models(), endpoint=hub.endpoint, token=TOKEN)
     assert skipped == ["gguf-baseline", "hyperqwen-dflash2", "strata"]
@@ -112,7 +112,7 @@ def test_lock_unknown_revision_names_the_key(hub):
 
 
 def test_lock_url_model_records_size_and_sha256(hub):
-    from rigkit.spec import ModelSource
+    from rigkit.spec.model import ModelSource
 
     data = repo_bytes(hub, repos.STRATA, "strata-coder-Q4_K_M.gguf")
     sha = hashlib.sha256(data).hexdigest()
@@ -206,7 +206,7 @@ BAD_LOCKS = [
 
 @pytest.mark.parametrize(("edit", "message"), BAD_LOCKS)
 def test_a_malformed_lock_entry_is_refused_naming_the_file_and_the_entry(tmp_path, edit, message):
-    from rigkit.models import LockFormatError, load_lock
+    from rigkit.spec.modellock import LockFormatError, load_lock
 
     path = _edited(tmp_path, edit)
     with pytest.raises(LockFormatError) as info:
@@ -215,7 +215,7 @@ def test_a_malformed_lock_entry_is_refused_naming_the_file_and_the_entry(tmp_pat
 
 
 def test_not_json_names_the_file(tmp_path):
-    from rigkit.models import LockFormatError, load_lock
+    from rigkit.spec.modellock import LockFormatError, load_lock
 
     (tmp_path / "x.lock.json").write_text("{nope")
     with pytest.raises(LockFormatError, match=r"x\.lock\.json: not JSON \(line 1 column 2"):
@@ -223,7 +223,7 @@ def test_not_json_names_the_file(tmp_path):
 
 
 def test_the_sandbox_lock_is_valid():
-    from rigkit.models import load_lock
+    from rigkit.spec.modellock import load_lock
 
     assert set(load_lock(SANDBOX_LOCK)["models"]) == {"hyperqwen", "hyperqwen-dflash2", "gguf-baseline", "strata"}
 

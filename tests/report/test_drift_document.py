@@ -9,7 +9,7 @@ from rich.console import Console
 
 from rigkit.drift.compare import Finding
 from rigkit.drift.run import document, dumps_document, read_document
-from rigkit.drift_cli import findings_table
+from rigkit.cli.drift import findings_table
 
 
 def test_a_clean_host_appears_with_its_status_and_exit_code():

@@ -15,7 +15,7 @@ import pytest
 
 from rigkit.drift.compare import Finding
 from rigkit.drift.run import document, dumps_document, read_document
-from rigkit.report import find_runs, write_report
+from rigkit.report.page import find_runs, write_report
 
 ARTEFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artefacts"
 STATE = {"gpu": {"state": "ok", "name": "NVIDIA GeForce RTX 3090", "driver": "610.57",

@@ -9,7 +9,11 @@ import os
 
 import pytest
 
+from rigkit.spec.layers import validate_layers
+from rigkit import agentcmd
 from rigkit.host import activate as act
+from rigkit.host.holds import read_holds
+from rigkit.host import swapconfig
 
 OLD = """healthCheckTimeout: 60
 models:
@@ -59,19 +63,19 @@ def completions(host):
 
 
 def test_changed_members_and_probe_order_put_the_resident_last():
-    old, new = act.parse_config(OLD, "old"), act.parse_config(NEW, "new")
-    assert act.changed_members(old, new) == ["hyperqwen"]
-    assert act.probe_order(old, new) == ["hyperqwen", "strata"]
-    assert act.probe_order(None, new) == ["hyperqwen", "gguf-baseline", "strata"]  # first activation: all
-    assert act.member_diff(new, old) == {"added": [], "removed": ["hyperqwen"], "changed": []}
-    assert act.resident(new) == "strata"
+    old, new = swapconfig.parse_config(OLD, "old"), swapconfig.parse_config(NEW, "new")
+    assert swapconfig.changed_members(old, new) == ["hyperqwen"]
+    assert swapconfig.probe_order(old, new) == ["hyperqwen", "strata"]
+    assert swapconfig.probe_order(None, new) == ["hyperqwen", "gguf-baseline", "strata"]  # first activation: all
+    assert swapconfig.member_diff(new, old) == {"added": [], "removed": ["hyperqwen"], "changed": []}
+    assert swapconfig.resident(new) == "strata"
 
 
 def test_parse_config_refuses_what_is_not_a_llama_swap_config():
     with pytest.raises(ValueError, match=r"^x: not a llama-swap config \(no `models` mapping\)$"):
-        act.parse_config("a: 1\n", "x")
+        swapconfig.parse_config("a: 1\n", "x")
     with pytest.raises(ValueError, match=r"^x: not valid YAML"):
-        act.parse_config("a: [\n", "x")
+        swapconfig.parse_config("a: [\n", "x")
 
 
 def test_activation_backs_up_installs_restarts_and_probes_changed_members_then_strata(live, tmp_path):
@@ -121,17 +125,17 @@ def test_a_hold_refuses_activation_and_rollback_records_it_until_released(live, 
     host = FakeHost()
     assert act.rollback(live, host, holds, now=lambda: 60) == 0, host.lines
     assert live.read_text() == OLD and completions(host) == ["strata"]
-    hold = act.read_holds(holds)["llama-swap"]
+    hold = read_holds(holds)["llama-swap"]
     assert hold["since"] == "1970-01-01T00:01:00Z" and hold["by"] == "rigkit wire-in --rollback"
     assert hold["restored_from"] == str(tmp_path / "config.yaml.bak-19700101T000000Z")
     assert hold["held_back_members"] == {"added": ["hyperqwen"], "removed": [], "changed": []}
     assert open(hold["held_back_copy"]).read() == NEW
-    assert hold["live_sha256"] == act.sha256_text(OLD) and hold["held_back_sha256"] == act.sha256_text(NEW)
+    assert hold["live_sha256"] == swapconfig.sha256_text(OLD) and hold["held_back_sha256"] == swapconfig.sha256_text(NEW)
     refused = FakeHost()
     assert act.activate(NEW, live, refused, holds) == 1 and refused.calls == [] and live.read_text() == OLD
     assert refused.lines[-1].startswith(f"held: {live} was rolled back by `rigkit wire-in --rollback` at 1970-01-01T00:01:00Z")
     assert act.rollback(live, FakeHost(), holds) == 1  # already held
-    assert act.release(holds, log=lambda m: None) == 0 and act.read_holds(holds) == {}
+    assert act.release(holds, log=lambda m: None) == 0 and read_holds(holds) == {}
     assert act.activate(NEW, live, FakeHost(), holds, now=lambda: 120) == 0 and live.read_text() == NEW
 
 
@@ -142,7 +146,7 @@ def test_rollback_without_a_differing_backup_is_invalid_input(live, tmp_path):
 
 
 def test_remote_command_runs_the_agent_in_a_unit_of_its_own_and_prints_its_log(tmp_path):
-    cmd = act.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"],
+    cmd = agentcmd.remote_command(["--config", "/var/lib/rigkit/llama-swap/config.next.yaml", "--live", "/etc/llama-swap/config.yaml"],
                              agent="/opt/rigkit/venv/bin/rigkit-agent", log="/var/lib/rigkit/activate.log")
     assert cmd.startswith("mkdir -p /var/lib/rigkit && id=$(date +%s%N)-$$ && systemd-run --unit=rigkit-activate-$id "
                           "--collect --wait --quiet ")
@@ -158,7 +162,7 @@ def test_remote_command_runs_the_agent_in_a_unit_of_its_own_and_prints_its_log(t
     log = tmp_path / "state" / "activate.log"
     import subprocess
 
-    p = subprocess.run(["sh", "-c", act.remote_command(["--release"], agent="agent", log=str(log))], capture_output=True,
+    p = subprocess.run(["sh", "-c", agentcmd.remote_command(["--release"], agent="agent", log=str(log))], capture_output=True,
                        text=True, env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"})
     assert (p.returncode, p.stdout) == (3, "activated\n") and log.read_text() == "activated\n"
     assert [f.name for f in log.parent.iterdir()] == ["activate.log"]
@@ -172,10 +176,9 @@ def test_rigkits_own_units_include_their_instances():
     assert is_own_unit("rigkit-keeper.service", own) and not is_own_unit("agent-sync.service", own)
 
 def _host_config(tmp_path, journal_state=None):
-    from rigkit.render import render_host_config
-    from rigkit.spec import RigSpec
+    from rigkit.render.files import render_host_config
 
-    data = json.loads(render_host_config(RigSpec.from_layers([{"paused_timers": [], "lock_files": []}])))
+    data = json.loads(render_host_config(validate_layers([{"paused_timers": [], "lock_files": []}])))
     data["paths"].update(lock=str(tmp_path / "rig.lock"), holds=str(tmp_path / "holds.json"),
                          window_journal=str(tmp_path / "window.json"))
     (tmp_path / "host.json").write_text(json.dumps(data))

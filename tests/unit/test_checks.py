@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from rigkit import paths
-from rigkit.cache import FetchError, fetch_pinned
-from rigkit.checks import CheckResult, check_compose, check_llama_swap, check_units, run_checks, verdict_code
-from rigkit.llama_swap import strict_problems
-from rigkit.render import RenderedFile, render
-from rigkit.validate import spec_from_dict
+from rigkit.cache import ArtefactUnavailable, fetch_pinned
+from rigkit.render.checks import CheckResult, check_compose, check_llama_swap, check_units, run_checks, verdict_code
+from rigkit.spec.llama_swap_schema import strict_problems
+from rigkit.render.files import RenderedFile, render
+from rigkit.spec.validate import spec_from_dict
 
 import os
 
@@ -77,7 +77,7 @@ def test_a_deploy_installed_executable_present_on_the_control_machine_is_verifie
     present.write_text("#!/bin/sh\n")
     present.chmod(0o755)
     text = files[unit].text.replace(paths.DOCKER_BIN, str(missing))
-    import rigkit.checks as checks_mod
+    import rigkit.render.checks as checks_mod
 
     old = paths.DEPLOY_INSTALLED_EXECUTABLES
     try:
@@ -169,7 +169,7 @@ def test_strict_model_refuses_what_llama_swaps_load_refuses_and_its_schema_canno
 
 
 def test_an_env_macro_in_a_rendered_llama_swap_config_fails_the_check():
-    from rigkit.checks import check_llama_swap
+    from rigkit.render.checks import check_llama_swap
 
     spec = spec_from_dict({"llama_swap": {"members": {"strata": {"description": "key ${env.HF_TOKEN}"}}}})
     results = [r for r in check_llama_swap(render(spec), spec) if r.validator == "llama-swap strict model"]
@@ -180,7 +180,7 @@ def test_an_env_macro_in_a_rendered_llama_swap_config_fails_the_check():
 def test_pinned_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path):
     src = tmp_path / "schema.json"
     src.write_text("{}")
-    with pytest.raises(FetchError) as info:
+    with pytest.raises(ArtefactUnavailable) as info:
         fetch_pinned(src.as_uri(), "0" * 64, "schema.json", cache=tmp_path / "cache")
     assert str(info.value) == (f"{src.as_uri()}: sha256 {hashlib.sha256(b'{}').hexdigest()} does not match "
                                f"the pinned {'0' * 64}")

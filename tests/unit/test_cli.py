@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.spec import unset_operator_values
-from rigkit.validate import spec_from_dict
+from rigkit.spec.model import unset_operator_values
+from rigkit.spec.validate import spec_from_dict
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

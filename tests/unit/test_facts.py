@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rigkit.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
+from rigkit.operations.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
 from rigkit.operations.boot import drop_kms_hook
 from rigkit.operations.config import merge_json
 from rigkit.operations.pacman import archive_url, ensure_ignorepkg

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from rigkit import generations as gen
+from rigkit.deploy import generations as gen
 from rigkit.host import generations as hostgen
 from rigkit.host import lock as host_lock
 from rigkit.host.config import HostConfig
-from rigkit.render import RenderedFile, render
-from rigkit.validate import spec_from_layers
+from rigkit.render.files import RenderedFile, render
+from rigkit.spec.validate import spec_from_layers
 
 ROOT = Path(__file__).resolve().parents[2]
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
@@ -44,7 +44,7 @@ def test_the_key_is_what_the_host_holds_not_when_or_by_whom():
 
 
 def test_generations_keep_is_validated_with_the_spec():
-    from rigkit.spec import SpecError
+    from rigkit.spec.problems import SpecError
 
     with pytest.raises(SpecError, match=r"generations_keep.*1"):
         spec(generations_keep=1)
@@ -227,7 +227,7 @@ def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
     hostgen.record(host, _manifest(_files(root), root), "rig")
     (tmp_path / "host.json").write_text(json.dumps(host.data))
     env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
-    agent = [sys.executable, "-m", "rigkit.host.agent", "generation"]
+    agent = [sys.executable, "-m", "rigkit.host", "generation"]
     p = subprocess.run(agent + ["list"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and json.loads(p.stdout)["current"] == 1
     p = subprocess.run(agent + ["show", "4"], capture_output=True, text=True, env=env, cwd=ROOT)
@@ -271,20 +271,20 @@ def test_commands_with_the_holders_lease_join_it_and_no_one_else_does(tmp_path, 
 
 
 def test_lock_hold_holds_until_stdin_closes(tmp_path):
-    from rigkit.render import render_host_config
+    from rigkit.render.files import render_host_config
 
     data = json.loads(render_host_config(spec()))
     data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
     (tmp_path / "host.json").write_text(json.dumps(data))
     env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
-    hold = subprocess.Popen([sys.executable, "-m", "rigkit.host.agent", "lock", "hold", "--what", "rollback to 2",
+    hold = subprocess.Popen([sys.executable, "-m", "rigkit.host", "lock", "hold", "--what", "rollback to 2",
                              "--lease", "l1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert hold.stdout.readline().strip() == "held"
     assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"
-    run = [sys.executable, "-m", "rigkit.host.agent", "lock", "run", "--what", "deploy: restart docker", "--", "true"]
+    run = [sys.executable, "-m", "rigkit.host", "lock", "run", "--what", "deploy: restart docker", "--", "true"]
     assert subprocess.run(run, env=env, cwd=ROOT, capture_output=True).returncode == 1
     assert subprocess.run(run, env={**env, "RIGKIT_LOCK_LEASE": "l1"}, cwd=ROOT, capture_output=True).returncode == 0
-    second = subprocess.run([sys.executable, "-m", "rigkit.host.agent", "lock", "hold", "--what", "rollback to 1",
+    second = subprocess.run([sys.executable, "-m", "rigkit.host", "lock", "hold", "--what", "rollback to 1",
                              "--lease", "l2"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=ROOT)
     assert second.returncode == 1 and "the rig is locked by rollback to 2" in second.stderr
     hold.stdin.close()
@@ -292,7 +292,7 @@ def test_lock_hold_holds_until_stdin_closes(tmp_path):
 
 
 def test_the_preflight_lets_the_rollbacks_own_lock_through():
-    from roles.preflight import refusals
+    from rigkit.deploy.preflight import refusals
 
     held = {"held": True, "holder": {"what": "rollback to generation 1", "pid": 1, "lease": "l1"}}
     s = spec()
@@ -305,7 +305,7 @@ def test_the_preflight_lets_the_rollbacks_own_lock_through():
 
 
 def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():
-    from rigkit.deployrun import failed_operations, ran_operations
+    from rigkit.cli.deployrun import failed_operations, ran_operations
 
     log = ("--> Beginning operation run...\n--> Starting operation: Pins | Install the pinned packages\n"
            "--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host)\n"

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import DeployError
 
-from rigkit.facts import RC_MARK, Holds
+from rigkit.operations.facts import RC_MARK, Holds
 from rigkit.host import holds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ class _FactHost:
 
 
 def test_the_deploy_refuses_a_corrupt_holds_file_instead_of_ignoring_a_generation_hold(monkeypatch):
-    from rigkit import deploy
+    from rigkit.deploy import source as deploy
 
     monkeypatch.setattr(deploy, "spec_for", lambda host: None)
     bad = Holds().process(["{"])
@@ -71,7 +71,7 @@ def test_the_deploy_refuses_a_corrupt_holds_file_instead_of_ignoring_a_generatio
 
 
 def test_rigkit_generations_exits_1_on_a_corrupt_holds_file(capsys):
-    from rigkit import generations_cli
+    from rigkit.cli import generations as generations_cli
 
     remote = SimpleNamespace(name="h1", run=lambda cmd: subprocess.CompletedProcess(cmd, 0, "{", ""))
     with pytest.raises(SystemExit) as exc:
@@ -81,7 +81,7 @@ def test_rigkit_generations_exits_1_on_a_corrupt_holds_file(capsys):
 
 
 def test_wire_in_fails_on_a_corrupt_holds_file(monkeypatch):
-    from rigkit import wirein_cli
+    from rigkit.cli import wirein as wirein_cli
 
     monkeypatch.setattr(wirein_cli, "_run", lambda hs, cmd, **kw: subprocess.CompletedProcess(cmd, 0, "[1]", ""))
     hs = SimpleNamespace(name="h1", connection={})

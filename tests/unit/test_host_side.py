@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.spec.layers import validate_layers
 from rigkit.host import busy, envfile, gpu, jsonfile, net
 from rigkit.host import lock as host_lock
 from rigkit.host.config import ConfigError, HostConfig, load
-from rigkit.host.window.journal import expected_deviations, is_open, read_journal
+from rigkit.host.journal import expected_deviations, is_open, read_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = ROOT / "rigkit" / "host"
@@ -50,8 +51,8 @@ def test_host_modules_import_only_the_stdlib_their_three_libraries_and_rigkit_ho
 
 def test_the_import_check_catches_a_control_side_import(tmp_path):
     mod = tmp_path / "m.py"
-    mod.write_text("def f():\n    from rigkit.spec import RigSpec\n    import pydantic\n")
-    assert _imports(mod) == ["rigkit.spec", "pydantic"]
+    mod.write_text("def f():\n    from rigkit.spec.model import RigSpec\n    import pydantic\n")
+    assert _imports(mod) == ["rigkit.spec.model", "pydantic"]
 
 
 def test_no_host_module_names_a_port_or_a_rig_path_in_code():
@@ -74,10 +75,9 @@ def test_no_host_module_names_a_port_or_a_rig_path_in_code():
 
 # ------------------------------------------------------------------------------ host config
 def test_the_rendered_host_config_is_what_the_host_side_reads(tmp_path, monkeypatch):
-    from rigkit.render import render
-    from rigkit.spec import RigSpec
+    from rigkit.render.files import render
 
-    spec = RigSpec.from_layers([{"llama_swap": {"port": 8090}, "paused_timers": ["agent-sync.timer"],
+    spec = validate_layers([{"llama_swap": {"port": 8090}, "paused_timers": ["agent-sync.timer"],
                                  "lock_files": ["/run/gpu-busy"]}])
     files = render(spec)
     f = files["/etc/rigkit/host.json"]
@@ -208,7 +208,7 @@ def test_one_nvidia_smi_parser_for_facts_window_and_bench():
 
 
 def test_the_deploy_fact_uses_the_same_parser():
-    from rigkit.facts import NvidiaSmi
+    from rigkit.operations.facts import NvidiaSmi
 
     fact = NvidiaSmi()
     assert fact.process([SMI_OK.strip(), "__RIGKIT_RC__=0"]) == gpu.parse_query(SMI_OK, 0)
@@ -274,7 +274,7 @@ def test_no_journal_or_a_closed_one_means_no_window_and_no_expected_deviation(tm
 
 
 def test_the_deploy_fact_counts_clients_with_the_same_counter():
-    from rigkit.facts import RigBusy
+    from rigkit.operations.facts import RigBusy
 
     fact = RigBusy()
     cmd = fact.command(8080, ["rigkit-keeper.service"], ["/run/agent session.lock"])
@@ -317,14 +317,14 @@ def test_is_the_rig_busy_is_answered_and_worded_in_one_place():
             if needle in text:
                 offenders.append(f"{path.relative_to(ROOT)}: {needle}")
     assert not offenders, "\n".join(offenders)
-    for path in (ROOT / "roles" / "preflight.py", ROOT / "rigkit" / "operations" / "boot.py", HOST / "window" / "steps.py"):
+    for path in (ROOT / "rigkit" / "deploy" / "preflight.py", ROOT / "rigkit" / "operations" / "boot.py", HOST / "window" / "steps.py"):
         assert "busy.refusal(" in path.read_text(), path
 
 
 def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once():
     """Host programs are modules of rigkit/host (checked above for their imports), run with
     ``python -m``; no control-side string imports rigkit.host. The one model-files comparison is
-    rigkit.host.fetch.compare (drift's probe runs rigkit.host.modelcheck, built on fetch.status)."""
+    rigkit.host.modelrecords.compare (drift's probe runs rigkit.host.modelcheck, built on modelrecords.status)."""
     offenders = []
     for path in sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):
         if HOST in path.parents:
@@ -334,7 +334,7 @@ def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once()
                     r"^\s*(from rigkit\.host\b|import rigkit\.host\b)", node.value, re.M):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: a host program in a string")
     for path in sorted(HOST.rglob("*.py")):
-        if path != HOST / "fetch.py" and "differs from the record" in path.read_text():
+        if path != HOST / "modelrecords.py" and "differs from the record" in path.read_text():
             offenders.append(f"{path.relative_to(ROOT)}: a second model-files comparison")
     assert not offenders, "\n".join(offenders)
     assert "-m rigkit.host.modelcheck" in (ROOT / "rigkit" / "drift" / "probe.py").read_text()
@@ -343,14 +343,14 @@ def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once()
 def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
     """`rigkit-agent lock run` (the deploy's docker restart, its reboot) shares the activation's
     way of taking the lock (rigkit.host.standdown.lock_for_change)."""
-    from rigkit.render import render_host_config
-    from rigkit.validate import spec_from_layers
+    from rigkit.render.files import render_host_config
+    from rigkit.spec.validate import spec_from_layers
 
     data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
     data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
     (tmp_path / "host.json").write_text(json.dumps(data))
     env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
-    run = [sys.executable, "-m", "rigkit.host.agent", "lock", "run", "--what", "deploy: restart docker", "--",
+    run = [sys.executable, "-m", "rigkit.host", "lock", "run", "--what", "deploy: restart docker", "--",
            "touch", str(tmp_path / "ran")]
     (tmp_path / "window.json").write_text('{"id": "w9", "state": "open"}')
     p = subprocess.run(run, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -370,8 +370,8 @@ def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_pa
     winner at a time, and the change goes through once the keeper let go (its wait said in the log)
     instead of failing on it. A window holding the lock is refused at once, as before."""
     from rigkit.host import standdown
-    from rigkit.render import render_host_config
-    from rigkit.validate import spec_from_layers
+    from rigkit.render.files import render_host_config
+    from rigkit.spec.validate import spec_from_layers
 
     from rigkit.host.config import HostConfig
 

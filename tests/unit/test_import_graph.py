@@ -1,8 +1,9 @@
 """rigkit's import graph is one-way: no module under ``rigkit/`` (the host side ``rigkit/host/``
 included; what it may import at all is test_host_side.py's business) imports, at module level or
 inside a function, a ``rigkit`` module that imports it back, directly or through others. At folder
-(subpackage) level the same is asked, less the cycles the flat control-side layout still has
-(:data:`KNOWN_FOLDER_CYCLES`, until the control-side modules move into folders, issue #26)."""
+(subpackage) level the same is asked with no exception: the control side's folders (``cli`` → ``report``,
+``bench``, ``drift`` → ``deploy``, ``operations`` → ``render`` → ``spec`` → the shared ``rigkit`` modules →
+``host``) and the host side's (``host.window``, ``host.bench`` → ``host``) import one way."""
 
 from __future__ import annotations
 
@@ -86,11 +87,23 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def folder_of(name: str, path: Path, root: Path = RIGKIT) -> str:
+    """The folder module ``name`` belongs to (its package: ``rigkit.host.window``), except the entry
+    points and the version: a package's ``__main__`` (``rigkit.__main__``, ``rigkit.host.__main__``,
+    the ``rigkit-agent`` command, which dispatches into the folders below it) and the root package's
+    ``__init__`` (``__version__`` only; named ``rigkit.__init__``) are each a node of their own."""
+    if name == root.name:
+        return f"{name}.__init__"
+    if path.name == "__main__.py":
+        return name
+    return ".".join(path.parent.relative_to(root.parent).parts)
+
+
 def folder_graph(root: Path = RIGKIT) -> dict[str, set[str]]:
-    """``{folder: folders its modules import}`` (a folder is a package: ``rigkit.host.window``; a
-    folder's own modules importing each other is no edge)."""
+    """``{folder: folders its modules import}`` (:func:`folder_of`; a folder's own modules importing
+    each other is no edge)."""
     mods = modules(root)
-    folder = {name: ".".join(path.parent.relative_to(root.parent).parts) for name, path in mods.items()}
+    folder = {name: folder_of(name, path, root) for name, path in mods.items()}
     out: dict[str, set[str]] = {}
     for name, targets in graph(root).items():
         out.setdefault(folder[name], set()).update(folder[t] for t in targets if folder[t] != folder[name])
@@ -112,35 +125,19 @@ def cyclic_edges(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
     return {(a, b) for a, bs in edges.items() for b in bs if reaches(b, a)}
 
 
-#: Folder-level cycles the layout still has: the control side's modules sit in ``rigkit/`` beside the
-#: folders that use them (drift, bench and operations import rigkit.spec/paths/...; rigkit.cli and the
-#: *_cli modules import them back), and ``rigkit/host/``'s own modules (agent, standdown) sit beside
-#: the window they run. They go when those modules move into folders (issue #26, later steps).
-KNOWN_FOLDER_CYCLES = {
-    ("rigkit", "rigkit.bench"), ("rigkit.bench", "rigkit"),
-    ("rigkit", "rigkit.drift"), ("rigkit.drift", "rigkit"),
-    ("rigkit.operations", "rigkit"),
-    ("rigkit", "rigkit.host"), ("rigkit.host", "rigkit"),
-    ("rigkit", "rigkit.host.window"), ("rigkit.host.window", "rigkit.host"), ("rigkit.host", "rigkit.host.window"),
-    ("rigkit.drift", "rigkit.host.window"), ("rigkit.drift", "rigkit.host"), ("rigkit.drift", "rigkit.operations"),
-    ("rigkit.bench", "rigkit.host"), ("rigkit.operations", "rigkit.host"),
-}
-
-
 def test_the_whole_package_has_no_import_cycle_between_modules():
     edges = graph()
-    assert "rigkit.cli" in edges and "rigkit.drift.run" in edges and "rigkit.host.window.steps" in edges
+    assert "rigkit.cli.main" in edges and "rigkit.drift.run" in edges and "rigkit.host.window.steps" in edges
     cycle = find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_no_new_import_cycle_between_folders():
+def test_no_import_cycle_between_folders():
     edges = folder_graph()
-    assert {"rigkit", "rigkit.host", "rigkit.host.window", "rigkit.host.bench"} <= set(edges)
-    new = sorted(cyclic_edges(edges) - KNOWN_FOLDER_CYCLES)
-    assert not new, "folder-level import cycle through: " + ", ".join(f"{a} -> {b}" for a, b in new)
-    gone = sorted(KNOWN_FOLDER_CYCLES - cyclic_edges(edges))
-    assert not gone, "no longer on a cycle, remove from KNOWN_FOLDER_CYCLES: " + ", ".join(f"{a} -> {b}" for a, b in gone)
+    assert {"rigkit", "rigkit.__init__", "rigkit.cli", "rigkit.spec", "rigkit.render", "rigkit.deploy", "rigkit.host",
+            "rigkit.host.window", "rigkit.host.bench", "rigkit.host.__main__"} <= set(edges)
+    cyclic = sorted(cyclic_edges(edges))
+    assert not cyclic, "folder-level import cycle through: " + ", ".join(f"{a} -> {b}" for a, b in cyclic)
 
 
 def test_the_graph_sees_function_level_and_package_imports(tmp_path):
@@ -152,10 +149,14 @@ def test_the_graph_sees_function_level_and_package_imports(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("from .b import g\n")
     (pkg / "sub" / "b.py").write_text("import rigkit.a\n")
     (pkg / "host" / "x.py").write_text("import rigkit.a\n")
+    (pkg / "host" / "__main__.py").write_text("import rigkit.host.x\nimport rigkit.sub\n")
     edges = graph(pkg)
     assert edges == {"rigkit": set(), "rigkit.a": {"rigkit.sub.b"}, "rigkit.sub": {"rigkit.sub.b"},
-                     "rigkit.sub.b": {"rigkit.a"}, "rigkit.host.x": {"rigkit.a"}}
-    assert folder_graph(pkg) == {"rigkit": {"rigkit.sub"}, "rigkit.sub": {"rigkit"}, "rigkit.host": {"rigkit"}}
+                     "rigkit.sub.b": {"rigkit.a"}, "rigkit.host.x": {"rigkit.a"},
+                     "rigkit.host.__main__": {"rigkit.host.x", "rigkit.sub"}}
+    assert folder_graph(pkg) == {"rigkit.__init__": set(), "rigkit": {"rigkit.sub"}, "rigkit.sub": {"rigkit"},
+                                 "rigkit.host": {"rigkit"},
+                                 "rigkit.host.__main__": {"rigkit.host", "rigkit.sub"}}
     assert cyclic_edges(folder_graph(pkg)) == {("rigkit", "rigkit.sub"), ("rigkit.sub", "rigkit")}
     assert find_cycle(edges) == ["rigkit.a", "rigkit.sub.b", "rigkit.a"]
     (pkg / "sub" / "b.py").write_text("from rigkit import paths\n")

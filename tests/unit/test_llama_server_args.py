@@ -14,8 +14,8 @@ HARNESS = Path(__file__).resolve().parents[1] / "harness"
 sys.path.insert(0, str(HARNESS / "stubs"))
 import llama_args  # noqa: E402
 
-from rigkit.members import resolve_members  # noqa: E402
-from rigkit.validate import spec_from_layers  # noqa: E402
+from rigkit.spec.members import resolve_members  # noqa: E402
+from rigkit.spec.validate import spec_from_layers  # noqa: E402
 
 TAIL = "\n\nto show complete usage, run with -h\n"
 

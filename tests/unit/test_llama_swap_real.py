@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.render import render_llama_swap
-from rigkit.validate import spec_from_layers
+from rigkit.render.files import render_llama_swap
+from rigkit.spec.validate import spec_from_layers
 
 pytestmark = pytest.mark.slow
 

@@ -518,8 +518,8 @@ def test_a_member_that_refuses_its_command_line_is_named_with_what_its_server_sa
     """llama-swap answers a member that exits at start with ``upstream command exited prematurely``
     only; what the server said (llama.cpp's ``error: invalid argument: FLAG``) is in the member's
     own log, ``GET /logs/stream/<id>``. The activation's failure message quotes it
-    (rigkit.host.client.member_log), so a typo in ``strata.args`` is named where the operator reads."""
-    from rigkit.host import activate, client
+    (rigkit.host.llama_swap.member_log), so a typo in ``strata.args`` is named where the operator reads."""
+    from rigkit.host import activate, llama_swap
 
     refuse = tmp_path / "refuse.py"  # llama-server's answer to an unknown flag (common/arg.cpp), exit 1
     refuse.write_text("import sys\nprint('error: invalid argument: --no-such-flag', file=sys.stderr)\nsys.exit(1)\n")
@@ -533,8 +533,8 @@ models:
     base = f"http://127.0.0.1:{ls.port}"
     st, body, _ = chat(ls.port, "strata")
     assert st == 500 and b"exited prematurely" in body
-    assert client.member_log(base, "strata")[-1] == "error: invalid argument: --no-such-flag"
-    assert client.member_log(base, "no-such-member") == []
+    assert llama_swap.member_log(base, "strata")[-1] == "error: invalid argument: --no-such-flag"
+    assert llama_swap.member_log(base, "no-such-member") == []
     key = tmp_path / "hyperqwen.env"
     key.write_text("VLLM_API_KEY=\n")
     host = activate.Host(base, "llama-swap.service", key)

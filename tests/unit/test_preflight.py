@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from rigkit import paths
-from rigkit.render import render
-from rigkit.validate import spec_from_dict
-from roles.preflight import disruptive_steps, refusals
+from rigkit.render.files import render
+from rigkit.spec.validate import spec_from_dict
+from rigkit.deploy.preflight import disruptive_steps, refusals
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rigkit.host import client
+from rigkit.host import llama_swap
 from rigkit.host.bench.client import proxy_lost_the_request, stream_chat
 
 
@@ -80,6 +80,6 @@ def test_the_bench_reports_a_second_502_and_never_retries_a_502_with_a_body(prox
 def test_the_activations_completion_sends_a_lost_request_once_more(proxy):
     _, base = proxy
     _Proxy.script = [(502, b"", None)]
-    assert client.complete(base, "strata").status_code == 200 and _Proxy.seen == [502, 200]
+    assert llama_swap.complete(base, "strata").status_code == 200 and _Proxy.seen == [502, 200]
     _Proxy.seen, _Proxy.script = [], [(502, b"", None), (502, b"", None)]
-    assert client.complete(base, "strata").status_code == 502 and _Proxy.seen == [502, 502]
+    assert llama_swap.complete(base, "strata").status_code == 502 and _Proxy.seen == [502, 502]

@@ -47,7 +47,7 @@ def test_no_module_but_remote_builds_an_ssh_argv():
 
 
 def test_wire_in_runs_its_commands_through_remote_as_root(monkeypatch):
-    from rigkit import wirein_cli
+    from rigkit.cli import wirein as wirein_cli
 
     seen = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append((argv, kw)) or
@@ -60,7 +60,7 @@ def test_wire_in_runs_its_commands_through_remote_as_root(monkeypatch):
 
 
 def test_a_wire_in_timeout_is_a_failure_naming_the_host(monkeypatch):
-    from rigkit import wirein_cli
+    from rigkit.cli import wirein as wirein_cli
 
     def hang(argv, **kw):
         raise subprocess.TimeoutExpired(argv, kw["timeout"])

@@ -8,9 +8,9 @@ import json
 import yaml
 
 from rigkit import paths
-from rigkit.members import split_command as split_cmd
-from rigkit.render import render, write_tree
-from rigkit.validate import spec_from_dict
+from rigkit.spec.cmdline import split_command as split_cmd
+from rigkit.render.files import render, write_tree
+from rigkit.spec.validate import spec_from_dict
 
 UNITS = paths.UNIT_DIR
 
@@ -175,8 +175,8 @@ def test_compose_refuses_to_start_hyperqwen_without_its_api_key_file():
     """The secret file is required: compose refuses to start rather than serve without VLLM_API_KEY."""
     import yaml
 
-    from rigkit.render import render
-    from rigkit.validate import spec_from_layers
+    from rigkit.render.files import render
+    from rigkit.spec.validate import spec_from_layers
 
     compose = yaml.safe_load(render(spec_from_layers([{}]))["/opt/rigkit/hyperqwen/compose.yaml"].text)
     env_files = compose["x-hyperqwen"]["env_file"]

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.spec import SpecError, merge_layers, split_pyinfra_keys, unset_operator_values
-from rigkit.validate import spec_from_dict, spec_from_layers, spec_warnings
+from rigkit.spec.layers import merge_layers, split_pyinfra_keys
+from rigkit.spec.model import unset_operator_values
+from rigkit.spec.problems import SpecError
+from rigkit.spec.validate import spec_from_dict, spec_from_layers, spec_warnings
 
 GOOD_PINS = {
     "nvidia-open-dkms": "610.57-1",

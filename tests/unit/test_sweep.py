@@ -20,7 +20,7 @@ import pytest
 from rigkit.host.bench.client import RequestResult, stream_chat
 from rigkit.host.window.sweep import cell_payload, summarize_cell
 from rigkit.host.window.sweepgrid import classify, crash_point, frontier, pending, recommend
-from rigkit.sweep import (SweepArgError, group_data_line, parse_contexts, parse_sweep, parse_workloads,
+from rigkit.bench.sweep import (SweepArgError, group_data_line, parse_contexts, parse_sweep, parse_workloads,
                           result, setting_env, table_lines, write_result)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,9 +183,9 @@ def test_cell_prompts_fill_the_context():
 # ------------------------------------------------------------------------------ the .env of a setting
 def test_each_setting_env_comes_from_the_one_renderer_with_the_guard_lifted():
     from rigkit import paths
-    from rigkit.render import render
-    from rigkit.spec import SpecError
-    from rigkit.validate import spec_from_dict
+    from rigkit.render.files import render
+    from rigkit.spec.problems import SpecError
+    from rigkit.spec.validate import spec_from_dict
 
     spec = spec_from_dict({})
     deployed = render(spec)[paths.HYPERQWEN_ENV].text
@@ -217,7 +217,7 @@ def test_the_result_table_chart_and_files(tmp_path):
 
 
 def test_the_report_shows_the_last_sweep(tmp_path):
-    from rigkit.report import sweep_view
+    from rigkit.report.page import sweep_view
 
     write_result(tmp_path / "results" / "W1", result({**GRID, "cells": run_grid(GRID)}, 65536, "sbx", "W1"))
     view = sweep_view("sbx", str(tmp_path / "results"), str(tmp_path / "out"))
@@ -314,7 +314,7 @@ def test_the_stand_in_engine_dies_at_20k_tokens_above_7_drafts_and_takes_two_res
 
 def test_an_open_sweep_explains_its_env_to_drift():
     from rigkit.drift.compare import Finding, apply_window
-    from rigkit.host.window import expected_deviations
+    from rigkit.host.journal import expected_deviations
 
     env = "/opt/rigkit/hyperqwen/.env"
     j = {"id": "W1", "state": "open", "plan": {"tenant": "hyperqwen"},
@@ -361,10 +361,10 @@ def runner(tmp_path, monkeypatch):
     """A Window with a sweep plan over the fake unit; returns a function that runs the sweep."""
     from rigkit.host.window import steps as steps_mod
     from rigkit.host.window import sweep as sweep_mod
-    from rigkit.host.window.journal import Journal
-    from rigkit.render import render
-    from rigkit.sweep import plan_sweep
-    from rigkit.validate import spec_from_dict
+    from rigkit.host.journal import Journal
+    from rigkit.render.files import render
+    from rigkit.bench.sweep import plan_sweep
+    from rigkit.spec.validate import spec_from_dict
     from rigkit import paths
 
     spec = spec_from_dict({})
@@ -442,7 +442,7 @@ def test_the_host_runner_stops_cleanly_on_its_time_budget_and_restore_puts_the_e
 def test_sweep_options_out_of_place_are_usage_errors_before_any_inventory_is_read(args, message, tmp_path):
     from click.testing import CliRunner
 
-    from rigkit.window_cli import window
+    from rigkit.cli.window import window
 
     res = CliRunner().invoke(window, ["-i", str(tmp_path / "missing.py"), *args])
     assert res.exit_code == 2

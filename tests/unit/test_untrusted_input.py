@@ -13,10 +13,12 @@ import pytest
 import yaml
 
 from rigkit import paths
-from rigkit.members import split_command, unwrap
-from rigkit.render import dotenv_value, render, yaml_block, yaml_quoted, yaml_scalar
-from rigkit.spec import SpecError, unset_operator_values
-from rigkit.validate import spec_from_dict, spec_from_layers, spec_warnings
+from rigkit.spec.cmdline import split_command, unwrap
+from rigkit.host.envfile import dotenv_value
+from rigkit.render.files import render, yaml_block, yaml_quoted, yaml_scalar
+from rigkit.spec.model import unset_operator_values
+from rigkit.spec.problems import SpecError
+from rigkit.spec.validate import spec_from_dict, spec_from_layers, spec_warnings
 
 TOKEN = "hf_SECRETtestTOKEN0123456789abcdefXYZ"
 ADVICE = ("<secret, not shown> — secrets never go in the spec: the API key lives in /etc/rigkit/secrets/hyperqwen.env, "
@@ -114,7 +116,7 @@ ENV_VALUES = {
 
 
 def _compose() -> str:
-    from rigkit.checks import _tool
+    from rigkit.render.checks import _tool
 
     tool = _tool("docker-compose")
     if tool is None:

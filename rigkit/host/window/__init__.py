@@ -4,7 +4,7 @@ outside the proxy, then always come back to *steady*.
 Runs in the host agent (``rigkit-agent window ...``): standard library and ``requests`` only,
 plus the bench client (:mod:`rigkit.host.bench.client`, ``workloads``, ``results``, ``context``;
 the chart is drawn on the control machine, see :func:`_bench_runner`). The control side
-(:mod:`rigkit.window_cli`) builds a *plan* from the spec and hands it to ``window start``.
+(:mod:`rigkit.cli.window`) builds a *plan* from the spec and hands it to ``window start``.
 
 Sub-commands (``rigkit-agent window CMD``; run as root):
 
@@ -46,8 +46,7 @@ installed), and the restore has a ``restore-env`` step after ``stop-tenant``.
 
 The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is
 anything but ``closed`` (preflight refused, nothing touched) or ``restored``. ``changed`` says
-what the window did that restore has not undone yet: the source of :func:`expected_deviations`.
+what the window did that restore has not undone yet: the source of :func:`rigkit.host.journal.expected_deviations`.
 """
 
 from rigkit.host.window.commands import main  # noqa: E402,F401  (``rigkit-agent window``)
-from rigkit.host.window.journal import expected_deviations, is_open, read_journal  # noqa: E402,F401

@@ -14,7 +14,7 @@ from pathlib import Path
 from rigkit.host.config import ConfigError, HostConfig
 from rigkit.host.config import load as load_config
 from rigkit.host.lock import LockHeld, RigLock
-from rigkit.host.window.journal import JOURNAL_VERSION, Journal, is_open, now_iso, read_journal
+from rigkit.host.journal import JOURNAL_VERSION, Journal, is_open, now_iso, read_journal
 from rigkit.host.window.steps import Window, boot_id
 from rigkit.host.window.system import sh, unit_state
 
@@ -27,7 +27,7 @@ LOCK_TAKEOVER_S = 30.0
 
 def _agent_argv() -> list[str]:
     """How to run this agent again (the same interpreter and module), for ``systemd-run``."""
-    return [sys.executable, "-m", "rigkit.host.agent"]
+    return [sys.executable, "-m", "rigkit.host"]
 
 
 RELAUNCH_S = 10.0  # how long a window start retries while the last window's unit is still being unloaded

@@ -1,6 +1,6 @@
 """The window's steps on the host (:class:`Window`): preflight, pause the declared timers, stop the
 proxy, wait for free VRAM, start the tenant, wait for health, warm it up, bench; then restore,
-whatever happened. Each step is journalled (:class:`rigkit.host.window.journal.Journal`)."""
+whatever happened. Each step is journalled (:class:`rigkit.host.journal.Journal`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, client, envfile, gpu, net
+from rigkit.host import atomic, busy, llama_swap, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
-from rigkit.host.window.journal import Interrupted, Journal, Refused, StepFailed, now_iso
+from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep
 from rigkit.host.window.system import sh, unit_state
 
@@ -341,12 +341,12 @@ class Window:
 
     def r_verify(self) -> str:
         """A real completion to the resident through llama-swap, by the one client the host commands
-        share (rigkit.host.client.complete: it sends a request once more when llama-swap's proxy
+        share (rigkit.host.llama_swap.complete: it sends a request once more when llama-swap's proxy
         lost it, an empty 502 — notes/issue-25-swap-502.md)."""
         p = self.plan
         base = f"http://127.0.0.1:{p['proxy_port']}"
         url = f"{base}/v1/chat/completions"
-        r = client.complete(base, p["resident"], timeout_s=float(p["timeouts"].get("resident_s", 300)))
+        r = llama_swap.complete(base, p["resident"], timeout_s=float(p["timeouts"].get("resident_s", 300)))
         if r.status_code != 200:
             raise StepFailed(f"POST {url} (model {p['resident']}) answered HTTP {r.status_code}: {r.text[:200]}")
         n = ((r.json() or {}).get("usage") or {}).get("completion_tokens")

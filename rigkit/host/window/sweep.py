@@ -7,7 +7,7 @@ torn down, the next start is probed with a real completion and restarted while i
 500 (up to :data:`STARTS` starts), and the sweep goes on with the next setting. The deployed
 ``.env`` is kept in the window's folder and put back by the restore, whatever happens.
 
-The plan's ``sweep`` (built by :func:`rigkit.sweep.plan_sweep`)::
+The plan's ``sweep`` (built by :func:`rigkit.bench.sweep.plan_sweep`)::
 
     {"param": "dflash_tokens", "settings": [{"value": 9, "env": ".env text"}],
      "contexts": [tokens, ascending], "workloads": ["chat-greedy", "quoting"],
@@ -34,7 +34,7 @@ from rigkit.host.bench.client import ChatSession, stream_chat
 from rigkit.host.bench.context import Target, measure_chars_per_token
 from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document,
                                          verbatim_check)
-from rigkit.host.window.journal import StepFailed, now_iso
+from rigkit.host.journal import StepFailed, now_iso
 from rigkit.host.window.sweepgrid import classify, crash_point, pending
 from rigkit.host.window.system import sh, unit_state
 

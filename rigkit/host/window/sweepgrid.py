@@ -1,6 +1,6 @@
 """The sweep's grid, pure (no I/O): which cells are left to measure, the frontier and the
 recommendation. The host's sweep runner (:mod:`rigkit.host.window.sweep`) and the control side
-(:mod:`rigkit.sweep`) both read the journal's cells through these functions, so "what is left",
+(:mod:`rigkit.bench.sweep`) both read the journal's cells through these functions, so "what is left",
 "how far did it survive" and "what to recommend" have one meaning.
 
 A *grid* is ``{"param": "dflash_tokens", "settings": [int], "contexts": [int] (ascending,

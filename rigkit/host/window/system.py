@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-from rigkit.host.window.journal import StepFailed
+from rigkit.host.journal import StepFailed
 
 
 def sh(*argv: str, timeout: float = 120.0, check: bool = False) -> subprocess.CompletedProcess:

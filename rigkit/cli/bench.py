@@ -1,0 +1,417 @@
+"""``rigkit bench``: smoke benchmarks that count right.
+
+Exit codes (DESIGN.md): 0 every verdict PASS, WARN or "no baseline"; 1 a FAIL verdict — a
+failed workload (5xx, engine dead, stall, cut stream, thinking ate max_tokens), a verbatim
+quoting FAIL, more than 15% slower than the baseline — or the target cannot be reached, or
+the llama-swap member is not already running; 2 bad arguments, inventory or input files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import click
+
+from rigkit import exitcodes, paths
+from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
+                                         build_workloads, make_document, mark_unrunnable,
+                                         quoting_sizes)
+
+# requests, rich and the rest load inside the command: `rigkit` imports this module before
+# pyinfra_cli gevent-patches sockets (rigkit.cli.main.main), and nothing may import urllib3 first.
+
+REMOTE_KEY_FILE = paths.HYPERQWEN_SECRET_FILE
+KEY_NAME = "VLLM_API_KEY"
+
+
+class BenchAbort(Exception):
+    """Stop with ``code`` and ``message`` (already worded for the operator)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_key_file(text: str, source: str) -> str:
+    """The API key from an env file (``VLLM_API_KEY=...``, read by :func:`rigkit.host.envfile.parse_env_text`,
+    the host side's reader) or a file holding only the key. Raises ValueError naming the key and
+    ``source`` — never the value."""
+    from rigkit.host.envfile import parse_env_text
+
+    value = parse_env_text(text).get(KEY_NAME)
+    if value:
+        return value
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if len(lines) == 1 and "=" not in lines[0]:
+        return lines[0]
+    raise ValueError(f"{KEY_NAME} not found in {source}")
+
+
+def _read_key_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return parse_key_file(fh.read(), path)
+    except OSError as exc:
+        raise BenchAbort(exitcodes.INVALID, f"--api-key-file {path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise BenchAbort(exitcodes.INVALID, f"--api-key-file: {exc}") from None
+
+
+def check_member_running(base_url: str, member: str, headers: dict[str, str]) -> str | None:
+    """Whether llama-swap's ``GET /running`` lists ``member`` in state ``ready``
+    (notes/llama-swap.md: ``{"running": [{"model", "state"}]}``, no side effects): None when
+    it does, else the sentence saying why it is not benched (a request through :8080 would
+    swap the resident out). Raises :class:`BenchAbort` (exit 1) when ``/running`` does not
+    answer."""
+    import requests
+
+    try:
+        resp = requests.get(base_url.rstrip("/") + "/running", headers=headers, timeout=10)
+        running = resp.json().get("running") or [] if resp.status_code == 200 else None
+    except (requests.RequestException, ValueError, AttributeError):
+        running = None
+    if running is None:
+        raise BenchAbort(exitcodes.FAILED, "llama-swap's /running did not answer; is "
+                                           "llama-swap up? (nothing was benched)")
+    states = {str(r.get("model")): str(r.get("state")) for r in running if isinstance(r, dict)}
+    if states.get(member) != "ready":
+        now = ", ".join(f"{m} {s}" for m, s in sorted(states.items())) or "nothing"
+        return (f"member {member!r} is not running in llama-swap (running: {now}); "
+                f"benching it through :8080 would swap the resident out — open a "
+                f"window to bench it standalone")
+    return None
+
+
+def _getattr_path(obj: Any, *names: str) -> Any:
+    for n in names:
+        if obj is None:
+            return None
+        obj = obj.get(n) if isinstance(obj, dict) else getattr(obj, n, None)
+    return obj
+
+
+def host_target(stack: ExitStack, inventory: str, host: str, member: str,
+                api_key_file: str | None, console: Any) -> tuple[Any, dict[str, Any], Any]:
+    """Open the SSH forward to the host's llama-swap, check the member is running, read the
+    host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
+    host context and the host's ``spec.bench`` (BenchSpec: the operator's bench defaults);
+    raises :class:`BenchAbort`."""
+    from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
+    from rigkit.host import gpu
+    from rigkit.host.bench.context import Target
+    try:
+        from rigkit.spec.inventory import load_hosts
+    except ImportError as exc:
+        raise BenchAbort(exitcodes.INVALID, f"cannot load inventories: {exc}") from None
+    try:
+        hosts = load_hosts(inventory, [host])
+    except Exception as exc:  # noqa: BLE001 - any inventory/spec error is invalid input
+        problems = getattr(exc, "problems", None)
+        detail = "; ".join(str(p) for p in problems) if problems else str(exc)
+        raise BenchAbort(exitcodes.INVALID, f"{inventory}: {detail}") from None
+    match = [h for h in hosts if h.name == host]
+    if not match:
+        raise BenchAbort(exitcodes.INVALID, f"host {host!r} is not in {inventory}")
+    hs = match[0]
+    members = hs.spec.llama_swap.members
+    if member not in members:
+        raise BenchAbort(exitcodes.INVALID, f"--member {member!r}: not a llama-swap member of "
+                                            f"{host} (members: {', '.join(sorted(members))})")
+    port = int(hs.spec.llama_swap.port)
+    ctx: dict[str, Any] = {"host": host, "member": member}
+    try:
+        fwd = stack.enter_context(SSHForward(hs.name, hs.connection, port))
+    except TunnelError as exc:
+        raise BenchAbort(exitcodes.FAILED, str(exc)) from None
+    api_key = _read_key_file(api_key_file) if api_key_file else None
+    is_hq = _getattr_path(members[member], "service") == "hyperqwen" or member == "hyperqwen"
+    if api_key is None and is_hq:
+        try:
+            rc, out, _err = run_ssh(hs.name, hs.connection, f"cat {REMOTE_KEY_FILE}", as_root=True)
+        except TunnelError:
+            rc, out = 1, ""
+        if rc == 0:
+            try:
+                api_key = parse_key_file(out, f"{host}:{REMOTE_KEY_FILE}")
+            except ValueError as exc:
+                console.print(f"[yellow]warning:[/] {exc}; sending no API key")
+        else:
+            console.print(f"[yellow]warning:[/] could not read {KEY_NAME} from "
+                          f"{host}:{REMOTE_KEY_FILE}; sending no API key")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    not_ready = check_member_running(fwd.url, member, headers)
+    if not_ready:
+        ctx["not_running"] = not_ready
+    try:
+        rc, out, err = run_ssh(hs.name, hs.connection, gpu.QUERY_COMMAND)
+        smi = gpu.parse_query(out if rc == 0 else out + err, rc)
+        if smi["state"] == "ok":
+            ctx.update(gpu.bench_context(smi))
+        else:
+            console.print(f"[yellow]warning:[/] nvidia-smi on {host} failed (exit {rc}): "
+                          f"{err.strip()[:200]}; GPU context unknown")
+    except (TunnelError, ValueError) as exc:
+        console.print(f"[yellow]warning:[/] GPU context of {host} unknown: {exc}")
+    mspec = members[member]
+    for key, names in (("quantization", ("quantization",)),):
+        val = _getattr_path(mspec, *names)
+        if val:
+            ctx[key] = val
+    if is_hq:
+        hq = _getattr_path(hs.spec, "hyperqwen")
+        spec_mode = _getattr_path(hq, "spec") or _getattr_path(hq, "env", "SPEC")
+        dft = _getattr_path(hq, "dflash_tokens") or _getattr_path(hq, "env", "DFLASH_TOKENS")
+        if spec_mode:
+            ctx["speculative"] = f"{spec_mode}" + (f" (DFLASH_TOKENS={dft})" if dft else "")
+    target = Target(chat_url=f"{fwd.url}/v1/chat/completions",
+                    aux_base=f"{fwd.url}/upstream/{member}", model=member,
+                    label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
+    return target, ctx, _getattr_path(hs.spec, "bench")
+
+
+#: BenchSpec fields that size the workloads; their defaults are the rig preset's figures.
+PRESET_SETTINGS = ("quoting_prompt_tokens", "max_tokens", "reasoning_effort")
+
+
+def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
+    """The host's ``spec.bench`` sizing settings (:data:`PRESET_SETTINGS`) that apply to
+    ``preset_name``: all of them for ``rig`` (their defaults are that preset's figures), only
+    those that differ from BenchSpec's defaults for any other preset (the spec materialises its
+    defaults, so a value equal to the default is the rig's figure, not a choice for a small
+    server), so a small server is not sent the rig's 29k-token prompt and 8192-token budgets.
+    ``{}`` without a spec. Command-line flags still win over what this returns."""
+    if spec_bench is None:
+        return {}
+    fields = getattr(type(spec_bench), "model_fields", {})
+    out = {}
+    for k in PRESET_SETTINGS:
+        value = getattr(spec_bench, k, None)
+        default = fields[k].default if k in fields else None
+        if preset_name == "rig" or value != default:
+            out[k] = value
+    return out
+
+
+@click.command("bench")
+@click.option("--url", help="Base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:18020).")
+@click.option("-i", "--inventory", envvar="RIGKIT_INVENTORY", default="inventory/rig.py",
+              show_default=True, help="pyinfra inventory (env RIGKIT_INVENTORY).")
+@click.option("--host", help="Inventory host whose llama-swap member to bench (with --member).")
+@click.option("--member", help="llama-swap member to bench; it must already be running (ready).")
+@click.option("--workload", "workloads", multiple=True, type=click.Choice(WORKLOAD_NAMES[1:]),
+              help="Workload to run (repeatable; default all). The warm-up always runs first "
+                   "unless --no-warmup.")
+@click.option("--no-warmup", is_flag=True, help="Skip the discarded warm-up (figures are then "
+                                                "marked warm-up NOT done).")
+@click.option("--baseline", "baseline_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A summary.json to compare with (repeatable): the verdict uses the first "
+                   "whose context matches; speed-ups are shown against each.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Results folder (default results/bench-<run id>).")
+@click.option("--context", "context_file", type=click.Path(dir_okay=False),
+              help="JSON object of context values (gpu, driver, power_limit_w, quantization, "
+                   "speculative…) for a bare --url; overrides what was measured.")
+@click.option("--model", help="model field to send (default: the server's first model, or "
+                              "the member).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False),
+              help=f"File holding {KEY_NAME}=... (or just the key); sent as a bearer token, "
+                   f"never printed.")
+@click.option("--preset", type=click.Choice(["auto", *PRESETS]), default="auto", show_default=True,
+              help="Operator settings: rig (29k quoting, thinking budgets, 3 repetitions) or "
+                   "small (tiny CPU servers). auto: rig when the server's context fits it.")
+@click.option("--quoting-tokens", type=click.IntRange(min=50), help="Quoting prompt size in tokens.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="max_tokens for chat prompts.")
+@click.option("--stall-timeout", type=click.FloatRange(min=0.05),
+              help="Seconds without data before a stream counts as stalled [default: the "
+                   "host's bench.stall_timeout_s, else 120].")
+@click.option("--health-budget", type=click.FloatRange(min=0), default=120.0, show_default=True,
+              help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
+                   "model) or asks to retry later (429/503 Retry-After) before the workload "
+                   "fails as loading/rate-limited (never as a dead engine).")
+def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
+          context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout,
+          health_budget):
+    """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
+
+    Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
+    host's llama-swap). Writes requests.jsonl, summary.json and chart.png to --out. Exit 0 OK,
+    1 a FAIL verdict (failed workload, verbatim quoting FAIL, >15% slower than baseline) or an
+    unreachable target, 2 bad arguments.
+    """
+    if bool(url) == bool(host or member):
+        raise click.UsageError("give either --url, or --host and --member (with -i)")
+    if not url and not (host and member):
+        raise click.UsageError("--host and --member go together")
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
+                    list(baseline_files), out_dir, context_file, model, api_key_file, preset,
+                    quoting_tokens, max_tokens, stall_timeout, health_budget)
+    except BenchAbort as exc:
+        click.echo(f"rigkit bench: {exc}", err=True)
+        sys.exit(exc.code)
+    sys.exit(code)
+
+
+def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, preset_name) -> int:
+    """Every workload NOT-RUN because the member is not loaded: no request reaches it (any
+    ``/upstream/<member>`` request would make llama-swap load it). Writes the results folder
+    all the same (the report shows the attempt) and returns 0."""
+    from rigkit.report.chart import write_outputs
+    from rigkit.host.bench.results import summarize_workload
+    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines
+
+    why = host_ctx.pop("not_running")
+    names = (["warmup"] if not no_warmup else []) + (workloads or list(WORKLOAD_NAMES[1:]))
+    run_id = new_run_id()
+    out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
+    os.makedirs(out_dir, exist_ok=True)
+    open(os.path.join(out_dir, "requests.jsonl"), "a", encoding="utf-8").close()
+    summaries = {}
+    for n in names:
+        summaries[n] = summarize_workload(n, [], not_run=why, skipped=True)
+        summaries[n]["discarded"] = n == "warmup"
+    console.print(f"[yellow]NOT-RUN[/]: {why}", highlight=False)
+    summary = build_summary(run_id, target, dict(host_ctx), summaries, [], [],
+                            preset_name if preset_name != "auto" else "none")
+    written = write_outputs(out_dir, summary, [])
+    for line in report_lines(summary):
+        click.echo(line)
+    click.echo(f"wrote {written['requests']}, {written['summary']}, {written['chart']}")
+    return summary["exit_code"]
+
+
+def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
+         context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
+         stall_timeout, health_budget=120.0) -> int:
+    import requests
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    from rigkit.host.bench.context import (Target, load_context_file, measure_chars_per_token,
+                                      probe_engine)
+    from rigkit.host.bench.results import load_baseline
+    from rigkit.report.chart import write_outputs
+    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines, run_workloads
+
+    try:
+        baselines = [load_baseline(p) for p in baseline_files]
+        extra_ctx = load_context_file(context_file) if context_file else {}
+    except ValueError as exc:
+        raise BenchAbort(exitcodes.INVALID, str(exc)) from None
+    with ExitStack() as stack:
+        if url:
+            base = url.rstrip("/")
+            if base.endswith("/v1"):
+                base = base[:-3]
+            key = _read_key_file(api_key_file) if api_key_file else None
+            target = Target(chat_url=f"{base}/v1/chat/completions", aux_base=base, label=base,
+                            api_key=key)
+            host_ctx: dict[str, Any] = {}
+            spec_bench = None
+        else:
+            target, host_ctx, spec_bench = host_target(stack, inventory, host, member,
+                                                       api_key_file, console)
+            if host_ctx.get("not_running"):
+                return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
+                                    preset_name)
+        stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s") or 120.0
+        sampled_temperature = _getattr_path(spec_bench, "sampled_temperature")
+        sampled_temperature = 0.7 if sampled_temperature is None else sampled_temperature
+        if spec_bench is not None and not baselines and _getattr_path(spec_bench, "baseline"):
+            try:
+                baselines = [load_baseline(spec_bench.baseline)]
+            except ValueError as exc:
+                raise BenchAbort(exitcodes.INVALID, f"bench.baseline: {exc}") from None
+        engine = probe_engine(target)
+        if engine["model"] is None and engine["engine"] is None:
+            try:
+                requests.get(target.aux_base + "/v1/models", timeout=5)
+            except requests.RequestException as exc:
+                raise BenchAbort(exitcodes.FAILED, f"{target.label}: not reachable "
+                                                   f"({type(exc).__name__})") from None
+        if model:
+            target.model = model
+        elif target.model is None:
+            target.model = engine["model"]
+        n_ctx = engine.get("n_ctx")
+        if preset_name == "auto":
+            preset_name = "rig" if (n_ctx or 0) >= PRESETS["rig"].min_context_tokens else "small"
+            console.print(f"preset: {preset_name} (server context "
+                          f"{n_ctx or 'unknown'} tokens per request; the rig preset needs "
+                          f"{PRESETS['rig'].min_context_tokens})")
+        # The preset first, then the host's bench settings on top: the settings' defaults are
+        # the rig preset's own figures, so another preset takes only what the operator set.
+        preset = PRESETS[preset_name]
+        for key, value in host_bench_settings(spec_bench, preset_name).items():
+            if key == "quoting_prompt_tokens":
+                quoting_tokens = quoting_tokens or value
+            elif key == "max_tokens":
+                max_tokens = max_tokens or value
+            elif key == "reasoning_effort":
+                preset = dataclasses.replace(preset, extra_body={
+                    "chat_template_kwargs": {"reasoning_effort": value}} if value else {})
+        cpt, cpt_source = measure_chars_per_token(target, "".join(make_document(2000, 3)))
+        names = (workloads or list(WORKLOAD_NAMES[1:]))
+        quoting_cpt = cpt
+        if "quoting" in names and cpt_source == "tokenize":
+            # calibrate on the quoting prompt itself (its instructions tokenise differently)
+            n_tok, quote_tok = quoting_sizes(preset, quoting_tokens)
+            probe = build_quoting_prompt("calibration", n_tok, quote_tok, cpt)[0]
+            quoting_cpt, _ = measure_chars_per_token(target, probe)
+        if not no_warmup:
+            names = ["warmup", *names]
+        run_id = new_run_id()
+        out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
+        wls = build_workloads(preset, names, model=target.model, nonce=run_id,
+                              chars_per_token=cpt, chat_max_tokens=max_tokens,
+                              quoting_tokens=quoting_tokens,
+                              sampled_temperature=sampled_temperature,
+                              quoting_chars_per_token=quoting_cpt)
+        mark_unrunnable(wls, n_ctx=n_ctx, n_params=engine.get("n_params"),
+                        chars_per_token=cpt, quoting_chars_per_token=quoting_cpt)
+        for wl in wls:
+            if wl.not_run:
+                console.print(f"[yellow]{wl.name}: NOT-RUN[/] — {wl.not_run}", markup=True,
+                              highlight=False)
+        context = {k: engine.get(k) for k in ("engine", "engine_version", "model", "model_path",
+                                              "quantization", "n_ctx", "speculative")}
+        context["model"] = context["model"] or target.model
+        context.update({k: v for k, v in host_ctx.items() if v is not None})
+        context.update(extra_ctx)
+        context.update({"chars_per_token": round(cpt, 3), "chars_per_token_source": cpt_source,
+                        "quoting_chars_per_token": round(quoting_cpt, 3),
+                        "gpu": context.get("gpu"), "driver": context.get("driver"),
+                        "power_limit_w": context.get("power_limit_w")})
+        console.print(f"bench {target.label} · run {run_id} · results in {out_dir}")
+        total = sum(len(w.requests) for w in wls)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as prog:
+            task = prog.add_task("requests", total=total)
+            done_before: dict[str, int] = {}
+
+            def progress(name: str, done: int, n: int) -> None:
+                done_before[name] = done
+                prog.update(task, completed=sum(done_before.values()),
+                            description=f"{name} {done}/{n}")
+
+            def warn(text: str) -> None:
+                console.print(f"[bold yellow]{text}[/]")
+
+            summaries, warnings = run_workloads(target, wls, run_id=run_id, out_dir=out_dir,
+                                                stall_timeout_s=stall_timeout,
+                                                health_budget_s=health_budget,
+                                                progress=progress, warn=warn)
+        summary = build_summary(run_id, target, context, summaries, baselines, warnings,
+                                preset_name)
+        paths = write_outputs(out_dir, summary, baselines)
+    for line in report_lines(summary):
+        click.echo(line)
+    click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")
+    return summary["exit_code"]

@@ -1,0 +1,121 @@
+"""What every ``rigkit`` sub-command shares: the stderr console, the ``-i``/``--host`` options,
+loading the inventory (or exiting 2), ``--data KEY=VALUE`` parsing. :mod:`rigkit.cli.main` and the
+``rigkit/*_cli.py`` command groups import it; it imports no command module, so the graph is
+one-way (cli → *_cli → cliutil)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from rigkit import exitcodes
+
+#: Warnings and progress go to stderr; results and data (check verdicts, JSON, manifests) to stdout.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def inventory_option(f):
+    """``-i/--inventory PATH`` (default ``$RIGKIT_INVENTORY`` or ``inventory/rig.py``)."""
+    return click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
+                        help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")(f)
+
+
+def host_option(f):
+    """``--host NAME`` (repeatable) to narrow the inventory."""
+    return click.option("--host", "hosts", metavar="NAME", multiple=True, help="only this host (repeatable)")(f)
+
+
+def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None):
+    """Load the inventory's hosts (``overrides``: ``--data``), or print every problem and exit 2
+    (nothing touched)."""
+    from rigkit.spec.inventory import InventoryError, load_hosts
+    from rigkit.spec.problems import SpecError
+
+    try:
+        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None)
+    except InventoryError as exc:
+        err.print(f"[red]error:[/] {exc}")
+    except SpecError as exc:
+        err.print(f"[red]error:[/] invalid {exc.source}:")
+        for problem in exc.problems:
+            err.print(f"  {problem}", markup=False)
+    sys.exit(exitcodes.INVALID)
+
+
+def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 0, what: str = "",
+                     refuse_unrun: bool = True) -> tuple[list, int]:
+    """Run every validator (:func:`rigkit.render.checks.run_checks`) over each host's rendered files, print
+    the verdicts that matter on ``console`` (default stdout; passes only with ``verbose``) and a summary
+    per host; exit when they forbid going on: 2 when a validator rejected a file (invalid input,
+    nothing touched), 1 when a validator could not run (``what`` names the command that refuses, e.g.
+    ``"the deploy"``; with ``refuse_unrun`` false a validator that could not run is reported and
+    returned as code 1 instead). Returns ``([(host spec, {remote path: RenderedFile}, [CheckResult])],
+    code)`` otherwise.
+
+    ``rigkit check`` prints its results with the same function (:func:`print_verdicts`) and decides
+    its exit code itself."""
+    from rigkit.render.checks import verdict_code
+
+    done = []
+    codes = []
+    for hs, files, results in check_hosts(host_specs):
+        code = verdict_code(results)
+        if code or verbose:
+            print_verdicts(hs.name, results, console or out, verbose)
+        codes.append(code)
+        done.append((hs, files, results))
+    code = exitcodes.combine(*codes)
+    if code == exitcodes.INVALID:
+        err.print(f"[red]error:[/] a validator rejected a rendered file (above); "
+                  f"{what or 'this command'} refuses (exit 2, nothing touched)")
+        sys.exit(code)
+    if code == exitcodes.FAILED and refuse_unrun:
+        err.print(f"[red]error:[/] a validator could not run (above); {what or 'this command'} refuses "
+                  "(exit 1, nothing touched)")
+        sys.exit(code)
+    return done, code
+
+
+def check_hosts(host_specs):
+    """``(host spec, rendered files, verdicts)`` for each host: :func:`rigkit.render.files.render` then
+    :func:`rigkit.render.checks.run_checks`, the one path ``check``, ``render`` and ``deploy`` share."""
+    from rigkit.render.checks import run_checks
+    from rigkit.render.files import render
+
+    for hs in host_specs:
+        files = render(hs.spec)
+        yield hs, files, run_checks(files, hs.spec)
+
+
+def print_verdicts(name: str, results: list, console: Console, verbose: int = 0) -> None:
+    """The verdicts of one host, a line each (``pass`` lines only with ``verbose``), a validator that
+    could not run as ``could not run`` on a line of its own, then ``N passed, N rejected, N could not
+    run, N skipped (validators)``."""
+    label = {"pass": "pass", "skip": "skip", "fail": "FAIL", "error": "could not run"}
+    colour = {"pass": "green", "skip": "cyan", "fail": "red", "error": "yellow"}
+    for r in results:
+        if r.status == "pass" and not verbose:
+            continue
+        console.print(f"  [{colour[r.status]}]{label[r.status]}[/]  {r.validator}: {r.path}", markup=True)
+        for line in r.detail.splitlines():
+            console.print(f"        {line}", markup=False)
+    count = {s: sum(r.status == s for r in results) for s in label}
+    console.print(f"  {count['pass']} passed, {count['fail']} rejected, {count['error']} could not run, "
+                  f"{count['skip']} skipped (validators)", markup=False)
+
+
+def parse_data(items: tuple[str, ...]) -> dict:
+    """``KEY=VALUE`` pairs parsed exactly as ``pyinfra --data`` parses them. Raises
+    ``click.BadParameter`` for an item without ``=`` or without a key."""
+    from pyinfra_cli.util import parse_cli_arg
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--data")
+        out[key] = parse_cli_arg(value)
+    return out

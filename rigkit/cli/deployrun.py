@@ -1,0 +1,138 @@
+"""Running the deploy (``deploy.py`` through pyinfra) and its post-deploy smoke, for ``rigkit
+deploy`` and ``rigkit rollback`` alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from rigkit import exitcodes
+from rigkit.cli.common import err
+
+
+def print_results(stdout: str) -> None:
+    """One line per host from ``pyinfra --json -y`` results: operations changed/unchanged/failed
+    (pyinfra 3.10: ``results.operations[].{success,no_change,error}`` list host names)."""
+    try:
+        results = json.loads(stdout)["results"]
+    except (ValueError, KeyError, TypeError):
+        if stdout.strip():
+            sys.stdout.write(stdout)
+        return
+    per_host: dict[str, dict[str, int]] = {}
+    for op in results.get("operations", []):
+        for kind in ("success", "no_change", "error"):
+            for name in op.get(kind, []):
+                per_host.setdefault(name, {"success": 0, "no_change": 0, "error": 0})[kind] += 1
+    for name, c in sorted(per_host.items()):
+        total = sum(c.values())
+        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed",
+                  markup=False)
+    for name in results.get("failed_hosts", []) or []:
+        err.print(f"{name}: failed", markup=False)
+
+
+def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: dict, dry: bool = False,
+                verbose: int = 0, extra_env: dict[str, str] | None = None):
+    """Run ``pyinfra -y INVENTORY deploy.py`` (``--dry`` without ``-y`` when ``dry``) limited to
+    ``hosts``, with ``overrides`` as ``--data`` and ``extra_env`` added to its environment (``rigkit
+    rollback``'s generation and lease). A real run prints one line per host (:func:`print_results`)
+    and keeps the results JSON in ``proc.stdout``; a dry run prints the plan. Returns ``(proc, env)``:
+    the finished process and the environment the smoke runs with."""
+
+    project = Path(__file__).resolve().parents[2]
+    cmd = [str(Path(sys.executable).parent / "pyinfra"), "-y", inventory, str(project / "deploy.py")]
+    if dry:
+        cmd = [c for c in cmd if c != "-y"] + ["--dry"]
+    for name in hosts:
+        cmd += ["--limit", name]
+    for key, value in overrides.items():
+        cmd += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    if verbose:
+        cmd.append("-" + "v" * verbose)
+    err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])),
+           **(extra_env or {})}
+    if not dry:
+        cmd.insert(2, "--json")  # the results as JSON on stdout; pyinfra's log stays on stderr
+    popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log: list[str] = []
+
+    def relay() -> None:  # pyinfra's log goes on to our stderr as it comes, and is kept for failed_operations
+        for line in popen.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            log.append(line)
+
+    relayer = threading.Thread(target=relay, daemon=True)
+    relayer.start()
+    stdout = popen.stdout.read()
+    popen.wait()
+    relayer.join(10)
+    proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, "".join(log))
+    if not dry:
+        print_results(proc.stdout)
+    else:
+        sys.stdout.write(proc.stdout)
+    return proc, env
+
+
+def ran_operations(proc: subprocess.CompletedProcess) -> bool:
+    """True when :func:`run_pyinfra`'s run got as far as executing operations (pyinfra's
+    ``Beginning operation run`` line): what it changed must then be assumed changed."""
+    return "--> Beginning operation run" in (proc.stderr or "")
+
+
+def failed_operations(proc: subprocess.CompletedProcess) -> list[str]:
+    """The names of the operations that failed in :func:`run_pyinfra`'s run: from ``pyinfra
+    --json``'s results, or — when pyinfra stopped without writing them (``No hosts remaining!``
+    after a host's operation failed) — the last operation its log started. Empty when none ran."""
+    try:
+        ops = json.loads(proc.stdout)["results"]["operations"]
+        failed = [op.get("name", "?") for op in ops if op.get("error")]
+        if failed:
+            return failed
+    except (ValueError, KeyError, TypeError):
+        pass
+    started = [ln.split("--> Starting operation:", 1)[1].strip() for ln in (proc.stderr or "").splitlines()
+               if "--> Starting operation:" in ln]
+    return started[-1:] if started and ran_operations(proc) else []
+
+
+def smoke_members(spec) -> list[str]:
+    """The members up in steady state: the preloaded (``ttl 0``, resident) members of the live config,
+    in preload order. Members on demand (HyperQwen wired in) are not up in steady state."""
+    from rigkit.spec.members import live_member_ids
+
+    live = live_member_ids(spec)
+    return [m for m in spec.llama_swap.preload if m in live]
+
+
+def smoke(hs, inventory: str, env: dict[str, str]) -> int:
+    """The post-deploy smoke of one host: ``rigkit bench --preset small --max-tokens 256 --workload
+    chat-greedy`` (a short preset: a warm-up, then a few 256-token greedy answers) through llama-swap against each member up in steady state (:func:`smoke_members`),
+    compared with ``bench.baseline`` when set; results under ``results/smoke/<host>/<UTC stamp>/<member>``.
+    Returns 0, or 1 when a bench fails (a FAIL verdict, a member not running, the host unreachable)."""
+    import time
+
+    members = smoke_members(hs.spec)
+    if not members:
+        err.print(f"{hs.name}: no member is up in steady state (no preloaded live member); no smoke")
+        return exitcodes.OK
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    codes = []
+    for member in members:
+        smoke = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", inventory, "--host", hs.name,
+                 "--member", member, "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "256",
+                 "--out", str(Path("results") / "smoke" / hs.name / stamp / member)]
+        if hs.spec.bench.baseline:
+            smoke += ["--baseline", hs.spec.bench.baseline]
+        err.print(f"post-deploy smoke: $ {' '.join(smoke[1:])}", markup=False)
+        rc = subprocess.run(smoke, env=env).returncode
+        err.print(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}", markup=False)
+        codes.append(exitcodes.FAILED if rc else exitcodes.OK)
+    return exitcodes.combine(*codes)

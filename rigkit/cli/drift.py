@@ -1,0 +1,95 @@
+"""``rigkit drift``: what on each host differs from the declared state (:mod:`rigkit.drift`).
+
+Output: a table per host (rich; no colour and no prompt when stdout is not a terminal, so it
+runs from cron; every cell is plain text — ``[options]`` stays ``[options]``, never read as
+rich markup), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
+finding ``{host, kind, item, declared, actual, severity}`` — ``diff`` too with ``--diff`` —
+then a ``status`` record per host, clean ones included, then the ``run`` record), every secret
+masked. Exit codes (DESIGN.md): 0 no
+findings, 3 drift found, 1 a host unreachable or a tool failed, 2 invalid input; with several
+hosts 2 > 1 > 3 > 0 and every host is still reported.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from rigkit import exitcodes
+from rigkit.cli.common import host_option, inventory_option, load_or_exit
+
+SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
+
+
+def findings_table(host: str, verdict: str, findings: list) -> Table:
+    """The rich table of one host's findings. Every cell is a :class:`rich.text.Text`, so text
+    with square brackets (``IgnorePkg in [options]``) is shown as it is, never read as markup."""
+    table = Table(title=Text(f"{host}: {verdict}"), title_justify="left", show_lines=False)
+    for col in ("kind", "item", "declared", "actual", "severity"):
+        table.add_column(col, overflow="fold")
+    for f in findings:
+        table.add_row(*(Text(str(c)) for c in (f.kind, f.item, f.declared, f.actual, f.severity)),
+                      style=SEVERITY_STYLE.get(f.severity))
+    return table
+
+
+@click.command()
+@inventory_option
+@host_option
+@click.option("--json", "as_json", is_flag=True,
+              help="the run as JSON Lines on stdout: findings, a status per host, the run")
+@click.option("--deep", is_flag=True, help="hash model files (not only size and mtime)")
+@click.option("--diff", "show_diff", is_flag=True, help="show a diff for each changed rendered file (secrets masked)")
+@click.option("--no-plan", is_flag=True, hidden=True, help="skip pyinfra's --dry plan (the catch-all)")
+def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bool, show_diff: bool,
+          no_plan: bool) -> None:
+    """Report what differs from the declared state on each host: rendered files, secret files,
+    pins, driver/CUDA versions, reboot, power limit, daemon.json, the host agent, units, the
+    llama-swap config, model files, and any deploy operation that would still change something.
+
+    Exit 0 nothing found, 3 drift found, 1 a host unreachable or a check failed, 2 invalid input.
+    """
+    from rigkit.drift import check
+    from rigkit.spec.inventory import default_inventory
+
+    host_specs = load_or_exit(inventory, hosts)
+    inv = inventory or default_inventory()
+    states: dict = {}
+    findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=not no_plan, states=states)
+    if as_json:
+        from rigkit.drift.run import document, dumps_document
+
+        sys.stdout.write(dumps_document(document(findings, codes, [hs.name for hs in host_specs], inv,
+                                                 states, with_diff=show_diff)))
+        for hs in host_specs:  # stdout stays JSON lines; a word per host on stderr
+            counted = sum(f.host == hs.name and f.severity in ("drift", "error") for f in findings)
+            print(f"{hs.name}: {counted} finding(s) counted, exit {codes[hs.name]}", file=sys.stderr)
+    else:
+        out = Console(highlight=False, soft_wrap=False)
+        if not out.is_terminal:  # cron, a pipe: no colour (rich), lines as long as they need
+            out = Console(highlight=False, soft_wrap=False, width=200, no_color=True)
+        for hs in host_specs:
+            mine = [f for f in findings if f.host == hs.name]
+            code = codes[hs.name]
+            verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
+            gen = (states.get(hs.name) or {}).get("generation")
+            if gen:
+                against = "the spec" if gen["compared_with"] == "spec" else gen["compared_with"]
+                since = ("; the spec differs from what it recorded: the next deploy records a new one"
+                         if gen.get("spec_is_current") is False else "")
+                out.print(Text(f"{hs.name}: generation {gen['current']} ({gen['time']}, {gen['operator']}, "
+                               f"{gen['reason']}); compared with {against}{since}"))
+            if not mine:
+                out.print(f"[bold]{escape(hs.name)}[/]: no drift")
+                continue
+            out.print(findings_table(hs.name, verdict, mine))
+            if show_diff:
+                for f in mine:
+                    if f.diff:
+                        out.print(f.diff, markup=False, highlight=False)
+    sys.exit(exitcodes.combine(*codes.values()))

@@ -1,0 +1,182 @@
+"""The ``rigkit`` command line (click). One sub-command per job; each exits with DESIGN.md's
+codes (:mod:`rigkit.exitcodes`): 0 done, 1 failed, 2 invalid input (nothing touched), 3 findings."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rigkit import __version__, exitcodes
+from rigkit.cli.common import (check_hosts, err, host_option, inventory_option, load_or_exit, out, parse_data,
+                            print_verdicts, validate_or_exit)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rigkit")
+def cli() -> None:
+    """Rebuild, check and smoke-bench the single-GPU inference rig."""
+
+
+@cli.command()
+@inventory_option
+@host_option
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="staging folder: files at their remote paths plus manifest.json")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: tuple[str, ...]) -> None:
+    """Write every rendered file under --out DIR at its remote path, plus a manifest
+    (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/.
+
+    The validators of ``rigkit check`` run first: a file one rejects is exit 2 and nothing is
+    written; a validator that could not run (e.g. the schema offline) is named, the files are
+    written, and the exit is 1 (they are unverified)."""
+    from rigkit.render.files import write_tree
+
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))
+    checked, code = validate_or_exit(host_specs, what="render", refuse_unrun=False)
+    for hs, files, _ in checked:
+        target = out_dir if len(host_specs) == 1 else out_dir / hs.name
+        man = write_tree(files, target)
+        out.print(f"{hs.name}: {len(files)} files under {target}, manifest {man}"
+                  + (" (unverified: a validator could not run)" if code else ""), markup=False)
+    sys.exit(code)
+
+
+@cli.command()
+@inventory_option
+@host_option
+@click.option("-v", "--verbose", count=True, help="also list what passed")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tuple[str, ...]) -> None:
+    """Validate the spec and the rendered files with real validators, without touching a host.
+
+    Results go to stdout (``rigkit check | less``), warnings to stderr. Exit 0 when valid (warnings
+    included), 2 for an invalid spec or a file a validator rejects, 1 when a validator could not run
+    (e.g. the llama-swap schema could not be fetched: the line says what to do).
+    """
+    from rigkit.render.checks import verdict_code
+    from rich.markup import escape
+
+    from rigkit.spec.inventory import default_inventory
+    from rigkit.spec.modellock import lock_problems_for
+    from rigkit.spec.secrets import hf_token_source
+    from rigkit.spec.validate import spec_warnings
+
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))
+    codes = []
+    for hs, _files, results in check_hosts(host_specs):
+        out.print(f"[bold]{hs.name}[/]: spec valid", markup=True)
+        for warning in spec_warnings(hs.spec):
+            err.print(f"  [yellow]warn[/]  {warning}", markup=True)
+        print_verdicts(hs.name, results, out, verbose)
+        codes.append(verdict_code(results))
+        lock_file, lock_problems = lock_problems_for(hs.spec, inventory or default_inventory())
+        for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
+            err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem}')}", markup=True)
+        if lock_problems:
+            codes.append(exitcodes.INVALID)
+        elif lock_file:
+            out.print(f"  {lock_file}: matches the spec", markup=False)
+    source = hf_token_source()
+    out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
+              "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
+    sys.exit(exitcodes.combine(*codes))
+
+
+@cli.command()
+@inventory_option
+@host_option
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
+@click.option("--reboot", is_flag=True, help="reboot when the new kernel or driver needs it (data reboot=true)")
+@click.option("--force", is_flag=True, help="deploy despite declared lock files (data force=true)")
+@click.option("--dry", is_flag=True, help="show what would change (pyinfra --dry), change nothing")
+@click.option("--no-smoke", is_flag=True, help="skip the post-deploy smoke bench")
+@click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
+def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
+           dry: bool, no_smoke: bool, verbose: int) -> None:
+    """Converge the hosts to the declared rig with pyinfra (deploy.py).
+
+    Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
+    unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
+    when such a validator could not run; exit 1 when pyinfra fails on a host.
+
+    A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
+    says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held
+    generation (the spec is not applied; the deploy says so) until ``rigkit rollback --release``.
+    """
+    from rigkit.spec.inventory import default_inventory
+    from rigkit.spec.model import unset_operator_values
+
+    overrides = parse_data(data)
+    if reboot:
+        overrides["reboot"] = True
+    if force:
+        overrides["force"] = True
+    host_specs = load_or_exit(inventory, hosts, overrides)
+    unset = {hs.name: unset_operator_values(hs.spec) for hs in host_specs}
+    if any(unset.values()):
+        for name, keys in unset.items():
+            for key in keys:
+                err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
+        sys.exit(exitcodes.INVALID)
+    from rigkit.spec.validate import spec_warnings
+
+    for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
+        for warning in spec_warnings(hs.spec):
+            err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
+    # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
+    # a validator that could not run exit 1
+    validate_or_exit(host_specs, console=err, what="the deploy")
+    from rigkit.cli.deployrun import run_pyinfra, smoke
+
+    proc, env = run_pyinfra(inventory or default_inventory(), hosts, overrides, dry, verbose)
+    if proc.returncode != 0:
+        sys.exit(exitcodes.FAILED)
+    if dry or no_smoke:
+        sys.exit(exitcodes.OK)
+    codes = []
+    for hs in host_specs:
+        codes.append(smoke(hs, inventory or default_inventory(), env))
+    sys.exit(exitcodes.combine(*codes))
+
+
+def main() -> None:
+    """Console-script entry point: run the click group, exit with its code.
+
+    pyinfra's CLI package gevent-patches the process when imported (its loader is what reads
+    the inventory and group_data); import it before anything opens a socket, as pyinfra's
+    own command does.
+    """
+    import pyinfra_cli  # noqa: F401
+
+    sys.exit(cli.main(standalone_mode=True))
+
+
+from rigkit.cli.bench import bench  # noqa: E402
+
+cli.add_command(bench)
+
+from rigkit.cli.models import models  # noqa: E402
+
+cli.add_command(models)
+
+from rigkit.cli.drift import drift  # noqa: E402
+from rigkit.cli.report import report  # noqa: E402
+
+cli.add_command(drift)
+cli.add_command(report)
+
+from rigkit.cli.wirein import wire_in  # noqa: E402
+
+cli.add_command(wire_in)
+
+from rigkit.cli.window import window  # noqa: E402
+
+cli.add_command(window)
+
+from rigkit.cli.generations import generations, rollback  # noqa: E402
+
+cli.add_command(generations)
+cli.add_command(rollback)

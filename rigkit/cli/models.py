@@ -1,0 +1,105 @@
+"""``rigkit models``: the model lock (:mod:`rigkit.spec.modellock`).
+
+- ``rigkit models lock [-i PATH] [--host NAME]`` resolves every model of the inventory's hosts
+  on the hub (``HF_ENDPOINT``; the token from ``HF_TOKEN`` or hf's token file, never shown) and
+  writes ``<inventory>.lock.json`` beside the inventory. Exit 0 written; 1 the hub or a URL
+  failed (nothing written); 2 invalid inventory, or two hosts declare one model name differently.
+- ``rigkit models check [-i PATH] [--host NAME]`` compares the spec with the lock. Exit 0 the
+  lock matches; 2 it does not ("re-lock"), or there is no lock.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.markup import escape
+
+from rigkit import exitcodes
+from rigkit.cli.common import err, host_option, inventory_option, load_or_exit
+
+
+def _models_of(host_specs) -> dict:
+    """Union of the hosts' ``spec.models``; exits 2 when one name has two different sources."""
+    from rigkit.spec.modellock import source_of
+
+    models: dict = {}
+    owners: dict = {}
+    for hs in host_specs:
+        for name, model in hs.spec.models.items():
+            if name in models and source_of(models[name]) != source_of(model):
+                err.print(f"[red]error:[/] models.{name}: hosts {owners[name]} and {hs.name} declare different "
+                          "sources; one lock per inventory needs one source per model name")
+                sys.exit(exitcodes.INVALID)
+            models.setdefault(name, model)
+            owners.setdefault(name, hs.name)
+    return models
+
+
+def _human(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n} B"
+
+
+@click.group()
+def models() -> None:
+    """Lock the model weights to exact commits and files."""
+
+
+@models.command()
+@inventory_option
+@host_option
+def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
+    """Resolve each model to a commit and its exact files; write <inventory>.lock.json."""
+    from rigkit.spec.inventory import default_inventory
+    from rigkit.spec.modellock import LockError, lock_models, lock_path_for, write_lock
+
+    host_specs = load_or_exit(inventory, hosts)
+    wanted = _models_of(host_specs)
+    endpoints = {hs.spec.hf_endpoint for hs in host_specs}
+    if len(endpoints) > 1:
+        err.print(f"[red]error:[/] hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
+        sys.exit(exitcodes.INVALID)
+    try:
+        result, skipped = lock_models(wanted, endpoint=endpoints.pop())
+    except LockError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(exitcodes.FAILED)
+    for name in skipped:
+        err.print(f"[yellow]warn[/]  models.{name}: source unset (operator-supplied repo_id or url + sha256); not locked")
+    for name, entry in result["models"].items():
+        src = entry["source"]
+        what = f"{src['repo_id']}@{src['revision']} → {entry['commit']}" if "repo_id" in src else src["url"]
+        err.print(f"{name}: {what}, {len(entry['files'])} file(s), {_human(entry['total_bytes'])}", markup=False)
+    path = write_lock(result, lock_path_for(inventory or default_inventory()))
+    err.print(f"wrote {path}")
+    sys.exit(exitcodes.OK)
+
+
+@models.command()
+@inventory_option
+@host_option
+def check(inventory: str | None, hosts: tuple[str, ...]) -> None:
+    """Compare the spec's models with <inventory>.lock.json (exit 2 when it must be re-locked)."""
+    from rigkit.spec.inventory import default_inventory
+    from rigkit.spec.modellock import check_lock, load_lock, lock_path_for
+
+    host_specs = load_or_exit(inventory, hosts)
+    wanted = _models_of(host_specs)
+    path = lock_path_for(inventory or default_inventory())
+    try:
+        current = load_lock(path)
+    except FileNotFoundError:
+        err.print(f"[red]error:[/] {escape(str(path))}: no lock; run `rigkit models lock -i {inventory or default_inventory()}`")
+        sys.exit(exitcodes.INVALID)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(exitcodes.INVALID)
+    problems = check_lock(wanted, current, str(path))
+    for p in problems:
+        err.print(f"[red]error:[/] {escape(p)}")
+    if not problems:
+        err.print(f"{path}: matches the spec ({len(current['models'])} model(s))")
+    sys.exit(exitcodes.INVALID if problems else exitcodes.OK)

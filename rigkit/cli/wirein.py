@@ -1,0 +1,214 @@
+"""``rigkit wire-in``: the llama-swap wire-in as the operator decides it (DESIGN.md job 2, "Staged vs live").
+
+``--show`` prints the unified diff from the host's live config to the declared one (rendered from the
+spec: members with ``staged: false``), the members it adds, removes or changes, and any hold;
+``--activate`` uploads the declared config to the host's staging path and runs the one activation path
+there (:mod:`rigkit.host.activate`, in the transient unit ``rigkit-activate``, so a lost SSH session cannot
+leave it half done), then installs the declared review copy and host config (without ``--data``); ``--rollback`` activates the newest backup and records a hold that the deploy
+respects and drift reports; ``--release`` removes the hold. The operator wires a member in by flipping
+``staged`` in group_data (or, for one run, ``--data``); nothing edits the operator's files.
+
+Reaches the host over SSH through :class:`rigkit.remote.Remote` (pyinfra's connection settings,
+``sudo -n`` when the inventory says ``_sudo``). Nothing shown holds a secret: the configs hold none, and the agent
+never prints the API key.
+
+Exit codes (DESIGN.md): 0 done / no differences; 1 failed (host unreachable, activation failed and
+restored, refused by a hold); 2 invalid input (inventory, spec, arguments; no backup to roll back to);
+3 ``--show`` found differences to review.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+import subprocess
+import sys
+
+import click
+
+from rigkit import exitcodes
+
+
+def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    """Run ``command`` (a shell string) on the host as root (``sudo -n`` when the inventory says
+    ``_sudo``) through :class:`rigkit.remote.Remote`, the one SSH path; a timeout is exit 255 with
+    ``ssh: timed out after N s`` on stderr."""
+    from rigkit.remote import Remote
+
+    return Remote(hs.name, hs.connection).run(command, stdin=stdin, timeout=timeout_s)
+
+
+class _Fail(click.ClickException):
+    exit_code = exitcodes.FAILED
+
+
+def live_config(hs) -> str | None:
+    """The host's live llama-swap config text, or None when it has none; raises _Fail (exit 1) when
+    the host cannot be read."""
+    from rigkit import paths
+
+    path = shlex.quote(paths.LLAMA_SWAP_CONFIG)
+    p = _run(hs, f"sh -c 'if [ -e {path} ]; then cat {path}; else echo __RIGKIT_NONE__; fi'")
+    if p.returncode != 0:
+        raise _Fail(f"{hs.name}: cannot read {paths.LLAMA_SWAP_CONFIG} (ssh exit {p.returncode}): {p.stderr.strip()[:300]}")
+    return None if p.stdout == "__RIGKIT_NONE__\n" else p.stdout
+
+
+def host_holds(hs) -> dict:
+    """The host's holds (:func:`rigkit.host.holds.parse` of ``/var/lib/rigkit/holds.json``); raises
+    _Fail (exit 1) when the host cannot be read or the file is not a JSON object of hold records."""
+    from rigkit import paths
+    from rigkit.host import holds
+
+    path = shlex.quote(paths.HOLDS_FILE)
+    p = _run(hs, f"sh -c 'cat {path} 2>/dev/null || true'")
+    if p.returncode != 0:
+        raise _Fail(f"{hs.name}: cannot read {paths.HOLDS_FILE}: {p.stderr.strip()[:300]}")
+    try:
+        return holds.parse(p.stdout, paths.HOLDS_FILE)
+    except holds.HoldsError as exc:
+        raise _Fail(f"{hs.name}: {exc}") from None
+
+
+def describe_hold(hold: dict) -> str:
+    """One line naming a hold: since, by whom, what it restored and what it holds back."""
+    back = hold.get("held_back_members") or {}
+    what = "; ".join(f"{k}: {', '.join(v)}" for k, v in back.items() if v) or "no member difference"
+    return (f"hold since {hold.get('since')} ({hold.get('by')}): live = {hold.get('restored_from')}; "
+            f"held back ({what}), a copy in {hold.get('held_back_copy')}")
+
+
+def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
+    """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
+    from rigkit import paths
+    from rigkit.host.swapconfig import member_diff, parse_config
+    from rigkit.host.holds import LLAMA_SWAP
+    from rigkit.render.files import render_llama_swap
+
+    declared = render_llama_swap(hs.spec, staged=False)
+    live = live_config(hs)
+    hold = host_holds(hs).get(LLAMA_SWAP)
+    if hold:
+        echo(f"{hs.name}: {describe_hold(hold)}")
+    if live == declared:
+        echo(f"{hs.name}: the live config is the declared one; no differences")
+        return exitcodes.OK
+    diff = difflib.unified_diff((live or "").splitlines(keepends=True), declared.splitlines(keepends=True),
+                                fromfile=f"{hs.name}:{paths.LLAMA_SWAP_CONFIG} (live)" if live is not None else "(no live config)",
+                                tofile=f"{paths.LLAMA_SWAP_CONFIG} (declared)")
+    sys.stdout.writelines(diff)
+    try:
+        members = member_diff(parse_config(live, "live") if live else None, parse_config(declared, "declared"))
+    except ValueError:
+        members = {}
+    summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"
+    again = "".join(f" --data {shlex.quote(d)}" for d in data)
+    echo(f"{hs.name}: members {summary}; `rigkit wire-in --host {hs.name} --activate{again}` activates "
+         + ("this config (the --data given here included)" if data else "the declared config"))
+    return exitcodes.FINDINGS
+
+
+def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
+    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.agentcmd.activate_command`,
+    print its log, return its exit code (an ssh failure is 1)."""
+    from rigkit.agentcmd import activate_command
+
+    # each run gets a transient unit of its own (rigkit.agentcmd.remote_command): a command right
+    # after the previous one never meets a unit systemd has not collected yet
+    p = _run(hs, f"sh -c {shlex.quote(activate_command(args))}", timeout_s=timeout_s)
+    sys.stdout.write(p.stdout)
+    if p.stderr.strip():
+        sys.stderr.write(p.stderr)
+    return p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED
+
+
+def install_declared_companions(hs, declared_spec) -> None:
+    """Install the files that follow the members' ``staged`` flags besides the live config — the
+    review copy (``config.staged.yaml``) and the host config (``/etc/rigkit/host.json``) — rendered
+    from ``declared_spec``: the inventory's declared data, without ``--data`` (which changes only what
+    this run activates). After an activation they are what the deploy would install, so drift is clean
+    without another deploy. Written atomically with their declared mode and owner, only when they
+    differ; raises _Fail (exit 1) when the host refuses."""
+    from rigkit import paths
+    from rigkit.render.files import render
+
+    files = render(declared_spec)
+    for path in (paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG):
+        f = files[path]
+        tmp = shlex.quote(f"{path}.rigkit-tmp")
+        q = shlex.quote(path)
+        script = (f"umask 077 && cat > {tmp} && if cmp -s {tmp} {q}; then rm -f {tmp}; else "
+                  f"chown {shlex.quote(f.owner)} {tmp} && chmod {f.mode} {tmp} && mv -f {tmp} {q}; fi")
+        up = _run(hs, f"sh -c {shlex.quote(script)}", stdin=f.text)
+        if up.returncode != 0:
+            raise _Fail(f"{hs.name}: installing the declared {path} failed: {up.stderr.strip()[:300]}")
+
+
+def activate_host(hs, declared_spec=None) -> int:
+    """Upload the live config of ``hs.spec`` (declared data plus ``--data``) to the host's staging path
+    and activate it there; on success install the declared review copy and host config
+    (:func:`install_declared_companions`, from ``declared_spec``, default ``hs.spec``)."""
+    import posixpath
+
+    from rigkit import paths
+    from rigkit.render.files import render_llama_swap
+
+    declared = render_llama_swap(hs.spec, staged=False)
+    staging = paths.LLAMA_SWAP_NEXT
+    up = _run(hs, "sh -c " + shlex.quote(
+        f"install -d -m 0700 {shlex.quote(posixpath.dirname(staging))} && umask 077 && cat > {shlex.quote(staging)}"),
+        stdin=declared)
+    if up.returncode != 0:
+        raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
+    rc = _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --activate"])
+    if rc == exitcodes.OK:
+        install_declared_companions(hs, declared_spec or hs.spec)
+    return rc
+
+
+@click.command("wire-in")
+@click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
+              help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")
+@click.option("--host", "hosts", metavar="NAME", multiple=True, required=True, help="the host (repeatable)")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key for this run, as pyinfra --data")
+@click.option("--show", "action", flag_value="show", help="diff the host's live config with the declared one (exit 3 when they differ)")
+@click.option("--activate", "action", flag_value="activate", help="activate the declared config through the activation path")
+@click.option("--rollback", "action", flag_value="rollback", help="activate the newest backup and record a hold")
+@click.option("--release", "action", flag_value="release", help="remove the hold (the next deploy activates again)")
+def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None) -> None:
+    """Review, activate, roll back or release the llama-swap wire-in on a host."""
+    from rigkit.cli.common import err, parse_data
+    from rigkit.spec.inventory import InventoryError, load_hosts
+    from rigkit.spec.problems import SpecError
+
+    if action is None:
+        err.print("[red]error:[/] say what to do: --show, --activate, --rollback or --release")
+        sys.exit(exitcodes.INVALID)
+    try:
+        host_specs = load_hosts(inventory, list(hosts), override_data=parse_data(data))
+    except (InventoryError, SpecError) as exc:
+        err.print(f"[red]error:[/] {exc}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    except click.BadParameter as exc:
+        err.print(f"[red]error:[/] {exc.format_message()}", markup=True)
+        sys.exit(exitcodes.INVALID)
+    declared = {hs.name: hs.spec for hs in host_specs}
+    if data and action == "activate":
+        declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
+    codes = []
+    for hs in host_specs:
+        try:
+            if action == "show":
+                codes.append(show(hs, data=data))
+            elif action == "activate":
+                codes.append(activate_host(hs, declared[hs.name]))
+            elif action == "rollback":
+                from rigkit import paths
+
+                codes.append(_agent(hs, ["--rollback", "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --rollback"]))
+            else:
+                codes.append(_agent(hs, ["--release", "--by", "rigkit wire-in --release"]))
+        except _Fail as exc:
+            err.print(f"[red]error:[/] {exc.message}", markup=True)
+            codes.append(exitcodes.FAILED)
+    sys.exit(exitcodes.combine(*codes))

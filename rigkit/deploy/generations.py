@@ -1,0 +1,217 @@
+"""Generations, the control side: the manifest a deploy hands the host to record
+(:func:`manifest`, recorded by :mod:`rigkit.host.generations`), a generation turned back into what
+the roles deploy (:func:`source_from_bundle`, for ``rigkit rollback`` and a held host), and what
+differs between two (:func:`diff`). Nothing here touches a host.
+
+A generation's ``key`` is the sha256 of what the deploy declares for the host — every rendered
+file (sha256, mode, owner), the model lock, the pins, the units, llama-swap's members and release,
+daemon.json's keys — so two deploys that leave a host alike have one key and the second records
+nothing. The rigkit version, the spec hash, the time and the operator are recorded, not keyed;
+secret files are recorded by hash on the host and are not keyed either (a token rotation alone
+records no generation).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rigkit import __version__, paths
+from rigkit.render.declared_state import DAEMON_JSON_KEYS, PREPARED_MODELS
+from rigkit.render.files import AGENT_TIMERS, RenderedFile, render_host_config
+from rigkit.spec.model import RigSpec
+
+#: Spec keys that say how this run goes, not what the host holds: taken from the run, never
+#: from a generation, and not part of a generation's spec.
+RUN_KEYS = ("reboot", "force")
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def spec_snapshot(spec: RigSpec) -> dict[str, Any]:
+    """The spec as JSON data (pydantic ``model_dump(mode="json")``), without :data:`RUN_KEYS`. The
+    spec never holds a secret (they are refused on input and live in ``/etc/rigkit/secrets``)."""
+    data = spec.model_dump(mode="json")
+    for key in RUN_KEYS:
+        data.pop(key, None)
+    return data
+
+
+def spec_hash(spec: RigSpec) -> str:
+    """sha256 of the canonical JSON of :func:`spec_snapshot`."""
+    return hashlib.sha256(_canonical(spec_snapshot(spec)).encode()).hexdigest()
+
+
+def declared_units(spec: RigSpec) -> dict[str, list[str]]:
+    """``{"enabled": [unit], "disabled": [unit]}``: what the deploy enables (llama-swap, the power
+    limit, docker, persistenced, the agent's timers, the operator's timers) and leaves disabled
+    (the legacy units, HyperQwen's unit, started on demand)."""
+    enabled = {"llama-swap.service", "gpu-power-limit.service", "docker.service", "nvidia-persistenced.service"}
+    enabled |= {f"{stem}.timer" for stem in AGENT_TIMERS}
+    enabled |= {Path(p).name for p in spec.operator_units if p.endswith(".timer")}
+    disabled = set(spec.legacy_units) | {"hyperqwen.service"}
+    return {"enabled": sorted(enabled), "disabled": sorted(disabled)}
+
+
+def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | None, reason: str = "deploy",
+             hold: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``rigkit-agent generation record`` records for this deploy (shape: :mod:`rigkit.host.generations`).
+
+    + rendered: ``{path: RenderedFile}`` the roles installed; lock_text: the model lock installed as
+      ``/var/lib/rigkit/models.lock.json`` (or None)
+    + reason: ``"deploy"``, ``"rollback to 3"``...; hold: recorded with the generation (a rollback's)
+    """
+    files = {p: {"sha256": f.sha256, "mode": f.mode, "owner": f.owner} for p, f in sorted(rendered.items())}
+    models: dict[str, Any] = {}
+    if lock_text is not None:
+        files[paths.MODELS_LOCK] = {"sha256": hashlib.sha256(lock_text.encode()).hexdigest(), "mode": "0644",
+                                    "owner": "root:root"}
+        try:
+            lock = json.loads(lock_text)
+            models = {name: {"commit": e.get("commit"), "repo": (e.get("source") or {}).get("repo"),
+                             "files": len(e.get("files") or [])} for name, e in sorted(lock.get("models", {}).items())}
+        except (ValueError, AttributeError):
+            models = {}
+    ls = spec.llama_swap
+    live = [mid for mid, m in ls.members.items() if not m.staged]
+    keyed = {
+        "files": files, "pins": dict(sorted((spec.pacman_pins or {}).items())),
+        "driver": {"version": spec.nvidia_driver_version, "flavour": spec.driver_flavour}, "cuda": spec.cuda_version,
+        "units": declared_units(spec),
+        "llama_swap": {"live": live, "staged": [m for m in ls.members if m not in live],
+                       "release": {"url": ls.release_url, "sha256": ls.release_sha256}, "binary": paths.LLAMA_SWAP_BIN},
+        "models": models, "daemon_json": DAEMON_JSON_KEYS,
+    }
+    return {
+        **keyed,
+        "key": hashlib.sha256(_canonical(keyed).encode()).hexdigest(),
+        "reason": reason, "hold": hold,
+        "secrets": [paths.HF_TOKEN_FILE, paths.HYPERQWEN_SECRET_FILE],
+        "models_lock_path": paths.MODELS_LOCK if lock_text is not None else None,
+        "prepared": sorted(PREPARED_MODELS & set(models)),
+        "rigkit_version": __version__, "spec_hash": spec_hash(spec), "spec": spec_snapshot(spec),
+        "keep": spec.generations_keep,
+    }
+
+
+def lock_text(spec: RigSpec) -> str | None:
+    """The model lock the deploy installs for ``spec`` (``spec.models_lock``'s text, read on the
+    control machine), None when unset or missing (the models role then refuses)."""
+    path = Path(spec.models_lock) if spec.models_lock else None
+    return path.read_text() if path and path.is_file() else None
+
+
+@dataclass
+class Source:
+    """What a deploy applies: the ``spec`` and its ``rendered`` files, from the inventory
+    (``generation`` None) or from a recorded generation; ``lock_text`` the model lock it installs."""
+
+    spec: RigSpec
+    rendered: dict[str, RenderedFile]
+    generation: int | None = None
+    lock_text: str | None = None
+
+
+def source_from_bundle(bundle: dict[str, Any], run_spec: RigSpec, lock_dir: Path) -> Source:
+    """Generation ``bundle`` (``rigkit-agent generation show N --files``) as a :class:`Source`: its spec
+    (with this run's :data:`RUN_KEYS`), its stored files as they were (the host config rendered again
+    for this rigkit's host agent), its model lock written under ``lock_dir`` for the models role.
+    Raises ``rigkit.spec.problems.SpecError`` when the stored spec is no longer valid for this rigkit."""
+    from rigkit.spec.validate import spec_from_dict
+
+    rec, contents = bundle["record"], bundle.get("contents") or {}
+    data = dict(rec["spec"])
+    for key in RUN_KEYS:
+        data[key] = getattr(run_spec, key)
+    lock_text = contents.get(paths.MODELS_LOCK)
+    if lock_text is not None:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        lock_file = lock_dir / f"generation-{rec['n']}.lock.json"
+        lock_file.write_text(lock_text)
+        data["models_lock"] = str(lock_file)
+    spec = spec_from_dict(data, source=f"generation {rec['n']}'s spec")
+    rendered = {p: RenderedFile(contents[p], meta["mode"], meta["owner"])
+                for p, meta in rec["files"].items() if p != paths.MODELS_LOCK}
+    rendered[paths.HOST_CONFIG] = RenderedFile(render_host_config(spec), "0644", "root:root")
+    return Source(spec, rendered, int(rec["n"]), lock_text)
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: data}
+
+
+def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lambda text: text) -> dict[str, Any]:
+    """What differs from generation bundle ``a`` to ``b`` (both with contents):
+    ``{"a", "b", "files": [{"path", "diff"}], "secrets": [path], "pins": {pkg: [a, b]},
+    "units": {"enabled"/"disabled": [a, b]}, "members": {"<id>.<key>": [a, b]}, "llama_swap_release": [a, b],
+    "daemon_json": [a, b], "models": {name: [a, b]}, "spec": {"<dotted key>": [a, b]}}`` — empty
+    sections dropped; file diffs are unified diffs passed through ``mask`` (the caller's secret
+    masking, :func:`rigkit.drift.compare.mask`)."""
+    ra, rb = a["record"], b["record"]
+    ca, cb = a.get("contents") or {}, b.get("contents") or {}
+    out: dict[str, Any] = {"a": ra["n"], "b": rb["n"]}
+    files = []
+    for path in sorted(set(ra["files"]) | set(rb["files"])):
+        fa, fb = ra["files"].get(path), rb["files"].get(path)
+        if (fa or {}).get("sha256") == (fb or {}).get("sha256") and (fa or {}).get("mode") == (fb or {}).get("mode") \
+                and (fa or {}).get("owner") == (fb or {}).get("owner"):
+            continue
+        text = "".join(difflib.unified_diff(
+            (ca.get(path) or "").splitlines(keepends=True), (cb.get(path) or "").splitlines(keepends=True),
+            fromfile=f"{ra['n']}:{path}" if fa else "/dev/null", tofile=f"{rb['n']}:{path}" if fb else "/dev/null"))
+        meta = [f"{k} {fa.get(k)} -> {fb.get(k)}" for k in ("mode", "owner") if fa and fb and fa.get(k) != fb.get(k)]
+        files.append({"path": path, "diff": mask(text) or "", "meta": meta})
+    out["files"] = files
+    out["secrets"] = sorted(p for p in set(ra.get("secrets", {})) | set(rb.get("secrets", {}))
+                            if (ra.get("secrets", {}).get(p) or {}).get("sha256") != (rb.get("secrets", {}).get(p) or {}).get("sha256"))
+    pa, pb = ra.get("pins") or {}, rb.get("pins") or {}
+    out["pins"] = {p: [pa.get(p), pb.get(p)] for p in sorted(set(pa) | set(pb)) if pa.get(p) != pb.get(p)}
+    ua, ub = ra.get("units") or {}, rb.get("units") or {}
+    out["units"] = {k: [ua.get(k), ub.get(k)] for k in ("enabled", "disabled") if ua.get(k) != ub.get(k)}
+    ma = _flat((ra.get("spec") or {}).get("llama_swap", {}).get("members", {}))
+    mb = _flat((rb.get("spec") or {}).get("llama_swap", {}).get("members", {}))
+    out["members"] = {k: [ma.get(k), mb.get(k)] for k in sorted(set(ma) | set(mb)) if ma.get(k) != mb.get(k)}
+    la, lb = (ra.get("llama_swap") or {}).get("release"), (rb.get("llama_swap") or {}).get("release")
+    out["llama_swap_release"] = [la, lb] if la != lb else None
+    out["daemon_json"] = [ra.get("daemon_json"), rb.get("daemon_json")] if ra.get("daemon_json") != rb.get("daemon_json") else None
+    moa, mob = ra.get("models") or {}, rb.get("models") or {}
+    out["models"] = {m: [moa.get(m), mob.get(m)] for m in sorted(set(moa) | set(mob)) if moa.get(m) != mob.get(m)}
+    sa, sb = _flat(ra.get("spec") or {}), _flat(rb.get("spec") or {})
+    out["spec"] = {k: [sa.get(k), sb.get(k)] for k in sorted(set(sa) | set(sb))
+                   if sa.get(k) != sb.get(k) and not k.startswith("models_lock")}
+    return {k: v for k, v in out.items() if v or k in ("a", "b")}
+
+
+def diff_text(d: dict[str, Any]) -> str:
+    """:func:`diff`'s result as text for a terminal: one section per kind of change."""
+    lines = [f"generation {d['a']} -> generation {d['b']}"]
+    if len(d) == 2:
+        return lines[0] + ": no difference\n"
+    for key, label in (("spec", "spec"), ("pins", "pins"), ("members", "llama-swap members"), ("units", "units"),
+                       ("models", "models"), ("secrets", "secret files (by hash; never shown)")):
+        if key in d:
+            lines.append(f"{label}:")
+            if isinstance(d[key], dict):
+                lines += [f"  {k}: {json.dumps(v[0])} -> {json.dumps(v[1])}" for k, v in d[key].items()]
+            else:
+                lines += [f"  {p}: changed" for p in d[key]]
+    for key, label in (("llama_swap_release", "llama-swap release"), ("daemon_json", "daemon.json keys")):
+        if key in d:
+            lines.append(f"{label}: {json.dumps(d[key][0])} -> {json.dumps(d[key][1])}")
+    if "files" in d:
+        lines.append("files:")
+        for f in d["files"]:
+            lines.append(f"  {f['path']}" + (f" ({'; '.join(f['meta'])})" if f["meta"] else ""))
+            lines += ["    " + ln for ln in f["diff"].splitlines()]
+    return "\n".join(lines) + "\n"

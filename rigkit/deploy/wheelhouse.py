@@ -1,0 +1,108 @@
+"""The host agent's wheelhouse, built on the control machine for the host's Python, so the
+deploy installs the agent with ``pip --no-index`` (DESIGN.md "The host side": no package
+index on the host, exact versions pinned).
+
+The agent's own wheel, ``rigkit_host``, holds only :mod:`rigkit.host` (and ``rigkit/__init__.py``
+for the version): none of the control side's modules or dependencies reach the host."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rigkit.cache import cache_dir
+
+#: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
+#: model fetch, rigkit.host.fetch).
+AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class WheelhouseError(RuntimeError):
+    """pip could not build or download a wheel; the message carries pip's output."""
+
+
+HOST_PACKAGE = PROJECT_ROOT / "rigkit" / "host"
+#: The agent wheel's project file: the host package alone, one console script.
+HOST_PYPROJECT = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "rigkit-host"
+version = "{version}"
+description = "rigkit's host side: the agent that runs on the rig"
+requires-python = ">=3.11"
+dependencies = [{requirements}]
+
+[project.scripts]
+rigkit-agent = "rigkit.host.__main__:main"
+
+[tool.setuptools.packages.find]
+include = ["rigkit", "rigkit.host", "rigkit.host.*"]
+"""
+
+
+def _host_sources() -> list[Path]:
+    return sorted([PROJECT_ROOT / "rigkit" / "__init__.py", *HOST_PACKAGE.rglob("*.py")])
+
+
+def stage_host_project(dest: Path) -> Path:
+    """Lay out the agent wheel's project under ``dest``: ``pyproject.toml`` (:data:`HOST_PYPROJECT`),
+    ``rigkit/__init__.py`` and ``rigkit/host/**.py``. Returns ``dest``."""
+    from rigkit import __version__
+
+    for src in _host_sources():
+        out = dest / src.relative_to(PROJECT_ROOT)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+    reqs = ", ".join(f'"{r}"' for r in AGENT_REQUIREMENTS)
+    (dest / "pyproject.toml").write_text(HOST_PYPROJECT.format(version=__version__, requirements=reqs))
+    return dest
+
+
+def _source_digest() -> str:
+    h = hashlib.sha256()
+    h.update(HOST_PYPROJECT.encode())
+    for path in _host_sources():
+        h.update(path.relative_to(PROJECT_ROOT).as_posix().encode())
+        h.update(path.read_bytes())
+    h.update("\n".join(AGENT_REQUIREMENTS).encode())
+    return h.hexdigest()[:16]
+
+
+def build(python_version: str, platform: str = "manylinux2014_x86_64", cache: Path | None = None) -> Path:
+    """A folder of wheels for CPython ``python_version`` ("3.13"): the agent's ``rigkit_host``
+    wheel (:func:`stage_host_project`, built reproducibly, ``SOURCE_DATE_EPOCH``) and :data:`AGENT_REQUIREMENTS` with their dependencies
+    (binary wheels only). Cached by the sources' digest; raises :class:`WheelhouseError`."""
+    out = cache_dir(cache) / "wheelhouse" / f"cp{python_version.replace('.', '')}-{_source_digest()}"
+    if (out / ".complete").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # a private build folder, renamed into place at the end: two deploys may build at once
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    pip = [sys.executable, "-m", "pip"]
+    src = stage_host_project(Path(tempfile.mkdtemp(prefix="rigkit-host-src.")))
+    steps = [
+        [*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), str(src)],
+        [*pip, "download", "--quiet", "--only-binary=:all:", "--python-version", python_version,
+         "--implementation", "cp", "--platform", platform, "--platform", "manylinux_2_17_x86_64",
+         "--platform", "any", "--dest", str(tmp), *AGENT_REQUIREMENTS],
+    ]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise WheelhouseError(f"{' '.join(cmd[2:4])} failed:\n{proc.stdout}{proc.stderr}")
+    shutil.rmtree(src, ignore_errors=True)
+    (tmp / ".complete").write_text("\n".join(sorted(p.name for p in tmp.glob("*.whl"))) + "\n")
+    try:
+        tmp.rename(out)
+    except OSError:  # another build finished first: keep it
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

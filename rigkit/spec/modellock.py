@@ -1,0 +1,384 @@
+"""The model lock: each model of the spec resolved to an exact commit and exact files.
+
+``rigkit models lock -i INVENTORY`` writes ``<inventory>.lock.json`` beside the inventory
+(``inventory/sandbox.py`` → ``inventory/sandbox.lock.json``), like a package lock. The deploy
+fetches only what the lock names (:mod:`rigkit.host.fetch`, on the host); :func:`check_lock` refuses
+a spec that no longer matches its lock ("re-lock").
+
+A hub model (``repo_id`` + ``revision``) is resolved with huggingface-hub's
+``HfApi.model_info(repo_id, revision=..., files_metadata=True)`` (``GET
+/api/models/{repo_id}/revision/{rev}?blobs=true``: the commit in ``sha``, each sibling's
+``size``, ``blobId`` and, for LFS files, ``lfs.sha256``), filtered by the spec's
+``include``/``exclude`` globs exactly as ``hf download --include/--exclude`` filters them
+(``huggingface_hub.utils.filter_repo_objects``: fnmatch, ``*`` crosses ``/``; no include = every
+file). A ``url`` + ``sha256`` model is sized with an HTTP HEAD (redirects followed).
+
+Lock format (JSON, keys sorted, 2-space indent, trailing newline; no timestamps, no endpoint,
+never a token, so the same hub state gives the same bytes)::
+
+    {"version": 1,
+     "models": {
+       "<name>": {"source": {"repo_id", "revision", "include", "exclude", "path"}   # as in the spec
+                  "commit": "<40 hex>",
+                  "files": [{"path": "config.json", "size": 273, "git_blob": "<40 hex>"},
+                            {"path": "model-00001-of-00002.safetensors", "size": 540920,
+                             "sha256": "<64 hex>"}],           # sorted by path; sizes in bytes
+                  "total_bytes": 1082318},
+       "<url model>": {"source": {"url", "sha256", "path"},
+                       "files": [{"path": "<url basename>", "size": N, "sha256": "<64 hex>", "url": "..."}],
+                       "total_bytes": N}}}
+
+Models whose source is unset (operator-supplied, ``repo_id`` and ``url`` both None) are left out
+of the lock and named by :func:`lock_models`'s ``skipped``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+LOCK_VERSION = 1
+_SHA256 = r"^[0-9a-f]{64}$"
+_GIT_SHA1 = r"^[0-9a-f]{40}$"
+
+
+class LockError(RuntimeError):
+    """The hub (or a URL) could not resolve a model: the message names the model, repo and
+    revision, and the cause (HTTP status, network); never a token. Exit code 1."""
+
+
+class LockFormatError(ValueError):
+    """A lock file that is not a valid rigkit model lock: ``problems`` lists ``"<file>: <entry>:
+    <what is wrong>"`` lines (the file and the entry named, e.g. ``models.strata.files[0].path``).
+    Exit code 2."""
+
+    def __init__(self, path: str | os.PathLike, problems: list[str]):
+        self.path = str(path)
+        self.problems = [f"{path}: {p}" for p in problems]
+        super().__init__("\n".join(self.problems))
+
+
+def _relative_path(value: str) -> str:
+    """A path inside the model folder: relative, POSIX, no ``..``, no empty or ``.`` part."""
+    parts = value.split("/")
+    if not value or value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts) \
+            or PurePosixPath(value).is_absolute() or re.match(r"^[A-Za-z]:", value):
+        raise ValueError("a relative path inside the model folder (no '..', no leading '/', no empty part)")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError("a path without control characters")
+    return value
+
+
+class _LockModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class LockedFile(_LockModel):
+    """One file of a locked model: ``path`` inside the model folder, ``size`` in bytes, and its
+    hash: ``sha256`` (LFS files, url models) or ``git_blob`` (small files: the git blob id).
+    ``url`` for a url model's file."""
+
+    path: str
+    size: int = Field(ge=0)
+    sha256: str | None = Field(default=None, pattern=_SHA256)
+    git_blob: str | None = Field(default=None, pattern=_GIT_SHA1)
+    url: str | None = None
+
+    _path = field_validator("path")(classmethod(lambda cls, v: _relative_path(v)))
+
+    @model_validator(mode="after")
+    def _one_hash(self) -> LockedFile:
+        if (self.sha256 is None) == (self.git_blob is None):
+            raise ValueError("each file needs exactly one of sha256 (64 hex) or git_blob (40 hex)")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("a file fetched by url needs its sha256")
+        return self
+
+
+class LockedSource(_LockModel):
+    """The spec source a lock entry was made from (:func:`source_of`): a hub repo (``repo_id``,
+    ``revision``, ``include``, ``exclude``, ``path``) or a url model (``url``, ``sha256``, ``path``)."""
+
+    repo_id: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(default=None, min_length=1)
+    include: list[str] | None = None
+    exclude: list[str] | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    sha256: str | None = Field(default=None, pattern=_SHA256)
+    path: str
+
+    _path = field_validator("path")(classmethod(lambda cls, v: _relative_path(v)))
+
+    @model_validator(mode="after")
+    def _hub_or_url(self) -> LockedSource:
+        hub = [self.repo_id, self.revision, self.include, self.exclude]
+        if self.url is None and all(v is not None for v in hub) and self.sha256 is None:
+            return self
+        if self.url is not None and self.sha256 is not None and all(v is None for v in hub):
+            return self
+        raise ValueError("a hub source (repo_id, revision, include, exclude, path) or a url source "
+                         "(url, sha256, path), not a mix")
+
+
+class LockEntry(_LockModel):
+    """One locked model: its ``source``, the ``commit`` (40 hex, hub models), the ``files`` (at
+    least one, unique paths) and ``total_bytes`` (their sizes summed)."""
+
+    source: LockedSource
+    commit: str | None = Field(default=None, pattern=_GIT_SHA1)
+    files: list[LockedFile] = Field(min_length=1)
+    total_bytes: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LockEntry:
+        if self.source.repo_id is not None and self.commit is None:
+            raise ValueError("a hub model needs its commit (40 hex), what `rigkit models lock` resolved")
+        paths = [f.path for f in self.files]
+        if len(set(paths)) != len(paths):
+            raise ValueError("a file is listed twice")
+        if self.total_bytes != sum(f.size for f in self.files):
+            raise ValueError(f"total_bytes {self.total_bytes} is not the sum of the file sizes "
+                             f"({sum(f.size for f in self.files)})")
+        return self
+
+
+class LockDocument(_LockModel):
+    """The whole lock file (``version`` 1, ``models`` by name)."""
+
+    version: Literal[1]
+    models: dict[str, LockEntry]
+
+
+_TYPE_WORDS = {"model_type": "expected a mapping", "dict_type": "expected a mapping", "list_type": "expected a list",
+               "int_type": "expected an integer", "string_type": "expected a string",
+               "literal_error": f"expected {LOCK_VERSION}"}
+
+
+def _lock_problems(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = ""
+        for part in err["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (("." if loc else "") + str(part))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required"
+        elif err["type"] in _TYPE_WORDS:
+            msg = _TYPE_WORDS[err["type"]]
+        elif err["type"] == "string_pattern_mismatch":
+            want = {_SHA256: "64 lower-case hex digits", _GIT_SHA1: "40 lower-case hex digits"}
+            msg = want.get(err["ctx"]["pattern"], msg)
+        value = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(value, (dict, list)) \
+            else f" ({value!r})"[:90]
+        out.append(f"{loc or '(root)'}: {msg}{shown}")
+    return out
+
+
+def lock_path_for(inventory: str | os.PathLike) -> Path:
+    """``inventory/sandbox.py`` → ``inventory/sandbox.lock.json`` (beside the inventory)."""
+    p = Path(inventory)
+    return p.with_name(p.stem + ".lock.json")
+
+
+def source_of(model: Any) -> dict[str, Any] | None:
+    """The part of a spec :class:`~rigkit.spec.model.ModelSource` the lock is a function of, as a
+    plain dict (``None`` when the source is unset). A lock entry whose ``source`` differs from
+    this is stale."""
+    if model.repo_id:
+        return {"repo_id": model.repo_id, "revision": model.revision, "include": list(model.include),
+                "exclude": list(model.exclude), "path": model.path}
+    if model.url:
+        return {"url": model.url, "sha256": model.sha256, "path": model.path}
+    return None
+
+
+def select_files(paths: Iterable[str], include: list[str], exclude: list[str]) -> list[str]:
+    """The repo paths kept by ``include`` / ``exclude`` globs, sorted, using huggingface-hub's
+    own ``filter_repo_objects`` (what ``snapshot_download(allow_patterns=, ignore_patterns=)``
+    and ``hf download --include/--exclude`` use)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(list(paths), allow_patterns=include or None, ignore_patterns=exclude or None))
+
+
+def _hub_error(name: str, repo: str, revision: str, exc: Exception) -> LockError:
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"models.{name}: {repo}@{revision}"
+    if isinstance(exc, RevisionNotFoundError):
+        return LockError(f"{where}: revision not found on the hub; check models.{name}.revision")
+    if isinstance(exc, GatedRepoError):
+        return LockError(f"{where}: gated repo; accept its terms on the hub with the account of HF_TOKEN")
+    if isinstance(exc, RepositoryNotFoundError):
+        return LockError(f"{where}: repository not found, or private and the HF token (HF_TOKEN or hf's token "
+                         "file; value not shown) has no access")
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None and exc.response.status_code == 401:
+        return LockError(f"{where}: the hub refused the HF token (HTTP 401; from HF_TOKEN or hf's token file, "
+                         "value not shown); renew it")
+    if isinstance(exc, HfHubHTTPError) and exc.response is not None:
+        return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
+    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT="
+                     f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}")
+
+
+def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any]:
+    """Resolve one hub model: ``api.model_info(repo_id, revision, files_metadata=True)`` →
+    ``{"source", "commit", "files", "total_bytes"}`` (see the module doc). Raises
+    :class:`LockError` for an HTTP or network failure, and when the globs select no file."""
+    try:
+        info = api.model_info(source["repo_id"], revision=source["revision"], files_metadata=True)
+    except Exception as exc:  # huggingface_hub errors and httpx2 network errors
+        raise _hub_error(name, source["repo_id"], source["revision"], exc) from None
+    siblings = {s.rfilename: s for s in info.siblings or []}
+    files = []
+    for path in select_files(siblings, source["include"], source["exclude"]):
+        s = siblings[path]
+        if s.lfs is not None:
+            files.append({"path": path, "size": int(s.lfs.size), "sha256": s.lfs.sha256})
+        else:
+            files.append({"path": path, "size": int(s.size), "git_blob": s.blob_id})
+    if not files:
+        raise LockError(f"models.{name}: {source['repo_id']}@{source['revision']}: include {source['include']} / "
+                        f"exclude {source['exclude']} select none of its {len(siblings)} files")
+    return {"source": source, "commit": info.sha, "files": files, "total_bytes": sum(f["size"] for f in files)}
+
+
+def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> dict[str, Any]:
+    """Size a ``url`` + ``sha256`` model with an HTTP HEAD (redirects followed; no HF token is
+    ever sent to a URL). Raises :class:`LockError` when the URL fails or reports no size."""
+    import requests
+
+    http = session or requests
+    try:
+        resp = http.head(source["url"], allow_redirects=True, timeout=30)
+    except requests.RequestException as exc:
+        raise LockError(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
+    if resp.status_code >= 400:
+        raise LockError(f"models.{name}: {source['url']}: HTTP {resp.status_code}")
+    size = resp.headers.get("Content-Length")
+    if size is None:
+        raise LockError(f"models.{name}: {source['url']}: the server reports no Content-Length; cannot lock its size")
+    if not source.get("sha256"):
+        raise LockError(f"models.{name}: url given without sha256; set models.{name}.sha256")
+    fname = source["url"].rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+    files = [{"path": fname, "size": int(size), "sha256": source["sha256"], "url": source["url"]}]
+    return {"source": source, "files": files, "total_bytes": int(size)}
+
+
+def lock_models(models: dict[str, Any], endpoint: str | None = None, token: str | None = None,
+                api: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """Lock every model of ``models`` (name → spec ``ModelSource``). Returns ``(lock, skipped)``
+    where ``skipped`` names models whose source is unset.
+
+    ``endpoint`` defaults to ``$HF_ENDPOINT`` (read now, not at import); ``token`` None lets
+    huggingface-hub find it (``HF_TOKEN`` or its token file). Raises :class:`LockError`.
+    """
+    from huggingface_hub import HfApi
+
+    api = api or HfApi(endpoint=endpoint or os.environ.get("HF_ENDPOINT") or None, token=token,
+                       library_name="rigkit")
+    out: dict[str, Any] = {}
+    skipped = []
+    for name in sorted(models):
+        source = source_of(models[name])
+        if source is None:
+            skipped.append(name)
+        elif "repo_id" in source:
+            out[name] = lock_hub_model(name, source, api)
+        else:
+            out[name] = lock_url_model(name, source)
+    return {"version": LOCK_VERSION, "models": out}, skipped
+
+
+def dumps_lock(lock: dict[str, Any]) -> str:
+    """The lock's canonical text: JSON, keys sorted, 2-space indent, trailing newline."""
+    return json.dumps(lock, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write :func:`dumps_lock` to ``path`` atomically (:func:`rigkit.host.atomic.write_text`); return the path."""
+    from rigkit.host import atomic
+
+    return atomic.write_text(path, dumps_lock(lock), make_parents=False)
+
+
+def load_lock(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate a lock file (:class:`LockDocument`, as strictly as the spec: every entry's
+    source, a 40-hex commit for hub models, each file's path inside the model folder, its size and
+    exactly one hash). Returns the plain dict. Raises ``FileNotFoundError`` (no lock yet: run
+    ``rigkit models lock``) or :class:`LockFormatError` (a ``ValueError``) naming the file and each
+    bad entry."""
+    try:
+        lock = json.loads(Path(path).read_text())
+    except UnicodeDecodeError as exc:
+        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); re-lock with `rigkit models lock`"]) from None
+    except json.JSONDecodeError as exc:
+        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
+                                     "re-lock with `rigkit models lock`"]) from None
+    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION:
+        raise LockFormatError(path, [f"not a rigkit model lock (version {LOCK_VERSION}); re-lock with `rigkit models lock`"])
+    try:
+        LockDocument.model_validate(lock)
+    except ValidationError as exc:
+        raise LockFormatError(path, _lock_problems(exc)) from None
+    return lock
+
+
+def lock_problems_for(spec: Any, inventory: str | os.PathLike) -> tuple[str | None, list[str]]:
+    """What ``rigkit check`` says about the model lock of one host: ``(lock path or None, problems)``.
+
+    The lock is ``spec.models_lock`` when set, else the file ``rigkit models lock`` writes beside
+    the inventory; when it does not exist there is nothing to say (``rigkit deploy`` refuses
+    without one). Problems: each bad entry (:func:`load_lock`), then each model that no longer
+    matches its lock (:func:`check_lock`)."""
+    path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
+    if not path.is_file():
+        return None, []
+    try:
+        lock = load_lock(path)
+    except LockFormatError as exc:
+        return str(path), list(exc.problems)
+    except OSError as exc:
+        return str(path), [f"{path}: unreadable ({exc.strerror})"]
+    return str(path), check_lock(spec.models, lock, str(path))
+
+
+def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:
+    """Compare the spec's models (name → ``ModelSource``) with a lock. Returns one message per
+    problem (empty = the lock matches): a model set in the spec but not locked, locked with a
+    different source (repo, revision, include/exclude, path, url, sha256), or locked but no
+    longer in the spec. Every message ends with what to do: "re-lock with `rigkit models lock`"."""
+    problems = []
+    locked = lock.get("models", {})
+    fix = "re-lock with `rigkit models lock`"
+    for name in sorted(models):
+        want = source_of(models[name])
+        if want is None:
+            if name in locked:
+                problems.append(f"models.{name}: unset in the spec but locked in {lock_file}; {fix}")
+            continue
+        entry = locked.get(name)
+        if entry is None:
+            problems.append(f"models.{name}: not in {lock_file}; {fix}")
+            continue
+        have = entry.get("source", {})
+        diffs = [f"{k} {have.get(k)!r} → {want.get(k)!r}" for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
+        if diffs:
+            problems.append(f"models.{name}: spec changed since {lock_file} was written ({'; '.join(diffs)}); {fix}")
+    for name in sorted(set(locked) - set(models)):
+        problems.append(f"models.{name}: in {lock_file} but not in the spec; {fix}")
+    return problems

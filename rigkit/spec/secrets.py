@@ -1,0 +1,190 @@
+"""Secrets — found, named, never shown (DESIGN.md "Secrets"): where they come from, and the scanner
+that refuses one in the spec's raw data (:func:`scan_raw`, with control characters) before any model
+sees it.
+
+The HF token comes from ``HF_TOKEN`` or the file hf itself uses on the control machine, and
+lands only in ``/etc/rigkit/secrets/hf.env`` on the host. Messages name a secret's key and its
+source, never its value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import unicodedata
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rigkit.spec.problems import SpecProblem, dotted_key
+
+
+def hf_token_file(env: Mapping[str, str] | None = None) -> Path:
+    """The token file huggingface-hub reads: ``$HF_TOKEN_PATH``, else ``$HF_HOME/token``, else
+    ``$XDG_CACHE_HOME/huggingface/token``, else ``~/.cache/huggingface/token``
+    (huggingface_hub ``constants.HF_TOKEN_PATH``)."""
+    env = os.environ if env is None else env
+    if env.get("HF_TOKEN_PATH"):
+        return Path(env["HF_TOKEN_PATH"]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "token"
+    cache = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return cache / "huggingface" / "token"
+
+
+def hf_token_source(env: Mapping[str, str] | None = None) -> str | None:
+    """Where the HF token would come from, as words (``"environment variable HF_TOKEN"`` or
+    ``"file /root/.cache/huggingface/token"``), or None when there is none. Reads the file's
+    size only, never prints or returns the value."""
+    env = os.environ if env is None else env
+    if env.get("HF_TOKEN", "").strip():
+        return "environment variable HF_TOKEN"
+    path = hf_token_file(env)
+    try:
+        if path.is_file() and path.stat().st_size > 0:
+            return f"file {path}"
+    except OSError:
+        return None
+    return None
+
+
+def read_hf_token(env: Mapping[str, str] | None = None) -> str | None:
+    """The HF token's value for the deploy to install on the host, or None. Callers must wrap
+    it (pyinfra ``HiddenValue``) before it reaches an operation."""
+    env = os.environ if env is None else env
+    if env.get("HF_TOKEN", "").strip():
+        return env["HF_TOKEN"].strip()
+    path = hf_token_file(env)
+    if path.is_file():
+        value = path.read_text().strip()
+        return value or None
+    return None
+
+
+
+#: A Hugging Face user access token (``hf_`` + letters and digits), anywhere in a string or a key.
+HF_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}")
+#: A URL carrying a password (``scheme://user:password@host``).
+URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")
+#: A name (key, ``NAME=`` of an env item, ``--flag`` of a command line) that holds a secret.
+SECRET_NAME_RE = re.compile(
+    r"(?i)(?:^|[^a-z0-9])(?:token|secret|password|passwd|passphrase|credentials?|api[_-]?key|apikey|"
+    r"access[_-]?key|private[_-]?key|auth)(?:$|[^a-z0-9])")
+#: Names that point at a secret (a file, a path) rather than holding one.
+_SECRET_REF_SUFFIXES = ("_file", "-file", "_path", "-path", "_dir", "-dir")
+#: Where the secrets live instead (DESIGN.md "Secrets"); the text of every secret problem.
+SECRET_ADVICE = ("secrets never go in the spec: the API key lives in /etc/rigkit/secrets/hyperqwen.env, "
+                 "the HF token comes from HF_TOKEN or the hf token file")
+SECRET_SHOWN = "<secret, not shown>"
+#: Keys whose strings may span lines (llama-swap splits commands itself; YAML holds a description).
+MULTILINE_KEYS = frozenset({"cmd", "cmd_stop", "description"})
+
+
+def secret_name(name: str) -> bool:
+    """True when ``name`` (a key, an env name, a ``--flag``) is named like a secret:
+    ``HF_TOKEN``, ``VLLM_API_KEY``, ``--api-key``, ``password``... but not ``max_tokens`` and not a
+    reference to one (``HF_TOKEN_FILE``, ``--api-key-file``)."""
+    bare = name.lstrip("-")
+    return bool(SECRET_NAME_RE.search(bare)) and not bare.lower().endswith(_SECRET_REF_SUFFIXES)
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _secret_in_words(words: list[str]) -> bool:
+    """A secret in a command line or an argument list: ``NAME=value`` / ``--flag=value`` with a
+    secret name and a value, or a secret ``--flag`` followed by its value."""
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if eq and value and secret_name(name):
+            return True
+        if (not eq and word.startswith("-") and secret_name(word) and i + 1 < len(words)
+                and not words[i + 1].startswith("-")):
+            return True
+    return False
+
+
+def secret_shaped(value: Any) -> bool:
+    """True when a string holds a secret: a Hugging Face token, a URL with a password, or a
+    secret given as ``NAME=value`` / ``--api-key value`` inside it."""
+    if not isinstance(value, str):
+        return False
+    if HF_TOKEN_RE.search(value) or URL_PASSWORD_RE.search(value):
+        return True
+    return ("=" in value or " " in value.strip()) and _secret_in_words(_words(value))
+
+
+_CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\t": "tab", "\x00": "NUL", "\x1b": "escape",
+                  "\x7f": "delete"}
+
+
+def _bad_char(text: str, multiline: bool) -> str | None:
+    """The first character no rendered file can hold in this value, as ``U+XXXX (name)``:
+    control characters (a newline, tab or NUL outside the multi-line keys), line/paragraph
+    separators, lone surrogates, a byte-order mark."""
+    for ch in text:
+        if multiline and ch in "\n\t":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") or ch == "\ufeff":
+            name = _CONTROL_NAMES.get(ch) or unicodedata.name(ch, "control character").lower()
+            return f"U+{ord(ch):04X} ({name})"
+    return None
+
+
+def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProblem]]:
+    """Walk one data layer before any model sees it: returns ``(redacted copy, problems)``.
+
+    Refused (a :class:`SpecProblem` each, the value never shown): a secret-shaped value
+    (:func:`secret_shaped`) anywhere, as a value, a list item or a mapping key; any value of a key
+    named like a secret (:func:`secret_name`); a secret ``NAME=value`` list item or ``--flag value``
+    pair. Refused with the character named: control characters where no rendered file can hold
+    them (newline and tab only in :data:`MULTILINE_KEYS`). In the copy each secret is replaced by
+    ``"<secret, not shown>"`` (a secret key by ``"<secret-shaped key N>"``), so no later error
+    message (pydantic's included) can echo it."""
+    problems: list[SpecProblem] = []
+
+    def secret(at: tuple[Any, ...]) -> None:
+        problems.append(SpecProblem(key=dotted_key(at) or "(root)", value=SECRET_SHOWN, allowed=SECRET_ADVICE))
+
+    def walk(value: Any, at: tuple[Any, ...]) -> Any:
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for n, (key, item) in enumerate(value.items()):
+                if isinstance(key, str) and secret_shaped(key):
+                    shown = f"<secret-shaped key {n + 1}>"
+                    secret((*at, shown))
+                    out[shown] = SECRET_SHOWN
+                    continue
+                if isinstance(key, str) and secret_name(key) and item not in (None, "", False, [], {}):
+                    secret((*at, key))
+                    out[key] = SECRET_SHOWN
+                    continue
+                if isinstance(key, str) and (bad := _bad_char(key, False)):
+                    problems.append(SpecProblem(key=dotted_key((*at, repr(key))), value="key",
+                                                allowed=f"control character {bad} in a key"))
+                out[key] = walk(item, (*at, key))
+            return out
+        if isinstance(value, (list, tuple)):
+            if all(isinstance(v, str) for v in value) and _secret_in_words(list(value)):
+                secret(at)
+                return [SECRET_SHOWN]
+            return [walk(v, (*at, i)) for i, v in enumerate(value)]
+        if isinstance(value, str):
+            if secret_shaped(value):
+                secret(at)
+                return SECRET_SHOWN
+            key = next((p for p in reversed(at) if isinstance(p, str)), "")
+            bad = _bad_char(value, key in MULTILINE_KEYS)
+            if bad:
+                problems.append(SpecProblem(
+                    key=dotted_key(at), value=repr(value),
+                    allowed=f"control character {bad}: no rendered file can hold it here (it would start a new "
+                            f"line or be reinterpreted); only {', '.join(sorted(MULTILINE_KEYS))} may span lines"))
+        return value
+
+    return walk(data, loc), problems

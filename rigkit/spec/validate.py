@@ -1,0 +1,584 @@
+"""Cross-field checks of a :class:`~rigkit.spec.model.RigSpec`, run before anything is rendered or
+touched, and the way to build a valid spec (:func:`spec_from_layers`, :func:`spec_from_dict`:
+the models' validation in :mod:`rigkit.spec.model`, then :func:`check_spec`). Each problem names the
+key, the bad value and what is allowed. The import graph is one-way: :mod:`rigkit.spec.model` (the
+models) ← :mod:`rigkit.spec.members` (pure helpers over the spec) ← this module.
+
+Sources for the rules: ``notes/llama-swap.md`` §1.1 (upstream load errors) and §7 (validator
+rules), ``notes/hyperqwen.md`` (the ``.env`` knobs), the operator's write-up (the
+``DFLASH_TOKENS=15`` crash at 20k context), DESIGN.md "Versions and units of measure".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rigkit.spec import cmdline
+from rigkit.spec import members as members_mod
+from rigkit.host.gpu import power_limit_problem
+from rigkit.spec.model import (
+    DIGEST_RE,
+    ImageSpec,
+    MEMBER_ID_RE,
+    PACMAN_VERSION_RE,
+    RigSpec,
+    SHA256_RE,
+    UNIT_NAME_RE,
+    unset_operator_values,
+)
+from rigkit.spec.layers import validate_dict, validate_layers
+from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
+
+SAFE_DFLASH_TOKENS = 7
+UNSAFE_SPEC_CONTEXT = 16384
+#: .env keys rigkit renders from the spec itself; ``extra_env`` may not set them.
+OWNED_ENV_KEYS = {
+    "SPEC", "PREFIX_CACHE", "DFLASH_TOKENS", "WARMUP", "CTX", "MAX_LEN", "GPU_UTIL", "MAX_SEQS",
+    "FAST_VARIANT", "DFLASH2", "PORT", "BIND", "MODELS_DIR", "GPU_COUNT", "NO_DOWNLOAD",
+}
+SECRET_ENV_KEYS = {"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
+_OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.service", "hyperqwen-watchdog.service",
+              "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer"}
+DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
+#: Absolute bounds of ``gpu_power_limit_w`` for the RTX 3090 family, checked before the host is
+#: reached (the card's own range, ``gpu_power_range_w``, narrows them when known). Source:
+#: ``notes/nvidia-arch.md`` §3 — reference TDP 350 W, AIB VBIOS ceilings 390–480 W, the highest
+#: cited board (Galax HOF OC Lab) 500 W; 100 W is the lowest ``power.min_limit`` 3090 boards report.
+POWER_LIMIT_SANITY_W = (100, 500)
+#: An image repository by the OCI distribution spec's name grammar (``[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*``
+#: per path component), after an optional registry host (``docker/distribution`` reference
+#: grammar: a first component with a '.' or ':' or ``localhost``), 255 characters at most.
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+REGISTRY_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
+IMAGE_PATH_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+#: An image tag (OCI distribution spec).
+IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+#: A docker container name (moby's ``RestrictedNamePattern``).
+CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+#: A llama-swap ``env`` item (its schema's pattern).
+MEMBER_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+HOST_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*$")
+_FOREGROUND = ("cmd must stay in the foreground and exit when the server dies, or llama-swap waits out "
+               "healthCheckTimeout on a dead member")
+
+
+def spec_from_layers(layers: Iterable[Mapping[str, Any]], source: str = "spec",
+                     labels: list[str] | None = None) -> RigSpec:
+    """The valid RigSpec of data layers, **lowest precedence first** (``all`` ... host,
+    ``--data``): :func:`rigkit.spec.layers.validate_layers` (each layer's
+    models, with its label), then :func:`check_spec` on the merged spec. Raises
+    :class:`~rigkit.spec.problems.SpecError` naming every problem (``source`` names the spec)."""
+    return _checked(validate_layers(layers, source=source, labels=labels), source)
+
+
+def spec_from_dict(data: Mapping[str, Any], source: str = "spec") -> RigSpec:
+    """The valid RigSpec of one already-merged overrides dict over the defaults: the models
+    (:func:`rigkit.spec.layers.validate_dict`), then :func:`check_spec`. Raises
+    :class:`~rigkit.spec.problems.SpecError`."""
+    return _checked(validate_dict(data, source=source), source)
+
+
+def _checked(spec: RigSpec, source: str) -> RigSpec:
+    problems = check_spec(spec)
+    if problems:
+        raise SpecError(problems, source)
+    return spec
+
+
+def check_spec(spec: RigSpec) -> list[SpecProblem]:
+    """Every cross-field problem of ``spec`` (empty when valid). Pure: reads nothing but the spec."""
+    problems: list[SpecProblem] = []
+    problems += _check_power(spec)
+    problems += _check_speculative(spec)
+    problems += _check_hyperqwen_env(spec)
+    problems += _check_pins(spec)
+    problems += _check_units(spec)
+    problems += _check_images(spec)
+    problems += _check_members(spec)
+    problems += _check_groups_and_vram(spec)
+    problems += _check_ports(spec)
+    problems += _check_models(spec)
+    return problems
+
+
+def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
+    """What ``rigkit check`` reports but accepts: each unset operator value once, images pinned
+    by tag rather than digest."""
+    warnings = [
+        SpecWarning(key=key, message="unset (operator-supplied); rendered files carry a RIGKIT-UNSET placeholder "
+                    "where it is used, and `rigkit deploy` refuses until it is set")
+        for key in unset_operator_values(spec)
+    ]
+    for key, image in _images(spec):
+        if image.ref and not DIGEST_RE.match(image.ref):
+            warnings.append(SpecWarning(
+                key=f"{key}.ref",
+                message=f"{image.ref!r} is a tag, not a digest; pin sha256:<64 hex> so the image cannot move"))
+    hq = spec.hyperqwen
+    if hq.allow_unsafe_spec and _unsafe_speculation(spec):
+        warnings.append(SpecWarning(
+            key="hyperqwen.allow_unsafe_spec",
+            message=(f"true: the DFlash guard is off and dflash_tokens {hq.dflash_tokens} runs at max_model_len "
+                     f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
+                     "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
+    return warnings
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _check_power(spec: RigSpec) -> list[SpecProblem]:
+    lo, hi = POWER_LIMIT_SANITY_W
+    if power_limit_problem(spec.gpu_power_limit_w, lo, hi):
+        return [SpecProblem(
+            key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
+            allowed=f"outside {lo}–{hi} W, what any RTX 3090-family card accepts (reference 350 W, the highest "
+                    "board VBIOS 500 W; notes/nvidia-arch.md §3); the card's own range is read on the host")]
+    rng = spec.gpu_power_range_w
+    if rng is None:
+        return []
+    out = []
+    if rng.min_w > rng.max_w:
+        out.append(SpecProblem(key="gpu_power_range_w", value=f"min_w {rng.min_w} > max_w {rng.max_w}",
+                               allowed="min_w must not exceed max_w"))
+    elif problem := power_limit_problem(spec.gpu_power_limit_w, rng.min_w, rng.max_w):
+        out.append(SpecProblem(key="gpu_power_limit_w", value=repr(spec.gpu_power_limit_w),
+                               allowed=problem.partition(" W is ")[2]))
+    return out
+
+
+def _unsafe_speculation(spec: RigSpec) -> bool:
+    """DFlash2 is the speculative method with a verify block above the safe size at long context."""
+    hq = spec.hyperqwen
+    return hq.spec == "dflash2" and hq.dflash_tokens > SAFE_DFLASH_TOKENS and hq.max_model_len >= UNSAFE_SPEC_CONTEXT
+
+
+def _check_speculative(spec: RigSpec) -> list[SpecProblem]:
+    hq = spec.hyperqwen
+    if _unsafe_speculation(spec) and not hq.allow_unsafe_spec:
+        return [SpecProblem(
+            key="hyperqwen.dflash_tokens", value=repr(hq.dflash_tokens),
+            allowed=(f"above {SAFE_DFLASH_TOKENS} with max_model_len {hq.max_model_len} (≥ {UNSAFE_SPEC_CONTEXT}) is refused: "
+                     "DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, marlin_gemm "
+                     f"allocation failure) and it kept answering 500; use ≤ {SAFE_DFLASH_TOKENS}, or set "
+                     "hyperqwen.allow_unsafe_spec: true"))]
+    return []
+
+
+def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
+    from rigkit.host.envfile import dotenv_value
+
+    out = []
+    hq = spec.hyperqwen
+    try:
+        ipaddress.ip_address(hq.bind)
+    except ValueError:
+        out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
+                               allowed="an IP address to publish HyperQwen's port on (compose ports BIND:PORT:PORT), "
+                                       "e.g. 127.0.0.1"))
+    if not HOST_PATH_RE.match(hq.models_dir) or ".." in hq.models_dir.split("/"):
+        out.append(SpecProblem(key="hyperqwen.models_dir", value=repr(hq.models_dir),
+                               allowed="an absolute path of letters, digits and . _ - + @ / (compose interpolates "
+                                       "MODELS_DIR into a volume, which ':' or a space would split)"))
+    if not hq.served_model_name.strip():
+        out.append(SpecProblem(key="hyperqwen.served_model_name", value=repr(hq.served_model_name),
+                               allowed="the model name vLLM serves, e.g. 'qwen3.8-27b'"))
+    for key, value in hq.extra_env.items():
+        if key in SECRET_ENV_KEYS or key in OWNED_ENV_KEYS:
+            continue
+        try:
+            dotenv_value(value)
+        except ValueError as exc:
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(value), allowed=str(exc)))
+    for key in spec.hyperqwen.extra_env:
+        if key in SECRET_ENV_KEYS:
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value="<secret, not shown>",
+                                   allowed="secrets never go in the spec: the API key lives in "
+                                   "/etc/rigkit/secrets/hyperqwen.env, the HF token comes from HF_TOKEN or the hf token file"))
+        elif key in OWNED_ENV_KEYS:
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(spec.hyperqwen.extra_env[key]),
+                                   allowed="rendered from the spec's own hyperqwen keys; set those instead"))
+        elif not key.replace("_", "").isalnum() or not key[:1].isalpha() or key.upper() != key:
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(key),
+                                   allowed="environment names are UPPER_CASE letters, digits and _"))
+    return out
+
+
+def _pkgver(version: str) -> str | None:
+    m = PACMAN_VERSION_RE.match(version)
+    return m.group("pkgver") if m else None
+
+
+def _check_pins(spec: RigSpec) -> list[SpecProblem]:
+    pins = spec.pacman_pins
+    if pins is None:
+        return []
+    out = []
+    for pkg, ver in pins.items():
+        if not isinstance(ver, str) or not PACMAN_VERSION_RE.match(ver):
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
+                                   allowed="a full pacman version [epoch:]pkgver-pkgrel, e.g. '610.57-1' (pkgrel cannot be guessed)"))
+    required = [spec.driver_flavour, *DRIVER_PACKAGES, "cuda"]
+    for pkg in required:
+        if pkg not in pins:
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value="missing",
+                                   allowed=f"the pins must cover {', '.join(required)} (installed together with pacman -U)"))
+    for pkg in (spec.driver_flavour, *DRIVER_PACKAGES):
+        ver = pins.get(pkg)
+        pv = _pkgver(ver) if isinstance(ver, str) else None
+        if pv is not None and pv != spec.nvidia_driver_version:
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
+                                   allowed=f"disagrees with nvidia_driver_version {spec.nvidia_driver_version!r}; "
+                                   f"pin {pkg} at {spec.nvidia_driver_version}-<pkgrel>"))
+    for pkg in pins:
+        if pkg.startswith("nvidia-open") and pkg != spec.driver_flavour or pkg in ("nvidia", "nvidia-dkms"):
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(pins[pkg]),
+                                   allowed=f"a second driver flavour; driver_flavour is {spec.driver_flavour!r}"))
+    cuda = pins.get("cuda")
+    cv = _pkgver(cuda) if isinstance(cuda, str) else None
+    if cv is not None and not (cv == spec.cuda_version or cv.startswith(spec.cuda_version + ".")):
+        out.append(SpecProblem(key="pacman_pins.cuda", value=repr(cuda),
+                               allowed=f"not in the cuda_version {spec.cuda_version!r} series ({spec.cuda_version}.x-<pkgrel>)"))
+    return out
+
+
+def _check_units(spec: RigSpec) -> list[SpecProblem]:
+    out = []
+    for key, user in (("llama_swap.user", spec.llama_swap.user), ("operator_user", spec.operator_user)):
+        if user is not None and not USER_NAME_RE.match(user):
+            out.append(SpecProblem(key=key, value=repr(user),
+                                   allowed="a Linux user name: lower-case letters, digits, _ and -, 32 at most"))
+    for i, unit in enumerate(spec.legacy_units):
+        if not UNIT_NAME_RE.match(unit):
+            out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
+                                   allowed="a systemd unit name such as 'strata.service'"))
+        elif unit in {"llama-swap.service", "hyperqwen.service", "docker.service"}:
+            out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
+                                   allowed="a unit rigkit manages itself cannot be legacy"))
+    for i, timer in enumerate(spec.paused_timers or []):
+        if not timer.endswith(".timer") or not UNIT_NAME_RE.match(timer):
+            out.append(SpecProblem(key=f"paused_timers[{i}]", value=repr(timer),
+                                   allowed="a systemd timer unit name ending in .timer"))
+    for i, path in enumerate(spec.operator_units):
+        name = path.rsplit("/", 1)[-1]
+        if not UNIT_NAME_RE.match(name) or not name.endswith((".service", ".timer")):
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed="a .service or .timer unit file"))
+        elif not Path(path).is_file():
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed=f"no such file (relative to {Path.cwd()})"))
+        elif name in _OWN_UNITS:
+            out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
+                                   allowed="a unit rigkit renders itself"))
+    for i, path in enumerate(spec.lock_files or []):
+        if not path.startswith("/"):
+            out.append(SpecProblem(key=f"lock_files[{i}]", value=repr(path), allowed="an absolute path on the host"))
+    return out
+
+
+def _images(spec: RigSpec) -> list[tuple[str, ImageSpec]]:
+    return [("hyperqwen.image", spec.hyperqwen.image), ("strata.image", spec.strata.image),
+            ("gguf_baseline.image", spec.gguf_baseline.image)]
+
+
+def _repository_problem(repository: str) -> str | None:
+    """Why ``repository`` is not an image repository (the name alone, no tag), or None."""
+    last = repository.rsplit("/", 1)[-1]
+    if "@" in repository or ":" in last:
+        return "holds a tag or digest (':tag', '@sha256:…'); the repository is the name alone, the pin goes in ref"
+    first, _, rest = repository.partition("/")
+    path = rest if rest and ("." in first or ":" in first or first == "localhost") else repository
+    if (rest and path is rest and not REGISTRY_RE.match(first)) or not IMAGE_PATH_RE.match(path) or len(repository) > 255:
+        return ("not an image repository by the OCI distribution reference grammar: [registry[:port]/]path, each "
+                "path component lower-case letters and digits joined by '.', '_', '__' or '-', 255 characters at most")
+    return None
+
+
+def _check_images(spec: RigSpec) -> list[SpecProblem]:
+    out = []
+    for key, image in _images(spec):
+        why = _repository_problem(image.repository)
+        if why:
+            out.append(SpecProblem(key=f"{key}.repository", value=repr(image.repository), allowed=why))
+        ref = image.ref
+        if ref is None:
+            continue
+        if ref.startswith("sha256:") and not DIGEST_RE.match(ref):
+            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref), allowed="a digest is sha256: followed by 64 lower-case hex digits"))
+        elif ref in {"latest", "main", "master", "edge", "nightly"} or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
+            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
+                                   allowed="a moving tag is not a pin; use an immutable tag (e.g. sha-1a2b3c4, server-cuda-b6123) or sha256:<digest>"))
+        elif not ref.startswith("sha256:") and not IMAGE_TAG_RE.match(ref):
+            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
+                                   allowed="a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or "
+                                           "sha256:<digest> (the repository is image.repository)"))
+    sha = spec.llama_swap.release_sha256
+    if sha is not None and not SHA256_RE.match(sha):
+        out.append(SpecProblem(key="llama_swap.release_sha256", value=repr(sha), allowed="64 lower-case hex digits"))
+    if not SHA256_RE.match(spec.llama_swap.schema_sha256):
+        out.append(SpecProblem(key="llama_swap.schema_sha256", value=repr(spec.llama_swap.schema_sha256),
+                               allowed="64 lower-case hex digits"))
+    for key, url in (("arch_archive_url", spec.arch_archive_url), ("llama_swap.release_url", spec.llama_swap.release_url),
+                     ("llama_swap.schema_url", spec.llama_swap.schema_url)):
+        if not url.startswith(("https://", "http://", "file://")):
+            out.append(SpecProblem(key=key, value=repr(url), allowed="an https://, http:// or file:// URL"))
+    return out
+
+
+def _check_members(spec: RigSpec) -> list[SpecProblem]:
+    out: list[SpecProblem] = []
+    ls = spec.llama_swap
+    resolved = members_mod.resolve_members(spec)
+    for mid, m in resolved.items():
+        key = f"llama_swap.members.{mid}"
+        s = m.spec
+        if not MEMBER_ID_RE.match(mid):
+            out.append(SpecProblem(key=key, value=repr(mid), allowed="member ids are letters, digits, '.', '_' and '-'"))
+        if not m.cmd:
+            out.append(SpecProblem(key=f"{key}.cmd", value="None", allowed="a member without service: needs cmd, the server in the foreground"))
+            continue
+        uses_port = "${PORT}" in m.cmd
+        if m.proxy and not _proxy_url(m.proxy):
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="not a URL: llama-swap proxies to http(s)://host[:port][/path], "
+                                           "e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"))
+        elif not uses_port and not s.proxy and s.service is None:
+            out.append(SpecProblem(
+                key=f"{key}.proxy", value="None",
+                allowed="a fixed-port member (its cmd has no ${PORT}) must set proxy, e.g. http://127.0.0.1:<port>; "
+                        "llama-swap's default http://localhost:${PORT} would point elsewhere"))
+        elif m.proxy and "${PORT}" in m.proxy and not uses_port:
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="proxy uses ${PORT} but cmd does not (llama-swap refuses this config)"))
+        elif m.proxy and uses_port and "${PORT}" not in m.proxy:
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="cmd listens on llama-swap's ${PORT} but proxy names a fixed port; use "
+                                           "http://127.0.0.1:${PORT} (or leave proxy unset)"))
+        if s.service is None and s.vram_gib is None:
+            out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
+        if s.service is not None and s.service != "hyperqwen" and s.vram_gib is None:
+            out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
+        for i, item in enumerate(s.env):
+            if not MEMBER_ENV_RE.match(item):
+                out.append(SpecProblem(key=f"{key}.env[{i}]", value=repr(item),
+                                       allowed="NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"))
+        out += _check_command(f"{key}.cmd", m.cmd, m.cmd_stop, f"{key}.cmd_stop")
+        if m.cmd_stop:
+            out += _check_command(f"{key}.cmd_stop", m.cmd_stop, None, None, stop=True)
+        if m.container and not CONTAINER_NAME_RE.match(m.container):
+            out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.container),
+                                   allowed="a container name is letters, digits and _ . - (docker's rule), "
+                                           "starting with a letter or digit"))
+        if s.ttl and spec.llama_swap.preload and mid in ls.preload:
+            out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
+                                   allowed="a preloaded (resident) member keeps ttl 0, or it unloads and nothing brings it back"))
+    slowest = max((m.spec.cold_boot_s for m in resolved.values()), default=0)
+    need = slowest * 1.5
+    if ls.health_check_timeout_s < need:
+        worst = max(resolved.values(), key=lambda m: m.spec.cold_boot_s)
+        out.append(SpecProblem(
+            key="llama_swap.health_check_timeout_s", value=repr(ls.health_check_timeout_s),
+            allowed=f"must cover the slowest cold boot x 1.5: {worst.id} boots in {worst.spec.cold_boot_s:g} s, so ≥ {need:g} s"))
+    for i, pid in enumerate(ls.preload):
+        if pid not in ls.members:
+            out.append(SpecProblem(key=f"llama_swap.preload[{i}]", value=repr(pid),
+                                   allowed=f"not a member{did_you_mean(pid, ls.members)}; members: {', '.join(ls.members)}"))
+        elif ls.members[pid].staged:
+            out.append(SpecProblem(key=f"llama_swap.preload[{i}]", value=repr(pid),
+                                   allowed="a staged member is not in the live config; preload only live members"))
+    aliases: dict[str, str] = {}
+    for mid, m in ls.members.items():
+        for alias in m.aliases:
+            if alias in ls.members or alias in aliases:
+                out.append(SpecProblem(key=f"llama_swap.members.{mid}.aliases", value=repr(alias),
+                                       allowed="aliases are unique across members and model ids (llama-swap refuses duplicates)"))
+            aliases[alias] = mid
+    return out
+
+
+def _proxy_url(url: str) -> bool:
+    """``http(s)://host[:port][/path]``; ``${PORT}`` may stand for the port."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.replace("${PORT}", "1"))
+        _ = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment \
+        and not parts.username and " " not in url
+
+
+def _check_command(key: str, cmd: str, cmd_stop: str | None, stop_key: str | None,
+                   stop: bool = False) -> list[SpecProblem]:
+    """What llama-swap would get wrong running ``cmd`` (no shell, in the foreground): unquoted shell
+    operators, then, with every wrapper taken off (``sh -c``, ``bash -lc``, ``env X=1``, ``exec``,
+    ``nice`` …, :func:`rigkit.spec.cmdline.unwrap`), a background ``&``, a detached container (``-d``,
+    ``-itd``, ``--detach``, ``compose up --wait``, ``compose start``), ``docker run`` without ``--rm``
+    or ``--name``, ``compose up --abort-on-container-exit``, a container without ``cmd_stop``.
+    ``stop``: ``cmd`` is a cmdStop (it may run detached: only the operators are checked)."""
+    out: list[SpecProblem] = []
+    shown = repr(cmd)
+    if cmdline.shell_operators(cmd):
+        out.append(SpecProblem(key=key, value=shown,
+                               allowed="llama-swap runs cmd without a shell, so ; && | > stay literal; wrap it in sh -c '...'"))
+    if stop:
+        return out
+    unwrapped = cmdline.unwrap(cmdline.split_command(cmd))
+    if "&" in unwrapped.separators:
+        out.append(SpecProblem(key=key, value=shown,
+                               allowed=f"runs a command in the background (&) inside {unwrapped.shells[0]}; {_FOREGROUND}"))
+    container = False
+    for words in unwrapped.commands:
+        cc = cmdline.container_command(words)
+        if cc is None:
+            continue
+        container = True
+        detached = None
+        if cc.verb in ("run", "compose up", "compose run"):
+            detached = cc.has("-d", "--detach") or (cc.verb == "compose up" and cc.has("--wait"))
+        elif cc.verb == "start" and not cc.has("-a", "--attach"):
+            detached = "start"
+        elif cc.verb in ("compose start", "compose restart", "create"):
+            detached = cc.verb
+        if detached:
+            out.append(SpecProblem(key=key, value=shown, allowed=f"runs detached ({detached}); {_FOREGROUND}"))
+        if cc.verb == "run" and (not cc.has("--rm") or not cc.has("--name")):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="docker run needs --rm and a fixed --name so cmdStop can stop it"))
+        if cc.verb == "compose run" and not cc.has("--rm"):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="compose run needs --rm, or each start leaves a stopped container behind"))
+        if cc.verb == "compose up" and cc.has("--abort-on-container-exit"):
+            out.append(SpecProblem(key=key, value=shown,
+                                   allowed="--abort-on-container-exit also fires when `prepare` exits; start the service alone with --no-deps"))
+    if container and not cmd_stop and stop_key:
+        out.append(SpecProblem(
+            key=stop_key, value="None",
+            allowed="a container member needs cmdStop (e.g. docker stop <name>): SIGTERM to the docker "
+                    "client does not stop the container, which then keeps the VRAM"))
+    return out
+
+
+def _groups_with_default(spec: RigSpec) -> dict[str, tuple[bool, bool, bool, list[str]]]:
+    groups = {name: (g.swap, g.exclusive, g.persistent, list(g.members)) for name, g in spec.llama_swap.groups.items()}
+    grouped = {m for g in spec.llama_swap.groups.values() for m in g.members}
+    ungrouped = [m for m in spec.llama_swap.members if m not in grouped]
+    if ungrouped:
+        groups["(default)"] = (True, True, False, ungrouped)
+    return groups
+
+
+def _co_resident_sets(groups: dict[str, tuple[bool, bool, bool, list[str]]]) -> Iterable[tuple[str, ...]]:
+    """Sets of groups that can be loaded at once: an order exists in which loading each group
+    evicts none loaded before it (it is non-exclusive, or every earlier one is persistent)."""
+    names = list(groups)
+    for r in range(1, min(len(names), 6) + 1):
+        for subset in itertools.combinations(names, r):
+            for order in itertools.permutations(subset):
+                if all(not groups[g][1] or all(groups[h][2] for h in order[:i]) for i, g in enumerate(order)):
+                    yield subset
+                    break
+
+
+def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
+    out: list[SpecProblem] = []
+    ls = spec.llama_swap
+    seen: dict[str, str] = {}
+    for gname, g in ls.groups.items():
+        for i, mid in enumerate(g.members):
+            if mid not in ls.members:
+                out.append(SpecProblem(key=f"llama_swap.groups.{gname}.members[{i}]", value=repr(mid),
+                                       allowed=f"not a member{did_you_mean(mid, ls.members)}; members: {', '.join(ls.members)}"))
+            elif mid in seen:
+                out.append(SpecProblem(key=f"llama_swap.groups.{gname}.members[{i}]", value=repr(mid),
+                                       allowed=f"already in group {seen[mid]!r}; a member belongs to one group"))
+            seen.setdefault(mid, gname)
+    if out:
+        return out
+    usable = spec.gpu_vram_gib - spec.vram_reserve_gib
+    resolved = members_mod.resolve_members(spec)
+    vram = {mid: (m.vram_gib or 0.0) for mid, m in resolved.items()}
+    for mid, v in vram.items():
+        if v > usable:
+            out.append(SpecProblem(key=f"llama_swap.members.{mid}.vram_gib", value=repr(v),
+                                   allowed=f"more than the card holds: {usable:g} GiB usable (gpu_vram_gib {spec.gpu_vram_gib:g} − vram_reserve_gib {spec.vram_reserve_gib:g})"))
+    if out:
+        return out
+    groups = _groups_with_default(spec)
+
+    def loaded(gname: str) -> list[str]:
+        swap, _excl, _pers, mids = groups[gname]
+        if swap:
+            return [max(mids, key=lambda m: vram[m])]
+        return list(mids)
+
+    worst: tuple[float, tuple[str, ...]] = (0.0, ())
+    for subset in _co_resident_sets(groups):
+        mids = tuple(m for g in subset for m in loaded(g))
+        total = sum(vram[m] for m in mids)
+        if total > worst[0]:
+            worst = (total, subset)
+    total, subset = worst
+    if total > usable + 1e-9:
+        mids = [m for g in subset for m in loaded(g)]
+        listing = " + ".join(f"{m} ({vram[m]:g} GiB)" for m in mids)
+        if len(subset) == 1:
+            gname = subset[0]
+            key, value = f"llama_swap.groups.{gname}.swap", "False"
+            fix = "set swap: true so at most one member of the group runs"
+        else:
+            key, value = "llama_swap.groups", ", ".join(subset)
+            fix = ("put them in one group with swap: true, or make the groups exclusive and not persistent "
+                   "(one big model at a time fits in the card)")
+        out.append(SpecProblem(
+            key=key, value=value,
+            allowed=f"lets {listing} run at once = {total:g} GiB > {usable:g} GiB usable "
+                    f"(gpu_vram_gib {spec.gpu_vram_gib:g} − vram_reserve_gib {spec.vram_reserve_gib:g}); {fix}"))
+    return out
+
+
+def _check_ports(spec: RigSpec) -> list[SpecProblem]:
+    out: list[SpecProblem] = []
+    used: dict[int, str] = {}
+    claims = [("llama_swap.port", spec.llama_swap.port), ("hyperqwen.port", spec.hyperqwen.port),
+              ("strata.port", spec.strata.port), ("gguf_baseline.port", spec.gguf_baseline.port)]
+    resolved = members_mod.resolve_members(spec)
+    for mid, m in resolved.items():
+        if m.spec.service is None and m.port is not None:
+            claims.append((f"llama_swap.members.{mid}.proxy", m.port))
+    for key, port in claims:
+        if port in used:
+            out.append(SpecProblem(key=key, value=repr(port), allowed=f"port already used by {used[port]}; ports must be unique"))
+        else:
+            used[port] = key
+    dynamic = sorted(mid for mid, m in resolved.items() if m.cmd and "${PORT}" in m.cmd)
+    lo, hi = spec.llama_swap.start_port, spec.llama_swap.start_port + len(dynamic)
+    for key, port in claims:
+        if dynamic and lo <= port < hi:
+            out.append(SpecProblem(key=key, value=repr(port),
+                                   allowed=f"inside llama-swap's ${{PORT}} range {lo}–{hi - 1} (start_port + members using ${{PORT}})"))
+    return out
+
+
+def _check_models(spec: RigSpec) -> list[SpecProblem]:
+    out = []
+    for key, server in (("strata.model", spec.strata), ("gguf_baseline.model", spec.gguf_baseline)):
+        if server.model not in spec.models:
+            out.append(SpecProblem(key=key, value=repr(server.model),
+                                   allowed=f"not a key of models{did_you_mean(server.model, spec.models)}; models: {', '.join(spec.models)}"))
+    for name, src in spec.models.items():
+        if src.url and not src.sha256:
+            out.append(SpecProblem(key=f"models.{name}.sha256", value="None", allowed="a model fetched by url needs its sha256"))
+        if src.sha256 and not SHA256_RE.match(src.sha256):
+            out.append(SpecProblem(key=f"models.{name}.sha256", value=repr(src.sha256), allowed="64 lower-case hex digits"))
+        if src.path.startswith("/") or ".." in src.path.split("/"):
+            out.append(SpecProblem(key=f"models.{name}.path", value=repr(src.path), allowed="a relative directory under /srv/models"))
+    return out
