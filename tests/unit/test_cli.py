@@ -8,8 +8,8 @@ shaped like the operator's and the test's own ``group_data/``), never in the che
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
