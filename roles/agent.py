@@ -14,6 +14,7 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.deploy import wheelhouse
+from rigkit.operations.shell import argv, script
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -37,16 +38,16 @@ def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     put_rendered(paths.HOST_CONFIG, rendered[paths.HOST_CONFIG], name="Install the host config (/etc/rigkit/host.json)")
     synced = files.sync(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS, user="root", group="root",
                         mode="644", dir_mode="755", delete=True)
-    venv = server.shell(name="Create the agent venv", commands=[f"python3 -m venv {paths.AGENT_VENV}"],
+    venv = server.shell(name="Create the agent venv", commands=[argv("python3", "-m", "venv", paths.AGENT_VENV)],
                         _if=lambda: not host.get_fact(Command, command=f"test -x {paths.AGENT_VENV}/bin/python && echo y || true"))
+    pip = f"{paths.AGENT_VENV}/bin/pip"
     server.shell(
         name="Install the agent from the wheelhouse (no index)",
-        commands=[f"{paths.AGENT_VENV}/bin/pip uninstall --quiet --yes rigkit 2>/dev/null || true",  # the old whole-package wheel
-                  f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} --force-reinstall "
-                  f"--no-deps {WHEELS}/rigkit_host-*.whl",
-                  f"{paths.AGENT_VENV}/bin/pip install --quiet --no-index --find-links {WHEELS} "
-                  + " ".join(wheelhouse.AGENT_REQUIREMENTS),
-                  f"{paths.AGENT_BIN} version"],
+        commands=[script("{pip} uninstall --quiet --yes rigkit 2>/dev/null || true", pip=pip),  # the old whole-package wheel
+                  script("{pip} install --quiet --no-index --find-links {wheels} --force-reinstall --no-deps "
+                         "{wheels}/rigkit_host-*.whl", pip=pip, wheels=WHEELS),
+                  argv(pip, "install", "--quiet", "--no-index", "--find-links", WHEELS, *wheelhouse.AGENT_REQUIREMENTS),
+                  argv(paths.AGENT_BIN, "version")],
         _if=any_changed(synced, venv),
     )
 

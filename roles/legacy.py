@@ -14,6 +14,7 @@ from pathlib import Path
 from pyinfra.operations.util import any_changed
 
 from rigkit import paths
+from rigkit.operations.shell import argv
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -31,7 +32,7 @@ def legacy(spec: RigSpec, rendered: dict[str, RenderedFile]):
             continue
         files.directory(name="Create the legacy-unit backup folder", path=BACKUP_DIR, mode="700")
         if not host.get_fact(File, path=f"{BACKUP_DIR}/{unit}"):
-            server.shell(name=f"Back up {unit} to {BACKUP_DIR}", commands=[f"cp -a {path} {BACKUP_DIR}/{unit}"])
+            server.shell(name=f"Back up {unit} to {BACKUP_DIR}", commands=[argv("cp", "-a", path, f"{BACKUP_DIR}/{unit}")])
         systemd.service(name=f"Stop and disable legacy {unit}", service=unit, running=False, enabled=False)
     installed = []
     for local in spec.operator_units:

@@ -15,6 +15,7 @@ from rigkit.agentcmd import locked_command
 from rigkit.operations.facts import DkmsStatus, KernelState, RigBusy
 from rigkit.host import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
+from rigkit.operations.shell import argv, script
 
 
 def drop_kms_hook(lines: list[str]) -> list[str]:
@@ -53,7 +54,7 @@ def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
         host.noop("no kms hook in mkinitcpio.conf")
         return
     hooks = next(ln for ln in wanted if ln.strip().startswith("HOOKS=("))
-    yield f"sed -i 's/^HOOKS=(.*)$/{hooks}/' {path}"
+    yield argv("sed", "-i", f"s/^HOOKS=(.*)$/{hooks}/", path)
     yield "mkinitcpio -P"
 
 
@@ -89,7 +90,8 @@ def reboot(reboot_timeout: int = 300, interval: float = 1.0):
     # rollback owns the rig; then the reboot itself, detached, still holding it until the host goes down
     what = "deploy: reboot for the new kernel/driver"
     yield StringCommand(locked_command(what, ["true"]))
-    yield StringCommand(f"( sleep 1 && {locked_command(what, ['systemctl', 'reboot'])} ) </dev/null >/dev/null 2>&1 &")
+    yield script("( sleep 1 && {reboot} ) </dev/null >/dev/null 2>&1 &",
+                 reboot=StringCommand(locked_command(what, ["systemctl", "reboot"])))
 
     def wait(state, host):  # noqa: F811 - proven on the sandbox host
         time.sleep(3)

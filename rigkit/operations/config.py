@@ -16,6 +16,7 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.operations.facts import JsonFile
+from rigkit.operations.shell import argv, script
 
 
 def merge_json(current: Any, wanted: Any) -> Any:
@@ -85,7 +86,7 @@ def _backup(path: str, what: str):
     """Copy ``path`` aside (content, mode, owner) and say where, in the deploy's output."""
     dest = backup_path(path)
     logger.warning(f"{host.print_prefix}{path}: {what}; the replaced file is kept as {dest}")
-    yield f"cp -a {path} {dest}"
+    yield argv("cp", "-a", path, dest)
 
 
 @operation()
@@ -127,4 +128,5 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
                                 create_remote_dir=True)
     if changed:
         marker = written_marker(path)
-        yield f"mkdir -p {marker.rsplit('/', 1)[0]} && echo {wanted} > {marker}"
+        yield script("mkdir -p {folder} && echo {wanted} > {marker}", folder=marker.rsplit("/", 1)[0], wanted=wanted,
+                     marker=marker)

@@ -223,11 +223,10 @@ class ModelStatus(FactBase):
     def command(self, agent: str, lock: str, names: list[str], prepared: list[str] | None = None) -> str:
         self._names = list(names)
         prepared = prepared or []
-        checks = "; ".join(f"{agent} status --lock {shlex.quote(lock)} --model {shlex.quote(n)}"
-                           f"{' --prepared' if n in prepared else ''} 2>/dev/null || "
-                           f"echo '{{\"model\": \"{n}\", \"converged\": false, \"reasons\": [\"status failed\"]}}'"
-                           for n in names)
-        return f"if [ -x {agent} ] && [ -f {shlex.quote(lock)} ]; then {checks}; else echo {RC_MARK}1; fi"
+        failed = {n: json.dumps({"model": n, "converged": False, "reasons": ["status failed"]}) for n in names}
+        checks = "; ".join(shlex.join([agent, "status", "--lock", lock, "--model", n, *(["--prepared"] if n in prepared else [])])
+                           + f" 2>/dev/null || echo {shlex.quote(failed[n])}" for n in names)
+        return f"if [ -x {shlex.quote(agent)} ] && [ -f {shlex.quote(lock)} ]; then {checks}; else echo {RC_MARK}1; fi"
 
     def process(self, output: list[str]) -> dict[str, list[str]]:
         names = getattr(self, "_names", [])

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
+from pyinfra.api import FunctionCommand, OperationError, operation
 
-from rigkit.operations.facts import NvidiaSmi
 from rigkit.host.gpu import power_limit_problem
+from rigkit.operations.facts import NvidiaSmi
+from rigkit.operations.shell import argv
 
 
 @operation()
@@ -44,7 +45,7 @@ def gpu_power_limit(watts: int, index: int = 0):
     if gpu["power_limit_w"] == watts and gpu["power_enforced_w"] == watts:
         host.noop(f"GPU {index} power limit is {watts} W")
         return
-    yield StringCommand(f"nvidia-smi --id={index} --power-limit={watts}")
+    yield argv("nvidia-smi", f"--id={index}", f"--power-limit={watts}")
 
     def read_back(state, host):  # noqa: F811
         after = host.get_fact(NvidiaSmi)

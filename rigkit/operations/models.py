@@ -4,7 +4,6 @@ every record still matches."""
 
 from __future__ import annotations
 
-import shlex
 
 from pyinfra import host
 from pyinfra.api import operation
@@ -12,6 +11,7 @@ from pyinfra.api import operation
 from rigkit import paths
 from rigkit.spec import members
 from rigkit.operations.facts import ModelStatus
+from rigkit.operations.shell import argv
 
 
 @operation()
@@ -47,7 +47,7 @@ def model_fetched(model: str, lock: str, endpoint: str | None, prepared: bool):
         cmd += ["--endpoint", endpoint]
     if prepared:
         cmd.append("--prepared")
-    yield shlex.join(cmd)
+    yield argv(*cmd)
 
 
 @operation()
@@ -70,6 +70,6 @@ def hyperqwen_prepared(lock: str, models: list[str]):
     if not any(status.values()):
         host.noop("HyperQwen's prepared files are recorded")
         return
-    yield shlex.join([*members.compose_base(None), "run", "--rm", "--no-deps", "prepare"])
+    yield argv(*members.compose_base(None), "run", "--rm", "--no-deps", "prepare")
     for model in models:
-        yield shlex.join([paths.AGENT_BIN, "record", "--lock", lock, "--model", model])
+        yield argv(paths.AGENT_BIN, "record", "--lock", lock, "--model", model)

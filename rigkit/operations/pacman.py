@@ -13,6 +13,7 @@ from pyinfra.operations import files
 
 from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
 from rigkit.host.pacman import ignorepkg_lines
+from rigkit.operations.shell import argv
 
 
 def archive_url(base: str, package: str, version: str, arch: str = "x86_64") -> str:
@@ -54,8 +55,7 @@ def pacman_pins(pins: dict[str, str], archive: str):
         # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...); never
         # `-Sy` alone (a partial upgrade, unsupported on Arch): sync and upgrade, the pins held
         yield "pacman -Syu --noconfirm"
-    urls = " ".join(archive_url(archive, p, v) for p, v in sorted(pins.items()))
-    yield f"pacman -U --noconfirm --needed {urls}"
+    yield argv("pacman", "-U", "--noconfirm", "--needed", *(archive_url(archive, p, v) for p, v in sorted(pins.items())))
 
 
 @operation()
@@ -82,7 +82,7 @@ def synced_packages(packages: list[str]):
     if not missing:
         host.noop("installed: " + ", ".join(packages))
         return
-    yield "pacman -Syu --noconfirm --needed " + " ".join(missing)
+    yield argv("pacman", "-Syu", "--noconfirm", "--needed", *missing)
 
 
 def missing_packages(installed: dict[str, str | None], packages: list[str]) -> list[str]:

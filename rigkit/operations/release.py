@@ -6,6 +6,7 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
+from rigkit.operations.shell import argv, script
 
 
 @operation()
@@ -40,7 +41,8 @@ def release_binary(url: str, sha256: str, dest: str, member: str, marker: str):
         host.noop(f"{dest} is from the pinned tarball {sha256[:12]}")
         return
     tarball = f"/var/cache/rigkit/{url.rsplit('/', 1)[-1]}"
-    yield "install -d -m 0755 /var/cache/rigkit " + marker.rsplit("/", 1)[0]
+    yield argv("install", "-d", "-m", "0755", "/var/cache/rigkit", marker.rsplit("/", 1)[0])
     yield from files.download._inner(src=url, dest=tarball, sha256sum=sha256)
-    yield (f"tmp=$(mktemp -d) && tar -xzf {tarball} -C \"$tmp\" {member} && "
-           f"install -m 0755 \"$tmp/{member}\" {dest} && rm -rf \"$tmp\" && echo {sha256} > {marker}")
+    yield script('tmp=$(mktemp -d) && tar -xzf {tarball} -C "$tmp" {member} && '
+                 'install -m 0755 "$tmp"/{member} {dest} && rm -rf "$tmp" && echo {sha256} > {marker}',
+                 tarball=tarball, member=member, dest=dest, sha256=sha256, marker=marker)

@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from rigkit import paths
+from rigkit.operations.shell import argv, script
 
 #: Where a secret upload waits for sudo's copy: a folder owned by the SSH user, mode 0700.
 UPLOAD_DIR = f"{paths.STATE_DIR}/upload"
@@ -56,15 +57,15 @@ def secret_env_file(path: str, key: str, value: str, user: str = "root", group: 
     if current != wanted:
         # the destination exists first with its final mode, so neither an SFTP write nor sudo's
         # `cp` onto it ever leaves the content in a readable file
-        yield f"install -m {mode} -o {user} -g {group} /dev/null {path}"
+        yield argv("install", "-m", mode, "-o", user, "-g", group, "/dev/null", path)
         # under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it into place:
         # that file lives in a folder only the SSH user (and root) can enter, and is removed after
-        yield f"mkdir -p {paths.STATE_DIR}"
-        yield (f"install -d -m 0700 -o \"${{SUDO_USER:-$(id -un)}}\" -g \"$(id -gn \"${{SUDO_USER:-$(id -un)}}\")\" "
-               f"{UPLOAD_DIR}")
+        yield argv("mkdir", "-p", paths.STATE_DIR)
+        yield script('install -d -m 0700 -o "${{SUDO_USER:-$(id -un)}}" -g "$(id -gn "${{SUDO_USER:-$(id -un)}}")" {folder}',
+                     folder=UPLOAD_DIR)
         temp = f"{UPLOAD_DIR}/{hashlib.sha1(path.encode()).hexdigest()}"
         yield FileUploadCommand(StringIO(content), path, remote_temp_filename=temp)
-        yield f"rm -f {temp}"
+        yield argv("rm", "-f", temp)
         info = None
     yield from _owner_and_mode(path, info, user, group, mode)
 
@@ -73,9 +74,9 @@ def _owner_and_mode(path: str, info: dict | None, user: str, group: str, mode: s
     """``chown``/``chmod`` commands for what differs (``info``: pyinfra's ``File`` fact, or None
     for a file just written)."""
     if not info or info.get("user") != user or info.get("group") != group:
-        yield f"chown {user}:{group} {path}"
+        yield argv("chown", f"{user}:{group}", path)
     if not info or f"{info.get('mode')}" != mode.lstrip("0"):
-        yield f"chmod {mode} {path}"
+        yield argv("chmod", mode, path)
 
 
 @operation()
@@ -108,6 +109,7 @@ def generated_secret(path: str, key: str, user: str = "root", group: str = "root
 
     info = host.get_fact(File, path=path)
     if not info or not info.get("size"):
-        yield (f"( umask 077; printf '{key}=%s\\n' \"$(od -An -N{nbytes} -tx1 /dev/urandom | tr -d ' \\n')\" > {path} )")
+        yield script("( umask 077; printf {line} \"$(od -An -N{nbytes} -tx1 /dev/urandom | tr -d ' \\n')\" > {path} )",
+                     line=f"{key}=%s\\n", nbytes=int(nbytes), path=path)
         info = None
     yield from _owner_and_mode(path, info, user, group, mode)
