@@ -272,6 +272,10 @@ class RigSpec(StrictModel):
     gpu_vram_gib: float = Field(default=24.0, gt=0)
     vram_reserve_gib: float = Field(default=1.0, ge=0)
     operator_user: str | None = operator_value("the operator's login on the rig")
+    gpu_uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
+                                 description="the rig's GPU (nvidia-smi --query-gpu=uuid); a container may name it")
+    allow_non_loopback: bool = Field(default=False, description="let a member proxy or HyperQwen's bind reach beyond "
+                                                                "127.0.0.1 (DESIGN.md: everything listens on loopback)")
     legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
     paused_timers: list[str] | None = operator_value("timers paused for a window")
     operator_units: list[str] = Field(default_factory=list,

@@ -354,7 +354,25 @@ def lock_problems_for(spec: Any, inventory: str | os.PathLike) -> tuple[str | No
         return str(path), list(exc.problems)
     except OSError as exc:
         return str(path), [f"{path}: unreadable ({exc.strerror})"]
-    return str(path), check_lock(spec.models, lock, str(path))
+    return str(path), check_lock(spec.models, lock, str(path)) + served_file_problems(spec, lock, str(path))
+
+
+def served_file_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:
+    """The GGUF file each llama.cpp server serves (``strata.model_file``, ``gguf_baseline.model_file``)
+    must be one of the files the lock lists for its model: a file the lock does not list is never
+    fetched or verified, so the server would start on whatever is there, or on nothing."""
+    out = []
+    for key in ("strata", "gguf_baseline"):
+        server = getattr(spec, key)
+        entry = lock.get("models", {}).get(server.model)
+        if server.model_file is None or entry is None:
+            continue
+        files = [f.get("path") for f in entry.get("files", [])]
+        if server.model_file not in files:
+            shown = ", ".join(f for f in files if str(f).endswith(".gguf")) or "none"
+            out.append(f"{key}.model_file: {server.model_file!r} is not a file {lock_file} lists for model "
+                       f"{server.model!r} (its GGUF files: {shown}); name one of them, or re-lock with `rigkit models lock`")
+    return out
 
 
 def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:

@@ -65,8 +65,17 @@ def read_hf_token(env: Mapping[str, str] | None = None) -> str | None:
 
 #: A Hugging Face user access token (``hf_`` + letters and digits), anywhere in a string or a key.
 HF_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}")
-#: A URL carrying a password (``scheme://user:password@host``).
-URL_PASSWORD_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@")
+#: A URL carrying a password (``scheme://user:password@host``). The match starts at ``://`` (the scheme's
+#: last character looked behind), so a long value is scanned once: a pattern that starts with the
+#: scheme's ``[A-Za-z0-9+.-]*`` rescans every run of letters from each of its characters, quadratic in
+#: the value (a 135 kB value took ~60 s to check).
+URL_PASSWORD_RE = re.compile(r"(?<=[A-Za-z0-9+.-])://[^/\s:@]+:[^/\s@]+@")
+#: The kernel's limit on one argument or environment string (``MAX_ARG_STRLEN``, 32 pages of 4 KiB:
+#: execve(2)); a longer value could not reach a command line or a container's environment at all.
+MAX_VALUE_BYTES = 131072
+#: Values that switch something rather than hold a secret: under a secret-named key
+#: (``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``, ``dflash_token: 5``) they are accepted.
+_SWITCH_VALUE_RE = re.compile(r"(?i)^(?:[+-]?[0-9]+(?:\.[0-9]+)?|true|false|yes|no|on|off|none|null|auto)$")
 #: A name (key, ``NAME=`` of an env item, ``--flag`` of a command line) that holds a secret.
 SECRET_NAME_RE = re.compile(
     r"(?i)(?:^|[^a-z0-9])(?:token|secret|password|passwd|passphrase|credentials?|api[_-]?key|apikey|"
@@ -96,15 +105,28 @@ def _words(text: str) -> list[str]:
         return text.split()
 
 
+def secret_value(value: Any) -> bool:
+    """Whether ``value``, found under a secret-named key (:func:`secret_name`), is a secret by its
+    shape: a string other than a switch (a number, ``true``/``false``/``yes``/``no``/``on``/``off``/
+    ``auto``/``none``/``null``). A number, a boolean or an empty value never is: ``dflash_token: 5``
+    and ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1`` are settings; ``api_key: abc`` is refused."""
+    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+        return False
+    if isinstance(value, str):
+        return bool(value.strip()) and not _SWITCH_VALUE_RE.match(value.strip())
+    return bool(value)  # a list or mapping under a secret name: what it holds is secret
+
+
 def _secret_in_words(words: list[str]) -> bool:
     """A secret in a command line or an argument list: ``NAME=value`` / ``--flag=value`` with a
-    secret name and a value, or a secret ``--flag`` followed by its value."""
+    secret name and a secret-shaped value (:func:`secret_value`), or a secret ``--flag`` followed by
+    one."""
     for i, word in enumerate(words):
         name, eq, value = word.partition("=")
-        if eq and value and secret_name(name):
+        if eq and value and secret_name(name) and secret_value(value):
             return True
         if (not eq and word.startswith("-") and secret_name(word) and i + 1 < len(words)
-                and not words[i + 1].startswith("-")):
+                and not words[i + 1].startswith("-") and secret_value(words[i + 1])):
             return True
     return False
 
@@ -140,9 +162,10 @@ def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProble
     """Walk one data layer before any model sees it: returns ``(redacted copy, problems)``.
 
     Refused (a :class:`SpecProblem` each, the value never shown): a secret-shaped value
-    (:func:`secret_shaped`) anywhere, as a value, a list item or a mapping key; any value of a key
-    named like a secret (:func:`secret_name`); a secret ``NAME=value`` list item or ``--flag value``
-    pair. Refused with the character named: control characters where no rendered file can hold
+    (:func:`secret_shaped`) anywhere, as a value, a list item or a mapping key; a secret-shaped value
+    (:func:`secret_value`: not a number, a boolean or a switch word) of a key named like a secret
+    (:func:`secret_name`); a secret ``NAME=value`` list item or ``--flag value`` pair; a string over
+    :data:`MAX_VALUE_BYTES`. Every check is linear in the value's length. Refused with the character named: control characters where no rendered file can hold
     them (newline and tab only in :data:`MULTILINE_KEYS`). In the copy each secret is replaced by
     ``"<secret, not shown>"`` (a secret key by ``"<secret-shaped key N>"``), so no later error
     message (pydantic's included) can echo it."""
@@ -160,7 +183,7 @@ def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProble
                     secret((*at, shown))
                     out[shown] = SECRET_SHOWN
                     continue
-                if isinstance(key, str) and secret_name(key) and item not in (None, "", False, [], {}):
+                if isinstance(key, str) and secret_name(key) and secret_value(item):
                     secret((*at, key))
                     out[key] = SECRET_SHOWN
                     continue
@@ -175,6 +198,12 @@ def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProble
                 return [SECRET_SHOWN]
             return [walk(v, (*at, i)) for i, v in enumerate(value)]
         if isinstance(value, str):
+            if len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
+                problems.append(SpecProblem(
+                    key=dotted_key(at), value=f"{len(value.encode('utf-8', 'surrogatepass'))} bytes",
+                    allowed=f"at most {MAX_VALUE_BYTES} bytes (the kernel's limit on one argument or environment "
+                            "string, MAX_ARG_STRLEN): no command could carry it"))
+                return value[:64]
             if secret_shaped(value):
                 secret(at)
                 return SECRET_SHOWN

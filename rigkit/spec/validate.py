@@ -65,6 +65,18 @@ CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
 MEMBER_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOST_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*$")
+#: An Arch package name (PKGBUILD(5) ``pkgname``: lower-case letters, digits and ``@ . _ + -``, not
+#: starting with ``-`` or ``.``).
+PACKAGE_NAME_RE = re.compile(r"^[a-z0-9@_+][a-z0-9@._+-]*$")
+#: systemd's limit on a unit name (``UNIT_NAME_MAX``, systemd.unit(5)): 255 bytes with the suffix.
+UNIT_NAME_MAX = 255
+#: Characters that make a path a glob (lock files are tested with ``[ -e PATH ]``: a glob never matches).
+GLOB_CHARS = set("*?[]")
+#: Addresses that are loopback (DESIGN.md: everything listens on 127.0.0.1).
+LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+#: .env / member ``env`` keys that change how compose or the container runtime reads the project.
+RUNTIME_ENV_PREFIXES = ("COMPOSE_", "DOCKER_")
+GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 _FOREGROUND = ("cmd must stay in the foreground and exit when the server dies, or llama-swap waits out "
                "healthCheckTimeout on a dead member")
 
@@ -178,11 +190,17 @@ def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
     out = []
     hq = spec.hyperqwen
     try:
-        ipaddress.ip_address(hq.bind)
+        bind = ipaddress.ip_address(hq.bind)
     except ValueError:
         out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
                                allowed="an IP address to publish HyperQwen's port on (compose ports BIND:PORT:PORT), "
                                        "e.g. 127.0.0.1"))
+    else:
+        if not bind.is_loopback and not spec.allow_non_loopback:
+            out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
+                                   allowed="a loopback address (127.0.0.1): everything on the rig listens on 127.0.0.1 "
+                                           "(DESIGN.md); set allow_non_loopback: true to publish beyond it on purpose"))
+    out += _env_items_problems("hyperqwen.extra_env", [f"{k}={v}" for k, v in hq.extra_env.items()], spec, mapping=True)
     if not HOST_PATH_RE.match(hq.models_dir) or ".." in hq.models_dir.split("/"):
         out.append(SpecProblem(key="hyperqwen.models_dir", value=repr(hq.models_dir),
                                allowed="an absolute path of letters, digits and . _ - + @ / (compose interpolates "
@@ -211,6 +229,28 @@ def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
+def _env_items_problems(key: str, items: list[str], spec: RigSpec, mapping: bool = False) -> list[SpecProblem]:
+    """``NAME=value`` items (a member's ``env``, HyperQwen's ``extra_env``) that would change how compose
+    or the container runtime reads the project (``COMPOSE_*``, ``DOCKER_*``), or point the container at a
+    GPU other than the rig's one (``CUDA_VISIBLE_DEVICES``/``NVIDIA_VISIBLE_DEVICES`` other than ``0``,
+    ``all`` or the declared ``gpu_uuid``)."""
+    out = []
+    for i, item in enumerate(items):
+        name, _, value = item.partition("=")
+        at = f"{key}.{name}" if mapping else f"{key}[{i}]"
+        if name.startswith(RUNTIME_ENV_PREFIXES):
+            out.append(SpecProblem(key=at, value=repr(name),
+                                   allowed=f"{name} changes how docker compose or the engine reads the project, not the "
+                                           "server; rigkit's compose project sets what it needs (COMPOSE_*/DOCKER_* refused)"))
+        elif name in GPU_SELECT_ENV:
+            allowed = {"0", "all"} | ({spec.gpu_uuid} if spec.gpu_uuid else set())
+            if value not in allowed:
+                out.append(SpecProblem(key=at, value=repr(value),
+                                       allowed=f"the rig has one GPU: {name} may name only {', '.join(sorted(allowed))} "
+                                               "(index 0, all, or gpu_uuid when declared)"))
+    return out
+
+
 def _pkgver(version: str) -> str | None:
     m = PACMAN_VERSION_RE.match(version)
     return m.group("pkgver") if m else None
@@ -221,6 +261,11 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     if pins is None:
         return []
     out = []
+    for pkg in pins:
+        if not PACKAGE_NAME_RE.match(pkg):
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(pkg),
+                                   allowed="an Arch package name: lower-case letters, digits and @ . _ + -, not starting "
+                                           "with - or . (PKGBUILD(5))"))
     for pkg, ver in pins.items():
         if not isinstance(ver, str) or not PACMAN_VERSION_RE.match(ver):
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
@@ -255,6 +300,13 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
         if user is not None and not USER_NAME_RE.match(user):
             out.append(SpecProblem(key=key, value=repr(user),
                                    allowed="a Linux user name: lower-case letters, digits, _ and -, 32 at most"))
+    names = [(f"legacy_units[{i}]", u) for i, u in enumerate(spec.legacy_units)]
+    names += [(f"paused_timers[{i}]", u) for i, u in enumerate(spec.paused_timers or [])]
+    names += [(f"operator_units[{i}]", u.rsplit("/", 1)[-1]) for i, u in enumerate(spec.operator_units)]
+    for key, name in names:
+        if len(name.encode()) > UNIT_NAME_MAX:
+            out.append(SpecProblem(key=key, value=f"{name[:40]!r}… ({len(name.encode())} bytes)",
+                                   allowed=f"a unit name is at most {UNIT_NAME_MAX} bytes with its suffix (systemd.unit(5))"))
     for i, unit in enumerate(spec.legacy_units):
         if not UNIT_NAME_RE.match(unit):
             out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
@@ -278,8 +330,10 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
                                    allowed="a unit rigkit renders itself"))
     for i, path in enumerate(spec.lock_files or []):
-        if not path.startswith("/"):
-            out.append(SpecProblem(key=f"lock_files[{i}]", value=repr(path), allowed="an absolute path on the host"))
+        if not path.startswith("/") or GLOB_CHARS & set(path) or ".." in path.split("/"):
+            out.append(SpecProblem(key=f"lock_files[{i}]", value=repr(path),
+                                   allowed="an absolute path on the host, without .. or glob characters (* ? [ ]): "
+                                           "the preflight tests the path itself, so a glob would never match"))
     return out
 
 
@@ -373,9 +427,17 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
         if m.cmd_stop:
             out += _check_command(f"{key}.cmd_stop", m.cmd_stop, None, None, stop=True)
         if m.container and not CONTAINER_NAME_RE.match(m.container):
-            out.append(SpecProblem(key=f"{key}.cmd", value=repr(m.container),
-                                   allowed="a container name is letters, digits and _ . - (docker's rule), "
-                                           "starting with a letter or digit"))
+            out.append(SpecProblem(key=f"{key}.cmd" if s.service is None else key, value=repr(m.container),
+                                   allowed="a container name is at least two characters, letters, digits and _ . - "
+                                           "(docker's rule), starting with a letter or digit"))
+        if m.proxy and _proxy_url(m.proxy) and not spec.allow_non_loopback:
+            from urllib.parse import urlsplit
+            host = urlsplit(m.proxy.replace("${PORT}", "1")).hostname or ""
+            if host not in LOOPBACK_HOSTS:
+                out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                       allowed="a loopback address (127.0.0.1, localhost, ::1): everything on the rig listens "
+                                               "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
+        out += _env_items_problems(f"{key}.env", s.env, spec)
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
             out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
                                    allowed="a preloaded (resident) member keeps ttl 0, or it unloads and nothing brings it back"))
@@ -574,6 +636,11 @@ def _check_models(spec: RigSpec) -> list[SpecProblem]:
         if server.model not in spec.models:
             out.append(SpecProblem(key=key, value=repr(server.model),
                                    allowed=f"not a key of models{did_you_mean(server.model, spec.models)}; models: {', '.join(spec.models)}"))
+        file_key = key.replace(".model", ".model_file")
+        mf = server.model_file
+        if mf is not None and (mf.startswith("/") or ".." in mf.split("/") or "\\" in mf or not mf.strip("/")):
+            out.append(SpecProblem(key=file_key, value=repr(mf),
+                                   allowed="a file name inside the model's folder under /srv/models (no leading /, no ..)"))
     for name, src in spec.models.items():
         if src.url and not src.sha256:
             out.append(SpecProblem(key=f"models.{name}.sha256", value="None", allowed="a model fetched by url needs its sha256"))

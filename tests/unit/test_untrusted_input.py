@@ -56,7 +56,8 @@ SECRETS = [
     pytest.param({"strata": {"args": ["--hf-token", "sk-live-9f8e7d"]}}, "strata.args", id="secret-flag-in-args"),
     pytest.param({"hf_endpoint": "https://me:sk-live-9f8e7d@hub.example"}, "hf_endpoint", id="password-in-a-url"),
     pytest.param({"models": {"strata": {"repo_id": f"org/{TOKEN}"}}}, "models.strata.repo_id", id="token-inside-a-string"),
-    pytest.param({"bench": {"reasoning_effort": 3, "token": 7}}, "bench.token", id="secret-named-unknown-key"),
+    pytest.param({"bench": {"reasoning_effort": 3, "token": "s3cr3t-v4lue"}}, "bench.token", id="secret-named-unknown-key"),
+    pytest.param({"hyperqwen": {"extra_env": {"MY_API_KEY": "abc"}}}, "hyperqwen.extra_env.MY_API_KEY", id="short-secret-value"),
 ]
 
 
@@ -81,6 +82,18 @@ def test_names_that_only_point_at_a_secret_or_count_tokens_are_not_secrets():
     spec = spec_from_dict({"hyperqwen": {"extra_env": {"HF_TOKEN_FILE": "/run/t"}},
                            "bench": {"max_tokens": 1024}, "strata": {"args": ["--api-key-file", "/run/k"]}})
     assert spec.bench.max_tokens == 1024
+
+
+def test_a_secret_name_holding_a_switch_or_a_number_is_a_setting_not_a_secret():
+    """Issue #28: secrets are decided by the value's shape with the key, not the key alone."""
+    spec = spec_from_dict({"llama_swap": {"members": {"strata": {"env": ["HF_HUB_DISABLE_IMPLICIT_TOKEN=1"]}}},
+                           "hyperqwen": {"extra_env": {"HF_HUB_DISABLE_IMPLICIT_TOKEN": "1"}}})
+    assert spec.llama_swap.members["strata"].env == ["HF_HUB_DISABLE_IMPLICIT_TOKEN=1"]
+    assert "HF_HUB_DISABLE_IMPLICIT_TOKEN=1" in render(spec)[paths.HYPERQWEN_ENV].text
+    problems = problems_of({"bench": {"dflash_token": 5}})
+    assert problems == ["bench.dflash_token: unknown key — not a rigkit or pyinfra key (did you mean 'max_tokens'?)"], problems
+    assert spec_from_dict({"strata": {"args": ["--no-api-key", "true"]}}).strata.args == ["--no-api-key", "true"]
+    assert f"strata.args: {ADVICE}" in problems_of({"strata": {"args": ["--api-key", "s3cr3t"]}})
 
 
 def test_compose_requires_nothing_secret_in_rendered_files():
@@ -256,7 +269,7 @@ def test_wrappers_come_off_down_to_the_commands_that_run():
      "llama_swap.members.x.proxy: 'http://127.0.0.1:99999' — not a URL: llama-swap proxies to "
      "http(s)://host[:port][/path], e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"),
     ({"cmd": "docker run --rm --name 'x y' img"},
-     "llama_swap.members.x.cmd: 'x y' — a container name is letters, digits and _ . - (docker's rule), starting with "
+     "llama_swap.members.x.cmd: 'x y' — a container name is at least two characters, letters, digits and _ . - (docker's rule), starting with "
      "a letter or digit"),
     ({"cmd": "srv --port 18050", "env": ["lower=1"]},
      "llama_swap.members.x.env[0]: 'lower=1' — NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"),
