@@ -12,15 +12,38 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def split_command(cmd: str) -> list[str]:
-    """Split a member command like llama-swap does: drop ``#`` comment lines and trailing
-    ``\\`` continuations, then POSIX shlex (no shell)."""
-    lines = [ln.rstrip() for ln in cmd.splitlines() if not ln.strip().startswith("#")]
-    joined = " ".join(ln[:-1] if ln.endswith("\\") else ln for ln in lines)
+def sanitized(cmd: str) -> str:
+    """A member command as llama-swap hands it to its splitter (v250 ``internal/config/commands.go``
+    ``SanitizeCommand``): lines whose trimmed text starts with ``#`` dropped, a line ending in ``\\``
+    replaced by its trimmed text without the backslash plus a space, the lines joined by newlines."""
+    lines = []
+    for line in cmd.split("\n"):
+        trimmed = line.strip()
+        if trimmed.startswith("#"):
+            continue
+        lines.append(trimmed[:-1] + " " if trimmed.endswith("\\") else line)
+    return "\n".join(lines)
+
+
+def unbalanced_quote(cmd: str) -> bool:
+    """True when the command's quotes do not close (POSIX words, :func:`sanitized` first): llama-swap's
+    splitter would read the rest of the line as one word, so the member would not start as written."""
     try:
-        return shlex.split(joined)
+        shlex.split(sanitized(cmd))
     except ValueError:
-        return joined.split()
+        return True
+    return False
+
+
+def split_command(cmd: str) -> list[str]:
+    """Split a member command like llama-swap does: :func:`sanitized`, then POSIX words (no shell).
+    A command whose quotes do not close (:func:`unbalanced_quote`, refused by the spec check) is split
+    on whitespace."""
+    text = sanitized(cmd)
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
 
 
 def container_name(cmd: str) -> str | None:

@@ -80,6 +80,49 @@ def data_layers(host: Any) -> list[dict[str, Any]]:
     return layers
 
 
+def inventory_shape_problems(path: str) -> list[str]:
+    """What pyinfra's loader would drop or fail on in the inventory file's groups, one line each,
+    naming the group and the host: a host declared twice with its own data (pyinfra keeps the last and
+    drops the other silently) or twice in one group, host data that is not a mapping, a group that
+    is neither a list of hosts nor ``(hosts, data)``. The groups are read as pyinfra's CLI reads
+    them (``pyinfra_cli.inventory._get_groups_from_filename`` of pyinfra 3.10, pinned: every
+    top-level list or tuple of names and ``(name, data)`` tuples)."""
+    from collections.abc import Mapping
+
+    from pyinfra_cli.inventory import _get_groups_from_filename
+
+    out: list[str] = []
+    with_data: dict[str, str] = {}
+    for group, value in _get_groups_from_filename(path).items():
+        hosts, data = (value if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping)
+                       else (value, None))
+        if not isinstance(hosts, (list, tuple)):
+            out.append(f"group {group!r} is neither a list of hosts nor (hosts, data)")
+            continue
+        seen: set[str] = set()
+        for entry in hosts:
+            if isinstance(entry, tuple):
+                if len(entry) != 2 or not isinstance(entry[0], str):
+                    out.append(f"group {group!r}: {str(entry)[:60]!r} is not (name, data)")
+                    continue
+                name, host_data = entry
+                if not isinstance(host_data, Mapping):
+                    out.append(f"host {name!r} in group {group!r}: its data is a {type(host_data).__name__}, "
+                               "not a mapping of keys to values")
+                    continue
+                if name in with_data and with_data[name] != group:
+                    out.append(f"host {name!r} is declared with its own data twice (groups {with_data[name]!r} and "
+                               f"{group!r}); pyinfra would keep one and drop the other silently: give each host a "
+                               "unique name")
+                with_data.setdefault(name, group)
+            else:  # pyinfra counts a list as a group only when it holds names and (name, data) tuples
+                name = str(entry)
+            if name in seen:
+                out.append(f"host {name!r} appears twice in group {group!r}: give each host a unique name")
+            seen.add(name)
+    return out
+
+
 def load_hosts(inventory_path: str | None = None, host_names: list[str] | None = None,
                override_data: dict[str, Any] | None = None, cwd: str | None = None) -> list[HostSpec]:
     """Load ``inventory_path`` (default :func:`default_inventory`) with pyinfra's loader and
@@ -100,7 +143,12 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
     try:
         # pyinfra's loader execs the files with a State in context (as its CLI does).
         with ctx_state.use(State()):
+            shape = inventory_shape_problems(path)
+            if shape:
+                raise InventoryError(f"inventory {path!r}: " + "; ".join(shape))
             inventory = make_inventory(path, override_data=override_data, cwd=cwd or os.getcwd())
+    except InventoryError:
+        raise
     except Exception as exc:  # pyinfra raises CliError/TypeError/SyntaxError for a broken file
         raise InventoryError(f"inventory {path!r} could not be loaded: {_describe(exc)}") from exc
     hosts = list(inventory)

@@ -488,6 +488,10 @@ def _check_command(key: str, cmd: str, cmd_stop: str | None, stop_key: str | Non
     ``stop``: ``cmd`` is a cmdStop (it may run detached: only the operators are checked)."""
     out: list[SpecProblem] = []
     shown = repr(cmd)
+    if cmdline.unbalanced_quote(cmd):
+        out.append(SpecProblem(key=key, value=shown,
+                               allowed="a quote that does not close: llama-swap splits cmd into POSIX words and would "
+                                       "read the rest as one word; close it or quote the ' as \"'\""))
     if cmdline.shell_operators(cmd):
         out.append(SpecProblem(key=key, value=shown,
                                allowed="llama-swap runs cmd without a shell, so ; && | > stay literal; wrap it in sh -c '...'"))
