@@ -52,6 +52,18 @@ class CheckResult:
     detail: str = ""
 
 
+#: How much of one validator message is shown: jsonschema quotes the whole offending value, which may
+#: be a 100 kB string (issue #28: a long value must not flood the terminal or the CI log).
+MESSAGE_CHARS = 300
+
+
+def _shorten(message: str) -> str:
+    """``message`` cut to :data:`MESSAGE_CHARS`, saying how much was left out."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS} more characters)"
+
+
 def _tool(name: str) -> str | None:
     """A validator executable: next to this Python first (the venv), then on PATH."""
     local = Path(sys.executable).parent / name
@@ -172,13 +184,13 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
             results.append(CheckResult(validator, ", ".join(targets), "error", schema_unavailable(spec, exc, cache)))
     for path in targets:
         try:
-            data = yaml.safe_load(files[path].text)
+            data = yaml.load(files[path].text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: linear and fast
         except yaml.YAMLError as exc:
             results.append(CheckResult("YAML", path, "fail", str(exc)))
             continue
         if schema is not None:
             errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
-            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors)
+            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {_shorten(e.message)}" for e in errors)
             results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
         problems = llama_swap_schema.strict_problems(data) + llama_swap_schema.env_macro_problems(data)
         results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))

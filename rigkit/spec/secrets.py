@@ -138,7 +138,9 @@ def secret_shaped(value: Any) -> bool:
         return False
     if HF_TOKEN_RE.search(value) or URL_PASSWORD_RE.search(value):
         return True
-    return ("=" in value or " " in value.strip()) and _secret_in_words(_words(value))
+    # the words are split only when a secret name is in the text at all: shlex reads ~100k words/s, and
+    # a long value without one (a 120 kB description) needs no split
+    return ("=" in value or " " in value.strip()) and bool(SECRET_NAME_RE.search(value)) and _secret_in_words(_words(value))
 
 
 _CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\t": "tab", "\x00": "NUL", "\x1b": "escape",

@@ -1,0 +1,71 @@
+"""``rigkit check`` is linear in its input (issue #28): the time on an inventory holding one 40 kB and
+one 120 kB value (HyperQwen's .env, a member's env and a model file name — three readers), median
+of N runs each, the ratio (a linear check grows ~3×; the quadratic URL-password pattern made 135 kB
+take ~60 s), and a 1 MB value, which must be refused (exit 2) for being over the kernel's per-argument
+limit. Runs in a temporary project copy with the llama-swap schema from the shared folder
+($RIGKIT_LLAMA_SWAP_SCHEMA_URL, as the tests do); the validators run too, so the figures include them.
+
+usage: python benchmarks/check_input_size.py [--n 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RIGKIT = [sys.executable, "-m", "rigkit"]
+
+
+def project(size: int, where: Path) -> Path:
+    """A project copy whose inventory ``inventory/big.py`` has a ``size``-byte value in three places."""
+    d = where / f"p{size}"
+    shutil.copytree(ROOT / "group_data", d / "group_data")
+    shutil.copytree(ROOT / "inventory", d / "inventory")
+    value = ("word " * (size // 5 + 1))[:size]
+    (d / "inventory" / "big.py").write_text(
+        "hosts = [(\"box\", {\n"
+        f"    \"hyperqwen\": {{\"extra_env\": {{\"NOTE\": {value!r}}}}},\n"
+        f"    \"llama_swap\": {{\"members\": {{\"strata\": {{\"env\": [{('NOTE=' + value)!r}]}}}}}},\n"
+        f"    \"strata\": {{\"model_file\": {value.replace(' ', '-')!r}}},\n"
+        "})]\n")
+    return d
+
+
+def timed(d: Path) -> tuple[float, int, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    t = time.perf_counter()
+    p = subprocess.run([*RIGKIT, "check", "-i", "inventory/big.py"], cwd=d, env=env, capture_output=True, text=True)
+    return time.perf_counter() - t, p.returncode, p.stdout + p.stderr
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=3)
+    args = ap.parse_args()
+    shared = ROOT.parent / "shared" / "data" / "llama-swap" / "config-schema.json"
+    if shared.exists():
+        os.environ.setdefault("RIGKIT_LLAMA_SWAP_SCHEMA_URL", f"file://{shared}")
+    with tempfile.TemporaryDirectory() as tmp:
+        medians = {}
+        for size in (40_000, 120_000):
+            d = project(size, Path(tmp))
+            runs = [timed(d) for _ in range(args.n)]
+            medians[size] = statistics.median(r[0] for r in runs)
+            print(f"{size // 1000:>5} kB: median {medians[size]:.2f} s of {args.n} (exit {runs[0][1]})")
+        print(f"120 kB / 40 kB: {medians[120_000] / medians[40_000]:.2f}x (linear: ~3x; the target: <= 4x, 120 kB <= 2 s)")
+        secs, rc, out = timed(project(1_000_000, Path(tmp)))
+        line = next((ln for ln in out.splitlines() if "bytes" in ln), out.strip().splitlines()[-1] if out.strip() else "")
+        print(f"1 MB: exit {rc} in {secs:.2f} s: {line.strip()[:160]}")
+        return 0 if rc == 2 and medians[120_000] <= 2.0 and medians[120_000] / medians[40_000] <= 4 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
