@@ -2,7 +2,10 @@
 window and the bench (DESIGN.md "Versions and units of measure": VRAM in GiB = MiB / 1024).
 
 Source: ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits`` (``nvidia-smi
---help-query-gpu``). Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
+--help-query-gpu``). A field the device cannot report reads ``[N/A]`` or ``[Not Supported]``
+(e.g. ``total_energy_consumption``, "for Volta or newer fully supported devices"); with units
+(no ``nounits``) a number carries its unit (``350.00 W``, ``24576 MiB``, ``123456789 mJ``): both
+read as None / the number. Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
 devices were found", 9 an NVML init failure ("couldn't communicate with the NVIDIA driver").
 """
 
@@ -20,11 +23,23 @@ QUERY = ("nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader
 QUERY_COMMAND = " ".join(QUERY)
 
 
+#: Units nvidia-smi appends to a number when ``nounits`` is not given (``--help-query-gpu``).
+UNITS = ("MiB", "mJ", "W", "%", "MHz", "C")
+
+
 def _num(text: str) -> float | None:
+    """The number in one CSV field (``"350.00"``, ``"350.00 W"``), None for ``[N/A]``,
+    ``[Not Supported]``, ``[Unknown Error]`` or anything else that is not a finite number."""
+    t = text.strip()
+    for unit in UNITS:
+        if t.endswith(" " + unit):
+            t = t[: -len(unit) - 1].rstrip()
+            break
     try:
-        return float(text.strip())
+        value = float(t)
     except ValueError:  # "[N/A]", "[Not Supported]"
         return None
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
@@ -49,17 +64,9 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     ``rc`` 127: no nvidia-smi on PATH (``missing``).
     """
     text = (text or "").strip()
-    if rc == 127:
-        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
-    if rc not in (0, None):
-        lowered = text.lower()
-        if "mismatch" in lowered:
-            state = "mismatch"
-        elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
-            state = "no-gpu"
-        else:
-            state = "error"
-        return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+    bad = _failed(text, rc)
+    if bad:
+        return bad
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -85,15 +92,75 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     return {"state": "ok", "message": "", "gpus": gpus}
 
 
+#: The energy query: the cumulative counter (mJ since the driver loaded) and the draw (W).
+ENERGY_FIELDS = ("index", "total_energy_consumption", "power.draw")
+ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
+ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
+
+
+def _failed(text: str, rc: int | None) -> dict[str, Any] | None:
+    """The ``state``/``message`` of a failed nvidia-smi run (None when ``rc`` is 0/None)."""
+    if rc == 127:
+        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
+    if rc in (0, None):
+        return None
+    lowered = text.lower()
+    if "mismatch" in lowered:
+        state = "mismatch"
+    elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
+        state = "no-gpu"
+    else:
+        state = "error"
+    return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+
+
+def parse_energy(text: str, rc: int | None = 0) -> dict[str, Any]:
+    """The energy readings from :data:`ENERGY_QUERY`'s output and exit code.
+
+    Returns ``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}`` (states as
+    :func:`parse_query`): ``energy_j`` is ``total_energy_consumption`` in J (the field is mJ since
+    the driver was loaded; None where the card reports ``[N/A]``/``[Not Supported]``: not every
+    device has the counter), ``power_draw_w`` the draw in W (None likewise).
+    """
+    text = (text or "").strip()
+    bad = _failed(text, rc)
+    if bad:
+        return bad
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(ENERGY_FIELDS):
+            continue
+        try:
+            index = int(parts[0])
+        except ValueError:
+            continue
+        mj = _num(parts[1])
+        gpus.append({"index": index, "energy_j": mj / 1000.0 if mj is not None else None,
+                     "power_draw_w": _num(parts[2])})
+    if not gpus:
+        return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
+    return {"state": "ok", "message": "", "gpus": gpus}
+
+
+def _run(argv: tuple[str, ...], timeout_s: float) -> tuple[str, int]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return "", 127
+    except subprocess.TimeoutExpired:
+        return f"nvidia-smi did not answer within {timeout_s:g} s", -1
+    return (proc.stdout + proc.stderr if proc.returncode else proc.stdout), proc.returncode
+
+
+def query_energy(timeout_s: float = 10.0) -> dict[str, Any]:
+    """Run :data:`ENERGY_QUERY` on this host and :func:`parse_energy` it (never raises)."""
+    return parse_energy(*_run(ENERGY_QUERY, timeout_s))
+
+
 def query(timeout_s: float = 30.0) -> dict[str, Any]:
     """Run :data:`QUERY` on this host and :func:`parse_query` it (never raises)."""
-    try:
-        proc = subprocess.run(list(QUERY), capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        return parse_query("", 127)
-    except subprocess.TimeoutExpired:
-        return {"state": "error", "message": f"nvidia-smi did not answer within {timeout_s:g} s", "gpus": []}
-    return parse_query(proc.stdout + proc.stderr if proc.returncode else proc.stdout, proc.returncode)
+    return parse_query(*_run(QUERY, timeout_s))
 
 
 def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
