@@ -172,3 +172,63 @@ def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
     g = gpus[0]
     return {"gpu": g["name"], "driver": g["driver_version"], "power_limit_w": g["power_limit_w"],
             "memory_total_gib": g["memory_total_gib"], "gpu_count": len(gpus)}
+
+
+#: Every ``nvidia-smi`` query the product parses (name → argv, parser), for
+#: ``benchmarks/gpu_facts.sh``; all read-only.
+PARSED = {"query": (QUERY, parse_query), "energy": (ENERGY_QUERY, parse_energy)}
+#: Read-only outputs saved beside them for the record, not parsed (what fields this driver knows,
+#: the full report).
+RAW = {"help-query-gpu": ("nvidia-smi", "--help-query-gpu"), "full-report": ("nvidia-smi", "-q")}
+
+
+def facts_lines(folder: str) -> list[str]:
+    """What each parser of :data:`PARSED` read from the raw outputs saved in ``folder``
+    (``<name>.out``, ``<name>.rc``, as ``benchmarks/gpu_facts.sh`` writes them): one line per
+    parser with its state and every field it read (``None``: the card reported ``[N/A]`` /
+    ``[Not Supported]`` or nothing), and whether the energy counter is there (else the bench
+    samples power.draw)."""
+    import json
+    import os
+
+    lines = []
+    for name, (argv, parse) in PARSED.items():
+        try:
+            with open(os.path.join(folder, f"{name}.out"), encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+            with open(os.path.join(folder, f"{name}.rc"), encoding="utf-8") as fh:
+                rc = int(fh.read().strip() or 0)
+        except (OSError, ValueError) as exc:
+            lines.append(f"{name}: not read ({exc})")
+            continue
+        got = parse(text, rc)
+        lines.append(f"{name} ({' '.join(argv)}; exit {rc}): {got['state']}"
+                     + (f" — {got['message'][:200]}" if got["message"] else ""))
+        for g in got["gpus"]:
+            lines.append(f"  GPU {g['index']}: " + json.dumps(g, sort_keys=True))
+        if name == "energy" and got["state"] == "ok":
+            has = all(g["energy_j"] is not None for g in got["gpus"])
+            lines.append("  energy method: " + ("counter (total_energy_consumption)" if has else
+                                                "sampled power.draw (no total_energy_consumption)"))
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``python -m rigkit.host.gpu --commands``: ``name<TAB>command`` per line of :data:`PARSED`
+    then :data:`RAW` (``parsed``/``raw`` third); ``--parse DIR``: :func:`facts_lines`."""
+    if argv[:1] == ["--commands"]:
+        for kind, table in (("parsed", {k: v[0] for k, v in PARSED.items()}), ("raw", RAW)):
+            for name, args in table.items():
+                print(f"{name}\t{' '.join(args)}\t{kind}")
+        return 0
+    if len(argv) == 2 and argv[0] == "--parse":
+        print("\n".join(facts_lines(argv[1])))
+        return 0
+    print("usage: python -m rigkit.host.gpu --commands | --parse DIR")
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
