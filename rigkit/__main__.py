@@ -1,5 +1,5 @@
 """``python -m rigkit`` runs the command line."""
 
-from rigkit.cli import main
+from rigkit.cli.main import main
 
 main()
