@@ -94,12 +94,43 @@ def _getattr_path(obj: Any, *names: str) -> Any:
     return obj
 
 
+def ssh_energy_reader(host_name: str, connection: dict[str, Any]):
+    """A reader for :class:`rigkit.host.bench.energy.EnergyMeter`: the host's
+    ``nvidia-smi`` energy query (:data:`rigkit.host.gpu.ENERGY_QUERY_COMMAND`) over SSH, parsed by
+    :func:`rigkit.host.gpu.parse_energy`; an SSH failure reads as state ``error``."""
+    from rigkit.bench import tunnel
+    from rigkit.host import gpu
+
+    def read() -> dict[str, Any]:
+        try:
+            rc, out, err = tunnel.run_ssh(host_name, connection, gpu.ENERGY_QUERY_COMMAND, timeout_s=15.0)
+        except tunnel.TunnelError as exc:
+            return {"state": "error", "message": str(exc), "gpus": []}
+        return gpu.parse_energy(out if rc == 0 else out + err, rc)
+
+    return read
+
+
+def local_energy_reader(base_url: str):
+    """``(reader, where)`` for a bare ``--url``: this machine's nvidia-smi
+    (:func:`rigkit.host.gpu.query_energy`) when the URL's host is a loopback address (the server
+    runs here), else ``(None, why)``: another machine's GPU cannot be read from here."""
+    from urllib.parse import urlsplit
+
+    from rigkit.host import gpu
+
+    hostname = (urlsplit(base_url).hostname or "").lower()
+    if hostname in ("localhost", "::1") or hostname.startswith("127."):
+        return gpu.query_energy, "this machine (the --url server is local)"
+    return None, f"the server {hostname or base_url} is not on this machine: its GPU is not read"
+
+
 def host_target(stack: ExitStack, inventory: str, host: str, member: str,
-                api_key_file: str | None, console: Any) -> tuple[Any, dict[str, Any], Any]:
+                api_key_file: str | None, console: Any) -> tuple[Any, dict[str, Any], Any, Any]:
     """Open the SSH forward to the host's llama-swap, check the member is running, read the
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
-    host context and the host's ``spec.bench`` (BenchSpec: the operator's bench defaults);
-    raises :class:`BenchAbort`."""
+    host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
+    energy reader (:func:`ssh_energy_reader`); raises :class:`BenchAbort`."""
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
     from rigkit.host import gpu
     from rigkit.host.bench.context import Target
@@ -170,7 +201,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     target = Target(chat_url=f"{fwd.url}/v1/chat/completions",
                     aux_base=f"{fwd.url}/upstream/{member}", model=member,
                     label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
-    return target, ctx, _getattr_path(hs.spec, "bench")
+    return target, ctx, _getattr_path(hs.spec, "bench"), ssh_energy_reader(hs.name, hs.connection)
 
 
 #: BenchSpec fields that size the workloads; their defaults are the rig preset's figures.
@@ -228,13 +259,16 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
 @click.option("--stall-timeout", type=click.FloatRange(min=0.05),
               help="Seconds without data before a stream counts as stalled [default: the "
                    "host's bench.stall_timeout_s, else 120].")
+@click.option("--no-energy", is_flag=True,
+              help="Do not read the GPU's energy (nvidia-smi total_energy_consumption, else sampled "
+                   "power.draw) nor its idle draw before the run.")
 @click.option("--health-budget", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
                    "model) or asks to retry later (429/503 Retry-After) before the workload "
                    "fails as loading/rate-limited (never as a dead engine).")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
           context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout,
-          health_budget):
+          no_energy, health_budget):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
 
     Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
@@ -252,7 +286,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
     try:
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
-                    quoting_tokens, max_tokens, stall_timeout, health_budget)
+                    quoting_tokens, max_tokens, stall_timeout, health_budget, no_energy)
     except BenchAbort as exc:
         click.echo(f"rigkit bench: {exc}", err=True)
         sys.exit(exc.code)
@@ -289,13 +323,14 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
 
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
-         stall_timeout, health_budget=120.0) -> int:
+         stall_timeout, health_budget=120.0, no_energy=False) -> int:
     import requests
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
     from rigkit.host.bench.context import (Target, load_context_file, measure_chars_per_token,
                                       probe_engine)
+    from rigkit.host.bench.energy import EnergyMeter
     from rigkit.host.bench.results import load_baseline
     from rigkit.report.chart import write_outputs
     from rigkit.host.bench.runner import build_summary, new_run_id, report_lines, run_workloads
@@ -315,9 +350,11 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                             api_key=key)
             host_ctx: dict[str, Any] = {}
             spec_bench = None
+            read_energy, where = local_energy_reader(base)
         else:
-            target, host_ctx, spec_bench = host_target(stack, inventory, host, member,
-                                                       api_key_file, console)
+            target, host_ctx, spec_bench, read_energy = host_target(stack, inventory, host, member,
+                                                                    api_key_file, console)
+            where = f"{host} (nvidia-smi over SSH)"
             if host_ctx.get("not_running"):
                 return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
                                     preset_name)
@@ -390,6 +427,16 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                         "gpu": context.get("gpu"), "driver": context.get("driver"),
                         "power_limit_w": context.get("power_limit_w")})
         console.print(f"bench {target.label} · run {run_id} · results in {out_dir}")
+        meter = None
+        if no_energy:
+            energy = {"method": None, "unavailable": "not asked (--no-energy)"}
+        elif read_energy is None:
+            energy = {"method": None, "unavailable": where}
+        else:
+            meter = EnergyMeter(read_energy, where=where)
+            if meter.start():
+                console.print(f"energy: {meter.method}; measuring the idle draw first")
+            energy = None
         total = sum(len(w.requests) for w in wls)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as prog:
@@ -407,9 +454,9 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             summaries, warnings = run_workloads(target, wls, run_id=run_id, out_dir=out_dir,
                                                 stall_timeout_s=stall_timeout,
                                                 health_budget_s=health_budget,
-                                                progress=progress, warn=warn)
+                                                progress=progress, warn=warn, meter=meter)
         summary = build_summary(run_id, target, context, summaries, baselines, warnings,
-                                preset_name)
+                                preset_name, energy=meter.describe() if meter else energy)
         paths = write_outputs(out_dir, summary, baselines)
     for line in report_lines(summary):
         click.echo(line)

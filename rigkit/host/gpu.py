@@ -2,7 +2,10 @@
 window and the bench (DESIGN.md "Versions and units of measure": VRAM in GiB = MiB / 1024).
 
 Source: ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits`` (``nvidia-smi
---help-query-gpu``). Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
+--help-query-gpu``). A field the device cannot report reads ``[N/A]`` or ``[Not Supported]``
+(e.g. ``total_energy_consumption``, "for Volta or newer fully supported devices"); with units
+(no ``nounits``) a number carries its unit (``350.00 W``, ``24576 MiB``, ``123456789 mJ``): both
+read as None / the number. Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
 devices were found", 9 an NVML init failure ("couldn't communicate with the NVIDIA driver").
 """
 
@@ -20,11 +23,23 @@ QUERY = ("nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader
 QUERY_COMMAND = " ".join(QUERY)
 
 
+#: Units nvidia-smi appends to a number when ``nounits`` is not given (``--help-query-gpu``).
+UNITS = ("MiB", "mJ", "W", "%", "MHz", "C")
+
+
 def _num(text: str) -> float | None:
+    """The number in one CSV field (``"350.00"``, ``"350.00 W"``), None for ``[N/A]``,
+    ``[Not Supported]``, ``[Unknown Error]`` or anything else that is not a finite number."""
+    t = text.strip()
+    for unit in UNITS:
+        if t.endswith(" " + unit):
+            t = t[: -len(unit) - 1].rstrip()
+            break
     try:
-        return float(text.strip())
+        value = float(t)
     except ValueError:  # "[N/A]", "[Not Supported]"
         return None
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
 def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
@@ -49,17 +64,9 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     ``rc`` 127: no nvidia-smi on PATH (``missing``).
     """
     text = (text or "").strip()
-    if rc == 127:
-        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
-    if rc not in (0, None):
-        lowered = text.lower()
-        if "mismatch" in lowered:
-            state = "mismatch"
-        elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
-            state = "no-gpu"
-        else:
-            state = "error"
-        return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+    bad = _failed(text, rc)
+    if bad:
+        return bad
     gpus = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
@@ -85,15 +92,75 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     return {"state": "ok", "message": "", "gpus": gpus}
 
 
+#: The energy query: the cumulative counter (mJ since the driver loaded) and the draw (W).
+ENERGY_FIELDS = ("index", "total_energy_consumption", "power.draw")
+ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
+ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
+
+
+def _failed(text: str, rc: int | None) -> dict[str, Any] | None:
+    """The ``state``/``message`` of a failed nvidia-smi run (None when ``rc`` is 0/None)."""
+    if rc == 127:
+        return {"state": "missing", "message": "nvidia-smi not found", "gpus": []}
+    if rc in (0, None):
+        return None
+    lowered = text.lower()
+    if "mismatch" in lowered:
+        state = "mismatch"
+    elif "no devices were found" in lowered or "couldn't communicate" in lowered or rc in (6, 9):
+        state = "no-gpu"
+    else:
+        state = "error"
+    return {"state": state, "message": text or f"nvidia-smi exited {rc}", "gpus": []}
+
+
+def parse_energy(text: str, rc: int | None = 0) -> dict[str, Any]:
+    """The energy readings from :data:`ENERGY_QUERY`'s output and exit code.
+
+    Returns ``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}`` (states as
+    :func:`parse_query`): ``energy_j`` is ``total_energy_consumption`` in J (the field is mJ since
+    the driver was loaded; None where the card reports ``[N/A]``/``[Not Supported]``: not every
+    device has the counter), ``power_draw_w`` the draw in W (None likewise).
+    """
+    text = (text or "").strip()
+    bad = _failed(text, rc)
+    if bad:
+        return bad
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(ENERGY_FIELDS):
+            continue
+        try:
+            index = int(parts[0])
+        except ValueError:
+            continue
+        mj = _num(parts[1])
+        gpus.append({"index": index, "energy_j": mj / 1000.0 if mj is not None else None,
+                     "power_draw_w": _num(parts[2])})
+    if not gpus:
+        return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
+    return {"state": "ok", "message": "", "gpus": gpus}
+
+
+def _run(argv: tuple[str, ...], timeout_s: float) -> tuple[str, int]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return "", 127
+    except subprocess.TimeoutExpired:
+        return f"nvidia-smi did not answer within {timeout_s:g} s", -1
+    return (proc.stdout + proc.stderr if proc.returncode else proc.stdout), proc.returncode
+
+
+def query_energy(timeout_s: float = 10.0) -> dict[str, Any]:
+    """Run :data:`ENERGY_QUERY` on this host and :func:`parse_energy` it (never raises)."""
+    return parse_energy(*_run(ENERGY_QUERY, timeout_s))
+
+
 def query(timeout_s: float = 30.0) -> dict[str, Any]:
     """Run :data:`QUERY` on this host and :func:`parse_query` it (never raises)."""
-    try:
-        proc = subprocess.run(list(QUERY), capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        return parse_query("", 127)
-    except subprocess.TimeoutExpired:
-        return {"state": "error", "message": f"nvidia-smi did not answer within {timeout_s:g} s", "gpus": []}
-    return parse_query(proc.stdout + proc.stderr if proc.returncode else proc.stdout, proc.returncode)
+    return parse_query(*_run(QUERY, timeout_s))
 
 
 def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
@@ -105,3 +172,63 @@ def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
     g = gpus[0]
     return {"gpu": g["name"], "driver": g["driver_version"], "power_limit_w": g["power_limit_w"],
             "memory_total_gib": g["memory_total_gib"], "gpu_count": len(gpus)}
+
+
+#: Every ``nvidia-smi`` query the product parses (name → argv, parser), for
+#: ``benchmarks/gpu_facts.sh``; all read-only.
+PARSED = {"query": (QUERY, parse_query), "energy": (ENERGY_QUERY, parse_energy)}
+#: Read-only outputs saved beside them for the record, not parsed (what fields this driver knows,
+#: the full report).
+RAW = {"help-query-gpu": ("nvidia-smi", "--help-query-gpu"), "full-report": ("nvidia-smi", "-q")}
+
+
+def facts_lines(folder: str) -> list[str]:
+    """What each parser of :data:`PARSED` read from the raw outputs saved in ``folder``
+    (``<name>.out``, ``<name>.rc``, as ``benchmarks/gpu_facts.sh`` writes them): one line per
+    parser with its state and every field it read (``None``: the card reported ``[N/A]`` /
+    ``[Not Supported]`` or nothing), and whether the energy counter is there (else the bench
+    samples power.draw)."""
+    import json
+    import os
+
+    lines = []
+    for name, (argv, parse) in PARSED.items():
+        try:
+            with open(os.path.join(folder, f"{name}.out"), encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+            with open(os.path.join(folder, f"{name}.rc"), encoding="utf-8") as fh:
+                rc = int(fh.read().strip() or 0)
+        except (OSError, ValueError) as exc:
+            lines.append(f"{name}: not read ({exc})")
+            continue
+        got = parse(text, rc)
+        lines.append(f"{name} ({' '.join(argv)}; exit {rc}): {got['state']}"
+                     + (f" — {got['message'][:200]}" if got["message"] else ""))
+        for g in got["gpus"]:
+            lines.append(f"  GPU {g['index']}: " + json.dumps(g, sort_keys=True))
+        if name == "energy" and got["state"] == "ok":
+            has = all(g["energy_j"] is not None for g in got["gpus"])
+            lines.append("  energy method: " + ("counter (total_energy_consumption)" if has else
+                                                "sampled power.draw (no total_energy_consumption)"))
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``python -m rigkit.host.gpu --commands``: ``name<TAB>command`` per line of :data:`PARSED`
+    then :data:`RAW` (``parsed``/``raw`` third); ``--parse DIR``: :func:`facts_lines`."""
+    if argv[:1] == ["--commands"]:
+        for kind, table in (("parsed", {k: v[0] for k, v in PARSED.items()}), ("raw", RAW)):
+            for name, args in table.items():
+                print(f"{name}\t{' '.join(args)}\t{kind}")
+        return 0
+    if len(argv) == 2 and argv[0] == "--parse":
+        print("\n".join(facts_lines(argv[1])))
+        return 0
+    print("usage: python -m rigkit.host.gpu --commands | --parse DIR")
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -4,11 +4,12 @@ beside the results), and a member's history over runs (SVG, for ``rigkit report`
 Drawn on a bare :class:`matplotlib.figure.Figure` with the Agg/SVG canvases, so no pyplot state
 and no display backend are touched (works headless, in tests and on any host).
 
-What a run's chart shows, per panel (decode tok/s, prefill tok/s, TTFT s; a panel with no value
-in any workload is left out): a bar per workload centred on its label (the median), each
+What a run's chart shows, per panel (decode tok/s, prefill tok/s, TTFT s, tok/J from the
+workload's ``energy``; a panel with no value in any workload is left out): a bar per workload centred on its label (the median), each
 request's value as a point over it (the spread, not only a whisker), the baseline's median
 beside it when the baseline has that workload; a chunk-count estimate hatched and labelled
-``estimate``; a failed workload marked ``FAILED`` with its error kind at its label, a workload
+``estimate``; a tok/J whose draw stayed at the idle level dotted and labelled ``not
+power-modelled``; a failed workload marked ``FAILED`` with its error kind at its label, a workload
 not run marked ``not run``; a warm-up that failed or did not run gets its own column, marked.
 
 Two rules keep a picture from saying what was not measured (issue 27): a failed workload is a
@@ -29,11 +30,17 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"))
+PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"),
+          ("tok_per_j", "tok/J (GPU energy)"))
+#: Figures read from a workload's ``energy`` object (rigkit.host.bench.energy), not its ``metrics``.
+ENERGY_METRICS = ("tok_per_j", "j_per_token", "avg_w")
 RUN_COLOUR, BASE_COLOUR, FAIL_COLOUR, MUTED = "#2b6cb0", "#a0aec0", "#c53030", "#718096"
 
 
 def _median(summary: dict[str, Any] | None, metric: str) -> float | None:
+    if metric in ENERGY_METRICS:
+        value = ((summary or {}).get("energy") or {}).get(metric)
+        return value if (summary or {}).get("status", "ok") == "ok" else None
     s = ((summary or {}).get("metrics") or {}).get(metric)
     if not s or (summary or {}).get("status", "ok") != "ok":
         return None
@@ -74,6 +81,9 @@ def samples_from_jsonl(path: str) -> dict[str, dict[str, list[float]]]:
             for metric, _ in PANELS:
                 if isinstance(rec.get(metric), (int, float)):
                     per.setdefault(metric, []).append(float(rec[metric]))
+            joules, tokens = rec.get("energy_j"), rec.get("completion_tokens")
+            if isinstance(joules, (int, float)) and joules > 0 and isinstance(tokens, int) and tokens:
+                per.setdefault("tok_per_j", []).append(tokens / joules)
     return out
 
 
@@ -125,9 +135,12 @@ def draw_run(fig: Figure, summary: dict[str, Any], baseline: dict[str, Any] | No
             xc = x - width / 2 if base is not None else x  # centred on the label when alone
             if cur is not None:
                 estimate = w.get("counts") == "estimate" and metric == "decode_tps"
-                lab = "this run (estimate)" if estimate else "this run"
-                ax.bar(xc, cur, width, color="white" if estimate else RUN_COLOUR,
-                       edgecolor=RUN_COLOUR, hatch="xx" if estimate else None,
+                unmodelled = (metric in ENERGY_METRICS
+                              and (w.get("energy") or {}).get("power_modelled") is False)
+                lab = ("this run (estimate)" if estimate else
+                       "this run (not power-modelled: draw at idle)" if unmodelled else "this run")
+                ax.bar(xc, cur, width, color="white" if estimate or unmodelled else RUN_COLOUR,
+                       edgecolor=RUN_COLOUR, hatch="xx" if estimate else ".." if unmodelled else None,
                        label=lab if lab not in seen else None)
                 seen.add(lab)
                 pts = samples.get(name, {}).get(metric) or []
@@ -135,7 +148,8 @@ def draw_run(fig: Figure, summary: dict[str, Any], baseline: dict[str, Any] | No
                     ax.scatter([xc] * len(pts), pts, s=14, color="#1a202c", zorder=3,
                                label="each request" if "pts" not in seen else None)
                     seen.add("pts")
-                ax.annotate(f"{'~' if estimate else ''}{_num(cur)}" + (" estimate" if estimate else ""),
+                ax.annotate(f"{'~' if estimate else ''}{_num(cur)}" + (" estimate" if estimate else "")
+                            + (" not power-modelled" if unmodelled else ""),
                             (xc, max([cur, *pts])), ha="center", va="bottom", fontsize=8,
                             xytext=(0, 3), textcoords="offset points")
             elif w.get("status") == "failed":
@@ -200,7 +214,8 @@ def write_outputs(out_dir: str, summary: dict[str, Any],
 
 
 #: The history panels: metric, label, and the DESIGN.md reference key of each workload.
-HISTORY = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"))
+HISTORY = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"),
+           ("tok_per_j", "tok/J"))
 
 
 def write_history_svg(path: str, title: str, runs: list[dict[str, Any]],

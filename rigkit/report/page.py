@@ -11,10 +11,11 @@ document, :func:`rigkit.drift.run.read_document`), the GPU's power limit and dri
 host enforces them, llama-swap's live members and any hold, the last window's journal, the last HyperQwen sweep (:mod:`rigkit.bench.sweep`: table, frontier,
 recommendation, chart). Per
 member: its bench history from the results folder (every ``summary.json`` whose context names
-that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s and
-TTFT over time against the member's baseline (``bench.baseline``) and the reference figures
+that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s,
+TTFT and tok/J (the GPU's energy, issue 31) over time against the member's baseline (``bench.baseline``) and the reference figures
 DESIGN.md gives for the real rig (:data:`REFERENCES`); every point links to its run's files,
-copied under ``runs/<host>/<member>/<run id>/``.
+copied under ``runs/<host>/<member>/<run id>/``; each run's row shows its energy
+(:func:`energy_cells`: the idle draw apart, tok/J and J/token per workload).
 """
 
 from __future__ import annotations
@@ -183,6 +184,33 @@ def verdict_cells(run: Run) -> list[tuple[str, str, str]]:
             for n, v in verdicts.items()]
 
 
+def energy_cells(run: Run) -> list[tuple[str, str, str]]:
+    """``[(label, text, title)]`` of a run's energy (rigkit.host.bench.energy): the idle draw
+    first (``idle``, ``32.0 W``: measured apart, never subtracted), then per measured workload
+    ``0.52 tok/J · 1.92 J/token · 118 W`` with ``not power-modelled`` when its draw stayed at
+    the idle level; ``[]`` for a run without energy figures."""
+    energy = run.summary.get("energy") or {}
+    out: list[tuple[str, str, str]] = []
+    if not energy.get("method"):
+        if energy.get("unavailable"):
+            out.append(("energy", "not measured", str(energy["unavailable"])))
+        return out
+    idle = energy.get("idle") or {}
+    if idle.get("avg_w") is not None:
+        out.append(("idle", f"{idle['avg_w']:.1f} W", f"idle draw over {idle.get('seconds')} s "
+                    "before the run, measured apart (not subtracted)"))
+    for name, w in (run.summary.get("workloads") or {}).items():
+        e = (w or {}).get("energy") or {}
+        if e.get("tok_per_j") is None:
+            continue
+        text = f"{e['tok_per_j']:.3g} tok/J · {e['j_per_token']:.3g} J/token · {e['avg_w']:.0f} W"
+        if e.get("power_modelled") is False:
+            text += " · not power-modelled"
+        out.append((name, text, f"{e['joules']} J over {e['seconds']} s ({energy.get('method_words')})"
+                    + (f"; {e['note']}" if e.get("note") else "")))
+    return out
+
+
 def drift_live(host_specs: list[Any], inventory: str, plan: bool = True) -> dict[str, Any]:
     """Run drift now on every host at once and return its document, read back
     (:func:`rigkit.drift.run.read_document`)."""
@@ -274,9 +302,10 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% elif m.runs %}<p class="none">nothing measured in {{ m.runs|length }} run(s) of {{ m.name }} on {{ h.name }}: see the verdicts</p>
 {% else %}<p class="none">no bench run of {{ m.name }} on {{ h.name }} in the results folder</p>{% endif %}
 {% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}
-{% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>files</th></tr>
+{% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>energy (GPU)</th><th>files</th></tr>
 {% for r in m.runs|reverse %}<tr><td>{{ r.time.strftime('%Y-%m-%d %H:%M:%S') }}</td><td>{{ r.run_id }}</td><td>{{ r.summary.preset }}</td>
 <td>{% for n, v, why in verdict_cells(r) %}<span class="status {{ v|replace(' ', '-') }}" title="{{ why }}">{{ n }}: {{ v }}</span> {% endfor %}</td>
+<td>{% for n, text, why in energy_cells(r) %}<span class="energy" data-energy="{{ n }}" title="{{ why }}">{{ n }}: {{ text }}</span> {% endfor %}</td>
 <td><a href="{{ r.href }}">summary.json</a>{% for f in r.extra %} · <a href="{{ f.href }}">{{ f.name }}</a>{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}
 </section>
@@ -397,7 +426,7 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
         hosts.append(view)
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
     page = env.from_string(TEMPLATE).render(
-        inventory=inventory, hosts=hosts, verdict_cells=verdict_cells,
+        inventory=inventory, hosts=hosts, verdict_cells=verdict_cells, energy_cells=energy_cells,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         drift_source=drift_source, drift_generated=(drift_doc.get("run") or {}).get("generated"))
     path = os.path.join(out_dir, "index.html")

@@ -180,7 +180,8 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
                          ("app/models", "d", None, 0o755), ("cache", "d", None, 0o755)])
     out = {}
     out[LLAMA_REPO] = ("server-cuda", *image([base, xl, llama_app], ["/app/llama-server"], None, ENV))
-    out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"], ENV))
+    out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"],
+                                        ENV + ["FAKE_GPU_SHARE=/app/models/.sandbox-control/gpu"]))
     return out
 
 

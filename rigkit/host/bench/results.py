@@ -67,7 +67,8 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
                        error_kind: str | None = None, spec_decode: dict | None = None,
                        spec_decode_note: str | None = None,
                        verbatim: list[dict[str, Any]] | None = None,
-                       not_run: str | None = None, skipped: bool = False) -> dict[str, Any]:
+                       not_run: str | None = None, skipped: bool = False,
+                       energy: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary of one workload from its successful request records (dicts from
     :meth:`rigkit.host.bench.client.RequestResult.to_record`).
 
@@ -77,7 +78,9 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
     (:func:`counts_kind`), ``cut_by_thinking`` (``[{prompt_id, repetition, note}]``: answers
     cut by max_tokens after thinking used most of it), ``completion_tokens_total``, ``chunk_estimate_total`` (what chunk counting
     would have said), ``server_timings`` (llama.cpp prompt/predicted tok/s stats),
-    ``spec_decode``, ``verbatim`` (one entry per quoting run). ``not_run`` (the reason)
+    ``spec_decode``, ``verbatim`` (one entry per quoting run), ``energy``
+    (:func:`rigkit.host.bench.energy.summarize_energy`: J, W, tok/J, J/token; None when not
+    measured). ``not_run`` (the reason)
     marks a workload not sent; ``skipped`` says it was left out because it cannot run on this
     target (verdict NOT-RUN) rather than because an earlier failure stopped the run (FAIL).
     """
@@ -104,6 +107,7 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
         } if any(timings) else None,
         "spec_decode": spec_decode,
         "spec_decode_note": spec_decode_note,
+        "energy": energy,
     }
     if verbatim is not None:
         out["verbatim"] = verbatim

@@ -36,6 +36,7 @@ import requests
 from rigkit.host.bench import metrics as spec_metrics
 from rigkit.host.bench.client import ChatSession, RequestResult, stream_chat
 from rigkit.host.bench.context import Target
+from rigkit.host.bench.energy import IDLE_S, EnergyMeter, summarize_energy
 from rigkit.host.bench.results import (SCHEMA_VERSION, exit_code, speedups, summarize_workload,
                                   verdict)
 from rigkit.host.bench.workloads import Workload, verbatim_check
@@ -105,7 +106,9 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                   stall_timeout_s: float = 120.0, health_budget_s: float = 120.0,
                   poll_s: float = 1.0,
                   progress: Callable[[str, int, int], None] | None = None,
-                  warn: Callable[[str], None] | None = None) -> tuple[dict[str, Any], list[str]]:
+                  warn: Callable[[str], None] | None = None,
+                  meter: EnergyMeter | None = None,
+                  idle_s: float = IDLE_S) -> tuple[dict[str, Any], list[str]]:
     """Run ``workloads`` one request at a time; append each record to
     ``out_dir/requests.jsonl`` as it completes.
 
@@ -117,6 +120,11 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     :attr:`Workload.not_run` is set is not sent and is reported ``not-run`` with that reason.
     Each request is sent through :func:`send_patiently` (``health_budget_s``, ``poll_s``:
     seconds; a loading or rate-limited server is waited for, not called dead).
+
+    With a ``meter`` (:class:`rigkit.host.bench.energy.EnergyMeter`) the card's idle draw is
+    measured first for ``idle_s`` seconds (nothing sent), then each request's energy: its record
+    carries ``energy_j`` (J), ``energy_s`` (s) and ``avg_w`` (W), and each workload's summary an
+    ``energy`` object (:func:`rigkit.host.bench.energy.summarize_energy`).
     """
     os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, "requests.jsonl")
@@ -130,6 +138,11 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
         if counts[text] == 1 and warn:
             warn(text)
 
+    idle_w = None
+    if meter is not None:
+        if meter.start() and meter.idle_span is None:
+            meter.idle(idle_s)
+        idle_w = meter.idle_span.avg_w if meter.idle_span is not None else None
     session = ChatSession()
     with session, open(jsonl, "a", encoding="utf-8") as fh:
         for wl in workloads:
@@ -146,10 +159,19 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
             for i, spec in enumerate(wl.requests):
                 if progress:
                     progress(wl.name, i, len(wl.requests))
-                r = send_patiently(
-                    lambda: stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
-                                        session=session, stall_timeout_s=stall_timeout_s),
-                    health_budget_s=health_budget_s, poll_s=poll_s)
+                def send() -> RequestResult:
+                    return send_patiently(
+                        lambda: stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
+                                            session=session, stall_timeout_s=stall_timeout_s),
+                        health_budget_s=health_budget_s, poll_s=poll_s)
+
+                energy: dict[str, Any] = {}
+                if meter is None:
+                    r = send()
+                else:
+                    with meter.measure() as span:
+                        r = send()
+                    energy = span.record()
                 sent += 1
                 for w in r.warnings:
                     _warn(w)
@@ -158,7 +180,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                        "workload": wl.name, "prompt_id": spec.prompt_id,
                        "repetition": spec.repetition, "discarded": wl.discard,
                        "temperature": spec.payload.get("temperature"),
-                       "max_tokens": spec.payload.get("max_tokens"), **r.to_record()}
+                       "max_tokens": spec.payload.get("max_tokens"), **r.to_record(), **energy}
                 if r.ok and spec.expected is not None:
                     v = verbatim_check(spec.expected, r.answer)
                     vd = {**v.__dict__, "message": v.message()}
@@ -189,7 +211,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 wl.name, records, error=error,
                 error_kind=kind, spec_decode=delta,
                 spec_decode_note=None if delta else (note2 or note or "no drafts counted"),
-                verbatim=quotes if any(s.expected is not None for s in wl.requests) else None)
+                verbatim=quotes if any(s.expected is not None for s in wl.requests) else None,
+                energy=summarize_energy(records, idle_w, meter.method) if meter else None)
             summaries[wl.name]["discarded"] = wl.discard
             if error and kind in ABORT_KINDS:
                 aborted = wl.name
@@ -200,11 +223,14 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
 
 def build_summary(run_id: str, target: Target, context: dict[str, Any],
                   workloads: dict[str, Any], baselines: list[dict[str, Any]],
-                  warnings: list[str], preset: str) -> dict[str, Any]:
+                  warnings: list[str], preset: str,
+                  energy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``summary.json`` object: ``schema_version``, ``run_id``, ``timestamp`` (UTC),
     ``target`` (label, never the key), ``preset``, ``context`` (with ``warmup_done``),
-    ``workloads`` (measured ones; the warm-up is kept under ``warmup``), ``verdicts``,
-    ``speedups``, ``warnings``, ``exit_code``."""
+    ``energy`` (:meth:`rigkit.host.bench.energy.EnergyMeter.describe`: method, source, idle
+    draw; None when not measured), ``workloads`` (measured ones; the warm-up is kept under
+    ``warmup``; each with its ``energy``), ``verdicts``, ``speedups``, ``warnings``,
+    ``exit_code``."""
     measured = {n: w for n, w in workloads.items() if not w.get("discarded")}
     warm = workloads.get("warmup")
     context = dict(context)
@@ -217,7 +243,7 @@ def build_summary(run_id: str, target: Target, context: dict[str, Any],
     return {
         "schema_version": SCHEMA_VERSION, "run_id": run_id,
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "target": target.label, "preset": preset, "context": context,
+        "target": target.label, "preset": preset, "context": context, "energy": energy,
         "warmup": warm, "workloads": measured, "verdicts": verdicts,
         "speedups": speedups(measured, baselines), "warnings": warnings,
         "exit_code": exit_code(verdicts),
@@ -243,6 +269,34 @@ SOURCE_WORDS = {
 }
 
 
+def energy_header(energy: dict[str, Any]) -> str:
+    """The run's energy line: how it was measured, where, and the idle draw (shown apart, never
+    subtracted), e.g. ``energy: the card's energy counter (nvidia-smi total_energy_consumption)
+    on rig over SSH · idle 32.0 W over 2.0 s (measured apart, not subtracted)``."""
+    if not energy.get("method"):
+        return f"energy: not measured — {energy.get('unavailable') or 'no reading'}"
+    idle = energy.get("idle")
+    idle_txt = (f"idle {idle['avg_w']:.1f} W over {idle['seconds']:.1f} s before the run "
+                "(measured apart, not subtracted)" if idle and idle.get("avg_w") is not None
+                else "idle draw not measured")
+    return f"energy: {energy.get('method_words')} on {energy.get('where')} · {idle_txt}"
+
+
+def energy_line(e: dict[str, Any]) -> str:
+    """One workload's energy line: ``  energy: 81.2 J over 0.68 s · 119.4 W · 3.15 tok/J ·
+    0.317 J/token`` (+ its note: not power-modelled, requests not measured)."""
+    if e.get("joules") is None:
+        return f"  energy: n/a — {e.get('note') or 'not measured'}"
+    txt = (f"  energy: {e['joules']:.1f} J over {e['seconds']:.2f} s · "
+           f"{e['avg_w']:.1f} W average" if e.get("avg_w") is not None else
+           f"  energy: {e['joules']:.1f} J")
+    if e.get("tok_per_j") is not None:
+        txt += f" · {e['tok_per_j']:.3g} tok/J · {e['j_per_token']:.3g} J/token"
+    if e.get("note"):
+        txt += f" ({e['note']})"
+    return txt
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
     speed-ups and the overall result."""
@@ -252,6 +306,9 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                  f"{ctx.get('engine_version') or ''} · model {ctx.get('model') or 'unknown'} "
                  f"({ctx.get('quantization') or 'quantization unknown'}) · preset "
                  f"{summary['preset']} · warm-up {'done' if ctx.get('warmup_done') else 'NOT done'}")
+    en = summary.get("energy")
+    if en:
+        lines.append(energy_header(en))
     for name, w in summary["workloads"].items():
         v = summary["verdicts"][name]
         if w["status"] != "ok":
@@ -287,6 +344,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                 lines.append(f"  speculative decoding: acceptance length "
                              f"{sd['acceptance_length']:.2f} tokens/step, acceptance rate "
                              f"{100 * (sd['acceptance_rate'] or 0):.1f}%")
+            if w.get("energy"):
+                lines.append(energy_line(w["energy"]))
             for q in w.get("verbatim") or []:
                 lines.append(f"  {q['message']}")
         reasons = "; ".join(v["reasons"])

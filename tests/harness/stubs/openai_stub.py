@@ -27,6 +27,16 @@ real parts"), from ``DFLASH_TOKENS`` in its environment (the ``.env`` compose pa
   ``crashed`` in the control directory, and the first engine to boot after it removes it and
   answers every completion 500 all the same (``/health`` 200: it looks fine), so it takes a second
   restart to recover (the seeds' "sometimes twice", made deterministic).
+
+Power (issue 31; the curve is a model, not a measurement): with ``FAKE_GPU_SHARE`` set (the image sets
+``/app/models/.sandbox-control/gpu``; the runtime hook registers it with the fake ``nvidia-smi`` and
+writes ``gpu.json`` there: the power limit and the board's full-load demand, W) the engine writes its
+load to ``$FAKE_GPU_SHARE/load.json`` whenever it starts or stops serving a stream (``busy``, ``since``,
+``busy_s``: see stubs/nvidia-smi), so the fake's draw and energy counter follow its work, and its
+decode slows with the limit: each chunk takes :data:`CHUNK_S` / :func:`speed_factor`, where
+``speed_factor = sqrt(min(limit, demand) / demand)`` (1.0 at or above the demand, 370 W by default;
+0.71 at 185 W, 0.52 at 100 W): decoding is memory-bound, so halving the power costs less than half
+the speed.
 """
 import argparse, json, os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +63,41 @@ CRASH_PROMPT_TOKENS = 20_000
 CHUNK_S = 0.01
 PREFILL_TPS = 400_000.0
 DEAD = [None]  # why the engine is dead (None: alive)
+SHARE = os.environ.get("FAKE_GPU_SHARE") or ""
+LOAD = {"active": 0, "busy_s": 0.0, "since": time.time()}
+LOAD_LOCK = threading.Lock()
+
+
+def speed_factor():
+    """Decode speed relative to an unconstrained card, from ``$FAKE_GPU_SHARE/gpu.json`` (module doc);
+    1.0 without a share or before the hook wrote one."""
+    try:
+        g = json.load(open(os.path.join(SHARE, "gpu.json"))) if SHARE else {}
+        limit, demand = float(g["power_limit_w"]), float(g["power_demand_w"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1.0
+    return (min(limit, demand) / demand) ** 0.5 if demand > 0 else 1.0
+
+
+def busy(delta):
+    """One stream more (+1) or fewer (-1); write load.json when the engine starts or stops being busy."""
+    if not SHARE:
+        return
+    with LOAD_LOCK:
+        now = time.time()
+        was = LOAD["active"] > 0
+        if was:
+            LOAD["busy_s"] += now - LOAD["since"]
+        LOAD["since"] = now
+        LOAD["active"] = max(0, LOAD["active"] + delta)
+        try:
+            os.makedirs(SHARE, exist_ok=True)
+            tmp = os.path.join(SHARE, f".load.{os.getpid()}.tmp")
+            with open(tmp, "w") as f:
+                json.dump({"busy": int(LOAD["active"] > 0), "since": now, "busy_s": LOAD["busy_s"], "pid": os.getpid()}, f)
+            os.replace(tmp, os.path.join(SHARE, "load.json"))
+        except OSError:
+            pass
 
 
 def tokens_per_chunk(quoting):
@@ -154,6 +199,15 @@ class H(BaseHTTPRequestHandler):
                 open(os.path.join(a.control_dir, "crashed"), "w").write(f"DFLASH_TOKENS={DRAFT} prompt {n_prompt}\n")
             return self.send(500, {"error": {"message": "EngineDeadError: EngineCore encountered an issue. See stack "
                                              "trace (above) for the root cause.", "code": 500}})
+        if not req.get("stream"):
+            return self.answer(req, n_prompt)
+        busy(+1)
+        try:
+            return self.answer(req, n_prompt)
+        finally:
+            busy(-1)
+
+    def answer(self, req, n_prompt):
         if VLLM:
             time.sleep(n_prompt / PREFILL_TPS)
         k = max(1, min(int(req.get("max_tokens") or 8), 64))
@@ -182,9 +236,10 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         chunk_s = control("chunk_s")
+        step_s = (float(chunk_s) if chunk_s else CHUNK_S) / speed_factor()
         for w in pieces:
             if VLLM:
-                time.sleep(float(chunk_s) if chunk_s else CHUNK_S)
+                time.sleep(step_s)
             d = {"delta": {"content": w}} if chat else {"text": w}
             ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
             self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
@@ -203,6 +258,7 @@ delay = control("boot_delay_s")
 if delay:
     print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
     time.sleep(float(delay))
+busy(0)  # load.json: not busy (a restarted engine starts its own count)
 srv = ThreadingHTTPServer((a.host, a.port), H)
 srv.daemon_threads = True
 signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())

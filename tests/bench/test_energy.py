@@ -1,0 +1,163 @@
+"""Energy in every bench (issue 31): the nvidia-smi energy query's parser on NVIDIA's documented
+formats (numbers with and without units, ``[N/A]``, ``[Not Supported]``), the meter's two methods
+(the card's counter; sampled ``power.draw`` where it has none), the per-workload figures, and a
+``rigkit bench --url`` run that prints them and writes them to the JSONL and summary.json."""
+
+import json
+import math
+
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rigkit.cli.bench import bench, local_energy_reader
+from rigkit.host import gpu
+from rigkit.host.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
+from rigkit.report.chart import samples_from_jsonl, write_chart
+
+from .replay import Script, vllm_stream
+
+MISSING = ("[N/A]", "[Not Supported]", "[Unknown Error]", "N/A", "")
+
+
+def field(unit):
+    """One CSV field as nvidia-smi writes it: ``(text, value)``, value None where it has none."""
+    number = st.one_of(st.integers(0, 10 ** 12).map(float),
+                       st.floats(0, 1e6, allow_nan=False).map(lambda v: float(f"{v:.2f}")))
+    shown = number.flatmap(lambda v: st.sampled_from(
+        [(f"{v:.2f}", v), (f"{v:.2f} {unit}", v), (f"{v:g}", float(f"{v:g}"))]))
+    return st.one_of(shown, st.sampled_from([(m, None) for m in MISSING]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(field("mJ"), field("W")), min_size=1, max_size=4))
+def test_every_energy_field_reads_as_its_number_or_none(rows):
+    text = "".join(f"{i}, {e[0]}, {w[0]}\n" for i, (e, w) in enumerate(rows))
+    got = gpu.parse_energy(text, 0)
+    assert got["state"] == "ok"
+    for i, ((_, mj), (_, watts)) in enumerate(rows):
+        g = got["gpus"][i]
+        assert g["index"] == i
+        assert g["energy_j"] == (None if mj is None else mj / 1000.0)
+        assert g["power_draw_w"] == watts
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(field("W"), min_size=6, max_size=6), field("MiB"), field("MiB"))
+def test_every_query_field_reads_as_its_number_or_none(powers, total, used):
+    line = ", ".join(["0", "NVIDIA GeForce RTX 3090", "GPU-1", "610.57", total[0], used[0]]
+                     + [p[0] for p in powers[:5]])
+    g = gpu.parse_query(line + "\n", 0)["gpus"][0]
+    assert g["memory_total_mib"] == total[1] and g["memory_used_mib"] == used[1]
+    assert g["memory_total_gib"] == (None if total[1] is None else round(total[1] / 1024, 2))
+    assert [g[k] for k in ("power_default_w", "power_limit_w", "power_enforced_w", "power_min_w",
+                           "power_max_w")] == [p[1] for p in powers[:5]]
+
+
+def test_nvidias_documented_shapes_with_header_units_and_not_supported():
+    # nvidia-smi --query-gpu=index,total_energy_consumption,power.draw --format=csv (header, units)
+    text = ("index, total_energy_consumption [mJ], power.draw [W]\n"
+            "0, 123456789 mJ, 250.31 W\n1, [Not Supported], [N/A]\n")
+    assert gpu.parse_energy(text, 0)["gpus"] == [
+        {"index": 0, "energy_j": 123456.789, "power_draw_w": 250.31},
+        {"index": 1, "energy_j": None, "power_draw_w": None}]
+    assert gpu.parse_energy("Failed to initialize NVML: Driver/library version mismatch", 18)["state"] == "mismatch"
+    assert gpu.parse_energy("", 127)["state"] == "missing"
+    assert gpu.parse_energy("0, 12\n", 0)["state"] == "no-gpu"  # wrong shape: no reading
+
+
+def scripted(values):
+    """A reader answering ``(energy_j, power_w)`` pairs in turn (the last one repeats)."""
+    values = list(values)
+
+    def read():
+        e, w = values.pop(0) if len(values) > 1 else values[0]
+        return gpu.parse_energy(f"0, {'[N/A]' if e is None else e * 1000:.0f}, "
+                                f"{'[Not Supported]' if w is None else w}\n" if e is not None else
+                                f"0, [Not Supported], {'[N/A]' if w is None else w}\n", 0)
+    return read
+
+
+def test_counter_method_takes_the_difference_and_refuses_a_counter_that_went_back():
+    m = EnergyMeter(scripted([(1000, 30), (1000, 30), (1050, 300), (1050, 300), (10, 30)]))
+    assert m.start() == "counter"
+    with m.measure() as span:
+        pass
+    assert span.joules == 50.0 and span.samples == 2
+    with m.measure() as span:
+        pass
+    assert span.joules is None and span.note.startswith("energy counter went back (1050.0 J to 10.0 J")
+
+
+def test_without_a_counter_power_draw_is_sampled_and_integrated():
+    m = EnergyMeter(scripted([(None, 250.0)]), interval_s=0.005)
+    assert m.start() == "sampled"
+    with m.measure() as span:
+        import time
+        time.sleep(0.05)
+    assert span.samples >= 3
+    assert math.isclose(span.avg_w, 250.0) and math.isclose(span.joules, 250.0 * span.seconds)
+    assert trapezoid_j([(0.0, 100.0), (1.0, 300.0), (3.0, 300.0)]) == 800.0
+    assert trapezoid_j([(0.0, 1.0)]) is None
+
+
+def test_a_card_with_neither_figure_has_no_energy_and_says_why():
+    m = EnergyMeter(scripted([(None, None)]))
+    assert m.start() is None
+    with m.measure() as span:
+        pass
+    assert span.record() == {"energy_j": None, "energy_note": "no energy: the card reports neither "
+                             "total_energy_consumption nor power.draw ([N/A]/[Not Supported])"}
+
+
+def test_workload_figures_and_the_idle_level_mark():
+    recs = [{"ok": True, "energy_j": 30.0, "energy_s": 0.25, "completion_tokens": 60},
+            {"ok": True, "energy_j": 30.0, "energy_s": 0.25, "completion_tokens": 60},
+            {"ok": True, "energy_note": "energy counter not read: x", "completion_tokens": 5}]
+    e = summarize_energy(recs, idle_w=32.0, method="counter")
+    assert (e["joules"], e["seconds"], e["avg_w"], e["tok_per_j"], e["j_per_token"]) == (60.0, 0.5, 120.0, 2.0, 0.5)
+    assert e["power_modelled"] is True and e["note"] == "measured 2 of 3 requests"
+    at_idle = summarize_energy(recs[:2], idle_w=118.0, method="counter")
+    assert at_idle["power_modelled"] is False
+    assert at_idle["note"].startswith("not power-modelled: the card drew 120.0 W, its idle level (118.0 W)")
+
+
+def test_a_remote_url_reads_no_gpu_here():
+    assert local_energy_reader("http://10.0.0.5:18020")[0] is None
+    assert local_energy_reader("http://127.0.0.1:18020")[0] is gpu.query_energy
+
+
+def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(replay, tmp_path, monkeypatch):
+    """Counter 1000 J; the idle wait adds 64 J, each request 50 J (the reads at its two ends)."""
+    state = {"j": 1000.0, "calls": 0}
+
+    def read(timeout_s=10.0):
+        state["calls"] += 1
+        if state["calls"] == 3:  # the end of the idle wait
+            state["j"] += 64.0
+        elif state["calls"] > 3 and state["calls"] % 2 == 1:  # the end of a request
+            state["j"] += 50.0
+        return gpu.parse_energy(f"0, {state['j'] * 1000:.0f}, 33.00\n", 0)
+
+    monkeypatch.setattr(gpu, "query_energy", read)
+    replay.default = Script(vllm_stream(answer=["abc"] * 10, tokens_per_chunk=2))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(bench, ["--url", replay.url, "--out", str(out), "--preset", "small",
+                                        "--workload", "chat-greedy", "--no-warmup"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert any(ln.startswith("energy: the card's energy counter (nvidia-smi total_energy_consumption) on "
+                             "this machine (the --url server is local) · idle 3") for ln in lines), lines
+    energy = [ln for ln in lines if ln.startswith("  energy: ")]
+    assert energy and energy[0].startswith("  energy: 200.0 J over ") and \
+        energy[0].endswith(" · 0.4 tok/J · 2.5 J/token"), energy
+    recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
+    assert [r["energy_j"] for r in recs] == [50.0] * 4
+    summary = json.loads((out / "summary.json").read_text())
+    e = summary["workloads"]["chat-greedy"]["energy"]
+    assert (e["joules"], e["tok_per_j"], e["j_per_token"], e["method"], e["power_modelled"]) == (
+        200.0, 0.4, 2.5, "counter", True)
+    assert summary["energy"]["method"] == "counter" and summary["energy"]["idle"]["joules"] == 64.0
+    assert summary["energy"]["source"] == gpu.ENERGY_QUERY_COMMAND
+    assert samples_from_jsonl(str(out / "requests.jsonl"))["chat-greedy"]["tok_per_j"] == [0.4] * 4
+    assert "tok_per_j" in write_chart(str(tmp_path / "c.svg"), summary, fmt="svg")
