@@ -91,9 +91,14 @@ def inventory_shape_problems(path: str) -> list[str]:
 
     from pyinfra_cli.inventory import _get_groups_from_filename
 
+    from pyinfra.api.state import State
+    from pyinfra.context import ctx_state
+
+    with ctx_state.use(State()):  # pyinfra's loader execs the file with a State in context
+        groups = _get_groups_from_filename(path)
     out: list[str] = []
     with_data: dict[str, str] = {}
-    for group, value in _get_groups_from_filename(path).items():
+    for group, value in groups.items():
         hosts, data = (value if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping)
                        else (value, None))
         if not isinstance(hosts, (list, tuple)):
@@ -142,10 +147,10 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
 
     try:
         # pyinfra's loader execs the files with a State in context (as its CLI does).
+        shape = inventory_shape_problems(path)
+        if shape:
+            raise InventoryError(f"inventory {path!r}: " + "; ".join(shape))
         with ctx_state.use(State()):
-            shape = inventory_shape_problems(path)
-            if shape:
-                raise InventoryError(f"inventory {path!r}: " + "; ".join(shape))
             inventory = make_inventory(path, override_data=override_data, cwd=cwd or os.getcwd())
     except InventoryError:
         raise

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rigkit.spec.model import RigSpec
+from rigkit.spec.model import EMPTY_REFUSED, RigSpec
 from rigkit.spec.problems import SpecError, SpecProblem, did_you_mean, dotted_key
 from rigkit.spec.secrets import SECRET_SHOWN, scan_raw, secret_shaped
 
@@ -238,4 +238,8 @@ def _allowed_text(err: Mapping[str, Any]) -> str:
         return err["msg"].replace("Input should be", "must be")
     if kind == "string_pattern_mismatch":
         return f"must match {ctx.get('pattern')}"
+    if kind == "string_too_short" and ctx.get("min_length") == 1:
+        return EMPTY_REFUSED
+    if kind == "value_error":
+        return err["msg"].removeprefix("Value error, ")
     return err["msg"]

@@ -19,7 +19,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rigkit import paths
 
@@ -27,14 +27,29 @@ from rigkit import paths
 # Building blocks
 
 
+#: Why an empty string is refused where the field is not optional.
+EMPTY_REFUSED = "empty: give a value, or leave the key out for its default (only an optional value may be left empty: unset)"
+
+
 class StrictModel(BaseModel):
     """Base of every spec model: unknown keys forbidden, no silent type coercion
     (``"420"`` is not a power limit), defaults validated too. An empty string given for an
     optional field (``str | None``, every operator value among them) means *unset*: it becomes
     ``None``, so ``rigkit check`` warns and ``rigkit deploy`` refuses instead of deploying a
-    placeholder; an empty list or mapping stays a declared "none" (``lock_files: []``)."""
+    placeholder; an empty list or mapping stays a declared "none" (``lock_files: []``). An empty string
+    for a field that is not optional (it has a default, or is required) is refused (exit 2):
+    :data:`EMPTY_REFUSED`."""
 
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _empty_string_is_refused(cls, value: Any) -> Any:
+        """One rule for empty (issue #28): ``""`` for an optional field is *unset* (the before-validator
+        below made it ``None``); for a field that has a default or is required it is refused at once."""
+        if value == "":
+            raise ValueError(EMPTY_REFUSED)
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -1,18 +1,26 @@
 """Inventories pyinfra would silently mangle are refused with one line each (issue #28): two hosts of
 one name (pyinfra keeps one and drops the other), host data that is not a mapping (pyinfra fails with
-``dictionary update sequence element #0 …``), a group that is not a list of hosts."""
+``dictionary update sequence element #0 …``), a group that is not a list of hosts.
+
+pyinfra's CLI package monkey-patches the process with gevent when imported, so every case runs in a
+child process: one ``rigkit check`` per refused inventory, one Python run for the accepted shape."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from rigkit.spec.inventory import InventoryError, inventory_shape_problems, load_hosts
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def write(tmp_path, text: str) -> str:
-    p = tmp_path / "inv.py"
-    p.write_text(text)
-    return str(p)
+def check(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    (tmp_path / "inv.py").write_text(text)
+    return subprocess.run([sys.executable, "-m", "rigkit", "check", "-i", str(tmp_path / "inv.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -25,15 +33,18 @@ def write(tmp_path, text: str) -> str:
      "host 'box' in group 'rig': its data is a list, not a mapping of keys to values"),
     ('rig = [("box", {}, "extra")]\n', "group 'rig': \"('box', {}, 'extra')\" is not (name, data)"),
 ])
-def test_a_mangled_inventory_is_refused_naming_the_group_and_host(tmp_path, text, message):
-    path = write(tmp_path, text)
-    with pytest.raises(InventoryError) as exc:
-        load_hosts(path, cwd=str(tmp_path))
-    assert message in str(exc.value)
-    assert "Traceback" not in str(exc.value) and "dictionary update sequence" not in str(exc.value)
+def test_a_mangled_inventory_is_refused_with_exit_2_naming_the_group_and_host(tmp_path, text, message):
+    proc = check(tmp_path, text)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert message in out and "Traceback" not in out and "dictionary update sequence" not in out, out
 
 
 def test_a_host_in_two_groups_without_its_own_data_twice_is_fine(tmp_path):
-    path = write(tmp_path, 'rig = [("box", {"gpu_power_limit_w": 400})]\ngpu_boxes = ["box"]\n')
-    assert inventory_shape_problems(path) == []
-    assert [h.name for h in load_hosts(path, cwd=str(tmp_path))] == ["box"]
+    inv = tmp_path / "inv.py"
+    inv.write_text('rig = [("box", {"gpu_power_limit_w": 400})]\ngpu_boxes = ["box"]\n')
+    code = ("import json, sys; from rigkit.spec.inventory import inventory_shape_problems, load_hosts; "
+            f"print(json.dumps([inventory_shape_problems({str(inv)!r}), [h.name for h in load_hosts({str(inv)!r})]]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [[], ["box"]]

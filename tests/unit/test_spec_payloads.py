@@ -222,3 +222,42 @@ def test_a_shell_payload_is_refused_naming_the_field_or_carried_literally(path, 
             # an operator's command line is carried as written; llama-swap runs it without a shell
             written = config["models"][path[2]][{"cmd": "cmd", "cmd_stop": "cmdStop"}[path[-1]]]
             assert written.rstrip("\n") == payload, (field, payload, written)  # a block scalar ends in a newline
+
+
+def _get(spec: Any, path: tuple) -> Any:
+    node = spec
+    for part in path:
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
+
+
+@pytest.mark.parametrize("path", [p for p, k in SLOTS if k == "value" and not isinstance(p[-1], int) and p[-1] != "X_PAYLOAD"],
+                         ids=lambda p: dotted(p))
+def test_one_rule_for_empty(path):
+    """``""`` is *unset* (None: ``rigkit check`` warns, the deploy refuses) for an optional field and
+    refused at once, naming the field, for every other (issue #28: the README's rule)."""
+    field = dotted(path)
+    try:
+        spec = spec_from_dict(data_for(path, "value", ""))
+    except SpecError as exc:
+        assert any(p.key == field and "empty" in p.allowed for p in exc.problems) or \
+            any(p.key.startswith(field) for p in exc.problems), (field, [str(p) for p in exc.problems])
+        return
+    annotation = _field_of(path).annotation
+    assert type(None) in typing.get_args(annotation), f"{field}: '' accepted for a field that is not optional"
+    assert _get(spec, path) is None, field
+
+
+def _field_of(path: tuple):
+    model: Any = RigSpec
+    field = None
+    for part in path:
+        if isinstance(model, type) and issubclass(model, BaseModel) and part in model.model_fields:
+            field = model.model_fields[part]
+            nxt = [a for a in _unwrap(field.annotation)]
+            model = next((a for a in nxt if isinstance(a, type) and issubclass(a, BaseModel)), None)
+            if model is None:
+                dict_vals = [typing.get_args(a)[1] for a in nxt if typing.get_origin(a) is dict]
+                model = next((v for v in dict_vals if isinstance(v, type) and issubclass(v, BaseModel)), None)
+        # a mapping key (members.strata): stay on the value model
+    return field
