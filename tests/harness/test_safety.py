@@ -9,7 +9,9 @@
 - a model file that fails its hash and whose refetch fails (the hub refusing the token) stays in
   place, and Strata answers;
 - a needed package missing: one ``pacman -Syu --needed`` (pacman's own log says so), never ``-Sy``
-  alone; the second deploy changes nothing.
+  alone; the second deploy changes nothing;
+- shell payloads in every kind of place the spec accepts them (issue #28) are carried literally and
+  run nowhere: no canary file on the host or the control machine.
 """
 
 from __future__ import annotations
@@ -177,3 +179,42 @@ def test_a_missing_package_is_installed_with_one_pacman_syu_never_sy_alone(host)
     again = deploy(host)
     assert changed(again) == 0, again.stderr[-3000:]
     strata_answers(host)
+
+
+CANARY = "/tmp/rigkit-canary"
+PAYLOAD = f"$(touch {CANARY}-a) `touch {CANARY}-b`; touch {CANARY}-c && touch {CANARY}-d"
+
+
+def test_every_accepted_shell_payload_is_carried_literally_and_runs_nowhere(host):
+    """Issue #28 on the real deploy: one deploy carries shell payloads in every kind of place the spec
+    accepts them (a llama-swap member's description and env — llama-swap runs members without a shell
+    — HyperQwen's .env, a declared lock file the preflight tests in a root shell), activates the config,
+    and no canary file exists afterwards, on the host or here; the payloads are in the host's files as
+    written. A plain deploy puts the rig back (it runs last in the module)."""
+    subprocess.run(f"rm -f {CANARY}*", shell=True, check=False)
+    host.run(f"rm -f {CANARY}*")
+    data = {
+        "llama_swap": {"members": {"strata": {"description": PAYLOAD, "env": [f"RIGKIT_NOTE={PAYLOAD}"]}}},
+        "hyperqwen": {"extra_env": {"RIGKIT_NOTE": PAYLOAD}},
+        "lock_files": [f"/run/rigkit lock {PAYLOAD}"],
+    }
+    args = [a for k, v in data.items() for a in ("--data", f"{k}={json.dumps(v)}")]
+    proc = deploy(host, *args)
+    try:
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        left = host.run(f"ls {CANARY}* 2>/dev/null || true").stdout.split()
+        assert left == [], f"a payload ran on the host as root: {left}"
+        assert not list(Path("/tmp").glob("rigkit-canary*")), "a payload ran on the control machine"
+        import yaml
+
+        live = yaml.safe_load(host.run("cat /etc/llama-swap/config.yaml").stdout)
+        assert live["models"]["strata"]["description"] == PAYLOAD
+        assert f"RIGKIT_NOTE={PAYLOAD}" in live["models"]["strata"]["env"]
+        from rigkit.host.envfile import parse_env_text
+
+        assert parse_env_text(host.run("cat /opt/rigkit/hyperqwen/.env").stdout)["RIGKIT_NOTE"] == PAYLOAD
+        strata_answers(host)  # the member started with the payload in its environment, as one value
+    finally:
+        back = deploy(host)
+        assert back.returncode == 0, back.stderr[-3000:]
+    assert host.run(f"ls {CANARY}* 2>/dev/null || true").stdout.split() == []
