@@ -68,16 +68,8 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     if bad:
         return bad
     gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(FIELDS):
-            continue
-        f = dict(zip(FIELDS, parts))
+    for index, f in _rows(text, FIELDS):
         total, used = _num(f["memory.total"]), _num(f["memory.used"])
-        try:
-            index = int(f["index"])
-        except ValueError:
-            continue
         gpus.append({
             "index": index, "name": f["name"], "uuid": f["uuid"], "driver_version": f["driver_version"],
             "memory_total_gib": round(total / 1024, 2) if total is not None else None,
@@ -96,6 +88,21 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
 ENERGY_FIELDS = ("index", "total_energy_consumption", "power.draw")
 ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
 ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
+
+
+def _rows(text: str, fields: tuple[str, ...]):
+    """``(index, {field: text})`` for each line of ``nvidia-smi --query-gpu=FIELDS --format=csv,noheader``
+    output that has every field and an integer index (``index`` first in ``fields``); other lines
+    (a header, a warning) are skipped."""
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(fields):
+            continue
+        f = dict(zip(fields, parts))
+        try:
+            yield int(f["index"]), f
+        except ValueError:
+            continue
 
 
 def _failed(text: str, rc: int | None) -> dict[str, Any] | None:
@@ -127,17 +134,10 @@ def parse_energy(text: str, rc: int | None = 0) -> dict[str, Any]:
     if bad:
         return bad
     gpus = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != len(ENERGY_FIELDS):
-            continue
-        try:
-            index = int(parts[0])
-        except ValueError:
-            continue
-        mj = _num(parts[1])
+    for index, f in _rows(text, ENERGY_FIELDS):
+        mj = _num(f["total_energy_consumption"])
         gpus.append({"index": index, "energy_j": mj / 1000.0 if mj is not None else None,
-                     "power_draw_w": _num(parts[2])})
+                     "power_draw_w": _num(f["power.draw"])})
     if not gpus:
         return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
     return {"state": "ok", "message": "", "gpus": gpus}
