@@ -1,5 +1,5 @@
-"""``rigkit check`` is linear in its input (issue #28): the time on an inventory holding one 40 kB and
-one 120 kB value (HyperQwen's .env, a member's env and a model file name — three readers), median
+"""``rigkit check`` is linear in its input (issue #28): the time on an inventory holding a 10-byte (the
+fixed cost: start-up and the validators), a 40 kB and a 120 kB value (HyperQwen's .env, a member's env and a model file name — three readers), median
 of N runs each, the ratio (a linear check grows ~3×; the quadratic URL-password pattern made 135 kB
 take ~60 s), and a 1 MB value, which must be refused (exit 2) for being over the kernel's per-argument
 limit. Runs in a temporary project copy with the llama-swap schema from the shared folder
@@ -55,12 +55,15 @@ def main() -> int:
         os.environ.setdefault("RIGKIT_LLAMA_SWAP_SCHEMA_URL", f"file://{shared}")
     with tempfile.TemporaryDirectory() as tmp:
         medians = {}
-        for size in (40_000, 120_000):
+        for size in (10, 40_000, 120_000):
             d = project(size, Path(tmp))
             runs = [timed(d) for _ in range(args.n)]
             medians[size] = statistics.median(r[0] for r in runs)
-            print(f"{size // 1000:>5} kB: median {medians[size]:.2f} s of {args.n} (exit {runs[0][1]})")
-        print(f"120 kB / 40 kB: {medians[120_000] / medians[40_000]:.2f}x (linear: ~3x; the target: <= 4x, 120 kB <= 2 s)")
+            label = f"{size // 1000:>5} kB" if size >= 1000 else f"{size:>5} B "
+            print(f"{label}: median {medians[size]:.2f} s of {args.n} (exit {runs[0][1]})")
+        print(f"120 kB / 40 kB: {medians[120_000] / medians[40_000]:.2f}x (the target: <= 4x, 120 kB <= 2 s); "
+              f"over the 10 B run (start-up and validators): 40 kB +{medians[40_000] - medians[10]:.2f} s, "
+              f"120 kB +{medians[120_000] - medians[10]:.2f} s")
         secs, rc, out = timed(project(1_000_000, Path(tmp)))
         line = next((ln for ln in out.splitlines() if "bytes" in ln), out.strip().splitlines()[-1] if out.strip() else "")
         print(f"1 MB: exit {rc} in {secs:.2f} s: {line.strip()[:160]}")
