@@ -38,6 +38,7 @@ RIG_LOCK = f"{STATE_DIR}/rig.lock"  # the one host lock (flock + holder record),
 ACTIVATE_LOG = f"{STATE_DIR}/activate.log"
 LLAMA_SWAP_NEXT = f"{STATE_DIR}/llama-swap/config.next.yaml"  # root 0600: what an activation installs
 WATCHDOG_STATE = f"{STATE_DIR}/watchdog.json"
+POWER_STATE = f"{STATE_DIR}/power.json"  # the power-limit healer's record, rigkit.host.power
 HOST_CONFIG = "/etc/rigkit/host.json"  # the host side's one config (rigkit.host.config)
 
 UNIT_DIR = "/etc/systemd/system"

@@ -1,7 +1,7 @@
 """The host agent in ``/opt/rigkit/``: its own venv, installed from a wheelhouse built on the
 control machine for the host's Python (no package index on the host), and the host config it reads;
 installed right after the pins so that every later disruptive step (a reboot, a docker restart, an
-activation) runs under the host lock it keeps. Its timers (keeper, watchdog) are enabled last,
+activation) runs under the host lock it keeps. Its timers (keeper, watchdog, power-limit healer) are enabled last,
 once llama-swap serves (:func:`agent_timers`)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pyinfra.operations.util import any_changed
 from rigkit import paths
 from rigkit.deploy import wheelhouse
 from rigkit.operations.shell import argv, script
-from rigkit.render.files import RenderedFile
+from rigkit.render.files import AGENT_TIMERS, RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
 WHEELS = f"{paths.AGENT_DIR}/wheels"
-TIMERS = ("hyperqwen-watchdog", "rigkit-keeper")
+TIMERS = tuple(AGENT_TIMERS)
 
 
 @deploy("Host agent")
@@ -54,7 +54,8 @@ def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
 
 @deploy("Host agent timers")
 def agent_timers(spec: RigSpec, rendered: dict[str, RenderedFile]):
-    """Install the keeper's and the watchdog's units and enable their timers."""
+    """Install the units of the agent's timers (:data:`rigkit.render.files.AGENT_TIMERS`: keeper, watchdog,
+    power-limit healer) and enable the timers."""
     units = [put_rendered(f"{paths.UNIT_DIR}/{stem}.{kind}", rendered[f"{paths.UNIT_DIR}/{stem}.{kind}"],
                           name=f"Install {stem}.{kind}") for stem in TIMERS for kind in ("service", "timer")]
     systemd.daemon_reload(name="Reload systemd for the agent's units", _if=any_changed(*units))

@@ -53,6 +53,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("holds", Holds().command(paths.HOLDS_FILE)))
     sections.append(("generations", JsonFile().command(f"{paths.GENERATIONS_DIR}/index.json")))
     sections.append(("rig-lock", RigLockState().command(paths.RIG_LOCK)))
+    sections.append(("power-healer", JsonFile().command(paths.POWER_STATE)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
     units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
@@ -132,7 +133,8 @@ def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
     """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
     stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
-    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``agent`` ``{rc,
+    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``power_healer`` (the
+    healer's record, :mod:`rigkit.host.power`), ``agent`` ``{rc,
     output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
     (``{name: [reasons]}``, ``"no-agent"``, or None when not asked)."""
     facts: dict[str, Any] = {"files": {}, "secrets": {}, "models": None}
@@ -171,6 +173,8 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["generations"] = JsonFile().process(lines)
         elif key == "rig-lock":
             facts["rig_lock"] = RigLockState().process(lines)
+        elif key == "power-healer":
+            facts["power_healer"] = JsonFile().process(lines)
         elif key == "agent":
             rc = None
             body = []

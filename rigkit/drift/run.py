@@ -131,7 +131,9 @@ def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
     config holds, names only, and ``live_config_as_declared``: False when the live file's hash
     differs), ``hold`` (the holds file's data or None), ``lock`` (``held``/``holder``/``stale``),
     ``window`` (the last window journal's ``id``, ``state``, ``tenant``, ``started``/``ended``,
-    or None when none was ever run), ``generation`` (:func:`generation_state`)."""
+    or None when none was ever run), ``generation`` (:func:`generation_state`), ``power_healer``
+    (the power-limit healer's ``last_check`` and ``last_reapply``, :mod:`rigkit.host.power`, or None
+    before its first run)."""
     from rigkit import paths
 
     smi = facts.get("smi") or {}
@@ -164,7 +166,18 @@ def host_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any]:
         "lock": {"held": bool(lock.get("held")), "holder": lock.get("holder"), "stale": lock.get("stale")},
         "window": window,
         "generation": generation_state(decl, facts),
+        "power_healer": power_healer_state(facts),
     }
+
+
+def power_healer_state(facts: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"last_check": {...}, "last_reapply": {...} | None, "reapplies": n}`` from the healer's record
+    (``/var/lib/rigkit/power.json``, shape in :mod:`rigkit.host.power`), or None when it never ran."""
+    data = (facts.get("power_healer") or {}).get("data")
+    if not isinstance(data, dict):
+        return None
+    return {"last_check": data.get("last_check"), "last_reapply": data.get("last_reapply"),
+            "reapplies": data.get("reapplies") or 0}
 
 
 def generation_state(decl: Any, facts: dict[str, Any]) -> dict[str, Any] | None:

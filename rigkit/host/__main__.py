@@ -4,6 +4,7 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 
 - ``keeper`` — bring the resident back when no member is loaded (:mod:`rigkit.host.keeper`).
 - ``watchdog`` — unload a watched member that keeps failing (:mod:`rigkit.host.watchdog`).
+- ``power`` — re-apply the declared power limit when the enforced one differs (:mod:`rigkit.host.power`).
 - ``activate`` — the activation path of llama-swap's config (:mod:`rigkit.host.activate`).
 - ``window`` — tenant windows (:mod:`rigkit.host.window`).
 - ``fetch`` / ``record`` / ``status`` — model fetch and verify (:mod:`rigkit.host.fetch`).
@@ -99,7 +100,7 @@ def _hold(cfg, what: str, lease: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,generation,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
@@ -111,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
-    if job not in ("keeper", "watchdog", "activate", "window", "lock", "generation"):
-        print("usage: rigkit-agent {keeper,watchdog,activate,window,fetch,record,status,lock,generation,version} ...",
+    if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation"):
+        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:
@@ -135,6 +136,10 @@ def main(argv: list[str] | None = None) -> None:
             from rigkit.host.keeper import keeper
 
             sys.exit(keeper(cfg))
+        if job == "power":
+            from rigkit.host import power
+
+            sys.exit(power.main(cfg, argv[1:]))
         from rigkit.host import watchdog
 
         sys.exit(watchdog.main(cfg, argv[1:]))
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{job}: {exc}", file=sys.stderr)
         sys.exit(1)
     except Exception as exc:  # requests errors, an unreadable state file: say what, exit 1
-        if job in ("keeper", "watchdog"):
+        if job in ("keeper", "watchdog", "power"):
             print(f"{job}: {type(exc).__name__}: {exc}", file=sys.stderr)
             sys.exit(1)
         raise

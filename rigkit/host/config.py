@@ -15,9 +15,10 @@ Its shape (``version`` 1)::
      "watchdog": {"members": [id], "failures": int, "backoff_after": int, "backoff_s": s,
                   "backoff_max_s": s, "timeout_s": s},
      "keeper": {"timeout_s": s},
+     "power": {"limit_w": W (gpu_power_limit_w), "index": GPU index},
      "paused_timers": [unit], "lock_files": [path], "own_units": [unit],
      "paths": {"state_dir", "lock", "window_journal", "windows_dir", "holds", "activate_log",
-               "watchdog_state", "models_root", "generations", "hf_token_file", "api_key_file", "agent_bin"}}
+               "watchdog_state", "power_state", "models_root", "generations", "hf_token_file", "api_key_file", "agent_bin"}}
 
 ``RIGKIT_HOST_CONFIG`` points the host commands at another file (the unit tests do).
 """

@@ -1,4 +1,4 @@
-"""Why a recurring job (keeper, watchdog) stands down now — an open window, or the host lock held by
+"""Why a recurring job (keeper, watchdog, power-limit healer) stands down now — an open window, or the host lock held by
 someone else (an activation, a rollback, a deploy's disruptive step) — and the one way a command that
 changes the serving state takes the lock (:func:`lock_for_change`): refused while it is held or a
 window is open."""
@@ -38,11 +38,11 @@ def window_reason(cfg: HostConfig, job: str) -> str | None:
 
 
 # The jobs that only ever hold the lock for one bounded action of their own (the keeper bringing the
-# resident back, the watchdog unloading a member) and stand down otherwise. A change asked for by an
+# resident back, the watchdog unloading a member, the healer re-applying the power limit) and stand down otherwise. A change asked for by an
 # operator waits for that action instead of failing on it: the deploy's docker restart takes Strata's
 # container down, the keeper's next period brings Strata back under the lock, and the deploy's
 # llama-swap restart, one step later, would otherwise be refused naming the keeper.
-AUTOMATIC_JOBS = ("keeper", "watchdog")
+AUTOMATIC_JOBS = ("keeper", "watchdog", "power")
 AUTOMATIC_YIELD_S = 180.0  # the keeper's one completion to the resident waits out its cold boot
 
 

@@ -47,6 +47,7 @@ class RenderedFile:
 AGENT_TIMERS = {
     "hyperqwen-watchdog": ("HyperQwen watchdog: restart a member that answers 500", "watchdog", 60),
     "rigkit-keeper": ("rigkit keeper: bring the resident member back when none is loaded", "keeper", 60),
+    "rigkit-power": ("rigkit power: re-apply the declared GPU power limit when the enforced one differs", "power", 30),
 }
 
 
@@ -173,12 +174,13 @@ def render_host_config(spec: RigSpec) -> str:
         "watchdog": {"members": watched, "failures": 3, "backoff_after": 2, "backoff_s": 900.0,
                      "backoff_max_s": 86400.0, "timeout_s": 60.0},
         "keeper": {"timeout_s": float(ls.health_check_timeout_s) + 30},
+        "power": {"limit_w": spec.gpu_power_limit_w, "index": 0},  # the index gpu-power-limit.service sets
         "paused_timers": list(spec.paused_timers or []),
         "lock_files": list(spec.lock_files or []),
         "own_units": sorted([f"{stem}.service" for stem in AGENT_TIMERS] + list(AGENT_TRANSIENT_UNITS)),
         "paths": {"state_dir": paths.STATE_DIR, "lock": paths.RIG_LOCK, "window_journal": paths.WINDOW_JOURNAL,
                   "windows_dir": paths.WINDOWS_DIR, "holds": paths.HOLDS_FILE, "activate_log": paths.ACTIVATE_LOG,
-                  "watchdog_state": paths.WATCHDOG_STATE, "models_root": paths.MODELS_ROOT,
+                  "watchdog_state": paths.WATCHDOG_STATE, "power_state": paths.POWER_STATE, "models_root": paths.MODELS_ROOT,
                   "generations": paths.GENERATIONS_DIR,
                   "hf_token_file": paths.HF_TOKEN_FILE, "api_key_file": paths.HYPERQWEN_SECRET_FILE,
                   "agent_bin": paths.AGENT_BIN},

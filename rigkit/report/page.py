@@ -273,6 +273,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <tr><th>generation</th><td>{{ h.generation }}</td></tr>
 <tr><th>hold</th><td>{{ h.hold }}</td></tr>
 <tr><th>host lock</th><td>{{ h.lock }}</td></tr>
+<tr><th>power-limit healer</th><td>{{ h.healer }}</td></tr>
 <tr><th>last window</th><td>{{ h.window }}</td></tr>
 </table>
 {% if h.sweep %}<section class="sweep" id="sweep-{{ h.anchor }}" data-sweep="{{ h.sweep.window }}">
@@ -392,9 +393,26 @@ def host_view(name: str, drift: dict[str, Any] | None, members: list[MemberView]
                 ("free (a dead holder's record is left)" if lock.get("stale") else "free"),
         "window": (", ".join(f"{k} {v}" for k, v in window.items() if v is not None)
                    if window else "none run (no journal)"),
+        "healer": healer_text(st.get("power_healer"), bool(st)),
         "members": members,
         "n_runs": sum(len(m.runs) for m in members),
     }
+
+
+def healer_text(healer: dict[str, Any] | None, reached: bool = True) -> str:
+    """The power-limit healer's line (drift's state ``power_healer``, :func:`rigkit.drift.run.power_healer_state`):
+    its last re-application (``re-applied 420 W at <time> (enforced 350 W before; 1 in all)``, or the
+    failure's message) and its last check's result."""
+    if not reached:
+        return "unknown (host not reached)"
+    if not healer:
+        return "never ran"
+    last = healer.get("last_reapply")
+    check = healer.get("last_check") or {}
+    text = (f"re-applied {_fmt_w(last.get('to_w'))} at {last.get('at')} (enforced {_fmt_w(last.get('from_w'))} before; "
+            f"{healer.get('reapplies', 0)} in all)" if last and last.get("ok") else
+            f"last re-application failed at {last.get('at')}: {last.get('message')}" if last else "never re-applied")
+    return text + f"; last check {check.get('at')}: {check.get('result')}" if check else text
 
 
 def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_dir: str,

@@ -43,7 +43,8 @@ OWNED_ENV_KEYS = {
 }
 SECRET_ENV_KEYS = {"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
 _OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.service", "hyperqwen-watchdog.service",
-              "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer"}
+              "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer",
+              "rigkit-power.service", "rigkit-power.timer"}
 DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
 #: Absolute bounds of ``gpu_power_limit_w`` for the RTX 3090 family, checked before the host is
 #: reached (the card's own range, ``gpu_power_range_w``, narrows them when known). Source:

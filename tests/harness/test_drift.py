@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -182,15 +184,25 @@ def test_ignorepkg_removed(rig):
 
 
 def test_power_limit_changed(rig):
-    rig.run("nvidia-smi -pl 300")
+    """Under the host lock (``lock hold``): the power-limit healer (rigkit-power.timer) stands down
+    while it is held, so the limit set by hand stays for drift to see; the held lock is a warning."""
+    holder = "sleep 300 | /opt/rigkit/venv/bin/rigkit-agent lock hold --what 'test: power drift' --lease t-drift"
+    rig.run(f"systemd-run --unit=rk-test-hold --collect sh -c {shlex.quote(holder)}")
     try:
+        for _ in range(100):
+            if rig.run("/opt/rigkit/venv/bin/rigkit-agent lock status").stdout.count('"held": true'):
+                break
+            time.sleep(0.2)
+        rig.run("nvidia-smi -pl 300")
         rc, records, out = drift()
         assert rc == 3, out
         assert drifted(records) == {("power", "GPU 0 enforced.power.limit"), ("power", "GPU 0 power.limit")}
         enforced = one(records, "power", "GPU 0 enforced.power.limit")
         assert (enforced["declared"], enforced["actual"]) == ("420 W", "300 W")
+        assert one(records, "lock", "/var/lib/rigkit/rig.lock")["severity"] == "warn"
     finally:
         rig.run("nvidia-smi -pl 420")
+        rig.run("systemctl stop rk-test-hold.service", check=False)
     assert drift()[0] == 0
 
 

@@ -262,3 +262,48 @@ def test_watchdog_and_keeper_work_on_port_8090(host):
         back = rigkit(host, "wire-in", *inv("--host", host.name, "--activate"))
         assert back.returncode == 0, back.stdout[-2000:]
     strata_answers(host)
+
+
+def test_the_power_limit_heals_within_one_period_and_the_healer_stands_down_while_the_lock_is_held(host):
+    """Issue #30 item 3: the fake driver reload (``/run/fake-gpu/driver_reload``: the limit goes back to
+    the board's 350 W default) is undone by the healer's own timer (``rigkit-power.timer``, every 30 s)
+    within one period, journalled and recorded in ``/var/lib/rigkit/power.json``; while someone holds the
+    host lock (``lock hold``, as ``rigkit rollback`` holds it) the healer stands down naming the holder and
+    the card stays at the default until the lock is free."""
+    smi = "nvidia-smi --query-gpu=enforced.power.limit --format=csv,noheader,nounits"
+
+    def enforced() -> float:
+        return float(host.run(smi).stdout.strip())
+
+    assert host.run("systemctl is-active rigkit-power.timer").stdout.strip() == "active"
+    assert enforced() == 420.0
+    since = host.run("date +%s").stdout.strip()
+    host.run("touch /run/fake-gpu/driver_reload")
+    assert enforced() == 350.0  # this reading reloads the module
+    t0 = time.monotonic()
+    healed = wait_for(lambda: enforced() == 420.0, timeout=45, every=1.0)
+    took = time.monotonic() - t0
+    print(f"\nfake driver reload -> 420 W enforced again after {took:.1f} s (rigkit-power.timer every 30 s)")
+    assert healed and took < 30 + 5 + 5, took  # one period, the timer's AccuracySec, the run itself
+    journal = host.run(f"journalctl -u rigkit-power.service --since @{since} --no-pager -o cat").stdout
+    assert ("power: GPU 0 enforced 350 W, declared 420 W (a driver reload, an Xid reset or someone's nvidia-smi -pl); "
+            "re-applied 420 W: enforced 420 W") in journal, journal
+    rec = json.loads(host.run("cat /var/lib/rigkit/power.json").stdout)
+    assert rec["last_reapply"]["from_w"] == 350.0 and rec["last_reapply"]["ok"] is True
+
+    holder = f"sleep 300 | {AGENT} lock hold --what 'test: holding the rig' --lease t-heal"
+    hold = f"systemd-run --unit=rk-test-hold --collect sh -c {shlex.quote(holder)}"
+    host.run(hold)
+    try:
+        held_by(host, "^test: holding the rig")
+        host.run("touch /run/fake-gpu/driver_reload")
+        assert enforced() == 350.0
+        out = host.run(f"{AGENT} power").stdout
+        assert "power: the rig is locked by test: holding the rig (pid" in out and "standing down" in out, out
+        assert enforced() == 350.0
+    finally:
+        host.run("systemctl stop rk-test-hold.service", check=False)
+    wait_for(lambda: not lock_state(host)["held"], timeout=20)
+    out = host.run(f"{AGENT} power").stdout
+    assert "re-applied 420 W: enforced 420 W" in out or "enforces 420 W as declared" in out, out  # or the timer did
+    assert enforced() == 420.0

@@ -35,6 +35,8 @@ def test_every_rendered_path_mode_and_owner():
         f"{UNITS}/hyperqwen-watchdog.timer": ("0644", "root:root"),
         f"{UNITS}/rigkit-keeper.service": ("0644", "root:root"),
         f"{UNITS}/rigkit-keeper.timer": ("0644", "root:root"),
+        f"{UNITS}/rigkit-power.service": ("0644", "root:root"),
+        f"{UNITS}/rigkit-power.timer": ("0644", "root:root"),
     }
     text, mode, owner = files["/opt/rigkit/hyperqwen/.env"]
     assert (mode, owner) == ("0640", "root:llama-swap")

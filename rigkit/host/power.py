@@ -1,0 +1,167 @@
+"""The power-limit healer (``rigkit-agent power``, timer ``rigkit-power.timer``): when the GPU's
+enforced power limit differs from the declared one, re-apply the declared one with ``nvidia-smi
+--id=N --power-limit=W`` and read it back. A driver reload, a GPU reset after an Xid or someone's
+``nvidia-smi -pl`` leaves the card at another limit until the next boot (``gpu-power-limit.service``
+sets it only then; DESIGN.md "Confirmed, or put back": the agent keeps the enforced limit at the
+declared one).
+
+One more actor on the host: it stands down while a window is open or the host lock is held (a
+deploy's step, a rollback, an activation, a window, a sweep that sets the limit itself) and
+re-applies under the host lock. The declared limit is the host config's ``power`` section (rendered
+from ``gpu_power_limit_w``, so a rollback's held generation brings its own); each decision is printed
+with its reason (the unit's journal) and recorded in ``paths.power_state``::
+
+    {"declared_w": 420.0, "index": 0,
+     "last_check": {"at": ISO time, "result": "as declared"|"re-applied"|"failed"|"stood down"|"unread",
+                    "enforced_w": W|null, "message": str},
+     "last_reapply": {"at", "from_w", "to_w", "enforced_w", "ok": bool, "message"} (absent until one),
+     "reapplies": int}
+
+``rigkit drift`` shows that record (its state's ``power_healer``) and ``rigkit report`` the last
+re-application.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from rigkit.host import gpu, standdown
+from rigkit.host.config import HostConfig
+from rigkit.host.jsonfile import read_object, write_atomic
+
+JOB = "power"
+#: Two limits closer than this (W) are the same: nvidia-smi prints two decimals, NVML counts mW.
+TOLERANCE_W = 0.5
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _same(a: float | None, b: float) -> bool:
+    return a is not None and abs(a - b) <= TOLERANCE_W
+
+
+def _w(value: float | None) -> str:
+    return f"{value:g} W" if value is not None else "unknown"
+
+
+def set_limit(index: int, watts: float, timeout_s: float = 30.0) -> tuple[bool, str]:
+    """``nvidia-smi --id=<index> --power-limit=<watts>`` (W; the deploy's own command,
+    :mod:`rigkit.operations.gpu`). Returns ``(True, its output)`` on exit 0, else ``(False, why)``."""
+    argv = ["nvidia-smi", f"--id={index}", f"--power-limit={watts:g}"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return False, "nvidia-smi not found"
+    except subprocess.TimeoutExpired:
+        return False, f"nvidia-smi did not answer within {timeout_s:g} s"
+    text = " ".join((proc.stdout + proc.stderr).split())
+    if proc.returncode:
+        return False, f"`{' '.join(argv)}` exited {proc.returncode}: {text}"
+    return True, text
+
+
+def _gpu(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | None]:
+    """GPU ``index`` of a :func:`rigkit.host.gpu.parse_query` result, or ``(None, why not)``."""
+    if smi.get("state") != "ok":
+        return None, f"nvidia-smi: {smi.get('state')}: {smi.get('message')}"
+    g = next((g for g in smi.get("gpus") or [] if g.get("index") == index), None)
+    return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
+
+
+def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
+         apply: Callable[[int, float], tuple[bool, str]] | None = None,
+         now: Callable[[], float] | None = None) -> int:
+    """Keep GPU ``power.index``'s enforced limit at the host config's ``power.limit_w`` (W).
+
+    + query: reads the GPUs (default :func:`rigkit.host.gpu.query`, ``nvidia-smi --query-gpu=...``)
+    + apply: sets a limit (default :func:`set_limit`)
+
+    Nothing is done while both ``enforced.power.limit`` and ``power.limit`` are the declared limit
+    (within :data:`TOLERANCE_W`), while a window is open or the host lock is held (it says who holds
+    it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
+    it). Otherwise, under the host lock and after reading the GPU again (whoever held the lock may have
+    set it meanwhile): set the declared limit and read back ``enforced.power.limit``.
+
+    Returns 0 (as declared, re-applied, stood down, unread), 1 when the re-application failed or
+    did not hold, or the declared limit lies outside the card's ``power.min_limit``..``power.max_limit``
+    (the unit shows failed: a human should look). The record goes to ``paths.power_state``.
+    """
+    query = query or gpu.query
+    apply = apply or set_limit
+    now = now or time.time
+    want = float(cfg.get("power", "limit_w"))
+    index = int(cfg.get("power", "index"))
+    state_path = cfg.path("power_state")
+
+    def record(**fields: Any) -> None:
+        """Merge ``fields`` into the record as it is now (another run may have written it since)."""
+        try:
+            state = read_object(state_path) or {}
+        except ValueError:
+            state = {}
+        state.update(declared_w=want, index=index, **fields)
+        write_atomic(state_path, state)
+
+    def done(result: str, message: str, enforced: float | None, rc: int, err: bool = False) -> int:
+        print(message, file=sys.stderr if err else sys.stdout)
+        record(last_check={"at": _iso(now()), "result": result, "enforced_w": enforced, "message": message})
+        return rc
+
+    why = standdown.reason(cfg, JOB)
+    if why:
+        return done("stood down", why, None, 0)
+    card, why = _gpu(query(), index)
+    if card is None:
+        return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit (`rigkit drift` says why)", None, 0)
+    enforced = card.get("power_enforced_w")
+    if _same(enforced, want) and _same(card.get("power_limit_w"), want):
+        return done("as declared", f"{JOB}: GPU {index} enforces {want:g} W as declared", enforced, 0)
+    problem = gpu.power_limit_problem(want, card.get("power_min_w"), card.get("power_max_w"), f"GPU {index}")
+    if problem:
+        return done("failed", f"{JOB}: {problem}; not re-applying it (fix the spec and deploy)", enforced, 1, err=True)
+    lock, why = standdown.take(cfg, JOB, f"re-applying {want:g} W to GPU {index} (enforced {_w(enforced)})")
+    if lock is None:
+        return done("stood down", why + f" (GPU {index} enforces {_w(enforced)}, declared {want:g} W)", enforced, 0)
+    try:
+        card, why = _gpu(query(), index)  # again, under the lock
+        if card is None:
+            return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit", None, 0)
+        before = card.get("power_enforced_w")
+        if _same(before, want) and _same(card.get("power_limit_w"), want):
+            return done("as declared", f"{JOB}: GPU {index} enforces {want:g} W as declared (set meanwhile)", before, 0)
+        t = now()
+        ok, detail = apply(index, want)
+        after = None
+        if ok:
+            card, why = _gpu(query(), index)
+            after = card.get("power_enforced_w") if card else None
+            if not _same(after, want):
+                ok, detail = False, (f"set to {want:g} W but enforced.power.limit reads {_w(after)}"
+                                     + (f" ({why})" if why else ""))
+        if ok:
+            message = (f"{JOB}: GPU {index} enforced {_w(before)}, declared {want:g} W (a driver reload, an Xid "
+                       f"reset or someone's nvidia-smi -pl); re-applied {want:g} W: enforced {_w(after)}")
+        else:
+            message = f"{JOB}: re-applying {want:g} W to GPU {index} (enforced {_w(before)}) failed: {detail}"
+        try:
+            count = int((read_object(state_path) or {}).get("reapplies") or 0)
+        except (ValueError, TypeError):
+            count = 0
+        record(reapplies=count + 1, last_reapply={"at": _iso(t), "from_w": before, "to_w": want, "enforced_w": after,
+                                                  "ok": ok, "message": message})  # still under the lock
+    finally:
+        lock.release()
+    return done("re-applied" if ok else "failed", message, after if ok else before, 0 if ok else 1, err=not ok)
+
+
+def main(cfg: HostConfig, argv: list[str]) -> int:
+    """``rigkit-agent power`` (no options: the host config's ``power`` section says what to keep)."""
+    if argv:
+        print("usage: rigkit-agent power", file=sys.stderr)
+        return 2
+    return heal(cfg)
