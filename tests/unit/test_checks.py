@@ -53,7 +53,8 @@ def test_rendered_rig_passes_every_validator_and_skips_only_deploy_installed_exe
     units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
     naming = {p for p, f in units.items() if any(x in f.text for x in paths.DEPLOY_INSTALLED_EXECUTABLES)}
     assert naming == {f"{paths.UNIT_DIR}/{u}" for u in ("llama-swap.service", "hyperqwen.service", "gpu-power-limit.service",
-                                                        "hyperqwen-watchdog.service", "rigkit-keeper.service")}
+                                                        "hyperqwen-watchdog.service", "rigkit-keeper.service",
+                                                        "rigkit-power.service")}
     verdicts = {r.path: r for r in results if r.validator == "systemd-analyze verify"}
     assert set(verdicts) == set(units)
     for path, f in units.items():
