@@ -147,10 +147,16 @@ _CONTROL_NAMES = {"\n": "line feed", "\r": "carriage return", "\t": "tab", "\x00
                   "\x7f": "delete"}
 
 
+#: Every character :func:`_bad_char` may refuse: Unicode's Cc (C0 and C1 controls), Zl, Zp, Cs and the BOM.
+_SUSPECT_CHAR_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff]")
+
+
 def _bad_char(text: str, multiline: bool) -> str | None:
     """The first character no rendered file can hold in this value, as ``U+XXXX (name)``:
     control characters (a newline, tab or NUL outside the multi-line keys), line/paragraph
     separators, lone surrogates, a byte-order mark."""
+    if not _SUSPECT_CHAR_RE.search(text):  # one C-speed pass; the loop below only names the character
+        return None
     for ch in text:
         if multiline and ch in "\n\t":
             continue
