@@ -45,6 +45,7 @@ from typing import Any, Callable
 from rigkit.host import atomic, envfile, llama_swap, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
+from rigkit.host.jsonfile import iso_utc
 from rigkit.host.lock import LockHeld
 from rigkit.host.swapconfig import backups, member_diff, parse_config, probe_order, resident, sha256_text, utc_stamp
 
@@ -299,7 +300,7 @@ def rollback(live: Path, host: Host, holds_path: Path, by: str = "rigkit wire-in
     except ValueError:
         cur = back = None
     holds[HOLD_KEY] = {
-        "path": str(live), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())), "by": by,
+        "path": str(live), "since": iso_utc(now()), "by": by,
         "restored_from": str(source), "live_sha256": sha256_text(source.read_text()),
         "held_back_sha256": sha256_text(current), "held_back_copy": str(held_copy) if held_copy else None,
         "held_back_members": member_diff(cur, back),

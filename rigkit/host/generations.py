@@ -49,7 +49,7 @@ from typing import Any, Callable
 from rigkit.host import atomic, pacman
 from rigkit.host.holds import GENERATION as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
-from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
 
 DEFAULT_KEEP = 10
 
@@ -224,7 +224,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     units = manifest.get("units") or {}
     rec = {
         **{k: v for k, v in manifest.items() if k not in ("files", "secrets", "hold")},
-        "n": n, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now())), "operator": operator,
+        "n": n, "time": iso_utc(now()), "operator": operator,
         "files": files, "secrets": secrets, "warnings": warnings,
         "installed": pacman.installed_versions(sorted(manifest.get("pins") or {})),
         "unit_state": unit_states(sorted(set(units.get("enabled", [])) | set(units.get("disabled", [])))),

@@ -42,6 +42,16 @@ def _num(text: str) -> float | None:
     return value if value == value and value not in (float("inf"), float("-inf")) else None
 
 
+def card(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | None]:
+    """GPU ``index`` of a :func:`parse_query` (or :func:`parse_energy`) result: ``(its dict, None)``, or
+    ``(None, why not)`` — ``"nvidia-smi: <state>: <message>"`` when the query failed,
+    ``"nvidia-smi lists no GPU <index>"`` when it has no such card."""
+    if smi.get("state") != "ok":
+        return None, f"nvidia-smi: {smi.get('state')}: {smi.get('message')}"
+    g = next((g for g in smi.get("gpus") or [] if g.get("index") == index), None)
+    return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
+
+
 def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
     """Why ``watts`` (W) cannot be ``gpu``'s power limit, as the one message every check gives
     (``gpu_power_limit_w 450 W is outside GPU 0's limits 100–400 W (nvidia-smi

@@ -6,10 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from rigkit.host import atomic
+
+
+def iso_utc(t: float | None = None) -> str:
+    """The UTC time the host's records carry, ``2026-12-02T03:04:05Z`` (``t``: seconds since the epoch;
+    default now)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
 
 
 def read_object(path: str | os.PathLike) -> dict[str, Any] | None:

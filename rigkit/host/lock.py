@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rigkit.host.jsonfile import iso_utc
+
 LEASE_ENV = "RIGKIT_LOCK_LEASE"
 
 
@@ -164,7 +166,7 @@ class RigLock:
             self.warnings.append(f"reclaimed the rig lock from {describe(stale)}: {gone} (it died without "
                                  "releasing it; check what it left half done)")
         record = {"what": self.what, "pid": os.getpid(), "command": self.command, "boot_id": _boot_id(),
-                  "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                  "since": iso_utc()}
         if self.lease:
             record["lease"] = self.lease
         fh.seek(0)

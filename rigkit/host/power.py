@@ -30,15 +30,11 @@ from typing import Any, Callable
 
 from rigkit.host import gpu, standdown
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
 
 JOB = "power"
 #: Two limits closer than this (W) are the same: nvidia-smi prints two decimals, NVML counts mW.
 TOLERANCE_W = 0.5
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _same(a: float | None, b: float) -> bool:
@@ -63,14 +59,6 @@ def set_limit(index: int, watts: float, timeout_s: float = 30.0) -> tuple[bool, 
     if proc.returncode:
         return False, f"`{' '.join(argv)}` exited {proc.returncode}: {text}"
     return True, text
-
-
-def _gpu(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | None]:
-    """GPU ``index`` of a :func:`rigkit.host.gpu.parse_query` result, or ``(None, why not)``."""
-    if smi.get("state") != "ok":
-        return None, f"nvidia-smi: {smi.get('state')}: {smi.get('message')}"
-    g = next((g for g in smi.get("gpus") or [] if g.get("index") == index), None)
-    return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
 
 
 def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
@@ -98,24 +86,30 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     index = int(cfg.get("power", "index"))
     state_path = cfg.path("power_state")
 
-    def record(**fields: Any) -> None:
-        """Merge ``fields`` into the record as it is now (another run may have written it since)."""
+    def record(reapplied: bool = False, **fields: Any) -> None:
+        """Merge ``fields`` into the record as it is now (another run may have written it since);
+        ``reapplied`` counts one more re-application."""
         try:
             state = read_object(state_path) or {}
         except ValueError:
             state = {}
+        if reapplied:
+            try:
+                fields["reapplies"] = int(state.get("reapplies") or 0) + 1
+            except (ValueError, TypeError):
+                fields["reapplies"] = 1
         state.update(declared_w=want, index=index, **fields)
         write_atomic(state_path, state)
 
     def done(result: str, message: str, enforced: float | None, rc: int, err: bool = False) -> int:
         print(message, file=sys.stderr if err else sys.stdout)
-        record(last_check={"at": _iso(now()), "result": result, "enforced_w": enforced, "message": message})
+        record(last_check={"at": iso_utc(now()), "result": result, "enforced_w": enforced, "message": message})
         return rc
 
     why = standdown.reason(cfg, JOB)
     if why:
         return done("stood down", why, None, 0)
-    card, why = _gpu(query(), index)
+    card, why = gpu.card(query(), index)
     if card is None:
         return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit (`rigkit drift` says why)", None, 0)
     enforced = card.get("power_enforced_w")
@@ -128,7 +122,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     if lock is None:
         return done("stood down", why + f" (GPU {index} enforces {_w(enforced)}, declared {want:g} W)", enforced, 0)
     try:
-        card, why = _gpu(query(), index)  # again, under the lock
+        card, why = gpu.card(query(), index)  # again, under the lock
         if card is None:
             return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit", None, 0)
         before = card.get("power_enforced_w")
@@ -138,7 +132,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
         ok, detail = apply(index, want)
         after = None
         if ok:
-            card, why = _gpu(query(), index)
+            card, why = gpu.card(query(), index)
             after = card.get("power_enforced_w") if card else None
             if not _same(after, want):
                 ok, detail = False, (f"set to {want:g} W but enforced.power.limit reads {_w(after)}"
@@ -148,11 +142,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
                        f"reset or someone's nvidia-smi -pl); re-applied {want:g} W: enforced {_w(after)}")
         else:
             message = f"{JOB}: re-applying {want:g} W to GPU {index} (enforced {_w(before)}) failed: {detail}"
-        try:
-            count = int((read_object(state_path) or {}).get("reapplies") or 0)
-        except (ValueError, TypeError):
-            count = 0
-        record(reapplies=count + 1, last_reapply={"at": _iso(t), "from_w": before, "to_w": want, "enforced_w": after,
+        record(reapplied=True, last_reapply={"at": iso_utc(t), "from_w": before, "to_w": want, "enforced_w": after,
                                                   "ok": ok, "message": message})  # still under the lock
     finally:
         lock.release()

@@ -15,11 +15,7 @@ from typing import Callable
 
 from rigkit.host import llama_swap, envfile, standdown
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import read_object, write_atomic
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
 
 
 def probe(member: dict, model: str, api_key: str | None, timeout_s: float) -> str | None:
@@ -94,17 +90,17 @@ def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: 
         if reason is None:
             print(f"watchdog: {mid} answers again; counters reset" if st.get("failures") or st.get("unloads")
                   else f"watchdog: {mid} answers")
-            st.update(failures=0, unloads=0, backoff_until=None, last_ok=_iso(t))
+            st.update(failures=0, unloads=0, backoff_until=None, last_ok=iso_utc(t))
             continue
         st["failures"] = st.get("failures", 0) + 1
-        st.update(last_failure=_iso(t), last_reason=reason)
+        st.update(last_failure=iso_utc(t), last_reason=reason)
         print(f"watchdog: {mid} failed a 1-token completion ({reason}): {st['failures']} of {failures} in a row",
               file=sys.stderr)
         if st["failures"] < failures:
             continue
         until = st.get("backoff_until")
         if until and t < until:
-            print(f"watchdog: backing off until {_iso(until)}: {mid} was unloaded {st['unloads']} times in a row without "
+            print(f"watchdog: backing off until {iso_utc(until)}: {mid} was unloaded {st['unloads']} times in a row without "
                   f"a healthy answer; leaving it alone (a human should look: `journalctl -u llama-swap`, "
                   f"`docker logs`)", file=sys.stderr)
             status = 1
@@ -124,12 +120,12 @@ def watchdog(cfg: HostConfig, members: tuple[str, ...] | None = None, failures: 
             status = 1
             continue
         st["unloads"] = st.get("unloads", 0) + 1
-        st.update(failures=0, last_unload=_iso(t))
+        st.update(failures=0, last_unload=iso_utc(t))
         if st["unloads"] >= backoff_after:
             wait = min(backoff_s * 2 ** (st["unloads"] - backoff_after), backoff_max_s)
             st["backoff_until"] = t + wait
             print(f"watchdog: {mid} unloaded {st['unloads']} times in a row without a healthy answer; backing off "
-                  f"{wait:g} s (until {_iso(t + wait)}) before unloading it again", file=sys.stderr)
+                  f"{wait:g} s (until {iso_utc(t + wait)}) before unloading it again", file=sys.stderr)
         else:
             print(f"watchdog: {mid} unloaded")
     write_atomic(state_path, state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import FunctionCommand, OperationError, operation
 
-from rigkit.host.gpu import power_limit_problem
+from rigkit.host.gpu import card, power_limit_problem
 from rigkit.operations.facts import NvidiaSmi
 from rigkit.operations.shell import argv
 
@@ -33,12 +33,9 @@ def gpu_power_limit(watts: int, index: int = 0):
             index=0,
         )
     """
-    smi = host.get_fact(NvidiaSmi)
-    if smi["state"] != "ok":
-        raise OperationError(f"nvidia-smi: {smi['state']}: {smi['message']}")
-    gpu = next((g for g in smi["gpus"] if g["index"] == index), None)
+    gpu, why = card(host.get_fact(NvidiaSmi), index)
     if gpu is None:
-        raise OperationError(f"nvidia-smi lists no GPU {index}")
+        raise OperationError(why)
     problem = power_limit_problem(watts, gpu["power_min_w"], gpu["power_max_w"], f"GPU {index}")
     if problem:
         raise OperationError(problem)
@@ -48,8 +45,7 @@ def gpu_power_limit(watts: int, index: int = 0):
     yield argv("nvidia-smi", f"--id={index}", f"--power-limit={watts}")
 
     def read_back(state, host):  # noqa: F811
-        after = host.get_fact(NvidiaSmi)
-        g = next((g for g in after["gpus"] if g["index"] == index), None)
+        g, _ = card(host.get_fact(NvidiaSmi), index)
         if g is None or g["power_enforced_w"] != watts:
             enforced = g["power_enforced_w"] if g else "unknown"
             raise OperationError(f"GPU {index}: power limit set to {watts} W but enforced.power.limit reads {enforced}")

@@ -135,4 +135,7 @@ def test_the_lease_variable_is_named_once():
                 if isinstance(part, ast.Constant) and isinstance(part.value, str) and (
                         part.value == "RIGKIT_LOCK_LEASE" or "RIGKIT_LOCK_LEASE=" in part.value):
                     hits.append((path.name, getattr(node, "lineno", 0)))
-    assert hits == [("lock.py", 29)]
+    lock_py = Path(__file__).resolve().parents[2] / "rigkit" / "host" / "lock.py"
+    assignment = next(n.lineno for n in ast.parse(lock_py.read_text()).body if isinstance(n, ast.Assign)
+                      and any(isinstance(t, ast.Name) and t.id == "LEASE_ENV" for t in n.targets))
+    assert hits == [("lock.py", assignment)]  # the one place: the assignment of LEASE_ENV

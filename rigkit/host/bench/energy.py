@@ -112,11 +112,9 @@ class EnergyMeter:
         t0 = self._clock()
         smi = self._read()
         t = (t0 + self._clock()) / 2.0
-        if smi.get("state") != "ok":
-            return t, None, None, f"nvidia-smi {smi.get('state')}: {(smi.get('message') or '')[:200]}"
-        g = next((g for g in smi.get("gpus") or [] if g.get("index") == self.gpu_index), None)
+        g, why = gpu.card(smi, self.gpu_index)
         if g is None:
-            return t, None, None, f"nvidia-smi lists no GPU {self.gpu_index}"
+            return t, None, None, (why or "")[:220]
         return t, g.get("energy_j"), g.get("power_draw_w"), None
 
     def start(self) -> str | None:
