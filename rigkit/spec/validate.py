@@ -33,6 +33,7 @@ from rigkit.spec.model import (
 )
 from rigkit.spec.layers import validate_dict, validate_layers
 from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
+from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
 
 SAFE_DFLASH_TOKENS = 7
 UNSAFE_SPEC_CONTEXT = 16384
@@ -218,9 +219,7 @@ def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(value), allowed=str(exc)))
     for key in spec.hyperqwen.extra_env:
         if key in SECRET_ENV_KEYS:
-            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value="<secret, not shown>",
-                                   allowed="secrets never go in the spec: the API key lives in "
-                                   "/etc/rigkit/secrets/hyperqwen.env, the HF token comes from HF_TOKEN or the hf token file"))
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=SECRET_SHOWN, allowed=SECRET_ADVICE))
         elif key in OWNED_ENV_KEYS:
             out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(spec.hyperqwen.extra_env[key]),
                                    allowed="rendered from the spec's own hyperqwen keys; set those instead"))
@@ -400,7 +399,7 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.cmd", value="None", allowed="a member without service: needs cmd, the server in the foreground"))
             continue
         uses_port = "${PORT}" in m.cmd
-        if m.proxy and not _proxy_url(m.proxy):
+        if m.proxy and _proxy_host(m.proxy) is None:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="not a URL: llama-swap proxies to http(s)://host[:port][/path], "
                                            "e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"))
@@ -431,13 +430,11 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.cmd" if s.service is None else key, value=repr(m.container),
                                    allowed="a container name is at least two characters, letters, digits and _ . - "
                                            "(docker's rule), starting with a letter or digit"))
-        if m.proxy and _proxy_url(m.proxy) and not spec.allow_non_loopback:
-            from urllib.parse import urlsplit
-            host = urlsplit(m.proxy.replace("${PORT}", "1")).hostname or ""
-            if host not in LOOPBACK_HOSTS:
-                out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
-                                       allowed="a loopback address (127.0.0.1, localhost, ::1): everything on the rig listens "
-                                               "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
+        proxy_host = _proxy_host(m.proxy) if m.proxy else None
+        if proxy_host is not None and proxy_host not in LOOPBACK_HOSTS and not spec.allow_non_loopback:
+            out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
+                                   allowed="a loopback address (127.0.0.1, localhost, ::1): everything on the rig listens "
+                                           "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
         out += _env_items_problems(f"{key}.env", s.env, spec)
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
             out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
@@ -466,17 +463,19 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
-def _proxy_url(url: str) -> bool:
-    """``http(s)://host[:port][/path]``; ``${PORT}`` may stand for the port."""
+def _proxy_host(url: str) -> str | None:
+    """The host of a proxy URL ``http(s)://host[:port][/path]`` (``${PORT}`` may stand for the port),
+    or None when ``url`` is not one."""
     from urllib.parse import urlsplit
 
     try:
         parts = urlsplit(url.replace("${PORT}", "1"))
         _ = parts.port
     except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment \
+        return None
+    ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment \
         and not parts.username and " " not in url
+    return parts.hostname if ok else None
 
 
 def _check_command(key: str, cmd: str, cmd_stop: str | None, stop_key: str | None,
