@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, envfile, llama_swap, standdown
+from rigkit.host import atomic, envfile, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.jsonfile import iso_utc
@@ -121,26 +121,15 @@ class Host:
                               f"({last}); see `journalctl -u {self.service}`")
 
     def complete(self, member: str, timeout_s: float) -> str:
-        """One real chat completion (``max_tokens`` 1) to ``member`` through llama-swap; returns a
-        short description of the answer; raises ActivationError on a non-200 answer or no answer."""
-        import requests
+        """One real chat completion to ``member`` through llama-swap, the confirmation's own
+        (:func:`rigkit.host.confirm.completion`: HTTP 200 with ``usage.completion_tokens`` > 0); returns
+        what answered; raises ActivationError with the confirmation's message."""
+        from rigkit.host.confirm import ConfirmError, completion
 
-        key = envfile.read_value(self.key_file, "VLLM_API_KEY")
-        t0 = time.monotonic()
         try:
-            r = llama_swap.complete(self.base, member, key, timeout_s=timeout_s)
-        except requests.RequestException as exc:
-            raise ActivationError(f"{member}: no answer through llama-swap within {timeout_s:g} s "
-                                  f"({type(exc).__name__})") from None
-        took = time.monotonic() - t0
-        if r.status_code != 200:
-            body = " ".join(r.text.split())[:300]
-            said = " | ".join(llama_swap.member_log(self.base, member))[-600:]
-            if key:
-                body, said = body.replace(key, "<VLLM_API_KEY>"), said.replace(key, "<VLLM_API_KEY>")
-            raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}"
-                                  + (f"; its server said: {said}" if said else ""))
-        return f"HTTP 200 in {took:.1f} s"
+            return completion(self.base, member, envfile.read_value(self.key_file, "VLLM_API_KEY"), timeout_s)
+        except ConfirmError as exc:
+            raise ActivationError(str(exc)) from None
 
 
 def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, timeout_s: float) -> None:
