@@ -180,11 +180,12 @@ def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
     return n, (shown or {}).get("record")
 
 
-def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None) -> dict[str, Any]:
-    """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (:mod:`rigkit.host.confirm`);
-    prints each check; returns its result (``confirmed`` False with the reason when the agent could
-    not be run)."""
-    request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s})
+def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
+            files: bool = True) -> dict[str, Any]:
+    """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (:mod:`rigkit.host.confirm`;
+    ``files`` False leaves the files check out); prints each check; returns its result
+    (``confirmed`` False with the reason when the agent could not be run)."""
+    request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s, "files": files})
     ch.say(f"confirming generation {n}: " + (f"members {', '.join(touched)} and the resident" if touched
                                               else "the resident") + " through llama-swap")
     proc = ch.remote.agent("confirm", stdin=request, timeout=float(budget_s or 0) + 900, lease=lease)

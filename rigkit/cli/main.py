@@ -165,7 +165,10 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         sys.exit(exitcodes.FAILED)
     codes = []
     try:
-        proc, env = run_pyinfra(inv, hosts, overrides, dry, verbose, extra_env={LEASE_ENV: lease})
+        from rigkit.agentcmd import NO_REVERT_ENV
+
+        proc, env = run_pyinfra(inv, hosts, overrides, dry, verbose,
+                                extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})})
         for ch in changes:
             attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)

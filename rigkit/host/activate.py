@@ -145,7 +145,7 @@ def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, ti
 
 def activate(new_text: str, live: Path, host: Host, holds_path: Path,
              owner: str | None = None, mode: int | None = None, respect_hold: bool = True,
-             force_restart: bool = False, now: Callable[[], float] = time.time) -> int:
+             force_restart: bool = False, now: Callable[[], float] = time.time, revert: bool = True) -> int:
     """Make ``new_text`` the live llama-swap config through the activation path; returns an exit code.
 
     + new_text: the whole new config (YAML text, as rendered by :func:`rigkit.render.files.render_llama_swap`)
@@ -154,6 +154,8 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
     + respect_hold: refuse (exit 1) while a ``llama-swap`` hold is recorded
     + force_restart: restart and probe the resident even when ``new_text`` equals the live config
       (the deploy does this when llama-swap's unit or binary changed)
+    + revert: False (``--no-revert``) leaves a config that failed live, its backup named, instead of
+      restoring the previous one
 
     Returns 0 when activated (or nothing to do), 1 when it failed (restored, or stopped on a first
     activation) or was refused, 2 when ``new_text`` is not a llama-swap config. Never raises for a
@@ -203,6 +205,10 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
         _bring_up(host, new, old if old_text != new_text else new, timeout_s)
     except (ActivationError, OSError, KeyError) as exc:
         log(f"FAILED: {exc}")
+        if not revert:
+            log(f"--no-revert: the failed config stays live as {live}" + (f"; the previous one is {backup}" if backup
+                                                                            else "") + "; the activation FAILED")
+            return 1
         return _recover(host, live, backup, old_text, new_text, now)
     log(f"activated: {live} is live and {resident(new) or 'no resident'} is loaded")
     return 0
@@ -351,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--rollback", action="store_true", help="activate the newest differing backup and record a hold")
     mode.add_argument("--release", action="store_true", help="remove the hold")
     ap.add_argument("--by", default=None, help="who asked, for the lock record and a hold (e.g. 'rigkit deploy')")
+    ap.add_argument("--no-revert", action="store_true", help="leave a config that failed live (its backup named)")
     ap.add_argument("--owner", help=f"owner of the installed config [default: the replaced file's, or {DEFAULT_OWNER}]")
     ap.add_argument("--mode", type=lambda s: int(s, 8), help="mode of the installed config (octal)")
     ap.add_argument("--health-timeout", type=float, default=float(cfg.get("llama_swap", "health_timeout_s")),
@@ -407,7 +414,8 @@ def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any,
     except OSError as exc:
         log(f"error: --config {args.config}: {exc.strerror}")
         return 2
-    return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart)
+    return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart,
+                    revert=not args.no_revert)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ A generation is *confirmed* when, within a budget (s):
    Strata reload.
 
 The budget is the sum of the asked members' declared ``cold_boot_s`` plus :data:`MARGIN_S`, or the
-caller's. ``rigkit-agent confirm`` reads ``{"generation": N, "members": [id], "budget_s": s|null}``
-on stdin, prints one line per check and, last, the result as one JSON line::
+caller's. ``rigkit-agent confirm`` reads ``{"generation": N, "members": [id], "budget_s": s|null,
+"files": bool (default true)}`` on stdin, prints one line per check and, last, the result as one JSON line::
 
     {"generation": N, "confirmed": bool, "took_s": s, "budget_s": s,
      "checks": [{"check": "unit llama-swap.service" | "power limit" | "files" | "health" | "member strata",
@@ -184,11 +184,13 @@ class Probe:
 
 def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: float | None = None,
             power_index: int = 0, log: Callable[[str], None] = print,
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+            files: bool = True) -> dict[str, Any]:
     """Confirm that the host serves as generation ``record`` (a record of :mod:`rigkit.host.generations`)
     declares, asking the members of ``touched`` (:func:`asked_members`); the checks and the result's
     shape are the module docstring's. Never raises for a failed check: each is in ``checks`` and
-    ``failed``. ``budget_s`` None: :func:`budget_for`."""
+    ``failed``. ``budget_s`` None: :func:`budget_for`; ``files`` False leaves check 3 out (a wire-in's
+    activation leaves the live config unlike the recorded generation's)."""
     spec = record.get("spec") or {}
     asked = asked_members(spec, touched)
     budget = float(budget_s) if budget_s else budget_for(spec, asked)
@@ -215,9 +217,10 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
         ok = enforced is not None and abs(enforced - float(want_w)) <= TOLERANCE_W
         add("power limit", ok, f"enforced {enforced:g} W, declared {float(want_w):g} W" if enforced is not None
             else f"unread ({why}), declared {float(want_w):g} W")
-    problems = probe.file_problems(record.get("files") or {})
-    add("files", not problems, f"{len(record.get('files') or {})} as declared" if not problems
-        else "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else ""))
+    if files:
+        problems = probe.file_problems(record.get("files") or {})
+        add("files", not problems, f"{len(record.get('files') or {})} as declared" if not problems
+            else "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else ""))
     healthy = probe.health()
     while not healthy and clock() < deadline:
         sleep(0.5)
@@ -256,6 +259,7 @@ def main(argv: list[str]) -> int:
         n = int(req["generation"])
         touched = [str(m) for m in req.get("members") or []]
         budget = float(req["budget_s"]) if req.get("budget_s") else None
+        files = bool(req.get("files", True))
     except (ValueError, KeyError, TypeError) as exc:
         print(f"error: the request on stdin: {exc}", file=sys.stderr)
         return 2
@@ -270,6 +274,6 @@ def main(argv: list[str]) -> int:
         print(f"confirm: {msg}", file=sys.stderr, flush=True)
 
     probe = Probe(cfg.proxy_url, cfg.path("api_key_file"))
-    result = confirm(record, touched, probe, budget, int(cfg.get("power", "index")), log)
+    result = confirm(record, touched, probe, budget, int(cfg.get("power", "index")), log, files=files)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0 if result["confirmed"] else 1
