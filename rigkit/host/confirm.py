@@ -56,7 +56,7 @@ class ConfirmError(RuntimeError):
 
 def completion(base: str, member: str, api_key: str | None, timeout_s: float) -> str:
     """One real chat completion to ``member`` through llama-swap at ``base`` (``http://127.0.0.1:<port>``,
-    :func:`rigkit.host.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"N token(s) in
+    :func:`rigkit.host.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"HTTP 200, N token(s) in
     S s"``; raises ConfirmError on no answer within ``timeout_s`` s, a non-200 answer (with the
     member's own last log lines, which say why a server refused to start), or an answer without
     ``usage.completion_tokens`` > 0. The API key is a bearer token, masked in every message."""
@@ -85,7 +85,7 @@ def completion(base: str, member: str, api_key: str | None, timeout_s: float) ->
     if n <= 0:
         raise ConfirmError(masked(f"{member}: HTTP 200 through llama-swap but no completion tokens in its usage "
                                   f"({' '.join(r.text.split())[:200]})"))
-    return f"{n} token(s) in {took:.1f} s"
+    return f"HTTP 200, {n} token(s) in {took:.1f} s"
 
 
 def asked_members(spec: dict[str, Any], touched: list[str]) -> list[str]:
@@ -185,14 +185,24 @@ class Probe:
 def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: float | None = None,
             power_index: int = 0, log: Callable[[str], None] = print,
             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-            files: bool = True) -> dict[str, Any]:
+            files: bool = True, live_members: set[str] | None = None,
+            held: dict[str, str] | None = None) -> dict[str, Any]:
     """Confirm that the host serves as generation ``record`` (a record of :mod:`rigkit.host.generations`)
     declares, asking the members of ``touched`` (:func:`asked_members`); the checks and the result's
     shape are the module docstring's. Never raises for a failed check: each is in ``checks`` and
     ``failed``. ``budget_s`` None: :func:`budget_for`; ``files`` False leaves check 3 out (a wire-in's
-    activation leaves the live config unlike the recorded generation's)."""
+    activation leaves the live config unlike the recorded generation's).
+
+    + live_members: the member ids of the live llama-swap config (None: not read); a touched member
+      it lacks is not asked (a hold keeps that config), and said
+    + held: ``{path: why}`` of files a hold keeps unlike the generation (the live config under a
+      ``wire-in --rollback`` hold), left out of the files check and said
+    """
     spec = record.get("spec") or {}
     asked = asked_members(spec, touched)
+    if live_members is not None:
+        absent = [m for m in asked if m not in live_members]
+        asked = [m for m in asked if m in live_members]
     budget = float(budget_s) if budget_s else budget_for(spec, asked)
     t0 = clock()
     deadline = t0 + budget
@@ -218,9 +228,14 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
         add("power limit", ok, f"enforced {enforced:g} W, declared {float(want_w):g} W" if enforced is not None
             else f"unread ({why}), declared {float(want_w):g} W")
     if files:
-        problems = probe.file_problems(record.get("files") or {})
-        add("files", not problems, f"{len(record.get('files') or {})} as declared" if not problems
+        declared = {p: m for p, m in (record.get("files") or {}).items() if p not in (held or {})}
+        problems = probe.file_problems(declared)
+        add("files", not problems, f"{len(declared)} as declared" if not problems
             else "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else ""))
+        for path, why in sorted((held or {}).items()):
+            log(f"note {path}: not compared ({why})")
+    if live_members is not None and absent:
+        log(f"note {', '.join(absent)}: not in the live llama-swap config (a hold keeps it): not asked")
     healthy = probe.health()
     while not healthy and clock() < deadline:
         sleep(0.5)
@@ -241,6 +256,26 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
               for c in checks if not c["ok"]]
     return {"generation": record.get("n"), "confirmed": not failed, "took_s": round(clock() - t0, 2),
             "budget_s": round(budget, 1), "members": asked, "checks": checks, "failed": failed}
+
+
+def _live_state(cfg: Any, log: Callable[[str], None]) -> tuple[set[str] | None, dict[str, str]]:
+    """``(the live llama-swap config's member ids or None when unreadable, {path: why} of files a hold
+    keeps)``: a ``llama-swap`` hold (:mod:`rigkit.host.holds`) keeps the live config it restored."""
+    from rigkit.host.holds import LLAMA_SWAP, read_holds
+    from rigkit.host.swapconfig import parse_config
+
+    live = Path(cfg.get("llama_swap", "config"))
+    try:
+        members: set[str] | None = set(parse_config(live.read_text(), str(live))["models"])
+    except (OSError, ValueError) as exc:
+        log(f"note the live config is unreadable ({exc}); every touched member is asked")
+        members = None
+    try:
+        hold = read_holds(cfg.path("holds")).get(LLAMA_SWAP)
+    except ValueError:
+        hold = None
+    held = {str(live): f"held since {hold.get('since')} by `{hold.get('by')}`"} if hold else {}
+    return members, held
 
 
 def main(argv: list[str]) -> int:
@@ -273,7 +308,9 @@ def main(argv: list[str]) -> int:
     def log(msg: str) -> None:
         print(f"confirm: {msg}", file=sys.stderr, flush=True)
 
+    live_members, held = _live_state(cfg, log)
     probe = Probe(cfg.proxy_url, cfg.path("api_key_file"))
-    result = confirm(record, touched, probe, budget, int(cfg.get("power", "index")), log, files=files)
+    result = confirm(record, touched, probe, budget, int(cfg.get("power", "index")), log, files=files,
+                     live_members=live_members, held=held)
     print(json.dumps(result, sort_keys=True), flush=True)
     return 0 if result["confirmed"] else 1

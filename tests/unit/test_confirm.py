@@ -200,7 +200,7 @@ def server():
 def test_a_completion_counts_tokens_from_usage_and_sends_the_key_as_a_bearer(server, monkeypatch):
     base = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setattr(Llama, "MODE", "ok")
-    assert c.completion(base, "strata", "sk-secret-key", 10).startswith("1 token(s) in ")
+    assert c.completion(base, "strata", "sk-secret-key", 10).startswith("HTTP 200, 1 token(s) in ")
     body, auth = server.seen[-1]
     assert body["model"] == "strata" and auth == "Bearer sk-secret-key"
     monkeypatch.setattr(Llama, "MODE", "no-usage")
@@ -237,3 +237,22 @@ def test_file_problems_name_content_mode_owner_and_a_missing_file(tmp_path):
     got = c._file_problems(bad)
     assert got == [f"{a}: content {sha[:12]}, declared 000000000000", f"{a}: mode 0640, declared 0600",
                    f"{a}: owner {me}, declared nobody:nogroup", f"{tmp_path / 'b'} is missing"]
+
+
+def test_under_a_hold_the_held_config_is_not_compared_and_members_it_lacks_are_not_asked():
+    probe = FakeProbe(problems=[])
+    seen = {}
+
+    def file_problems(files):
+        seen.update(files)
+        return []
+
+    probe.file_problems = file_problems
+    clock = Clock()
+    lines: list[str] = []
+    result = c.confirm(RECORD, ["gguf-baseline"], probe, None, 0, lines.append, clock, clock.sleep,
+                       live_members={"strata"}, held={"/etc/llama-swap/config.yaml": "held since T by `x`"})
+    assert result["confirmed"] and result["members"] == ["strata"] and [m for m, _ in probe.asked] == ["strata"]
+    assert seen == {}  # the only declared file is the held live config
+    assert "note /etc/llama-swap/config.yaml: not compared (held since T by `x`)" in lines
+    assert "note gguf-baseline: not in the live llama-swap config (a hold keeps it): not asked" in lines
