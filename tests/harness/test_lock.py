@@ -142,15 +142,16 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
     slow_hyperqwen(host, 12)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
-        rec = held_by(host, "^activation", act)
-        assert "rigkit wire-in --activate" in rec["what"]
+        # the wire-in holds the lock for its whole run (rigkit.cli.confirmrun); its activation joins the lease
+        rec = held_by(host, r"^rigkit wire-in --activate$", act)
+        assert rec.get("lease")
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1, win.stderr[-2000:]
-        assert "the rig is locked by activation of llama-swap's config (rigkit wire-in --activate)" in win.stderr
+        assert "the rig is locked by rigkit wire-in --activate" in win.stderr
         keeper = host.run(f"{AGENT} keeper")
-        assert "keeper: the rig is locked by activation" in keeper.stdout and "standing down" in keeper.stdout
+        assert "keeper: the rig is locked by rigkit wire-in --activate" in keeper.stdout and "standing down" in keeper.stdout
         watchdog = host.run(f"{AGENT} watchdog")
-        assert "watchdog: the rig is locked by activation" in watchdog.stdout
+        assert "watchdog: the rig is locked by rigkit wire-in --activate" in watchdog.stdout
         out, err = act.communicate(timeout=600)
         assert act.returncode == 0, out[-3000:] + err[-2000:]  # the winner completed
     finally:

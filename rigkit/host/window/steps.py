@@ -341,8 +341,7 @@ class Window:
 
     def r_verify(self) -> str:
         """The one confirmation (:mod:`rigkit.host.confirm`) of the generation the host is at: its
-        services active, its power limit enforced, its files as declared, and a real completion to the
-        resident through llama-swap (HTTP 200 with ``usage.completion_tokens`` > 0; sent once more when
+        services active, its power limit enforced, and a real completion to the resident through llama-swap (HTTP 200 with ``usage.completion_tokens`` > 0; sent once more when
         llama-swap's proxy lost it, an empty 502 — notes/issue-25-swap-502.md). A host with no
         generation recorded gets the completion alone."""
         from rigkit.host.confirm import ConfirmError, Probe, completion, confirm
@@ -358,7 +357,9 @@ class Window:
             except ConfirmError as exc:
                 raise StepFailed(str(exc)) from None
             return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said})"
-        result = confirm(record, [], Probe(base, Path(p["api_key_file"])), timeout, log=lambda _m: None)
+        # not the files: a wire-in activation since the last deploy leaves the live config unlike the
+        # recorded generation's, and the window put back the one file it changes (the tenant's .env) itself
+        result = confirm(record, [], Probe(base, Path(p["api_key_file"])), timeout, log=lambda _m: None, files=False)
         if not result["confirmed"]:
             raise StepFailed(f"generation {record.get('n')} does not confirm: " + "; ".join(result["failed"]))
         said = next((ch["detail"] for ch in result["checks"] if ch["check"] == f"member {p['resident']}"), "")
