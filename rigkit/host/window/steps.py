@@ -130,10 +130,9 @@ class Window:
         """Wait (:func:`rigkit.host.gpu.wait_idle`, bounds from the plan's ``vram_idle``: the host
         config's ``vram``) until the GPU's memory is back near idle; journal what was seen under
         ``vram_idle.<label>``. Returns the step's detail; raises StepFailed with the wait's message."""
-        v = self.plan.get("vram_idle") or {}
+        v = self.plan["vram_idle"]  # the deploy refuses while a window is open: no journal predates it
         try:
-            seen = gpu.wait_idle(float(v.get("timeout_s", 60)), float(v.get("idle_mib", 512)), self.j.note,
-                                 index=int(v.get("index", 0)))
+            seen = gpu.wait_idle(float(v["timeout_s"]), float(v["idle_mib"]), self.j.note, index=int(v["index"]))
         except gpu.VramBusy as exc:
             self.j.data.setdefault("vram_idle", {})[label] = exc.seen
             self.j.save()
@@ -273,8 +272,7 @@ class Window:
     def restore(self) -> bool:
         """Stop the tenant, wait for its GPU memory to be released, start the proxy, wait for the
         resident, verify it with a real completion through the proxy, resume the timers that were
-        active. Every sub-step runs
-        even when an earlier one failed. Returns True when all succeeded."""
+        active. Every sub-step runs even when an earlier one failed. Returns True when all succeeded."""
         self.interruptible = False
         self.j.set(state="restoring", restores=int(self.j.data.get("restores") or 0) + 1)
         ok = True
