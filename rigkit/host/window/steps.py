@@ -281,7 +281,7 @@ class Window:
                  ("resume-timers", self.r_resume_timers)]
         if self.j.data["changed"].get("tenant_env") or self.plan.get("sweep"):
             steps.insert(1, ("restore-env", self.r_restore_env))
-        steps.insert(len(steps) - 4, ("vram-released", lambda: self.wait_vram_idle("vram-released")))
+        steps.insert(len(steps) - 4, ("vram-released", self.r_vram_released))
         for name, fn in steps:
             self.j.step(name, fn, phase="restore", fatal=False)
             ok = ok and self.j.data["steps"][-1]["status"] == "ok"
@@ -306,6 +306,16 @@ class Window:
         if net.port_open(port):
             raise StepFailed(f":{port} still open after stopping {unit}")
         return f"{unit} stopped (was {state}); :{port} closed"
+
+    def r_vram_released(self) -> str:
+        """Before the proxy starts the resident: the tenant's memory released (:meth:`wait_vram_idle`).
+        Not waited when the proxy already runs (it came back by itself, at a boot, with its resident
+        loaded: that memory is the resident's, and the proxy is not started again)."""
+        unit = self.plan["proxy_unit"]
+        state = unit_state(unit)
+        if state in ("active", "activating", "reloading"):
+            return f"not waited: {unit} is already {state} (its resident holds the GPU's memory)"
+        return self.wait_vram_idle("vram-released")
 
     def r_restore_env(self) -> str:
         """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
