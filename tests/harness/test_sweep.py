@@ -129,8 +129,8 @@ def test_the_sweep_finds_9_and_15_crashing_at_20480_recommends_7_and_resume_meas
     assert "HTTP 500" in sw["starts"]["dflash_tokens=15"][0]["probe"]
     assert [a["probe"] == "ok" for a in sw["starts"]["deployed"]] == [False, True]
     names = [s["name"] for s in j["steps"]]
-    assert names[-6:] == ["stop-tenant", "restore-env", "start-proxy", "resident-ready", "verify-resident",
-                          "resume-timers"] and "sweep:recover" in names
+    assert names[-7:] == ["stop-tenant", "restore-env", "vram-released", "start-proxy", "resident-ready",
+                          "verify-resident", "resume-timers"] and "sweep:recover" in names
     assert any("lifts the DFlash guard on purpose" in n for n in j["notes"])
     out = proc.stdout
     assert "  dflash_tokens=9: 16384 tokens, crashed at 20480" in out

@@ -125,14 +125,35 @@ class Window:
             time.sleep(0.2)
         return f"{unit} stopped (was {was}); :{port} closed"
 
+    # the GPU's memory back near idle (issue #30 item 4) ----------------------------------
+    def wait_vram_idle(self, label: str) -> str:
+        """Wait (:func:`rigkit.host.gpu.wait_idle`, bounds from the plan's ``vram_idle``: the host
+        config's ``vram``) until the GPU's memory is back near idle; journal what was seen under
+        ``vram_idle.<label>``. Returns the step's detail; raises StepFailed with the wait's message."""
+        v = self.plan["vram_idle"]  # the deploy refuses while a window is open: no journal predates it
+        try:
+            seen = gpu.wait_idle(float(v["timeout_s"]), float(v["idle_mib"]), self.j.note, index=int(v["index"]))
+        except gpu.VramBusy as exc:
+            self.j.data.setdefault("vram_idle", {})[label] = exc.seen
+            self.j.save()
+            raise StepFailed(str(exc)) from None
+        self.j.data.setdefault("vram_idle", {})[label] = seen
+        self.j.save()
+        held = (f"; held at first: {seen['first_used_mib']:g} MiB by {gpu.apps_text(seen['first_apps'])}"
+                if seen["first_apps"] or seen["first_used_mib"] > seen["ceiling_mib"] else "")
+        return (f"GPU memory near idle after {seen['waited_s']:g} s ({seen['used_mib']:g} MiB used, ceiling "
+                f"{seen['ceiling_mib']:g} MiB, no compute app){held}")
+    # ------------------------------------------------------------------------------------
+
     def vram_free(self) -> str:
+        idle = self.wait_vram_idle("vram-free")
         need_mib = float(self.plan["tenant_vram_gib"]) * 1024
         timeout = float(self.plan["timeouts"].get("vram_free_s", 60))
         end = time.monotonic() + timeout
         while True:
             used, total = gpu_memory_mib()
             if total - used >= need_mib:
-                return (f"{(total - used) / 1024:.2f} GiB free of {total / 1024:.2f} GiB "
+                return (f"{idle}; {(total - used) / 1024:.2f} GiB free of {total / 1024:.2f} GiB "
                         f"(used {used:.0f} MiB); {self.plan['tenant']} needs {need_mib / 1024:g} GiB")
             if time.monotonic() > end:
                 raise StepFailed(f"only {(total - used) / 1024:.2f} GiB of {total / 1024:.2f} GiB free after "
@@ -249,9 +270,9 @@ class Window:
 
     # restore ---------------------------------------------------------------------------
     def restore(self) -> bool:
-        """Stop the tenant, start the proxy, wait for the resident, verify it with a real
-        completion through the proxy, resume the timers that were active. Every sub-step runs
-        even when an earlier one failed. Returns True when all succeeded."""
+        """Stop the tenant, wait for its GPU memory to be released, start the proxy, wait for the
+        resident, verify it with a real completion through the proxy, resume the timers that were
+        active. Every sub-step runs even when an earlier one failed. Returns True when all succeeded."""
         self.interruptible = False
         self.j.set(state="restoring", restores=int(self.j.data.get("restores") or 0) + 1)
         ok = True
@@ -260,6 +281,7 @@ class Window:
                  ("resume-timers", self.r_resume_timers)]
         if self.j.data["changed"].get("tenant_env") or self.plan.get("sweep"):
             steps.insert(1, ("restore-env", self.r_restore_env))
+        steps.insert(len(steps) - 4, ("vram-released", self.r_vram_released))
         for name, fn in steps:
             self.j.step(name, fn, phase="restore", fatal=False)
             ok = ok and self.j.data["steps"][-1]["status"] == "ok"
@@ -284,6 +306,16 @@ class Window:
         if net.port_open(port):
             raise StepFailed(f":{port} still open after stopping {unit}")
         return f"{unit} stopped (was {state}); :{port} closed"
+
+    def r_vram_released(self) -> str:
+        """Before the proxy starts the resident: the tenant's memory released (:meth:`wait_vram_idle`).
+        Not waited when the proxy already runs (it came back by itself, at a boot, with its resident
+        loaded: that memory is the resident's, and the proxy is not started again)."""
+        unit = self.plan["proxy_unit"]
+        state = unit_state(unit)
+        if state in ("active", "activating", "reloading"):
+            return f"not waited: {unit} is already {state} (its resident holds the GPU's memory)"
+        return self.wait_vram_idle("vram-released")
 
     def r_restore_env(self) -> str:
         """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
