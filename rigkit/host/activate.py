@@ -2,7 +2,8 @@
 by the host agent (``rigkit-agent activate``), so a lost SSH session cannot leave it half done.
 
 Activation (:func:`activate`): keep a backup of the live config (``<live>.bak-<UTC stamp>``), install
-the new one atomically, restart ``llama-swap.service``, wait for ``/health``, send one real chat
+the new one atomically, restart ``llama-swap.service`` (stopped, the GPU's memory back near idle,
+started: :meth:`Host.restart`), wait for ``/health``, send one real chat
 completion (``max_tokens`` 1) through llama-swap to every member whose definition changed, then to the
 resident (the first ``hooks.on_startup.preload`` member, Strata) so it is what stays loaded. On any
 failure the backup is restored, llama-swap restarted and the resident asked again; on a first
@@ -87,9 +88,29 @@ class Host:
     """
 
     def __init__(self, base: str, service: str, key_file: Path, health_timeout_s: float = 60.0, completion_timeout_s: float | None = None,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, vram: tuple[float, float, int] | None = None) -> None:
         self.base, self.service, self.key_file = base.rstrip("/"), service, key_file
         self.health_timeout_s, self.completion_timeout_s, self.log = health_timeout_s, completion_timeout_s, log
+        self.vram = vram
+
+    def restart(self) -> None:
+        """Restart llama-swap with the GPU's memory back near idle in between: ``systemctl stop``
+        (its ``ExecStopPost`` stops the members' containers), :func:`rigkit.host.gpu.wait_idle` with
+        ``vram`` = ``(timeout_s, idle_mib, index)`` (the host config's ``vram``), ``systemctl start``,
+        so the next member never starts beside the last one's memory. Without ``vram`` a plain
+        ``systemctl restart``. Raises ActivationError (the memory still held names who holds it)."""
+        if self.vram is None:
+            self.systemctl("restart")
+            return
+        from rigkit.host import gpu
+
+        self.systemctl("stop")
+        timeout_s, idle_mib, index = self.vram
+        try:
+            gpu.wait_idle(timeout_s, idle_mib, self.log, index=index)
+        except gpu.VramBusy as exc:
+            raise ActivationError(f"{exc}; llama-swap is stopped") from None
+        self.systemctl("start")
 
     def systemctl(self, verb: str) -> None:
         """``systemctl VERB SERVICE``; raises ActivationError with systemctl's message. Before a
@@ -133,7 +154,7 @@ class Host:
 
 
 def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, timeout_s: float) -> None:
-    host.systemctl("restart")
+    host.restart()
     host.wait_health()
     host.log(f"llama-swap answers {host.base}/health")
     res = resident(config)
@@ -248,7 +269,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
             raise ActivationError("no backup was taken")
         log(f"restored the previous config from {source or live}")
         old = parse_config(old_text, "the previous config")
-        host.systemctl("restart")
+        host.restart()
         host.wait_health()
         res = resident(old)
         if res:
@@ -403,8 +424,15 @@ def main(argv: list[str] | None = None) -> int:
 def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any, holds: Path,
                 log: Callable[[str], None]) -> int:
     """The activation or rollback :func:`main` asked for, under the lock; returns its exit code."""
+    from rigkit.host.config import ConfigError
+
+    try:
+        vram = cfg.vram_idle
+    except ConfigError as exc:  # a host config from before the deploy that renders `vram`
+        log(f"warning: {exc}; llama-swap restarts without waiting for the GPU's memory")
+        vram = None
     host = Host(cfg.proxy_url, cfg.get("llama_swap", "unit"), cfg.path("api_key_file"), args.health_timeout,
-                args.completion_timeout, log)
+                args.completion_timeout, log, vram)
     if args.rollback:
         return rollback(args.live, host, holds, by=args.by or "rigkit wire-in --rollback")
     if args.config is None:
