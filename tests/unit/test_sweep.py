@@ -31,15 +31,23 @@ GRID = {"param": "dflash_tokens", "settings": [3, 5, 7, 9, 15], "contexts": [409
 
 # ------------------------------------------------------------------------------ arguments
 @pytest.mark.parametrize("text, message", [
-    ("spec=3", "--sweep 'spec=3': the key 'spec' cannot be swept; allowed: dflash_tokens=N,N,... (e.g. dflash_tokens=3,5,7)"),
-    ("dflash_tokens", "--sweep 'dflash_tokens': the key 'dflash_tokens' cannot be swept; allowed: dflash_tokens=N,N,... "
-                      "(e.g. dflash_tokens=3,5,7)"),
+    ("spec=3", "--sweep 'spec=3': the key 'spec' cannot be swept; allowed: dflash_tokens=N,N,..., power_limit=N,N,... "
+               "(e.g. dflash_tokens=3,5,7 or power_limit=300,350,420)"),
+    ("dflash_tokens", "--sweep 'dflash_tokens': the key 'dflash_tokens' cannot be swept; allowed: dflash_tokens=N,N,..., "
+                      "power_limit=N,N,... (e.g. dflash_tokens=3,5,7 or power_limit=300,350,420)"),
     ("dflash_tokens=3,x", "--sweep dflash_tokens: 'x' is not an integer; give draft lengths 1–64, comma-separated "
                           "(e.g. dflash_tokens=3,5,7)"),
     ("dflash_tokens=3,2.5", "--sweep dflash_tokens: '2.5' is not an integer; give draft lengths 1–64, comma-separated "
                             "(e.g. dflash_tokens=3,5,7)"),
     ("dflash_tokens=0,7", "--sweep dflash_tokens: 0 is out of range; allowed 1–64"),
     ("dflash_tokens=7,7", "--sweep dflash_tokens: 7 is given twice"),
+    ("power_limit=300,x", "--sweep power_limit: 'x' is not an integer; give power limits in W 100–500, comma-separated "
+                          "(e.g. power_limit=300,350,420)"),
+    ("power_limit=300,350.5", "--sweep power_limit: '350.5' is not an integer; give power limits in W 100–500, "
+                              "comma-separated (e.g. power_limit=300,350,420)"),
+    ("power_limit=90,350", "--sweep power_limit: 90 W is out of range; allowed 100–500 W"),
+    ("power_limit=350,520", "--sweep power_limit: 520 W is out of range; allowed 100–500 W"),
+    ("power_limit=350,350", "--sweep power_limit: 350 is given twice"),
 ])
 def test_bad_sweep_values_name_the_field_the_value_and_what_is_allowed(text, message):
     with pytest.raises(SweepArgError) as exc:
@@ -49,6 +57,7 @@ def test_bad_sweep_values_name_the_field_the_value_and_what_is_allowed(text, mes
 
 def test_a_good_sweep_keeps_its_order():
     assert parse_sweep("dflash_tokens=3, 5,7,9,11,15") == ("dflash_tokens", [3, 5, 7, 9, 11, 15])
+    assert parse_sweep("power_limit=420,300, 350") == ("power_limit", [420, 300, 350])
 
 
 @pytest.mark.parametrize("text, message", [
@@ -70,6 +79,9 @@ def test_bad_contexts_are_refused_with_the_value_and_the_rule(text, message):
 def test_default_contexts_end_at_max_model_len():
     assert parse_contexts(None, 65536) == [4096, 16384, 20480, 65536]
     assert parse_contexts(None, 16384) == [4096, 16384]
+    # a power-limit sweep asks how fast and how efficient, not how far: two contexts
+    assert parse_contexts(None, 65536, "power_limit") == [4096, 16384]
+    assert parse_contexts(None, 8192, "power_limit") == [4096]
 
 
 def test_workloads_default_and_unknown_names():
