@@ -299,6 +299,8 @@ def test_the_power_limit_sweep_measures_three_limits_recommends_one_and_puts_420
     assert "J/token" in out and (folder / "sweep.svg").is_file()
     assert errs.count("the sweep sets each power limit") == 1
     print(f"power-limit sweep of 3 limits: {wall:.1f} s wall")
+    print("\n".join(line for line in out.splitlines() if "power_limit=" in line and " W: " in line
+                    or line.startswith(("recommendation", "  to declare", "  idle draw"))))
     drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py", "--no-plan"], cwd=PROJECT,
                            env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
                            timeout=600)
