@@ -246,9 +246,10 @@ def energy_text(cell: dict[str, Any]) -> str:
     """A cell's energy for the operator: ``"1.234 J/token · 0.810 tok/J · 277.1 W"`` (the cell's
     measured requests), with ``not power-modelled`` when its draw stayed at the idle level, or
     ``"no energy (why)"``."""
-    if cell.get("j_per_token") is None:
+    if cell.get("j_per_token") is None or cell.get("tok_per_j") is None:
         return f"no energy ({cell.get('energy_note') or 'not measured'})"
-    return (f"{cell['j_per_token']:.3f} J/token · {cell['tok_per_j']:.3f} tok/J · {cell['avg_w']:.1f} W"
+    watts = f" · {cell['avg_w']:.1f} W" if cell.get("avg_w") is not None else ""
+    return (f"{cell['j_per_token']:.3f} J/token · {cell['tok_per_j']:.3f} tok/J{watts}"
             + (" (not power-modelled)" if cell.get("power_modelled") is False else ""))
 
 
@@ -278,6 +279,19 @@ def power_frontier_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def survival_lines(res: dict[str, Any]) -> list[str]:
+    """The draft-length frontier: per setting the longest context survived on every workload and
+    where it crashed."""
+    grid, front = res["grid"], res["frontier"]
+    lines = ["frontier (longest context survived on every workload):"]
+    for s in grid["settings"]:
+        f = front[str(s)]
+        lines.append(f"  {grid['param']}={s}: " + (f"{f['survived']} tokens" if f["survived"] else "none")
+                     + (f", crashed at {f['crashed_at']}" if f["crashed_at"] else "")
+                     + ("" if f["complete"] else " (cells left)"))
+    return lines
+
+
 def table_lines(res: dict[str, Any]) -> list[str]:
     """The result as plain text: the table (decode tok/s median per cell; tokens per chunk, prefill
     tok/s and TTFT beside it), the frontier, the recommendation and its group_data line."""
@@ -292,24 +306,21 @@ def table_lines(res: dict[str, Any]) -> list[str]:
         for w in grid["workloads"]:
             lines.append(f"{s:>14} {w:<13}" + "".join(f"{cell_text(by.get((s, w, c)), crashed, c):>16}"
                                                       for c in grid["contexts"]))
-    lines.append("details (tokens per chunk · prefill tok/s · TTFT s · energy):")
+    lines.append("details (tokens per chunk · prefill tok/s · TTFT s" +
+                 (" · J/token · tok/J · average W):" if grid["param"] == "power_limit" else "):"))
     for c in res["cells"]:
         if c["status"] == "ok":
             lines.append(f"  {grid['param']}={c['setting']} {c['workload']} @ {c['context']}: "
                          f"{c['tokens_per_chunk']} tokens/chunk · prefill {c['prefill_tps']} tok/s · "
-                         f"TTFT {c['ttft_s']} s · {energy_text(c)} · {c['runs']} run(s)")
+                         f"TTFT {c['ttft_s']} s · " + (f"{energy_text(c)} · " if grid["param"] == "power_limit"
+                                                        else "") + f"{c['runs']} run(s)")
         else:
             lines.append(f"  {grid['param']}={c['setting']} {c['workload']} @ {c['context']}: "
                          f"{c['status'].upper()} — {c['error']}")
     if grid["param"] == "power_limit":
         lines += power_frontier_lines(res)
     else:
-        lines.append("frontier (longest context survived on every workload):")
-    for s in grid["settings"] if grid["param"] != "power_limit" else ():
-        f = front[str(s)]
-        lines.append(f"  {grid['param']}={s}: " + (f"{f['survived']} tokens" if f["survived"] else "none")
-                     + (f", crashed at {f['crashed_at']}" if f["crashed_at"] else "")
-                     + ("" if f["complete"] else " (cells left)"))
+        lines += survival_lines(res)
     rec = res["recommendation"]
     if rec["setting"] is None:
         lines.append(f"recommendation: none — {rec['reason']}")

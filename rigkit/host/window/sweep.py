@@ -20,8 +20,9 @@ step (:func:`restore_power`) sets the declared limit again and reads it back, wh
 crash, ``--abort``, a killed unit then ``--restore``. The power healer stands down meanwhile: the
 window holds the host lock and its journal is open (:mod:`rigkit.host.standdown`).
 
-Every cell's requests are measured for energy (:class:`rigkit.host.bench.energy.EnergyMeter`, the
-card's counter or sampled ``power.draw``), both keys.
+A power-limit sweep measures every request's energy (:class:`rigkit.host.bench.energy.EnergyMeter`,
+the card's counter or sampled ``power.draw``, the idle draw once before the first cell); a
+draft-length sweep's cells carry no energy (``energy_note`` "not measured").
 
 The plan's ``sweep`` (built by :func:`rigkit.bench.sweep.plan_sweep`)::
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +211,10 @@ class Sweep:
         self.running = False  # power_limit: the tenant runs, started clean and warmed up
         self.cpt: float | None = None
         self.enforced: float | None = None  # power_limit: the limit read back for the cells now measured
-        self.meter = EnergyMeter(gpu.query_energy, where=f"{self.plan.get('host')} (this host's nvidia-smi)")
+        # energy is what a power-limit sweep is for; a draft-length sweep measures speed and survival only
+        # (two nvidia-smi reads per request added 13 s to the sandbox's draft-length tests)
+        self.meter = (EnergyMeter(gpu.query_energy, where=f"{self.plan.get('host')} (this host's nvidia-smi)")
+                      if self.grid["param"] == "power_limit" else None)
         self.j.save()
 
     # the tenant's .env -------------------------------------------------------------------
@@ -296,10 +301,11 @@ class Sweep:
                 payload, passage = cell_payload(workload, context, int(self.sp["max_tokens"]), cpt,
                                                 f"{self.j.data['id']}-{setting}-{context}", i, t.model,
                                                 self.sp.get("extra_body"))
-                with self.meter.measure() as span:
+                with self.meter.measure() if self.meter else nullcontext() as span:
                     r = stream_chat(t.chat_url, payload, api_key=t.api_key, session=session,
                                     stall_timeout_s=float(self.sp.get("stall_timeout_s", 120)))
-                records.append({"ok": r.ok, "completion_tokens": r.completion_tokens, **span.record()})
+                if span is not None:
+                    records.append({"ok": r.ok, "completion_tokens": r.completion_tokens, **span.record()})
                 results.append(r)
                 expected.append(passage)
                 if not r.ok:
@@ -308,9 +314,12 @@ class Sweep:
         if results and not results[-1].ok and active:
             time.sleep(1)  # a dead engine's container takes a moment to go
             active = unit_state(self.plan["tenant_unit"]) == "active"
-        idle = self.meter.idle_span.avg_w if self.meter.idle_span is not None else None
+        energy = None
+        if self.meter:
+            idle = self.meter.idle_span.avg_w if self.meter.idle_span is not None else None
+            energy = summarize_energy(records, idle, self.meter.method)
         cell = summarize_cell(setting, workload, context, results, expected, active, self.j.data["id"],
-                              summarize_energy(records, idle, self.meter.method), self.enforced)
+                              energy, self.enforced)
         self.data["cells"].append(cell)
         self.data["current"] = None
         self.j.save()
@@ -354,7 +363,7 @@ class Sweep:
             raise
         self.j.step(f"warmup:{label}", self.w.warmup, fatal=False)
         self.cpt, _ = measure_chars_per_token(self.target(), "".join(make_document(2000, 3)))
-        if self.meter.idle_span is None:
+        if self.meter and self.meter.idle_span is None:
             span = self.meter.idle()
             self.data["energy"] = self.meter.describe()
             self.j.save()
