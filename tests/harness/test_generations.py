@@ -225,12 +225,16 @@ def test_a_rollback_whose_activation_fails_restores_the_generation_it_started_fr
                                                                                check=False).stdout
         proc = rollback(host, "--to", "3")
         assert proc.returncode == 1, proc.stderr[-4000:]
-        assert f"rollback to generation 3 failed at: {ACTIVATE_STEP}" in proc.stderr, proc.stderr[-8000:]
-        assert f"{host.name}: the host is at generation 4 again" in proc.stderr
+        assert f"rollback to generation 3 FAILED (failed at: {ACTIVATE_STEP}" in proc.stderr, proc.stderr[-8000:]
+        assert "reverted to generation 4, confirmed: the host serves as before" in proc.stderr, proc.stderr[-4000:]
     finally:
         host.run("systemctl stop rigkit-test-port", check=False)
     assert state(host) == B_STATE
     idx = index(host)
-    assert idx["current"] == 4 and len(idx["generations"]) == 4 and idx["hold"] is None
+    assert idx["current"] == 4 and len(idx["generations"]) == 5 and idx["hold"] is None
+    failed = idx["generations"][-1]
+    assert failed["n"] == 5 and failed["reason"] == "rollback to 3" and "failed at:" in failed["failed"], failed
+    refused = rollback(host, "--to", "5")
+    assert refused.returncode == 2 and "is a failed change that was put back" in refused.stderr
     assert complete(host, "strata").stdout == "200"
     assert SUMMARY.search(deploy(host, *B).stderr)["changed"] == "0"

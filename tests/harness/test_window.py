@@ -296,7 +296,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     # the deploy refuses while it is open
     deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=PROJECT,
                             env=_env(host), capture_output=True, text=True, timeout=300)
-    assert deploy.returncode == 1 and "a window is open" in deploy.stderr
+    assert deploy.returncode == 1 and f"window {j['id']} is open" in deploy.stderr
     # a second window refuses too
     again = window(host)
     assert again.returncode == 1 and "run `rigkit window --restore` first" in again.stderr

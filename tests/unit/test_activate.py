@@ -107,6 +107,16 @@ def test_a_broken_new_member_restores_the_backup_and_strata_answers(live, tmp_pa
     assert host.lines[-1].startswith("rolled back: the previous config is live again and strata answers")
 
 
+def test_no_revert_leaves_the_failed_config_live_and_names_the_backup(live, tmp_path):
+    host = FakeHost(fail={"hyperqwen": "HTTP 502 through llama-swap after 0.4 s"})
+    rc = act.activate(NEW, live, host, tmp_path / "holds.json", owner="root:root", now=lambda: 0, revert=False)
+    assert rc == 1 and live.read_text() == NEW
+    assert [c for c in host.calls if c[0] == "systemctl"] == [("systemctl", "restart")] and completions(host) == [
+        "hyperqwen"]
+    assert host.lines[-1] == (f"--no-revert: the failed config stays live as {live}; the previous one is "
+                              f"{tmp_path / 'config.yaml.bak-19700101T000000Z'}; the activation FAILED")
+
+
 def test_a_failed_first_activation_leaves_llama_swap_stopped_and_moves_the_config_aside(tmp_path):
     live = tmp_path / "config.yaml"
     host = FakeHost(fail_health=True)

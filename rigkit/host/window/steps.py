@@ -11,7 +11,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, llama_swap, envfile, gpu, net
+from rigkit.host import atomic, busy, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
@@ -345,19 +345,19 @@ class Window:
         raise StepFailed(f"{p['resident']} not ready after {timeout:g} s (GET {base}/running: {last})")
 
     def r_verify(self) -> str:
-        """A real completion to the resident through llama-swap, by the one client the host commands
-        share (rigkit.host.llama_swap.complete: it sends a request once more when llama-swap's proxy
-        lost it, an empty 502 — notes/issue-25-swap-502.md)."""
+        """The one confirmation's real completion to the resident through llama-swap
+        (:func:`rigkit.host.confirm.completion`: HTTP 200 with ``usage.completion_tokens`` > 0; it sends
+        a request once more when llama-swap's proxy lost it, an empty 502 — notes/issue-25-swap-502.md)."""
+        from rigkit.host.confirm import ConfirmError, completion
+
         p = self.plan
         base = f"http://127.0.0.1:{p['proxy_port']}"
-        url = f"{base}/v1/chat/completions"
-        r = llama_swap.complete(base, p["resident"], timeout_s=float(p["timeouts"].get("resident_s", 300)))
-        if r.status_code != 200:
-            raise StepFailed(f"POST {url} (model {p['resident']}) answered HTTP {r.status_code}: {r.text[:200]}")
-        n = ((r.json() or {}).get("usage") or {}).get("completion_tokens")
-        if not n:
-            raise StepFailed(f"POST {url} (model {p['resident']}): no completion tokens in the answer")
-        return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({n} tokens)"
+        key = envfile.read_value(p["api_key_file"], "VLLM_API_KEY") if p.get("api_key_file") else None
+        try:
+            said = completion(base, p["resident"], key, float(p["timeouts"].get("resident_s", 300)))
+        except ConfirmError as exc:
+            raise StepFailed(str(exc)) from None
+        return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said})"
 
     def r_resume_timers(self) -> str:
         timers = list(self.j.data.get("timers_active_before") or [])
