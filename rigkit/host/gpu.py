@@ -52,6 +52,14 @@ def card(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | 
     return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
 
 
+def enforced_w(index: int = 0) -> tuple[float | None, str | None]:
+    """GPU ``index``'s ``enforced.power.limit`` (W) now (:func:`query`), or ``(None, why not)`` as
+    :func:`card` words it. The one read-back of a limit just set: the power-limit sweep, its
+    restore and the confirmation."""
+    g, why = card(query(), index)
+    return (g.get("power_enforced_w"), None) if g is not None else (None, why)
+
+
 def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card",
                         field: str = "gpu_power_limit_w") -> str | None:
     """Why ``watts`` (W) cannot be ``gpu``'s power limit, as the one message every check gives

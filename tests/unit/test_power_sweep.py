@@ -322,3 +322,20 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
     with pytest.raises(StepFailed, match="putting the declared 420 W back on GPU 0 failed: `nvidia-smi` exited 4"):
         sweep_mod.restore_power(j)
     assert data["changed"]["power_limit"] is not None
+
+
+@pytest.mark.parametrize("state, stands_down", [("preflight", True), ("open", True), ("restoring", True),
+                                                ("restore-failed", True), ("restored", False), ("closed", False)])
+def test_the_healer_stands_down_in_every_state_of_an_open_power_sweep_and_heals_once_it_is_closed(gpu_rig, state,
+                                                                                                   stands_down):
+    """From ``window start``'s journal (``preflight``, before the unit takes the lock) to the end of the
+    restore — and after a restore that failed, until ``--restore`` — the healer leaves the sweep's limit
+    alone; a closed window's limit is healed to the declared one."""
+    from rigkit.host import power
+
+    (gpu_rig["tmp"] / "window.json").write_text(json.dumps({
+        "id": "W3", "state": state, "plan": {"sweep": {"param": "power_limit"}},
+        "changed": {"power_limit": {"index": 0, "declared_w": 420.0, "enforced_before_w": 420.0}}}))
+    subprocess.run(["nvidia-smi", "-pl", "300"], check=True, capture_output=True)  # the sweep's limit
+    assert power.heal(gpu_rig["cfg"]) == 0
+    assert enforced() == (300.0 if stands_down else 420.0)

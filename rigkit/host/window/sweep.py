@@ -133,12 +133,6 @@ def summarize_cell(setting: int, workload: str, context: int, results: list, exp
     return cell
 
 
-def _enforced(index: int) -> tuple[float | None, str | None]:
-    """GPU ``index``'s ``enforced.power.limit`` (W) now, or ``(None, why)``."""
-    g, why = gpu.card(gpu.query(), index)
-    return (g.get("power_enforced_w"), None) if g is not None else (None, why)
-
-
 def preflight_problem(plan: dict[str, Any]) -> str | None:
     """Why a ``power_limit`` sweep must not open its window (the window's preflight refuses it,
     nothing touched), or None: the host config names no declared limit, the card's range cannot be
@@ -174,7 +168,7 @@ def restore_power(j: Journal) -> str:
     ok, detail = power.set_limit(index, want)
     if not ok:
         raise StepFailed(f"putting the declared {want:g} W back on GPU {index} failed: {detail}")
-    enforced, why = _enforced(index)
+    enforced, why = gpu.enforced_w(index)
     if enforced is None or abs(enforced - want) > power.TOLERANCE_W:
         raise StepFailed(f"set GPU {index} to the declared {want:g} W but enforced.power.limit reads "
                          f"{enforced if enforced is not None else why}")
@@ -332,14 +326,14 @@ class Sweep:
         index = int(self.plan.get("power_index") or 0)
         changed = self.j.data["changed"]
         if not changed.get("power_limit"):
-            before, _ = _enforced(index)
+            before, _ = gpu.enforced_w(index)
             changed["power_limit"] = {"index": index, "declared_w": float(self.plan["power_limit_w"]),
                                       "enforced_before_w": before}
             self.j.save()
         ok, detail = power.set_limit(index, value)
         if not ok:
             raise StepFailed(f"setting GPU {index} to {value} W failed: {detail}")
-        enforced, why = _enforced(index)
+        enforced, why = gpu.enforced_w(index)
         self.data["limits"][str(value)] = {"set_w": value, "enforced_w": enforced, "at": now_iso()}
         self.j.save()
         if enforced is None or abs(enforced - value) > power.TOLERANCE_W:
