@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.bench.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
@@ -95,7 +95,7 @@ def test_the_sandbox_model_recommends_350_the_best_tok_per_j_keeping_95_percent_
     assert group_data_line("power_limit", 350) == "gpu_power_limit_w = 350"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a loaded CI machine
 @given(st.dictionaries(st.integers(100, 500), st.tuples(st.floats(1, 500), st.floats(0.01, 5)), min_size=1,
                        max_size=6))
 def test_the_recommendation_is_the_best_tok_per_j_within_the_speed_floor_for_any_figures(figures):
