@@ -345,19 +345,44 @@ class Window:
         raise StepFailed(f"{p['resident']} not ready after {timeout:g} s (GET {base}/running: {last})")
 
     def r_verify(self) -> str:
-        """The one confirmation's real completion to the resident through llama-swap
-        (:func:`rigkit.host.confirm.completion`: HTTP 200 with ``usage.completion_tokens`` > 0; it sends
-        a request once more when llama-swap's proxy lost it, an empty 502 — notes/issue-25-swap-502.md)."""
-        from rigkit.host.confirm import ConfirmError, completion
+        """The one confirmation (:mod:`rigkit.host.confirm`) of the generation the host is at: its
+        services active, its power limit enforced, its files as declared, and a real completion to the
+        resident through llama-swap (HTTP 200 with ``usage.completion_tokens`` > 0; sent once more when
+        llama-swap's proxy lost it, an empty 502 — notes/issue-25-swap-502.md). A host with no
+        generation recorded gets the completion alone."""
+        from rigkit.host.confirm import ConfirmError, Probe, completion, confirm
 
         p = self.plan
         base = f"http://127.0.0.1:{p['proxy_port']}"
-        key = envfile.read_value(p["api_key_file"], "VLLM_API_KEY") if p.get("api_key_file") else None
+        timeout = float(p["timeouts"].get("resident_s", 300))
+        record = self._generation()
+        if record is None:
+            key = envfile.read_value(p["api_key_file"], "VLLM_API_KEY") if p.get("api_key_file") else None
+            try:
+                said = completion(base, p["resident"], key, timeout)
+            except ConfirmError as exc:
+                raise StepFailed(str(exc)) from None
+            return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said})"
+        result = confirm(record, [], Probe(base, Path(p["api_key_file"])), timeout, log=lambda _m: None)
+        if not result["confirmed"]:
+            raise StepFailed(f"generation {record.get('n')} does not confirm: " + "; ".join(result["failed"]))
+        said = next((ch["detail"] for ch in result["checks"] if ch["check"] == f"member {p['resident']}"), "")
+        return (f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said}); generation "
+                f"{record.get('n')} confirmed: " + ", ".join(ch["check"] for ch in result["checks"]
+                                                             if not ch["check"].startswith("member")))
+
+    def _generation(self) -> dict | None:
+        """The record of the host's current generation (:mod:`rigkit.host.generations`), or None."""
+        from rigkit.host.config import ConfigError
+        from rigkit.host.config import load as load_config
+        from rigkit.host.generations import GenerationError, read_index, read_record
+
         try:
-            said = completion(base, p["resident"], key, float(p["timeouts"].get("resident_s", 300)))
-        except ConfirmError as exc:
-            raise StepFailed(str(exc)) from None
-        return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said})"
+            root = load_config().path("generations")
+            n = read_index(root)["current"]
+            return read_record(root, n) if n is not None else None
+        except (ConfigError, GenerationError, ValueError, OSError):
+            return None
 
     def r_resume_timers(self) -> str:
         timers = list(self.j.data.get("timers_active_before") or [])
