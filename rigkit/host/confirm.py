@@ -160,9 +160,8 @@ class Probe:
         return _unit_state(unit)
 
     def enforced_w(self, index: int) -> tuple[float | None, str | None]:
-        """GPU ``index``'s ``enforced.power.limit`` (W), or ``(None, why)``."""
-        card, why = gpu.card(gpu.query(), index)
-        return (card.get("power_enforced_w"), None) if card else (None, why)
+        """GPU ``index``'s ``enforced.power.limit`` (W), or ``(None, why)`` (:func:`rigkit.host.gpu.enforced_w`)."""
+        return gpu.enforced_w(index)
 
     def file_problems(self, files: dict[str, Any]) -> list[str]:
         """:func:`_file_problems`."""

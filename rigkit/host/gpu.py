@@ -53,15 +53,25 @@ def card(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | 
     return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
 
 
-def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
+def enforced_w(index: int = 0) -> tuple[float | None, str | None]:
+    """GPU ``index``'s ``enforced.power.limit`` (W) now (:func:`query`), or ``(None, why not)`` as
+    :func:`card` words it. The one read-back of a limit just set: the power-limit sweep, its
+    restore and the confirmation."""
+    g, why = card(query(), index)
+    return (g.get("power_enforced_w"), None) if g is not None else (None, why)
+
+
+def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card",
+                        field: str = "gpu_power_limit_w") -> str | None:
     """Why ``watts`` (W) cannot be ``gpu``'s power limit, as the one message every check gives
     (``gpu_power_limit_w 450 W is outside GPU 0's limits 100–400 W (nvidia-smi
-    power.min_limit/power.max_limit)``), or None when it lies in ``lo``..``hi`` (W, as
-    :func:`parse_query` reads them) or the range is unknown (either bound None). Used by the spec's
-    check, the deploy's preflight and the power-limit operation."""
+    power.min_limit/power.max_limit)``; ``field`` names where the value came from), or None when it
+    lies in ``lo``..``hi`` (W, as :func:`parse_query` reads them) or the range is unknown (either
+    bound None). Used by the spec's check, the deploy's preflight, the power-limit operation and the
+    power-limit sweep (control side and host)."""
     if lo is None or hi is None or lo <= watts <= hi:
         return None
-    return (f"gpu_power_limit_w {watts:g} W is outside {gpu}'s limits {lo:g}–{hi:g} W "
+    return (f"{field} {watts:g} W is outside {gpu}'s limits {lo:g}–{hi:g} W "
             "(nvidia-smi power.min_limit/power.max_limit)")
 
 

@@ -45,7 +45,11 @@ With a ``sweep`` in the plan (``rigkit window --sweep``, :mod:`rigkit.host.windo
 steps are replaced by the sweep's (one ``sweep:<param>=<value>`` step per setting, ``sweep:recover``
 after a last crash), the journal carries ``sweep`` (the grid, the cells, the starts) and
 ``changed.tenant_env`` (``{"path", "backup", "mode", "uid", "gid"}`` while a setting's ``.env`` is
-installed), and the restore has a ``restore-env`` step after ``stop-tenant``. Every restore waits for the
+installed), and the restore has a ``restore-env`` step after ``stop-tenant``. A ``power_limit`` sweep
+keeps the deployed ``.env``, records ``changed.power_limit`` (``{"index", "declared_w",
+"enforced_before_w"}``) before it sets its first limit, and its restore has a ``restore-power`` step
+after ``stop-tenant`` that sets the declared limit again and reads it back (the window's preflight
+refuses a limit outside the card's range before anything is touched). Every restore waits for the
 tenant's memory to be released (``vram-released``, before ``start-proxy`` starts the resident).
 
 The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is

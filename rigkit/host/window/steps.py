@@ -14,7 +14,7 @@ from pathlib import Path
 from rigkit.host import atomic, busy, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
-from rigkit.host.window.sweep import Sweep
+from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
 from rigkit.host.window.system import sh, unit_state
 
 
@@ -76,6 +76,9 @@ class Window:
         if need + reserve > total / 1024:
             raise Refused(f"{p['tenant']} needs {need:g} GiB + {reserve:g} GiB reserve; the GPU has "
                           f"{total / 1024:.2f} GiB (nvidia-smi memory.total)")
+        if refused:
+            raise Refused(refused)
+        refused = preflight_problem(p)  # a power-limit sweep: every limit within the card's range
         if refused:
             raise Refused(refused)
         return (f"no client connections on :{p['proxy_port']}; lock files absent: "
@@ -282,6 +285,8 @@ class Window:
         if self.j.data["changed"].get("tenant_env") or self.plan.get("sweep"):
             steps.insert(1, ("restore-env", self.r_restore_env))
         steps.insert(len(steps) - 4, ("vram-released", self.r_vram_released))
+        if self.j.data["changed"].get("power_limit") or (self.plan.get("sweep") or {}).get("param") == "power_limit":
+            steps.insert(1, ("restore-power", lambda: restore_power(self.j)))
         for name, fn in steps:
             self.j.step(name, fn, phase="restore", fatal=False)
             ok = ok and self.j.data["steps"][-1]["status"] == "ok"
