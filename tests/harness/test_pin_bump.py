@@ -41,7 +41,7 @@ def test_a_pin_bump_that_fails_its_confirmation_goes_back_to_the_previous_pins_a
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token())
     proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--reboot", "--confirm-budget",
-                           "90", "--data", f"pacman_pins={json.dumps(BUMP)}", "--data", "nvidia_driver_version=610.60"],
+                           "90", "--data", f"pacman_pins={json.dumps(BUMP)}", "--data", 'nvidia_driver_version="610.60"'],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)
     err = proc.stderr
     assert proc.returncode == 1, err[-6000:]
