@@ -15,6 +15,7 @@ from pyinfra.operations.util import any_changed
 from rigkit import paths
 from rigkit.deploy import wheelhouse
 from rigkit.operations.shell import argv, script
+from rigkit.render.declared_state import directories
 from rigkit.render.files import AGENT_TIMERS, RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -27,14 +28,14 @@ TIMERS = tuple(AGENT_TIMERS)
 def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Build the wheelhouse for the host's ``python3``, sync it, (re)install the venv when it
     changed, and install the host config every agent command reads."""
-    version = host.get_fact(Command, command="python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    version = host.get_fact(Command, command=wheelhouse.PYTHON_VERSION_COMMAND)
     if not version:
         raise DeployError("the host has no python3 for the host agent (install the python package)")
     try:
         house = wheelhouse.build(version.strip())
     except wheelhouse.WheelhouseError as exc:
         raise DeployError(f"building the agent wheelhouse for Python {version.strip()} failed: {exc}") from None
-    files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, user="root", group="root", mode="755")
+    files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, **directories(spec)[paths.AGENT_DIR])
     put_rendered(paths.HOST_CONFIG, rendered[paths.HOST_CONFIG], name="Install the host config (/etc/rigkit/host.json)")
     synced = files.sync(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS, user="root", group="root",
                         mode="644", dir_mode="755", delete=True)

@@ -15,11 +15,12 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.operations.shell import argv
+from rigkit.render.declared_state import LEGACY_BACKUP_DIR
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
-BACKUP_DIR = f"{paths.STATE_DIR}/legacy-units"
+BACKUP_DIR = LEGACY_BACKUP_DIR
 
 
 @deploy("Legacy and operator units")

@@ -15,11 +15,16 @@ from pyinfra.api import FactBase
 
 from rigkit import paths
 from rigkit.render import declared_state
+from rigkit.deploy import wheelhouse
 from rigkit.drift.declared import Declared
 from rigkit.operations.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
+GROUPS_MARK, GROUP_MARK, PRESENT_MARK, ABSENT_MARK, WHEELS_MARK = ("__GROUPS__", "__GROUP__", "__PRESENT__", "__ABSENT__",
+                                                                   "__WHEELS__")
+#: Where the deploy syncs the agent's wheelhouse (roles/agent.py).
+WHEELS_DIR = f"{paths.AGENT_DIR}/wheels"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
 MAX_DIFF_BYTES = 1 << 20
 #: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
@@ -32,7 +37,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     :func:`parse_probe`. Commands of rigkit's facts are reused verbatim."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
-    for path, f in sorted(decl.files.items()):
+    for path, f in sorted({**decl.files, **decl.uploads}.items()):
         content = "" if not f else (f"[ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
                                     f"base64 -w0 {q(path)}; echo")
         sections.append((f"file:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
@@ -42,6 +47,23 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
         sections.append((f"secret:{path}", f"if [ -d {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) dir\"; "
                                            f"elif [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
                                            f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; else echo missing; fi"))
+    for path in sorted(decl.directories):
+        sections.append((f"dir:{path}", f"if [ -d {q(path)} ]; then stat -c '%a %U %G' {q(path)}; else echo missing; fi"))
+    for user, want in sorted(decl.accounts.items()):
+        group = f"; echo {GROUP_MARK}; getent group {q(want['group'])} || echo missing" if want.get("group") else ""
+        sections.append((f"account:{user}", f"getent passwd {q(user)} || echo missing; echo {GROUPS_MARK}; "
+                                            f"id -nG {q(user)}{group}"))
+    sections.append(("llama-swap-binary", f"head -n 1 {q(paths.LLAMA_SWAP_MARKER)}; echo; "
+                                          f"[ -f {q(paths.LLAMA_SWAP_BIN)} ] && echo {PRESENT_MARK}"))
+    sections.append(("mkinitcpio", f"cat {q(paths.MKINITCPIO_CONF)} || echo {ABSENT_MARK}"))
+    if decl.legacy:
+        backup = declared_state.LEGACY_BACKUP_DIR
+        sections.append(("legacy-backup", "; ".join(
+            f"[ -f {q(paths.UNIT_DIR + '/' + u)} ] && {{ [ -f {q(backup + '/' + u)} ] && echo {q(u)} backed "
+            f"|| echo {q(u)} unbacked; }}" for u in decl.legacy) + "; true"))
+    sections.append(("wheels", f"{wheelhouse.PYTHON_VERSION_COMMAND}; echo {WHEELS_MARK}; "
+                               f"cd {q(WHEELS_DIR)} && for f in * .[!.]*; do [ -f \"$f\" ] && "
+                               "echo \"$(stat -c '%a %U %G' -- \"$f\") $(sha256sum -- \"$f\" | cut -d' ' -f1) $f\"; done"))
     sections.append(("pacman", PacmanVersions().command(decl.packages)))
     sections.append(("ignorepkg", PacmanIgnorePkg().command()))
     sections.append(("kernel", KernelState().command()))
@@ -56,7 +78,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("power-healer", JsonFile().command(paths.POWER_STATE)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
-    units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
+    units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members, *decl.if_present})
     sections.append(("units", f"systemctl show --no-pager -p {','.join(UNIT_PROPS)} {' '.join(q(u) for u in units)}"))
     sections.append(("llama-swap-start", "systemctl show --no-pager --timestamp=unix -p ExecMainStartTimestamp "
                                          f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
@@ -130,6 +152,24 @@ def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def parse_account(lines: list[str]) -> dict[str, Any] | None:
+    """The ``account:`` section (``getent passwd``, the marker, ``id -nG``, then the primary group's
+    ``getent group``) → ``{"home", "shell", "groups": [names, primary first], "group_exists": bool |
+    None}``, or None when the user does not exist."""
+    text = [ln.strip() for ln in lines]
+    if not text or text[0] == "missing" or ":" not in text[0]:
+        return None
+    fields = text[0].split(":")
+    after = text[text.index(GROUPS_MARK) + 1:] if GROUPS_MARK in text else []
+    groups = after[0].split() if after and after[0] != GROUP_MARK else []
+    group_exists = None
+    if GROUP_MARK in text:
+        rest = text[text.index(GROUP_MARK) + 1:]
+        group_exists = bool(rest) and rest[0] != "missing"
+    return {"home": fields[5] if len(fields) > 5 else None, "shell": fields[6] if len(fields) > 6 else None,
+            "groups": groups, "group_exists": group_exists}
+
+
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
     """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
     stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
@@ -151,6 +191,29 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["files"][key[5:]] = st
         elif key.startswith("secret:"):
             facts["secrets"][key[7:]] = _stat(lines)
+        elif key.startswith("dir:"):
+            parts = lines[0].split() if lines else []
+            facts.setdefault("dirs", {})[key[4:]] = (
+                None if not parts or parts == ["missing"] else
+                {"mode": parts[0], "user": parts[1] if len(parts) > 1 else None,
+                 "group": parts[2] if len(parts) > 2 else None})
+        elif key.startswith("account:"):
+            facts.setdefault("accounts", {})[key[8:]] = parse_account(lines)
+        elif key == "llama-swap-binary":
+            facts["llama_swap_binary"] = {"marker": (lines[0].strip() or None) if lines else None,
+                                          "present": PRESENT_MARK in [ln.strip() for ln in lines]}
+        elif key == "mkinitcpio":
+            facts["mkinitcpio"] = None if [ln.strip() for ln in lines] == [ABSENT_MARK] else lines
+        elif key == "legacy-backup":
+            facts["legacy_backup"] = {p[0]: p[1] == "backed" for p in (ln.split() for ln in lines) if len(p) == 2}
+        elif key == "wheels":
+            version, _, rest = "\n".join(lines).partition(WHEELS_MARK)
+            wheels = {}
+            for ln in rest.splitlines():
+                parts = ln.split(None, 4)
+                if len(parts) == 5:
+                    wheels[parts[4]] = {"mode": parts[0], "user": parts[1], "group": parts[2], "sha256": parts[3]}
+            facts["wheels"] = {"python": version.strip() or None, "files": wheels}
         elif key == "pacman":
             facts["pacman"] = pacman_fact.process(lines)
         elif key == "ignorepkg":
