@@ -64,7 +64,8 @@ class Coverage:
 
     @property
     def op_pattern(self) -> str:
-        """``op`` with each ``{...}`` field as ``*`` (matches the rendered name)."""
+        """``op`` as an fnmatch pattern: each ``{...}`` field ``*``, every other character literal
+        (``[options]`` stays brackets); it matches the rendered name."""
         out, depth = [], 0
         for ch in self.op:
             if ch == "{":
@@ -74,7 +75,7 @@ class Coverage:
             elif ch == "}":
                 depth -= 1
             elif depth == 0:
-                out.append(ch)
+                out.append({"[": "[[]", "]": "[]]", "*": "[*]", "?": "[?]"}.get(ch, ch))  # literal in fnmatch
         return "".join(out)
 
 

@@ -212,3 +212,9 @@ def test_batches_keep_alone_rows_apart():
     assert sorted(map(id, flat)) == sorted(id(c) for c in rows if c.breakage)
     assert all(len(b) <= 5 for b in got)
     assert all(len(b) == 1 for b in got if any(c.alone for c in b))
+
+
+def test_op_pattern_keeps_brackets_literal():
+    row = coverage.row_for("pins", "Hold the pinned packages with IgnorePkg in [options]")
+    assert fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in [options]", row.op_pattern)
+    assert not fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in o", row.op_pattern)

@@ -252,7 +252,7 @@ def test_strata_back_with_requires(rig):
     try:
         rc, records, out = drift()
         assert rc == 3, out
-        assert drifted(records) == {("legacy-unit", "strata.service"),
+        assert drifted(records) == {("legacy-unit", "strata.service"), ("legacy-unit", "strata.service backup"),
                                     ("unit-dependency", "llama-swap.service Requires=strata.service")}
         assert one(records, "legacy-unit", "strata.service")["actual"] == "enabled, active"
     finally:
