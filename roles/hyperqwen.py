@@ -22,7 +22,7 @@ def hyperqwen(spec: RigSpec, rendered: dict[str, RenderedFile]):
                     **directories(spec)[paths.HYPERQWEN_DIR])
     files.directory(name="Create HyperQwen's MODELS_DIR", path=spec.hyperqwen.models_dir,
                     **directories(spec)[spec.hyperqwen.models_dir])
-    put_rendered(paths.HYPERQWEN_COMPOSE, rendered[paths.HYPERQWEN_COMPOSE], name="Install HyperQwen's compose.yaml")
-    put_rendered(paths.HYPERQWEN_ENV, rendered[paths.HYPERQWEN_ENV], name="Install HyperQwen's .env")
-    unit = put_rendered(UNIT, rendered[UNIT], name="Install hyperqwen.service (for windows, never enabled)")
+    put_rendered(rendered, paths.HYPERQWEN_COMPOSE, name="Install HyperQwen's compose.yaml")
+    put_rendered(rendered, paths.HYPERQWEN_ENV, name="Install HyperQwen's .env")
+    unit = put_rendered(rendered, UNIT, name="Install hyperqwen.service (for windows, never enabled)")
     systemd.daemon_reload(name="Reload systemd for hyperqwen.service", _if=any_changed(unit))

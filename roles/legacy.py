@@ -39,7 +39,7 @@ def legacy(spec: RigSpec, rendered: dict[str, RenderedFile]):
     for local in spec.operator_units:
         name = Path(local).name
         target = f"{paths.UNIT_DIR}/{name}"
-        installed.append(put_rendered(target, rendered[target], name=f"Install the operator's {name}"))
+        installed.append(put_rendered(rendered, target, name=f"Install the operator's {name}"))
     if installed:
         systemd.daemon_reload(name="Reload systemd for the operator's units", _if=any_changed(*installed))
     for local in spec.operator_units:

@@ -350,17 +350,15 @@ def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> 
     except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
         return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
                         f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared", severity="warn")]
-    import hashlib
+    from rigkit.operations.wheels import differences, local_sums
 
-    want = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
-    got = wheels.get("files") or {}
-    missing = sorted(n for n in want if n not in got or got[n]["sha256"] != want[n])
-    extra = sorted(n for n in got if n not in want)
-    wrong = sorted(n for n in got if n in want and (got[n]["mode"], got[n]["user"], got[n]["group"]) != ("644", "root", "root"))
-    if not (missing or extra or wrong):
+    want = local_sums(folder)
+    diff = differences(want, wheels.get("files"))
+    if not any(diff.values()):
         return []
-    parts = ([f"missing or different: {', '.join(missing)}"] if missing else []) + \
-        ([f"not ours: {', '.join(extra)}"] if extra else []) + ([f"not root 0644: {', '.join(wrong)}"] if wrong else [])
+    parts = ([f"missing or different: {', '.join(diff['missing'])}"] if diff["missing"] else []) + \
+        ([f"not ours: {', '.join(diff['extra'])}"] if diff["extra"] else []) + \
+        ([f"not root 0644: {', '.join(diff['wrong'])}"] if diff["wrong"] else [])
     return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels",
                     f"{len(want)} files built here for Python {wheels['python']}", "; ".join(parts))]
 

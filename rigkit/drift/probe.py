@@ -17,7 +17,7 @@ from rigkit import paths
 from rigkit.render import declared_state
 from rigkit.deploy import wheelhouse
 from rigkit.drift.declared import Declared
-from rigkit.operations.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.operations.facts import (DkmsStatus, FolderFiles, file_state_command, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
@@ -38,10 +38,9 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     q = shlex.quote
     sections: list[tuple[str, str]] = []
     for path, f in sorted({**decl.files, **decl.uploads}.items()):
-        content = "" if not f else (f"[ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
+        content = "" if not f else (f"; [ -f {q(path)} ] && [ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
                                     f"base64 -w0 {q(path)}; echo")
-        sections.append((f"file:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
-                                         f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; {content}; else echo missing; fi"))
+        sections.append((f"file:{path}", file_state_command(path) + content))
     for path in sorted(decl.secrets):
         # never the content: owner, mode and sha256 only
         sections.append((f"secret:{path}", f"if [ -d {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) dir\"; "
@@ -62,8 +61,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
             f"[ -f {q(paths.UNIT_DIR + '/' + u)} ] && {{ [ -f {q(backup + '/' + u)} ] && echo {q(u)} backed "
             f"|| echo {q(u)} unbacked; }}" for u in decl.legacy) + "; true"))
     sections.append(("wheels", f"{wheelhouse.PYTHON_VERSION_COMMAND}; echo {WHEELS_MARK}; "
-                               f"cd {q(WHEELS_DIR)} && for f in * .[!.]*; do [ -f \"$f\" ] && "
-                               "echo \"$(stat -c '%a %U %G' -- \"$f\") $(sha256sum -- \"$f\" | cut -d' ' -f1) $f\"; done"))
+                               + FolderFiles().command(WHEELS_DIR)))
     sections.append(("pacman", PacmanVersions().command(decl.packages)))
     sections.append(("ignorepkg", PacmanIgnorePkg().command()))
     sections.append(("kernel", KernelState().command()))
@@ -127,13 +125,10 @@ class HostProbe(FactBase):
 
 
 def _stat(lines: list[str]) -> dict[str, Any] | None:
-    """``"640 root llama-swap 123 <sha256>"`` → ``{mode, user, group, size, sha256}``; None: missing."""
-    if not lines or lines[0].strip() == "missing":
-        return None
-    parts = lines[0].split()
-    if len(parts) != 5:
-        return {"mode": None, "user": None, "group": None, "size": None, "sha256": None}
-    return {"mode": parts[0], "user": parts[1], "group": parts[2], "size": int(parts[3]), "sha256": parts[4]}
+    """A section's first line read as :func:`~rigkit.operations.facts.parse_file_state` (``"640 root
+    llama-swap 123 <sha256>"``, ``dir`` for a folder's sha256) → ``{mode, user, group, size, sha256}``;
+    None: missing."""
+    return parse_file_state(lines[0]) if lines else None
 
 
 def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
@@ -207,13 +202,9 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
         elif key == "legacy-backup":
             facts["legacy_backup"] = {p[0]: p[1] == "backed" for p in (ln.split() for ln in lines) if len(p) == 2}
         elif key == "wheels":
-            version, _, rest = "\n".join(lines).partition(WHEELS_MARK)
-            wheels = {}
-            for ln in rest.splitlines():
-                parts = ln.split(None, 4)
-                if len(parts) == 5:
-                    wheels[parts[4]] = {"mode": parts[0], "user": parts[1], "group": parts[2], "sha256": parts[3]}
-            facts["wheels"] = {"python": version.strip() or None, "files": wheels}
+            at = lines.index(WHEELS_MARK) if WHEELS_MARK in lines else len(lines)
+            version = " ".join(lines[:at]).strip()
+            facts["wheels"] = {"python": version or None, "files": FolderFiles().process(lines[at + 1:]) or {}}
         elif key == "pacman":
             facts["pacman"] = pacman_fact.process(lines)
         elif key == "ignorepkg":

@@ -322,3 +322,80 @@ class GenerationBundle(FactBase):
                 return {"error": f"not a generation: {text[-300:]}"}
             return data if isinstance(data, dict) else {"error": "not a generation"}
         return {"error": text.strip()[-300:] or f"exit {rc}"}
+
+
+def _stat_line(text: str) -> dict[str, Any] | None:
+    """``"<mode> <user> <group> <size> <sha256>"`` → ``{mode, user, group, size (bytes), sha256}``."""
+    parts = text.split()
+    if len(parts) != 5 or not parts[3].isdigit():
+        return None
+    return {"mode": parts[0], "user": parts[1], "group": parts[2], "size": int(parts[3]), "sha256": parts[4]}
+
+
+def file_state_command(path: str) -> str:
+    """One file's line for :class:`FileStates`: ``<mode> <user> <group> <size> <sha256>``, or ``missing``
+    (``stat -c '%a %U %G %s'`` and ``sha256sum``; drift's probe runs it too)."""
+    q = shlex.quote(path)
+    return (f"if [ -f {q} ]; then echo \"$(stat -c '%a %U %G %s' {q}) $(sha256sum {q} | cut -d' ' -f1)\"; "
+            "else echo missing; fi")
+
+
+def parse_file_state(line: str) -> dict[str, Any] | None:
+    """A :func:`file_state_command` line → ``{mode, user, group, size, sha256}``; None for ``missing``
+    (a line that cannot be read gives every value None)."""
+    if line.strip() == "missing":
+        return None
+    return _stat_line(line) or {"mode": None, "user": None, "group": None, "size": None, "sha256": None}
+
+
+class FileStates(FactBase):
+    """Mode (octal, as ``stat %a``: ``"644"``), owner, size (bytes) and sha256 of several files in one
+    command: ``{path: {mode, user, group, size, sha256} | None}`` (None: no such file). Command: per
+    path :func:`file_state_command`, each line after its index. One fact for every rendered file of
+    a deploy (:func:`rigkit.operations.config.rendered_file`) instead of three per file."""
+
+    def command(self, paths: list[str]) -> str:
+        self._paths = list(paths)
+        return "; ".join(f"printf '%s ' {i}; {file_state_command(p)}" for i, p in enumerate(self._paths)) or "true"
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, dict[str, Any] | None]:
+        paths_asked = getattr(self, "_paths", [])
+        out: dict[str, dict[str, Any] | None] = {}
+        for line in output:
+            index, _, rest = line.partition(" ")
+            if index.isdigit() and int(index) < len(paths_asked):
+                out[paths_asked[int(index)]] = parse_file_state(rest)
+        return out
+
+
+class FolderFiles(FactBase):
+    """The plain files directly in a folder (dot files too): ``{name: {mode, user, group, size,
+    sha256}}``, or None when the folder is missing. Command: ``stat -c '%a %U %G %s'`` and
+    ``sha256sum`` of each (``<mode> <user> <group> <size> <sha256> <name>``). The agent's wheelhouse
+    is compared with it by the deploy (:func:`rigkit.operations.wheels.wheelhouse_synced`) and by drift."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (f"cd {q} 2>/dev/null || {{ echo {RC_MARK}1; exit 0; }}; for f in * .[!.]*; do [ -f \"$f\" ] && "
+                "echo \"$(stat -c '%a %U %G %s' -- \"$f\") $(sha256sum -- \"$f\" | cut -d' ' -f1) $f\"; done; "
+                f"echo {RC_MARK}0")
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def process(self, output: list[str]) -> dict[str, dict[str, Any]] | None:
+        lines, rc = _split_rc(output)
+        if rc != 0:
+            return None
+        out = {}
+        for line in lines:
+            parts = line.split(None, 5)
+            st = _stat_line(" ".join(parts[:5])) if len(parts) == 6 else None
+            if st is not None:
+                out[parts[5]] = st
+        return out

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from hypothesis import given, strategies as st
 
 from rigkit.drift import compare, coverage, probe
+from rigkit.operations.facts import RC_MARK, FileStates, FolderFiles
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,7 +172,7 @@ def test_wheelhouse_compared_file_by_file(tmp_path):
     (house / "a-1-py3-none-any.whl").write_bytes(b"a")
     (house / ".complete").write_text("a-1-py3-none-any.whl\n")
     sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in house.iterdir()}
-    lines = ["3.11", probe.WHEELS_MARK] + [f"644 root root {s} {n}" for n, s in sums.items()]
+    lines = ["3.11", probe.WHEELS_MARK] + [f"644 root root 1 {s} {n}" for n, s in sums.items()] + [f"{RC_MARK}0"]
     wheels = probe.parse_probe({"wheels": lines}, [])["wheels"]
     assert wheels["python"] == "3.11" and set(wheels["files"]) == set(sums)
     assert compare.compare_wheelhouse("h", wheels, build=lambda v: house) == []
@@ -218,3 +219,37 @@ def test_op_pattern_keeps_brackets_literal():
     row = coverage.row_for("pins", "Hold the pinned packages with IgnorePkg in [options]")
     assert fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in [options]", row.op_pattern)
     assert not fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in o", row.op_pattern)
+
+
+def test_folder_files_and_file_states_parse_their_own_commands_output():
+    assert FolderFiles().process([f"{RC_MARK}1"]) is None
+    assert FolderFiles().process([f"{RC_MARK}0"]) == {}
+    got = FolderFiles().process([f"644 root root 3 {'a' * 64} .complete", f"600 root root 7 {'b' * 64} x y.whl",
+                                 f"{RC_MARK}0"])
+    assert got == {".complete": {"mode": "644", "user": "root", "group": "root", "size": 3, "sha256": "a" * 64},
+                   "x y.whl": {"mode": "600", "user": "root", "group": "root", "size": 7, "sha256": "b" * 64}}
+    fact = FileStates()
+    assert "sha256sum" in fact.command(["/etc/a", "/etc/b c"])
+    assert fact.process([f"0 644 root root 5 {'c' * 64}", "1 missing"]) == {
+        "/etc/a": {"mode": "644", "user": "root", "group": "root", "size": 5, "sha256": "c" * 64}, "/etc/b c": None}
+
+
+def test_the_facts_commands_run_in_a_real_shell(tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "a.whl").write_bytes(b"wheel")
+    (tmp_path / "w" / ".complete").write_text("a.whl\n")
+    os.chmod(tmp_path / "w" / "a.whl", 0o600)
+
+    def sh(cmd: str) -> list[str]:
+        return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True).stdout.splitlines()
+
+    got = FolderFiles().process(sh(FolderFiles().command(str(tmp_path / "w"))))
+    assert set(got) == {"a.whl", ".complete"} and got["a.whl"]["mode"] == "600"
+    assert got["a.whl"]["sha256"] == hashlib.sha256(b"wheel").hexdigest()
+    assert FolderFiles().process(sh(FolderFiles().command(str(tmp_path / "none")))) is None
+    fact = FileStates()
+    out = fact.process(sh(fact.command([str(tmp_path / "w" / "a.whl"), str(tmp_path / "gone")])))
+    assert out[str(tmp_path / "w" / "a.whl")]["size"] == 5 and out[str(tmp_path / "gone")] is None
