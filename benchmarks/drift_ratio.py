@@ -3,11 +3,12 @@
 On a copy of the converged sandbox host (tests/harness/golden.py), ``--runs`` times each (default
 3), alternating: ``rigkit drift -i inventory/sandbox.py`` (the probe, its default), ``rigkit drift
 --plan`` (pyinfra's plan too, what drift ran by default before) and ``rigkit deploy --no-smoke``
-(converged: 0 changed, checked). Prints wall seconds of each run, the medians, drift / deploy
+(converged: 0 changed, checked), after ``--warmup`` untimed rounds (default 1: a copied host's
+first commands read a cold page cache). Prints wall seconds of each run, the medians, drift / deploy
 (target <= 0.2) and drift --plan / deploy, each command's exit codes (drift: 0 on a converged
 host) and the load average, so a run on a busy machine reads for what it is. Not a test.
 
-usage: python benchmarks/drift_ratio.py [--runs 3] [--keep]
+usage: python benchmarks/drift_ratio.py [--runs 3] [--warmup 1] [--keep]
 (root, from the project root; `make sandbox-fixtures` first; RIGKIT_HARNESS_* as for the tests)
 """
 
@@ -52,6 +53,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the host up")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed rounds of drift and deploy first")
     a = ap.parse_args()
     project = sandbox_project.cwd()
     load0 = os.getloadavg()
@@ -59,6 +61,9 @@ def main() -> int:
     times: dict[str, list[float]] = {"drift": [], "drift --plan": [], "deploy": []}
     codes: dict[str, list[int]] = {k: [] for k in times}
     try:
+        for _ in range(a.warmup):  # a copied host's first commands read a cold page cache: untimed
+            run(host.name, project, "drift", "--json")
+            run(host.name, project, "deploy", "--no-smoke")
         for r in range(a.runs):
             w, p = run(host.name, project, "drift", "--json")
             times["drift"].append(w)

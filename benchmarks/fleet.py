@@ -52,21 +52,23 @@ for _name in {names!r}:
 
 
 def write_inventory(names: list[str]) -> str:
-    """Write ``out/fleet/fleet_<n>.py`` declaring ``names``; returns its path (relative)."""
+    """Write ``out/fleet/fleet_<n>.py`` declaring ``names``; returns its (absolute) path."""
     out = ROOT / "out" / "fleet"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"fleet_{len(names)}.py"
     path.write_text(INVENTORY.format(names=names, sandbox=str(ROOT / "inventory" / "sandbox.py")))
-    return str(path.relative_to(ROOT))
+    return str(path)
 
 
 def timed(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, subprocess.CompletedProcess]:
-    """``(wall s, CPU s of the children, result)`` of ``cmd`` run from the project root with
-    the sandbox hub's token; SystemExit naming the command when its exit status is not in ``ok``."""
+    """``(wall s, CPU s of the children, result)`` of ``cmd`` run in the tests' sandbox project
+    (tests/harness/sandbox_project.py: their declared group_data) with the sandbox hub's token; SystemExit naming the command when its exit status is not in ``ok``."""
+    import sandbox_project  # the tests' declared data, the one the converged copies were deployed with
+
     env = {**os.environ, "HF_TOKEN": hostctl.hub_token()}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=sandbox_project.cwd(), env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -14,6 +14,7 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.deploy import wheelhouse
+from rigkit.operations.facts import PYTHON_VERSION_COMMAND
 from rigkit.operations.shell import argv, script
 from rigkit.operations.wheels import wheelhouse_synced
 from rigkit.render.declared_state import directories
@@ -29,7 +30,7 @@ TIMERS = tuple(AGENT_TIMERS)
 def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Build the wheelhouse for the host's ``python3``, sync it, (re)install the venv when it
     changed, and install the host config every agent command reads."""
-    version = host.get_fact(Command, command=wheelhouse.PYTHON_VERSION_COMMAND)
+    version = host.get_fact(Command, command=PYTHON_VERSION_COMMAND)
     if not version:
         raise DeployError("the host has no python3 for the host agent (install the python package)")
     try:

@@ -21,8 +21,6 @@ from rigkit.cache import cache_dir
 #: model fetch, rigkit.host.fetch).
 AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-#: The host's Python as the wheelhouse is built for it (``"3.13"``): the deploy's fact and drift's probe.
-PYTHON_VERSION_COMMAND = "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'"
 
 
 class WheelhouseError(RuntimeError):

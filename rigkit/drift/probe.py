@@ -15,9 +15,8 @@ from pyinfra.api import FactBase
 
 from rigkit import paths
 from rigkit.render import declared_state
-from rigkit.deploy import wheelhouse
 from rigkit.drift.declared import Declared
-from rigkit.operations.facts import (DkmsStatus, FolderFiles, file_state_command, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
@@ -32,15 +31,18 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
               "PartOf", "FragmentPath")
 
 
-def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
+def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
-    :func:`parse_probe`. Commands of rigkit's facts are reused verbatim."""
+    :func:`parse_probe`. Commands of rigkit's facts are reused verbatim. Every rendered file and
+    upload is read by one :class:`~rigkit.operations.facts.FileStates` (the deploy's own fact); with
+    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`)."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
-    for path, f in sorted({**decl.files, **decl.uploads}.items()):
-        content = "" if not f else (f"; [ -f {q(path)} ] && [ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
-                                    f"base64 -w0 {q(path)}; echo")
-        sections.append((f"file:{path}", file_state_command(path) + content))
+    file_paths = sorted({**decl.files, **decl.uploads})
+    sections.append(("files", FileStates().command(file_paths)))
+    for path in file_paths if diff else ():
+        sections.append((f"content:{path}", f"[ -f {q(path)} ] && [ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
+                                            f"base64 -w0 {q(path)}; echo"))
     for path in sorted(decl.secrets):
         # never the content: owner, mode and sha256 only
         sections.append((f"secret:{path}", f"if [ -d {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) dir\"; "
@@ -60,7 +62,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
         sections.append(("legacy-backup", "; ".join(
             f"[ -f {q(paths.UNIT_DIR + '/' + u)} ] && {{ [ -f {q(backup + '/' + u)} ] && echo {q(u)} backed "
             f"|| echo {q(u)} unbacked; }}" for u in decl.legacy) + "; true"))
-    sections.append(("wheels", f"{wheelhouse.PYTHON_VERSION_COMMAND}; echo {WHEELS_MARK}; "
+    sections.append(("wheels", f"{PYTHON_VERSION_COMMAND}; echo {WHEELS_MARK}; "
                                + FolderFiles().command(WHEELS_DIR)))
     sections.append(("pacman", PacmanVersions().command(decl.packages)))
     sections.append(("ignorepkg", PacmanIgnorePkg().command()))
@@ -173,17 +175,14 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
     output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
     (``{name: [reasons]}``, ``"no-agent"``, or None when not asked)."""
     facts: dict[str, Any] = {"files": {}, "secrets": {}, "models": None}
+    contents: dict[str, str] = {}
     pacman_fact = PacmanVersions()
     pacman_fact.command(packages)  # its process() reads the names its command() was given
     for key, lines in raw.items():
-        if key.startswith("file:"):
-            st = _stat(lines)
-            if st is not None and len(lines) > 1 and lines[1].strip():
-                try:
-                    st["content"] = base64.b64decode(lines[1].strip())
-                except ValueError:
-                    st["content"] = None
-            facts["files"][key[5:]] = st
+        if key == "files":
+            facts["files"].update(FileStates().process(lines))
+        elif key.startswith("content:"):
+            contents[key[8:]] = lines[0].strip() if lines else ""
         elif key.startswith("secret:"):
             facts["secrets"][key[7:]] = _stat(lines)
         elif key.startswith("dir:"):
@@ -260,11 +259,18 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
                     facts["models"] = json.loads(text.splitlines()[-1]) if text else {}
                 except ValueError:
                     facts["models"] = {"*": [f"model check failed: {text[-300:]}"]}
+    for path, text in contents.items():
+        st = facts["files"].get(path)
+        if st is not None and text:
+            try:
+                st["content"] = base64.b64decode(text)
+            except ValueError:
+                st["content"] = None
     return facts
 
 
 def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, Any]], deep: bool = False,
-                      connect_timeout: int = 10) -> dict[str, tuple[dict[str, Any] | None, str]]:
+                      connect_timeout: int = 10, diff: bool = False) -> dict[str, tuple[dict[str, Any] | None, str]]:
     """Reach every host with pyinfra (its connectors, the hosts' own connection data, in
     parallel) and run :class:`HostProbe` once on each. Returns ``{host: (facts, "")}`` or
     ``{host: (None, why)}`` for a host that could not be reached or probed."""
@@ -275,7 +281,7 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
 
     inventory = Inventory(([(d.host, dict(connections.get(d.host, {}))) for d in decls], {}))
     state = State(inventory=inventory, config=Config(CONNECT_TIMEOUT=connect_timeout, FAIL_PERCENT=None))
-    sections = {d.host: probe_sections(d, deep=deep) for d in decls}
+    sections = {d.host: probe_sections(d, deep=deep, diff=diff) for d in decls}
     decl_by_name = {d.host: d for d in decls}
     results: dict[str, tuple[dict[str, Any] | None, str]] = {}
 

@@ -172,7 +172,8 @@ def test_wheelhouse_compared_file_by_file(tmp_path):
     (house / "a-1-py3-none-any.whl").write_bytes(b"a")
     (house / ".complete").write_text("a-1-py3-none-any.whl\n")
     sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in house.iterdir()}
-    lines = ["3.11", probe.WHEELS_MARK] + [f"644 root root 1 {s} {n}" for n, s in sums.items()] + [f"{RC_MARK}0"]
+    lines = (["3.11", probe.WHEELS_MARK] + [f"S 644 root root 1 ./{n}" for n in sums]
+             + [f"{s}  ./{n}" for n, s in sums.items()] + [f"{RC_MARK}0"])
     wheels = probe.parse_probe({"wheels": lines}, [])["wheels"]
     assert wheels["python"] == "3.11" and set(wheels["files"]) == set(sums)
     assert compare.compare_wheelhouse("h", wheels, build=lambda v: house) == []
@@ -224,14 +225,14 @@ def test_op_pattern_keeps_brackets_literal():
 def test_folder_files_and_file_states_parse_their_own_commands_output():
     assert FolderFiles().process([f"{RC_MARK}1"]) is None
     assert FolderFiles().process([f"{RC_MARK}0"]) == {}
-    got = FolderFiles().process([f"644 root root 3 {'a' * 64} .complete", f"600 root root 7 {'b' * 64} x y.whl",
-                                 f"{RC_MARK}0"])
+    got = FolderFiles().process(["S 644 root root 3 ./.complete", "S 600 root root 7 ./x y.whl", "S 644 root root 1 ./no-sum",
+                                 f"{'a' * 64}  ./.complete", f"{'b' * 64}  ./x y.whl", f"{RC_MARK}0"])
     assert got == {".complete": {"mode": "644", "user": "root", "group": "root", "size": 3, "sha256": "a" * 64},
                    "x y.whl": {"mode": "600", "user": "root", "group": "root", "size": 7, "sha256": "b" * 64}}
     fact = FileStates()
     assert "sha256sum" in fact.command(["/etc/a", "/etc/b c"])
-    assert fact.process([f"0 644 root root 5 {'c' * 64}", "1 missing"]) == {
-        "/etc/a": {"mode": "644", "user": "root", "group": "root", "size": 5, "sha256": "c" * 64}, "/etc/b c": None}
+    assert fact.process(["S 644 root root 5 /etc/a", f"{'c' * 64}  /etc/a"]) == {
+        "/etc/a": {"mode": "644", "user": "root", "group": "root", "size": 5, "sha256": "c" * 64}}
 
 
 def test_the_facts_commands_run_in_a_real_shell(tmp_path):
@@ -252,4 +253,4 @@ def test_the_facts_commands_run_in_a_real_shell(tmp_path):
     assert FolderFiles().process(sh(FolderFiles().command(str(tmp_path / "none")))) is None
     fact = FileStates()
     out = fact.process(sh(fact.command([str(tmp_path / "w" / "a.whl"), str(tmp_path / "gone")])))
-    assert out[str(tmp_path / "w" / "a.whl")]["size"] == 5 and out[str(tmp_path / "gone")] is None
+    assert out[str(tmp_path / "w" / "a.whl")]["size"] == 5 and str(tmp_path / "gone") not in out
