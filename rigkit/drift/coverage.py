@@ -115,7 +115,8 @@ COVERAGE: tuple[Coverage, ...] = (
       breakage="pacman -Udd --noconfirm {archive}/n/nvidia-utils/nvidia-utils-610.60-1-x86_64.pkg.tar.zst >/dev/null",
       restore="pacman -Udd --noconfirm /var/cache/pacman/pkg/nvidia-utils-610.57-1-x86_64.pkg.tar.zst >/dev/null",
       findings=(("pin", "nvidia-utils"), ("driver", "pacman -Q nvidia-utils"), ("driver", "nvidia-smi")),
-      plan=("Pins | Install the pinned packages from the archive",), alone=True),
+      plan=("Pins | Install the pinned packages from the archive", "Power limit | Set the GPU power limit to *"),
+      alone=True),
     # agent
     C("agent", "Create /opt/rigkit", "probe", "folder owner and mode",
       **_chmod("/opt/rigkit", "700", "755", "directory-mode", "Host agent | Create /opt/rigkit")),
@@ -229,8 +230,8 @@ COVERAGE: tuple[Coverage, ...] = (
     C("legacy", "Create the legacy-unit backup folder", "gated", "only when a legacy unit file is on the host: the "
       "legacy rows cover it"),
     C("legacy", "Back up {unit} to {BACKUP_DIR}", "probe", "a legacy unit file on the host has its copy",
-      breakage="printf '[Service]\\nExecStart=/bin/sleep infinity\\n' > /etc/systemd/system/strata.service && "
-               "systemctl daemon-reload",
+      breakage="printf '[Service]\\nExecStart=/bin/sleep infinity\\n[Install]\\nWantedBy=multi-user.target\\n' > "
+               "/etc/systemd/system/strata.service && systemctl daemon-reload",
       restore="rm -f /etc/systemd/system/strata.service && systemctl daemon-reload",
       findings=(("legacy-unit", "strata.service backup"),),
       plan=("Legacy and operator units | Back up strata.service to *", "Legacy and operator units | Create the legacy-unit*"),
@@ -380,17 +381,18 @@ def agreement(rows: list[Coverage], findings: list[tuple[str, str, str]], plan_r
     something", for one batch of breakages (``rows``, applied together; none: the converged host).
 
     + findings: the probe's ``(kind, item, severity)``; only ``drift`` ones count, and the kinds of
-      :data:`OUTSIDE_KINDS` never do
+      :data:`OUTSIDE_KINDS` need no breakage to explain them (a row may still expect one)
     + plan_rows: ``"Role | op"`` of each operation the plan would change (the generation record left out)
 
     Returns one line per problem (empty: they agree): an expected finding the probe did not report,
     a row's own operation the plan did not show, a finding or a plan row no breakage of the batch
     explains."""
     problems = []
-    counted = [(k, i) for k, i, sev in findings if sev == "drift" and k != "plan" and k not in OUTSIDE_KINDS]
+    reported = [(k, i) for k, i, sev in findings if sev == "drift" and k != "plan"]
+    counted = [(k, i) for k, i in reported if k not in OUTSIDE_KINDS]
     for c in rows:
         for pat in c.findings:
-            if not any(matches((pat,), k, i) for k, i in counted):
+            if not any(matches((pat,), k, i) for k, i in reported):
                 problems.append(f"{c.role}: {c.op}: the probe did not report {pat[0]} {pat[1]}")
         own = own_plan_row(c)
         if not any(fnmatch.fnmatchcase(r, own) for r in plan_rows):
