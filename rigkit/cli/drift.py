@@ -5,9 +5,11 @@ runs from cron; every cell is plain text — ``[options]`` stays ``[options]``, 
 rich markup), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
 finding ``{host, kind, item, declared, actual, severity}`` — ``diff`` too with ``--diff`` —
 then a ``status`` record per host, clean ones included, then the ``run`` record), every secret
-masked. Exit codes (DESIGN.md): 0 no
-findings, 3 drift found, 1 a host unreachable or a tool failed, 2 invalid input; with several
-hosts 2 > 1 > 3 > 0 and every host is still reported.
+masked. The probe alone by default (one SSH round trip per host, every host at once; it sees
+what every deploy operation manages, :mod:`rigkit.drift.coverage`); ``--plan`` adds pyinfra's
+``--dry`` plan (kind ``plan``). Exit codes (DESIGN.md): 0 no findings, 3 drift found, 1 a host
+unreachable or a tool failed, 2 invalid input; with several hosts 2 > 1 > 3 > 0 and every host
+is still reported.
 """
 
 from __future__ import annotations

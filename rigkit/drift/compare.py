@@ -4,6 +4,7 @@ the unit tests pin); every string that leaves the drift check passes :func:`mask
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -340,19 +341,17 @@ def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> 
     A wheelhouse that cannot be built here is a ``warn`` (not compared)."""
     from pathlib import Path
 
-    from rigkit.deploy import wheelhouse
-
     if not wheels or not wheels.get("python"):
         return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", "the agent's wheelhouse",
                         "the host has no python3", severity="warn")]
     try:
-        folder = Path((build or wheelhouse.build)(wheels["python"]))
+        folder = Path((build or _built)(wheels["python"]))
     except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
         return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
                         f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared", severity="warn")]
-    from rigkit.operations.wheels import differences, local_sums
+    from rigkit.operations.wheels import differences
 
-    want = local_sums(folder)
+    want = dict(_sums(str(folder)))
     diff = differences(want, wheels.get("files"))
     if not any(diff.values()):
         return []
@@ -361,6 +360,24 @@ def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> 
         ([f"not root 0644: {', '.join(diff['wrong'])}"] if diff["wrong"] else [])
     return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels",
                     f"{len(want)} files built here for Python {wheels['python']}", "; ".join(parts))]
+
+
+@functools.lru_cache(maxsize=8)
+def _built(python: str) -> str:
+    """The wheelhouse for ``python`` (:func:`rigkit.deploy.wheelhouse.build`), once per process:
+    every host of a fleet on the same Python compares with the same folder."""
+    from rigkit.deploy import wheelhouse
+
+    return str(wheelhouse.build(python))
+
+
+@functools.lru_cache(maxsize=8)
+def _sums(folder: str) -> tuple[tuple[str, str], ...]:
+    """:func:`rigkit.operations.wheels.local_sums` of ``folder``, once per process (a built
+    wheelhouse never changes: a new build is a new folder)."""
+    from rigkit.operations.wheels import local_sums
+
+    return tuple(sorted(local_sums(folder).items()))
 
 
 def compare_agent(host: str, agent: dict[str, Any]) -> list[Finding]:

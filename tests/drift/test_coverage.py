@@ -177,8 +177,11 @@ def test_wheelhouse_compared_file_by_file(tmp_path):
     wheels = probe.parse_probe({"wheels": lines}, [])["wheels"]
     assert wheels["python"] == "3.11" and set(wheels["files"]) == set(sums)
     assert compare.compare_wheelhouse("h", wheels, build=lambda v: house) == []
-    (house / "a-1-py3-none-any.whl").write_bytes(b"changed")
-    [f] = compare.compare_wheelhouse("h", wheels, build=lambda v: house)
+    other = tmp_path / "other"  # another build (a built wheelhouse never changes in place)
+    other.mkdir()
+    (other / "a-1-py3-none-any.whl").write_bytes(b"changed")
+    (other / ".complete").write_text("a-1-py3-none-any.whl\n")
+    [f] = compare.compare_wheelhouse("h", wheels, build=lambda v: other)
     assert (f.kind, f.actual) == ("agent-wheelhouse", "missing or different: a-1-py3-none-any.whl")
 
     def fails(version):
