@@ -19,6 +19,11 @@ from rigkit.host.activate import UNIT
 from rigkit.host.lock import LEASE_ENV
 
 
+#: Set by ``rigkit deploy --no-revert`` (and ``wire-in --activate --no-revert``): the activations it
+#: runs leave a failed config live instead of restoring the previous one (``rigkit-agent activate --no-revert``).
+NO_REVERT_ENV = "RIGKIT_NO_REVERT"
+
+
 def lease() -> str | None:
     """The lease this control-side run acts under (``$RIGKIT_LOCK_LEASE``), or None."""
     return os.environ.get(LEASE_ENV) or None
@@ -49,7 +54,10 @@ def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, leas
 
 def activate_command(args: list[str]) -> str:
     """``rigkit-agent activate ARGS`` in the transient unit ``rigkit-activate``, its log printed back
-    (:func:`remote_command` with the rig's agent and log paths). Run as root."""
+    (:func:`remote_command` with the rig's agent and log paths); ``--no-revert`` added under
+    ``$RIGKIT_NO_REVERT``. Run as root."""
+    if os.environ.get(NO_REVERT_ENV):
+        args = [*args, "--no-revert"]
     return remote_command(args, agent=paths.AGENT_BIN, log=paths.ACTIVATE_LOG, lease=lease())
 
 

@@ -64,6 +64,11 @@ class Remote:
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(command, 255, "", f"ssh: timed out after {timeout:g} s")
 
-    def agent(self, *args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-        """``rigkit-agent ARGS`` on the host (:meth:`run`)."""
-        return self.run(" ".join([paths.AGENT_BIN, *map(shlex.quote, args)]), stdin=stdin, timeout=timeout)
+    def agent(self, *args: str, stdin: str | None = None, timeout: float = 60,
+              lease: str | None = None) -> subprocess.CompletedProcess:
+        """``rigkit-agent ARGS`` on the host (:meth:`run`); with ``lease`` it joins the host lock held
+        under that lease (``RIGKIT_LOCK_LEASE``, :mod:`rigkit.host.lock`)."""
+        from rigkit.host.lock import LEASE_ENV
+
+        env = ["env", f"{LEASE_ENV}={lease}"] if lease else []
+        return self.run(" ".join(map(shlex.quote, [*env, paths.AGENT_BIN, *args])), stdin=stdin, timeout=timeout)

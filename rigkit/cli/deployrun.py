@@ -1,5 +1,6 @@
-"""Running the deploy (``deploy.py`` through pyinfra) and its post-deploy smoke, for ``rigkit
-deploy`` and ``rigkit rollback`` alike."""
+"""Running the deploy (``deploy.py`` through pyinfra), reading its results per host, and its
+post-deploy smoke, for ``rigkit deploy`` and ``rigkit rollback`` alike (their confirmation and
+revert: :mod:`rigkit.cli.confirmrun`)."""
 
 from __future__ import annotations
 
@@ -101,6 +102,23 @@ def failed_operations(proc: subprocess.CompletedProcess) -> list[str]:
     started = [ln.split("--> Starting operation:", 1)[1].strip() for ln in (proc.stderr or "").splitlines()
                if "--> Starting operation:" in ln]
     return started[-1:] if started and ran_operations(proc) else []
+
+
+def host_result(proc: subprocess.CompletedProcess, name: str) -> tuple[list[str] | None, int, bool]:
+    """Host ``name``'s part of :func:`run_pyinfra`'s run: ``(the operations that failed on it, or None
+    when it did not fail; how many operations changed it; whether operations ran at all)``. From
+    ``pyinfra --json``'s results (``operations[].{success,error}`` list host names,
+    ``failed_hosts``), or, when pyinfra stopped without writing them, :func:`failed_operations`."""
+    ran = ran_operations(proc)
+    try:
+        results = json.loads(proc.stdout)["results"]
+        ops = results.get("operations", [])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return (failed_operations(proc) if proc.returncode != 0 else None), 0, ran
+    failed = [op.get("name", "?") for op in ops if name in (op.get("error") or [])]
+    changed = sum(1 for op in ops if name in (op.get("success") or []))
+    host_failed = bool(failed) or name in (results.get("failed_hosts") or [])
+    return (failed if host_failed else None), changed, ran
 
 
 def smoke_members(spec) -> list[str]:

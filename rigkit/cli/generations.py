@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import secrets as pysecrets
-import subprocess
 import sys
-import threading
 
 import click
 
@@ -69,12 +67,14 @@ def _holds(remote) -> dict:
 
 
 def list_lines(index: dict, hold: dict | None) -> list[str]:
-    """One line per generation, oldest first: ``*`` marks the current one, ``H`` the held one;
+    """One line per generation, oldest first: ``*`` marks the current one, ``H`` the held one; a
+    failed change that was put back (never current) says ``(FAILED, put back: why)`` after its reason;
     ``n  time  operator  reason: what changed``."""
     lines = []
     for g in index.get("generations", []):
         mark = ("*" if g["n"] == index.get("current") else " ") + ("H" if hold and g["n"] == hold.get("generation") else " ")
-        lines.append(f"{mark} {g['n']:>3}  {g.get('time')}  {g.get('operator')}  {g.get('reason')}: "
+        lines.append(f"{mark} {g['n']:>3}  {g.get('time')}  {g.get('operator')}  {g.get('reason')}"
+                     + (f" (FAILED, put back: {g['failed']})" if g.get("failed") else "") + ": "
                      + "; ".join(g.get("changed") or []))
     return lines
 
@@ -127,49 +127,6 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     sys.exit(exitcodes.OK)
 
 
-class LockHold:
-    """The host lock held over SSH for a whole rollback (``rigkit-agent lock hold --lease ID``): taken
-    by :meth:`take`, ended by :meth:`release` (closing stdin) or by the session dying."""
-
-    def __init__(self, remote, what: str) -> None:
-        from rigkit import paths
-
-        self.remote, self.what = remote, what
-        self.lease = pysecrets.token_hex(8)
-        self.command = (f"{paths.AGENT_BIN} lock hold --what {json.dumps(what)} --lease {self.lease}")
-        self.proc: subprocess.Popen | None = None
-        self.stderr: list[str] = []
-
-    def take(self, timeout_s: float = 60) -> str | None:
-        """Take it; None when held, else why not (the holder named)."""
-        self.proc = subprocess.Popen(self.remote.argv(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout_s)
-        if line and line[0].strip() == "held":
-            return None
-        self.proc.kill()
-        self.proc.wait()
-        reader.join(2)
-        return "; ".join(s.strip() for s in self.stderr if s.strip()) or "the host lock could not be taken"
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def release(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-        self.proc = None
-
-
 @click.command()
 @inventory_option
 @click.option("--host", "host", required=True, metavar="NAME", help="the host")
@@ -178,18 +135,25 @@ class LockHold:
 @click.option("--force", is_flag=True, help="roll back despite client connections or declared lock files")
 @click.option("--reboot", is_flag=True, help="reboot when the generation's kernel or driver needs it")
 @click.option("--no-smoke", is_flag=True, help="skip the post-rollback smoke bench")
+@click.option("--no-revert", is_flag=True, help="leave the host as a failed rollback left it (said)")
+@click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
+              help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity")
 def rollback(inventory: str | None, host: str, to: int | None, release: bool, force: bool, reboot: bool,
-             no_smoke: bool, verbose: int) -> None:
+             no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> None:
     """Bring back generation N on a host under the host lock, then hold it there: files, units, pins
     (pacman -U from the archive), llama-swap's config (through the activation path), daemon.json's
-    keys, recorded as a new generation "rollback to N" with a hold; then the smoke, still under the
-    lock (a failing smoke is exit 1, the rollback itself stays done). The next deploy keeps the host
-    at it until ``--release``. A rollback that fails part-way deploys the generation it started from and
-    exits 1 naming the failed step. Refused (exit 1, nothing touched) while the lock is held, or when
-    generation N needs a model the host has not verified (named)."""
+    keys, recorded as a new generation "rollback to N" with a hold; then confirmed by inference
+    (rigkit.cli.confirmrun) and the smoke, still under the lock (a failing smoke is exit 1, the
+    rollback itself stays done). The next deploy keeps the host at it until ``--release``. A rollback
+    that fails part-way or does not confirm is recorded as a failed generation and put back to the
+    generation it started from (exit 1, "reverted to generation M"; --no-revert leaves it). Refused
+    (exit 1, nothing touched) while the lock is held, or when generation N needs a model the host has
+    not verified (named); exit 2 for a generation that is not kept or is a failed one."""
+    from rich.markup import escape
+
     from rigkit.host.lock import LEASE_ENV
-    from rigkit.cli.deployrun import failed_operations, ran_operations, run_pyinfra, smoke
+    from rigkit.cli.deployrun import run_pyinfra, smoke
     from rigkit.deploy.source import GENERATION_ENV, REASON_ENV
     from rigkit.spec.inventory import default_inventory
 
@@ -215,6 +179,11 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         err.print(f"[red]error:[/] --to {to}: {hs.name} has no generation {to} (kept: "
                   f"{', '.join(map(str, known)) or 'none'})", markup=True)
         sys.exit(exitcodes.INVALID)
+    if (next(g for g in index["generations"] if g["n"] == to) or {}).get("failed"):
+        err.print(f"[red]error:[/] --to {to}: generation {to} on {hs.name} is a failed change that was put back "
+                  "(`rigkit generations` lists it as failed); it was never current and cannot be brought back",
+                  markup=True)
+        sys.exit(exitcodes.INVALID)
     if to == start:
         err.print(f"{hs.name}: generation {to} is already the current one; nothing to roll back", markup=False)
         sys.exit(exitcodes.OK)
@@ -225,49 +194,34 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         for m in missing:
             err.print(f"  {m}", markup=False)
         sys.exit(exitcodes.FAILED)
+    from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
+    from rigkit.deploy.generations import manifest_of_record
+
     inv = inventory or default_inventory()
-    hold = LockHold(remote, f"rollback to generation {to}")
-    why = hold.take()
-    if why:
-        err.print(f"[red]error:[/] {hs.name}: rollback to generation {to} refused, nothing touched: {why}", markup=True)
+    lease = pysecrets.token_hex(8)
+    try:
+        ch = begin(hs, remote, f"rollback to generation {to}", lease, f"rollback to generation {to}")
+    except ChangeRefused as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
         sys.exit(exitcodes.FAILED)
     err.print(f"{hs.name}: holding the host lock for the rollback to generation {to} (from generation {start})",
               markup=False)
     try:
-        env = {GENERATION_ENV: str(to), REASON_ENV: f"rollback to {to}", LEASE_ENV: hold.lease}
+        env = {GENERATION_ENV: str(to), REASON_ENV: f"rollback to {to}", LEASE_ENV: lease}
         proc, run_env = run_pyinfra(inv, [hs.name], overrides, verbose=verbose, extra_env=env)
-        if proc.returncode != 0:
-            failed = failed_operations(proc)
-            step = "; ".join(failed) if failed else "before any operation ran (see pyinfra's output above)"
-            err.print(f"[red]error:[/] {hs.name}: rollback to generation {to} failed at: {step}", markup=True)
-            if not ran_operations(proc):
-                err.print(f"{hs.name}: nothing was changed by it; the host stays at generation {start}", markup=False)
-                sys.exit(exitcodes.FAILED)
-            err.print(f"{hs.name}: restoring generation {start}, where the rollback started", markup=False)
-            back, _ = run_pyinfra(inv, [hs.name], overrides, verbose=verbose,
-                                  extra_env={GENERATION_ENV: str(start), LEASE_ENV: hold.lease})
-            if back.returncode == 0:
-                err.print(f"{hs.name}: the host is at generation {start} again (the rollback to {to} failed at: "
-                          f"{step})", markup=False)
-            else:
-                err.print(f"[red]error:[/] {hs.name}: restoring generation {start} failed too, at: "
-                          f"{'; '.join(failed_operations(back)) or 'its start'}; the host is between "
-                          f"generations: run `rigkit rollback --host {hs.name} --to {start}`", markup=True)
-            sys.exit(exitcodes.FAILED)
-        after = _agent_json(remote, "generation", "list")
-        err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; held: "
-                  f"the next deploy keeps this host there until `rigkit rollback --host {hs.name} --release`",
-                  markup=False)
-        # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
-        code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env)
-        if code:
-            err.print(f"[red]error:[/] {hs.name}: the rollback to generation {to} is done and recorded (generation "
-                      f"{after.get('current')}, held), but its post-deploy smoke FAILED (above); the host stays at "
-                      f"generation {after.get('current')}", markup=True)
+        attempt = manifest_of_record(_agent_json(remote, "generation", "show", str(to))["record"], f"rollback to {to}")
+        code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
+        if code == exitcodes.OK:
+            after = _agent_json(remote, "generation", "list")
+            err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; "
+                      f"held: the next deploy keeps this host there until `rigkit rollback --host {hs.name} "
+                      "--release`", markup=False)
+            # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
+            code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env)
+            if code:
+                err.print(f"[red]error:[/] {hs.name}: the rollback to generation {to} is done, confirmed and "
+                          f"recorded (generation {after.get('current')}, held), but its post-deploy smoke FAILED "
+                          f"(above); the host stays at generation {after.get('current')}", markup=True)
     finally:
-        lost = not hold.alive()
-        hold.release()
-    if lost:
-        err.print(f"[yellow]warn[/]  {hs.name}: the SSH session holding the host lock ended during the rollback "
-                  "(a reboot?); it was not held to the end", markup=True)
+        end(ch)
     sys.exit(code)

@@ -93,14 +93,24 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
 @click.option("--force", is_flag=True, help="deploy despite declared lock files (data force=true)")
 @click.option("--dry", is_flag=True, help="show what would change (pyinfra --dry), change nothing")
 @click.option("--no-smoke", is_flag=True, help="skip the post-deploy smoke bench")
+@click.option("--no-revert", is_flag=True, help="leave a host whose change failed as the change left it (said)")
+@click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
+              help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
 def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
-           dry: bool, no_smoke: bool, verbose: int) -> None:
-    """Converge the hosts to the declared rig with pyinfra (deploy.py).
+           dry: bool, no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> None:
+    """Converge the hosts to the declared rig with pyinfra (deploy.py), confirmed by inference or put back.
 
     Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
     unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
-    when such a validator could not run; exit 1 when pyinfra fails on a host.
+    when such a validator could not run or the host lock is held (a window, a rollback).
+
+    The whole deploy holds each host's lock. A host it changed is then confirmed (rigkit.cli.confirmrun:
+    services active, power limit read back, files as declared, a real completion through llama-swap to
+    each live member it touched and to the resident); a host whose deploy or confirmation failed is
+    put back to the generation it started from, confirmed again, and the deploy exits 1 saying
+    "reverted to generation N" (the attempt stays in `rigkit generations` as failed). --no-revert
+    leaves it as the change left it. Then the post-deploy smoke, still under the lock.
 
     A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
     says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held
@@ -131,15 +141,51 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     validate_or_exit(host_specs, console=err, what="the deploy")
     from rigkit.cli.deployrun import run_pyinfra, smoke
 
-    proc, env = run_pyinfra(inventory or default_inventory(), hosts, overrides, dry, verbose)
-    if proc.returncode != 0:
+    inv = inventory or default_inventory()
+    if dry:
+        proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose)
+        sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
+    import secrets as pysecrets
+
+    from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
+    from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.host.lock import LEASE_ENV
+    from rigkit.remote import Remote
+    from rigkit.render.files import render
+
+    lease = pysecrets.token_hex(8)
+    changes = []
+    try:
+        for hs in host_specs:
+            changes.append(begin(hs, Remote(hs.name, hs.connection), "the deploy", lease, "rigkit deploy"))
+    except ChangeRefused as exc:
+        for ch in changes:
+            end(ch)
+        err.print(f"[red]error:[/] {escape_text(str(exc))}", markup=True)
         sys.exit(exitcodes.FAILED)
-    if dry or no_smoke:
-        sys.exit(exitcodes.OK)
     codes = []
-    for hs in host_specs:
-        codes.append(smoke(hs, inventory or default_inventory(), env))
+    try:
+        from rigkit.agentcmd import NO_REVERT_ENV
+
+        proc, env = run_pyinfra(inv, hosts, overrides, dry, verbose,
+                                extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})})
+        for ch in changes:
+            attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
+            code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
+            if code == exitcodes.OK and not no_smoke:
+                code = smoke(ch.hs, inv, env)  # still under the lock: nothing changes the rig in between
+            codes.append(code)
+    finally:
+        for ch in changes:
+            end(ch)
     sys.exit(exitcodes.combine(*codes))
+
+
+def escape_text(text: str) -> str:
+    """``text`` with rich markup escaped."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def main() -> None:

@@ -7,8 +7,11 @@ over SSH (the connection settings pyinfra uses, :class:`rigkit.remote.Remote`), 
 and, at the end, copies ``/var/lib/rigkit/windows/<id>/`` back (journal, bench results with the
 host context; ``chart.png`` is drawn here, where matplotlib is).
 
-``--sweep`` runs HyperQwen's draft-length sweep inside the window (:mod:`rigkit.bench.sweep` on this side,
-:mod:`rigkit.host.window.sweep` on the host); a crash it finds is a result, not a failure.
+``--sweep`` runs a sweep inside the window (:mod:`rigkit.bench.sweep` on this side,
+:mod:`rigkit.host.window.sweep` on the host): HyperQwen's draft length (``dflash_tokens``; a crash it
+finds is a result, not a failure) or the GPU's power limit (``power_limit``, each limit checked
+against the card's range read over SSH before anything changes; the declared limit put back at
+restore).
 
 Exit codes (:mod:`rigkit.exitcodes`): 0 the window ran, restored steady and every bench verdict
 passed (``--restore``/``--abort``: steady is back, or nothing was open); 1 refused by preflight,
@@ -251,17 +254,26 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
     """The plan's ``sweep`` from the options (exit 2 on bad input, before the host is touched but
     for a read of its journal with ``--resume``); None when ``--resume`` finds nothing left to
     measure (the result is printed, no window is opened)."""
-    from rigkit.bench.sweep import SweepArgError, parse_contexts, parse_sweep, parse_workloads, plan_sweep
+    from rigkit.bench.sweep import (SweepArgError, check_power_limits, parse_contexts, parse_sweep, parse_workloads,
+                                    plan_sweep)
+    from rigkit.host.gpu import QUERY_COMMAND, parse_query
 
     try:
         key, values = parse_sweep(sweep)
-        ctx = parse_contexts(contexts, hs.spec.hyperqwen.max_model_len)
+        ctx = parse_contexts(contexts, hs.spec.hyperqwen.max_model_len, key)
         wls = parse_workloads(workloads)
         sp = plan_sweep(hs.spec, key, values, ctx, wls, runs=runs, max_tokens=max_tokens,
                         max_minutes=max_minutes, resume=resume)
+        if key == "power_limit":  # the card's own range, read (only read) before anything changes
+            proc = remote.run(QUERY_COMMAND, timeout=60)
+            check_power_limits(values, parse_query(proc.stdout if proc.returncode == 0 else
+                                                   (proc.stdout + proc.stderr), proc.returncode))
     except SweepArgError as exc:
         err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
         sys.exit(exitcodes.INVALID)
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
+        sys.exit(exitcodes.FAILED)
     if resume:
         from rigkit.host.window.sweepgrid import pending
         from rigkit.bench.sweep import grid_of, result, table_lines
@@ -314,9 +326,11 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
               help="replay the restore from the journal when a window was left open; nothing otherwise")
 @click.option("--follow", "mode", flag_value="follow", help="follow the window that runs now")
 @click.option("--sweep", "sweep", metavar="KEY=N,N,...",
-              help="sweep a HyperQwen setting inside the window: dflash_tokens=3,5,7,9,11,15")
+              help="sweep a setting inside the window: dflash_tokens=3,5,7,9,11,15 (HyperQwen's draft length) or "
+                   "power_limit=300,350,420 (the GPU's power limit in W, within the card's range)")
 @click.option("--contexts", metavar="TOKENS,...",
-              help="with --sweep: context sizes, ascending [default: 4096,16384,20480 and max_model_len]")
+              help="with --sweep: context sizes, ascending [default: 4096,16384,20480 and max_model_len; "
+                   "power_limit: 4096,16384]")
 @click.option("--workloads", metavar="NAME,...", help="with --sweep: chat-greedy, chat-sampled, quoting "
               "[default: chat-greedy,quoting]")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True,
@@ -337,8 +351,11 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     and resume exactly the timers that were active. With --sweep dflash_tokens=N,...: inside the
     same window, each draft length's .env (rendered here, guard lifted on purpose) is installed, the
     tenant started clean and each workload measured at each context from the shortest up, a crash
-    ending that setting (rigkit.bench.sweep; the deployed .env is put back at restore). Exit 0 done, 1
-    failed/refused/aborted, 2 invalid input.
+    ending that setting (rigkit.bench.sweep; the deployed .env is put back at restore). With --sweep
+    power_limit=W,...: each limit checked against the card's range first, then the tenant started once
+    and measured at each limit (decode tok/s, tok/J, J/token), the best tok/J keeping >= 95% of the
+    best decode tok/s recommended as a gpu_power_limit_w line; the declared limit is put back at
+    restore, whatever happens. Exit 0 done, 1 failed/refused/aborted, 2 invalid input.
     """
     from rigkit.host.bench.workloads import PRESETS
     from rigkit.cli.common import parse_data

@@ -109,8 +109,13 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
 
 
 def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
+    """Run ``rigkit-agent activate ARGS`` on the host (:func:`_activation`) and return its exit code."""
+    return _activation(hs, args, timeout_s)[0]
+
+
+def _activation(hs, args: list[str], timeout_s: float = 1800.0) -> tuple[int, str]:
     """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.agentcmd.activate_command`,
-    print its log, return its exit code (an ssh failure is 1)."""
+    print its log; ``(its exit code (an ssh failure is 1), its log)``."""
     from rigkit.agentcmd import activate_command
 
     # each run gets a transient unit of its own (rigkit.agentcmd.remote_command): a command right
@@ -119,7 +124,7 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
     sys.stdout.write(p.stdout)
     if p.stderr.strip():
         sys.stderr.write(p.stderr)
-    return p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED
+    return (p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED), p.stdout
 
 
 def install_declared_companions(hs, declared_spec) -> None:
@@ -144,10 +149,69 @@ def install_declared_companions(hs, declared_spec) -> None:
             raise _Fail(f"{hs.name}: installing the declared {path} failed: {up.stderr.strip()[:300]}")
 
 
-def activate_host(hs, declared_spec=None) -> int:
+def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
     """Upload the live config of ``hs.spec`` (declared data plus ``--data``) to the host's staging path
-    and activate it there; on success install the declared review copy and host config
-    (:func:`install_declared_companions`, from ``declared_spec``, default ``hs.spec``)."""
+    and activate it there, under the host lock for the whole run (:mod:`rigkit.cli.confirmrun`); on
+    success install the declared review copy and host config (:func:`install_declared_companions`,
+    from ``declared_spec``, default ``hs.spec``). An activation that fails is put back by the
+    activation path itself (the previous config, the resident asked again; not with ``no_revert``),
+    recorded as a failed generation, and the generation the host is at again is confirmed
+    (``rigkit-agent confirm``: services, power limit, the resident; not the files, which an earlier
+    wire-in may have left unlike the recorded generation's)."""
+    import os
+    import re
+    import secrets as pysecrets
+
+    from rigkit.agentcmd import NO_REVERT_ENV
+    from rigkit.cli.common import err
+    from rigkit.cli.confirmrun import ChangeRefused, begin, confirm, end, record_failed
+    from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.host.lock import LEASE_ENV
+    from rigkit.remote import Remote
+    from rigkit.render.files import render
+
+    lease = pysecrets.token_hex(8)
+    try:
+        ch = begin(hs, Remote(hs.name, hs.connection), "the wire-in activation", lease, "rigkit wire-in --activate")
+    except ChangeRefused as exc:
+        raise _Fail(str(exc)) from None
+    saved = {k: os.environ.get(k) for k in (LEASE_ENV, NO_REVERT_ENV)}
+    os.environ[LEASE_ENV] = lease  # the activation joins this run's lock (rigkit.agentcmd.lease)
+    if no_revert:
+        os.environ[NO_REVERT_ENV] = "1"
+    try:
+        rc, log = _activate_declared(hs, declared_spec)
+        failed = re.search(r"^\[[\d:]+\] FAILED: (.*)$", log, re.M)
+        if rc != exitcodes.FAILED or not failed or ch.start is None:
+            return rc
+        why = f"the wire-in activation failed: {failed[1]}"
+        n = record_failed(ch, manifest(hs.spec, render(hs.spec), lock_text(hs.spec), "wire-in --activate"), why, lease)
+        if n is not None:
+            ch.say(f"the failed attempt is generation {n}, recorded as failed")
+        if no_revert:
+            ch.say(f"{why}; --no-revert: the failed config stays live (`rigkit drift --host {hs.name}` shows it)",
+                   error=True)
+            return rc
+        result = confirm(ch, ch.start, [], None, lease, files=False)
+        if result.get("confirmed"):
+            ch.say(f"{why}; reverted to generation {ch.start} through the activation path, confirmed: "
+                   f"{', '.join(result.get('members') or [])} answered", error=True)
+        else:
+            ch.say(f"{why}; the activation put the previous config back, but generation {ch.start} does not "
+                   f"confirm: {'; '.join(result.get('failed') or [])}", error=True)
+        return rc
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        end(ch)
+        err.file.flush()
+
+
+def _activate_declared(hs, declared_spec) -> tuple[int, str]:
+    """Upload and activate (:func:`activate_host`'s first half): ``(exit code, the activation's log)``."""
     import posixpath
 
     from rigkit import paths
@@ -160,10 +224,11 @@ def activate_host(hs, declared_spec=None) -> int:
         stdin=declared)
     if up.returncode != 0:
         raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
-    rc = _agent(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by", "rigkit wire-in --activate"])
+    rc, log = _activation(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by",
+                               "rigkit wire-in --activate"])
     if rc == exitcodes.OK:
         install_declared_companions(hs, declared_spec or hs.spec)
-    return rc
+    return rc, log
 
 
 @click.command("wire-in")
@@ -175,7 +240,9 @@ def activate_host(hs, declared_spec=None) -> int:
 @click.option("--activate", "action", flag_value="activate", help="activate the declared config through the activation path")
 @click.option("--rollback", "action", flag_value="rollback", help="activate the newest backup and record a hold")
 @click.option("--release", "action", flag_value="release", help="remove the hold (the next deploy activates again)")
-def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None) -> None:
+@click.option("--no-revert", is_flag=True, help="with --activate: leave a config that failed live (said)")
+def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None,
+            no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
     from rigkit.cli.common import err, parse_data
     from rigkit.spec.inventory import InventoryError, load_hosts
@@ -183,6 +250,9 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
 
     if action is None:
         err.print("[red]error:[/] say what to do: --show, --activate, --rollback or --release")
+        sys.exit(exitcodes.INVALID)
+    if no_revert and action != "activate":
+        err.print("[red]error:[/] --no-revert: only with --activate")
         sys.exit(exitcodes.INVALID)
     try:
         host_specs = load_hosts(inventory, list(hosts), override_data=parse_data(data))
@@ -201,7 +271,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
             if action == "show":
                 codes.append(show(hs, data=data))
             elif action == "activate":
-                codes.append(activate_host(hs, declared[hs.name]))
+                codes.append(activate_host(hs, declared[hs.name], no_revert))
             elif action == "rollback":
                 from rigkit import paths
 

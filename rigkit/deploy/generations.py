@@ -100,6 +100,19 @@ def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | 
     }
 
 
+def manifest_of_record(record: dict[str, Any], reason: str) -> dict[str, Any]:
+    """The manifest that would record generation ``record`` again (``rigkit-agent generation show N``'s
+    record): its declared files (``declared_sha256`` where the record found another), secret paths,
+    keyed fields and spec, with ``reason`` and no hold — what a failed attempt to bring it back
+    declared (:mod:`rigkit.cli.confirmrun`)."""
+    files = {p: {"sha256": m.get("declared_sha256") or m.get("sha256"), "mode": m.get("mode"), "owner": m.get("owner")}
+             for p, m in (record.get("files") or {}).items()}
+    observed = ("n", "time", "operator", "warnings", "installed", "unit_state", "llama_swap_binary",
+                "models_verified", "previous", "changed", "failed", "hold")
+    return {**{k: v for k, v in record.items() if k not in observed}, "files": files,
+            "secrets": sorted(record.get("secrets") or {}), "reason": reason, "hold": None}
+
+
 def lock_text(spec: RigSpec) -> str | None:
     """The model lock the deploy installs for ``spec`` (``spec.models_lock``'s text, read on the
     control machine), None when unset or missing (the models role then refuses)."""

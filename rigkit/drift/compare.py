@@ -589,7 +589,7 @@ def window_open(facts: dict[str, Any]) -> bool:
 
 def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
     """While a window is open: report it (``warn``), and mark the findings it explains — its
-    tenant swapped in, the proxy down, the paused timers, a sweep's .env — as ``expected`` (not drift), from
+    tenant swapped in, the proxy down, the paused timers, a sweep's .env, a power-limit sweep's limit — as ``expected`` (not drift), from
     :func:`rigkit.host.journal.expected_deviations`. Without an open window, ``findings`` unchanged."""
     from rigkit.host.journal import expected_deviations, is_open
 
@@ -597,10 +597,14 @@ def apply_window(host: str, findings: list[Finding], journal: dict | None) -> li
         return findings
     deviations = expected_deviations(journal)
     explained = {d.split()[0]: d for d in deviations}
+    power = next((d for d in deviations if d.startswith("GPU ") and " power limit: " in d), None)
     for f in findings:
         if f.kind in ("unit", "file") and f.item in explained:
             f.severity = "expected"
             f.actual = f"{f.actual} — {explained[f.item].split(': ', 1)[-1]}"
+        elif f.kind == "power" and power and f.item.startswith(power.split(" power limit: ")[0] + " "):
+            f.severity = "expected"  # a power-limit sweep's limit, put back by its restore
+            f.actual = f"{f.actual} — {power.split(': ', 1)[-1]}"
     plan = journal.get("plan") or {}
     findings.append(Finding(host, "window", f"window {journal.get('id', '?')}",
                             "steady state (no window open)",

@@ -14,6 +14,7 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
   — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
 - ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).
+- ``confirm`` — confirm the host serves as a generation declares (:mod:`rigkit.host.confirm`).
 - ``version``.
 
 Exit codes: 0 nothing to do or done, 1 the action failed or was refused, 2 invalid input.
@@ -100,7 +101,7 @@ def _hold(cfg, what: str, lease: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
@@ -112,8 +113,8 @@ def main(argv: list[str] | None = None) -> None:
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
-    if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation"):
-        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,version} ...",
+    if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation", "confirm"):
+        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:
@@ -131,6 +132,10 @@ def main(argv: list[str] | None = None) -> None:
             from rigkit.host.generations import main as generation_main
 
             sys.exit(generation_main(argv[1:]))
+        if job == "confirm":
+            from rigkit.host.confirm import main as confirm_main
+
+            sys.exit(confirm_main(argv[1:]))
         cfg = load_config()
         if job == "keeper":
             from rigkit.host.keeper import keeper

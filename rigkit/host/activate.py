@@ -2,7 +2,8 @@
 by the host agent (``rigkit-agent activate``), so a lost SSH session cannot leave it half done.
 
 Activation (:func:`activate`): keep a backup of the live config (``<live>.bak-<UTC stamp>``), install
-the new one atomically, restart ``llama-swap.service``, wait for ``/health``, send one real chat
+the new one atomically, restart ``llama-swap.service`` (stopped, the GPU's memory back near idle,
+started: :meth:`Host.restart`), wait for ``/health``, send one real chat
 completion (``max_tokens`` 1) through llama-swap to every member whose definition changed, then to the
 resident (the first ``hooks.on_startup.preload`` member, Strata) so it is what stays loaded. On any
 failure the backup is restored, llama-swap restarted and the resident asked again; on a first
@@ -42,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, envfile, llama_swap, standdown
+from rigkit.host import atomic, envfile, standdown
 from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
 from rigkit.host.holds import read_holds, write_holds
 from rigkit.host.jsonfile import iso_utc
@@ -87,9 +88,29 @@ class Host:
     """
 
     def __init__(self, base: str, service: str, key_file: Path, health_timeout_s: float = 60.0, completion_timeout_s: float | None = None,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, vram: tuple[float, float, int] | None = None) -> None:
         self.base, self.service, self.key_file = base.rstrip("/"), service, key_file
         self.health_timeout_s, self.completion_timeout_s, self.log = health_timeout_s, completion_timeout_s, log
+        self.vram = vram
+
+    def restart(self) -> None:
+        """Restart llama-swap with the GPU's memory back near idle in between: ``systemctl stop``
+        (its ``ExecStopPost`` stops the members' containers), :func:`rigkit.host.gpu.wait_idle` with
+        ``vram`` = ``(timeout_s, idle_mib, index)`` (the host config's ``vram``), ``systemctl start``,
+        so the next member never starts beside the last one's memory. Without ``vram`` a plain
+        ``systemctl restart``. Raises ActivationError (the memory still held names who holds it)."""
+        if self.vram is None:
+            self.systemctl("restart")
+            return
+        from rigkit.host import gpu
+
+        self.systemctl("stop")
+        timeout_s, idle_mib, index = self.vram
+        try:
+            gpu.wait_idle(timeout_s, idle_mib, self.log, index=index)
+        except gpu.VramBusy as exc:
+            raise ActivationError(f"{exc}; llama-swap is stopped") from None
+        self.systemctl("start")
 
     def systemctl(self, verb: str) -> None:
         """``systemctl VERB SERVICE``; raises ActivationError with systemctl's message. Before a
@@ -121,30 +142,19 @@ class Host:
                               f"({last}); see `journalctl -u {self.service}`")
 
     def complete(self, member: str, timeout_s: float) -> str:
-        """One real chat completion (``max_tokens`` 1) to ``member`` through llama-swap; returns a
-        short description of the answer; raises ActivationError on a non-200 answer or no answer."""
-        import requests
+        """One real chat completion to ``member`` through llama-swap, the confirmation's own
+        (:func:`rigkit.host.confirm.completion`: HTTP 200 with ``usage.completion_tokens`` > 0); returns
+        what answered; raises ActivationError with the confirmation's message."""
+        from rigkit.host.confirm import ConfirmError, completion
 
-        key = envfile.read_value(self.key_file, "VLLM_API_KEY")
-        t0 = time.monotonic()
         try:
-            r = llama_swap.complete(self.base, member, key, timeout_s=timeout_s)
-        except requests.RequestException as exc:
-            raise ActivationError(f"{member}: no answer through llama-swap within {timeout_s:g} s "
-                                  f"({type(exc).__name__})") from None
-        took = time.monotonic() - t0
-        if r.status_code != 200:
-            body = " ".join(r.text.split())[:300]
-            said = " | ".join(llama_swap.member_log(self.base, member))[-600:]
-            if key:
-                body, said = body.replace(key, "<VLLM_API_KEY>"), said.replace(key, "<VLLM_API_KEY>")
-            raise ActivationError(f"{member}: HTTP {r.status_code} through llama-swap after {took:.1f} s: {body}"
-                                  + (f"; its server said: {said}" if said else ""))
-        return f"HTTP 200 in {took:.1f} s"
+            return completion(self.base, member, envfile.read_value(self.key_file, "VLLM_API_KEY"), timeout_s)
+        except ConfirmError as exc:
+            raise ActivationError(str(exc)) from None
 
 
 def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, timeout_s: float) -> None:
-    host.systemctl("restart")
+    host.restart()
     host.wait_health()
     host.log(f"llama-swap answers {host.base}/health")
     res = resident(config)
@@ -156,7 +166,7 @@ def _bring_up(host: Host, config: dict[str, Any], old: dict[str, Any] | None, ti
 
 def activate(new_text: str, live: Path, host: Host, holds_path: Path,
              owner: str | None = None, mode: int | None = None, respect_hold: bool = True,
-             force_restart: bool = False, now: Callable[[], float] = time.time) -> int:
+             force_restart: bool = False, now: Callable[[], float] = time.time, revert: bool = True) -> int:
     """Make ``new_text`` the live llama-swap config through the activation path; returns an exit code.
 
     + new_text: the whole new config (YAML text, as rendered by :func:`rigkit.render.files.render_llama_swap`)
@@ -165,6 +175,8 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
     + respect_hold: refuse (exit 1) while a ``llama-swap`` hold is recorded
     + force_restart: restart and probe the resident even when ``new_text`` equals the live config
       (the deploy does this when llama-swap's unit or binary changed)
+    + revert: False (``--no-revert``) leaves a config that failed live, its backup named, instead of
+      restoring the previous one
 
     Returns 0 when activated (or nothing to do), 1 when it failed (restored, or stopped on a first
     activation) or was refused, 2 when ``new_text`` is not a llama-swap config. Never raises for a
@@ -214,6 +226,10 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
         _bring_up(host, new, old if old_text != new_text else new, timeout_s)
     except (ActivationError, OSError, KeyError) as exc:
         log(f"FAILED: {exc}")
+        if not revert:
+            log(f"--no-revert: the failed config stays live as {live}" + (f"; the previous one is {backup}" if backup
+                                                                            else "") + "; the activation FAILED")
+            return 1
         return _recover(host, live, backup, old_text, new_text, now)
     log(f"activated: {live} is live and {resident(new) or 'no resident'} is loaded")
     return 0
@@ -253,7 +269,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
             raise ActivationError("no backup was taken")
         log(f"restored the previous config from {source or live}")
         old = parse_config(old_text, "the previous config")
-        host.systemctl("restart")
+        host.restart()
         host.wait_health()
         res = resident(old)
         if res:
@@ -362,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--rollback", action="store_true", help="activate the newest differing backup and record a hold")
     mode.add_argument("--release", action="store_true", help="remove the hold")
     ap.add_argument("--by", default=None, help="who asked, for the lock record and a hold (e.g. 'rigkit deploy')")
+    ap.add_argument("--no-revert", action="store_true", help="leave a config that failed live (its backup named)")
     ap.add_argument("--owner", help=f"owner of the installed config [default: the replaced file's, or {DEFAULT_OWNER}]")
     ap.add_argument("--mode", type=lambda s: int(s, 8), help="mode of the installed config (octal)")
     ap.add_argument("--health-timeout", type=float, default=float(cfg.get("llama_swap", "health_timeout_s")),
@@ -407,8 +424,15 @@ def main(argv: list[str] | None = None) -> int:
 def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any, holds: Path,
                 log: Callable[[str], None]) -> int:
     """The activation or rollback :func:`main` asked for, under the lock; returns its exit code."""
+    from rigkit.host.config import ConfigError
+
+    try:
+        vram = cfg.vram_idle
+    except ConfigError as exc:  # a host config from before the deploy that renders `vram`
+        log(f"warning: {exc}; llama-swap restarts without waiting for the GPU's memory")
+        vram = None
     host = Host(cfg.proxy_url, cfg.get("llama_swap", "unit"), cfg.path("api_key_file"), args.health_timeout,
-                args.completion_timeout, log)
+                args.completion_timeout, log, vram)
     if args.rollback:
         return rollback(args.live, host, holds, by=args.by or "rigkit wire-in --rollback")
     if args.config is None:
@@ -418,7 +442,8 @@ def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any,
     except OSError as exc:
         log(f"error: --config {args.config}: {exc.strerror}")
         return 2
-    return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart)
+    return activate(text, args.live, host, holds, args.owner, args.mode, force_restart=args.restart,
+                    revert=not args.no_revert)
 
 
 if __name__ == "__main__":

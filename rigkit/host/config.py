@@ -16,6 +16,7 @@ Its shape (``version`` 1)::
                   "backoff_max_s": s, "timeout_s": s},
      "keeper": {"timeout_s": s},
      "power": {"limit_w": W (gpu_power_limit_w), "index": GPU index},
+     "vram": {"idle_mib": MiB (vram_idle_mib), "release_timeout_s": s (vram_release_timeout_s), "index": GPU index},
      "paused_timers": [unit], "lock_files": [path], "own_units": [unit],
      "paths": {"state_dir", "lock", "window_journal", "windows_dir", "holds", "activate_log",
                "watchdog_state", "power_state", "models_root", "generations", "hf_token_file", "api_key_file", "agent_bin"}}
@@ -72,6 +73,14 @@ class HostConfig:
     def resident(self) -> str | None:
         """The resident member's id (Strata)."""
         return self.data.get("resident")
+
+    @property
+    def vram_idle(self) -> tuple[float, float, int]:
+        """``(timeout_s, idle_mib, index)`` for :func:`rigkit.host.gpu.wait_idle`: how long a new
+        tenant's start waits (s) for the GPU's memory to be back at or below ``idle_mib`` (MiB, no
+        compute app listed) on GPU ``index`` (``vram.*``; ConfigError when absent)."""
+        return (float(self.get("vram", "release_timeout_s")), float(self.get("vram", "idle_mib")),
+                int(self.get("vram", "index")))
 
     @property
     def own_units(self) -> list[str]:

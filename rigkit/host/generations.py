@@ -26,9 +26,14 @@ current one or the one before it; objects no kept generation names are removed w
 A rollback records its generation with a *hold* (``holds.json``'s ``generation`` key): the deploy
 keeps the host at the held generation instead of the spec until ``rigkit rollback --release``.
 
-Sub-commands (``rigkit-agent generation ...``): ``record`` (manifest JSON on stdin, under the host
-lock), ``list``, ``show N [--files]``, ``check N`` (models generation N needs that this host lacks),
-``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
+A change that failed its confirmation and was put back (:mod:`rigkit.cli.confirmrun`) stays in the
+list as *failed* (``"failed": why`` in its entry and record): it has a number, it never becomes
+current, ``rigkit rollback --to`` it is refused, and pruning counts it like any other.
+
+Sub-commands (``rigkit-agent generation ...``): ``record [--failed WHY]`` (manifest JSON on stdin,
+under the host lock), ``fail N --why WHY`` (the current generation failed: the one before it is
+current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``, ``show N [--files]``, ``check N`` (models generation
+N needs that this host lacks), ``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
 """
 
 from __future__ import annotations
@@ -88,7 +93,8 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _owner(st: os.stat_result) -> str:
+def owner_of(st: os.stat_result) -> str:
+    """``user:group`` of a stat result (numeric ids where a name is unknown)."""
     try:
         user = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
@@ -174,12 +180,17 @@ def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
 
 
 def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str], None] = print,
-           now: Callable[[], float] = time.time) -> dict[str, Any]:
+           now: Callable[[], float] = time.time, failed: str | None = None) -> dict[str, Any]:
     """Record ``manifest`` as a new generation (the caller holds the host lock); returns its index
     entry. Nothing is recorded when the current generation has the same ``key`` (returns that
     entry, ``"recorded": False``). Every declared file is copied into ``objects/`` as found on disk;
     secret files only hashed. Then prunes to ``manifest["keep"]`` and, with ``manifest["hold"]``,
-    records the hold. Raises GenerationError for a manifest without files or a declared file missing."""
+    records the hold. Raises GenerationError for a manifest without files or a declared file missing.
+
+    With ``failed`` (why: ``"deploy failed at: …"``) the manifest is a change that failed and was put
+    back (:mod:`rigkit.cli.confirmrun`): it gets a number and a record (``"failed"`` in both), is
+    recorded whatever the current key, never becomes current and records no hold; a declared file
+    the failed change never wrote is recorded as missing (``"sha256": None``)."""
     root = _root(cfg)
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
@@ -191,7 +202,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     current = index["current"]
     if current is not None:
         cur_entry = next((g for g in index["generations"] if g["n"] == current), None)
-        if cur_entry and cur_entry.get("key") == manifest["key"] and not manifest.get("hold"):
+        if cur_entry and cur_entry.get("key") == manifest["key"] and not manifest.get("hold") and not failed:
             log(f"generation {current} is current and this deploy left the host alike: nothing recorded")
             return {**cur_entry, "recorded": False}
     n = max([g["n"] for g in index["generations"]] + [0]) + 1
@@ -202,12 +213,15 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
             data = Path(path).read_bytes()
             st = os.stat(path)
         except FileNotFoundError:
+            if failed:
+                files[path] = {"sha256": None, "declared_sha256": meta.get("sha256"), "missing": True}
+                continue
             raise GenerationError(f"{path}: declared by the deploy but not on the host") from None
         sha = _sha256(data)
         obj = objects / sha
         if not obj.exists():
             atomic.write_bytes(obj, data, 0o600)
-        entry = {"sha256": sha, "mode": f"0{st.st_mode & 0o7777:o}", "owner": _owner(st)}
+        entry = {"sha256": sha, "mode": f"0{st.st_mode & 0o7777:o}", "owner": owner_of(st)}
         if sha != meta.get("sha256"):
             entry["declared_sha256"] = meta.get("sha256")
             warnings.append(f"{path}: on disk {sha[:12]}, the deploy declared {str(meta.get('sha256'))[:12]} "
@@ -218,7 +232,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         try:
             st = os.stat(path)
             secrets[path] = {"sha256": _sha256(Path(path).read_bytes()), "mode": f"0{st.st_mode & 0o7777:o}",
-                             "owner": _owner(st)}
+                             "owner": owner_of(st)}
         except FileNotFoundError:
             secrets[path] = {"sha256": None}
     units = manifest.get("units") or {}
@@ -232,15 +246,20 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         if (manifest.get("llama_swap") or {}).get("binary") else None,
         "models_verified": models_verified(cfg, manifest.get("models_lock_path"), manifest.get("prepared") or []),
         "previous": current,
+        **({"failed": failed} if failed else {}),
     }
     prev = read_record(root, current) if current is not None and (root / f"{current}.json").exists() else None
     rec["changed"] = changed(prev, rec)
     write_atomic(root / f"{n}.json", rec, mode=0o600)
     entry = {"n": n, "time": rec["time"], "operator": operator, "reason": rec.get("reason", "deploy"),
-             "key": manifest["key"], "changed": rec["changed"]}
+             "key": manifest["key"], "changed": rec["changed"], **({"failed": failed} if failed else {})}
     index["generations"].append(entry)
-    index["previous"], index["current"] = current, n
+    if not failed:
+        index["previous"], index["current"] = current, n
     write_atomic(root / "index.json", index, mode=0o600)
+    if failed:
+        log(f"recorded generation {n} as FAILED ({failed}); generation {current} stays current")
+        return {**entry, "recorded": True}
     for w in warnings:
         log(f"warning: {w}")
     log(f"recorded generation {n} ({entry['reason']}; {'; '.join(rec['changed'])})")
@@ -256,6 +275,38 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
             f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
     return {**entry, "recorded": True}
+
+
+def fail(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Mark generation ``n`` — the current one, recorded by a change whose confirmation failed — as
+    failed (the caller holds the host lock): its index entry and record get ``"failed": why``, the
+    generation it was recorded over (its ``previous``) is current again, and a generation hold on
+    ``n`` (a failed rollback's) is removed. Returns the index entry. Raises GenerationError when
+    ``n`` is not the current generation."""
+    root = _root(cfg)
+    index = read_index(root)
+    if index["current"] != n:
+        raise GenerationError(f"generation {n} is not the current one ({index['current']}): only the "
+                              "generation a change just recorded can be marked failed")
+    rec = read_record(root, n)
+    rec["failed"] = why
+    write_atomic(root / f"{n}.json", rec, mode=0o600)
+    back = rec.get("previous")
+    entry = next(g for g in index["generations"] if g["n"] == n)
+    entry["failed"] = why
+    before = None
+    if back is not None and (root / f"{back}.json").exists():
+        before = read_record(root, back).get("previous")
+    index["current"], index["previous"] = back, before
+    write_atomic(root / "index.json", index, mode=0o600)
+    holds_path = cfg.path("holds")
+    holds = read_holds(holds_path)
+    if (holds.get(HOLD_KEY) or {}).get("generation") == n:
+        holds.pop(HOLD_KEY)
+        write_holds(holds_path, holds)
+        log(f"removed the hold at generation {n} (it failed)")
+    log(f"generation {n} marked FAILED ({why}); generation {back} is current again")
+    return entry
 
 
 def prune(root: Path, keep: int) -> list[int]:
@@ -324,6 +375,22 @@ def check(cfg: Any, n: int) -> list[str]:
     return [f"model {name}: {'; '.join(v['reasons'])}" for name, v in sorted(verified.items()) if not v["verified"]]
 
 
+def hold(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Hold the host at generation ``n`` (the caller holds the host lock): a change and its revert both
+    failed (:mod:`rigkit.cli.confirmrun`), so the next deploy must not apply the spec that broke it but
+    generation ``n`` until ``rigkit rollback --release``. Returns the hold. Raises GenerationError
+    when there is no generation ``n``."""
+    read_record(_root(cfg), n)
+    holds_path = cfg.path("holds")
+    holds = read_holds(holds_path)
+    holds[HOLD_KEY] = {"generation": n, "rolled_back_to": n, "since": iso_utc(time.time()),
+                       "by": "a failed revert", "reason": why}
+    write_holds(holds_path, holds)
+    log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} until "
+        "`rigkit rollback --release`")
+    return holds[HOLD_KEY]
+
+
 def release(cfg: Any, log: Callable[[str], None] = print) -> int:
     """Remove the generation hold (the caller holds the host lock); 0, also when there was none."""
     holds_path = cfg.path("holds")
@@ -348,6 +415,11 @@ def main(argv: list[str]) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="record the manifest on stdin as a new generation (under the host lock)")
     rec.add_argument("--by", default=None, help="the operator (default: $SUDO_USER)")
+    rec.add_argument("--failed", metavar="WHY", default=None,
+                     help="record it as a failed change that was put back (never current)")
+    fl = sub.add_parser("fail", help="mark the current generation N failed: the one before it is current again")
+    fl.add_argument("n", type=int)
+    fl.add_argument("--why", required=True)
     sub.add_parser("list", help="the index as JSON")
     sh = sub.add_parser("show", help="one generation as JSON")
     sh.add_argument("n", type=int)
@@ -355,6 +427,9 @@ def main(argv: list[str]) -> int:
     ck = sub.add_parser("check", help="models generation N needs that this host has not verified")
     ck.add_argument("n", type=int)
     sub.add_parser("release", help="remove the generation hold (under the host lock)")
+    hd = sub.add_parser("hold", help="hold the host at generation N: the next deploy applies it, not the spec")
+    hd.add_argument("n", type=int)
+    hd.add_argument("--why", required=True)
     try:
         a = ap.parse_args(argv)
     except SystemExit as exc:
@@ -376,7 +451,9 @@ def main(argv: list[str]) -> int:
             problems = check(cfg, a.n)
             print(json.dumps({"generation": a.n, "missing": problems}))
             return 0
-        what = "deploy: record a generation" if a.cmd == "record" else "rollback: release the generation hold"
+        what = {"record": "deploy: record a generation", "fail": "confirmation: mark a failed generation",
+                "hold": "revert: hold the host at a generation"}.get(
+            a.cmd, "rollback: release the generation hold")
         try:
             lock = standdown.lock_for_change(cfg, what, log)
         except (host_lock.LockHeld, standdown.WindowOpen) as exc:
@@ -385,13 +462,19 @@ def main(argv: list[str]) -> int:
         try:
             if a.cmd == "release":
                 return release(cfg, log)
+            if a.cmd == "hold":
+                print(json.dumps(hold(cfg, a.n, a.why, log), sort_keys=True))
+                return 0
+            if a.cmd == "fail":
+                print(json.dumps(fail(cfg, a.n, a.why, log), sort_keys=True))
+                return 0
             try:
                 manifest = json.loads(sys.stdin.read())
             except ValueError as exc:
                 log(f"error: the manifest on stdin is not JSON ({exc})")
                 return 2
             operator = a.by or os.environ.get("SUDO_USER") or pwd.getpwuid(os.getuid()).pw_name
-            print(json.dumps(record(cfg, manifest, operator, log), sort_keys=True))
+            print(json.dumps(record(cfg, manifest, operator, log, failed=a.failed), sort_keys=True))
             return 0
         finally:
             lock.release()

@@ -12,7 +12,8 @@ devices were found", 9 an NVML init failure ("couldn't communicate with the NVID
 from __future__ import annotations
 
 import subprocess
-from typing import Any
+import time
+from typing import Any, Callable
 
 #: ``--query-gpu`` fields, in order.
 FIELDS = (
@@ -52,15 +53,25 @@ def card(smi: dict[str, Any], index: int) -> tuple[dict[str, Any] | None, str | 
     return (g, None) if g is not None else (None, f"nvidia-smi lists no GPU {index}")
 
 
-def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card") -> str | None:
+def enforced_w(index: int = 0) -> tuple[float | None, str | None]:
+    """GPU ``index``'s ``enforced.power.limit`` (W) now (:func:`query`), or ``(None, why not)`` as
+    :func:`card` words it. The one read-back of a limit just set: the power-limit sweep, its
+    restore and the confirmation."""
+    g, why = card(query(), index)
+    return (g.get("power_enforced_w"), None) if g is not None else (None, why)
+
+
+def power_limit_problem(watts: float, lo: float | None, hi: float | None, gpu: str = "the card",
+                        field: str = "gpu_power_limit_w") -> str | None:
     """Why ``watts`` (W) cannot be ``gpu``'s power limit, as the one message every check gives
     (``gpu_power_limit_w 450 W is outside GPU 0's limits 100–400 W (nvidia-smi
-    power.min_limit/power.max_limit)``), or None when it lies in ``lo``..``hi`` (W, as
-    :func:`parse_query` reads them) or the range is unknown (either bound None). Used by the spec's
-    check, the deploy's preflight and the power-limit operation."""
+    power.min_limit/power.max_limit)``; ``field`` names where the value came from), or None when it
+    lies in ``lo``..``hi`` (W, as :func:`parse_query` reads them) or the range is unknown (either
+    bound None). Used by the spec's check, the deploy's preflight, the power-limit operation and the
+    power-limit sweep (control side and host)."""
     if lo is None or hi is None or lo <= watts <= hi:
         return None
-    return (f"gpu_power_limit_w {watts:g} W is outside {gpu}'s limits {lo:g}–{hi:g} W "
+    return (f"{field} {watts:g} W is outside {gpu}'s limits {lo:g}–{hi:g} W "
             "(nvidia-smi power.min_limit/power.max_limit)")
 
 
@@ -173,6 +184,128 @@ def query(timeout_s: float = 30.0) -> dict[str, Any]:
     return parse_query(*_run(QUERY, timeout_s))
 
 
+#: The compute-apps query: every process holding memory on a GPU (``nvidia-smi
+#: --help-query-compute-apps``: ``gpu_uuid``, ``pid``, ``used_gpu_memory`` in MiB, ``process_name``).
+#: The name comes last: it is the only field that may hold a comma, and nvidia-smi quotes nothing.
+APPS_FIELDS = ("gpu_uuid", "pid", "used_gpu_memory", "process_name")
+APPS_QUERY = ("nvidia-smi", f"--query-compute-apps={','.join(APPS_FIELDS)}", "--format=csv,noheader,nounits")
+APPS_QUERY_COMMAND = " ".join(APPS_QUERY)
+
+
+def parse_apps(text: str, rc: int | None = 0) -> dict[str, Any]:
+    """The compute apps from :data:`APPS_QUERY`'s output and exit code.
+
+    Returns ``{"state", "message", "apps": [{"gpu_uuid": str, "pid": int|None, "used_mib": float|None,
+    "name": str}]}`` (states as :func:`parse_query`; no app listed is ``ok`` with ``[]``: nvidia-smi
+    prints nothing then). ``used_mib`` is None where the tool prints ``[N/A]`` (a process it cannot
+    account, e.g. under WDDM or without the permission), ``pid`` likewise; ``name`` is as printed,
+    ``[Not Found]`` for a pid the tool cannot resolve to a process (another pid namespace, a process
+    being torn down). A header line, a line with too few fields or a pid that is neither a number nor
+    bracketed is skipped."""
+    text = (text or "").strip()
+    bad = _failed(text, rc)
+    if bad:
+        return {**{k: v for k, v in bad.items() if k != "gpus"}, "apps": []}
+    apps = []
+    for line in text.splitlines():
+        parts = line.split(",", len(APPS_FIELDS) - 1)
+        if len(parts) != len(APPS_FIELDS):
+            continue
+        uuid, pid_t, mib_t, name = (x.strip() for x in parts)
+        if pid_t.isdigit():
+            pid: int | None = int(pid_t)
+        elif pid_t.startswith("["):
+            pid = None
+        else:  # the header ("pid"), a warning
+            continue
+        apps.append({"gpu_uuid": uuid, "pid": pid, "used_mib": _num(mib_t), "name": name})
+    return {"state": "ok", "message": "", "apps": apps}
+
+
+def query_apps(timeout_s: float = 30.0) -> dict[str, Any]:
+    """Run :data:`APPS_QUERY` on this host and :func:`parse_apps` it (never raises)."""
+    return parse_apps(*_run(APPS_QUERY, timeout_s))
+
+
+class VramBusy(RuntimeError):
+    """:func:`wait_idle` gave up: the GPU's memory is not back near idle. The message names the used
+    MiB, the ceiling, the seconds waited and the compute apps still holding memory; ``seen`` is the
+    last reading (:func:`wait_idle`'s return shape)."""
+
+    def __init__(self, message: str, seen: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.seen = seen
+
+
+def apps_text(apps: list[dict[str, Any]]) -> str:
+    """``pid 123 python3 21600 MiB, pid [N/A] [Not Found] [N/A] MiB`` (``none listed`` for ``[]``):
+    the compute apps as the messages name them."""
+    def one(a: dict[str, Any]) -> str:
+        pid = a["pid"] if a["pid"] is not None else "[N/A]"
+        mib = f"{a['used_mib']:g}" if a["used_mib"] is not None else "[N/A]"
+        return f"pid {pid} {a['name']} {mib} MiB"
+    return ", ".join(one(a) for a in apps) or "none listed"
+
+
+def wait_idle(timeout_s: float, idle_mib: float, log: Callable[[str], None] | None = None, *, index: int = 0,
+              interval_s: float = 0.5) -> dict[str, Any]:
+    """Wait until GPU ``index``'s memory is back near its idle baseline: no compute app listed on it
+    and ``memory.used`` ≤ ``idle_mib`` (MiB; the host config's ``vram.idle_mib``). A stopped model
+    server's memory is freed only once the driver has torn its context down, so the next tenant must
+    not start before (llama-swap's open problem of the next model starting next to the last one's
+    memory). Polls every ``interval_s`` s, for at most ``timeout_s`` s.
+
+    Reads :data:`QUERY` (``memory.used`` of GPU ``index`` and its ``uuid``) and :data:`APPS_QUERY`
+    (the apps on that uuid) through :func:`query` and :func:`query_apps`. ``log`` gets one line when
+    the first reading finds the memory held (what holds it) and one when it is released after a wait.
+
+    Returns ``{"waited_s": s, "used_mib": MiB now, "ceiling_mib": idle_mib, "polls": int,
+    "first_used_mib": MiB at the first reading, "first_apps": [app] at the first reading}`` (apps as
+    :func:`parse_apps`). Raises :class:`VramBusy` after ``timeout_s`` (message: GPU, used MiB,
+    ceiling, seconds waited, the apps still holding memory: pid, MiB, name), and at once when
+    nvidia-smi cannot answer for good (``missing``, ``mismatch``, ``no-gpu``); a failed run
+    (``error``, e.g. a query that timed out) is polled through until the timeout."""
+    t0 = time.monotonic()
+    polls, first, said = 0, None, False
+    while True:
+        polls += 1
+        q = query()
+        smi, why = card(q, index)
+        apps = query_apps() if smi is not None else {"state": q["state"], "message": why, "apps": []}
+        waited = round(time.monotonic() - t0, 2)
+        if smi is None or apps["state"] != "ok":
+            used, mine = None, []
+            problem = why or f"nvidia-smi: {apps['state']}: {apps['message'][:300]}"
+            if apps["state"] != "error":  # missing, mismatch, no-gpu, or no such GPU: it will not come back
+                raise VramBusy(f"GPU {index} memory cannot be read: {problem}", _seen(waited, used, idle_mib, polls, first))
+        else:
+            used = float(smi["memory_used_mib"] or 0)
+            mine = [a for a in apps["apps"] if a["gpu_uuid"] == smi["uuid"]]
+            if first is None:
+                first = (used, mine)
+            if not mine and used <= idle_mib:
+                if said and log:
+                    log(f"GPU {index} memory back near idle after {waited:g} s ({used:g} MiB used, "
+                        f"ceiling {idle_mib:g} MiB)")
+                return _seen(waited, used, idle_mib, polls, first)
+            if not said and log:
+                log(f"waiting for GPU {index} memory to come back near idle: {used:g} MiB used, ceiling "
+                    f"{idle_mib:g} MiB; held by {apps_text(mine)}")
+                said = True
+            problem = (f"{used:g} MiB used, ceiling {idle_mib:g} MiB; compute apps still holding memory: "
+                       f"{apps_text(mine)} ({APPS_QUERY_COMMAND})")
+        if waited >= timeout_s:
+            raise VramBusy(f"GPU {index} memory not back near idle after {waited:g} s (timeout {timeout_s:g} s): "
+                           f"{problem}", _seen(waited, used, idle_mib, polls, first))
+        time.sleep(max(0.0, min(interval_s, timeout_s - waited)))
+
+
+def _seen(waited: float, used: float | None, idle_mib: float, polls: int, first) -> dict[str, Any]:
+    """:func:`wait_idle`'s record of what it saw (its docstring)."""
+    return {"waited_s": waited, "used_mib": used, "ceiling_mib": float(idle_mib), "polls": polls,
+            "first_used_mib": first[0] if first else None, "first_apps": first[1] if first else []}
+
+
 def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
     """What the bench records of the GPU (first GPU): ``gpu`` (name), ``driver``, ``power_limit_w``
     (W), ``memory_total_gib`` (GiB), ``gpu_count``; ``{}`` when the query failed."""
@@ -186,7 +319,7 @@ def bench_context(smi: dict[str, Any]) -> dict[str, Any]:
 
 #: Every ``nvidia-smi`` query the product parses (name → argv, parser), for
 #: ``benchmarks/gpu_facts.sh``; all read-only.
-PARSED = {"query": (QUERY, parse_query), "energy": (ENERGY_QUERY, parse_energy)}
+PARSED = {"query": (QUERY, parse_query), "energy": (ENERGY_QUERY, parse_energy), "apps": (APPS_QUERY, parse_apps)}
 #: Read-only outputs saved beside them for the record, not parsed (what fields this driver knows,
 #: the full report).
 RAW = {"help-query-gpu": ("nvidia-smi", "--help-query-gpu"), "full-report": ("nvidia-smi", "-q")}
@@ -214,8 +347,10 @@ def facts_lines(folder: str) -> list[str]:
         got = parse(text, rc)
         lines.append(f"{name} ({' '.join(argv)}; exit {rc}): {got['state']}"
                      + (f" — {got['message'][:200]}" if got["message"] else ""))
-        for g in got["gpus"]:
+        for g in got.get("gpus", []):
             lines.append(f"  GPU {g['index']}: " + json.dumps(g, sort_keys=True))
+        for a in got.get("apps", []):
+            lines.append("  app: " + json.dumps(a, sort_keys=True))
         if name == "energy" and got["state"] == "ok":
             has = all(g["energy_j"] is not None for g in got["gpus"])
             lines.append("  energy method: " + ("counter (total_energy_consumption)" if has else

@@ -53,7 +53,8 @@ def expected_deviations(journal: dict | None) -> list[str]:
     One string per deviation, ``"<what> <observed state>: <why>"`` — the first word a unit
     name, or ``:PORT``: ``"hyperqwen.service active: ..."``, ``"llama-swap.service inactive: ..."``,
     ``":<proxy port> closed: ..."``, ``"<timer> inactive: ..."``, ``"<tenant .env path> changed: ..."``
-    (a sweep installed one of its settings). Empty when no window is open. Derived
+    (a sweep installed one of its settings), ``"GPU <index> power limit: ..."`` (a power-limit sweep set
+    one of its limits). Empty when no window is open. Derived
     from ``journal["changed"]`` (what the window did and restore has not undone yet) and the
     plan's unit names and ports.
     """
@@ -78,6 +79,12 @@ def expected_deviations(journal: dict | None) -> list[str]:
     if env:
         out.append(f"{env['path']} changed: window {wid} installed a sweep setting's .env "
                    f"(the restore puts the deployed one back from {env['backup']})")
+    pl = changed.get("power_limit")
+    if pl:
+        out.append(f"GPU {pl.get('index', 0)} power limit: window {wid} is sweeping power limits "
+                   f"(the restore puts the declared {pl.get('declared_w', '?'):g} W back)"
+                   if isinstance(pl.get("declared_w"), (int, float)) else
+                   f"GPU {pl.get('index', 0)} power limit: window {wid} is sweeping power limits")
     return out
 
 

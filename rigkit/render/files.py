@@ -175,6 +175,7 @@ def render_host_config(spec: RigSpec) -> str:
                      "backoff_max_s": 86400.0, "timeout_s": 60.0},
         "keeper": {"timeout_s": float(ls.health_check_timeout_s) + 30},
         "power": {"limit_w": spec.gpu_power_limit_w, "index": 0},  # the index gpu-power-limit.service sets
+        "vram": {"idle_mib": spec.vram_idle_mib, "release_timeout_s": spec.vram_release_timeout_s, "index": 0},
         "paused_timers": list(spec.paused_timers or []),
         "lock_files": list(spec.lock_files or []),
         "own_units": sorted([f"{stem}.service" for stem in AGENT_TIMERS] + list(AGENT_TRANSIENT_UNITS)),

@@ -8,7 +8,7 @@ coverage.py's and pytest-html's reports: one folder).
 Per host: the drift state now (run live with :func:`rigkit.drift.check`, every host at once
 through pyinfra's own parallel connections, or read from a saved ``rigkit drift --json``
 document, :func:`rigkit.drift.run.read_document`), the GPU's power limit and driver/CUDA as the
-host enforces them, llama-swap's live members and any hold, the last window's journal, the last HyperQwen sweep (:mod:`rigkit.bench.sweep`: table, frontier,
+host enforces them, llama-swap's live members and any hold, the last window's journal, the last sweep of each key (:mod:`rigkit.bench.sweep`: table, frontier,
 recommendation, chart). Per
 member: its bench history from the results folder (every ``summary.json`` whose context names
 that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s,
@@ -276,20 +276,22 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <tr><th>power-limit healer</th><td>{{ h.healer }}</td></tr>
 <tr><th>last window</th><td>{{ h.window }}</td></tr>
 </table>
-{% if h.sweep %}<section class="sweep" id="sweep-{{ h.anchor }}" data-sweep="{{ h.sweep.window }}">
-<h3>{{ h.name }} / HyperQwen sweep (window {{ h.sweep.window }})</h3>
-<table class="sweep-table"><tr><th>{{ h.sweep.param }}</th><th>workload</th>{% for c in h.sweep.contexts %}<th>{{ c }} tokens</th>{% endfor %}</tr>
-{% for row in h.sweep.rows %}<tr><td>{{ row.setting }}</td><td>{{ row.workload }}</td>{% for t in row.cells %}<td class="{{ 'FAIL' if t == 'CRASH' else '' }}">{{ t }}</td>{% endfor %}</tr>
+{% for sw in h.sweeps %}<section class="sweep" id="sweep-{{ h.anchor }}-{{ sw.param }}" data-sweep="{{ sw.window }}">
+<h3>{{ h.name }} / {{ sw.title }} (window {{ sw.window }})</h3>
+<table class="sweep-table"><tr><th>{{ sw.param }}</th><th>workload</th>{% for c in sw.contexts %}<th>{{ c }} tokens</th>{% endfor %}</tr>
+{% for row in sw.rows %}<tr><td>{{ row.setting }}</td><td>{{ row.workload }}</td>{% for t in row.cells %}<td class="{{ 'FAIL' if t == 'CRASH' else '' }}">{{ t }}</td>{% endfor %}</tr>
 {% endfor %}</table>
-<table class="frontier"><tr><th>{{ h.sweep.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
-{% for f in h.sweep.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
-{% endfor %}</table>
-<p class="recommendation">{{ h.sweep.recommendation }}</p>
-{% if h.sweep.group_data %}<p>to declare it (nothing was applied): <code>{{ h.sweep.group_data }}</code></p>{% endif %}
-{% if h.sweep.warning %}<p class="status WARN">WARNING: {{ h.sweep.warning }}</p>{% endif %}
-{% if h.sweep.chart %}<figure class="chart" data-chart="{{ h.name }}/sweep">{{ h.sweep.chart|safe }}
-<figcaption class="meta">decode tok/s (median per cell) by draft length, one line per context; red crosses: where the engine died.</figcaption></figure>{% endif %}
-</section>{% endif %}
+{% if sw.param == 'power_limit' %}<table class="frontier"><tr><th>power limit (W)</th><th>decode tok/s</th><th>tok/J</th><th>J/token</th><th>average W</th><th>enforced W</th></tr>
+{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.decode_tps }}</td><td>{{ f.tok_per_j }}</td><td>{{ f.j_per_token }}</td><td>{{ f.avg_w }}</td><td>{{ f.enforced_w }}</td></tr>
+{% endfor %}</table>{% else %}<table class="frontier"><tr><th>{{ sw.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
+{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
+{% endfor %}</table>{% endif %}
+<p class="recommendation">{{ sw.recommendation }}</p>
+{% if sw.group_data %}<p>to declare it (nothing was applied): <code>{{ sw.group_data }}</code></p>{% endif %}
+{% if sw.warning %}<p class="status WARN">WARNING: {{ sw.warning }}</p>{% endif %}
+{% if sw.chart %}<figure class="chart" data-chart="{{ h.name }}/sweep-{{ sw.param }}">{{ sw.chart|safe }}
+<figcaption class="meta">{{ sw.caption }}</figcaption></figure>{% endif %}
+</section>{% endfor %}
 {% if h.findings %}<h3>findings</h3>
 <table class="findings"><tr><th>kind</th><th>item</th><th>declared</th><th>actual</th><th>severity</th></tr>
 {% for f in h.findings %}<tr class="{{ f.severity }}"><td>{{ f.kind }}</td><td>{{ f.item }}</td><td>{{ f.declared }}</td><td>{{ f.actual }}</td><td>{{ f.severity }}</td></tr>
@@ -318,16 +320,17 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 """
 
 
-def sweep_view(host: str, results_dir: str, out_dir: str) -> dict[str, Any] | None:
-    """The last sweep of ``host`` in ``results_dir`` (:func:`rigkit.bench.sweep.find_results`) for the page:
-    the table (decode tok/s or CRASH per setting × workload × context), the frontier, the
-    recommendation, its group_data line and warning, the chart (inline SVG, also written to
-    ``out_dir/charts/<host>-sweep.svg``); None when the host has no sweep."""
+def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_tokens") -> dict[str, Any] | None:
+    """The last ``param`` sweep of ``host`` in ``results_dir`` (:func:`rigkit.bench.sweep.find_results`) for
+    the page: the table (decode tok/s or CRASH per setting × workload × context), the frontier (a draft
+    length's longest context survived; a power limit's decode tok/s, tok/J, J/token, average and
+    enforced W), the recommendation, its group_data line and warning, the chart (inline SVG, also
+    written to ``out_dir/charts/<host>-sweep-<param>.svg``); None when the host has no such sweep."""
     from matplotlib import rc_context
 
     from rigkit.bench.sweep import cell_text, find_results, write_chart
 
-    found = find_results(results_dir).get(host)
+    found = [r for r in find_results(results_dir).get(host) or [] if r["grid"]["param"] == param]
     if not found:
         return None
     res = found[-1]
@@ -336,17 +339,33 @@ def sweep_view(host: str, results_dir: str, out_dir: str) -> dict[str, Any] | No
     rows = [{"setting": s, "workload": w,
              "cells": [cell_text(by.get((s, w, c)), front[str(s)]["crashed_at"], c) for c in grid["contexts"]]}
             for s in grid["settings"] for w in grid["workloads"]]
-    chart = os.path.join(out_dir, "charts", f"{_safe(host)}-sweep.svg")
+    chart = os.path.join(out_dir, "charts", f"{_safe(host)}-sweep-{param}.svg")
     os.makedirs(os.path.dirname(chart), exist_ok=True)
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"{host}/sweep"}):
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"{host}/sweep/{param}"}):
         drawn = write_chart(chart, res)
+    power = param == "power_limit"
+    frontier = ([{"setting": s, **{k: "-" if front[str(s)].get(k) is None else front[str(s)][k]
+                                   for k in ("decode_tps", "tok_per_j", "j_per_token", "avg_w", "enforced_w")}}
+                 for s in grid["settings"]] if power else
+                [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
+                  else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]])
     return {"window": res.get("window"), "param": grid["param"], "contexts": grid["contexts"], "rows": rows,
-            "frontier": [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
-                          else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]],
-            "recommendation": (f"recommendation: {rec['reason']} ({rec['decode_tps']} tok/s)" if rec["setting"] is not None
-                               else f"recommendation: none — {rec['reason']}"),
+            "title": "power-limit sweep" if power else "HyperQwen sweep",
+            "caption": ("decode tok/s and tok/J (geometric means over the cells) by power limit; ringed: the "
+                        "recommended limit." if power else "decode tok/s (median per cell) by draft length, one line "
+                        "per context; red crosses: where the engine died."),
+            "frontier": frontier,
+            "recommendation": (f"recommendation: {rec['reason']}" + ("" if power else f" ({rec['decode_tps']} tok/s)")
+                               if rec["setting"] is not None else f"recommendation: none — {rec['reason']}"),
             "group_data": res.get("group_data"), "warning": rec.get("warning"),
             "chart": _svg_inline(chart) if drawn else None}
+
+
+def sweep_views(host: str, results_dir: str, out_dir: str) -> list[dict[str, Any]]:
+    """The last sweep of each key (:data:`rigkit.bench.sweep.SWEEPABLE`) of ``host``, as :func:`sweep_view`."""
+    from rigkit.bench.sweep import SWEEPABLE
+
+    return [v for v in (sweep_view(host, results_dir, out_dir, k) for k in SWEEPABLE) if v]
 
 
 def _fmt_w(v: Any) -> str:
@@ -440,7 +459,7 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
                 r.extra = [{"name": f, "href": f"{base}/{f}"} for f in RUN_FILES[1:]
                            if os.path.isfile(os.path.join(out_dir, base, f))]
         view = host_view(hs.name, drift_doc["hosts"].get(hs.name), members)
-        view["sweep"] = sweep_view(hs.name, results_dir, out_dir)
+        view["sweeps"] = sweep_views(hs.name, results_dir, out_dir)
         hosts.append(view)
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
     page = env.from_string(TEMPLATE).render(

@@ -286,6 +286,12 @@ class RigSpec(StrictModel):
     gpu_power_range_w: PowerRange | None = None
     gpu_vram_gib: float = Field(default=24.0, gt=0)
     vram_reserve_gib: float = Field(default=1.0, ge=0)
+    vram_idle_mib: int = Field(default=512, gt=0, description="MiB: the most nvidia-smi memory.used may read, with no "
+                                                              "compute app listed, for the GPU to count as idle before "
+                                                              "a new tenant starts (a headless card's driver and "
+                                                              "persistence daemon hold a few MiB; a CUDA context ~250)")
+    vram_release_timeout_s: float = Field(default=60.0, gt=0, description="s: how long a new tenant's start waits for "
+                                                                          "the last one's memory to be released")
     operator_user: str | None = operator_value("the operator's login on the rig")
     gpu_uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
                                  description="the rig's GPU (nvidia-smi --query-gpu=uuid); a container may name it")

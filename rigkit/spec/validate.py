@@ -117,6 +117,7 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
     problems += _check_images(spec)
     problems += _check_members(spec)
     problems += _check_groups_and_vram(spec)
+    problems += _check_vram_idle(spec)
     problems += _check_ports(spec)
     problems += _check_models(spec)
     return problems
@@ -609,6 +610,17 @@ def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
             allowed=f"lets {listing} run at once = {total:g} GiB > {usable:g} GiB usable "
                     f"(gpu_vram_gib {spec.gpu_vram_gib:g} − vram_reserve_gib {spec.vram_reserve_gib:g}); {fix}"))
     return out
+
+
+def _check_vram_idle(spec: RigSpec) -> list[SpecProblem]:
+    """``vram_idle_mib`` (the most memory.used an idle GPU may read before a new tenant starts) must
+    be below the card's memory, else every reading would count as idle."""
+    card_mib = spec.gpu_vram_gib * 1024
+    if spec.vram_idle_mib < card_mib:
+        return []
+    return [SpecProblem(key="vram_idle_mib", value=repr(spec.vram_idle_mib),
+                        allowed=f"not below the card's {card_mib:g} MiB (gpu_vram_gib {spec.gpu_vram_gib:g} × 1024): "
+                                "every reading would count as idle; a headless card reads a few MiB, a CUDA context ~250")]
 
 
 def _check_ports(spec: RigSpec) -> list[SpecProblem]:

@@ -264,7 +264,8 @@ def test_deploy_refuses_while_a_window_is_open(deployed):
     try:
         proc = deploy(host)
         assert proc.returncode == 1
-        assert "a window is open (/var/lib/rigkit/window.json: state 'open')" in proc.stderr
+        assert "the deploy refused, nothing touched" in proc.stderr
+        assert "is open (/var/lib/rigkit/window.json: state 'open')" in proc.stderr
     finally:
         host.run("rm -f /var/lib/rigkit/window.json")
 

@@ -223,14 +223,31 @@ def test_a_rollback_whose_activation_fails_restores_the_generation_it_started_fr
             time.sleep(0.2)
         assert ":18040 " in host.run("ss -ltnH", check=False).stdout, host.run("systemctl status rigkit-test-port",
                                                                                check=False).stdout
-        proc = rollback(host, "--to", "3")
-        assert proc.returncode == 1, proc.stderr[-4000:]
-        assert f"rollback to generation 3 failed at: {ACTIVATE_STEP}" in proc.stderr, proc.stderr[-8000:]
-        assert f"{host.name}: the host is at generation 4 again" in proc.stderr
+        # the port is freed once the rollback reverts: generation 4's gguf-baseline, which the revert's
+        # confirmation asks (its ttl differs from generation 3's), starts again
+        env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+        env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
+        run = subprocess.Popen([RIGKIT, "rollback", "-i", "inventory/sandbox.py", "--host", host.name, "--to", "3"],
+                               cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in run.stderr:
+            lines.append(line)
+            if "reverting to generation 4, where it started" in line:
+                host.run("systemctl stop rigkit-test-port", check=False)
+        run.wait(timeout=900)
+        err = "".join(lines)
+        assert run.returncode == 1, err[-4000:]
+        assert f"rollback to generation 3 FAILED (failed at: {ACTIVATE_STEP}" in err, err[-8000:]
+        assert "reverted to generation 4, confirmed: the host serves as before" in err, err[-4000:]
+        assert "member gguf-baseline: HTTP 200" in err  # the revert asked the member it touched
     finally:
         host.run("systemctl stop rigkit-test-port", check=False)
     assert state(host) == B_STATE
     idx = index(host)
-    assert idx["current"] == 4 and len(idx["generations"]) == 4 and idx["hold"] is None
+    assert idx["current"] == 4 and len(idx["generations"]) == 5 and idx["hold"] is None
+    failed = idx["generations"][-1]
+    assert failed["n"] == 5 and failed["reason"] == "rollback to 3" and "failed at:" in failed["failed"], failed
+    refused = rollback(host, "--to", "5")
+    assert refused.returncode == 2 and "is a failed change that was put back" in refused.stderr
     assert complete(host, "strata").stdout == "200"
     assert SUMMARY.search(deploy(host, *B).stderr)["changed"] == "0"

@@ -142,15 +142,16 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
     slow_hyperqwen(host, 12)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
-        rec = held_by(host, "^activation", act)
-        assert "rigkit wire-in --activate" in rec["what"]
+        # the wire-in holds the lock for its whole run (rigkit.cli.confirmrun); its activation joins the lease
+        rec = held_by(host, r"^rigkit wire-in --activate$", act)
+        assert rec.get("lease")
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1, win.stderr[-2000:]
-        assert "the rig is locked by activation of llama-swap's config (rigkit wire-in --activate)" in win.stderr
+        assert "the rig is locked by rigkit wire-in --activate" in win.stderr
         keeper = host.run(f"{AGENT} keeper")
-        assert "keeper: the rig is locked by activation" in keeper.stdout and "standing down" in keeper.stdout
+        assert "keeper: the rig is locked by rigkit wire-in --activate" in keeper.stdout and "standing down" in keeper.stdout
         watchdog = host.run(f"{AGENT} watchdog")
-        assert "watchdog: the rig is locked by activation" in watchdog.stdout
+        assert "watchdog: the rig is locked by rigkit wire-in --activate" in watchdog.stdout
         out, err = act.communicate(timeout=600)
         assert act.returncode == 0, out[-3000:] + err[-2000:]  # the winner completed
     finally:
@@ -168,10 +169,13 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
         assert "(hyperqwen)" in rec["what"] and rec["command"].endswith("window run")
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP))
         assert act.returncode == 1, act.stdout[-2000:]
-        assert re.search(r"the rig is locked by window \S+ \(hyperqwen\)", act.stdout), act.stdout[-2000:]
+        assert re.search(r"the wire-in activation refused, nothing touched: .*the rig is locked by window \S+ "
+                         r"\(hyperqwen\)", act.stderr), act.stderr[-2000:]
         dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP))
-        assert dep.returncode != 0
-        assert "a window is open" in dep.stderr and "refusing to deploy" in dep.stderr, dep.stderr[-3000:]
+        assert dep.returncode == 1
+        assert re.search(r"the deploy refused, nothing touched: .*the rig is locked by window \S+ \(hyperqwen\)",
+                         dep.stderr), dep.stderr[-3000:]
+        assert "$ pyinfra" not in dep.stderr
         out, err = win.communicate(timeout=900)
         assert win.returncode == 0, out[-3000:] + err[-3000:]
     finally:
@@ -179,15 +183,17 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
     strata_answers(host)
 
 
-def test_a_window_started_while_the_deploys_activation_holds_the_lock_is_refused(host):
+def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
+    """The deploy holds the host lock from before its first operation to the end of its confirmation
+    (rigkit.cli.confirmrun); a window started meanwhile is refused naming it."""
     slow_hyperqwen(host, 12)
     try:
         dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP), popen=True)
-        rec = held_by(host, "^activation", dep, timeout=300)
-        assert "(rigkit deploy)" in rec["what"]
+        rec = held_by(host, "^rigkit deploy$", dep, timeout=300)
+        assert rec.get("lease")
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1
-        assert "the rig is locked by activation of llama-swap's config (rigkit deploy)" in win.stderr, win.stderr
+        assert "the rig is locked by rigkit deploy" in win.stderr, win.stderr
         out, err = dep.communicate(timeout=900)
         assert dep.returncode == 0, err[-4000:]
     finally:
@@ -228,8 +234,8 @@ def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_res
         # the next command reclaims the dead holder's lock (with a warning), then refuses: the window is open
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate"))
         assert act.returncode == 1, act.stdout[-2000:]
-        assert "warning: reclaimed the rig lock from window" in act.stdout and "its pid is gone" in act.stdout
-        assert re.search(r"window \S+ is open .*refused", act.stdout), act.stdout[-2000:]
+        assert "warning: reclaimed the rig lock from window" in act.stderr and "its pid is gone" in act.stderr
+        assert re.search(r"window \S+ is open .*refused", act.stderr), act.stderr[-2000:]
     finally:
         fast_hyperqwen(host)
     restore = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--restore"))

@@ -129,8 +129,8 @@ def test_the_sweep_finds_9_and_15_crashing_at_20480_recommends_7_and_resume_meas
     assert "HTTP 500" in sw["starts"]["dflash_tokens=15"][0]["probe"]
     assert [a["probe"] == "ok" for a in sw["starts"]["deployed"]] == [False, True]
     names = [s["name"] for s in j["steps"]]
-    assert names[-6:] == ["stop-tenant", "restore-env", "start-proxy", "resident-ready", "verify-resident",
-                          "resume-timers"] and "sweep:recover" in names
+    assert names[-7:] == ["stop-tenant", "restore-env", "vram-released", "start-proxy", "resident-ready",
+                          "verify-resident", "resume-timers"] and "sweep:recover" in names
     assert any("lifts the DFlash guard on purpose" in n for n in j["notes"])
     out = proc.stdout
     assert "  dflash_tokens=9: 16384 tokens, crashed at 20480" in out
@@ -210,3 +210,123 @@ def test_killing_the_sweep_unit_mid_cell_then_restore_keeps_the_measured_cells(s
     assert {c["window"] for c in j2["sweep"]["cells"][len(kept):]} == {j2["id"]}
     assert sorted((c["setting"], c["context"]) for c in j2["sweep"]["cells"]) == [(3, 4096), (3, 16384), (5, 4096),
                                                                                   (5, 16384)]
+
+
+# ------------------------------------------------------------------------------ the power-limit sweep (issue 31)
+POWER = ["--sweep", "power_limit=300,350,420", "--contexts", "4096", "--workloads", "chat-greedy", "--runs", "2",
+         "--max-tokens", "128"]
+HEALER = "/opt/rigkit/venv/bin/rigkit-agent power"
+
+
+def enforced_w(host) -> float:
+    out = host.run("nvidia-smi --query-gpu=enforced.power.limit,power.limit --format=csv,noheader,nounits").stdout
+    enforced, requested = (float(v) for v in out.split(","))
+    assert enforced == requested, out
+    return enforced
+
+
+def healer_reapplies(host) -> int:
+    return int((json.loads(host.run("cat /var/lib/rigkit/power.json 2>/dev/null || echo null").stdout) or {})
+               .get("reapplies") or 0)
+
+
+def wait_for(host, proc, cond, old_id, timeout=300) -> dict:
+    """The journal of the window that replaced ``old_id`` once ``cond(journal)`` holds."""
+    end = time.monotonic() + timeout
+    while True:
+        j = journal(host) or {}
+        if j.get("id") != old_id and cond(j):
+            return j
+        assert time.monotonic() < end and proc.poll() is None, (proc.poll(), json.dumps(j)[-3000:])
+        time.sleep(0.3)
+
+
+def test_the_power_limit_sweep_measures_three_limits_recommends_one_and_puts_420_back_even_when_killed(steady, tmp_path):
+    host = steady
+    assert enforced_w(host) == 420
+    # a limit outside the card's range (the fake 3090: 100-450 W) is refused before anything changes
+    before = host.run("cat /var/lib/rigkit/window.json 2>/dev/null | sha256sum").stdout
+    bad = window(host, tmp_path, "--sweep", "power_limit=300,460", timeout=120)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert ("--sweep power_limit 460 W is outside GPU 0's limits 100–450 W (nvidia-smi power.min_limit/"
+            "power.max_limit); nothing was changed") in " ".join(bad.stderr.split())
+    assert host.run("cat /var/lib/rigkit/window.json 2>/dev/null | sha256sum").stdout == before
+    assert enforced_w(host) == 420
+
+    # the sweep: the healer stands down while it sets its own limits
+    host.run(f"mkdir -p {CONTROL} && echo 0.04 > {CONTROL}/chunk_s")  # a cell lasts ~5 s at 300 W
+    reapplies = healer_reapplies(host)
+    t0 = time.monotonic()
+    old = (journal(host) or {}).get("id")
+    proc = subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, "--out", str(tmp_path), *POWER],
+                            cwd=PROJECT, env=_env(host), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    wait_for(host, proc, lambda j: "300" in ((j.get("sweep") or {}).get("limits") or {})
+             and (j["sweep"].get("current") or {}).get("setting") == 300, old)
+    healer = host.run(f"{HEALER}; echo rc=$?")
+    assert "rc=0" in healer.stdout and "standing down" in healer.stdout, healer.stdout
+    assert enforced_w(host) in (300, 350)  # the sweep's limit, not re-applied by the healer
+    out, errs = proc.communicate(timeout=600)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, out[-3000:] + errs[-4000:]
+    assert enforced_w(host) == 420  # the declared limit is enforced again
+    assert healer_reapplies(host) == reapplies  # the healer never fought the sweep (its timer ran meanwhile too)
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "ok"), j.get("error")
+    assert [s["status"] for s in j["steps"] if s["name"] == "restore-power"] == ["ok"]
+    assert j["changed"]["power_limit"] is None and j["sweep"]["declared_w"] == 420
+    assert {k: v["enforced_w"] for k, v in j["sweep"]["limits"].items()} == {"300": 300, "350": 350, "420": 420}
+    assert len(j["sweep"]["starts"]) == 1  # one clean start for the three limits
+    folder = tmp_path / j["id"]
+    res = json.loads((folder / "sweep.json").read_text())
+    front = res["frontier"]
+    assert all(c["status"] == "ok" and c["power_modelled"] is True for c in res["cells"]) and len(res["cells"]) == 3
+    # the fake's model (stubs/nvidia-smi, openai_stub.py): draw min(limit, 370 W) while busy, decode
+    # sqrt(min(limit, 370) / 370): slower and more efficient at 300 W, 420 W no faster than 370 W demands
+    assert front["300"]["decode_tps"] < front["420"]["decode_tps"]
+    assert front["300"]["tok_per_j"] > front["420"]["tok_per_j"]
+    assert front["300"]["avg_w"] <= 300.5 and front["420"]["avg_w"] <= 370.5
+    assert res["energy"]["method"] == "counter" and res["energy"]["idle"]["avg_w"] < 40
+    # the recommendation follows the stated rule from the measured figures
+    best = max(f["decode_tps"] for f in front.values())
+    keep = [int(s) for s, f in front.items() if f["decode_tps"] >= 0.95 * best]
+    want = max(keep, key=lambda s: (front[str(s)]["tok_per_j"], -s))
+    assert res["recommendation"]["setting"] == want and res["group_data"] == f"gpu_power_limit_w = {want}"
+    assert f"recommendation: power_limit={want}: the best tok/J" in out
+    assert f"in group_data/all.py or the host's data: gpu_power_limit_w = {want}" in out
+    for w in (300, 350, 420):
+        assert f"  power_limit={w} W: " in out and f"(enforced {w}" in out
+    assert "J/token" in out and (folder / "sweep.svg").is_file()
+    assert errs.count("the sweep sets each power limit") == 1
+    print(f"power-limit sweep of 3 limits: {wall:.1f} s wall")
+    print("\n".join(line for line in out.splitlines() if "power_limit=" in line and " W: " in line
+                    or line.startswith(("recommendation", "  to declare", "  idle draw"))))
+    drift = subprocess.run([RIGKIT, "drift", "-i", "inventory/sandbox.py", "--no-plan"], cwd=PROJECT,
+                           env={**_env(host), "HF_TOKEN": hostctl.hub_token()}, capture_output=True, text=True,
+                           timeout=600)
+    assert drift.returncode == 0, drift.stdout[-3000:] + drift.stderr[-2000:]
+
+    # killed mid-sweep: the healer still stands down (the window is open), --restore puts 420 W back
+    host.run(f"mkdir -p {CONTROL} && echo 0.15 > {CONTROL}/chunk_s")  # a request lasts a few seconds
+    old = j["id"]
+    proc = subprocess.Popen([RIGKIT, "window", "-i", "inventory/sandbox.py", *DATA, "--out", str(tmp_path),
+                             "--sweep", "power_limit=300,350", "--contexts", "4096", "--workloads", "chat-greedy",
+                             "--runs", "2", "--max-tokens", "64"], cwd=PROJECT, env=_env(host),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for(host, proc, lambda j: (j.get("sweep") or {}).get("current") is not None, old)
+    host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    j = journal(host)
+    assert is_open(j) and j["changed"]["power_limit"]["declared_w"] == 420
+    assert enforced_w(host) == 300
+    healer = host.run(f"{HEALER}; echo rc=$?")
+    assert "rc=0" in healer.stdout and f"window {j['id']} is open" in healer.stdout, healer.stdout
+    assert enforced_w(host) == 300
+    host.run(f"rm -f {CONTROL}/chunk_s")
+    back = window(host, tmp_path, "--restore", timeout=300)
+    assert back.returncode == 0, back.stderr[-3000:]
+    assert enforced_w(host) == 420
+    j = journal(host)
+    assert (j["state"], j["outcome"]) == ("restored", "interrupted")
+    assert [s["status"] for s in j["steps"] if s["name"] == "restore-power"] == ["ok"]

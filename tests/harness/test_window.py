@@ -41,7 +41,10 @@ CONTROL = hostctl.HQ_CONTROL
 DATA = ["--data", f"paused_timers={json.dumps(TIMERS)}", "--data", f"lock_files={json.dumps([LOCK])}"]
 OUT = ["--out", tempfile.mkdtemp(prefix="rkw-results-")]  # results copied back (not into the repo)
 STEPS = ["preflight", "pause-timers", "stop-proxy", "vram-free", "start-tenant", "healthy", "warmup",
-         "bench:small", "stop-tenant", "start-proxy", "resident-ready", "verify-resident", "resume-timers"]
+         "bench:small", "stop-tenant", "vram-released", "start-proxy", "resident-ready", "verify-resident",
+         "resume-timers"]
+BOARD = "/etc/fake-gpu/board.json"
+RELEASE_S = 4  # the fake driver's teardown of a stopped server's memory (stubs/nvidia-smi memory_release_s)
 
 
 def _env(host) -> dict:
@@ -157,10 +160,32 @@ def assert_steady(host, timers_before: list[str]) -> None:
 
 
 def test_a_clean_window_runs_end_to_end_journals_each_step_and_copies_the_results(steady, tmp_path):
+    """Also issue #30 item 4: with the fake driver slow to free a stopped server's memory
+    (``memory_release_s``), the tenant starts only once Strata's memory is released, and the resident
+    only once the tenant's is."""
     host = steady
-    proc = window(host, "--bench", "small", "--out", str(tmp_path))
+    board = host.run(f"cat {BOARD} 2>/dev/null || true").stdout
+    host.write(BOARD, json.dumps({**json.loads(board or "{}"), "memory_release_s": RELEASE_S}))
+    try:
+        proc = window(host, "--bench", "small", "--out", str(tmp_path))
+    finally:
+        if board:
+            host.write(BOARD, board)
+        else:
+            host.run(f"rm -f {BOARD}")
     assert proc.returncode == 0, proc.stderr[-4000:]
     j = journal(host)
+    by = steps(j)
+    for wait, stopped_by in (("vram-free", "stop-proxy"), ("vram-released", "stop-tenant")):
+        seen = j["vram_idle"][wait]
+        # the first reading found the stopped server's memory still held (its pid gone: [Not Found]) ...
+        assert seen["first_apps"] and all(a["name"] == "[Not Found]" for a in seen["first_apps"]), seen
+        assert seen["first_used_mib"] > seen["used_mib"] and seen["used_mib"] <= seen["ceiling_mib"] == 512, seen
+        # ... and the wait lasted until the fake released it: RELEASE_S after it first saw the server dead,
+        # which is after the step that stopped it began
+        assert by[stopped_by]["duration_s"] + by[wait]["duration_s"] >= RELEASE_S - 0.1, (by[stopped_by], by[wait])
+        assert seen["waited_s"] > 1, seen
+        assert by[wait]["detail"].startswith("GPU memory near idle after "), by[wait]
     assert (j["state"], j["outcome"], j["error"]) == ("restored", "ok", None)
     assert [s["name"] for s in j["steps"]] == STEPS
     assert all(s["status"] == "ok" and isinstance(s["duration_s"], float) for s in j["steps"]), j["steps"]
@@ -296,7 +321,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     # the deploy refuses while it is open
     deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=PROJECT,
                             env=_env(host), capture_output=True, text=True, timeout=300)
-    assert deploy.returncode == 1 and "a window is open" in deploy.stderr
+    assert deploy.returncode == 1 and f"window {j['id']} is open" in deploy.stderr
     # a second window refuses too
     again = window(host)
     assert again.returncode == 1 and "run `rigkit window --restore` first" in again.stderr

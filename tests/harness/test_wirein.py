@@ -233,24 +233,59 @@ def test_a_broken_new_member_is_rolled_back_by_itself_and_strata_still_answers(h
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED: hyperqwen: HTTP 500 through llama-swap" in proc.stdout
     assert "rolled back: the previous config is live again and strata answers; the activation FAILED" in proc.stdout
+    idx = generations(host)
+    failed = idx["generations"][-1]
+    assert failed["failed"].startswith("the wire-in activation failed: hyperqwen: HTTP 500") and \
+        failed["reason"] == "wire-in --activate" and idx["current"] != failed["n"], idx
+    assert f"reverted to generation {idx['current']} through the activation path, confirmed: strata answered" \
+        in proc.stderr, proc.stderr[-3000:]
     assert host.run(f"cat {LIVE}").stdout == before
     assert running(host) == {"strata": "ready"}
     assert complete(host, "strata").stdout == "200"
 
 
-def test_a_deploy_whose_strata_args_carry_an_unknown_flag_fails_naming_it_and_strata_still_answers(host):
+def generations(host) -> dict:
+    proc = agent(host, "generation", "list")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_deploy_that_breaks_strata_is_reverted_to_its_generation_and_no_revert_leaves_it_broken(host):
     """As on the rig: the sandbox's llama-server parses its command line as llama.cpp's does
     (tests/harness/stubs/llama_server.py), so a typo in ``strata.args`` makes Strata exit at start. The
-    deploy's activation fails naming the flag (what the server said, from llama-swap's log of the
-    member), the previous config is live again, and Strata answers."""
+    deploy fails naming the flag (what the server said, from llama-swap's log of the member), records
+    the attempt as a failed generation, deploys the generation it started from back and confirms it:
+    Strata answers through :8080 and drift is clean. With ``--no-revert`` the broken config stays live,
+    the deploy says so, drift reports it, and the next deploy repairs it."""
     before = host.run(f"cat {LIVE}").stdout
-    proc = deploy(host, "--data", 'strata={"args": ["--threads", "1", "--no-such-flag"]}')
+    start = generations(host)["current"]
+    bad = 'strata={"args": ["--threads", "1", "--no-such-flag"]}'
+    proc = deploy(host, "--data", bad)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-4000:]
     assert "its server said: " in out and "error: invalid argument: --no-such-flag" in out, out[-4000:]
+    assert f"reverted to generation {start}, confirmed: the host serves as before" in proc.stderr, out[-4000:]
+    idx = generations(host)
+    failed = idx["generations"][-1]
+    assert idx["current"] == start and failed["failed"].startswith("the deploy failed at: "), idx
+    listing = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name)
+    assert f"deploy (FAILED, put back: the deploy failed at: " in listing.stdout.splitlines()[-1], listing.stdout
+    refused = rigkit(host, "rollback", "-i", "inventory/sandbox.py", "--host", host.name, "--to", str(failed["n"]))
+    assert refused.returncode == 2 and f"generation {failed['n']} on {host.name} is a failed change" in refused.stderr
     assert host.run(f"cat {LIVE}").stdout == before
     assert running(host) == {"strata": "ready"}
     assert complete(host, "strata").stdout == "200"
+    assert drift_records(host, "--no-plan")[0] == 0
+    # --no-revert: left as the change left it, and said
+    kept = deploy(host, "--no-revert", "--data", bad)
+    assert kept.returncode == 1, kept.stderr[-3000:]
+    assert "--no-revert: the host is left as the change left it" in kept.stderr
+    assert "--no-such-flag" in host.run(f"cat {LIVE}").stdout
+    rc, records, out = drift_records(host, "--no-plan")
+    assert rc == 3 and any(r["kind"] == "file" and r["item"] == LIVE for r in records), out[-3000:]
+    fixed = deploy(host)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert host.run(f"cat {LIVE}").stdout == before and complete(host, "strata").stdout == "200"
 
 
 def test_watchdog_unloads_a_member_answering_500_and_it_answers_again_then_backs_off(host):

@@ -107,6 +107,16 @@ def test_a_broken_new_member_restores_the_backup_and_strata_answers(live, tmp_pa
     assert host.lines[-1].startswith("rolled back: the previous config is live again and strata answers")
 
 
+def test_no_revert_leaves_the_failed_config_live_and_names_the_backup(live, tmp_path):
+    host = FakeHost(fail={"hyperqwen": "HTTP 502 through llama-swap after 0.4 s"})
+    rc = act.activate(NEW, live, host, tmp_path / "holds.json", owner="root:root", now=lambda: 0, revert=False)
+    assert rc == 1 and live.read_text() == NEW
+    assert [c for c in host.calls if c[0] == "systemctl"] == [("systemctl", "restart")] and completions(host) == [
+        "hyperqwen"]
+    assert host.lines[-1] == (f"--no-revert: the failed config stays live as {live}; the previous one is "
+                              f"{tmp_path / 'config.yaml.bak-19700101T000000Z'}; the activation FAILED")
+
+
 def test_a_failed_first_activation_leaves_llama_swap_stopped_and_moves_the_config_aside(tmp_path):
     live = tmp_path / "config.yaml"
     host = FakeHost(fail_health=True)
@@ -252,3 +262,32 @@ def test_the_deploy_surfaces_the_backup_and_failures_from_the_agents_log():
         "/etc/llama-swap/config.yaml.bak-20250101T000000Z",
         "FAILED: hyperqwen: HTTP 500 through llama-swap after 1.0 s: x",
         "restored the previous config from /etc/llama-swap/config.yaml.bak-20250101T000000Z"]
+
+
+def test_a_restart_waits_for_the_gpus_memory_between_stop_and_start(monkeypatch):
+    from rigkit.host import gpu
+
+    calls = []
+
+    class H(act.Host):
+        def systemctl(self, verb):
+            calls.append(verb)
+
+    def wait(timeout_s, idle_mib, log, index=0):
+        calls.append(("wait", timeout_s, idle_mib, index))
+        return {"waited_s": 0}
+
+    monkeypatch.setattr(gpu, "wait_idle", wait)
+    H("http://x", "llama-swap.service", "/none", vram=(60.0, 512.0, 0)).restart()
+    assert calls == ["stop", ("wait", 60.0, 512.0, 0), "start"]
+
+    def busy(timeout_s, idle_mib, log, index=0):
+        raise gpu.VramBusy("GPU 0 memory not back near idle after 60 s: 22609 MiB used, ceiling 512 MiB", {})
+
+    monkeypatch.setattr(gpu, "wait_idle", busy)
+    calls.clear()
+    with pytest.raises(act.ActivationError, match=r"22609 MiB used, ceiling 512 MiB; llama-swap is stopped"):
+        H("http://x", "llama-swap.service", "/none", vram=(60.0, 512.0, 0)).restart()
+    assert calls == ["stop"]
+    H("http://x", "llama-swap.service", "/none").restart()  # no vram section: a plain restart
+    assert calls == ["stop", "restart"]

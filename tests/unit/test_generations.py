@@ -324,3 +324,75 @@ def test_drift_masks_secret_names_only():
 
     assert mask("DFLASH_TOKENS=7\nHF_TOKEN=abcdefg\nVLLM_API_KEY: xyz123\nmax_tokens: 5") == \
         "DFLASH_TOKENS=7\nHF_TOKEN=***\nVLLM_API_KEY: ***\nmax_tokens: 5"
+
+
+# ------------------------------------------------------------------------------ failed changes
+def test_a_failed_attempt_gets_a_number_never_becomes_current_and_prunes_like_any_other(host):
+    root = host.root
+    texts = _files(root)
+    hostgen.record(host, _manifest(texts, root), "rig")
+    (root / "etc" / "b.yaml").unlink()  # the failed deploy never wrote it
+    log: list[str] = []
+    entry = hostgen.record(host, _manifest(texts, root, pins={"cuda": "13.3.2-1"}), "rig", log.append,
+                           failed="the deploy failed at: Activate llama-swap's config")
+    assert entry["n"] == 2 and entry["failed"].startswith("the deploy failed at")
+    index = hostgen.read_index(root / "gen")
+    assert index["current"] == 1 and [g.get("failed") is not None for g in index["generations"]] == [False, True]
+    rec = hostgen.read_record(root / "gen", 2)
+    assert rec["failed"] and rec["files"][f"{root}/etc/b.yaml"]["missing"] is True
+    assert "recorded generation 2 as FAILED" in log[-1] and "generation 1 stays current" in log[-1]
+    # the same attempt again is recorded again (its key may equal the current one's)
+    again = hostgen.record(host, _manifest(texts, root), "rig", failed="again")
+    assert again["n"] == 3 and hostgen.read_index(root / "gen")["current"] == 1
+    # prune counts failed generations like any other, never the current one
+    (root / "etc" / "b.yaml").write_text("ttl: 600\n")
+    for i in range(3):
+        hostgen.record(host, _manifest(_files(root, env=f"X={i}\n"), root, keep=2), "rig")
+    index = hostgen.read_index(root / "gen")
+    assert [g["n"] for g in index["generations"]] == [5, 6] and index["current"] == 6
+
+
+def test_marking_the_current_generation_failed_makes_the_one_before_current_and_drops_its_hold(host):
+    root = host.root
+    texts = _files(root)
+    hostgen.record(host, _manifest(texts, root), "rig")
+    hostgen.record(host, _manifest(_files(root, env="A=1\n"), root), "rig")
+    hostgen.record(host, _manifest(_files(root, env="A=2\n"), root, reason="rollback to 1",
+                                   hold={"rolled_back_to": 1, "by": None}), "rig")
+    assert json.loads((root / "holds.json").read_text())["generation"]["generation"] == 3
+    with pytest.raises(hostgen.GenerationError, match="generation 2 is not the current one"):
+        hostgen.fail(host, 2, "x")
+    log: list[str] = []
+    entry = hostgen.fail(host, 3, "its confirmation failed: strata: HTTP 502", log.append)
+    assert entry["failed"] == "its confirmation failed: strata: HTTP 502"
+    index = hostgen.read_index(root / "gen")
+    assert (index["current"], index["previous"]) == (2, 1)
+    assert hostgen.read_record(root / "gen", 3)["failed"] == entry["failed"]
+    assert "generation" not in json.loads((root / "holds.json").read_text())
+    assert any("removed the hold at generation 3" in ln for ln in log)
+    # the next deploy that leaves the host as generation 2 records nothing: 2 is current again
+    assert hostgen.record(host, _manifest(_files(root, env="A=1\n"), root), "rig")["recorded"] is False
+
+
+def test_a_failed_revert_holds_the_host_at_the_generation_it_started_from(host):
+    root = host.root
+    hostgen.record(host, _manifest(_files(root), root), "rig")
+    with pytest.raises(hostgen.GenerationError, match="no generation 4"):
+        hostgen.hold(host, 4, "x")
+    held = hostgen.hold(host, 1, "the deploy failed and its revert failed")
+    assert held["generation"] == 1 and held["reason"].startswith("the deploy failed")
+    assert json.loads((root / "holds.json").read_text())["generation"]["generation"] == 1
+
+
+def test_a_records_manifest_records_it_again_with_its_declared_files():
+    record = {"n": 3, "time": "T", "operator": "rig", "key": "k", "pins": {"cuda": "1"}, "spec": {"x": 1},
+              "files": {"/a": {"sha256": "found", "declared_sha256": "declared", "mode": "0644", "owner": "root:root"},
+                        "/b": {"sha256": "b", "mode": "0600", "owner": "root:root"}},
+              "secrets": {"/s": {"sha256": "s"}}, "installed": {}, "unit_state": {}, "changed": ["x"],
+              "hold": {"generation": 3}, "failed": None}
+    m = gen.manifest_of_record(record, "rollback to 3")
+    assert m["files"] == {"/a": {"sha256": "declared", "mode": "0644", "owner": "root:root"},
+                          "/b": {"sha256": "b", "mode": "0600", "owner": "root:root"}}
+    assert m["secrets"] == ["/s"] and m["reason"] == "rollback to 3" and m["hold"] is None
+    assert m["key"] == "k" and m["pins"] == {"cuda": "1"} and m["spec"] == {"x": 1}
+    assert not {"n", "time", "operator", "installed", "unit_state", "changed", "failed"} & set(m)

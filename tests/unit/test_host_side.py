@@ -78,7 +78,7 @@ def test_the_rendered_host_config_is_what_the_host_side_reads(tmp_path, monkeypa
     from rigkit.render.files import render
 
     spec = validate_layers([{"llama_swap": {"port": 8090}, "paused_timers": ["agent-sync.timer"],
-                                 "lock_files": ["/run/gpu-busy"]}])
+                                 "lock_files": ["/run/gpu-busy"], "vram_idle_mib": 300}])
     files = render(spec)
     f = files["/etc/rigkit/host.json"]
     assert (f.mode, f.owner) == ("0644", "root:root")
@@ -92,6 +92,7 @@ def test_the_rendered_host_config_is_what_the_host_side_reads(tmp_path, monkeypa
     assert cfg.get("paused_timers") == ["agent-sync.timer"] and cfg.get("lock_files") == ["/run/gpu-busy"]
     assert "rigkit-keeper.service" in cfg.own_units and "rigkit-window.service" in cfg.own_units
     assert cfg.path("lock") == Path("/var/lib/rigkit/rig.lock")
+    assert cfg.vram_idle == (60.0, 300.0, 0)  # (timeout_s, idle_mib, index) for rigkit.host.gpu.wait_idle
     assert "VLLM_API_KEY=" not in f.text and "HF_TOKEN=" not in f.text  # paths of the secret files only
 
 

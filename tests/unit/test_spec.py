@@ -119,6 +119,10 @@ BAD_INPUTS = [
                  "gpu_power_limit_w: '420' (str) — expected an integer", id="string-power-limit"),
     pytest.param({"gpu_power_limit_w": 0},
                  "gpu_power_limit_w: 0 (int) — must be greater than 0", id="zero-power-limit"),
+    pytest.param({"vram_idle_mib": 0}, "vram_idle_mib: 0 (int) — must be greater than 0", id="zero-idle-ceiling"),
+    pytest.param({"vram_idle_mib": 24576},
+                 "vram_idle_mib: 24576 — not below the card's 24576 MiB (gpu_vram_gib 24 × 1024): every reading "
+                 "would count as idle; a headless card reads a few MiB, a CUDA context ~250", id="idle-ceiling-the-whole-card"),
     pytest.param({"llama_swap": {"members": {"strata": {"idle_conn_s": 0}}}},
                  "llama_swap.members.strata.idle_conn_s: 0 (int) — must be greater than or equal to 1",
                  id="idle-conn-forever"),  # llama-swap's 0 keeps idle connections forever (issue #25)

@@ -31,15 +31,23 @@ GRID = {"param": "dflash_tokens", "settings": [3, 5, 7, 9, 15], "contexts": [409
 
 # ------------------------------------------------------------------------------ arguments
 @pytest.mark.parametrize("text, message", [
-    ("spec=3", "--sweep 'spec=3': the key 'spec' cannot be swept; allowed: dflash_tokens=N,N,... (e.g. dflash_tokens=3,5,7)"),
-    ("dflash_tokens", "--sweep 'dflash_tokens': the key 'dflash_tokens' cannot be swept; allowed: dflash_tokens=N,N,... "
-                      "(e.g. dflash_tokens=3,5,7)"),
+    ("spec=3", "--sweep 'spec=3': the key 'spec' cannot be swept; allowed: dflash_tokens=N,N,..., power_limit=N,N,... "
+               "(e.g. dflash_tokens=3,5,7 or power_limit=300,350,420)"),
+    ("dflash_tokens", "--sweep 'dflash_tokens': the key 'dflash_tokens' cannot be swept; allowed: dflash_tokens=N,N,..., "
+                      "power_limit=N,N,... (e.g. dflash_tokens=3,5,7 or power_limit=300,350,420)"),
     ("dflash_tokens=3,x", "--sweep dflash_tokens: 'x' is not an integer; give draft lengths 1–64, comma-separated "
                           "(e.g. dflash_tokens=3,5,7)"),
     ("dflash_tokens=3,2.5", "--sweep dflash_tokens: '2.5' is not an integer; give draft lengths 1–64, comma-separated "
                             "(e.g. dflash_tokens=3,5,7)"),
     ("dflash_tokens=0,7", "--sweep dflash_tokens: 0 is out of range; allowed 1–64"),
     ("dflash_tokens=7,7", "--sweep dflash_tokens: 7 is given twice"),
+    ("power_limit=300,x", "--sweep power_limit: 'x' is not an integer; give power limits in W 100–500, comma-separated "
+                          "(e.g. power_limit=300,350,420)"),
+    ("power_limit=300,350.5", "--sweep power_limit: '350.5' is not an integer; give power limits in W 100–500, "
+                              "comma-separated (e.g. power_limit=300,350,420)"),
+    ("power_limit=90,350", "--sweep power_limit: 90 W is out of range; allowed 100–500 W"),
+    ("power_limit=350,520", "--sweep power_limit: 520 W is out of range; allowed 100–500 W"),
+    ("power_limit=350,350", "--sweep power_limit: 350 is given twice"),
 ])
 def test_bad_sweep_values_name_the_field_the_value_and_what_is_allowed(text, message):
     with pytest.raises(SweepArgError) as exc:
@@ -49,6 +57,7 @@ def test_bad_sweep_values_name_the_field_the_value_and_what_is_allowed(text, mes
 
 def test_a_good_sweep_keeps_its_order():
     assert parse_sweep("dflash_tokens=3, 5,7,9,11,15") == ("dflash_tokens", [3, 5, 7, 9, 11, 15])
+    assert parse_sweep("power_limit=420,300, 350") == ("power_limit", [420, 300, 350])
 
 
 @pytest.mark.parametrize("text, message", [
@@ -70,6 +79,9 @@ def test_bad_contexts_are_refused_with_the_value_and_the_rule(text, message):
 def test_default_contexts_end_at_max_model_len():
     assert parse_contexts(None, 65536) == [4096, 16384, 20480, 65536]
     assert parse_contexts(None, 16384) == [4096, 16384]
+    # a power-limit sweep asks how fast and how efficient, not how far: two contexts
+    assert parse_contexts(None, 65536, "power_limit") == [4096, 16384]
+    assert parse_contexts(None, 8192, "power_limit") == [4096]
 
 
 def test_workloads_default_and_unknown_names():
@@ -377,6 +389,8 @@ def runner(tmp_path, monkeypatch):
     for mod in (steps_mod, sweep_mod):
         monkeypatch.setattr(mod, "sh", unit.sh)
         monkeypatch.setattr(mod, "unit_state", unit.state)
+    waits: list[str] = []  # no GPU here: each start's wait for the GPU's memory is recorded instead
+    monkeypatch.setattr(steps_mod.Window, "wait_vram_idle", lambda self, label: waits.append(label) or "idle")
 
     def run(values, contexts, max_minutes=None):
         sp = plan_sweep(spec, "dflash_tokens", values, contexts, ["chat-greedy"], runs=1, max_tokens=32,
@@ -394,7 +408,7 @@ def runner(tmp_path, monkeypatch):
             unit.sh("systemctl", "stop", "hq.service")
         return w, data
 
-    run.env_file, run.deployed, run.unit = env_file, deployed, unit
+    run.env_file, run.deployed, run.unit, run.waits = env_file, deployed, unit, waits
     return run
 
 
@@ -404,6 +418,9 @@ def test_the_host_runner_records_the_crash_restarts_twice_and_puts_the_deployed_
     assert cells == {(7, 4096): "ok", (7, 20480): "ok", (9, 4096): "ok", (9, 20480): "crashed"}
     assert [a["probe"] == "ok" for a in data["sweep"]["starts"]["dflash_tokens=9"]] == [True]
     assert [a["probe"] == "ok" for a in data["sweep"]["starts"]["deployed"]] == [False, True]
+    # every start waited for the GPU's memory first, the restarts after the crash included
+    assert runner.waits == [f"{label} start {a['attempt']}" for label, starts in data["sweep"]["starts"].items()
+                            for a in starts]
     assert "DFLASH_TOKENS=7" in runner.env_file.read_text()  # recover put the deployed .env back
     assert data["changed"]["tenant_env"] is None
     assert [s["name"] for s in data["steps"] if s["name"].startswith("sweep")] == [

@@ -12,7 +12,8 @@ Sub-commands (``rigkit-agent window CMD``; run as root):
   journal and launch ``window run`` as the transient unit ``rigkit-window.service``
   (``systemd-run --collect``: the window lives on without the SSH session that started it).
 - ``run`` — the window itself (inside the unit): preflight, pause the declared timers, stop
-  llama-swap, confirm the VRAM is free, start ``hyperqwen.service``, wait for ``/health``
+  llama-swap, wait for the GPU's memory back near idle (no compute app, ``memory.used`` at most the host
+  config's ``vram.idle_mib``) and confirm the VRAM is free, start ``hyperqwen.service``, wait for ``/health``
   (boot-to-healthy in s), warm it up (``bench/warmup.sh``'s recipe), run the bench presets;
   then restore, whatever happened.
 - ``abort`` — ask a running window to end early (SIGTERM to its main process; it restores).
@@ -33,6 +34,8 @@ with the bench results in ``/var/lib/rigkit/windows/<id>/``) is a JSON object::
      "timers_active_before": [str], "proxy_was_active": bool|null,
      "changed": {"timers": [str], "proxy_stopped": bool, "tenant_started": bool},
      "boot_to_healthy_s": float|null, "warmup": {...}|null,
+     "vram_idle": {"vram-free"|"vram-released": what rigkit.host.gpu.wait_idle saw (waited_s, used_mib,
+                   ceiling_mib, polls, first_used_mib, first_apps)},
      "bench": {preset: {"dir", "exit_code", "verdicts", "status"}},
      "steps": [{"name", "phase": "window|restore", "started": UTC ISO, "duration_s": float|null,
                 "status": "running|ok|failed|skipped", "detail": str}],
@@ -42,7 +45,12 @@ With a ``sweep`` in the plan (``rigkit window --sweep``, :mod:`rigkit.host.windo
 steps are replaced by the sweep's (one ``sweep:<param>=<value>`` step per setting, ``sweep:recover``
 after a last crash), the journal carries ``sweep`` (the grid, the cells, the starts) and
 ``changed.tenant_env`` (``{"path", "backup", "mode", "uid", "gid"}`` while a setting's ``.env`` is
-installed), and the restore has a ``restore-env`` step after ``stop-tenant``.
+installed), and the restore has a ``restore-env`` step after ``stop-tenant``. A ``power_limit`` sweep
+keeps the deployed ``.env``, records ``changed.power_limit`` (``{"index", "declared_w",
+"enforced_before_w"}``) before it sets its first limit, and its restore has a ``restore-power`` step
+after ``stop-tenant`` that sets the declared limit again and reads it back (the window's preflight
+refuses a limit outside the card's range before anything is touched). Every restore waits for the
+tenant's memory to be released (``vram-released``, before ``start-proxy`` starts the resident).
 
 The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is
 anything but ``closed`` (preflight refused, nothing touched) or ``restored``. ``changed`` says

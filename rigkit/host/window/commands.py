@@ -58,15 +58,20 @@ def _unit_running() -> bool:
 def with_host_config(plan: dict, cfg: HostConfig) -> dict:
     """``plan`` (from the control side: tenant, presets, force, timeouts, bench settings, VRAM
     figures, and the timers to pause and lock files of this run's spec) completed with what the host
-    config says of this host — ports, units, the resident, the API key file, rigkit's own units — which
-    wins. ``paused_timers``/``lock_files`` come from the host config only when the plan has none (the
+    config says of this host — ports, units, the resident, the API key file, rigkit's own units, the
+    declared power limit (``power_limit_w``, W, and ``power_index``: what a power-limit sweep puts
+    back) — which wins (``vram_idle``: ``{"timeout_s", "idle_mib", "index"}`` from its ``vram``, which
+    the waits for the GPU's memory read). ``paused_timers``/``lock_files`` come from the host config only when the plan has none (the
     operator may name others for one window with ``rigkit window --data``)."""
     tenant = cfg.get("tenants", plan["tenant"])
+    power = cfg.data.get("power") or {}
     return {"paused_timers": list(cfg.get("paused_timers")), "lock_files": list(cfg.get("lock_files")),
             **plan, "tenant_unit": tenant["unit"], "tenant_port": tenant["port"], "tenant_model": tenant["model"],
             "tenant_env": tenant.get("env"),
             "proxy_unit": cfg.get("llama_swap", "unit"), "proxy_port": cfg.proxy_port,
-            "resident": cfg.resident, "api_key_file": str(cfg.path("api_key_file")), "own_units": cfg.own_units}
+            "resident": cfg.resident, "api_key_file": str(cfg.path("api_key_file")), "own_units": cfg.own_units,
+            "vram_idle": dict(zip(("timeout_s", "idle_mib", "index"), cfg.vram_idle)),
+            "power_limit_w": power.get("limit_w"), "power_index": power.get("index", 0)}
 
 
 def cmd_start(plan: dict, cfg: HostConfig, journal_path: Path) -> int:

@@ -11,10 +11,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, llama_swap, envfile, gpu, net
+from rigkit.host import atomic, busy, envfile, gpu, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
-from rigkit.host.window.sweep import Sweep
+from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
 from rigkit.host.window.system import sh, unit_state
 
 
@@ -78,6 +78,9 @@ class Window:
                           f"{total / 1024:.2f} GiB (nvidia-smi memory.total)")
         if refused:
             raise Refused(refused)
+        refused = preflight_problem(p)  # a power-limit sweep: every limit within the card's range
+        if refused:
+            raise Refused(refused)
         return (f"no client connections on :{p['proxy_port']}; lock files absent: "
                 f"{', '.join(p.get('lock_files') or []) or '(none declared)'}; "
                 f"{p['tenant']} {need:g} GiB + {reserve:g} GiB reserve fits {total / 1024:.2f} GiB")
@@ -125,14 +128,35 @@ class Window:
             time.sleep(0.2)
         return f"{unit} stopped (was {was}); :{port} closed"
 
+    # the GPU's memory back near idle (issue #30 item 4) ----------------------------------
+    def wait_vram_idle(self, label: str) -> str:
+        """Wait (:func:`rigkit.host.gpu.wait_idle`, bounds from the plan's ``vram_idle``: the host
+        config's ``vram``) until the GPU's memory is back near idle; journal what was seen under
+        ``vram_idle.<label>``. Returns the step's detail; raises StepFailed with the wait's message."""
+        v = self.plan["vram_idle"]  # the deploy refuses while a window is open: no journal predates it
+        try:
+            seen = gpu.wait_idle(float(v["timeout_s"]), float(v["idle_mib"]), self.j.note, index=int(v["index"]))
+        except gpu.VramBusy as exc:
+            self.j.data.setdefault("vram_idle", {})[label] = exc.seen
+            self.j.save()
+            raise StepFailed(str(exc)) from None
+        self.j.data.setdefault("vram_idle", {})[label] = seen
+        self.j.save()
+        held = (f"; held at first: {seen['first_used_mib']:g} MiB by {gpu.apps_text(seen['first_apps'])}"
+                if seen["first_apps"] or seen["first_used_mib"] > seen["ceiling_mib"] else "")
+        return (f"GPU memory near idle after {seen['waited_s']:g} s ({seen['used_mib']:g} MiB used, ceiling "
+                f"{seen['ceiling_mib']:g} MiB, no compute app){held}")
+    # ------------------------------------------------------------------------------------
+
     def vram_free(self) -> str:
+        idle = self.wait_vram_idle("vram-free")
         need_mib = float(self.plan["tenant_vram_gib"]) * 1024
         timeout = float(self.plan["timeouts"].get("vram_free_s", 60))
         end = time.monotonic() + timeout
         while True:
             used, total = gpu_memory_mib()
             if total - used >= need_mib:
-                return (f"{(total - used) / 1024:.2f} GiB free of {total / 1024:.2f} GiB "
+                return (f"{idle}; {(total - used) / 1024:.2f} GiB free of {total / 1024:.2f} GiB "
                         f"(used {used:.0f} MiB); {self.plan['tenant']} needs {need_mib / 1024:g} GiB")
             if time.monotonic() > end:
                 raise StepFailed(f"only {(total - used) / 1024:.2f} GiB of {total / 1024:.2f} GiB free after "
@@ -249,9 +273,9 @@ class Window:
 
     # restore ---------------------------------------------------------------------------
     def restore(self) -> bool:
-        """Stop the tenant, start the proxy, wait for the resident, verify it with a real
-        completion through the proxy, resume the timers that were active. Every sub-step runs
-        even when an earlier one failed. Returns True when all succeeded."""
+        """Stop the tenant, wait for its GPU memory to be released, start the proxy, wait for the
+        resident, verify it with a real completion through the proxy, resume the timers that were
+        active. Every sub-step runs even when an earlier one failed. Returns True when all succeeded."""
         self.interruptible = False
         self.j.set(state="restoring", restores=int(self.j.data.get("restores") or 0) + 1)
         ok = True
@@ -260,6 +284,9 @@ class Window:
                  ("resume-timers", self.r_resume_timers)]
         if self.j.data["changed"].get("tenant_env") or self.plan.get("sweep"):
             steps.insert(1, ("restore-env", self.r_restore_env))
+        steps.insert(len(steps) - 4, ("vram-released", self.r_vram_released))
+        if self.j.data["changed"].get("power_limit") or (self.plan.get("sweep") or {}).get("param") == "power_limit":
+            steps.insert(1, ("restore-power", lambda: restore_power(self.j)))
         for name, fn in steps:
             self.j.step(name, fn, phase="restore", fatal=False)
             ok = ok and self.j.data["steps"][-1]["status"] == "ok"
@@ -284,6 +311,16 @@ class Window:
         if net.port_open(port):
             raise StepFailed(f":{port} still open after stopping {unit}")
         return f"{unit} stopped (was {state}); :{port} closed"
+
+    def r_vram_released(self) -> str:
+        """Before the proxy starts the resident: the tenant's memory released (:meth:`wait_vram_idle`).
+        Not waited when the proxy already runs (it came back by itself, at a boot, with its resident
+        loaded: that memory is the resident's, and the proxy is not started again)."""
+        unit = self.plan["proxy_unit"]
+        state = unit_state(unit)
+        if state in ("active", "activating", "reloading"):
+            return f"not waited: {unit} is already {state} (its resident holds the GPU's memory)"
+        return self.wait_vram_idle("vram-released")
 
     def r_restore_env(self) -> str:
         """Put the deployed tenant ``.env`` back (a sweep installed its settings' files; the window's
@@ -340,19 +377,45 @@ class Window:
         raise StepFailed(f"{p['resident']} not ready after {timeout:g} s (GET {base}/running: {last})")
 
     def r_verify(self) -> str:
-        """A real completion to the resident through llama-swap, by the one client the host commands
-        share (rigkit.host.llama_swap.complete: it sends a request once more when llama-swap's proxy
-        lost it, an empty 502 — notes/issue-25-swap-502.md)."""
+        """The one confirmation (:mod:`rigkit.host.confirm`) of the generation the host is at: its
+        services active, its power limit enforced, and a real completion to the resident through llama-swap (HTTP 200 with ``usage.completion_tokens`` > 0; sent once more when
+        llama-swap's proxy lost it, an empty 502 — notes/issue-25-swap-502.md). A host with no
+        generation recorded gets the completion alone."""
+        from rigkit.host.confirm import ConfirmError, Probe, completion, confirm
+
         p = self.plan
         base = f"http://127.0.0.1:{p['proxy_port']}"
-        url = f"{base}/v1/chat/completions"
-        r = llama_swap.complete(base, p["resident"], timeout_s=float(p["timeouts"].get("resident_s", 300)))
-        if r.status_code != 200:
-            raise StepFailed(f"POST {url} (model {p['resident']}) answered HTTP {r.status_code}: {r.text[:200]}")
-        n = ((r.json() or {}).get("usage") or {}).get("completion_tokens")
-        if not n:
-            raise StepFailed(f"POST {url} (model {p['resident']}): no completion tokens in the answer")
-        return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({n} tokens)"
+        timeout = float(p["timeouts"].get("resident_s", 300))
+        record = self._generation()
+        if record is None:
+            key = envfile.read_value(p["api_key_file"], "VLLM_API_KEY") if p.get("api_key_file") else None
+            try:
+                said = completion(base, p["resident"], key, timeout)
+            except ConfirmError as exc:
+                raise StepFailed(str(exc)) from None
+            return f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said})"
+        # not the files: a wire-in activation since the last deploy leaves the live config unlike the
+        # recorded generation's, and the window put back the one file it changes (the tenant's .env) itself
+        result = confirm(record, [], Probe(base, Path(p["api_key_file"])), timeout, log=lambda _m: None, files=False)
+        if not result["confirmed"]:
+            raise StepFailed(f"generation {record.get('n')} does not confirm: " + "; ".join(result["failed"]))
+        said = next((ch["detail"] for ch in result["checks"] if ch["check"] == f"member {p['resident']}"), "")
+        return (f"{p['resident']} answered a real completion through :{p['proxy_port']} ({said}); generation "
+                f"{record.get('n')} confirmed: " + ", ".join(ch["check"] for ch in result["checks"]
+                                                             if not ch["check"].startswith("member")))
+
+    def _generation(self) -> dict | None:
+        """The record of the host's current generation (:mod:`rigkit.host.generations`), or None."""
+        from rigkit.host.config import ConfigError
+        from rigkit.host.config import load as load_config
+        from rigkit.host.generations import GenerationError, read_index, read_record
+
+        try:
+            root = load_config().path("generations")
+            n = read_index(root)["current"]
+            return read_record(root, n) if n is not None else None
+        except (ConfigError, GenerationError, ValueError, OSError):
+            return None
 
     def r_resume_timers(self) -> str:
         timers = list(self.j.data.get("timers_active_before") or [])

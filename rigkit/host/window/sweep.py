@@ -1,24 +1,45 @@
-"""The sweep inside a window (``rigkit window --sweep dflash_tokens=...``): for each draft length,
-install the tenant's ``.env`` rendered for it on the control side (the plan carries them; the
-host renders nothing), start the tenant clean, warm it up, and measure each workload at each
-context size from the shortest up, journalling every cell (:mod:`rigkit.host.window.sweepgrid`
-has the grid's rules). An engine that dies on a cell is that setting's crash point: the tenant is
-torn down, the next start is probed with a real completion and restarted while it still answers
-500 (up to :data:`STARTS` starts), and the sweep goes on with the next setting. The deployed
-``.env`` is kept in the window's folder and put back by the restore, whatever happens.
+"""The sweep inside a window (``rigkit window --sweep KEY=...``), one runner for both keys.
+
+``dflash_tokens``: for each draft length, install the tenant's ``.env`` rendered for it on the
+control side (the plan carries them; the host renders nothing), start the tenant clean, warm it
+up, and measure each workload at each context size from the shortest up, journalling every cell
+(:mod:`rigkit.host.window.sweepgrid` has the grid's rules). An engine that dies on a cell is that
+setting's crash point: the tenant is torn down, the next start is probed with a real completion and
+restarted while it still answers 500 (up to :data:`STARTS` starts), and the sweep goes on with the
+next setting. The deployed ``.env`` is kept in the window's folder and put back by the restore,
+whatever happens.
+
+``power_limit`` (issue 31): the tenant is started clean once on its deployed ``.env`` and warmed up,
+the card's idle draw is measured, then for each limit (W) ``nvidia-smi --id=N --power-limit=W``
+(:func:`rigkit.host.power.set_limit`, the healer's own command) and ``enforced.power.limit`` read
+back, and the same cells measured. Every limit was checked against the card's range by the
+window's preflight (:func:`preflight_problem`) before anything changed. Before the first limit is
+set the journal records ``changed.power_limit`` (``{"index", "declared_w", "enforced_before_w"}``:
+the host config's ``power.limit_w``, what the healer keeps), and the restore's ``restore-power``
+step (:func:`restore_power`) sets the declared limit again and reads it back, whatever happens — a
+crash, ``--abort``, a killed unit then ``--restore``. The power healer stands down meanwhile: the
+window holds the host lock and its journal is open (:mod:`rigkit.host.standdown`).
+
+A power-limit sweep measures every request's energy (:class:`rigkit.host.bench.energy.EnergyMeter`,
+the card's counter or sampled ``power.draw``, the idle draw once before the first cell); a
+draft-length sweep's cells carry no energy (``energy_note`` "not measured").
 
 The plan's ``sweep`` (built by :func:`rigkit.bench.sweep.plan_sweep`)::
 
-    {"param": "dflash_tokens", "settings": [{"value": 9, "env": ".env text"}],
+    {"param": "dflash_tokens" | "power_limit",
+     "settings": [{"value": 9, "env": ".env text"}] | [{"value": 300}],
+     "declared_w": W (the spec's gpu_power_limit_w),
      "contexts": [tokens, ascending], "workloads": ["chat-greedy", "quoting"],
      "runs": int (requests per cell), "max_tokens": int, "max_model_len": int,
-     "max_minutes": float | None, "resume": bool, "guard": str (said once: the guard is lifted)}
+     "max_minutes": float | None, "resume": bool, "guard": str (said once: what the sweep changes)}
 
 and the journal's ``sweep``: the grid (``param``, ``settings`` as values, ``contexts``,
 ``workloads``), ``cells`` (:mod:`rigkit.host.window.sweepgrid`), ``starts`` (``{setting:
 [{"attempt", "healthy_s", "probe"}]}``), ``current`` (the cell being measured: ``setting``,
 ``workload``, ``context``, ``started``; None between cells), ``resumed_from`` (window id or None),
-``stopped`` (why it ended before the grid was done, or None).
+``stopped`` (why it ended before the grid was done, or None), ``energy`` (the meter:
+:meth:`~rigkit.host.bench.energy.EnergyMeter.describe`, the idle draw), ``declared_w`` (W) and
+``limits`` (``{"300": {"set_w", "enforced_w", "at"}}``: each limit as read back).
 """
 
 from __future__ import annotations
@@ -26,15 +47,17 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from rigkit.host import atomic, envfile
+from rigkit.host import atomic, envfile, gpu, power
 from rigkit.host.bench.client import ChatSession, stream_chat
+from rigkit.host.bench.energy import EnergyMeter, summarize_energy
 from rigkit.host.bench.context import Target, measure_chars_per_token
 from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document,
                                          verbatim_check)
-from rigkit.host.journal import StepFailed, now_iso
+from rigkit.host.journal import Journal, StepFailed, now_iso
 from rigkit.host.window.sweepgrid import classify, crash_point, pending
 from rigkit.host.window.system import sh, unit_state
 
@@ -77,10 +100,13 @@ def cell_payload(workload: str, context: int, max_tokens: int, chars_per_token: 
 
 
 def summarize_cell(setting: int, workload: str, context: int, results: list, expected: list,
-                   tenant_active: bool, window_id: str) -> dict[str, Any]:
+                   tenant_active: bool, window_id: str, energy: dict[str, Any] | None = None,
+                   enforced_w: float | None = None) -> dict[str, Any]:
     """The journal cell (:mod:`rigkit.host.window.sweepgrid`) of ``results``
     (:class:`rigkit.host.bench.client.RequestResult`, in order; the first failed one ends the cell):
-    medians of the answered requests, status by :func:`~rigkit.host.window.sweepgrid.classify`."""
+    medians of the answered requests, status by :func:`~rigkit.host.window.sweepgrid.classify`;
+    ``energy`` is :func:`rigkit.host.bench.energy.summarize_energy` of its requests (None: not
+    measured), ``enforced_w`` the power limit read back before it (W)."""
     ok = [r for r in results if r.ok]
     bad = next((r for r in results if not r.ok), None)
     status = classify(bad.error_kind if bad else None, tenant_active)
@@ -93,6 +119,10 @@ def summarize_cell(setting: int, workload: str, context: int, results: list, exp
             "decode_tps": med("decode_tps"), "prefill_tps": med("prefill_tps"), "ttft_s": med("ttft_s"),
             "tokens_per_chunk": med("tokens_per_chunk"), "prompt_tokens": med("prompt_tokens"),
             "runs": len(ok), "error": None, "window": window_id, "measured": now_iso()}
+    e = energy or {}
+    cell.update({"energy_j": e.get("joules"), "avg_w": e.get("avg_w"), "tok_per_j": e.get("tok_per_j"),
+                 "j_per_token": e.get("j_per_token"), "power_modelled": e.get("power_modelled"),
+                 "energy_note": e.get("note") if energy else "not measured", "enforced_w": enforced_w})
     if status != "ok":
         cell.update(decode_tps=None, prefill_tps=None, ttft_s=None, tokens_per_chunk=None)
         cell["error"] = (f"{bad.error_kind}: {bad.error}" if bad else "the tenant's unit is gone") + \
@@ -101,6 +131,51 @@ def summarize_cell(setting: int, workload: str, context: int, results: list, exp
     if passages:
         cell["verbatim_passed"] = sum(verbatim_check(e, a).passed for e, a in passages)
     return cell
+
+
+def preflight_problem(plan: dict[str, Any]) -> str | None:
+    """Why a ``power_limit`` sweep must not open its window (the window's preflight refuses it,
+    nothing touched), or None: the host config names no declared limit, the card's range cannot be
+    read, or a limit lies outside ``power.min_limit``..``power.max_limit``
+    (:func:`rigkit.host.gpu.power_limit_problem`). None for any other plan."""
+    sp = plan.get("sweep") or {}
+    if sp.get("param") != "power_limit":
+        return None
+    if plan.get("power_limit_w") is None:
+        return "the host config names no power.limit_w (re-run the deploy): the sweep could not put it back"
+    index = int(plan.get("power_index") or 0)
+    g, why = gpu.card(gpu.query(), index)
+    if g is None:
+        return f"--sweep power_limit: GPU {index}'s power range cannot be read ({why})"
+    for s in sp["settings"]:
+        problem = gpu.power_limit_problem(s["value"], g.get("power_min_w"), g.get("power_max_w"), f"GPU {index}",
+                                          field="--sweep power_limit")
+        if problem:
+            return problem
+    if g.get("power_min_w") is None or g.get("power_max_w") is None:
+        return f"--sweep power_limit: GPU {index} reports no power.min_limit/power.max_limit; its range is never assumed"
+    return None
+
+
+def restore_power(j: Journal) -> str:
+    """The restore's ``restore-power`` step: set the declared limit recorded in ``changed.power_limit``
+    again (:func:`rigkit.host.power.set_limit`) and read ``enforced.power.limit`` back; clears the
+    record when it holds. Raises StepFailed when it cannot be set or does not read back."""
+    rec = j.data["changed"].get("power_limit")
+    if not rec:
+        return "the GPU power limit untouched (no limit was set)"
+    index, want = int(rec["index"]), float(rec["declared_w"])
+    ok, detail = power.set_limit(index, want)
+    if not ok:
+        raise StepFailed(f"putting the declared {want:g} W back on GPU {index} failed: {detail}")
+    enforced, why = gpu.enforced_w(index)
+    if enforced is None or abs(enforced - want) > power.TOLERANCE_W:
+        raise StepFailed(f"set GPU {index} to the declared {want:g} W but enforced.power.limit reads "
+                         f"{enforced if enforced is not None else why}")
+    j.data["changed"]["power_limit"] = None
+    j.save()
+    return (f"GPU {index} enforces the declared {want:g} W again (enforced.power.limit read back; "
+            f"{rec.get('enforced_before_w')} W before the window)")
 
 
 class Sweep:
@@ -122,9 +197,18 @@ class Sweep:
         data["stopped"] = None
         data["current"] = None
         data["max_model_len"] = self.sp.get("max_model_len")
+        data["declared_w"] = self.plan.get("power_limit_w", self.sp.get("declared_w"))
+        data.setdefault("limits", {})
         self.data = data
         self.t0 = time.monotonic()
         self.dirty = False  # an engine crashed since the last clean start
+        self.running = False  # power_limit: the tenant runs, started clean and warmed up
+        self.cpt: float | None = None
+        self.enforced: float | None = None  # power_limit: the limit read back for the cells now measured
+        # energy is what a power-limit sweep is for; a draft-length sweep measures speed and survival only
+        # (two nvidia-smi reads per request added 13 s to the sandbox's draft-length tests)
+        self.meter = (EnergyMeter(gpu.query_energy, where=f"{self.plan.get('host')} (this host's nvidia-smi)")
+                      if self.grid["param"] == "power_limit" else None)
         self.j.save()
 
     # the tenant's .env -------------------------------------------------------------------
@@ -168,11 +252,12 @@ class Sweep:
 
     def start_clean(self, label: str) -> str:
         """Start the tenant until a real completion answers: up to :data:`STARTS` starts, each
-        after a teardown. Returns the detail; raises StepFailed when every start still fails."""
+        after a teardown and the GPU's memory back near idle (:meth:`Window.wait_vram_idle`). Returns the detail; raises StepFailed when every start still fails."""
         attempts = self.data["starts"].setdefault(label, [])
         for attempt in range(1, STARTS + 1):
             self.w.checkpoint()
             self.stop_tenant()
+            self.w.wait_vram_idle(f"{label} start {attempt}")  # the last start's memory freed first
             self.j.data["changed"]["tenant_started"] = True
             self.j.save()
             self.w._t_start = time.monotonic()
@@ -200,9 +285,9 @@ class Sweep:
         return m is not None and time.monotonic() - self.t0 >= float(m) * 60
 
     def measure(self, setting: int, context: int, workload: str, cpt: float) -> dict[str, Any]:
-        """Measure one cell (``runs`` requests) and journal it."""
+        """Measure one cell (``runs`` requests, each with its energy) and journal it."""
         t = self.target()
-        results, expected = [], []
+        results, expected, records = [], [], []
         self.data["current"] = {"setting": setting, "workload": workload, "context": context, "started": now_iso()}
         self.j.save()
         with ChatSession() as session:
@@ -211,8 +296,11 @@ class Sweep:
                 payload, passage = cell_payload(workload, context, int(self.sp["max_tokens"]), cpt,
                                                 f"{self.j.data['id']}-{setting}-{context}", i, t.model,
                                                 self.sp.get("extra_body"))
-                r = stream_chat(t.chat_url, payload, api_key=t.api_key, session=session,
-                                stall_timeout_s=float(self.sp.get("stall_timeout_s", 120)))
+                with self.meter.measure() if self.meter else nullcontext() as span:
+                    r = stream_chat(t.chat_url, payload, api_key=t.api_key, session=session,
+                                    stall_timeout_s=float(self.sp.get("stall_timeout_s", 120)))
+                if span is not None:
+                    records.append({"ok": r.ok, "completion_tokens": r.completion_tokens, **span.record()})
                 results.append(r)
                 expected.append(passage)
                 if not r.ok:
@@ -221,24 +309,73 @@ class Sweep:
         if results and not results[-1].ok and active:
             time.sleep(1)  # a dead engine's container takes a moment to go
             active = unit_state(self.plan["tenant_unit"]) == "active"
-        cell = summarize_cell(setting, workload, context, results, expected, active, self.j.data["id"])
+        energy = None
+        if self.meter:
+            idle = self.meter.idle_span.avg_w if self.meter.idle_span is not None else None
+            energy = summarize_energy(records, idle, self.meter.method)
+        cell = summarize_cell(setting, workload, context, results, expected, active, self.j.data["id"],
+                              energy, self.enforced)
         self.data["cells"].append(cell)
         self.data["current"] = None
         self.j.save()
         return cell
 
-    def setting(self, value: int, env: str) -> str:
-        """One setting: install its .env, start clean, warm up, measure its pending cells."""
-        label = f"{self.grid['param']}={value}"
-        todo = [(ctx, w) for s, ctx, w in pending(self.grid, self.data["cells"]) if s == value]
-        self.install_env(env)
+    def apply_limit(self, value: int) -> str:
+        """Set GPU ``power_index``'s limit to ``value`` W and read ``enforced.power.limit`` back;
+        ``changed.power_limit`` is journalled before the first change. Raises StepFailed when it
+        cannot be set or does not hold."""
+        index = int(self.plan.get("power_index") or 0)
+        changed = self.j.data["changed"]
+        if not changed.get("power_limit"):
+            before, _ = gpu.enforced_w(index)
+            changed["power_limit"] = {"index": index, "declared_w": float(self.plan["power_limit_w"]),
+                                      "enforced_before_w": before}
+            self.j.save()
+        ok, detail = power.set_limit(index, value)
+        if not ok:
+            raise StepFailed(f"setting GPU {index} to {value} W failed: {detail}")
+        enforced, why = gpu.enforced_w(index)
+        self.data["limits"][str(value)] = {"set_w": value, "enforced_w": enforced, "at": now_iso()}
+        self.j.save()
+        if enforced is None or abs(enforced - value) > power.TOLERANCE_W:
+            raise StepFailed(f"set GPU {index} to {value} W but enforced.power.limit reads "
+                             f"{enforced if enforced is not None else why}")
+        self.enforced = enforced
+        return f"GPU {index} enforces {enforced:g} W"
+
+    def ready(self, label: str, env: str | None) -> str:
+        """The tenant ready for ``label``'s cells: for a draft length its .env installed and a clean
+        start; for a power limit one clean start on the deployed .env, kept while it lives. Warmed up
+        after each start; the idle draw measured once, before the first cell."""
+        if self.grid["param"] == "power_limit" and self.running and unit_state(self.plan["tenant_unit"]) == "active":
+            return "the tenant runs on (started clean earlier)"
+        if env is not None:
+            self.install_env(env)
         try:
-            started = self.start_clean(label)
+            started = self.start_clean(label if env is not None else "deployed .env")
         except StepFailed:
             self.dirty = True  # left in an unknown state: the deployed .env must be shown to start
             raise
         self.j.step(f"warmup:{label}", self.w.warmup, fatal=False)
-        cpt, _ = measure_chars_per_token(self.target(), "".join(make_document(2000, 3)))
+        self.cpt, _ = measure_chars_per_token(self.target(), "".join(make_document(2000, 3)))
+        if self.meter and self.meter.idle_span is None:
+            span = self.meter.idle()
+            self.data["energy"] = self.meter.describe()
+            self.j.save()
+            if span.joules is not None:
+                started += f"; idle draw {span.avg_w:.1f} W over {span.seconds:.1f} s (shown apart)"
+        self.running = True
+        return started
+
+    def setting(self, value: int, env: str | None) -> str:
+        """One setting: the tenant ready (:meth:`ready`), a power limit set (:meth:`apply_limit`),
+        then its pending cells measured."""
+        label = f"{self.grid['param']}={value}"
+        todo = [(ctx, w) for s, ctx, w in pending(self.grid, self.data["cells"]) if s == value]
+        started = self.ready(label, env)
+        if self.grid["param"] == "power_limit":
+            started += "; " + self.apply_limit(value)
+        cpt = self.cpt
         done = []
         for ctx, w in todo:
             if self.over_budget():
@@ -253,6 +390,7 @@ class Sweep:
                 self.j.note(f"sweep {label}: the engine died at {ctx} tokens on {w} ({cell['error'][:200]}); "
                             "tearing it down, no longer context is tried at this setting")
                 self.stop_tenant()
+                self.running = False
                 break
         crash = crash_point(self.data["cells"], value)
         return (f"{started}; {len(done)} cell(s) measured"
@@ -273,8 +411,8 @@ class Sweep:
                 self.j.save()
                 break
             self.w.checkpoint()
-            self.j.step(f"sweep:{self.grid['param']}={s['value']}", lambda s=s: self.setting(s["value"], s["env"]),
-                        fatal=False)
+            self.j.step(f"sweep:{self.grid['param']}={s['value']}",
+                        lambda s=s: self.setting(s["value"], s.get("env")), fatal=False)
         if self.dirty:
             self.j.step("sweep:recover", self.recover, fatal=False)
 

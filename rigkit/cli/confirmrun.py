@@ -1,0 +1,322 @@
+"""A change to what serves, confirmed by inference or put back (DESIGN.md "Confirmed, or put back"):
+the one confirmation and the one revert of ``rigkit deploy``, ``rigkit rollback`` and ``rigkit
+wire-in --activate``.
+
+Each command takes the host lock for its whole run (:class:`LockHold`, one lease that its own
+commands join), applies its change (the deploy through pyinfra), and then, on each host it changed:
+
+- **confirm** the generation the host should now be at (``rigkit-agent confirm``,
+  :mod:`rigkit.host.confirm`: the declared services active, the power limit read back, the
+  declared files as declared, a real completion through llama-swap to each live member the change
+  touched and to the resident, within the members' declared cold boots plus a margin, or
+  ``--confirm-budget``);
+- **put back** when the change failed or its confirmation did: the failed attempt is recorded as a
+  *failed* generation (a number, never current; ``rollback --to`` it is refused), the host is
+  deployed back to the generation it started from (files, units, pins only when the change touched
+  them, llama-swap's config through the activation path) under the same lock, that one is
+  confirmed, and the command exits 1 naming what failed, that it reverted and to which generation.
+  ``--no-revert`` leaves the host as the change left it and says so (``rigkit drift`` then shows it).
+  A revert that itself fails stops there, holds the host at the generation it started from
+  (``rigkit rollback --release`` ends the hold) and says what state the host is in.
+
+A host with nothing recorded yet (the first deploy) has no generation to go back to: a failed first
+deploy is said to be unrevertable. A deploy that changed nothing asks nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets as pysecrets
+import subprocess
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from rigkit import exitcodes
+from rigkit.cli.common import err
+
+
+class LockHold:
+    """The host lock held over SSH for a whole command (``rigkit-agent lock hold --lease ID``): taken
+    by :meth:`take`, ended by :meth:`release` (closing stdin) or by the session dying (a reboot)."""
+
+    def __init__(self, remote, what: str, lease: str | None = None) -> None:
+        from rigkit import paths
+
+        self.remote, self.what = remote, what
+        self.lease = lease or pysecrets.token_hex(8)
+        self.command = (f"{paths.AGENT_BIN} lock hold --what {json.dumps(what)} --lease {self.lease}")
+        self.proc: subprocess.Popen | None = None
+        self.stderr: list[str] = []
+
+    def take(self, timeout_s: float = 60) -> str | None:
+        """Take it; None when held, else why not (the holder named)."""
+        self.proc = subprocess.Popen(self.remote.argv(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if line and line[0].strip() == "held":
+            return None
+        self.proc.kill()
+        self.proc.wait()
+        reader.join(2)
+        return "; ".join(s.strip() for s in self.stderr if s.strip()) or "the host lock could not be taken"
+
+    def alive(self) -> bool:
+        """The SSH session holding the lock is still up."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def release(self) -> None:
+        """End the hold (close the session's stdin); idempotent."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.proc = None
+
+
+@dataclass
+class Change:
+    """One host's part of a change: ``hs`` (:class:`rigkit.spec.inventory.HostSpec`), its ``remote``,
+    the generation it started from (``start``, None on a host with none) and that generation's
+    record (``start_record``), the lock (``hold``, its record naming ``lock_what``) and what the
+    change is called in messages (``what``: ``"the deploy"``, ``"the rollback to 3"``)."""
+
+    hs: Any
+    remote: Any
+    what: str
+    start: int | None = None
+    start_record: dict[str, Any] | None = None
+    hold: LockHold | None = None
+    lock_what: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.hs.name
+
+    def say(self, text: str, error: bool = False) -> None:
+        """One line on stderr, prefixed with the host's name."""
+        from rich.markup import escape
+
+        err.print(("[red]error:[/] " if error else "") + escape(f"{self.name}: {text}"), markup=True, highlight=False)
+
+
+def agent_json(remote, *args: str, stdin: str | None = None, lease: str | None = None,
+               timeout: float = 120) -> tuple[dict[str, Any] | None, str]:
+    """``rigkit-agent ARGS`` → ``(its last stdout line as JSON, "")``, or ``(None, why)`` (the agent's
+    last error line, or that it printed no JSON)."""
+    proc = remote.agent(*args, stdin=stdin, timeout=timeout, lease=lease)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode not in (0, 1) or not lines:
+        why = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-1]
+        return None, why
+    try:
+        return json.loads(lines[-1]), ""
+    except ValueError:
+        return None, f"not JSON: {lines[-1][:200]!r}"
+
+
+def begin(hs, remote, what: str, lease: str, lock_what: str) -> Change:
+    """The host's :class:`Change` before anything is touched: the current generation and its record
+    (none where the agent is not installed yet or nothing is recorded) and the host lock taken under
+    ``lease`` where the agent can take it (``lock_what`` names the holder in the lock's record:
+    ``"rigkit deploy"``). Raises ChangeRefused (nothing touched) when the lock is held by someone
+    else or a window is open."""
+    ch = Change(hs, remote, what, lock_what=lock_what)
+    index, _ = agent_json(remote, "generation", "list", timeout=60)
+    if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
+        return ch
+    ch.start = index.get("current")
+    if ch.start is not None:
+        shown, why = agent_json(remote, "generation", "show", str(ch.start), timeout=60)
+        ch.start_record = (shown or {}).get("record")
+    ch.hold = LockHold(remote, lock_what, lease)
+    why = ch.hold.take()
+    if why:
+        ch.hold = None
+        raise ChangeRefused(f"{ch.name}: {what} refused, nothing touched: {why}")
+    return ch
+
+
+class ChangeRefused(RuntimeError):
+    """The host lock could not be taken before a change: the message names the holder."""
+
+
+def relock(ch: Change, lease: str) -> None:
+    """Take the host lock again when the SSH session holding it ended (a reboot of the change), so
+    the confirmation and a revert run under it; said when it cannot."""
+    if ch.hold is None or ch.hold.alive():
+        return
+    ch.hold.release()
+    ch.say("the SSH session holding the host lock ended during the change (a reboot); taking it again")
+    hold = LockHold(ch.remote, ch.lock_what, lease)
+    why = hold.take()
+    if why:
+        ch.say(f"could not take the host lock again ({why}); confirming without it", error=True)
+        ch.hold = None
+    else:
+        ch.hold = hold
+
+
+def end(ch: Change) -> None:
+    """Release the host lock (idempotent)."""
+    if ch.hold is not None:
+        ch.hold.release()
+
+
+def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
+    """The host's current generation now and its record (``(None, None)`` when unreadable)."""
+    index, _ = agent_json(ch.remote, "generation", "list", timeout=60)
+    n = (index or {}).get("current")
+    if n is None:
+        return None, None
+    shown, _ = agent_json(ch.remote, "generation", "show", str(n), timeout=60)
+    return n, (shown or {}).get("record")
+
+
+def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
+            files: bool = True) -> dict[str, Any]:
+    """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (:mod:`rigkit.host.confirm`;
+    ``files`` False leaves the files check out); prints each check; returns its result
+    (``confirmed`` False with the reason when the agent could not be run)."""
+    request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s, "files": files})
+    ch.say(f"confirming generation {n}: " + (f"members {', '.join(touched)} and the resident" if touched
+                                              else "the resident") + " through llama-swap")
+    proc = ch.remote.agent("confirm", stdin=request, timeout=float(budget_s or 0) + 900, lease=lease)
+    for line in proc.stderr.splitlines():
+        if line.strip():
+            err.print(f"{ch.name}: {line.strip()}", markup=False, highlight=False)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        result = {"confirmed": False, "failed": [f"rigkit-agent confirm did not answer (exit {proc.returncode})"],
+                  "generation": n}
+    return result
+
+
+def record_failed(ch: Change, manifest: dict[str, Any], why: str, lease: str) -> int | None:
+    """Record ``manifest`` (the attempt) as a failed generation; its number, or None (said)."""
+    entry, problem = agent_json(ch.remote, "generation", "record", "--failed", why,
+                                stdin=json.dumps(manifest, sort_keys=True), lease=lease)
+    if entry is None:
+        ch.say(f"could not record the failed attempt: {problem}", error=True)
+        return None
+    return entry.get("n")
+
+
+def mark_failed(ch: Change, n: int, why: str, lease: str) -> bool:
+    """Mark the current generation ``n`` failed (the one before it is current again)."""
+    entry, problem = agent_json(ch.remote, "generation", "fail", str(n), "--why", why, lease=lease)
+    if entry is None:
+        ch.say(f"could not mark generation {n} failed: {problem}", error=True)
+    return entry is not None
+
+
+def members_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A record's spec snapshot (None without a record)."""
+    return (record or {}).get("spec")
+
+
+def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: str, why: str, touched: list[str],
+             budget_s: float | None) -> int:
+    """Deploy the host back to ``ch.start`` under the lease, confirm it, and say where the host is;
+    returns 1 (the change failed either way). On a failed revert the host is held at ``ch.start``."""
+    from rigkit.cli.deployrun import failed_operations, run_pyinfra
+    from rigkit.deploy.source import GENERATION_ENV
+    from rigkit.host.lock import LEASE_ENV
+
+    if ch.start is None:
+        ch.say(f"{ch.what} FAILED ({why}) and there is no earlier generation to go back to (nothing was "
+               "recorded before it); the host is left as the change left it", error=True)
+        return exitcodes.FAILED
+    ch.say(f"{ch.what} FAILED ({why}); reverting to generation {ch.start}, where it started")
+    back, _ = run_pyinfra(inventory, [ch.name], overrides, verbose=verbose,
+                          extra_env={GENERATION_ENV: str(ch.start), LEASE_ENV: lease})
+    relock(ch, lease)
+    if back.returncode != 0:
+        state = f"the revert's deploy failed at: {'; '.join(failed_operations(back)) or 'its start'}"
+    else:
+        result = confirm(ch, ch.start, touched, budget_s, lease)
+        state = None if result.get("confirmed") else \
+            "generation {} does not confirm either: {}".format(ch.start, "; ".join(result.get("failed") or []))
+    if state is None:
+        ch.say(f"{ch.what} FAILED ({why}); reverted to generation {ch.start}, confirmed: the host serves as "
+               f"before (`rigkit generations --host {ch.name}` lists the failed attempt)", error=True)
+        return exitcodes.FAILED
+    held, problem = agent_json(ch.remote, "generation", "hold", str(ch.start), "--why",
+                               f"{ch.what} failed ({why}) and its revert failed ({state})", lease=lease)
+    ch.say(f"{ch.what} FAILED ({why}) and so did the revert to generation {ch.start}: {state}. STOPPED there: "
+           "the host has the revert's files and units as far as its deploy got; "
+           + ("it is held at generation {} (the next deploy applies that generation, not the spec, until "
+              "`rigkit rollback --host {} --release`); a human should look (`rigkit drift --host {}`)".format(
+                  ch.start, ch.name, ch.name) if held else f"holding it failed too ({problem})"), error=True)
+    return exitcodes.FAILED
+
+
+def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lease: str, attempt: dict[str, Any],
+           no_revert: bool, budget_s: float | None) -> int:
+    """After the change's pyinfra run ``proc``: confirm what this host now is, or put it back
+    (module docstring). ``attempt`` is the manifest of what the change declared (recorded as the
+    failed generation when the run failed before recording one). Returns 0 confirmed (or nothing
+    changed), 1 failed (reverted, left by ``--no-revert``, or not revertable)."""
+    from rigkit.cli.deployrun import host_result
+
+    failed_ops, changed, ran = host_result(proc, ch.name)
+    host_failed = proc.returncode != 0 and failed_ops is not None
+    if not host_failed and not changed:
+        return exitcodes.OK  # a converged host: nothing changed, nothing to confirm
+    relock(ch, lease)
+    now_n, now_rec = current(ch)
+    new = now_n if now_n is not None and now_n != ch.start else None
+    target_spec = members_of(now_rec) if new is not None else attempt.get("spec")
+    touched = _touched(members_of(ch.start_record), target_spec)
+    if host_failed:
+        if not ran:
+            ch.say(f"{ch.what} failed before it changed anything; the host stays at generation {ch.start}", error=True)
+            return exitcodes.FAILED
+        why = f"failed at: {'; '.join(failed_ops) or 'an operation (see pyinfra above)'}"
+        n = new
+        if n is not None:
+            mark_failed(ch, n, why, lease)
+        elif ch.start is not None:
+            n = record_failed(ch, attempt, f"{ch.what} {why}", lease)
+        if n is not None:
+            ch.say(f"the failed attempt is generation {n}, recorded as failed")
+        if no_revert:
+            ch.say(f"{ch.what} {why}; --no-revert: the host is left as the change left it (`rigkit drift --host "
+                   f"{ch.name}` shows how it differs)", error=True)
+            return exitcodes.FAILED
+        return put_back(ch, inventory, overrides, verbose, lease, why, touched, budget_s)
+    target = new if new is not None else now_n
+    if target is None:
+        ch.say("changed, but no generation is recorded to confirm against", error=True)
+        return exitcodes.FAILED
+    result = confirm(ch, target, touched, budget_s, lease)
+    if result.get("confirmed"):
+        ch.say(f"generation {target} confirmed in {result.get('took_s')} s (budget {result.get('budget_s')} s): "
+               + ", ".join(f"{m} answered" for m in result.get("members") or []))
+        return exitcodes.OK
+    why = "its confirmation failed: " + "; ".join(result.get("failed") or ["?"])
+    if new is None:
+        ch.say(f"{ch.what} left generation {target}'s declared state, but {why}; nothing to go back to",
+               error=True)
+        return exitcodes.FAILED
+    mark_failed(ch, new, why, lease)
+    ch.say(f"the failed attempt is generation {new}, recorded as failed")
+    if no_revert:
+        ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`rigkit drift --host "
+               f"{ch.name}` shows how it differs)", error=True)
+        return exitcodes.FAILED
+    return put_back(ch, inventory, overrides, verbose, lease, why, touched, budget_s)
+
+
+def _touched(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
+    from rigkit.host.confirm import touched_members
+
+    return touched_members(old, new or {})
