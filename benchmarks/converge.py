@@ -5,6 +5,8 @@ For each of N rounds (default 3): a fresh nspawn host, `rigkit deploy -i invento
 of the rounds: wall seconds of each run, remote commands executed (pyinfra's `>>>` command
 lines at -vv, fact commands included), operations changed, and the re-run/first-run ratios.
 
+Hosts are named ``<RIGKIT_HARNESS_PREFIX>conv<i>`` (default ``rkb-``), so a session touches only its own.
+
 usage: python benchmarks/converge.py [--rounds 3]   (root; `make sandbox-fixtures` first)
 """
 
@@ -46,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for i in range(args.rounds):
-        name = f"rkb-conv{i}"
+        name = f"{os.environ.get('RIGKIT_HARNESS_PREFIX', 'rkb-')}conv{i}"  # this session's prefix only
         with hostctl.lock():
             hostctl.host_down(name)
         hostctl.host_up(name, "nspawn")
@@ -65,7 +67,9 @@ def main() -> None:
     print(f"median of {args.rounds}: first deploy {f_wall:.1f} s / {f_cmd:.0f} remote commands; "
           f"converged re-run {a_wall:.1f} s / {a_cmd:.0f} remote commands, "
           f"{med([r[1][2] for r in rows]):.0f} changed")
-    print(f"re-run / first-run: wall {a_wall / f_wall:.2f}, commands {a_cmd / f_cmd:.2f}")
+    print(f"re-run / first-run: wall {a_wall / f_wall:.2f} (target <= 0.2), commands {a_cmd / f_cmd:.2f}; "
+          f"converged re-run commands {a_cmd:.0f} (target <= 120)")
+    print(f"load average (1, 5, 15 min) {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

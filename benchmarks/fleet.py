@@ -1,22 +1,25 @@
 """Fleet cost: `rigkit drift` and a converged `rigkit deploy --no-smoke` on 1 host vs N hosts.
 
-The claim measured: pyinfra reaches the hosts of one run in parallel (and drift starts its
-per-host plans at once), so N hosts cost far less than N times one host. Not a test (keep it out
-of the suite: it builds sandbox hosts and takes minutes); prints figures.
+The claim measured: drift probes the hosts of one run in parallel (one SSH round trip each) and
+pyinfra deploys them in parallel, so N hosts cost far less than N times one host. Not a test (keep
+it out of the suite: it builds sandbox hosts and takes minutes); prints figures.
 
 What it does: brings up N nspawn sandbox hosts named ``<prefix>f0`` … (``--prefix``, default
-``r16-``, so it never touches another session's hosts), writes a fleet inventory under
+``r16-``, so it never touches another session's hosts) as copies of the converged sandbox host
+(tests/harness/golden.py, as the tests get theirs; ``--fresh``: unpacked and deployed from nothing
+instead, ``--reboot``, not timed), each only while the machine still has ``--min-free-gib`` of
+memory available (fewer hosts than asked are said so), writes a fleet inventory under
 ``out/fleet/`` that declares them all exactly as ``inventory/sandbox.py`` declares one (it runs
-that file once per host name), deploys them once (``--reboot``: the first deploy, not timed),
-then times, ``--runs`` times each, on the first host alone and on all N: ``rigkit drift``
-(pyinfra's ``--dry`` plan included) and ``rigkit deploy --no-smoke`` (converged: 0 changed,
-checked). Wall seconds and CPU seconds (user + system of every process it started, from
+that file once per host name), then times, ``--runs`` times each, on the first host alone and on
+all N: ``rigkit drift`` (the probe, its default; ``--plan`` adds pyinfra's plan) and ``rigkit deploy
+--no-smoke`` (converged: 0 changed, checked). Each host's memory (its cgroup's ``memory.current``)
+is printed. Wall seconds and CPU seconds (user + system of every process it started, from
 ``getrusage(RUSAGE_CHILDREN)``; the sandbox hosts' own processes are not children and are not
 counted) are printed as medians, with the N/1 wall ratio (target <= 2 for N = 4 on a 2-core
 machine) and the load average before and after, so a run on a machine busy with other work
 can be read for what it is. The hosts are removed at the end unless ``--keep``.
 
-usage: python benchmarks/fleet.py [--hosts 4] [--runs 3] [--prefix r16-] [--keep]
+usage: python benchmarks/fleet.py [--hosts 4] [--runs 3] [--prefix r16-] [--fresh] [--plan] [--keep]
 (root, from the project root; `make sandbox-fixtures` first)
 """
 
@@ -49,27 +52,49 @@ for _name in {names!r}:
 
 
 def write_inventory(names: list[str]) -> str:
-    """Write ``out/fleet/fleet_<n>.py`` declaring ``names``; returns its path (relative)."""
+    """Write ``out/fleet/fleet_<n>.py`` declaring ``names``; returns its (absolute) path."""
     out = ROOT / "out" / "fleet"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"fleet_{len(names)}.py"
     path.write_text(INVENTORY.format(names=names, sandbox=str(ROOT / "inventory" / "sandbox.py")))
-    return str(path.relative_to(ROOT))
+    return str(path)
 
 
 def timed(cmd: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, subprocess.CompletedProcess]:
-    """``(wall s, CPU s of the children, result)`` of ``cmd`` run from the project root with
-    the sandbox hub's token; SystemExit naming the command when its exit status is not in ``ok``."""
+    """``(wall s, CPU s of the children, result)`` of ``cmd`` run in the tests' sandbox project
+    (tests/harness/sandbox_project.py: their declared group_data) with the sandbox hub's token; SystemExit naming the command when its exit status is not in ``ok``."""
+    import sandbox_project  # the tests' declared data, the one the converged copies were deployed with
+
     env = {**os.environ, "HF_TOKEN": hostctl.hub_token()}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=sandbox_project.cwd(), env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
     return wall, cpu, proc
+
+
+def host_memory(name: str) -> int | None:
+    """Bytes of memory host ``name``'s cgroup uses now (``memory.current``, cgroup v2; v1's
+    ``memory.usage_in_bytes``), or None when neither can be read."""
+    for _, d in hostctl.host_cgroups(name):
+        for knob in ("memory.current", "memory.usage_in_bytes"):
+            try:
+                return int((d / knob).read_text())
+            except (OSError, ValueError):
+                continue
+    return None
+
+
+def available_gib() -> float:
+    """``MemAvailable`` of /proc/meminfo, GiB."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024 / 1024
+    return 0.0
 
 
 def rigkit(*args: str) -> list[str]:
@@ -82,23 +107,40 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prefix", default="r16-")
     ap.add_argument("--keep", action="store_true", help="leave the hosts up")
+    ap.add_argument("--fresh", action="store_true", help="deploy fresh hosts instead of copying the converged one")
+    ap.add_argument("--plan", action="store_true", help="time `rigkit drift --plan` (pyinfra's plan too)")
+    ap.add_argument("--min-free-gib", type=float, default=3.0,
+                    help="bring up another host only while this much memory is available")
     a = ap.parse_args()
     names = [f"{a.prefix}f{i}" for i in range(a.hosts)]
-    one, fleet = write_inventory(names[:1]), write_inventory(names)
     load0 = os.getloadavg()
+    up: list[str] = []
     try:
         for n in names:
-            hostctl.host_up(n, "nspawn")
-        wall, _, _ = timed(rigkit("deploy", "-i", fleet, "--reboot", "--no-smoke"))
-        print(f"first deploy of {a.hosts} hosts (not timed for the comparison): {wall:.1f} s", flush=True)
+            if available_gib() < a.min_free_gib:
+                print(f"only {len(up)} of {a.hosts} hosts fit: {available_gib():.1f} GiB available, "
+                      f"{a.min_free_gib:g} GiB kept free", flush=True)
+                break
+            if a.fresh:
+                hostctl.host_up(n, "nspawn")
+            else:
+                import conftest  # the harness' host factory: a copy of the golden converged host
+
+                conftest._up(n, "nspawn", converged=True)
+            up.append(n)
+        names = up
+        one, fleet = write_inventory(names[:1]), write_inventory(names)
+        if a.fresh:
+            wall, _, _ = timed(rigkit("deploy", "-i", fleet, "--reboot", "--no-smoke"))
+            print(f"first deploy of {len(names)} hosts (not timed for the comparison): {wall:.1f} s", flush=True)
         for _ in range(3):  # converge (a first run may leave post-reboot steps), untimed
             _, _, proc = timed(rigkit("deploy", "-i", fleet, "--no-smoke"))
             if not any(int(m.group(3)) for m in SUMMARY.finditer(proc.stdout + proc.stderr)):
                 break
         rows: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for r in range(a.runs):
-            for label, inv, n in (("1 host", one, 1), (f"{a.hosts} hosts", fleet, a.hosts)):
-                w, c, _ = timed(rigkit("drift", "-i", inv), ok=(0, 3))
+            for label, inv, n in (("1 host", one, 1), (f"{len(names)} hosts", fleet, len(names))):
+                w, c, _ = timed(rigkit("drift", "-i", inv, *(["--plan"] if a.plan else [])), ok=(0, 3))
                 rows.setdefault(("drift", n), []).append((w, c))
                 w2, c2, proc = timed(rigkit("deploy", "-i", inv, "--no-smoke"))
                 changed = [int(m.group(3)) for m in SUMMARY.finditer(proc.stdout + proc.stderr)]
@@ -109,16 +151,22 @@ def main() -> None:
                 note = "" if not any(changed) else f" (NOT converged: {sum(changed)} operations changed)"
                 print(f"run {r + 1}, {label}: drift {w:.1f} s wall / {c:.1f} s CPU; converged deploy "
                       f"{w2:.1f} s wall / {c2:.1f} s CPU{note}", flush=True)
+        memory = {n: host_memory(n) for n in names}
     finally:
         if not a.keep:
-            for n in names:
+            for n in up:
                 with hostctl.lock():
                     hostctl.host_down(n)
+    a.hosts = len(names)
+    known = [m for m in memory.values() if m is not None]
+    print("hosts' memory: " + ", ".join(f"{n} {m / 2**30:.2f} GiB" if m is not None else f"{n} unknown"
+                                        for n, m in memory.items())
+          + (f"; {sum(known) / 2**30:.2f} GiB in all" if known else ""))
     med = statistics.median
     for what in ("drift", "deploy"):
         w1, c1 = med(x[0] for x in rows[(what, 1)]), med(x[1] for x in rows[(what, 1)])
         wn, cn = med(x[0] for x in rows[(what, a.hosts)]), med(x[1] for x in rows[(what, a.hosts)])
-        name = "rigkit drift" if what == "drift" else "rigkit deploy --no-smoke (converged)"
+        name = ("rigkit drift" + (" --plan" if a.plan else "")) if what == "drift" else "rigkit deploy --no-smoke (converged)"
         print(f"{name}, median of {a.runs}: 1 host {w1:.1f} s wall / {c1:.1f} s CPU; {a.hosts} hosts "
               f"{wn:.1f} s wall / {cn:.1f} s CPU -> wall ratio {wn / w1:.2f} (target <= 2), "
               f"CPU ratio {cn / c1:.2f}")

@@ -8,10 +8,12 @@ from rigkit.operations.config import rendered_file
 from rigkit.render.files import RenderedFile
 
 
-def put_rendered(path: str, rendered: RenderedFile, name: str):
-    """Install one file from :func:`rigkit.render.files.render` (the same string ``rigkit render`` shows)
-    with its mode and owner, keeping a backup of a replaced file rigkit did not write
-    (:func:`rigkit.operations.config.rendered_file`); returns pyinfra's ``OperationMeta``."""
-    user, group = rendered.owner.split(":")
-    return rendered_file(name=name, path=path, text=rendered.text, user=user, group=group,
-                         mode=rendered.mode.lstrip("0") or "0")
+def put_rendered(rendered: dict[str, RenderedFile], path: str, name: str):
+    """Install ``rendered[path]`` (:func:`rigkit.render.files.render`: the same string ``rigkit render``
+    shows) with its mode and owner, keeping a backup of a replaced file rigkit did not write
+    (:func:`rigkit.operations.config.rendered_file`; the state of every rendered file is read once,
+    in one command); returns pyinfra's ``OperationMeta``."""
+    file = rendered[path]
+    user, group = file.owner.split(":")
+    return rendered_file(name=name, path=path, text=file.text, user=user, group=group,
+                         mode=file.mode.lstrip("0") or "0", batch=tuple(sorted(rendered)))

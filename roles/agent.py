@@ -14,7 +14,10 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.deploy import wheelhouse
+from rigkit.operations.facts import PYTHON_VERSION_COMMAND
 from rigkit.operations.shell import argv, script
+from rigkit.operations.wheels import wheelhouse_synced
+from rigkit.render.declared_state import directories
 from rigkit.render.files import AGENT_TIMERS, RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -27,17 +30,16 @@ TIMERS = tuple(AGENT_TIMERS)
 def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Build the wheelhouse for the host's ``python3``, sync it, (re)install the venv when it
     changed, and install the host config every agent command reads."""
-    version = host.get_fact(Command, command="python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    version = host.get_fact(Command, command=PYTHON_VERSION_COMMAND)
     if not version:
         raise DeployError("the host has no python3 for the host agent (install the python package)")
     try:
         house = wheelhouse.build(version.strip())
     except wheelhouse.WheelhouseError as exc:
         raise DeployError(f"building the agent wheelhouse for Python {version.strip()} failed: {exc}") from None
-    files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, user="root", group="root", mode="755")
-    put_rendered(paths.HOST_CONFIG, rendered[paths.HOST_CONFIG], name="Install the host config (/etc/rigkit/host.json)")
-    synced = files.sync(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS, user="root", group="root",
-                        mode="644", dir_mode="755", delete=True)
+    files.directory(name="Create /opt/rigkit", path=paths.AGENT_DIR, **directories(spec)[paths.AGENT_DIR])
+    put_rendered(rendered, paths.HOST_CONFIG, name="Install the host config (/etc/rigkit/host.json)")
+    synced = wheelhouse_synced(name="Sync the agent wheelhouse", src=str(house), dest=WHEELS)
     venv = server.shell(name="Create the agent venv", commands=[argv("python3", "-m", "venv", paths.AGENT_VENV)],
                         _if=lambda: not host.get_fact(Command, command=f"test -x {paths.AGENT_VENV}/bin/python && echo y || true"))
     pip = f"{paths.AGENT_VENV}/bin/pip"
@@ -56,7 +58,7 @@ def agent(spec: RigSpec, rendered: dict[str, RenderedFile]):
 def agent_timers(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Install the units of the agent's timers (:data:`rigkit.render.files.AGENT_TIMERS`: keeper, watchdog,
     power-limit healer) and enable the timers."""
-    units = [put_rendered(f"{paths.UNIT_DIR}/{stem}.{kind}", rendered[f"{paths.UNIT_DIR}/{stem}.{kind}"],
+    units = [put_rendered(rendered, f"{paths.UNIT_DIR}/{stem}.{kind}",
                           name=f"Install {stem}.{kind}") for stem in TIMERS for kind in ("service", "timer")]
     systemd.daemon_reload(name="Reload systemd for the agent's units", _if=any_changed(*units))
     for stem in TIMERS:

@@ -15,7 +15,7 @@ from roles import put_rendered
 @deploy("Boot")
 def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Blacklist nouveau, drop the kms hook, then gate on a pending reboot."""
-    put_rendered(paths.NOUVEAU_BLACKLIST, rendered[paths.NOUVEAU_BLACKLIST], name="Blacklist nouveau")
+    put_rendered(rendered, paths.NOUVEAU_BLACKLIST, name="Blacklist nouveau")
     mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
     reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
                 driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot,

@@ -10,7 +10,7 @@ from pyinfra.operations import server, systemd
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
-from rigkit.render.declared_state import DAEMON_JSON_KEYS
+from rigkit.render.declared_state import CDI_REFRESH, CDI_REFRESH_FILE, DAEMON_JSON_KEYS, accounts
 from rigkit.operations.config import json_keys
 from rigkit.spec.model import RigSpec
 
@@ -31,11 +31,12 @@ def docker(spec: RigSpec):
                                           ["systemctl", "restart", "docker.service"])],
                  _if=daemon_json.did_change)
     if spec.operator_user:
+        account = accounts(spec)[spec.operator_user]
         server.user(name=f"Put {spec.operator_user} in the docker group", user=spec.operator_user,
-                    groups=["docker"], append=True, create_home=False, ensure_home=False)
+                    groups=account["groups"], append=not account["exact"], create_home=False, ensure_home=False)
     systemd.service(name="Enable and start nvidia-persistenced", service="nvidia-persistenced.service",
                     running=True, enabled=True)
-    if host.get_fact(File, path="/usr/lib/systemd/system/nvidia-cdi-refresh.path"):
-        systemd.service(name="Enable the CDI refresh the toolkit ships", service="nvidia-cdi-refresh.path",
+    if host.get_fact(File, path=CDI_REFRESH_FILE):
+        systemd.service(name="Enable the CDI refresh the toolkit ships", service=CDI_REFRESH,
                         running=True, enabled=True)
     return restart

@@ -7,6 +7,7 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit import paths
+from rigkit.render.declared_state import directories
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -17,11 +18,11 @@ UNIT = f"{paths.UNIT_DIR}/hyperqwen.service"
 @deploy("HyperQwen")
 def hyperqwen(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Install the compose project and the window unit; the models directory exists."""
-    files.directory(name="Create HyperQwen's compose directory", path=paths.HYPERQWEN_DIR, user="root",
-                    group="root", mode="755")
-    files.directory(name="Create HyperQwen's MODELS_DIR", path=spec.hyperqwen.models_dir, user="root",
-                    group="root", mode="755")
-    put_rendered(paths.HYPERQWEN_COMPOSE, rendered[paths.HYPERQWEN_COMPOSE], name="Install HyperQwen's compose.yaml")
-    put_rendered(paths.HYPERQWEN_ENV, rendered[paths.HYPERQWEN_ENV], name="Install HyperQwen's .env")
-    unit = put_rendered(UNIT, rendered[UNIT], name="Install hyperqwen.service (for windows, never enabled)")
+    files.directory(name="Create HyperQwen's compose directory", path=paths.HYPERQWEN_DIR,
+                    **directories(spec)[paths.HYPERQWEN_DIR])
+    files.directory(name="Create HyperQwen's MODELS_DIR", path=spec.hyperqwen.models_dir,
+                    **directories(spec)[spec.hyperqwen.models_dir])
+    put_rendered(rendered, paths.HYPERQWEN_COMPOSE, name="Install HyperQwen's compose.yaml")
+    put_rendered(rendered, paths.HYPERQWEN_ENV, name="Install HyperQwen's .env")
+    unit = put_rendered(rendered, UNIT, name="Install hyperqwen.service (for windows, never enabled)")
     systemd.daemon_reload(name="Reload systemd for hyperqwen.service", _if=any_changed(unit))

@@ -15,11 +15,12 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.operations.shell import argv
+from rigkit.render.declared_state import LEGACY_BACKUP_DIR
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
 
-BACKUP_DIR = f"{paths.STATE_DIR}/legacy-units"
+BACKUP_DIR = LEGACY_BACKUP_DIR
 
 
 @deploy("Legacy and operator units")
@@ -38,7 +39,7 @@ def legacy(spec: RigSpec, rendered: dict[str, RenderedFile]):
     for local in spec.operator_units:
         name = Path(local).name
         target = f"{paths.UNIT_DIR}/{name}"
-        installed.append(put_rendered(target, rendered[target], name=f"Install the operator's {name}"))
+        installed.append(put_rendered(rendered, target, name=f"Install the operator's {name}"))
     if installed:
         systemd.daemon_reload(name="Reload systemd for the operator's units", _if=any_changed(*installed))
     for local in spec.operator_units:

@@ -20,6 +20,7 @@ from rigkit import paths
 from rigkit.agentcmd import activate_command
 from rigkit.operations.llama_swap import activated_config
 from rigkit.operations.release import release_binary
+from rigkit.render.declared_state import STAGING_OWNER_MODE, directories
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -40,14 +41,15 @@ def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile], docker_restart=
     assert ls.release_sha256 is not None  # preflight refuses an unset value
     binary = release_binary(name=f"Install llama-swap {ls.version} from its pinned release tarball", url=ls.release_url,
                             sha256=ls.release_sha256, dest=paths.LLAMA_SWAP_BIN, member="llama-swap", marker=MARKER)
-    files.directory(name="Create /etc/llama-swap", path=paths.LLAMA_SWAP_DIR, user="root", group=ls.user, mode="750")
-    put_rendered(paths.LLAMA_SWAP_STAGED, rendered[paths.LLAMA_SWAP_STAGED],
+    files.directory(name="Create /etc/llama-swap", path=paths.LLAMA_SWAP_DIR, **directories(spec)[paths.LLAMA_SWAP_DIR])
+    put_rendered(rendered, paths.LLAMA_SWAP_STAGED,
                  name="Install the staged llama-swap config for review")
     live_text = rendered[paths.LLAMA_SWAP_CONFIG].text
     # rigkit's own scratch copy (the wire-in writes it too): no backup of what it replaces
+    owner, mode = STAGING_OWNER_MODE
     files.put(name="Upload the declared live llama-swap config for activation", src=StringIO(live_text), dest=STAGING,
-              user="root", group="root", mode="600", create_remote_dir=True)
-    unit = put_rendered(UNIT, rendered[UNIT], name="Install llama-swap.service")
+              user=owner.split(":")[0], group=owner.split(":")[1], mode=mode.lstrip("0"), create_remote_dir=True)
+    unit = put_rendered(rendered, UNIT, name="Install llama-swap.service")
     systemd.daemon_reload(name="Reload systemd for llama-swap.service", _if=lambda: unit.did_change())
     # enabled only: the activation path starts it once the live config is there (pyinfra's default
     # running=True started it first, and a fresh rig's journal began with llama-swap failing to load

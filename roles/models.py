@@ -10,7 +10,7 @@ from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
 from rigkit import paths
-from rigkit.render.declared_state import PREPARED_MODELS
+from rigkit.render.declared_state import MODELS_LOCK_OWNER_MODE, PREPARED_MODELS, directories
 from rigkit.spec.modellock import check_lock, load_lock
 from rigkit.operations.models import hyperqwen_prepared, model_fetched
 from rigkit.spec.model import RigSpec
@@ -31,9 +31,10 @@ def models(spec: RigSpec):
     problems = check_lock(spec.models, lock, str(lock_path))
     if problems:
         raise DeployError("the spec no longer matches its lock:\n  " + "\n  ".join(problems))
-    files.directory(name="Create /var/lib/rigkit", path=paths.STATE_DIR, user="root", group="root", mode="755")
-    files.put(name="Install the model lock", src=str(lock_path), dest=REMOTE_LOCK, user="root", group="root",
-              mode="644", add_deploy_dir=False)
+    files.directory(name="Create /var/lib/rigkit", path=paths.STATE_DIR, **directories(spec)[paths.STATE_DIR])
+    owner, mode = MODELS_LOCK_OWNER_MODE
+    files.put(name="Install the model lock", src=str(lock_path), dest=REMOTE_LOCK, user=owner.split(":")[0],
+              group=owner.split(":")[1], mode=mode.lstrip("0"), add_deploy_dir=False)
     for name in sorted(lock["models"]):
         model_fetched(name=f"Fetch and verify model {name}", model=name, lock=REMOTE_LOCK,
                       endpoint=spec.hf_endpoint, prepared=name in PREPARED_MODELS)

@@ -5,9 +5,11 @@ runs from cron; every cell is plain text — ``[options]`` stays ``[options]``, 
 rich markup), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
 finding ``{host, kind, item, declared, actual, severity}`` — ``diff`` too with ``--diff`` —
 then a ``status`` record per host, clean ones included, then the ``run`` record), every secret
-masked. Exit codes (DESIGN.md): 0 no
-findings, 3 drift found, 1 a host unreachable or a tool failed, 2 invalid input; with several
-hosts 2 > 1 > 3 > 0 and every host is still reported.
+masked. The probe alone by default (one SSH round trip per host, every host at once; it sees
+what every deploy operation manages, :mod:`rigkit.drift.coverage`); ``--plan`` adds pyinfra's
+``--dry`` plan (kind ``plan``). Exit codes (DESIGN.md): 0 no findings, 3 drift found, 1 a host
+unreachable or a tool failed, 2 invalid input; with several hosts 2 > 1 > 3 > 0 and every host
+is still reported.
 """
 
 from __future__ import annotations
@@ -38,19 +40,35 @@ def findings_table(host: str, verdict: str, findings: list) -> Table:
     return table
 
 
-@click.command()
+class DriftCommand(click.Command):
+    """``rigkit drift``'s command: its help names the ``plan-only`` operations of
+    :mod:`rigkit.drift.coverage` (read when the help is shown, so a run does not import it)."""
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from rigkit.drift.coverage import plan_only_help
+
+        self.help = (self.help or "").replace("{PLAN_ONLY}", plan_only_help())
+        super().format_help_text(ctx, formatter)
+
+
+@click.command(cls=DriftCommand)
 @inventory_option
 @host_option
 @click.option("--json", "as_json", is_flag=True,
               help="the run as JSON Lines on stdout: findings, a status per host, the run")
 @click.option("--deep", is_flag=True, help="hash model files (not only size and mtime)")
 @click.option("--diff", "show_diff", is_flag=True, help="show a diff for each changed rendered file (secrets masked)")
-@click.option("--no-plan", is_flag=True, hidden=True, help="skip pyinfra's --dry plan (the catch-all)")
+@click.option("--plan/--no-plan", "with_plan", default=False, show_default=True,
+              help="also run pyinfra's own plan (`pyinfra deploy.py --dry`, ~10 s per host): the operations "
+                   "the probe cannot see (listed below) and any other that would still change something")
 def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bool, show_diff: bool,
-          no_plan: bool) -> None:
+          with_plan: bool) -> None:
     """Report what differs from the declared state on each host: rendered files, secret files,
     pins, driver/CUDA versions, reboot, power limit, daemon.json, the host agent, units, the
-    llama-swap config, model files, and any deploy operation that would still change something.
+    llama-swap config, model files — one probe per host (one SSH round trip), every host at once.
+
+    The probe sees what every operation of the deploy manages (notes/drift-coverage.md, the table
+    operation -> breakage -> finding), except these, which only --plan sees: {PLAN_ONLY}
 
     Exit 0 nothing found, 3 drift found, 1 a host unreachable or a check failed, 2 invalid input.
     """
@@ -60,7 +78,7 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     host_specs = load_or_exit(inventory, hosts)
     inv = inventory or default_inventory()
     states: dict = {}
-    findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=not no_plan, states=states)
+    findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=with_plan, states=states)
     if as_json:
         from rigkit.drift.run import document, dumps_document
 
@@ -93,3 +111,4 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
                     if f.diff:
                         out.print(f.diff, markup=False, highlight=False)
     sys.exit(exitcodes.combine(*codes.values()))
+

@@ -25,9 +25,10 @@ from rigkit.cli.common import host_option, inventory_option, load_or_exit
               help="where the bench runs are (every summary.json below it naming a host and member)")
 @click.option("--drift", "drift_file", metavar="FILE", type=click.Path(dir_okay=False),
               help="read the drift state from a saved `rigkit drift --json` instead of running it now")
-@click.option("--no-plan", is_flag=True, help="live drift without pyinfra's --dry plan (faster)")
+@click.option("--plan/--no-plan", "with_plan", default=False, show_default=True,
+              help="live drift with pyinfra's --dry plan too (~10 s per host; `rigkit drift --help`)")
 def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_dir: str,
-           drift_file: str | None, no_plan: bool) -> None:
+           drift_file: str | None, with_plan: bool) -> None:
     """Write one self-contained HTML page for the inventory: per host the drift state (run now,
     every host at once, or --drift FILE), the power limit and driver/CUDA as enforced,
     llama-swap's live members, any hold, the last window; per member the bench history (decode,
@@ -49,8 +50,8 @@ def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_
             sys.exit(exitcodes.INVALID)
         source = f"read from {drift_file}"
     else:
-        doc = drift_live(host_specs, inv, plan=not no_plan)
-        source = "run live" + (" (no plan)" if no_plan else "")
+        doc = drift_live(host_specs, inv, plan=with_plan)
+        source = "run live" + (" (with pyinfra's plan)" if with_plan else "")
     try:
         path = write_report(host_specs, inv, out_dir, results_dir, doc, source)
     except OSError as exc:

@@ -13,11 +13,12 @@ built from rigkit's facts' own commands (``NvidiaSmi``, ``PacmanVersions``, ``Pa
 ``JsonFile``, ``KernelState``, ``DkmsStatus``) plus ``stat``/``sha256sum`` of every rendered and
 secret file, ``systemctl show`` of the declared units and ``rigkit-agent`` checks, each section
 parsed by the same ``process()`` the deploy uses. One round trip per host instead of ~60 facts.
-The catch-all — operations of the real deploy that would still change something — is pyinfra's
-own plan, ``pyinfra INVENTORY deploy.py --dry --json --limit HOST`` (its stable, documented
-output; the in-process route needs ``pyinfra_cli`` internals), one subprocess per host (a
-``DeployError`` on one host aborts pyinfra's whole run), all started *before* the probes so
-everything runs at once; each opens its own connection.
+The probe covers every operation of the deploy (:mod:`rigkit.drift.coverage`), so it is all that
+runs by default. ``--plan`` adds the deploy's own second opinion — pyinfra's plan, ``pyinfra
+INVENTORY deploy.py --dry --json --limit HOST`` (its stable, documented output; the in-process route
+needs ``pyinfra_cli`` internals), one subprocess per host (a ``DeployError`` on one host aborts
+pyinfra's whole run), all started *before* the probes so everything runs at once; ~10 s of CPU on
+the control machine per host, ten times the probe.
 
 The comparison functions (``compare_*``) are pure: declared values and parsed facts in, findings
 out; they are what the unit tests pin. Secrets: the HF token is compared by hash only, never
@@ -25,11 +26,13 @@ sent or shown; every string that leaves the package passes :func:`mask`.
 
 The rooms:
 
-- :mod:`rigkit.drift.declared`: what is declared for a host (:class:`Declared`, :func:`declared_for`, :func:`lock_for`)
+- :mod:`rigkit.drift.declared`: what is declared for a host (:class:`Declared`, :func:`declared_for`, :func:`lock_file_for`)
 - :mod:`rigkit.drift.probe`: the probe (sections, script, :class:`HostProbe`, :func:`parse_probe`, reaching the hosts)
 - :mod:`rigkit.drift.compare`: :class:`Finding`, :func:`mask` and the pure ``compare_*``
 - :mod:`rigkit.drift.plan`: pyinfra's ``--dry --json`` plan (start, finish, findings)
 - :mod:`rigkit.drift.run`: :func:`check` (every host) and :func:`exit_code`
+- :mod:`rigkit.drift.coverage`: each deploy operation and what the probe reports when what it manages
+  breaks (:data:`~rigkit.drift.coverage.COVERAGE`; notes/drift-coverage.md is its table)
 """
 
 from rigkit.drift.compare import Finding, mask

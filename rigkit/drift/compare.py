@@ -4,6 +4,7 @@ the unit tests pin); every string that leaves the drift check passes :func:`mask
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -249,6 +250,136 @@ def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]
     return out
 
 
+def compare_directories(host: str, declared: dict[str, dict[str, str]], actual: dict[str, Any]) -> list[Finding]:
+    """Folders the deploy creates (:func:`rigkit.render.declared_state.directories`): present, owner, mode."""
+    out = []
+    for path, want in sorted(declared.items()):
+        st = actual.get(path)
+        if st is None:
+            out.append(Finding(host, "directory", path, f"present {want['user']}:{want['group']} {_mode(want['mode'])}",
+                               "missing"))
+            continue
+        if _mode(st.get("mode")) != _mode(want["mode"]):
+            out.append(Finding(host, "directory-mode", path, _mode(want["mode"]), _mode(st.get("mode"))))
+        if (st.get("user"), st.get("group")) != (want["user"], want["group"]):
+            out.append(Finding(host, "directory-owner", path, f"{want['user']}:{want['group']}",
+                               f"{st.get('user')}:{st.get('group')}"))
+    return out
+
+
+def compare_accounts(host: str, declared: dict[str, dict[str, Any]], actual: dict[str, Any]) -> list[Finding]:
+    """Accounts the deploy manages (:func:`rigkit.render.declared_state.accounts`) as pyinfra's
+    ``server.group``/``server.user`` compare them: the primary group exists and is the user's, the
+    supplementary groups (exactly, or at least, the declared), home and shell."""
+    out = []
+    for user, want in sorted(declared.items()):
+        got = actual.get(user)
+        if got is None:
+            out.append(Finding(host, "account", user, "present" + (" (system)" if want.get("system") else ""), "missing"))
+            continue
+        groups = got.get("groups") or []
+        primary, supplementary = (groups[0], groups[1:]) if groups else (None, [])
+        if want.get("group"):
+            if got.get("group_exists") is False:
+                out.append(Finding(host, "account", f"group {want['group']}", "present", "missing"))
+            if primary != want["group"]:
+                out.append(Finding(host, "account", f"{user} primary group", want["group"], primary or "none"))
+        wanted = set(want.get("groups") or [])
+        if (set(supplementary) != wanted) if want.get("exact") else not wanted <= set(groups):
+            out.append(Finding(host, "account", f"{user} groups", ("exactly " if want.get("exact") else "in ")
+                               + ", ".join(sorted(wanted)), ", ".join(supplementary) or "none"))
+        for key in ("home", "shell"):
+            if want.get(key) and got.get(key) != want[key]:
+                out.append(Finding(host, "account", f"{user} {key}", want[key], got.get(key) or "none"))
+    return out
+
+
+def compare_repo_packages(host: str, packages: list[str], installed: dict[str, str | None]) -> list[Finding]:
+    """What ``pacman -Syu --needed`` installs (:data:`rigkit.render.declared_state.REPO_PACKAGES`):
+    installed, at any version (the deploy does not upgrade an installed one)."""
+    from rigkit.operations.pacman import missing_packages
+
+    return [Finding(host, "package", p, "installed", "not installed") for p in missing_packages(installed, packages)]
+
+
+def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]) -> list[Finding]:
+    """llama-swap's executable is there and its marker names the pinned tarball (what
+    :func:`rigkit.operations.release.release_binary` checks before it reinstalls)."""
+    if not sha256:
+        return []
+    out = []
+    if not binary.get("present"):
+        out.append(Finding(host, "binary", paths.LLAMA_SWAP_BIN, "installed from the pinned tarball", "missing"))
+    elif (binary.get("marker") or "") != sha256:
+        out.append(Finding(host, "binary", paths.LLAMA_SWAP_BIN, f"from tarball sha256:{sha256[:12]}",
+                           f"marker says {_short(binary.get('marker'))}" if binary.get("marker") else "no marker"))
+    return out
+
+
+def compare_mkinitcpio(host: str, lines: list[str] | None) -> list[Finding]:
+    """No ``kms`` hook in ``/etc/mkinitcpio.conf`` (:func:`rigkit.operations.boot.drop_kms_hook`, the
+    deploy's own reading); no file: nothing to check, as the deploy."""
+    from rigkit.operations.boot import drop_kms_hook
+
+    if lines is None or drop_kms_hook(lines) == lines:
+        return []
+    return [Finding(host, "boot", f"{paths.MKINITCPIO_CONF} HOOKS", "no kms hook (nouveau stays out of the initramfs)",
+                    "kms hook present")]
+
+
+def compare_legacy_backups(host: str, backups: dict[str, bool]) -> list[Finding]:
+    """Each legacy unit file still on the host has its copy in
+    :data:`rigkit.render.declared_state.LEGACY_BACKUP_DIR` (the deploy makes it before disabling)."""
+    return [Finding(host, "legacy-unit", f"{unit} backup", f"copied to {declared_state.LEGACY_BACKUP_DIR}/", "no copy")
+            for unit, backed in sorted(backups.items()) if not backed]
+
+
+def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> list[Finding]:
+    """The agent's wheelhouse on the host (``/opt/rigkit/wheels``) is the one this checkout builds
+    for the host's Python (:func:`rigkit.deploy.wheelhouse.build`, cached; what the deploy syncs):
+    the same files by sha256, root 0644. ``build`` (tests) replaces the builder: ``version -> folder``.
+    A wheelhouse that cannot be built here is a ``warn`` (not compared)."""
+    from pathlib import Path
+
+    if not wheels or not wheels.get("python"):
+        return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", "the agent's wheelhouse",
+                        "the host has no python3", severity="warn")]
+    try:
+        folder = Path((build or _built)(wheels["python"]))
+    except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
+        return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
+                        f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared", severity="warn")]
+    from rigkit.operations.wheels import differences
+
+    want = dict(_sums(str(folder)))
+    diff = differences(want, wheels.get("files"))
+    if not any(diff.values()):
+        return []
+    parts = ([f"missing or different: {', '.join(diff['missing'])}"] if diff["missing"] else []) + \
+        ([f"not ours: {', '.join(diff['extra'])}"] if diff["extra"] else []) + \
+        ([f"not root 0644: {', '.join(diff['wrong'])}"] if diff["wrong"] else [])
+    return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels",
+                    f"{len(want)} files built here for Python {wheels['python']}", "; ".join(parts))]
+
+
+@functools.lru_cache(maxsize=8)
+def _built(python: str) -> str:
+    """The wheelhouse for ``python`` (:func:`rigkit.deploy.wheelhouse.build`), once per process:
+    every host of a fleet on the same Python compares with the same folder."""
+    from rigkit.deploy import wheelhouse
+
+    return str(wheelhouse.build(python))
+
+
+@functools.lru_cache(maxsize=8)
+def _sums(folder: str) -> tuple[tuple[str, str], ...]:
+    """:func:`rigkit.operations.wheels.local_sums` of ``folder``, once per process (a built
+    wheelhouse never changes: a new build is a new folder)."""
+    from rigkit.operations.wheels import local_sums
+
+    return tuple(sorted(local_sums(folder).items()))
+
+
 def compare_agent(host: str, agent: dict[str, Any]) -> list[Finding]:
     """``/opt/rigkit/venv/bin/rigkit-agent version`` must exit 0 (its venv's Python still there)."""
     if agent.get("rc") == 0:
@@ -282,6 +413,11 @@ def compare_units(host: str, decl: Declared, units: dict[str, dict[str, str]]) -
         if want.get("active") is not None and (props.get("ActiveState") == "active") != want["active"]:
             out.append(Finding(host, "unit", unit, "active" if want["active"] else "inactive",
                                f"{props.get('ActiveState')} ({props.get('SubState')})"))
+    for unit in decl.if_present:  # enabled and active when the host has it (the deploy's own test)
+        props = units.get(unit)
+        if _exists(props) and not (_enabled(props) and props.get("ActiveState") == "active"):
+            out.append(Finding(host, "unit", unit, "enabled, active (present on the host)",
+                               f"{props.get('UnitFileState') or 'unknown'}, {props.get('ActiveState')}"))
     for unit in decl.installed_only:
         props = units.get(unit)
         if not _exists(props):
@@ -354,6 +490,15 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     kernel = facts.get("kernel") or {}
     out: list[Finding] = []
     out += compare_files(host, decl.files, facts.get("files", {}), diff=diff, secrets=secrets)
+    out += compare_files(host, decl.uploads, facts.get("files", {}), diff=diff, secrets=secrets)
+    out += compare_directories(host, decl.directories, facts.get("dirs") or {})
+    out += compare_accounts(host, decl.accounts, facts.get("accounts") or {})
+    out += compare_repo_packages(host, decl.repo_packages, installed)
+    out += compare_release_binary(host, decl.release_sha256, facts.get("llama_swap_binary") or {})
+    out += compare_mkinitcpio(host, facts.get("mkinitcpio"))
+    out += compare_legacy_backups(host, facts.get("legacy_backup") or {})
+    if "wheels" in facts:
+        out += compare_wheelhouse(host, facts.get("wheels"))
     out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     out += compare_driver(host, spec.nvidia_driver_version, spec.driver_flavour, installed, kernel, smi)

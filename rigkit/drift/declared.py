@@ -18,9 +18,15 @@ class Declared:
     ``files``: ``{path: RenderedFile}`` (:func:`rigkit.render.files.render`); ``secrets``: ``{path:
     (owner "user:group", mode "0640", sha256 of the wanted content or None)}``; ``units``:
     ``{unit: {"enabled": bool | None, "active": bool | None}}`` (None: not checked), plus
-    ``installed_only`` (must exist, must not be enabled) and ``legacy`` units; ``members``: unit
-    names llama-swap must not be tied to; ``lock``: the model lock (dict) or None with
-    ``lock_note`` saying why; ``generation``: the held generation this is (None: the spec).
+    ``installed_only`` (must exist, must not be enabled) and ``legacy`` units (backed up in
+    :data:`rigkit.render.declared_state.LEGACY_BACKUP_DIR`); ``members``: unit names llama-swap must not be tied to; ``lock``: the
+    model lock (dict) or None with ``lock_note`` saying why; ``generation``: the held generation this
+    is (None: the spec). ``uploads``: files the deploy installs that are not rendered ones (the staged
+    live config, the model lock; ``{path: RenderedFile}``); ``directories``/``accounts``: as
+    :func:`rigkit.render.declared_state.directories`/``accounts``; ``packages`` holds the pinned and
+    the repo packages (``repo_packages``: installed at any version); ``release_sha256``: the
+    llama-swap tarball its binary must come from; ``if_present``: units enabled and active when the
+    host has them (the toolkit's CDI refresh).
     """
 
     host: str
@@ -36,21 +42,28 @@ class Declared:
     lock_note: str | None = None
     secret_values: list[str] = field(default_factory=list)
     generation: int | None = None
+    uploads: dict[str, Any] = field(default_factory=dict)
+    directories: dict[str, dict[str, str]] = field(default_factory=dict)
+    accounts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    repo_packages: list[str] = field(default_factory=list)
+    release_sha256: str | None = None
+    if_present: list[str] = field(default_factory=list)
 
 
-def lock_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None]:
+def lock_file_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None, bytes | None]:
     """The model lock declared for ``inventory``: ``spec.models_lock`` when set, else the file
     ``rigkit models lock`` writes beside the inventory (:func:`rigkit.spec.modellock.lock_path_for`).
-    Returns ``(lock, None)`` or ``(None, why not)``; never raises for a missing or bad file."""
+    Returns ``(lock, None, the file's bytes — what the deploy uploads)`` or ``(None, why not, None)``;
+    never raises for a missing or bad file."""
     from rigkit.spec.modellock import load_lock, lock_path_for
 
     path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
     if not path.is_file():
-        return None, f"no model lock at {path} (run `rigkit models lock -i {inventory}`); model files not checked"
+        return None, f"no model lock at {path} (run `rigkit models lock -i {inventory}`); model files not checked", None
     try:
-        return load_lock(path), None
+        return load_lock(path), None, path.read_bytes()
     except Exception as exc:  # noqa: BLE001 - any unreadable lock is reported, never a crash
-        return None, f"model lock {path} unreadable ({exc}); model files not checked"
+        return None, f"model lock {path} unreadable ({exc}); model files not checked", None
 
 
 def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
@@ -59,20 +72,25 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the value at hand
     on the control machine (:func:`rigkit.spec.secrets.read_hf_token`) or None. ``files`` replaces the
     rendered spec (a held ``generation``'s stored files, :func:`rigkit.deploy.generations.source_from_bundle`)."""
+    from rigkit.render import declared_state
+    from rigkit.render.files import AGENT_TIMERS, RenderedFile, render
     from rigkit.spec import members as members_mod
-    from rigkit.render.files import AGENT_TIMERS, render
 
     files = render(spec) if files is None else files
-    ls_group = spec.llama_swap.user
-    secrets: dict[str, tuple[str, str, str | None]] = {
+
+    def owner_mode(d: dict[str, str]) -> tuple[str, str]:
+        return f"{d['user']}:{d['group']}", "0" + d["mode"].lstrip("0")
+
+    declared_secrets = declared_state.secret_files(spec)
+    secrets: dict[str, tuple[str, str, str | None]] = {}
+    for path, d in declared_secrets.items():
         # the folder too: one owner and mode (llama-swap reads hyperqwen.env through it)
-        paths.SECRETS_DIR: (f"root:{ls_group}", "0750", None),
-        paths.HYPERQWEN_SECRET_FILE: (f"root:{ls_group}", "0640", None),
-    }
+        secrets[path] = (*owner_mode(d), None)
     if hf_token:
-        secrets[paths.HF_TOKEN_FILE] = ("root:root", "0600", hashlib.sha256(f"HF_TOKEN={hf_token}\n".encode()).hexdigest())
+        secrets[paths.HF_TOKEN_FILE] = (*owner_mode(declared_secrets[paths.HF_TOKEN_FILE]),
+                                        hashlib.sha256(f"HF_TOKEN={hf_token}\n".encode()).hexdigest())
     else:  # not at hand: presence is not required, owner and mode are checked when it is there
-        secrets[paths.HF_TOKEN_FILE] = ("root:root", "0600", "")
+        secrets[paths.HF_TOKEN_FILE] = (*owner_mode(declared_secrets[paths.HF_TOKEN_FILE]), "")
     units: dict[str, dict[str, bool | None]] = {
         "llama-swap.service": {"enabled": True, "active": True},
         "gpu-power-limit.service": {"enabled": True, "active": None},
@@ -81,14 +99,30 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     }
     for stem in AGENT_TIMERS:
         units[f"{stem}.timer"] = {"enabled": True, "active": True}
+    for local in spec.operator_units:  # the operator's timers: enabled and started by the deploy
+        if local.endswith(".timer"):
+            units[Path(local).name] = {"enabled": True, "active": True}
     try:
         member_ids = list(members_mod.resolve_members(spec))
     except Exception:  # noqa: BLE001 - an unresolvable member is the spec's problem, reported by check
         member_ids = []
     members = sorted({*spec.legacy_units, "hyperqwen.service", *(f"{m}.service" for m in member_ids)})
-    packages = sorted({*(spec.pacman_pins or {}), spec.driver_flavour, "nvidia-utils", "cuda"})
-    lock, note = lock_for(spec, inventory)
+    repo = sorted(declared_state.REPO_PACKAGES)
+    packages = sorted({*(spec.pacman_pins or {}), spec.driver_flavour, "nvidia-utils", "cuda", *repo})
+    lock, note, lock_bytes = lock_file_for(spec, inventory)
+    uploads: dict[str, Any] = {}
+    live = files.get(paths.LLAMA_SWAP_CONFIG)
+    if live is not None:
+        uploads[paths.LLAMA_SWAP_NEXT] = RenderedFile(live.text, declared_state.STAGING_OWNER_MODE[1],
+                                                      declared_state.STAGING_OWNER_MODE[0])
+    if lock_bytes is not None and getattr(spec, "models_lock", None):
+        uploads[paths.MODELS_LOCK] = RenderedFile(lock_bytes.decode("utf-8", errors="replace"),
+                                                  declared_state.MODELS_LOCK_OWNER_MODE[1],
+                                                  declared_state.MODELS_LOCK_OWNER_MODE[0])
     return Declared(host=name, spec=spec, files=files, secrets=secrets, units=units,
                     installed_only=["hyperqwen.service"], legacy=list(spec.legacy_units), members=members,
                     packages=packages, lock=lock, lock_note=note, secret_values=[hf_token] if hf_token else [],
-                    generation=generation)
+                    generation=generation, uploads=uploads, directories=declared_state.directories(spec),
+                    accounts=declared_state.accounts(spec), repo_packages=repo,
+                    release_sha256=getattr(spec.llama_swap, "release_sha256", None),
+                    if_present=[declared_state.CDI_REFRESH])

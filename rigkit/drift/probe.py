@@ -16,10 +16,14 @@ from pyinfra.api import FactBase
 from rigkit import paths
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.operations.facts import (DkmsStatus, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
+GROUPS_MARK, GROUP_MARK, PRESENT_MARK, ABSENT_MARK, WHEELS_MARK = ("__GROUPS__", "__GROUP__", "__PRESENT__", "__ABSENT__",
+                                                                   "__WHEELS__")
+#: Where the deploy syncs the agent's wheelhouse (roles/agent.py).
+WHEELS_DIR = f"{paths.AGENT_DIR}/wheels"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
 MAX_DIFF_BYTES = 1 << 20
 #: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
@@ -27,21 +31,39 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
               "PartOf", "FragmentPath")
 
 
-def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
+def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
-    :func:`parse_probe`. Commands of rigkit's facts are reused verbatim."""
+    :func:`parse_probe`. Commands of rigkit's facts are reused verbatim. Every rendered file and
+    upload is read by one :class:`~rigkit.operations.facts.FileStates` (the deploy's own fact); with
+    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`)."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
-    for path, f in sorted(decl.files.items()):
-        content = "" if not f else (f"[ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
-                                    f"base64 -w0 {q(path)}; echo")
-        sections.append((f"file:{path}", f"if [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
-                                         f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; {content}; else echo missing; fi"))
+    file_paths = sorted({**decl.files, **decl.uploads})
+    sections.append(("files", FileStates().command(file_paths)))
+    for path in file_paths if diff else ():
+        sections.append((f"content:{path}", f"[ -f {q(path)} ] && [ \"$(stat -c %s {q(path)})\" -le {MAX_DIFF_BYTES} ] && "
+                                            f"base64 -w0 {q(path)}; echo"))
     for path in sorted(decl.secrets):
         # never the content: owner, mode and sha256 only
         sections.append((f"secret:{path}", f"if [ -d {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) dir\"; "
                                            f"elif [ -f {q(path)} ]; then echo \"$(stat -c '%a %U %G %s' {q(path)}) "
                                            f"$(sha256sum {q(path)} | cut -d' ' -f1)\"; else echo missing; fi"))
+    for path in sorted(decl.directories):
+        sections.append((f"dir:{path}", f"if [ -d {q(path)} ]; then stat -c '%a %U %G' {q(path)}; else echo missing; fi"))
+    for user, want in sorted(decl.accounts.items()):
+        group = f"; echo {GROUP_MARK}; getent group {q(want['group'])} || echo missing" if want.get("group") else ""
+        sections.append((f"account:{user}", f"getent passwd {q(user)} || echo missing; echo {GROUPS_MARK}; "
+                                            f"id -nG {q(user)}{group}"))
+    sections.append(("llama-swap-binary", f"head -n 1 {q(paths.LLAMA_SWAP_MARKER)}; echo; "
+                                          f"[ -f {q(paths.LLAMA_SWAP_BIN)} ] && echo {PRESENT_MARK}"))
+    sections.append(("mkinitcpio", f"cat {q(paths.MKINITCPIO_CONF)} || echo {ABSENT_MARK}"))
+    if decl.legacy:
+        backup = declared_state.LEGACY_BACKUP_DIR
+        sections.append(("legacy-backup", "; ".join(
+            f"[ -f {q(paths.UNIT_DIR + '/' + u)} ] && {{ [ -f {q(backup + '/' + u)} ] && echo {q(u)} backed "
+            f"|| echo {q(u)} unbacked; }}" for u in decl.legacy) + "; true"))
+    sections.append(("wheels", f"{PYTHON_VERSION_COMMAND}; echo {WHEELS_MARK}; "
+                               + FolderFiles().command(WHEELS_DIR)))
     sections.append(("pacman", PacmanVersions().command(decl.packages)))
     sections.append(("ignorepkg", PacmanIgnorePkg().command()))
     sections.append(("kernel", KernelState().command()))
@@ -56,7 +78,7 @@ def probe_sections(decl: Declared, deep: bool = False) -> list[tuple[str, str]]:
     sections.append(("power-healer", JsonFile().command(paths.POWER_STATE)))
     sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
                               f"echo __RC__=$rc"))
-    units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members})
+    units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members, *decl.if_present})
     sections.append(("units", f"systemctl show --no-pager -p {','.join(UNIT_PROPS)} {' '.join(q(u) for u in units)}"))
     sections.append(("llama-swap-start", "systemctl show --no-pager --timestamp=unix -p ExecMainStartTimestamp "
                                          f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
@@ -105,13 +127,10 @@ class HostProbe(FactBase):
 
 
 def _stat(lines: list[str]) -> dict[str, Any] | None:
-    """``"640 root llama-swap 123 <sha256>"`` → ``{mode, user, group, size, sha256}``; None: missing."""
-    if not lines or lines[0].strip() == "missing":
-        return None
-    parts = lines[0].split()
-    if len(parts) != 5:
-        return {"mode": None, "user": None, "group": None, "size": None, "sha256": None}
-    return {"mode": parts[0], "user": parts[1], "group": parts[2], "size": int(parts[3]), "sha256": parts[4]}
+    """A section's first line read as :func:`~rigkit.operations.facts.parse_file_state` (``"640 root
+    llama-swap 123 <sha256>"``, ``dir`` for a folder's sha256) → ``{mode, user, group, size, sha256}``;
+    None: missing."""
+    return parse_file_state(lines[0]) if lines else None
 
 
 def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
@@ -130,6 +149,24 @@ def parse_units(lines: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def parse_account(lines: list[str]) -> dict[str, Any] | None:
+    """The ``account:`` section (``getent passwd``, the marker, ``id -nG``, then the primary group's
+    ``getent group``) → ``{"home", "shell", "groups": [names, primary first], "group_exists": bool |
+    None}``, or None when the user does not exist."""
+    text = [ln.strip() for ln in lines]
+    if not text or text[0] == "missing" or ":" not in text[0]:
+        return None
+    fields = text[0].split(":")
+    after = text[text.index(GROUPS_MARK) + 1:] if GROUPS_MARK in text else []
+    groups = after[0].split() if after and after[0] != GROUP_MARK else []
+    group_exists = None
+    if GROUP_MARK in text:
+        rest = text[text.index(GROUP_MARK) + 1:]
+        group_exists = bool(rest) and rest[0] != "missing"
+    return {"home": fields[5] if len(fields) > 5 else None, "shell": fields[6] if len(fields) > 6 else None,
+            "groups": groups, "group_exists": group_exists}
+
+
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
     """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
     stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
@@ -138,19 +175,35 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
     output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
     (``{name: [reasons]}``, ``"no-agent"``, or None when not asked)."""
     facts: dict[str, Any] = {"files": {}, "secrets": {}, "models": None}
+    contents: dict[str, str] = {}
     pacman_fact = PacmanVersions()
     pacman_fact.command(packages)  # its process() reads the names its command() was given
     for key, lines in raw.items():
-        if key.startswith("file:"):
-            st = _stat(lines)
-            if st is not None and len(lines) > 1 and lines[1].strip():
-                try:
-                    st["content"] = base64.b64decode(lines[1].strip())
-                except ValueError:
-                    st["content"] = None
-            facts["files"][key[5:]] = st
+        if key == "files":
+            facts["files"].update(FileStates().process(lines))
+        elif key.startswith("content:"):
+            contents[key[8:]] = lines[0].strip() if lines else ""
         elif key.startswith("secret:"):
             facts["secrets"][key[7:]] = _stat(lines)
+        elif key.startswith("dir:"):
+            parts = lines[0].split() if lines else []
+            facts.setdefault("dirs", {})[key[4:]] = (
+                None if not parts or parts == ["missing"] else
+                {"mode": parts[0], "user": parts[1] if len(parts) > 1 else None,
+                 "group": parts[2] if len(parts) > 2 else None})
+        elif key.startswith("account:"):
+            facts.setdefault("accounts", {})[key[8:]] = parse_account(lines)
+        elif key == "llama-swap-binary":
+            facts["llama_swap_binary"] = {"marker": (lines[0].strip() or None) if lines else None,
+                                          "present": PRESENT_MARK in [ln.strip() for ln in lines]}
+        elif key == "mkinitcpio":
+            facts["mkinitcpio"] = None if [ln.strip() for ln in lines] == [ABSENT_MARK] else lines
+        elif key == "legacy-backup":
+            facts["legacy_backup"] = {p[0]: p[1] == "backed" for p in (ln.split() for ln in lines) if len(p) == 2}
+        elif key == "wheels":
+            at = lines.index(WHEELS_MARK) if WHEELS_MARK in lines else len(lines)
+            version = " ".join(lines[:at]).strip()
+            facts["wheels"] = {"python": version or None, "files": FolderFiles().process(lines[at + 1:]) or {}}
         elif key == "pacman":
             facts["pacman"] = pacman_fact.process(lines)
         elif key == "ignorepkg":
@@ -206,11 +259,18 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
                     facts["models"] = json.loads(text.splitlines()[-1]) if text else {}
                 except ValueError:
                     facts["models"] = {"*": [f"model check failed: {text[-300:]}"]}
+    for path, text in contents.items():
+        st = facts["files"].get(path)
+        if st is not None and text:
+            try:
+                st["content"] = base64.b64decode(text)
+            except ValueError:
+                st["content"] = None
     return facts
 
 
 def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, Any]], deep: bool = False,
-                      connect_timeout: int = 10) -> dict[str, tuple[dict[str, Any] | None, str]]:
+                      connect_timeout: int = 10, diff: bool = False) -> dict[str, tuple[dict[str, Any] | None, str]]:
     """Reach every host with pyinfra (its connectors, the hosts' own connection data, in
     parallel) and run :class:`HostProbe` once on each. Returns ``{host: (facts, "")}`` or
     ``{host: (None, why)}`` for a host that could not be reached or probed."""
@@ -221,7 +281,7 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
 
     inventory = Inventory(([(d.host, dict(connections.get(d.host, {}))) for d in decls], {}))
     state = State(inventory=inventory, config=Config(CONNECT_TIMEOUT=connect_timeout, FAIL_PERCENT=None))
-    sections = {d.host: probe_sections(d, deep=deep) for d in decls}
+    sections = {d.host: probe_sections(d, deep=deep, diff=diff) for d in decls}
     decl_by_name = {d.host: d for d in decls}
     results: dict[str, tuple[dict[str, Any] | None, str]] = {}
 

@@ -80,7 +80,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     # pyinfra's whole run, and every other host must still be reported
     procs = {hs.name: start_plan(inventory, [hs.name]) for hs in host_specs} if plan else {}
     connections = {hs.name: hs.connection for hs in host_specs}
-    probes = connect_and_probe(decls, connections, deep=deep, connect_timeout=connect_timeout)
+    probes = connect_and_probe(decls, connections, deep=deep, connect_timeout=connect_timeout, diff=diff)
     # a host a rollback holds is compared with the held generation, not the spec: declared again
     # from that generation's record and files, and probed again for them
     held = [held_declared(d, probes[d.host][0], connections[d.host], inventory, token) for d in decls
@@ -88,7 +88,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
     if held:
         by_host = {d.host: d for d in held}
         decls = [by_host.get(d.host, d) for d in decls]
-        probes.update(connect_and_probe(held, connections, deep=deep, connect_timeout=connect_timeout))
+        probes.update(connect_and_probe(held, connections, deep=deep, connect_timeout=connect_timeout, diff=diff))
     plans = {name: finish_plan(proc) for name, proc in procs.items()}
     findings: list[Finding] = []
     codes: dict[str, int] = {}

@@ -89,12 +89,33 @@ def _backup(path: str, what: str):
     yield argv("cp", "-a", path, dest)
 
 
+def file_states(batch: tuple[str, ...]) -> dict[str, Any]:
+    """:class:`~rigkit.operations.facts.FileStates` of ``batch`` on the current host, read once per
+    stage of the run (pyinfra 3 reads a fact afresh on every call, and evaluates each operation in
+    the prepare stage and again in the execute stage). Within a stage the answer holds for a path
+    until that path's own :func:`rendered_file` changes it: no other operation of the deploy writes
+    a rendered file."""
+    from pyinfra import state
+
+    from rigkit.operations.facts import FileStates
+
+    cache = host.__dict__.setdefault("_rigkit_file_states", {})
+    key = (state.current_stage, batch)
+    if key not in cache:
+        cache[key] = host.get_fact(FileStates, paths=list(batch))
+    return cache[key]
+
+
 @operation()
-def rendered_file(path: str, text: str, user: str = "root", group: str = "root", mode: str = "644"):
+def rendered_file(path: str, text: str, user: str = "root", group: str = "root", mode: str = "644",
+                  batch: tuple[str, ...] = ()):
     """Install a rendered file; a replaced file whose content rigkit did not write last is kept.
 
     + path: the remote file; text: its content (from :func:`rigkit.render.files.render`)
     + user/group/mode: ownership and octal mode (``"644"``)
+    + batch: every rendered path of the deploy (``path`` among them): their state is read in one
+      command (:class:`~rigkit.operations.facts.FileStates`, the same fact for each), and a file whose
+      content, owner and mode hold is left without asking pyinfra's ``files.put`` (three more commands)
 
     When ``path`` exists with other content and that content is not what rigkit wrote there last
     (the sha256 in :func:`written_marker`) — an operator's hand edit, or a file from before rigkit —
@@ -118,7 +139,15 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
     from pyinfra.facts.files import FileContents, Sha256File
 
     wanted = hashlib.sha256(text.encode()).hexdigest()
-    current = host.get_fact(Sha256File, path=path)
+    if path in batch:
+        st = file_states(tuple(sorted(batch))).get(path)
+        if (st is not None and st["sha256"] == wanted and (st["user"], st["group"]) == (user, group)
+                and st["mode"] is not None and int(st["mode"], 8) == int(mode, 8)):
+            host.noop(f"{path} is as rendered")
+            return
+        current = st["sha256"] if st else None
+    else:
+        current = host.get_fact(Sha256File, path=path)
     if current and current != wanted:
         marker = host.get_fact(FileContents, path=written_marker(path)) or []
         if (marker[0].strip() if marker else None) != current:

@@ -18,6 +18,9 @@ from rigkit.host import busy, gpu, pacman
 from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
+#: The host's Python as the agent's wheelhouse is built for it (``"3.13"``): the deploy's ``Command``
+#: fact (roles/agent.py) and drift's probe.
+PYTHON_VERSION_COMMAND = "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'"
 
 def _num(text: str) -> float | None:
     text = text.strip()
@@ -322,3 +325,90 @@ class GenerationBundle(FactBase):
                 return {"error": f"not a generation: {text[-300:]}"}
             return data if isinstance(data, dict) else {"error": "not a generation"}
         return {"error": text.strip()[-300:] or f"exit {rc}"}
+
+
+def _stat_line(text: str) -> dict[str, Any] | None:
+    """``"<mode> <user> <group> <size> <sha256>"`` → ``{mode, user, group, size (bytes), sha256}``."""
+    parts = text.split()
+    if len(parts) != 5 or not parts[3].isdigit():
+        return None
+    return {"mode": parts[0], "user": parts[1], "group": parts[2], "size": int(parts[3]), "sha256": parts[4]}
+
+
+def parse_file_state(line: str) -> dict[str, Any] | None:
+    """A ``"<mode> <user> <group> <size> <sha256>"`` line (``dir`` for a folder's sha256) → ``{mode,
+    user, group, size, sha256}``; None for ``missing`` (a line that cannot be read gives every value
+    None)."""
+    if line.strip() == "missing":
+        return None
+    return _stat_line(line) or {"mode": None, "user": None, "group": None, "size": None, "sha256": None}
+
+
+_STAT = "S"
+
+
+def _states(lines: list[str], strip: str = "") -> dict[str, dict[str, Any]]:
+    """The lines of :func:`_states_command` → ``{name: {mode, user, group, size, sha256}}`` for each
+    name that has both its ``stat`` line and its ``sha256sum`` line (``strip``: a prefix dropped from
+    the names, ``./`` for ``find``'s)."""
+    stats: dict[str, list[str]] = {}
+    sums: dict[str, str] = {}
+    for line in lines:
+        if line.startswith(_STAT + " "):
+            parts = line[2:].split(" ", 4)
+            if len(parts) == 5 and parts[3].isdigit():
+                stats[parts[4]] = parts[:4]
+        else:
+            digest, sep, name = line.partition("  ")
+            if sep and len(digest) == 64:
+                sums[name] = digest
+    out = {}
+    for name, (mode, user, group, size) in stats.items():
+        key = name[len(strip):] if strip and name.startswith(strip) else name
+        if name in sums:
+            out[key] = {"mode": mode, "user": user, "group": group, "size": int(size), "sha256": sums[name]}
+    return out
+
+
+class FileStates(FactBase):
+    """Mode (octal, as ``stat %a``: ``"644"``), owner, size (bytes) and sha256 of several files in one
+    command: ``{path: {mode, user, group, size, sha256}}`` for each path that is a readable file
+    (absent: no such file). Command: one ``stat -c 'S %a %U %G %s %n'`` and one ``sha256sum`` of every
+    path. One fact for every rendered file of a deploy (:func:`rigkit.operations.config.rendered_file`)
+    instead of four commands per file; drift's probe reads its files with it too."""
+
+    def command(self, paths: list[str]) -> str:
+        if not paths:
+            return "true"
+        args = " ".join(shlex.quote(p) for p in paths)
+        return f"stat -c '{_STAT} %a %U %G %s %n' -- {args} 2>/dev/null; sha256sum -- {args} 2>/dev/null; true"
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, dict[str, Any]]:
+        return _states(output)
+
+
+class FolderFiles(FactBase):
+    """The plain files directly in a folder (dot files too): ``{name: {mode, user, group, size,
+    sha256}}``, or None when the folder is missing. Command: ``find -maxdepth 1 -type f`` printing
+    each file's mode, owner and size, then one ``sha256sum`` of them all. The agent's wheelhouse is
+    compared with it by the deploy (:func:`rigkit.operations.wheels.wheelhouse_synced`) and by drift."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (f"cd {q} 2>/dev/null || {{ echo {RC_MARK}1; exit 0; }}; "
+                f"find . -maxdepth 1 -type f -printf '{_STAT} %m %u %g %s %p\\n'; "
+                f"find . -maxdepth 1 -type f -exec sha256sum -- {{}} +; echo {RC_MARK}0")
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def process(self, output: list[str]) -> dict[str, dict[str, Any]] | None:
+        lines, rc = _split_rc(output)
+        if rc != 0:
+            return None
+        return _states(lines, strip="./")

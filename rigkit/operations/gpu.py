@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import FunctionCommand, OperationError, operation
 
 from rigkit.host.gpu import card, power_limit_problem
@@ -17,7 +17,9 @@ def gpu_power_limit(watts: int, index: int = 0):
     + watts: the limit in W; must lie within the card's ``power.min_limit``..``power.max_limit``
     + index: the GPU index
 
-    No change when ``power.limit`` and ``enforced.power.limit`` already equal ``watts``. After
+    No change when ``power.limit`` and ``enforced.power.limit`` already equal ``watts``. When
+    ``nvidia-smi`` cannot answer, the plan (``--dry``) predicts the change (an earlier operation may
+    restore the driver it needs) and a real run fails naming why. After
     ``nvidia-smi --power-limit`` the enforced limit is read back: open modules on some GPUs
     report success and change nothing (open-gpu-kernel-modules#483). The unit
     ``gpu-power-limit.service`` re-applies it at boot.
@@ -34,6 +36,13 @@ def gpu_power_limit(watts: int, index: int = 0):
         )
     """
     gpu, why = card(host.get_fact(NvidiaSmi), index)
+    if gpu is None and not state.is_executing:
+        # the plan (--dry, or the prepare stage): nvidia-smi may not answer *yet* — a pin an earlier
+        # operation restores (a driver upgraded past it: "Driver/library version mismatch"); predict
+        # the change instead of failing the whole plan. Run for real, it is an error as before.
+        host.noop(f"GPU {index}: nvidia-smi cannot answer now ({why}); the run sets {watts} W once it does")
+        yield argv("nvidia-smi", f"--id={index}", f"--power-limit={watts}")
+        return
     if gpu is None:
         raise OperationError(why)
     problem = power_limit_problem(watts, gpu["power_min_w"], gpu["power_max_w"], f"GPU {index}")

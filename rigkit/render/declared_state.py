@@ -7,6 +7,10 @@ writes) and §5 (the cgroup mitigation), §2.2 (reboot pending); ``notes/hyperqw
 
 from __future__ import annotations
 
+from typing import Any
+
+from rigkit import paths
+
 #: What rigkit owns in ``/etc/docker/daemon.json``: the nvidia runtime exactly as ``nvidia-ctk
 #: runtime configure --runtime=docker`` writes it, and NVIDIA's documented mitigation for
 #: containers losing the GPU on ``systemctl daemon-reload``. Other keys are the operator's.
@@ -49,3 +53,55 @@ def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour:
         if missing:
             reasons.append(f"DKMS has not built nvidia {driver_version} for {', '.join(missing)}")
     return reasons
+
+
+def directories(spec) -> dict[str, dict[str, str]]:
+    """Every folder the deploy creates with an owner and mode, ``{path: {"user", "group", "mode"}}``
+    (mode as pyinfra's ``files.directory`` takes it, ``"755"``): the roles create them from this and
+    drift stats them (``/etc/rigkit/secrets/`` is the secrets' own, :func:`secret_files`)."""
+    ls = spec.llama_swap.user
+    return {
+        paths.AGENT_DIR: {"user": "root", "group": "root", "mode": "755"},
+        paths.HYPERQWEN_DIR: {"user": "root", "group": "root", "mode": "755"},
+        spec.hyperqwen.models_dir: {"user": "root", "group": "root", "mode": "755"},
+        paths.LLAMA_SWAP_DIR: {"user": "root", "group": ls, "mode": "750"},
+        paths.STATE_DIR: {"user": "root", "group": "root", "mode": "755"},
+    }
+
+
+def secret_files(spec) -> dict[str, dict[str, str]]:
+    """The secrets' folder and files, ``{path: {"user", "group", "mode"}}`` (DESIGN.md "Secrets": one
+    owner and mode for the folder, declared once; the roles and drift both read it)."""
+    ls = spec.llama_swap.user
+    return {
+        paths.SECRETS_DIR: {"user": "root", "group": ls, "mode": "750"},
+        paths.HYPERQWEN_SECRET_FILE: {"user": "root", "group": ls, "mode": "640"},
+        paths.HF_TOKEN_FILE: {"user": "root", "group": "root", "mode": "600"},
+    }
+
+
+def accounts(spec) -> dict[str, dict[str, Any]]:
+    """The accounts the deploy manages, ``{user: {"system", "group" (primary, or None: not managed),
+    "groups" (supplementary), "exact" (True: exactly these, pyinfra's ``server.user`` without
+    ``append``; False: at least these), "home", "shell" (None: not managed)}}``: llama-swap's system
+    user in its own group and ``docker``; the operator in ``docker`` when ``operator_user`` is set."""
+    ls = spec.llama_swap.user
+    out: dict[str, dict[str, Any]] = {
+        ls: {"system": True, "group": ls, "groups": ["docker"], "exact": True, "home": f"/var/lib/{ls}",
+             "shell": "/usr/bin/nologin"},
+    }
+    if spec.operator_user:
+        out[spec.operator_user] = {"system": False, "group": None, "groups": ["docker"], "exact": False,
+                                   "home": None, "shell": None}
+    return out
+
+
+#: Uploads that are not rendered files but are the deploy's all the same: the live config staged
+#: for the activation (rigkit's scratch copy, root 0600) and the model lock it installs.
+STAGING_OWNER_MODE = ("root:root", "0600")
+MODELS_LOCK_OWNER_MODE = ("root:root", "0644")
+#: Where the deploy keeps a copy of each legacy unit file before it disables the unit (root 0700).
+LEGACY_BACKUP_DIR = f"{paths.STATE_DIR}/legacy-units"
+#: Path unit the NVIDIA toolkit ships; enabled by the deploy when the package installed it.
+CDI_REFRESH = "nvidia-cdi-refresh.path"
+CDI_REFRESH_FILE = f"/usr/lib/systemd/system/{CDI_REFRESH}"

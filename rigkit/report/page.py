@@ -211,7 +211,7 @@ def energy_cells(run: Run) -> list[tuple[str, str, str]]:
     return out
 
 
-def drift_live(host_specs: list[Any], inventory: str, plan: bool = True) -> dict[str, Any]:
+def drift_live(host_specs: list[Any], inventory: str, plan: bool = False) -> dict[str, Any]:
     """Run drift now on every host at once and return its document, read back
     (:func:`rigkit.drift.run.read_document`)."""
     from rigkit.drift.run import check, document, dumps_document, read_document

@@ -398,10 +398,13 @@ def test_plan_rows_are_changes_only_never_gated_operations_beside_them():
 
 def test_probe_sections_round_trip_through_the_fact():
     d = decl()
-    sections = probe.probe_sections(d)
+    assert "base64" not in probe.probe_script(probe.probe_sections(d))  # content is read for --diff only
+    sections = probe.probe_sections(d, diff=True)
     script = probe.probe_script(sections)
     assert "hf.env" in script and "base64" in script and "cat /etc/rigkit/secrets" not in script
-    output = [f"{probe.SECTION} file:/etc/llama-swap/config.yaml", "640 root llama-swap 5 " + "a" * 64, "aGVsbG8=",
+    output = [f"{probe.SECTION} files", "S 640 root llama-swap 5 /etc/llama-swap/config.yaml",
+              "a" * 64 + "  /etc/llama-swap/config.yaml",
+              f"{probe.SECTION} content:/etc/llama-swap/config.yaml", "aGVsbG8=",
               f"{probe.SECTION} secret:/etc/rigkit/secrets/hf.env", "missing",
               f"{probe.SECTION} pacman", "nvidia-utils 610.57-1", "error: package 'cuda' was not found",
               f"{probe.SECTION} agent", "rigkit-agent 0.1", "__RC__=0",

@@ -3,10 +3,13 @@ each kind of drift, injected by hand alone, is found and named with declared vs 
 back; a fleet with an unreachable host; JSON records; no secret in any output.
 
 One host (``<prefix>dr1``) is deployed once for the module with the sandbox hub's token as HF_TOKEN
-(so ``hf.env`` is installed and compared by hash). Most checks run with ``--no-plan`` (the probe
-only, ~1 s); the pyinfra plan catch-all is checked where it adds something. Note: the plan
-includes the agent's wheelhouse, built from this checkout — a change to ``rigkit/`` between the
-deploy and a check shows up as ``Host agent | Sync the agent wheelhouse`` (real drift).
+(so ``hf.env`` is installed and compared by hash). Every check runs the probe only (~1 s), as
+``rigkit drift`` does by default; one test (:func:`test_the_probe_agrees_with_the_plan`) runs
+pyinfra's plan (``--plan``) twice: on the converged host, and on a batch of breakages from the
+coverage table (tests/harness/drift_agreement.py). Note: the probe compares the agent's wheelhouse
+with the one this checkout builds — a change to ``rigkit/host/`` between the deploy and a check
+shows up as ``agent-wheelhouse`` (real drift), and in the plan as ``Host agent | Sync the agent
+wheelhouse``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ pytestmark = pytest.mark.harness
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "harness"
 sys.path.insert(0, str(HARNESS))
+import drift_agreement  # noqa: E402
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
+
+from rigkit.drift import coverage  # noqa: E402
 
 PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
@@ -60,11 +66,12 @@ def agent_source_changed(rig) -> bool:
 
 
 def without_agent_resync(rig, records: list[dict]) -> list[dict]:
-    """``records`` minus the plan's agent re-sync (and the steps it triggers), only when the
-    checkout's ``rigkit/`` changed since the deploy."""
+    """``records`` minus the agent's re-sync (the probe's ``agent-wheelhouse``, the plan's
+    ``Host agent | ...``), only when the checkout's ``rigkit/`` changed since the deploy."""
     if not agent_source_changed(rig):
         return records
-    return [r for r in records if not (r["kind"].startswith("plan") and r["item"].startswith("Host agent | "))]
+    return [r for r in records if not (r["kind"] == "agent-wheelhouse" or
+                                       (r["kind"].startswith("plan") and r["item"].startswith("Host agent | ")))]
 
 
 def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str = "inventory/sandbox.py",
@@ -74,8 +81,8 @@ def drift(*args: str, token: str | None = None, host: str = NAME, inventory: str
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME")}
     env.update(RIGKIT_SANDBOX_HOST=host, HF_TOKEN=token or hostctl.hub_token(), HF_HOME="/nonexistent-hf-home")
     cmd = [sys.executable, "-m", "rigkit", "drift", "-i", inventory, "--json", *args]
-    if not plan:
-        cmd.append("--no-plan")
+    if plan:
+        cmd.append("--plan")
     proc = subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     # the document's per-host status and run records follow the findings (drift --json)
@@ -99,9 +106,10 @@ def no_secret(output: str) -> None:
 
 
 def test_converged_host_has_no_drift(rig):
-    rc, records, out = drift(plan=True)
+    rc, records, out = drift()
     assert [r for r in without_agent_resync(rig, records) if r["severity"] != "warn"] == []
-    assert rc == (3 if agent_source_changed(rig) and any(r["kind"] == "plan" for r in records) else 0), out
+    assert not [r for r in records if r["kind"] == "plan"], "the plan runs only with --plan"
+    assert rc == (3 if agent_source_changed(rig) else 0), out
     no_secret(out)
     rc, _, out = drift("--deep")
     assert rc == 0, out
@@ -109,7 +117,7 @@ def test_converged_host_has_no_drift(rig):
 
 def test_table_output_without_a_terminal_has_no_colour(rig):
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": NAME, "HF_TOKEN": hostctl.hub_token()}
-    proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py", "--no-plan"],
+    proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py"],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     generation, verdict = proc.stdout.strip().splitlines()
@@ -118,22 +126,17 @@ def test_table_output_without_a_terminal_has_no_colour(rig):
     assert "\x1b[" not in proc.stdout + proc.stderr
 
 
-def test_edited_live_config_is_found_with_a_masked_diff_and_the_plan_names_the_op(rig):
+def test_edited_live_config_is_found_with_a_masked_diff(rig):
     rig.run(f"cp -a {CONFIG} /root/config.yaml.orig && echo '# HF_TOKEN={hostctl.hub_token()}' >> {CONFIG}")
     try:
-        rc, records, out = drift("--diff", plan=True)
+        rc, records, out = drift("--diff")
         assert rc == 3, out
         no_secret(out)
         content = one(records, "file", CONFIG)
         assert content["declared"].startswith("content sha256:") and content["actual"].startswith("content sha256:")
         assert "+# HF_TOKEN=***" in content["diff"]
         assert ("llama-swap-live", CONFIG) in drifted(records)
-        # the llama-swap role's op that installs the live config (its name is that role's to choose)
-        assert any(k == "plan" and i.startswith("llama-swap | ") and "live llama-swap config" in i
-                   for k, i in drifted(records)), records
-        assert {k for k, _ in drifted(without_agent_resync(rig, records))} == {"file", "llama-swap-live", "plan"}
-        # gated (_if) operations are not rows: the plan cannot say what they are gated on
-        assert not [r for r in records if r["kind"] == "plan-conditional"], records
+        assert {k for k, _ in drifted(without_agent_resync(rig, records))} == {"file", "llama-swap-live"}
     finally:
         rig.run(f"cp -a /root/config.yaml.orig {CONFIG}")
     assert drift()[0] == 0
@@ -249,7 +252,7 @@ def test_strata_back_with_requires(rig):
     try:
         rc, records, out = drift()
         assert rc == 3, out
-        assert drifted(records) == {("legacy-unit", "strata.service"),
+        assert drifted(records) == {("legacy-unit", "strata.service"), ("legacy-unit", "strata.service backup"),
                                     ("unit-dependency", "llama-swap.service Requires=strata.service")}
         assert one(records, "legacy-unit", "strata.service")["actual"] == "enabled, active"
     finally:
@@ -316,7 +319,7 @@ def test_fleet_with_an_unreachable_host(rig, tmp_path):
         # the same host's address, a port nothing listens on: refused at once
         fleet = [(_name, _data), ("rkd-gone", {{**_data, "ssh_port": 1}})]
         """))
-    rc, records, out = drift(inventory=str(inventory), plan=True)
+    rc, records, out = drift(inventory=str(inventory))
     assert rc == 1, out
     gone = [r for r in records if r["host"] == "rkd-gone"]
     assert [(r["kind"], r["severity"]) for r in gone] == [("host", "error")]
@@ -325,3 +328,44 @@ def test_fleet_with_an_unreachable_host(rig, tmp_path):
     assert [r for r in mine if r["severity"] != "warn"] == []  # still checked, and converged
     assert any(r["kind"] == "model" for r in records if r["host"] == NAME) is False
     no_secret(out)
+
+
+#: The suite's sample of the coverage table: independent breakages of many kinds (folders, file
+#: content and mode, secrets, accounts, the release binary, the wheelhouse, daemon.json, units and
+#: timers, mkinitcpio, the power limit, a repo package, IgnorePkg, the uploads), one batch.
+SAMPLE = (
+    ("hyperqwen", "Create HyperQwen's compose directory"),
+    ("llama_swap", "Install llama-swap.service"),
+    ("llama_swap", "Install the staged llama-swap config for review"),
+    ("llama_swap", "Upload the declared live llama-swap config for activation"),
+    ("llama_swap", "Install llama-swap {ls.version} from its pinned release tarball"),
+    ("secrets", "Generate HyperQwen's VLLM_API_KEY once on the host"),
+    ("secrets", "Create the {user} system user"),
+    ("docker", "Put {spec.operator_user} in the docker group"),
+    ("docker", "Merge the nvidia runtime and the cgroup mitigation into daemon.json"),
+    ("agent", "Sync the agent wheelhouse"),
+    ("agent", "Enable and start {stem}.timer"),
+    ("power", "Enable gpu-power-limit.service"),
+    ("power", "Set the GPU power limit to {spec.gpu_power_limit_w} W"),
+    ("boot", "Drop the kms hook from mkinitcpio and rebuild the initramfs"),
+    ("pins", "Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)"),
+    ("pins", "Hold the pinned packages with IgnorePkg in [options]"),
+    ("models", "Install the model lock"),
+)
+
+
+def test_the_probe_agrees_with_the_plan(rig):
+    """Drift without the plan reports something exactly when ``pyinfra --dry`` would change something:
+    on the converged host (both empty), and on one batch of independent breakages from the coverage
+    table (each breakage's findings reported, each one's operation in the plan, nothing else in
+    either). The whole table: benchmarks/drift_coverage.py."""
+    if agent_source_changed(rig):
+        pytest.skip("rigkit/ changed since the golden deploy: the wheelhouse differs on both sides")
+    clean = drift_agreement.converged(rig, PROJECT)
+    assert clean.problems == [] and clean.exit_code == 0, clean.output
+    rows = [coverage.row_for(role, op) for role, op in SAMPLE]
+    batch = drift_agreement.run_batch(rig, rows, PROJECT)
+    assert batch.problems == [], "\n".join(batch.problems) + "\n" + batch.output[-3000:]
+    assert batch.exit_code == 3
+    no_secret(batch.output)
+    assert drift()[0] == 0  # all put back

@@ -66,7 +66,7 @@ def test_readme_bench_passes_on_strata_and_is_not_run_on_the_unloaded_baseline(r
     assert '"strata"' in rig.run("curl -s 127.0.0.1:8080/running").stdout
 
     page = rigkit(rig, "report", "-i", "inventory/sandbox.py", "--results", str(tmp_path / "results"),
-                  "--out", str(tmp_path / "report"), "--no-plan")
+                  "--out", str(tmp_path / "report"))  # drift's probe, no plan: the default
     assert page.returncode == 0, page.stderr[-3000:]
     index = Path(page.stdout.strip())
     assert index == (tmp_path / "report" / "index.html")

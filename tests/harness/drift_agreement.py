@@ -1,0 +1,104 @@
+"""Drift's probe against pyinfra's own plan on a converged sandbox host, one batch of breakages at a
+time (:data:`rigkit.drift.coverage.COVERAGE`): apply the batch under the host lock (the agent's
+timers stand down, so nothing undoes a breakage meanwhile), run ``rigkit drift --json --plan`` once
+(one probe and one ``pyinfra --dry``, at once), put everything back, and judge with
+:func:`rigkit.drift.coverage.agreement`. Used by tests/harness/test_drift.py (a sample) and
+benchmarks/drift_coverage.py (the whole table)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import hostctl  # noqa: E402
+
+from rigkit.drift import coverage  # noqa: E402
+from rigkit.host.lock import LEASE_ENV  # noqa: E402
+
+LEASE = "t-cov"  # coverage.LOCK_HOLDER's lease: the plan's preflight treats the held lock as its own
+
+
+@dataclass
+class Batch:
+    """One batch's outcome: its rows, the probe's findings ``(kind, item, severity)``, the plan's
+    rows, the problems :func:`rigkit.drift.coverage.agreement` found, drift's exit code and wall s."""
+
+    rows: list
+    findings: list = field(default_factory=list)
+    plan_rows: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    exit_code: int | None = None
+    seconds: float = 0.0
+    output: str = ""
+
+
+def drift_json(name: str, project: Path, *args: str, inventory: str = "inventory/sandbox.py",
+               timeout: float = 300) -> tuple[int, list[dict], str]:
+    """``python -m rigkit drift --json ARGS`` for sandbox host ``name`` (the sandbox hub's token as
+    HF_TOKEN, the coverage lease): ``(exit code, finding records, stdout + stderr)``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME")}
+    env.update(RIGKIT_SANDBOX_HOST=name, HF_TOKEN=hostctl.hub_token(), HF_HOME="/nonexistent-hf-home",
+               **{LEASE_ENV: LEASE})
+    proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", inventory, "--json", *args], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return proc.returncode, [r for r in records if r.get("kind") not in ("status", "run")], proc.stdout + proc.stderr
+
+
+def hold_lock(host) -> None:
+    """Hold the host lock (:data:`rigkit.drift.coverage.LOCK_HOLDER`) and wait until it is held."""
+    host.run(coverage.LOCK_HOLDER)
+    for _ in range(100):
+        if '"held": true' in host.run("/opt/rigkit/venv/bin/rigkit-agent lock status").stdout:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{host.name}: the coverage lock holder did not take the host lock")
+
+
+def run_batch(host, rows: list, project: Path) -> Batch:
+    """Apply ``rows``' breakages on ``host`` under the host lock, probe and plan once, put them back
+    (in reverse order, each restore run even when an earlier one failed), release the lock."""
+    archive = hostctl.MANIFEST["archive_url"]
+    out = Batch(rows=list(rows))
+    hold_lock(host)
+    try:
+        for c in rows:
+            host.run(c.breakage.replace("{archive}", archive))
+        t0 = time.monotonic()
+        out.exit_code, records, out.output = drift_json(host.name, project, "--plan")
+        out.seconds = time.monotonic() - t0
+    finally:
+        failed = []
+        for c in reversed(rows):
+            r = host.run(c.restore, check=False)
+            if r.returncode != 0:
+                failed.append(f"{c.op}: `{c.restore}` exited {r.returncode}: {r.stderr.strip()[-200:]}")
+        host.run(coverage.LOCK_RELEASE, check=False)
+        if failed:
+            raise AssertionError(f"{host.name}: restoring failed:\n" + "\n".join(failed))
+    out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
+    out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
+    out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
+    if any(r["kind"] == "plan" and r["severity"] == "error" for r in records):
+        out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records
+                                                            if r["kind"] == "plan" and r["severity"] == "error"))
+    return out
+
+
+def converged(host, project: Path) -> Batch:
+    """The converged host: probe and plan once; both must be empty."""
+    out = Batch(rows=[])
+    t0 = time.monotonic()
+    out.exit_code, records, out.output = drift_json(host.name, project, "--plan")
+    out.seconds = time.monotonic() - t0
+    out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
+    out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
+    out.problems = coverage.agreement([], out.findings, out.plan_rows)
+    return out
