@@ -286,13 +286,8 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
             mark_failed(ch, n, why, lease)
         elif ch.start is not None:
             n = record_failed(ch, attempt, f"{ch.what} {why}", lease)
-        if n is not None:
-            ch.say(f"the failed attempt is generation {n}, recorded as failed")
-        if no_revert:
-            ch.say(f"{ch.what} {why}; --no-revert: the host is left as the change left it (`rigkit drift --host "
-                   f"{ch.name}` shows how it differs)", error=True)
-            return exitcodes.FAILED
-        return put_back(ch, inventory, overrides, verbose, lease, why, touched, budget_s)
+        return _failed(ch, n, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
+                                                               budget_s))
     target = new if new is not None else now_n
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
@@ -308,12 +303,20 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
                error=True)
         return exitcodes.FAILED
     mark_failed(ch, new, why, lease)
-    ch.say(f"the failed attempt is generation {new}, recorded as failed")
+    return _failed(ch, new, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
+                                                             budget_s))
+
+
+def _failed(ch: Change, n: int | None, why: str, no_revert: bool, revert) -> int:
+    """Say which generation the failed attempt is, then leave the host (``no_revert``, said) or
+    ``revert()``; returns 1 either way."""
+    if n is not None:
+        ch.say(f"the failed attempt is generation {n}, recorded as failed")
     if no_revert:
         ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`rigkit drift --host "
                f"{ch.name}` shows how it differs)", error=True)
         return exitcodes.FAILED
-    return put_back(ch, inventory, overrides, verbose, lease, why, touched, budget_s)
+    return revert()
 
 
 def _touched(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:

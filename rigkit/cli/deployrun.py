@@ -37,6 +37,27 @@ def print_results(stdout: str) -> None:
         err.print(f"{name}: failed", markup=False)
 
 
+def data_text(value) -> str:
+    """The ``--data KEY=TEXT`` text that pyinfra reads back as ``value`` (``pyinfra_cli.util.parse_cli_arg``
+    turns ``true``/``false`` into booleans, then tries ``int``, then JSON, else keeps the string): a
+    string it would read as something else (``610.60``, ``7``, ``true``, ``[1]``) goes as JSON, as does
+    every value that is not a string."""
+    if not isinstance(value, str):
+        return json.dumps(value)
+    if value.lower() in ("true", "false"):
+        return json.dumps(value)
+    try:
+        int(value)
+        return json.dumps(value)
+    except ValueError:
+        pass
+    try:
+        json.loads(value)
+        return json.dumps(value)
+    except ValueError:
+        return value
+
+
 def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: dict, dry: bool = False,
                 verbose: int = 0, extra_env: dict[str, str] | None = None):
     """Run ``pyinfra -y INVENTORY deploy.py`` (``--dry`` without ``-y`` when ``dry``) limited to
@@ -52,7 +73,7 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
     for name in hosts:
         cmd += ["--limit", name]
     for key, value in overrides.items():
-        cmd += ["--data", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+        cmd += ["--data", f"{key}={data_text(value)}"]
     if verbose:
         cmd.append("-" + "v" * verbose)
     err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)

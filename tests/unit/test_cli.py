@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rigkit.spec.model import unset_operator_values
 from rigkit.spec.validate import spec_from_dict
@@ -236,3 +238,33 @@ def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
     assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
     assert "passed, 0 rejected, 0 could not run" in proc.stdout
     assert proc.stderr == ""  # no warnings: every operator value is set
+
+
+def _pyinfra_parse_cli_arg():
+    """pyinfra's own ``parse_cli_arg`` (``pyinfra_cli/util.py``), its source compiled alone: importing
+    ``pyinfra_cli`` gevent-patches the test process."""
+    import ast
+    import importlib.util
+    import json as json_mod
+    from pathlib import Path as P
+
+    src = P(importlib.util.find_spec("pyinfra").origin).parents[1] / "pyinfra_cli" / "util.py"
+    tree = ast.parse(src.read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "parse_cli_arg")
+    ns: dict = {"json": json_mod}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(src), "exec"), ns)
+    return ns["parse_cli_arg"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12)
+                    | st.sampled_from(["610.60", "7", "true", "False", "[1]", '"x"', "null", " 3", "1e3", "strata"]),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                    max_leaves=6))
+def test_a_data_override_reaches_pyinfra_as_the_value_it_is(value):
+    """rigkit passes each --data override on to pyinfra; pyinfra's own parser must read back exactly
+    that value (a string "610.60" stayed text and pyinfra made it the float 610.6: the spec refused it)."""
+    from rigkit.cli.deployrun import data_text
+
+    back = _pyinfra_parse_cli_arg()(data_text(value))
+    assert back == value and type(back) is type(value)

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +18,9 @@ from rigkit.host import gpu
 from rigkit.host import lock as host_lock
 from rigkit.host import power
 from rigkit.host.config import HostConfig
+from tests.unit import fake_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-STUB = ROOT / "tests" / "harness" / "stubs" / "nvidia-smi"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake nvidia-smi sets a limit for root only")
 
 
@@ -29,25 +28,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the fake nvidia-smi s
 def rig(tmp_path, monkeypatch):
     """A fake GPU (``gpu/``), ``nvidia-smi`` on PATH (logging each ``--power-limit`` to ``pl.log``) and a
     host config rendered from the default spec (declared 420 W) with its paths in ``tmp_path``."""
-    from rigkit.render.files import render_host_config
-    from rigkit.spec.validate import spec_from_layers
-
-    gpu_dir, bin_dir = tmp_path / "gpu", tmp_path / "bin"
-    gpu_dir.mkdir()
-    bin_dir.mkdir()
-    (gpu_dir / "module_version").write_text("?\n")  # no driver package here: DRIVER "?" on both sides
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\ncase \"$*\" in *power-limit*|*-pl*) echo \"$*\" >> {tmp_path / 'pl.log'};; esac\n"
-                   f"exec {sys.executable} {STUB} \"$@\"\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("RIGKIT_FAKE_GPU_DIR", str(gpu_dir))
-    data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
-    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"),
-                         power_state=str(tmp_path / "power.json"))
+    gpu_dir, data = fake_gpu.install(tmp_path, monkeypatch)
     (tmp_path / "host.json").write_text(json.dumps(data))
     monkeypatch.setenv("RIGKIT_HOST_CONFIG", str(tmp_path / "host.json"))
-    subprocess.run(["nvidia-smi", "-pl", "420"], check=True, capture_output=True)  # as the deploy left it
     return {"cfg": HostConfig(data, str(tmp_path / "host.json")), "gpu": gpu_dir, "tmp": tmp_path}
 
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from rigkit.bench.sweep import (SweepArgError, check_power_limits, group_data_li
                                 table_lines, write_result)
 from rigkit.host import gpu
 from rigkit.host.window.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
+from tests.unit.stand_in_unit import StandInUnit
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "tests" / "harness" / "stubs"
@@ -164,47 +163,30 @@ def test_an_open_power_sweep_explains_the_limit_to_drift():
 
 
 # ------------------------------------------------------------------------------ the host's runner
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class PoweredUnit:
-    """``systemctl start/stop`` and ``is-active`` of the tenant's unit, played by the HyperQwen stand-in
-    as a local process registered with the fake GPU through the runtime hook stand-in (as a container
-    start would be): its decode follows the limit, its load drives the draw and the counter."""
+class PoweredUnit(StandInUnit):
+    """The tenant's unit played by the HyperQwen stand-in registered with the fake GPU through the
+    runtime hook stand-in (as a container start would be): its decode follows the limit, its load
+    drives the draw and the counter."""
 
     def __init__(self, tmp: Path, gpu_dir: Path) -> None:
-        self.tmp, self.gpu_dir, self.proc, self.port, self.starts = tmp, gpu_dir, None, _free_port(), 0
-        self.share, self.control = tmp / "share", tmp / "control"
+        super().__init__(tmp / "control")
+        self.tmp, self.gpu_dir = tmp, gpu_dir
+        self.share = tmp / "share"
         self.share.mkdir()
         self.control.mkdir()
 
-    def sh(self, *argv, timeout=120.0, check=False):
-        if argv[:2] == ("systemctl", "start"):
-            self.starts += 1
-            self.proc = subprocess.Popen([sys.executable, str(STUBS / "openai_stub.py"), "--kind", "vllm", "--port",
-                                          str(self.port), "--alias", "m", "--control-dir", str(self.control)],
-                                         env={**os.environ, "FAKE_GPU_SHARE": str(self.share), "DFLASH_TOKENS": "7"},
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            bundle = self.tmp / f"bundle{self.starts}"
-            bundle.mkdir()
-            (bundle / "config.json").write_text(json.dumps({
-                "process": {"args": ["/app/entrypoint.py", "single"], "env": ["FAKE_GPU_SHARE=/app/models/gpu"]},
-                "root": {"path": str(self.tmp / "rootfs")},
-                "mounts": [{"type": "bind", "destination": "/app/models/gpu", "source": str(self.share)}]}))
-            subprocess.run([sys.executable, str(STUBS / "nvidia-container-runtime-hook"), "prestart"], check=True,
-                           input=json.dumps({"id": f"c{self.starts}", "pid": self.proc.pid, "bundle": str(bundle)}),
-                           text=True, timeout=30)
-        elif argv[:2] == ("systemctl", "stop") and self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-        return subprocess.CompletedProcess(argv, 0, "", "")
-
-    def state(self, unit):
-        return "active" if self.proc and self.proc.poll() is None else "inactive"
+    def launch(self) -> subprocess.Popen:
+        proc = self.stand_in({"FAKE_GPU_SHARE": str(self.share), "DFLASH_TOKENS": "7"})
+        bundle = self.tmp / f"bundle{self.starts}"
+        bundle.mkdir()
+        (bundle / "config.json").write_text(json.dumps({
+            "process": {"args": ["/app/entrypoint.py", "single"], "env": ["FAKE_GPU_SHARE=/app/models/gpu"]},
+            "root": {"path": str(self.tmp / "rootfs")},
+            "mounts": [{"type": "bind", "destination": "/app/models/gpu", "source": str(self.share)}]}))
+        subprocess.run([sys.executable, str(STUBS / "nvidia-container-runtime-hook"), "prestart"], check=True,
+                       input=json.dumps({"id": f"c{self.starts}", "pid": proc.pid, "bundle": str(bundle)}),
+                       text=True, timeout=30)
+        return proc
 
 
 @pytest.fixture
@@ -215,23 +197,9 @@ def gpu_rig(tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("the fake nvidia-smi sets a limit for root only, as the real one does")
     from rigkit.host.config import HostConfig
-    from rigkit.render.files import render_host_config
-    from rigkit.spec.validate import spec_from_layers
+    from tests.unit import fake_gpu
 
-    gpu_dir, bin_dir = tmp_path / "gpu", tmp_path / "bin"
-    gpu_dir.mkdir()
-    bin_dir.mkdir()
-    (gpu_dir / "module_version").write_text("?\n")  # no driver package here: DRIVER "?" on both sides
-    smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\ncase \"$*\" in *power-limit*|*-pl*) echo \"$*\" >> {tmp_path / 'pl.log'};; esac\n"
-                   f"exec {sys.executable} {STUBS / 'nvidia-smi'} \"$@\"\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("RIGKIT_FAKE_GPU_DIR", str(gpu_dir))
-    data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
-    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"),
-                         power_state=str(tmp_path / "power.json"))
-    subprocess.run(["nvidia-smi", "-pl", "420"], check=True, capture_output=True)
+    gpu_dir, data = fake_gpu.install(tmp_path, monkeypatch)
     (tmp_path / "pl.log").unlink()
     return {"cfg": HostConfig(data, str(tmp_path / "host.json")), "gpu": gpu_dir, "tmp": tmp_path}
 

@@ -22,6 +22,7 @@ from rigkit.host.window.sweep import cell_payload, summarize_cell
 from rigkit.host.window.sweepgrid import classify, crash_point, frontier, pending, recommend
 from rigkit.bench.sweep import (SweepArgError, group_data_line, parse_contexts, parse_sweep, parse_workloads,
                           result, setting_env, table_lines, write_result)
+from tests.unit.stand_in_unit import StandInUnit, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = ROOT / "tests" / "harness" / "stubs" / "openai_stub.py"
@@ -242,17 +243,11 @@ def test_the_report_shows_the_last_sweep(tmp_path):
 
 
 # ------------------------------------------------------------------------------ the stand-in engine
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Engine:
     """The HyperQwen stand-in (``--kind vllm``) as a local process with ``DFLASH_TOKENS`` set."""
 
     def __init__(self, draft: int, control: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         env = {**os.environ, "DFLASH_TOKENS": str(draft)}
         self.proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(self.port),
                                       "--alias", "m", "--control-dir", str(control)], env=env,
@@ -340,32 +335,18 @@ def test_an_open_sweep_explains_its_env_to_drift():
 
 
 # ------------------------------------------------------------------------------ the host's runner
-class FakeUnit:
-    """``systemctl start/stop/reset-failed`` and ``is-active`` of the tenant's unit, played by the
-    stand-in engine as a local process that reads DFLASH_TOKENS from the installed .env (as compose
-    passes it)."""
+class FakeUnit(StandInUnit):
+    """The tenant's unit played by the stand-in engine, which reads DFLASH_TOKENS from the installed
+    .env (as compose passes it)."""
 
     def __init__(self, env_file: Path, control: Path) -> None:
-        self.env_file, self.control, self.proc, self.port = env_file, control, None, _free_port()
-        self.starts = 0
+        super().__init__(control)
+        self.env_file = env_file
 
-    def sh(self, *argv, timeout=120.0, check=False):
-        if argv[:2] == ("systemctl", "start"):
-            env = dict(line.split("=", 1) for line in self.env_file.read_text().splitlines()
-                       if "=" in line and not line.startswith("#"))
-            self.starts += 1
-            self.proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(self.port),
-                                          "--alias", "m", "--control-dir", str(self.control)],
-                                         env={**os.environ, "DFLASH_TOKENS": env["DFLASH_TOKENS"]},
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        elif argv[:2] == ("systemctl", "stop") and self.proc:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-            self.proc = None
-        return subprocess.CompletedProcess(argv, 0, "", "")
-
-    def state(self, unit):
-        return "active" if self.proc and self.proc.poll() is None else "inactive"
+    def launch(self) -> subprocess.Popen:
+        env = dict(line.split("=", 1) for line in self.env_file.read_text().splitlines()
+                   if "=" in line and not line.startswith("#"))
+        return self.stand_in({"DFLASH_TOKENS": env["DFLASH_TOKENS"]})
 
 
 @pytest.fixture
