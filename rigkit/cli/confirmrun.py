@@ -20,7 +20,10 @@ commands join), applies its change (the deploy through pyinfra), and then, on ea
   (``rigkit rollback --release`` ends the hold) and says what state the host is in.
 
 A host with nothing recorded yet (the first deploy) has no generation to go back to: a failed first
-deploy is said to be unrevertable. A deploy that changed nothing asks nothing.
+deploy is said to be unrevertable. A deploy that changed nothing asks nothing. A run that failed
+while declaring exactly what its start generation declares (same key: the hub refused the token, a
+mirror was down) is not put back — deploying that generation again would be the same run — but the
+start generation is confirmed and the command says whether the host still serves.
 """
 
 from __future__ import annotations
@@ -286,6 +289,8 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
             mark_failed(ch, n, why, lease)
         elif ch.start is not None:
             n = record_failed(ch, attempt, f"{ch.what} {why}", lease)
+        if new is None and ch.start_record and attempt.get("key") and attempt["key"] == ch.start_record.get("key"):
+            return _unchanged_failure(ch, n, why, budget_s, lease)
         return _failed(ch, n, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
                                                                budget_s))
     target = new if new is not None else now_n
@@ -305,6 +310,21 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
     mark_failed(ch, new, why, lease)
     return _failed(ch, new, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
                                                              budget_s))
+
+
+def _unchanged_failure(ch: Change, n: int | None, why: str, budget_s: float | None, lease: str) -> int:
+    """A run that failed while declaring exactly what the start generation declares (its key: a hub
+    that refused the token, a mirror down): deploying that generation again is the same run, so
+    nothing is put back; the start generation is confirmed to say whether the host still serves.
+    Returns 1."""
+    if n is not None:
+        ch.say(f"the failed attempt is generation {n}, recorded as failed")
+    result = confirm(ch, ch.start, [], budget_s, lease)
+    state = ("it still serves as generation {} declares (confirmed)".format(ch.start) if result.get("confirmed")
+             else "generation {} does not confirm: {}".format(ch.start, "; ".join(result.get("failed") or [])))
+    ch.say(f"{ch.what} {why}; it declared what generation {ch.start} declares, so there is nothing to put back: "
+           f"{state}; fix what failed and deploy again", error=True)
+    return exitcodes.FAILED
 
 
 def _failed(ch: Change, n: int | None, why: str, no_revert: bool, revert) -> int:

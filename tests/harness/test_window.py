@@ -316,8 +316,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     assert [r["item"] for r in records if r["kind"] == "window"] == [f"window {j['id']}"]
     proxy = [r for r in records if r["kind"] == "unit" and r["item"] == "llama-swap.service"]
     assert proxy and {r["severity"] for r in proxy} == {"expected"}
-    assert [r["actual"] for r in records if r["kind"] == "plan"] == [
-        "skipped: the deploy refuses while a window is open"]
+    assert [r for r in records if r["kind"] == "plan"] == []  # the probe only: pyinfra's plan is --plan's
     # the deploy refuses while it is open
     deploy = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke"], cwd=PROJECT,
                             env=_env(host), capture_output=True, text=True, timeout=300)

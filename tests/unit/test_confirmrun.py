@@ -157,3 +157,16 @@ def test_a_failed_first_deploy_has_nothing_to_go_back_to(world, capsys):
     assert settle(change(remote, start=None), pyinfra_run(rc=1, changed=1, failed=True)) == 1
     assert world.runs == [] and not any(c[:2] == ("generation", "record") for c in remote.calls)
     assert "there is no earlier generation to go back to" in capsys.readouterr().err
+
+
+def test_a_failed_run_that_declared_what_the_start_declares_is_not_put_back_but_confirmed(world, capsys):
+    remote = FakeRemote()
+    remote.records[2]["key"] = "same"
+    ch = change(remote)
+    code = cr.settle(ch, pyinfra_run(rc=1, changed=1, failed=True), "inv.py", {}, 0, "lease",
+                     {"spec": SPEC_A, "key": "same"}, False, None)
+    assert code == 1 and world.runs == []  # no revert deploy
+    assert remote.requests == [{"generation": 2, "members": [], "budget_s": None, "files": True}]
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the failed attempt is generation 3, recorded as failed" in err
+    assert "it declared what generation 2 declares, so there is nothing to put back: it still serves" in err
