@@ -39,6 +39,10 @@ from rigkit import exitcodes
 from rigkit.cli.common import err
 
 
+#: Appended to a failed generation's reason when ``--no-revert`` left the host as the change left it.
+LEFT = " (left as it failed: --no-revert)"
+
+
 class LockHold:
     """The host lock held over SSH for a whole command (``rigkit-agent lock hold --lease ID``): taken
     by :meth:`take`, ended by :meth:`release` (closing stdin) or by the session dying (a reboot)."""
@@ -189,8 +193,8 @@ def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, leas
     ``files`` False leaves the files check out); prints each check; returns its result
     (``confirmed`` False with the reason when the agent could not be run)."""
     request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s, "files": files})
-    ch.say(f"confirming generation {n}: " + (f"members {', '.join(touched)} and the resident" if touched
-                                              else "the resident") + " through llama-swap")
+    ch.say(f"confirming generation {n}: " + (f"the live members of {', '.join(touched)} it touched, then the "
+                                              "resident," if touched else "the resident") + " through llama-swap")
     proc = ch.remote.agent("confirm", stdin=request, timeout=float(budget_s or 0) + 900, lease=lease)
     for line in proc.stderr.splitlines():
         if line.strip():
@@ -239,7 +243,10 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
                "recorded before it); the host is left as the change left it", error=True)
         return exitcodes.FAILED
     ch.say(f"{ch.what} FAILED ({why}); reverting to generation {ch.start}, where it started")
-    back, _ = run_pyinfra(inventory, [ch.name], overrides, verbose=verbose,
+    from rigkit.deploy.generations import RUN_KEYS
+
+    run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}  # the generation's spec, this run's flags
+    back, _ = run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
                           extra_env={GENERATION_ENV: str(ch.start), LEASE_ENV: lease})
     relock(ch, lease)
     if back.returncode != 0:
@@ -250,15 +257,16 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
             "generation {} does not confirm either: {}".format(ch.start, "; ".join(result.get("failed") or []))
     if state is None:
         ch.say(f"{ch.what} FAILED ({why}); reverted to generation {ch.start}, confirmed: the host serves as "
-               f"before (`rigkit generations --host {ch.name}` lists the failed attempt)", error=True)
+               f"before (`rigkit generations -i {inventory} --host {ch.name}` lists the failed attempt)", error=True)
         return exitcodes.FAILED
     held, problem = agent_json(ch.remote, "generation", "hold", str(ch.start), "--why",
                                f"{ch.what} failed ({why}) and its revert failed ({state})", lease=lease)
     ch.say(f"{ch.what} FAILED ({why}) and so did the revert to generation {ch.start}: {state}. STOPPED there: "
            "the host has the revert's files and units as far as its deploy got; "
            + ("it is held at generation {} (the next deploy applies that generation, not the spec, until "
-              "`rigkit rollback --host {} --release`); a human should look (`rigkit drift --host {}`)".format(
-                  ch.start, ch.name, ch.name) if held else f"holding it failed too ({problem})"), error=True)
+              "`rigkit rollback -i {} --host {} --release`); a human should look (`rigkit drift -i {} --host {}`)".format(
+                  ch.start, inventory, ch.name, inventory, ch.name) if held else f"holding it failed too ({problem})"),
+           error=True)
     return exitcodes.FAILED
 
 
@@ -286,13 +294,13 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
         why = f"failed at: {'; '.join(failed_ops) or 'an operation (see pyinfra above)'}"
         n = new
         if n is not None:
-            mark_failed(ch, n, why, lease)
+            mark_failed(ch, n, why + LEFT * no_revert, lease)
         elif ch.start is not None:
-            n = record_failed(ch, attempt, f"{ch.what} {why}", lease)
+            n = record_failed(ch, attempt, f"{ch.what} {why}" + LEFT * no_revert, lease)
         if new is None and ch.start_record and attempt.get("key") and attempt["key"] == ch.start_record.get("key"):
             return _unchanged_failure(ch, n, why, budget_s, lease)
-        return _failed(ch, n, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
-                                                               budget_s))
+        return _failed(ch, n, why, no_revert, inventory, lambda: put_back(ch, inventory, overrides, verbose, lease, why,
+                                                                          touched, budget_s))
     target = new if new is not None else now_n
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
@@ -307,9 +315,9 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
         ch.say(f"{ch.what} left generation {target}'s declared state, but {why}; nothing to go back to",
                error=True)
         return exitcodes.FAILED
-    mark_failed(ch, new, why, lease)
-    return _failed(ch, new, why, no_revert, lambda: put_back(ch, inventory, overrides, verbose, lease, why, touched,
-                                                             budget_s))
+    mark_failed(ch, new, why + LEFT * no_revert, lease)
+    return _failed(ch, new, why, no_revert, inventory, lambda: put_back(ch, inventory, overrides, verbose, lease, why,
+                                                                        touched, budget_s))
 
 
 def _unchanged_failure(ch: Change, n: int | None, why: str, budget_s: float | None, lease: str) -> int:
@@ -327,14 +335,14 @@ def _unchanged_failure(ch: Change, n: int | None, why: str, budget_s: float | No
     return exitcodes.FAILED
 
 
-def _failed(ch: Change, n: int | None, why: str, no_revert: bool, revert) -> int:
+def _failed(ch: Change, n: int | None, why: str, no_revert: bool, inventory: str, revert) -> int:
     """Say which generation the failed attempt is, then leave the host (``no_revert``, said) or
     ``revert()``; returns 1 either way."""
     if n is not None:
         ch.say(f"the failed attempt is generation {n}, recorded as failed")
     if no_revert:
-        ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`rigkit drift --host "
-               f"{ch.name}` shows how it differs)", error=True)
+        ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`rigkit drift -i {inventory} "
+               f"--host {ch.name}` shows how it differs)", error=True)
         return exitcodes.FAILED
     return revert()
 

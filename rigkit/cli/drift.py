@@ -59,8 +59,8 @@ class DriftCommand(click.Command):
 @click.option("--deep", is_flag=True, help="hash model files (not only size and mtime)")
 @click.option("--diff", "show_diff", is_flag=True, help="show a diff for each changed rendered file (secrets masked)")
 @click.option("--plan/--no-plan", "with_plan", default=False, show_default=True,
-              help="also run pyinfra's own plan (`pyinfra deploy.py --dry`, ~10 s per host): the operations "
-                   "the probe cannot see (listed below) and any other that would still change something")
+              help="also run pyinfra's own plan (`pyinfra deploy.py --dry`, several seconds per host): a second "
+                   "opinion on every operation, including any the probe cannot see (named above)")
 def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bool, show_diff: bool,
           with_plan: bool) -> None:
     """Report what differs from the declared state on each host: rendered files, secret files,
@@ -68,7 +68,7 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     llama-swap config, model files — one probe per host (one SSH round trip), every host at once.
 
     The probe sees what every operation of the deploy manages (notes/drift-coverage.md, the table
-    operation -> breakage -> finding), except these, which only --plan sees: {PLAN_ONLY}
+    operation -> breakage -> finding). Operations only --plan sees: {PLAN_ONLY}
 
     Exit 0 nothing found, 3 drift found, 1 a host unreachable or a check failed, 2 invalid input.
     """

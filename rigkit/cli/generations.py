@@ -68,13 +68,17 @@ def _holds(remote) -> dict:
 
 def list_lines(index: dict, hold: dict | None) -> list[str]:
     """One line per generation, oldest first: ``*`` marks the current one, ``H`` the held one; a
-    failed change that was put back (never current) says ``(FAILED, put back: why)`` after its reason;
+    failed change (never current) says ``(FAILED, put back: why)`` after its reason, or ``(FAILED,
+    left as it failed: why)`` when ``--no-revert`` left it;
     ``n  time  operator  reason: what changed``."""
+    from rigkit.cli.confirmrun import LEFT
+
     lines = []
     for g in index.get("generations", []):
         mark = ("*" if g["n"] == index.get("current") else " ") + ("H" if hold and g["n"] == hold.get("generation") else " ")
         lines.append(f"{mark} {g['n']:>3}  {g.get('time')}  {g.get('operator')}  {g.get('reason')}"
-                     + (f" (FAILED, put back: {g['failed']})" if g.get("failed") else "") + ": "
+                     + ((f" (FAILED, left as it failed: {g['failed'].removesuffix(LEFT)})" if g["failed"].endswith(LEFT)
+                         else f" (FAILED, put back: {g['failed']})") if g.get("failed") else "") + ": "
                      + "; ".join(g.get("changed") or []))
     return lines
 

@@ -149,7 +149,7 @@ def test_a_revert_that_fails_holds_the_host_at_its_start_and_says_where_it_is(wo
     assert any(c[:3] == ("generation", "hold", "2") for c in remote.calls)
     err = " ".join(capsys.readouterr().err.split())
     assert "and so did the revert to generation 2: generation 2 does not confirm either" in err
-    assert "it is held at generation 2" in err and "rigkit rollback --host demo --release" in err
+    assert "it is held at generation 2" in err and "rigkit rollback -i inv.py --host demo --release" in err
 
 
 def test_a_failed_first_deploy_has_nothing_to_go_back_to(world, capsys):
@@ -170,3 +170,19 @@ def test_a_failed_run_that_declared_what_the_start_declares_is_not_put_back_but_
     err = " ".join(capsys.readouterr().err.split())
     assert "the failed attempt is generation 3, recorded as failed" in err
     assert "it declared what generation 2 declares, so there is nothing to put back: it still serves" in err
+
+
+def test_the_list_says_whether_a_failed_change_was_put_back_or_left(world):
+    from rigkit.cli.generations import list_lines
+
+    remote = FakeRemote()
+    settle(change(remote), pyinfra_run(rc=1, changed=1, failed=True), no_revert=True)
+    why = remote.index["generations"][-1]["failed"]
+    assert why.endswith(cr.LEFT)
+    index = {"current": 2, "generations": [{"n": 2, "reason": "deploy", "changed": ["x"]},
+                                           {"n": 3, "reason": "deploy", "failed": why, "changed": ["x"]},
+                                           {"n": 4, "reason": "deploy", "failed": "the deploy failed at: A",
+                                            "changed": ["x"]}]}
+    lines = list_lines(index, None)
+    assert "deploy (FAILED, left as it failed: the deploy failed at: Activate): x" in lines[1]
+    assert "deploy (FAILED, put back: the deploy failed at: A): x" in lines[2]
