@@ -52,13 +52,13 @@ def remote_command(args: list[str], agent: str, log: str, unit: str = UNIT, leas
             f"rc=$?; cat {q}.$id 2>/dev/null; mv -f {q}.$id {q} 2>/dev/null; exit $rc")
 
 
-def activate_command(args: list[str]) -> str:
+def activate_command(args: list[str], lease_id: str | None = None, no_revert: bool = False) -> str:
     """``rigkit-agent activate ARGS`` in the transient unit ``rigkit-activate``, its log printed back
-    (:func:`remote_command` with the rig's agent and log paths); ``--no-revert`` added under
-    ``$RIGKIT_NO_REVERT``. Run as root."""
-    if os.environ.get(NO_REVERT_ENV):
+    (:func:`remote_command` with the rig's agent and log paths), joining ``lease_id`` (default
+    :func:`lease`); ``--no-revert`` added with ``no_revert`` or under ``$RIGKIT_NO_REVERT``. Run as root."""
+    if no_revert or os.environ.get(NO_REVERT_ENV):
         args = [*args, "--no-revert"]
-    return remote_command(args, agent=paths.AGENT_BIN, log=paths.ACTIVATE_LOG, lease=lease())
+    return remote_command(args, agent=paths.AGENT_BIN, log=paths.ACTIVATE_LOG, lease=lease_id or lease())
 
 
 def locked_command(what: str, argv: list[str]) -> str:

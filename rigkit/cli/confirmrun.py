@@ -136,13 +136,9 @@ def begin(hs, remote, what: str, lease: str, lock_what: str) -> Change:
     ``"rigkit deploy"``). Raises ChangeRefused (nothing touched) when the lock is held by someone
     else or a window is open."""
     ch = Change(hs, remote, what, lock_what=lock_what)
-    index, _ = agent_json(remote, "generation", "list", timeout=60)
+    index, ch.start, ch.start_record = _read_current(remote)
     if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
         return ch
-    ch.start = index.get("current")
-    if ch.start is not None:
-        shown, why = agent_json(remote, "generation", "show", str(ch.start), timeout=60)
-        ch.start_record = (shown or {}).get("record")
     ch.hold = LockHold(remote, lock_what, lease)
     why = ch.hold.take()
     if why:
@@ -177,14 +173,21 @@ def end(ch: Change) -> None:
         ch.hold.release()
 
 
-def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
-    """The host's current generation now and its record (``(None, None)`` when unreadable)."""
-    index, _ = agent_json(ch.remote, "generation", "list", timeout=60)
+def _read_current(remote) -> tuple[dict[str, Any] | None, int | None, dict[str, Any] | None]:
+    """``(the generations index, or None when the agent cannot be asked; the current generation;
+    its record)`` — ``rigkit-agent generation list``, then ``show N``."""
+    index, _ = agent_json(remote, "generation", "list", timeout=60)
     n = (index or {}).get("current")
     if n is None:
-        return None, None
-    shown, _ = agent_json(ch.remote, "generation", "show", str(n), timeout=60)
-    return n, (shown or {}).get("record")
+        return index, None, None
+    shown, _ = agent_json(remote, "generation", "show", str(n), timeout=60)
+    return index, n, (shown or {}).get("record")
+
+
+def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
+    """The host's current generation now and its record (``(None, None)`` when unreadable)."""
+    _, n, record = _read_current(ch.remote)
+    return n, record
 
 
 def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
@@ -277,6 +280,7 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
     failed generation when the run failed before recording one). Returns 0 confirmed (or nothing
     changed), 1 failed (reverted, left by ``--no-revert``, or not revertable)."""
     from rigkit.cli.deployrun import host_result
+    from rigkit.host.confirm import touched_members
 
     failed_ops, changed, ran = host_result(proc, ch.name)
     host_failed = proc.returncode != 0 and failed_ops is not None
@@ -286,7 +290,7 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
     now_n, now_rec = current(ch)
     new = now_n if now_n is not None and now_n != ch.start else None
     target_spec = members_of(now_rec) if new is not None else attempt.get("spec")
-    touched = _touched(members_of(ch.start_record), target_spec)
+    touched = touched_members(members_of(ch.start_record), target_spec or {})
     if host_failed:
         if not ran:
             ch.say(f"{ch.what} failed before it changed anything; the host stays at generation {ch.start}", error=True)
@@ -345,9 +349,3 @@ def _failed(ch: Change, n: int | None, why: str, no_revert: bool, inventory: str
                f"--host {ch.name}` shows how it differs)", error=True)
         return exitcodes.FAILED
     return revert()
-
-
-def _touched(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[str]:
-    from rigkit.host.confirm import touched_members
-
-    return touched_members(old, new or {})

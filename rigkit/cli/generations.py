@@ -37,17 +37,18 @@ def _remote(hs):
 
 
 def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
-    """``rigkit-agent ARGS`` → its JSON stdout; exits 1 naming the host and the agent's error."""
-    proc = remote.agent(*args, timeout=timeout)
-    if proc.returncode != 0:
-        why = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-1]
-        err.print(f"[red]error:[/] {remote.name}: rigkit-agent {' '.join(args)}: {why}", markup=True)
+    """``rigkit-agent ARGS`` → its JSON stdout (:func:`rigkit.cli.confirmrun.agent_json`); exits 1
+    naming the host and the agent's error."""
+    from rich.markup import escape
+
+    from rigkit.cli.confirmrun import agent_json
+
+    data, why = agent_json(remote, *args, timeout=timeout)
+    if data is None:
+        what = f"{remote.name}: rigkit-agent {' '.join(args)}: {why}"
+        err.print(f"[red]error:[/] {escape(what)}", markup=True)
         sys.exit(exitcodes.FAILED)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        err.print(f"[red]error:[/] {remote.name}: rigkit-agent {' '.join(args)}: not JSON: {proc.stdout[-200:]!r}")
-        sys.exit(exitcodes.FAILED)
+    return data
 
 
 def _holds(remote) -> dict:

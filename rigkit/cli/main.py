@@ -161,7 +161,9 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     except ChangeRefused as exc:
         for ch in changes:
             end(ch)
-        err.print(f"[red]error:[/] {escape_text(str(exc))}", markup=True)
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
         sys.exit(exitcodes.FAILED)
     codes = []
     try:
@@ -180,12 +182,6 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             end(ch)
     sys.exit(exitcodes.combine(*codes))
 
-
-def escape_text(text: str) -> str:
-    """``text`` with rich markup escaped."""
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def main() -> None:

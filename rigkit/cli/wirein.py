@@ -113,14 +113,16 @@ def _agent(hs, args: list[str], timeout_s: float = 1800.0) -> int:
     return _activation(hs, args, timeout_s)[0]
 
 
-def _activation(hs, args: list[str], timeout_s: float = 1800.0) -> tuple[int, str]:
-    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.agentcmd.activate_command`,
-    print its log; ``(its exit code (an ssh failure is 1), its log)``."""
+def _activation(hs, args: list[str], timeout_s: float = 1800.0, lease_id: str | None = None,
+                no_revert: bool = False) -> tuple[int, str]:
+    """Run ``rigkit-agent activate ARGS`` on the host through :func:`rigkit.agentcmd.activate_command`
+    (joining ``lease_id``; ``--no-revert`` with ``no_revert``), print its log; ``(its exit code (an ssh
+    failure is 1), its log)``."""
     from rigkit.agentcmd import activate_command
 
     # each run gets a transient unit of its own (rigkit.agentcmd.remote_command): a command right
     # after the previous one never meets a unit systemd has not collected yet
-    p = _run(hs, f"sh -c {shlex.quote(activate_command(args))}", timeout_s=timeout_s)
+    p = _run(hs, f"sh -c {shlex.quote(activate_command(args, lease_id, no_revert))}", timeout_s=timeout_s)
     sys.stdout.write(p.stdout)
     if p.stderr.strip():
         sys.stderr.write(p.stderr)
@@ -158,15 +160,12 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
     recorded as a failed generation, and the generation the host is at again is confirmed
     (``rigkit-agent confirm``: services, power limit, the resident; not the files, which an earlier
     wire-in may have left unlike the recorded generation's)."""
-    import os
     import re
     import secrets as pysecrets
 
-    from rigkit.agentcmd import NO_REVERT_ENV
     from rigkit.cli.common import err
     from rigkit.cli.confirmrun import ChangeRefused, begin, confirm, end, record_failed
     from rigkit.deploy.generations import lock_text, manifest
-    from rigkit.host.lock import LEASE_ENV
     from rigkit.remote import Remote
     from rigkit.render.files import render
 
@@ -175,12 +174,8 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
         ch = begin(hs, Remote(hs.name, hs.connection), "the wire-in activation", lease, "rigkit wire-in --activate")
     except ChangeRefused as exc:
         raise _Fail(str(exc)) from None
-    saved = {k: os.environ.get(k) for k in (LEASE_ENV, NO_REVERT_ENV)}
-    os.environ[LEASE_ENV] = lease  # the activation joins this run's lock (rigkit.agentcmd.lease)
-    if no_revert:
-        os.environ[NO_REVERT_ENV] = "1"
     try:
-        rc, log = _activate_declared(hs, declared_spec)
+        rc, log = _activate_declared(hs, declared_spec, lease, no_revert)  # the activation joins this run's lock
         failed = re.search(r"^\[[\d:]+\] FAILED: (.*)$", log, re.M)
         if rc != exitcodes.FAILED or not failed or ch.start is None:
             return rc
@@ -201,17 +196,13 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
                    f"confirm: {'; '.join(result.get('failed') or [])}", error=True)
         return rc
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         end(ch)
         err.file.flush()
 
 
-def _activate_declared(hs, declared_spec) -> tuple[int, str]:
-    """Upload and activate (:func:`activate_host`'s first half): ``(exit code, the activation's log)``."""
+def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tuple[int, str]:
+    """Upload and activate (:func:`activate_host`'s first half) under ``lease_id``: ``(exit code, the
+    activation's log)``."""
     import posixpath
 
     from rigkit import paths
@@ -225,7 +216,7 @@ def _activate_declared(hs, declared_spec) -> tuple[int, str]:
     if up.returncode != 0:
         raise _Fail(f"{hs.name}: uploading the declared config to {staging} failed: {up.stderr.strip()[:300]}")
     rc, log = _activation(hs, ["--config", staging, "--live", paths.LLAMA_SWAP_CONFIG, "--by",
-                               "rigkit wire-in --activate"])
+                               "rigkit wire-in --activate"], lease_id=lease_id, no_revert=no_revert)
     if rc == exitcodes.OK:
         install_declared_companions(hs, declared_spec or hs.spec)
     return rc, log
