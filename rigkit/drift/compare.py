@@ -199,7 +199,7 @@ def _vtuple(v: str) -> tuple[int, ...]:
 def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cuda: str | None,
                  smi_ok: bool) -> list[Finding]:
     """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x``) and the driver's CUDA
-    level (nvidia-smi's ``CUDA Version``) at least the declared one."""
+    level (nvidia-smi's header, :func:`rigkit.host.gpu.driver_cuda`) at least the declared one."""
     out = []
     got = pkgver(installed.get("cuda"))
     if got is None or _vtuple(got)[:2] != _vtuple(cuda)[:2]:
@@ -381,11 +381,12 @@ def _sums(folder: str) -> tuple[tuple[str, str], ...]:
 
 
 def compare_agent(host: str, agent: dict[str, Any]) -> list[Finding]:
-    """``/opt/rigkit/venv/bin/rigkit-agent version`` must exit 0 (its venv's Python still there)."""
+    """``/opt/rigkit/venv/bin/rigkit-agent probe`` (``version`` when no lock is declared: drift's probe,
+    :func:`rigkit.drift.probe.parse_agent`) must exit 0 (its venv's Python and rigkit still there)."""
     if agent.get("rc") == 0:
         return []
     why = agent.get("output") or ""
-    return [Finding(host, "agent", paths.AGENT_BIN, "`rigkit-agent version` runs",
+    return [Finding(host, "agent", paths.AGENT_BIN, "the host agent runs",
                     f"exit {agent.get('rc')}" + (f": {why.splitlines()[-1]}" if why else ""))]
 
 
@@ -463,14 +464,15 @@ def compare_llama_swap_live(host: str, start: dict[str, Any], unit: dict[str, st
 
 
 def compare_models(host: str, lock_note: str | None, models: Any) -> list[Finding]:
-    """Model files vs the lock and the verified records (on the host, by ``rigkit.host.fetch`` in the
-    agent's venv): each reason a finding; no lock → one ``warn``; agent gone → one ``warn``."""
+    """Model files vs the lock and the verified records (on the host, by ``rigkit-agent probe``,
+    :mod:`rigkit.host.modelcheck`): each reason a finding; no lock → one ``warn``; the agent does not
+    run → one ``warn`` (its own ``agent`` finding counts)."""
     if lock_note:
         return [Finding(host, "model", "lock", "a model lock for the inventory", lock_note, severity="warn")]
     if models is None:
         return []
     if models == "no-agent":
-        return [Finding(host, "model", "*", "checked by the host agent", "agent venv has no python; not checked",
+        return [Finding(host, "model", "*", "checked by the host agent", "the host agent does not run (kind agent); not checked",
                         severity="warn")]
     out = []
     for name, reasons in sorted(models.items()):

@@ -129,7 +129,7 @@ COVERAGE: tuple[Coverage, ...] = (
       findings=(("agent-wheelhouse", "/opt/rigkit/wheels"),), plan=("Host agent | Sync the agent wheelhouse",)),
     C("agent", "Create the agent venv", "gated",
       "_if the venv's python is missing: the plan shows it as conditional, never as a change; the probe's "
-      "`rigkit-agent version` (kind agent, the agent's health) reports that venv"),
+      "`rigkit-agent probe` (kind agent, the agent's health) reports that venv"),
     C("agent", "Install the agent from the wheelhouse (no index)", "gated", "_if the wheelhouse or the venv changed"),
     C("agent", "Reload systemd for the agent's units", "gated", "_if a unit file of the agent changed"),
     C("agent", "Install {stem}.{kind}", "probe", "content, mode, owner of each agent unit",

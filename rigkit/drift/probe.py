@@ -14,6 +14,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
+from rigkit.host import gpu
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
@@ -22,6 +23,9 @@ from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileSta
 SECTION = "__RIGKIT_DRIFT__"
 GROUPS_MARK, GROUP_MARK, PRESENT_MARK, ABSENT_MARK, WHEELS_MARK = ("__GROUPS__", "__GROUP__", "__PRESENT__", "__ABSENT__",
                                                                    "__WHEELS__")
+#: The section of ``rigkit-agent probe`` (the agent's health and the model files); ``agent`` when no
+#: lock is declared (``rigkit-agent version`` only). Each ends with ``__RC__=<exit status>``.
+AGENT_MODELS, RC = "agent+models", "__RC__="
 #: Where the deploy syncs the agent's wheelhouse (roles/agent.py).
 WHEELS_DIR = f"{paths.AGENT_DIR}/wheels"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
@@ -69,41 +73,71 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
     sections.append(("kernel", KernelState().command()))
     sections.append(("dkms", "command -v dkms >/dev/null 2>&1 && " + DkmsStatus().command()))
     sections.append(("smi", NvidiaSmi().command()))
-    sections.append(("smi-cuda", "nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9][0-9.]*\\).*/\\1/p' | head -n 1"))
+    # the header line that names the driver's CUDA level (rigkit.host.gpu.driver_cuda reads both spellings)
+    sections.append(("smi-cuda", "nvidia-smi | grep -m 1 'CUDA'"))
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
     sections.append(("holds", Holds().command(paths.HOLDS_FILE)))
     sections.append(("generations", JsonFile().command(f"{paths.GENERATIONS_DIR}/index.json")))
     sections.append(("rig-lock", RigLockState().command(paths.RIG_LOCK)))
     sections.append(("power-healer", JsonFile().command(paths.POWER_STATE)))
-    sections.append(("agent", f"out=$({paths.AGENT_BIN} version 2>&1); rc=$?; printf '%s\\n' \"$out\" | tail -n 3; "
-                              f"echo __RC__=$rc"))
     units = sorted({*decl.units, *decl.installed_only, *decl.legacy, *decl.members, *decl.if_present})
     sections.append(("units", f"systemctl show --no-pager -p {','.join(UNIT_PROPS)} {' '.join(q(u) for u in units)}"))
     sections.append(("llama-swap-start", "systemctl show --no-pager --timestamp=unix -p ExecMainStartTimestamp "
                                          f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
+    # the agent's health and the model files in one process: `rigkit-agent probe` prints its version line,
+    # then (given the lock) the model check's JSON line; its exit status is the agent's health
     if decl.lock is not None:
         lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
-        py = f"{paths.AGENT_VENV}/bin/python"
-        sections.append(("models", f"if [ -x {py} ]; then {py} -m rigkit.host.modelcheck {lock_b64} {int(deep)} "
-                                   f"{q(','.join(sorted(declared_state.PREPARED_MODELS)) or ',')} 2>&1; "
-                                   "else echo __NOAGENT__; fi"))
+        prepared = q(",".join(sorted(declared_state.PREPARED_MODELS)) or ",")
+        sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {lock_b64} {int(deep)} {prepared} 2>&1; echo {RC}$?"))
+    else:
+        sections.append(("agent", f"{paths.AGENT_BIN} version 2>&1; echo {RC}$?"))
     return sections
 
 
 def probe_script(sections: list[tuple[str, str]]) -> str:
     """One POSIX shell script running every section, each after a ``__RIGKIT_DRIFT__ <key>`` line
-    (printed after a newline: a file without a final newline must not swallow the marker);
-    always exits 0 (a failing section shows in its own output)."""
+    (printed after a newline: a file without a final newline must not swallow the marker), each in
+    its own subshell (one that exits, fails or changes directory leaves the others as they are).
+    The whole output travels as one line: gzip (when the host has it) then ``base64 -w0`` — pyinfra's
+    SSH connector reads a command's output line by line at a cost per line (paramiko), ~440 lines
+    per host otherwise; :class:`HostProbe` decodes it (:func:`decode_output`). Exits 0 (a failing
+    section shows in its own output)."""
     parts = []
     for key, cmd in sections:
-        parts.append(f"printf '\\n%s\\n' '{SECTION} {key}'; {{ {cmd} ; }} 2>/dev/null")
-    return "\n".join(parts + ["exit 0"])
+        # a subshell each: a fact's command may `exit` or `cd` (FolderFiles, NvidiaSmi), which would
+        # end the script or move the next sections
+        parts.append(f"printf '\\n%s\\n' '{SECTION} {key}'; ( {cmd} ) 2>/dev/null")
+    body = "\n".join(parts)
+    return (f"{{\n{body}\n}} | {{ if command -v gzip >/dev/null 2>&1; then gzip -1; else cat; fi; }} | base64 -w0\n"
+            "echo; exit 0")
+
+
+def decode_output(lines: list[str]) -> list[str]:
+    """The probe's output lines as its sections printed them: ``lines`` as they are when they hold a
+    section marker (a script run without :func:`probe_script`'s encoding), else their base64 decoded,
+    gunzipped when it is gzip (magic ``1f 8b``), split on newlines. Raises ValueError when it is
+    neither. A line is ended by ``\\n`` only (as pyinfra splits a command's output)."""
+    import binascii
+    import gzip
+
+    if any(line.startswith(SECTION) for line in lines):
+        return lines
+    try:
+        data = base64.b64decode("".join(line.strip() for line in lines), validate=True)
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+    except (binascii.Error, OSError, EOFError) as exc:
+        raise ValueError(f"the probe's output is neither sections nor their encoding: {exc}") from None
+    lines = data.decode(errors="replace").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines  # the last line's newline ends it
 
 
 class HostProbe(FactBase):
     """Every fact drift needs, in one command (:func:`probe_script`); returns ``{section key:
-    [stdout lines]}``, or None when the command failed as a whole (the connection dropped)."""
+    [stdout lines]}`` (its output decoded, :func:`decode_output`), or None when the command failed as a
+    whole (the connection dropped). Raises ValueError for output that is not the probe's."""
 
     def command(self, script: str) -> str:
         return script
@@ -115,10 +149,10 @@ class HostProbe(FactBase):
     def process(self, output: list[str]) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         current = None
-        for line in output:
+        for line in decode_output(output):
             if line.startswith(SECTION + " "):
-                if current is not None and out[current] and not out[current][-1].strip():
-                    out[current].pop()  # the newline printed before the marker
+                if current is not None and out[current] and out[current][-1] == "":
+                    out[current].pop()  # the newline printed before the marker (a line of spaces is output)
                 current = line[len(SECTION) + 1:].strip()
                 out[current] = []
             elif current is not None:
@@ -165,6 +199,35 @@ def parse_account(lines: list[str]) -> dict[str, Any] | None:
         group_exists = bool(rest) and rest[0] != "missing"
     return {"home": fields[5] if len(fields) > 5 else None, "shell": fields[6] if len(fields) > 6 else None,
             "groups": groups, "group_exists": group_exists}
+
+
+def parse_agent(lines: list[str], models: bool) -> tuple[dict[str, Any], Any]:
+    """The agent's section (``rigkit-agent probe …`` or ``version``, its output then
+    ``__RC__=<status>``) → ``({"rc": status | None, "output": text}, models)``: ``output`` is the
+    version line when the agent ran (exit 0), else its last 3 lines (why it did not). ``models``
+    (None unless asked): the model check's ``{name: [reasons]}`` (its last line, JSON), ``"no-agent"``
+    when the agent did not run (its own finding says why), ``{"*": ["model check failed: …"]}`` when
+    it ran but printed no JSON object."""
+    rc: int | None = None
+    body: list[str] = []
+    for line in lines:
+        if line.startswith(RC) and line[len(RC):].strip().isdigit():
+            rc = int(line[len(RC):])
+        elif line.strip():
+            body.append(line.rstrip())
+    agent = {"rc": rc, "output": (body[0] if rc == 0 and body else "\n".join(body[-3:])).strip()}
+    if not models:
+        return agent, None
+    if rc != 0:
+        return agent, "no-agent"
+    try:
+        found = json.loads(body[-1]) if len(body) > 1 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        tail = " ".join(body[1:])[-300:] or "no output"
+        return agent, {"*": [f"model check failed: {tail}"]}
+    return agent, found
 
 
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
@@ -215,7 +278,7 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
         elif key == "smi":
             facts["smi"] = NvidiaSmi().process(lines)
         elif key == "smi-cuda":
-            facts["smi_cuda"] = lines[0].strip() if lines and lines[0].strip() else None
+            facts["smi_cuda"] = gpu.driver_cuda("\n".join(lines))
         elif key == "daemon-json":
             facts["daemon_json"] = JsonFile().process(lines)
         elif key == "window":
@@ -228,15 +291,10 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["rig_lock"] = RigLockState().process(lines)
         elif key == "power-healer":
             facts["power_healer"] = JsonFile().process(lines)
-        elif key == "agent":
-            rc = None
-            body = []
-            for line in lines:
-                if line.startswith("__RC__="):
-                    rc = int(line[7:] or 1)
-                else:
-                    body.append(line)
-            facts["agent"] = {"rc": rc, "output": "\n".join(body).strip()}
+        elif key in ("agent", AGENT_MODELS):
+            facts["agent"], models = parse_agent(lines, models=key == AGENT_MODELS)
+            if key == AGENT_MODELS:
+                facts["models"] = models
         elif key == "units":
             facts["units"] = parse_units(lines)
         elif key == "llama-swap-start":
@@ -250,15 +308,6 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
                 elif line.startswith("mtime="):
                     mtime = int(line[6:]) if line[6:].isdigit() else None
             facts["llama_swap_start"] = {"started": started, "mtime": mtime}
-        elif key == "models":
-            text = "\n".join(lines).strip()
-            if text == "__NOAGENT__":
-                facts["models"] = "no-agent"
-            else:
-                try:
-                    facts["models"] = json.loads(text.splitlines()[-1]) if text else {}
-                except ValueError:
-                    facts["models"] = {"*": [f"model check failed: {text[-300:]}"]}
     for path, text in contents.items():
         st = facts["files"].get(path)
         if st is not None and text:

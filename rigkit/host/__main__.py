@@ -15,6 +15,8 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
 - ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).
 - ``confirm`` — confirm the host serves as a generation declares (:mod:`rigkit.host.confirm`).
+- ``probe [LOCK_B64 DEEP PREPARED]`` — drift's host-side checks in one process: the ``version`` line,
+  then, given a lock, the model-files check's JSON line (:func:`rigkit.host.modelcheck.probe`).
 - ``version``.
 
 Exit codes: 0 nothing to do or done, 1 the action failed or was refused, 2 invalid input.
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 
 from rigkit.host.config import ConfigError
@@ -59,6 +60,8 @@ def lock_main(argv: list[str]) -> int:
     if lock is None:
         return 1
     try:
+        import subprocess
+
         return subprocess.run(cmd).returncode
     finally:
         lock.release()
@@ -101,20 +104,24 @@ def _hold(cfg, what: str, lease: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
     job = argv[0] if argv else ""
-    if job == "version":
-        print(f"rigkit-agent {__version__} (Python {sys.version.split()[0]})")
+    if job in ("version", "probe"):
+        print(f"rigkit-agent {__version__} (Python {sys.version.split()[0]})", flush=True)
+        if job == "probe" and len(argv) > 1:
+            from rigkit.host.modelcheck import probe
+
+            sys.exit(probe(argv[1:]))
         sys.exit(0)
     if job in ("fetch", "record", "status"):
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
     if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation", "confirm"):
-        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,version} ...",
+        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:

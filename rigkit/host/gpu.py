@@ -11,6 +11,8 @@ devices were found", 9 an NVML init failure ("couldn't communicate with the NVID
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 import time
 from typing import Any, Callable
@@ -109,6 +111,20 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
 ENERGY_FIELDS = ("index", "total_energy_consumption", "power.draw")
 ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
 ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
+
+
+#: The header of plain ``nvidia-smi``: ``CUDA Version: 13.1`` up to driver 59x, ``CUDA UMD Version:
+#: 13.3`` from driver 610 (NVIDIA renamed "Driver Version" / "CUDA Version" to "KMD Version" / "CUDA UMD
+#: Version" in nvidia-smi's output; the rig's 610.57 prints only the new names).
+CUDA_LEVEL = re.compile(r"\bCUDA (?:UMD )?Version\s*:\s*(\d+(?:\.\d+)+)")
+
+
+def driver_cuda(text: str) -> str | None:
+    """The CUDA level the driver supports (``"13.3"``) from ``nvidia-smi``'s header or ``nvidia-smi -q``
+    (:data:`CUDA_LEVEL`, both spellings; the first match), or None when neither is there. Not the
+    toolkit's version (that is ``pacman -Q cuda``)."""
+    m = CUDA_LEVEL.search(text)
+    return m.group(1) if m else None
 
 
 def _rows(text: str, fields: tuple[str, ...]):

@@ -2,14 +2,18 @@
 :func:`rigkit.host.modelrecords.status` (the deploy's own convergence check; ``--deep`` also hashes every
 recorded file). Paths come from the host config (``models_root``, ``state_dir``).
 
-Run by drift's probe as ``<agent venv>/bin/python -m rigkit.host.modelcheck LOCK_B64 DEEP PREPARED``:
+Run by drift's probe as ``rigkit-agent probe LOCK_B64 DEEP PREPARED`` (:func:`probe`: the agent's
+version line first, in the same process), or alone as ``<agent venv>/bin/python -m
+rigkit.host.modelcheck LOCK_B64 DEEP PREPARED``:
 
 + LOCK_B64: the model lock, JSON, base64
 + DEEP: ``1`` to hash every recorded file, ``0`` for size and mtime only
 + PREPARED: the models that must have been recorded after ``prepare``, comma-separated (may be empty)
 
 Prints one JSON object ``{model: [reason, ...]}`` (empty list: as locked and recorded); a model
-that cannot be checked gets one ``"<model>: cannot check: <error>"`` reason.
+that cannot be checked gets one ``"<model>: cannot check: <error>"`` reason; when the check cannot run
+at all (the host config unreadable, the arguments wrong), :func:`probe` prints ``{"*": ["model check
+failed: <error>"]}`` instead, so that the agent's own exit status stays its health.
 """
 
 from __future__ import annotations
@@ -37,7 +41,23 @@ def check(lock: dict[str, Any], models_root: str | Path, state_dir: str | Path, 
     return out
 
 
+def probe(argv: list[str]) -> int:
+    """:func:`main`, a failure of the check as a whole printed as the one JSON line ``{"*": ["model
+    check failed: <type>: <message>"]}``; returns 0 (drift's probe reads the agent's health from
+    its exit status, the models from the line)."""
+    try:
+        return main(argv)
+    except Exception as exc:  # noqa: BLE001 - reported as the models' finding, never a crash of the agent
+        print(json.dumps({"*": [f"model check failed: {type(exc).__name__}: {exc}"]}))
+        return 0
+
+
 def main(argv: list[str]) -> int:
+    """``LOCK_B64 DEEP PREPARED`` (module doc) → prints :func:`check`'s JSON; returns 0. Raises
+    ValueError for the wrong number of arguments or a lock that is not base64 JSON, and
+    :class:`rigkit.host.config.ConfigError` when the host config cannot be read."""
+    if len(argv) != 3:
+        raise ValueError(f"expected LOCK_B64 DEEP PREPARED, got {len(argv)} argument(s)")
     lock_b64, deep, prepared = argv
     cfg = load()
     lock = json.loads(base64.b64decode(lock_b64))

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,8 @@ def hash_files(paths: list[Path], git_blob: list[bool] | None = None, workers: i
     workers = max(1, min(workers or os.cpu_count() or 1, len(paths) or 1))
     if workers == 1:
         return [hash_file(p, g) for p, g in zip(paths, flags, strict=True)]
+    from concurrent.futures import ThreadPoolExecutor  # here: drift's probe imports this module, never hashes
+
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(hash_file, paths, flags))
 

@@ -8,6 +8,7 @@ own operation, not rendered.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shlex
@@ -87,9 +88,10 @@ def yaml_block(value: str, indent: int) -> str:
     return "\n".join([header] + [(" " * indent + ln[2:]) if ln else ln for ln in lines])
 
 
-
-
+@functools.lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
+    """The one jinja2 environment of this process: its templates are compiled once (jinja2's own
+    cache, reloaded when a template file's mtime changes), not once per host and render."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,

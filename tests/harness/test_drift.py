@@ -270,7 +270,7 @@ def test_agent_venv_python_removed(rig):
         assert rc == 3, out
         assert drifted(records) == {("agent", "/opt/rigkit/venv/bin/rigkit-agent")}
         assert one(records, "agent", "/opt/rigkit/venv/bin/rigkit-agent")["actual"].startswith("exit 12")
-        assert [r["actual"] for r in records if r["kind"] == "model"] == ["agent venv has no python; not checked"]
+        assert [r["actual"] for r in records if r["kind"] == "model"] == ["the host agent does not run (kind agent); not checked"]
     finally:
         rig.run("mv /root/venv-bin/* /opt/rigkit/venv/bin/")
     assert drift()[0] == 0

@@ -53,7 +53,8 @@ def test_nvidia_smi_reports_a_3090(gpu_host):
     v = gpu_host.run("nvidia-smi --version").stdout
     assert "DRIVER version      : 610.57" in v and "CUDA Version        : 13.3" in v
     table = gpu_host.run("nvidia-smi").stdout
-    assert "Driver Version: 610.57" in table and "CUDA Version: 13.3" in table and "24576MiB" in table
+    # driver 610 names them "KMD Version" and "CUDA UMD Version" (drift's probe reads both spellings)
+    assert "KMD Version: 610.57" in table and "CUDA UMD Version: 13.3" in table and "24576MiB" in table
 
 
 def test_unknown_query_field_fails_with_rc_2(gpu_host):
