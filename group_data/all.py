@@ -17,11 +17,12 @@ gpu_power_limit_w = 420
 gpu_vram_gib = 24.0
 
 # Driver 610.57 and CUDA 13.3, pinned. Fill in full pacman versions ([epoch:]pkgver-pkgrel)
-# as the Arch Linux Archive names them; pkgrels cannot be guessed:
+# as the Arch Linux Archive names them; pkgrels cannot be guessed. A real 610.57 is 610.57.04
+# (the package, the module, nvidia-smi); nvidia_driver_version may stay the series "610.57":
 # pacman_pins = {
-#     "nvidia-open-dkms": "610.57-1",
-#     "nvidia-utils": "610.57-1",
-#     "opencl-nvidia": "610.57-1",
+#     "nvidia-open-dkms": "610.57.04-1",
+#     "nvidia-utils": "610.57.04-1",
+#     "opencl-nvidia": "610.57.04-1",
 #     "cuda": "13.3.0-1",
 # }
 nvidia_driver_version = "610.57"

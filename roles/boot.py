@@ -7,6 +7,7 @@ from pyinfra.api import deploy
 
 from rigkit import paths
 from rigkit.operations.boot import mkinitcpio_without_kms, reboot_gate
+from rigkit.render.declared_state import pinned_driver
 from rigkit.render.files import RenderedFile, own_units
 from rigkit.spec.model import RigSpec
 from roles import put_rendered
@@ -18,6 +19,6 @@ def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
     put_rendered(rendered, paths.NOUVEAU_BLACKLIST, name="Blacklist nouveau")
     mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
     reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
-                driver_version=spec.nvidia_driver_version, flavour=spec.driver_flavour, allow_reboot=spec.reboot,
+                driver_version=pinned_driver(spec), flavour=spec.driver_flavour, allow_reboot=spec.reboot,
                 lock_files=spec.lock_files or [], proxy_port=spec.llama_swap.port, force=spec.force,
                 own_units=own_units(rendered))

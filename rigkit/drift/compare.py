@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rigkit import paths
+from rigkit.host import versions
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.operations.facts import NvidiaSmi
@@ -143,14 +144,6 @@ def compare_secrets(host: str, declared: dict[str, tuple[str, str, str | None]],
     return out
 
 
-def pkgver(version: str | None) -> str | None:
-    """``"1:610.57-2"`` → ``"610.57"`` (epoch and pkgrel dropped; pacman(8) version format)."""
-    if not version:
-        return None
-    v = version.split(":", 1)[-1]
-    return v.rsplit("-", 1)[0] if "-" in v else v
-
-
 def compare_pins(host: str, pins: dict[str, str] | None, installed: dict[str, str | None],
                  held: list[str] | None) -> list[Finding]:
     """Each pin installed at its full version, and held by ``IgnorePkg`` inside ``[options]``."""
@@ -174,40 +167,40 @@ def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, st
                    kernel: dict[str, Any], smi: dict[str, Any]) -> list[Finding]:
     """The driver version as ``pacman -Q`` (``nvidia-utils`` and the flavour's module package),
     the loaded module (``/sys/module/nvidia/version``) and ``nvidia-smi`` each report it, vs
-    ``nvidia_driver_version``; an nvidia-smi that cannot answer (mismatch, no GPU) is a finding."""
+    ``driver`` (:func:`rigkit.render.declared_state.pinned_driver`: the pin's full version, or
+    ``nvidia_driver_version``, a series or a full version), each by
+    :func:`rigkit.host.versions.agrees` (``610.57`` agrees with ``610.57.04``); an nvidia-smi that
+    cannot answer (mismatch, no GPU) is a finding."""
     out = []
     for pkg in ("nvidia-utils", flavour):
-        got = pkgver(installed.get(pkg))
-        if got != driver:
-            out.append(Finding(host, "driver", f"pacman -Q {pkg}", driver, got or "not installed"))
+        got = installed.get(pkg)
+        if not versions.agrees(driver, got):
+            out.append(Finding(host, "driver", f"pacman -Q {pkg}", driver, versions.release(got) or "not installed"))
     loaded = kernel.get("nvidia_module")
-    if loaded != driver:
+    if not versions.agrees(driver, loaded):
         out.append(Finding(host, "driver", "loaded module", driver, loaded or "not loaded"))
     if smi.get("state") != "ok":
         out.append(Finding(host, "driver", "nvidia-smi", driver, f"{smi.get('state')}: {smi.get('message', '')}".strip()))
     else:
         for gpu in smi["gpus"]:
-            if gpu["driver_version"] != driver:
+            if not versions.agrees(driver, gpu["driver_version"]):
                 out.append(Finding(host, "driver", f"nvidia-smi GPU {gpu['index']}", driver, gpu["driver_version"]))
     return out
 
 
-def _vtuple(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", v))
-
-
 def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cuda: str | None,
                  smi_ok: bool) -> list[Finding]:
-    """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x``) and the driver's CUDA
-    level (nvidia-smi's header, :func:`rigkit.host.gpu.driver_cuda`) at least the declared one."""
+    """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x-<pkgrel>``,
+    :func:`rigkit.host.versions.agrees`) and the driver's CUDA level (nvidia-smi's header,
+    :func:`rigkit.host.gpu.driver_cuda`) at least the declared one (:func:`rigkit.host.versions.supports`)."""
     out = []
-    got = pkgver(installed.get("cuda"))
-    if got is None or _vtuple(got)[:2] != _vtuple(cuda)[:2]:
-        out.append(Finding(host, "cuda", "pacman -Q cuda", f"{cuda}.x", got or "not installed"))
+    got = installed.get("cuda")
+    if not versions.agrees(cuda, got):
+        out.append(Finding(host, "cuda", "pacman -Q cuda", f"{cuda}.x", versions.release(got) or "not installed"))
     if smi_ok:
         if smi_cuda is None:
             out.append(Finding(host, "cuda", "driver CUDA level", f">= {cuda}", "not reported by nvidia-smi"))
-        elif _vtuple(smi_cuda) < _vtuple(cuda):
+        elif not versions.supports(smi_cuda, cuda):
             out.append(Finding(host, "cuda", "driver CUDA level", f">= {cuda}", smi_cuda))
     return out
 
@@ -503,9 +496,10 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
         out += compare_wheelhouse(host, facts.get("wheels"))
     out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
-    out += compare_driver(host, spec.nvidia_driver_version, spec.driver_flavour, installed, kernel, smi)
+    driver = declared_state.pinned_driver(spec)
+    out += compare_driver(host, driver, spec.driver_flavour, installed, kernel, smi)
     out += compare_cuda(host, spec.cuda_version, installed, facts.get("smi_cuda"), smi.get("state") == "ok")
-    out += compare_reboot(host, declared_state.reboot_reasons(kernel, facts.get("dkms") or [], spec.nvidia_driver_version,
+    out += compare_reboot(host, declared_state.reboot_reasons(kernel, facts.get("dkms") or [], driver,
                                                           spec.driver_flavour))
     out += compare_power(host, spec.gpu_power_limit_w, smi)
     out += compare_daemon_json(host, declared_state.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})

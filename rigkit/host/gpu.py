@@ -115,14 +115,18 @@ ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
 
 #: The header of plain ``nvidia-smi``: ``CUDA Version: 13.1`` up to driver 59x, ``CUDA UMD Version:
 #: 13.3`` from driver 610 (NVIDIA renamed "Driver Version" / "CUDA Version" to "KMD Version" / "CUDA UMD
-#: Version" in nvidia-smi's output; the rig's 610.57 prints only the new names).
-CUDA_LEVEL = re.compile(r"\bCUDA (?:UMD )?Version\s*:\s*(\d+(?:\.\d+)+)")
+#: Version" in nvidia-smi's output; the rig's 610.57 prints only the new names in its header). ``-q``
+#: prints both from 610 (``CUDA Version : 13.3 [Deprecated; …]``), ``--version`` spells it ``CUDA UMD
+#: version : 13.3`` after ``CUDA version : Deprecated, see …`` (lower-case ``version``: the real
+#: captures in ``data/gpu-captures/``), hence case-insensitive and a number required.
+CUDA_LEVEL = re.compile(r"\bCUDA (?:UMD )?Version\s*:\s*(\d+(?:\.\d+)+)", re.IGNORECASE)
 
 
 def driver_cuda(text: str) -> str | None:
-    """The CUDA level the driver supports (``"13.3"``) from ``nvidia-smi``'s header or ``nvidia-smi -q``
-    (:data:`CUDA_LEVEL`, both spellings; the first match), or None when neither is there. Not the
-    toolkit's version (that is ``pacman -Q cuda``)."""
+    """The CUDA level the driver supports (``"13.3"``) from ``nvidia-smi``'s header, ``nvidia-smi -q`` or
+    ``nvidia-smi --version`` (:data:`CUDA_LEVEL`, every spelling; the first match), or None when none is
+    there. Not the toolkit's version (that is ``pacman -Q cuda``); compared with ``cuda_version`` by
+    :func:`rigkit.host.versions.supports`."""
     m = CUDA_LEVEL.search(text)
     return m.group(1) if m else None
 

@@ -115,7 +115,8 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
                 own_units: list[str] | None = None):
     """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
 
-    + driver_version: the pinned driver (``nvidia_driver_version``)
+    + driver_version: the pinned driver (:func:`rigkit.render.declared_state.pinned_driver`: the
+      pin's full version, or ``nvidia_driver_version``; the module agrees by :func:`rigkit.host.versions.agrees`)
     + flavour: the driver package (``driver_flavour``)
     + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
     + lock_files/proxy_port/force: a reboot is refused while a declared lock file exists or the

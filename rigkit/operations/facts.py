@@ -183,7 +183,8 @@ _DKMS = re.compile(r"^(?P<module>[^/,\s]+)/(?P<version>[^,\s]+), (?P<kernel>[^,\
 
 class DkmsStatus(FactBase):
     """``dkms status`` as ``[{"module", "version", "kernel", "arch", "status"}]`` (dkms(8):
-    lines ``nvidia/610.57, 6.12.60-1-lts, x86_64: installed``); empty without dkms."""
+    lines ``nvidia/610.57.04, 6.12.60-1-lts, x86_64: installed``: the full driver version, compared with the
+    declared one by :func:`rigkit.host.versions.agrees`); empty without dkms."""
 
     def requires_command(self, *args, **kwargs) -> str:
         return "dkms"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rigkit import paths
+from rigkit.host import versions
 
 #: What rigkit owns in ``/etc/docker/daemon.json``: the nvidia runtime exactly as ``nvidia-ctk
 #: runtime configure --runtime=docker`` writes it, and NVIDIA's documented mitigation for
@@ -27,16 +28,31 @@ PREPARED_MODELS = frozenset({"hyperqwen"})
 REPO_PACKAGES = ("docker", "docker-compose", "docker-buildx", "nvidia-container-toolkit")
 
 
+def pinned_driver(spec) -> str:
+    """The driver the host is held to (the boot gate, drift): the driver flavour's pin without its
+    epoch and pkgrel — the full version the deploy installs (``610.57.04-1`` → ``610.57.04``) — when
+    pinned and in the declared series, else ``nvidia_driver_version`` itself (the series ``610.57`` or a
+    full version). A pin bump within one series (``550.54.14-1`` → ``550.54.15-1`` under ``550.54``)
+    thus still needs its reboot. Compared with what runs by :func:`rigkit.host.versions.agrees`."""
+    pin = (spec.pacman_pins or {}).get(spec.driver_flavour)
+    if isinstance(pin, str) and versions.agrees(spec.nvidia_driver_version, pin):
+        return versions.release(pin) or spec.nvidia_driver_version
+    return spec.nvidia_driver_version
+
+
 def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour: str) -> list[str]:
     """Why the GPU steps cannot run on the running boot (empty: they can).
 
     + kernel: the ``KernelState`` fact (running release, loaded nvidia module, installed kernels)
     + dkms: the ``DkmsStatus`` fact
-    + driver_version: ``nvidia_driver_version``; flavour: ``driver_flavour``
+    + driver_version: the driver held to (:func:`pinned_driver`: the pin's full version, or
+      ``nvidia_driver_version``, a series or a full version); flavour: ``driver_flavour``
 
     The running kernel must still be installed (its ``/usr/lib/modules`` entry), and the loaded
     ``nvidia`` module must be the pinned driver; with a DKMS flavour the module must also be built
-    for every installed kernel (so whichever boots has it).
+    for every installed kernel (so whichever boots has it). The module and DKMS report the full
+    version (``610.57.04``); ``610.57`` agrees with it, ``610.60.02`` does not
+    (:func:`rigkit.host.versions.agrees`). Each reason names both versions.
     """
     reasons = []
     kernels = sorted(kernel.get("installed_kernels", []))
@@ -44,14 +60,17 @@ def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour:
     if kernels and running not in kernels:
         reasons.append(f"running kernel {running} is no longer installed (installed: {', '.join(kernels)})")
     loaded = kernel.get("nvidia_module")
-    if loaded != driver_version:
+    if not versions.agrees(driver_version, loaded):
         reasons.append(f"loaded nvidia module is {loaded or 'none'}, the pinned driver is {driver_version}")
     if flavour.endswith("-dkms") and kernels:
-        built = {d["kernel"] for d in dkms if d["module"] == "nvidia" and d["version"] == driver_version
+        nvidia = [d for d in dkms if d["module"] == "nvidia"]
+        built = {d["kernel"] for d in nvidia if versions.agrees(driver_version, d["version"])
                  and d["status"].startswith("installed")}
         missing = [k for k in kernels if k not in built]
         if missing:
-            reasons.append(f"DKMS has not built nvidia {driver_version} for {', '.join(missing)}")
+            seen = sorted({d["version"] for d in nvidia})
+            reasons.append(f"DKMS has not built nvidia {driver_version} for {', '.join(missing)}"
+                           + (f" (dkms status: nvidia {', '.join(seen)})" if seen else ""))
     return reasons
 
 

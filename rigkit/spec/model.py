@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rigkit import paths
+from rigkit.host import versions
 
 # --------------------------------------------------------------------------------------------
 # Building blocks
@@ -277,9 +278,11 @@ class RigSpec(StrictModel):
     dict: :meth:`from_layers` and :meth:`from_dict` check the models only (types, ranges, unknown
     keys), not the cross-field rules of :mod:`rigkit.spec.validate`."""
 
-    nvidia_driver_version: str = Field(default="610.57", pattern=r"^\d+\.\d+(\.\d+)?$")
+    nvidia_driver_version: str = Field(default="610.57", description="the driver: the series the seeds name (610.57) "
+                                                                      "or the full version (610.57.04); compared by "
+                                                                      "rigkit.host.versions.agrees")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
-    cuda_version: str = Field(default="13.3", pattern=r"^\d+\.\d+$")
+    cuda_version: str = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
     pacman_pins: dict[str, str] | None = operator_value("full pacman versions per pinned package")
     arch_archive_url: str = "https://archive.archlinux.org/packages"
     gpu_power_limit_w: int = Field(default=420, gt=0)
@@ -317,6 +320,15 @@ class RigSpec(StrictModel):
     llama_swap: LlamaSwapSpec = Field(default_factory=LlamaSwapSpec)
     models: dict[str, ModelSource] = Field(default_factory=_default_models)
     bench: BenchSpec = Field(default_factory=BenchSpec)
+
+    @field_validator("nvidia_driver_version", "cuda_version")
+    @classmethod
+    def _declared_version(cls, value: str, info) -> str:
+        """The driver as its series or full version (2-3 components), CUDA as its series (2):
+        :func:`rigkit.host.versions.declared` (its message names the value and the shapes)."""
+        if value == "":
+            return value  # the empty rule of StrictModel answers it
+        return versions.declared(value, 3 if info.field_name == "nvidia_driver_version" else 2)
 
 
 # --------------------------------------------------------------------------------------------

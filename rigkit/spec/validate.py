@@ -20,6 +20,7 @@ from typing import Any
 
 from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
+from rigkit.host import versions
 from rigkit.host.gpu import power_limit_problem
 from rigkit.spec.model import (
     DIGEST_RE,
@@ -252,9 +253,10 @@ def _env_items_problems(key: str, items: list[str], spec: RigSpec, mapping: bool
     return out
 
 
-def _pkgver(version: str) -> str | None:
-    m = PACMAN_VERSION_RE.match(version)
-    return m.group("pkgver") if m else None
+def _pinned(pins: dict[str, str], pkg: str) -> str | None:
+    """The pin of ``pkg`` when it is a pacman version (a malformed one is reported on its own)."""
+    ver = pins.get(pkg)
+    return ver if isinstance(ver, str) and PACMAN_VERSION_RE.match(ver) else None
 
 
 def _check_pins(spec: RigSpec) -> list[SpecProblem]:
@@ -270,26 +272,39 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     for pkg, ver in pins.items():
         if not isinstance(ver, str) or not PACMAN_VERSION_RE.match(ver):
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
-                                   allowed="a full pacman version [epoch:]pkgver-pkgrel, e.g. '610.57-1' (pkgrel cannot be guessed)"))
+                                   allowed="a full pacman version [epoch:]pkgver-pkgrel, e.g. '610.57.04-1' (pkgrel cannot be guessed)"))
     required = [spec.driver_flavour, *DRIVER_PACKAGES, "cuda"]
     for pkg in required:
         if pkg not in pins:
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value="missing",
                                    allowed=f"the pins must cover {', '.join(required)} (installed together with pacman -U)"))
+    # one rule for driver versions (rigkit.host.versions): the spec may name the series (610.57) or the
+    # full version (610.57.04); the pins name the full version the archive has, and all name one driver
+    driver = spec.nvidia_driver_version
+    full = driver.count(".") >= 2
+    flavour_pin = _pinned(pins, spec.driver_flavour)
+    if flavour_pin is not None and not versions.agrees(driver, flavour_pin):
+        flavour_pin = None  # reported below; the other pins are held to the spec alone
     for pkg in (spec.driver_flavour, *DRIVER_PACKAGES):
-        ver = pins.get(pkg)
-        pv = _pkgver(ver) if isinstance(ver, str) else None
-        if pv is not None and pv != spec.nvidia_driver_version:
+        ver = _pinned(pins, pkg)
+        if ver is None:
+            continue
+        if not versions.agrees(driver, ver):
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
-                                   allowed=f"disagrees with nvidia_driver_version {spec.nvidia_driver_version!r}; "
-                                   f"pin {pkg} at {spec.nvidia_driver_version}-<pkgrel>"))
+                                   allowed=f"disagrees with nvidia_driver_version {driver!r}; "
+                                   f"pin {pkg} at {driver}-<pkgrel>"
+                                   + ("" if full else f" or {driver}.<n>-<pkgrel> (the full version, as the archive names it)")))
+        elif flavour_pin is not None and pkg != spec.driver_flavour and not versions.same(ver, flavour_pin):
+            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
+                                   allowed=f"driver {versions.release(ver)}, but {spec.driver_flavour} is pinned at "
+                                   f"driver {versions.release(flavour_pin)}: the driver packages must be one driver "
+                                   "(a module and a library of two drivers: \"Driver/library version mismatch\")"))
     for pkg in pins:
         if pkg.startswith("nvidia-open") and pkg != spec.driver_flavour or pkg in ("nvidia", "nvidia-dkms"):
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(pins[pkg]),
                                    allowed=f"a second driver flavour; driver_flavour is {spec.driver_flavour!r}"))
-    cuda = pins.get("cuda")
-    cv = _pkgver(cuda) if isinstance(cuda, str) else None
-    if cv is not None and not (cv == spec.cuda_version or cv.startswith(spec.cuda_version + ".")):
+    cuda = _pinned(pins, "cuda")
+    if cuda is not None and not versions.agrees(spec.cuda_version, cuda):
         out.append(SpecProblem(key="pacman_pins.cuda", value=repr(cuda),
                                allowed=f"not in the cuda_version {spec.cuda_version!r} series ({spec.cuda_version}.x-<pkgrel>)"))
     return out

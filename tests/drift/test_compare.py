@@ -164,10 +164,13 @@ def test_driver_agreement_across_pacman_module_and_nvidia_smi():
         ("nvidia-smi", "mismatch: Failed to initialize NVML: Driver/library version mismatch")]
 
 
-def test_pkgver():
-    assert compare.pkgver("1:610.57-2") == "610.57"
-    assert compare.pkgver("13.3.1-1") == "13.3.1"
-    assert compare.pkgver(None) is None
+def test_findings_name_the_release_without_epoch_and_pkgrel():
+    installed = {**PINS, "nvidia-utils": "1:610.60.02-2", "cuda": "13.4.1-1"}
+    kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts"]}
+    assert [(f.item, f.actual) for f in compare.compare_driver("h1", "610.57", "nvidia-open-dkms", installed, kernel,
+                                                                smi_ok())] == [("pacman -Q nvidia-utils", "610.60.02")]
+    assert [(f.item, f.actual) for f in compare.compare_cuda("h1", "13.3", installed, "13.3", True)] == [
+        ("pacman -Q cuda", "13.4.1")]
 
 
 def test_cuda_series_and_driver_level():

@@ -51,6 +51,7 @@ def test_each_split_concern_has_one_home():
         "remote_command": "rigkit/agentcmd.py", "dotenv_value": "rigkit/host/envfile.py",
         "hash_file": "rigkit/host/modelrecords.py", "compare": "rigkit/host/modelrecords.py",
         "status": "rigkit/host/modelrecords.py", "is_open": "rigkit/host/journal.py",
+        "agrees": "rigkit/host/versions.py", "supports": "rigkit/host/versions.py",  # one driver/CUDA version rule
     }
     defined = defaultdict(list)
     for p in sorted([*RIGKIT.rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):

@@ -181,13 +181,40 @@ BAD_INPUTS = [
                  "without a shell, so ; && | > stay literal; wrap it in sh -c '...'", id="shell-redirect-in-cmd"),
     pytest.param({"pacman_pins": {**GOOD_PINS, "nvidia-open-dkms": "610.60-1"}},
                  "pacman_pins.nvidia-open-dkms: '610.60-1' — disagrees with nvidia_driver_version '610.57'; "
-                 "pin nvidia-open-dkms at 610.57-<pkgrel>", id="pin-disagrees-with-driver"),
+                 "pin nvidia-open-dkms at 610.57-<pkgrel> or 610.57.<n>-<pkgrel> (the full version, as the archive "
+                 "names it)", id="pin-disagrees-with-driver"),
+    pytest.param({"pacman_pins": {**GOOD_PINS, "nvidia-open-dkms": "610.60.02-1"}},
+                 "pacman_pins.nvidia-open-dkms: '610.60.02-1' — disagrees with nvidia_driver_version '610.57'; "
+                 "pin nvidia-open-dkms at 610.57-<pkgrel> or 610.57.<n>-<pkgrel> (the full version, as the archive "
+                 "names it)", id="full-pin-of-another-series"),
+    pytest.param({"nvidia_driver_version": "610.5", "pacman_pins": {**GOOD_PINS, "nvidia-open-dkms": "610.57.04-1",
+                                                                     "nvidia-utils": "610.57.04-1",
+                                                                     "opencl-nvidia": "610.57.04-1"}},
+                 "pacman_pins.nvidia-open-dkms: '610.57.04-1' — disagrees with nvidia_driver_version '610.5'; "
+                 "pin nvidia-open-dkms at 610.5-<pkgrel> or 610.5.<n>-<pkgrel> (the full version, as the archive "
+                 "names it)", id="series-is-components-not-characters"),
+    pytest.param({"nvidia_driver_version": "610.57.04", "pacman_pins": {**GOOD_PINS, "nvidia-open-dkms": "610.57.05-1",
+                                                                         "nvidia-utils": "610.57.04-1",
+                                                                         "opencl-nvidia": "610.57.04-1"}},
+                 "pacman_pins.nvidia-open-dkms: '610.57.05-1' — disagrees with nvidia_driver_version '610.57.04'; "
+                 "pin nvidia-open-dkms at 610.57.04-<pkgrel>", id="full-version-declared-other-full-pinned"),
+    pytest.param({"pacman_pins": {**GOOD_PINS, "nvidia-open-dkms": "610.57.04-1", "nvidia-utils": "610.57.05-1",
+                                  "opencl-nvidia": "610.57.04-2"}},
+                 "pacman_pins.nvidia-utils: '610.57.05-1' — driver 610.57.05, but nvidia-open-dkms is pinned at "
+                 "driver 610.57.04: the driver packages must be one driver (a module and a library of two drivers: "
+                 "\"Driver/library version mismatch\")", id="driver-pins-of-two-drivers-in-one-series"),
+    pytest.param({"nvidia_driver_version": "610.57-1"},
+                 "nvidia_driver_version: '610.57-1' (str) — not a version to declare: the series, e.g. "
+                 "610.57, or the full version, e.g. 610.57.04 (dotted numbers, no pkgrel)", id="driver-with-pkgrel"),
+    pytest.param({"cuda_version": "13"},
+                 "cuda_version: '13' (str) — not a version to declare: the series, e.g. 13.3 (dotted numbers, "
+                 "no pkgrel)", id="cuda-without-minor"),
     pytest.param({"pacman_pins": {**GOOD_PINS, "cuda": "13.4.1-1"}},
                  "pacman_pins.cuda: '13.4.1-1' — not in the cuda_version '13.3' series (13.3.x-<pkgrel>)",
                  id="pin-disagrees-with-cuda"),
     pytest.param({"pacman_pins": {**GOOD_PINS, "nvidia-utils": "610.57"}},
                  "pacman_pins.nvidia-utils: '610.57' — a full pacman version [epoch:]pkgver-pkgrel, e.g. "
-                 "'610.57-1' (pkgrel cannot be guessed)", id="pin-without-pkgrel"),
+                 "'610.57.04-1' (pkgrel cannot be guessed)", id="pin-without-pkgrel"),
     pytest.param({"pacman_pins": {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "cuda": "13.3.0-1"}},
                  "pacman_pins.opencl-nvidia: missing — the pins must cover nvidia-open-dkms, nvidia-utils, "
                  "opencl-nvidia, cuda (installed together with pacman -U)", id="pin-missing-package"),
