@@ -2,7 +2,10 @@
 
 Each POST to ``/v1/chat/completions`` plays the next queued :class:`Script` (or the default
 one). A script is a list of steps: ``("event", obj)`` sends ``data: <json>\\n\\n``,
-``("raw", bytes)`` sends bytes as they are, ``("sleep", seconds)``, ``("done",)`` sends
+``("raw", bytes)`` sends bytes as they are, ``("sleep", seconds)``, ``("wait", event)`` waits until
+the test sets ``event`` (a :class:`threading.Event`; e.g. from the client's ``on_chunk``: the client
+has read what came before), ``("hold",)`` sends nothing more until the client hangs up (a stall it
+must time out on), ``("done",)`` sends
 ``data: [DONE]``, ``("cut",)`` closes the socket mid-stream (no terminating chunk),
 ``("kill",)`` marks the engine dead (later requests get 500, ``/health`` 503);
 ``Script(die=True)`` answers this request with vLLM's 500 after engine death and stays dead. Each write is
@@ -32,6 +35,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+#: How long a ``wait`` or ``hold`` step waits at most: a hang guard only.
+WAIT_S = 60.0
 
 LOADING_BODY = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
 
@@ -258,6 +264,20 @@ class ReplayServer:
                     if kind == "sleep":
                         time.sleep(step[1])
                         continue
+                    if kind == "wait":
+                        self.wfile.flush()
+                        assert step[1].wait(WAIT_S), "a replay step waited for an event never set"
+                        continue
+                    if kind == "hold":
+                        self.wfile.flush()
+                        self.connection.settimeout(WAIT_S)
+                        try:
+                            while self.connection.recv(4096):  # until the client closes its end
+                                pass
+                        except OSError:
+                            pass
+                        self.close_connection = True
+                        return
                     if kind == "cut":
                         self.wfile.flush()
                         self.close_connection = True

@@ -64,7 +64,7 @@ def test_500_mid_run_ends_the_run_with_exit_1_and_a_verdict_naming_the_error(rep
 
 def test_stalled_stream_fails_the_workload_with_exit_1(replay, tmp_path):
     steps = vllm_stream(answer=["a", "b"])
-    replay.queue(Script(steps[:2] + [("sleep", 1.0)] + steps[2:]))
+    replay.queue(Script(steps[:2] + [("hold",)]))  # nothing more until the client gives up
     result, _ = run(replay, tmp_path, "--no-warmup", "--workload", "chat-greedy",
                     "--stall-timeout", "0.3")
     assert result.exit_code == 1

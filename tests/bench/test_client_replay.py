@@ -1,4 +1,8 @@
-"""The streaming client against vLLM's dialect, replayed with known true counts."""
+"""The streaming client against vLLM's dialect, replayed with known true counts. Where a test needs
+time between two chunks as the client sees them, the replay waits until the client has read the first
+(``("wait", event)`` set from ``on_chunk``) and then sleeps: a lower bound, whatever the machine's speed."""
+
+import threading
 
 import pytest
 
@@ -31,11 +35,12 @@ def test_request_asks_for_usage_in_the_stream(replay):
 
 
 def test_usage_chunk_with_empty_choices_sets_counts_without_moving_e2e(replay):
+    read = threading.Event()
     steps = vllm_stream(answer=["a", "b"], tokens_per_chunk=2)
-    steps.insert(-2, ("sleep", 0.2))  # before the usage chunk
-    r = chat(replay, Script(steps))
+    steps[-2:-2] = [("wait", read), ("sleep", 0.2)]  # the usage chunk 0.2 s after the client read the last token
+    r = chat(replay, Script(steps), on_chunk=lambda res: res.token_chunks == 2 and read.set())
     assert r.completion_tokens == 4
-    assert r.e2e_s < 0.15 and r.total_s >= 0.2
+    assert r.total_s >= r.e2e_s + 0.2  # e2e stopped at the last token chunk
 
 
 def test_stream_without_usage_falls_back_to_chunk_estimate_with_a_loud_warning(replay):
@@ -47,8 +52,10 @@ def test_stream_without_usage_falls_back_to_chunk_estimate_with_a_loud_warning(r
 
 
 def test_vllm_delta_reasoning_is_thinking_and_answer_ttft_comes_later(replay):
-    r = chat(replay, Script(vllm_stream(reasoning=["Let me", " think"], answer=["42"],
-                                        gap_s=0.03)))
+    first = threading.Event()
+    steps = vllm_stream(reasoning=["Let me", " think"], answer=["42"], gap_s=0.03)
+    steps.insert(3, ("wait", first))  # the rest (two gaps, then the answer) once the client read "Let me"
+    r = chat(replay, Script(steps), on_chunk=lambda res: res.ttft_s is not None and first.set())
     assert r.ok
     assert r.reasoning_source == "reasoning" and r.reasoning_chars == len("Let me think")
     assert r.answer == "42"
@@ -94,7 +101,7 @@ def test_500_after_engine_death_names_the_engine_error(replay):
 
 def test_stalled_stream_stops_after_the_stall_timeout(replay):
     steps = vllm_stream(answer=["a", "b", "c"])
-    r = chat(replay, Script(steps[:3] + [("sleep", 1.0)] + steps[3:]), stall_timeout_s=0.3)
+    r = chat(replay, Script(steps[:3] + [("hold",)]), stall_timeout_s=0.3)
     assert (r.ok, r.error_kind) == (False, "stalled")
     assert r.error == "stalled: no data for 0.3 s (stall timeout) after 2 token chunks"
 

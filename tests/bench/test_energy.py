@@ -5,6 +5,7 @@ formats (numbers with and without units, ``[N/A]``, ``[Not Supported]``), the me
 
 import json
 import math
+import threading
 
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -90,11 +91,19 @@ def test_counter_method_takes_the_difference_and_refuses_a_counter_that_went_bac
 
 
 def test_without_a_counter_power_draw_is_sampled_and_integrated():
-    m = EnergyMeter(scripted([(None, 250.0)]), interval_s=0.005)
+    read, calls = scripted([(None, 250.0)]), []
+    sampled = threading.Event()
+
+    def counted():
+        calls.append(1)
+        if len(calls) >= 3:  # the start's reading, the span's first, then one of the sampler's
+            sampled.set()
+        return read()
+
+    m = EnergyMeter(counted, interval_s=0.005)
     assert m.start() == "sampled"
     with m.measure() as span:
-        import time
-        time.sleep(0.05)
+        assert sampled.wait(60)  # the block lasts until the sampler has read once (the limit guards a hang)
     assert span.samples >= 3
     assert math.isclose(span.avg_w, 250.0) and math.isclose(span.joules, 250.0 * span.seconds)
     assert trapezoid_j([(0.0, 100.0), (1.0, 300.0), (3.0, 300.0)]) == 800.0

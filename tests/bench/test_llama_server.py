@@ -33,7 +33,7 @@ def test_reasoning_content_is_split_from_the_answer(llama_server):
     r = ask(llama_server, 30)
     assert (r.reasoning_source, r.reasoning_chars) == ("reasoning_content", len(THINK))
     assert r.answer.startswith("Hello! This is a tiny test model")
-    assert r.ttft_answer_s > r.ttft_s
+    assert r.ttft_answer_s >= r.ttft_s  # not before the thinking; equal when one read carried both
 
 
 def test_budget_spent_on_thinking_is_reported_as_such(llama_server):

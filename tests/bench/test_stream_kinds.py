@@ -4,7 +4,9 @@ kind gets, and its source, is listed in README.md, "What the bench does with eac
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +16,7 @@ from rigkit.host.bench.client import (CHUNK_ESTIMATE_WARNING, USAGE_WITHOUT_COUN
                                       retry_after_seconds, stream_chat)
 from rigkit.host.bench.context import CONTEXT_KEYS
 from rigkit.host.bench.results import verdict
+from rigkit.host.bench import runner
 from rigkit.host.bench.runner import send_patiently
 
 from .replay import Script, chunk, usage_chunk, vllm_stream
@@ -24,6 +27,20 @@ BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 def chat(replay, *scripts, **kw):
     replay.queue(*scripts)
     return stream_chat(replay.url + "/v1/chat/completions", BODY, **kw)
+
+
+class Clock:
+    """:func:`send_patiently`'s clock: time that moves only by its sleeps (the waits it reports are
+    its own, never this machine's speed)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
 
 
 def thinking_stream() -> list[tuple]:
@@ -108,7 +125,9 @@ def test_an_old_vllm_error_object_mid_stream_is_a_stream_error_quoting_it(replay
 
 def test_a_connection_reset_mid_stream_is_cut_and_says_reset(replay):
     steps = vllm_stream(answer=["a", "b", "c"])
-    r = chat(replay, Script(steps[:3] + [("sleep", 0.05), ("reset",)]))
+    read = threading.Event()  # the reset once the client has read the two token chunks (a reset drops unread data)
+    r = chat(replay, Script(steps[:3] + [("wait", read), ("reset",)]),
+             on_chunk=lambda res: res.token_chunks == 2 and read.set())
     assert (r.ok, r.error_kind) == (False, "cut")
     assert r.error == ("stream cut before [DONE] after 2 token chunks (ConnectionResetError: "
                        "connection reset by the server)")
@@ -138,15 +157,18 @@ def test_a_200_json_error_body_quotes_the_servers_message(replay):
 def test_a_model_still_loading_is_waited_for_and_named(replay):
     replay.loading_for = 2
     replay.queue(Script(vllm_stream(answer=["ok"])))
+    c = Clock()
     r = send_patiently(lambda: stream_chat(replay.url + "/v1/chat/completions", BODY),
-                       health_budget_s=5, poll_s=0.05)
+                       health_budget_s=5, poll_s=0.05, clock=c, sleep=c.sleep)
     assert r.ok and r.completion_tokens == 3
     assert r.warnings == ["waited 0 s before this request was served: the server was still "
                           "loading: HTTP 503 from POST /v1/chat/completions: Loading model"]
 
 
-def test_loading_past_the_health_budget_fails_as_loading_never_as_dead(replay, tmp_path):
+def test_loading_past_the_health_budget_fails_as_loading_never_as_dead(replay, tmp_path, monkeypatch):
     replay.loading_for = 1000
+    c = Clock()  # the run's waits on the test's clock: "waited 0 s" however long the request took
+    monkeypatch.setattr(runner, "send_patiently", functools.partial(send_patiently, clock=c, sleep=c.sleep))
     out = tmp_path / "out"
     result = CliRunner().invoke(bench, ["--url", replay.url, "--out", str(out), "--preset",
                                         "small", "--workload", "chat-greedy", "--no-warmup",
@@ -165,8 +187,9 @@ def test_loading_past_the_health_budget_fails_as_loading_never_as_dead(replay, t
 def test_a_429_with_retry_after_is_honoured_within_the_budget(replay):
     replay.queue(Script(status=429, body={"error": {"message": "rate limited"}},
                         headers={"Retry-After": "0"}), Script(vllm_stream(answer=["ok"])))
+    c = Clock()
     r = send_patiently(lambda: stream_chat(replay.url + "/v1/chat/completions", BODY),
-                       health_budget_s=5, poll_s=0.05)
+                       health_budget_s=5, poll_s=0.05, clock=c, sleep=c.sleep)
     assert r.ok and r.warnings[0].startswith("waited 0 s before this request was served: the "
                                              "server was rate-limited (HTTP 429)")
 
@@ -174,8 +197,9 @@ def test_a_429_with_retry_after_is_honoured_within_the_budget(replay):
 def test_a_429_asking_longer_than_the_budget_is_named(replay):
     replay.queue(Script(status=429, body={"error": {"message": "rate limited"}},
                         headers={"Retry-After": "30"}))
+    c = Clock()
     r = send_patiently(lambda: stream_chat(replay.url + "/v1/chat/completions", BODY),
-                       health_budget_s=5, poll_s=0.05)
+                       health_budget_s=5, poll_s=0.05, clock=c, sleep=c.sleep)
     assert (r.ok, r.error_kind, r.retry_after_s) == (False, "rate-limited", 30.0)
     assert r.error == ("HTTP 429 from POST /v1/chat/completions: rate limited (Retry-After 30 s); "
                        "rate-limited (HTTP 429) — its Retry-After 30 s is more than the 5 s left "

@@ -140,13 +140,17 @@ def test_killed_agent_fetch_resumes_on_the_next_run(hub, lock, host, tmp_path):
                              "--token-file", str(host["token_file"]), "--endpoint", hub.endpoint],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     part = target(host, "strata") / PARTIAL_DIR / f"{lock['models']['strata']['files'][0]['sha256']}.part"
-    deadline = time.monotonic() + 30
-    while not (part.exists() and part.stat().st_size == 196_608) and time.monotonic() < deadline:
+    # polls of state; the deadlines only guard a hang
+    deadline = time.monotonic() + 60
+    while not (part.exists() and part.stat().st_size == 196_608):  # 3 whole chunks; the 4th waits on the stall
+        assert time.monotonic() < deadline and proc.poll() is None, "the agent never wrote the 3 chunks before the stall"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     hub.hub.release()
-    while not any(r["method"] == "GET" and r["status"] == -2 for r in hub.hub.requests()) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not any(r["method"] == "GET" and r["status"] == -2 for r in hub.hub.requests()):
+        assert time.monotonic() < deadline, "the stalled request was never logged"
         time.sleep(0.05)  # the stalled handler logs its request once released
     assert part.stat().st_size == 196_608 and not (target(host, "strata") / "strata-coder-Q4_K_M.gguf").exists()
     hub.hub.log.clear()

@@ -2,7 +2,10 @@
 binary (built from the vendored source or the Go module by tests/harness/llama_swap_release.py,
 cached; a failure to build is a test failure naming the block, never a skip), free loopback ports,
 HTTP requests, a running llama-swap (``LlamaSwap``), command lines of the fake model server
-(``data/llama_swap/fake_member.py``) and its VRAM convention's reader."""
+(``data/llama_swap/fake_member.py``) and its VRAM convention's reader.
+
+Waits poll state (the log, ``/running``, the requests in flight) until it holds; their deadlines
+(:data:`HANG_S`) only guard a hang, so a slow machine never fails a test that a fast one passes."""
 
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ import hostctl  # noqa: E402,F401  (fixes RIGKIT_HARNESS_CACHE to the real cache
 
 sys.path.insert(0, str(DATA))
 from fake_member import vram_in_use_mib  # noqa: E402
+
+#: How long a wait for a state polls before it calls the state never reached: a hang guard only.
+HANG_S = 60.0
 
 
 def build_binary() -> str:
@@ -133,7 +139,7 @@ class LlamaSwap:
             [binary, "-config", self.config, "-listen", "127.0.0.1:%d" % self.port] + (args or []),
             stdout=self._log, stderr=subprocess.STDOUT, env=e, cwd=workdir,
         )
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + HANG_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError("llama-swap exited %s:\n%s" % (self.proc.returncode, self.output()))
@@ -148,7 +154,7 @@ class LlamaSwap:
         with open(self.logfile, "rb") as f:
             return f.read().decode("utf-8", "replace")
 
-    def wait_output(self, text: str, timeout: float = 10.0) -> None:
+    def wait_output(self, text: str, timeout: float = HANG_S) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.output():
             assert time.monotonic() < deadline, "no %r in:\n%s" % (text, self.output())
@@ -168,13 +174,43 @@ class LlamaSwap:
     def running_entries(self) -> Dict[str, dict]:
         return {r["model"]: r for r in json.loads(self.get("/running")[1])["running"]}
 
-    def wait_running(self, want: Dict[str, str], timeout: float = 10.0) -> None:
+    def wait_running(self, want: Dict[str, str], timeout: float = HANG_S) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.running() == want:
                 return
             time.sleep(0.05)
         raise AssertionError("running is %r, wanted %r\n%s" % (self.running(), want, self.output()))
+
+    def inflight(self) -> List[dict]:
+        """The requests llama-swap has in flight now, each as its tracker lists it (``model``,
+        ``req_path``, ...): the snapshot its ``/api/events`` stream sends first (server/apigroup.go
+        handleAPIEvents; a request counts from before it waits for its member, server/inflight.go)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", "/api/events")
+            r = conn.getresponse()
+            assert r.status == 200, r.status
+            while True:
+                line = r.readline()
+                assert line, "/api/events ended before its in-flight snapshot"
+                if not line.startswith(b"data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg["type"] == "inflight":
+                    update = json.loads(msg["data"])
+                    if update["operation"] == "snapshot":
+                        return update.get("requests") or []
+        finally:
+            conn.close()
+
+    def wait_inflight(self, model: str, n: int, timeout: float = HANG_S) -> None:
+        """Wait until ``n`` requests for ``model`` are in flight in llama-swap."""
+        deadline = time.monotonic() + timeout
+        while sum(r.get("model") == model for r in self.inflight()) != n:
+            assert time.monotonic() < deadline, "not %d requests for %s in flight: %r\n%s" % (
+                n, model, self.inflight(), self.output())
+            time.sleep(0.05)
 
     def stop(self) -> int:
         if self._log.closed:

@@ -242,10 +242,11 @@ def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
 # ------------------------------------------------------------------------------ the lease
 def test_commands_with_the_holders_lease_join_it_and_no_one_else_does(tmp_path, monkeypatch):
     path = tmp_path / "rig.lock"
-    code = ("import time; from rigkit.host.lock import RigLock; "
+    code = ("import sys; from rigkit.host.lock import RigLock; "
             f"lk = RigLock({str(path)!r}, 'rollback to generation 1', lease='abc123'); lk.acquire(); "
-            "print('held', flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)  # holds until killed
     try:
         assert proc.stdout.readline().strip() == "held"
         assert json.loads(path.read_text())["lease"] == "abc123"

@@ -10,8 +10,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -128,9 +130,10 @@ def test_the_lock_refuses_a_second_taker_naming_the_holder(tmp_path):
 
 def test_a_holder_killed_with_sigkill_is_reclaimed_with_a_warning(tmp_path):
     path = tmp_path / "rig.lock"
-    code = ("import sys, time; from rigkit.host.lock import RigLock; "
-            f"lk = RigLock({str(path)!r}, 'window 7'); lk.acquire(); print('held', flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    code = ("import sys; from rigkit.host.lock import RigLock; "
+            f"lk = RigLock({str(path)!r}, 'window 7'); lk.acquire(); print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)  # holds until killed
     assert proc.stdout.readline().strip() == "held"
     with pytest.raises(host_lock.LockHeld, match="window 7"):
         host_lock.RigLock(path, "activation").acquire()
@@ -159,13 +162,16 @@ def test_util_linux_flock_sees_the_same_lock(tmp_path):
 
 def test_two_takers_at_once_have_exactly_one_winner(tmp_path):
     path = tmp_path / "rig.lock"
-    code = ("import sys, time; from rigkit.host.lock import RigLock, LockHeld\n"
+    code = ("import sys; from rigkit.host.lock import RigLock, LockHeld\n"
             f"l = RigLock({str(path)!r}, sys.argv[1])\n"
-            "try:\n    l.acquire(); print('won'); sys.stdout.flush(); time.sleep(1.5)\n"
-            "except LockHeld as e:\n    print('lost:', e)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code, f"taker {i}"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-             for i in range(4)]
-    outs = [p.communicate(timeout=30)[0].strip() for p in procs]
+            "try:\n    l.acquire(); print('won', flush=True); sys.stdin.read()\n"
+            "except LockHeld as e:\n    print('lost:', e, flush=True)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"taker {i}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT) for i in range(4)]
+    outs = [p.stdout.readline().strip() for p in procs]  # the winner holds the lock until every taker has said
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=30)
     assert sum(o == "won" for o in outs) == 1, outs
     assert all(o == "won" or o.startswith("lost: the rig is locked by taker") for o in outs), outs
 
@@ -365,7 +371,7 @@ def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
     assert p.returncode == 0 and (tmp_path / "ran").exists() and (tmp_path / "rig.lock").read_text() == ""
 
 
-def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_path):
+def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_path, monkeypatch):
     """The race of a deploy's docker restart (Strata's container goes down), the keeper's next period
     (it takes the lock to bring Strata back) and the deploy's llama-swap restart one step later: one
     winner at a time, and the change goes through once the keeper let go (its wait said in the log)
@@ -379,20 +385,45 @@ def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_pa
     data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
     data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
     cfg = HostConfig(data, "host.json")
-    code = ("import sys, time; from rigkit.host.lock import try_lock; "
+    # the holder takes the lock, says "held", lets go when told (a line on its stdin), says "released",
+    # and lives on until killed
+    code = ("import sys; from rigkit.host.lock import try_lock; "
             f"lk = try_lock({str(tmp_path / 'rig.lock')!r}, sys.argv[1]); print('held', flush=True); "
-            "time.sleep(float(sys.argv[2])); lk.release(); print('released', flush=True); time.sleep(30)")
-    keeper = subprocess.Popen([sys.executable, "-c", code, "keeper: bringing strata back", "1.5"], stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT)
+            "sys.stdin.readline(); lk.release(); print('released', flush=True); sys.stdin.read()")
+    sleeps: list[float] = []
+    waiting = threading.Event()
+
+    def sleep(s: float) -> None:  # the lock's waits between tries: the test sees that it waits
+        sleeps.append(s)
+        waiting.set()
+        time.sleep(s)
+
+    monkeypatch.setattr(host_lock, "time", SimpleNamespace(monotonic=time.monotonic, sleep=sleep))
+    keeper = subprocess.Popen([sys.executable, "-c", code, "keeper: bringing strata back"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert keeper.stdout.readline().strip() == "held"
         said: list[str] = []
-        t0 = time.monotonic()
-        lock = standdown.lock_for_change(cfg, "activation of llama-swap's config (rigkit deploy)", said.append)
-        waited = time.monotonic() - t0
+        got: dict = {}
+
+        def change() -> None:
+            try:
+                got["lock"] = standdown.lock_for_change(cfg, "activation of llama-swap's config (rigkit deploy)",
+                                                        said.append)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                got["error"] = exc
+
+        t = threading.Thread(target=change)
+        t.start()
+        assert waiting.wait(60), "lock_for_change never waited"  # a hang guard: it waits at its first try
+        assert t.is_alive() and got == {} and said == []  # waiting for the keeper, not refused
+        keeper.stdin.write("go\n")
+        keeper.stdin.flush()
+        t.join(60)
+        assert not t.is_alive() and "error" not in got, got
+        lock = got["lock"]
         try:
             assert keeper.stdout.readline().strip() == "released"  # the keeper finished first: one winner at a time
-            assert 1.0 < waited < 10, waited
             assert json.loads((tmp_path / "rig.lock").read_text())["what"].startswith("activation")
             assert len(said) == 1 and re.fullmatch(r"warning: waited \d+\.\d s for keeper: bringing strata back "
                                                    r"\(pid \d+, since .*\) to finish", said[0]), said
@@ -401,13 +432,14 @@ def test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window(tmp_pa
     finally:
         keeper.kill()
         keeper.wait()
-    window = subprocess.Popen([sys.executable, "-c", code, "window w3", "30"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    window = subprocess.Popen([sys.executable, "-c", code, "window w3"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT)
     try:
         assert window.stdout.readline().strip() == "held"
-        t0 = time.monotonic()
+        sleeps.clear()
         with pytest.raises(host_lock.LockHeld, match="locked by window w3"):
             standdown.lock_for_change(cfg, "activation", print)
-        assert time.monotonic() - t0 < 2
+        assert sleeps == []  # refused at once: not one wait
     finally:
         window.kill()
         window.wait()

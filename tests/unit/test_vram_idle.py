@@ -4,16 +4,19 @@
 in ``$RIGKIT_FAKE_GPU_BOARD``) with live, dead and zombie holder processes and the board's
 ``memory_release_s`` (a killed process's memory is freed only after the driver tore its context down);
 the ``--query-compute-apps`` parser on NVIDIA's CSV format; the window's wait step and its place in the
-restore."""
+restore. The waits run on a test clock (``clock``: time moves by the wait's own sleeps), and a killed
+holder's memory is released when the test moves the fake driver's clock, so no result depends on how
+fast this machine runs."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -100,59 +103,89 @@ def fake(tmp_path, monkeypatch):
             p.wait()
 
 
-def test_a_live_holder_times_out_with_a_message_naming_the_memory_the_ceiling_the_wait_and_the_holder(fake):
+@pytest.fixture
+def clock(monkeypatch):
+    """:func:`gpu.wait_idle`'s clock: time that moves only by its sleeps, each kept in ``slept``;
+    ``on_sleep(n)``, when set, runs at its n-th sleep (a step of the test at a known point of the wait)."""
+    c = SimpleNamespace(t=0.0, slept=[], on_sleep=None)
+
+    def sleep(s: float) -> None:
+        c.slept.append(s)
+        c.t += s
+        if c.on_sleep:
+            c.on_sleep(len(c.slept))
+
+    monkeypatch.setattr(gpu, "time", SimpleNamespace(monotonic=lambda: c.t, sleep=sleep))
+    return c
+
+
+def age_deaths(procs: Path, pids, seconds: float) -> None:
+    """Move the fake driver's clock for the dead holders ``pids``: each was first seen dead (its
+    ``procs/<pid>.gone``, written by the reading that saw it die) ``seconds`` earlier."""
+    for pid in pids:
+        gone = procs / f"{pid}.gone"
+        gone.write_text("%.3f\n" % (float(gone.read_text()) - seconds))
+
+
+def test_a_live_holder_times_out_with_a_message_naming_the_memory_the_ceiling_the_wait_and_the_holder(fake, clock):
     hold, _, _ = fake
     p = hold(20000)
     said: list[str] = []
-    t0 = time.monotonic()
     with pytest.raises(gpu.VramBusy) as exc:
         gpu.wait_idle(1.0, 512, said.append, interval_s=0.2)
-    assert 1.0 <= time.monotonic() - t0 < 5
-    assert re.fullmatch(rf"GPU 0 memory not back near idle after \d+(\.\d+)? s \(timeout 1 s\): 20001 MiB used, "
+    # a reading every 0.2 s, never a sleep past the timeout; it gives up at the reading at 1 s
+    assert len(clock.slept) == 5 and all(0 < s <= 0.2 for s in clock.slept) and sum(clock.slept) == pytest.approx(1.0)
+    assert (exc.value.seen["polls"], exc.value.seen["waited_s"]) == (6, 1.0)
+    assert re.fullmatch(rf"GPU 0 memory not back near idle after 1 s \(timeout 1 s\): 20001 MiB used, "
                         rf"ceiling 512 MiB; compute apps still holding memory: pid {p.pid} sleep 20000 MiB "
                         rf"\(nvidia-smi --query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name "
                         rf"--format=csv,noheader,nounits\)", str(exc.value)), str(exc.value)
-    assert exc.value.seen["used_mib"] == 20001 and exc.value.seen["polls"] >= 2
+    assert exc.value.seen["used_mib"] == 20001
     assert said == [f"waiting for GPU 0 memory to come back near idle: 20001 MiB used, ceiling 512 MiB; "
                     f"held by pid {p.pid} sleep 20000 MiB"]
 
 
-def test_a_killed_holders_memory_counts_until_the_boards_release_time_then_the_wait_returns(fake):
+def test_a_killed_holders_memory_counts_until_the_boards_release_time_then_the_wait_returns(fake, clock):
     hold, board, procs = fake
-    board(memory_release_s=1.5)
+    board(memory_release_s=3600)  # released only once the test moves the driver's clock an hour on (below)
     p = hold(21600)
     other = hold(300)
     for h in (p, other):
         h.kill()
         h.wait()
+
+    def readings_done(n: int) -> None:
+        if n == 2:  # two readings saw both dead (procs/<pid>.gone written by the first) and still held
+            assert sorted(f.name for f in procs.iterdir()) == sorted(
+                f"{h.pid}.{ext}" for h in (p, other) for ext in ("gone", "mib"))
+            age_deaths(procs, (p.pid, other.pid), 3600)
+
+    clock.on_sleep = readings_done
     said: list[str] = []
-    t0 = time.monotonic()
     seen = gpu.wait_idle(10, 512, said.append, interval_s=0.2)
-    # the first reading saw both dead (procs/<pid>.gone written then) and still listed: a context being torn down
+    # the first reading saw both dead and still listed: a context being torn down
     assert seen["first_used_mib"] == 1 + 21600 + 300
     assert sorted((a["pid"], a["used_mib"], a["name"]) for a in seen["first_apps"]) == sorted(
         [(p.pid, 21600.0, "[Not Found]"), (other.pid, 300.0, "[Not Found]")])
-    assert 1.4 <= seen["waited_s"] <= time.monotonic() - t0 + 0.01 < 5, seen
+    # held at the readings at 0 and 0.2 s, released at the one after the release time: 0.4 s
+    assert (seen["polls"], seen["waited_s"], clock.slept) == (3, 0.4, [0.2, 0.2]), seen
     assert (seen["used_mib"], seen["ceiling_mib"]) == (1, 512)
-    assert len(said) == 2 and said[1].startswith("GPU 0 memory back near idle after ")
+    assert said[1:] == ["GPU 0 memory back near idle after 0.4 s (1 MiB used, ceiling 512 MiB)"], said
     assert list(procs.iterdir()) == []  # released: the holders' files are gone
 
 
-def test_with_no_release_time_a_dead_or_zombie_holder_is_released_at_the_first_reading(fake):
+def test_with_no_release_time_a_dead_or_zombie_holder_is_released_at_the_first_reading(fake, clock):
     hold, _, procs = fake
     dead = hold(21600)
     dead.kill()
     dead.wait()
     zombie = hold(8000, (sys.executable, "-c", "pass"))  # exits, never reaped until the end: a zombie
-    for _ in range(100):
-        stat = Path(f"/proc/{zombie.pid}/stat").read_text()
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-            break
-        time.sleep(0.05)
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # blocks until it exited; leaves it unreaped
+    assert Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
     said: list[str] = []
     seen = gpu.wait_idle(5, 512, said.append)
     assert (seen["polls"], seen["used_mib"], seen["first_apps"], said) == (1, 1, [], [])  # one reading: idle
-    assert seen["waited_s"] < 0.5
+    assert (seen["waited_s"], clock.slept) == (0, [])  # no wait at all
     assert list(procs.iterdir()) == []
 
 
@@ -165,13 +198,12 @@ def test_memory_above_the_ceiling_with_no_app_listed_is_not_idle(fake):
     assert gpu.wait_idle(0.5, 700)["used_mib"] == 700  # at the ceiling: idle
 
 
-def test_a_driver_that_cannot_answer_fails_at_once_naming_nvidia_smis_state(fake, tmp_path):
+def test_a_driver_that_cannot_answer_fails_at_once_naming_nvidia_smis_state(fake, clock, tmp_path):
     (tmp_path / "gpu" / "force_mismatch").touch()
-    t0 = time.monotonic()
     with pytest.raises(gpu.VramBusy, match=r"^GPU 0 memory cannot be read: nvidia-smi: mismatch: Failed to "
-                                           r"initialize NVML: Driver/library version mismatch"):
+                                           r"initialize NVML: Driver/library version mismatch") as exc:
         gpu.wait_idle(30, 512)
-    assert time.monotonic() - t0 < 5
+    assert (exc.value.seen["polls"], clock.slept) == (1, [])  # at once: one reading, no wait
     with pytest.raises(gpu.VramBusy, match=r"^GPU 1 memory cannot be read: nvidia-smi lists no GPU 1$"):
         (tmp_path / "gpu" / "force_mismatch").unlink()
         gpu.wait_idle(30, 512, index=1)
@@ -201,20 +233,22 @@ def _window(tmp_path, **plan):
     return Window(Journal(data, tmp_path / "window.json")), data
 
 
-def test_the_windows_vram_free_step_waits_for_idle_first_and_journals_what_it_saw(fake, tmp_path):
-    hold, board, _ = fake
-    board(memory_release_s=1.0)
+def test_the_windows_vram_free_step_waits_for_idle_first_and_journals_what_it_saw(fake, clock, tmp_path):
+    hold, board, procs = fake
+    board(memory_release_s=3600)
     p = hold(21600)
     p.kill()
     p.wait()
+    clock.on_sleep = lambda n: n == 1 and age_deaths(procs, [p.pid], 3600)  # released after the first reading
     w, data = _window(tmp_path, vram_idle={"timeout_s": 10, "idle_mib": 512, "index": 0})
     detail = w.vram_free()
-    assert re.fullmatch(rf"GPU memory near idle after \d+(\.\d+)? s \(1 MiB used, ceiling 512 MiB, no compute app\); "
+    assert re.fullmatch(rf"GPU memory near idle after 0\.5 s \(1 MiB used, ceiling 512 MiB, no compute app\); "
                         rf"held at first: 21601 MiB by pid {p.pid} \[Not Found\] 21600 MiB; 24\.00 GiB free of "
                         rf"24\.00 GiB \(used 1 MiB\); hyperqwen needs 19\.5 GiB", detail), detail
-    assert data["vram_idle"]["vram-free"]["waited_s"] >= 1.0
+    assert (data["vram_idle"]["vram-free"]["waited_s"], data["vram_idle"]["vram-free"]["polls"]) == (0.5, 2)
     assert any("waiting for GPU 0 memory to come back near idle: 21601 MiB used" in n for n in data["notes"])
     # held past the bound: the step fails with the wait's message, journalled
+    clock.on_sleep = None
     hold(21600)
     w, data = _window(tmp_path, vram_idle={"timeout_s": 0.5, "idle_mib": 512, "index": 0})
     from rigkit.host.journal import StepFailed

@@ -16,6 +16,14 @@ answer: a server closing an idle connection as the proxy reuses it; each drop is
 ``--drop-log F``), ``--keepalive-timeout S`` (a server whose keep-alive idle timeout is S s, like
 cpp-httplib's 5 s in llama.cpp's server, caught at the moment it closes: a request arriving on a
 connection idle for S s or more is read and the connection closed without an answer; logged in
+``--drop-log F`` too).
+
+Steps a test controls (so no test waits on this machine's speed): ``--ready-file F`` (``/health``
+answers 503 ``Loading model`` until F exists: the model has loaded when the test says so),
+``--hold-file F`` (a stream sends its first token, then waits until F exists before the rest: a
+request held mid-stream), ``--keepalive-file F`` (the keep-alive timeout at the test's word: F holds a
+number, and a request arriving on a connection that went idle before that number last changed is
+read and the connection closed without an answer, as with ``--keepalive-timeout``; logged in
 ``--drop-log F`` too). Observability for tests: ``--vram-seen-file F``
 writes the MiB held by other live processes when this one starts (proves a swap freed
 VRAM first); ``--signal-log F`` appends the name of each stop signal received.
@@ -66,6 +74,21 @@ def vram_in_use_mib(gpu_dir):
     return total
 
 
+def _wait_for(path):
+    """Return once ``path`` exists (a test's word)."""
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def _keepalive_word():
+    """The number in ``--keepalive-file`` (its text; "" while absent)."""
+    try:
+        with open(ARGS.keepalive_file) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _cleanup_and_exit(signum=None, _frame=None):
     _log_signal(signum)
     if VRAM_FILE:
@@ -97,6 +120,8 @@ class H(BaseHTTPRequestHandler):
         self._served = getattr(self, "_served", 0) + 1
         idle = time.monotonic() - getattr(self, "_done_at", time.monotonic())
         stale = ARGS.keepalive_timeout is not None and self._served > 1 and idle >= ARGS.keepalive_timeout
+        stale = stale or (ARGS.keepalive_file is not None and self._served > 1
+                          and _keepalive_word() != getattr(self, "_idle_word", None))
         if not stale and (not ARGS.drop_reused or self._served == 1):
             return False
         n = int(self.headers.get("Content-Length") or 0)
@@ -110,6 +135,8 @@ class H(BaseHTTPRequestHandler):
     def handle_one_request(self):
         super().handle_one_request()
         self._done_at = time.monotonic()  # the connection is idle from here
+        if ARGS.keepalive_file is not None:
+            self._idle_word = _keepalive_word()
 
     def do_GET(self):
         if self._dropped():
@@ -117,6 +144,7 @@ class H(BaseHTTPRequestHandler):
         p = self.path.split("?")[0]
         if p == "/health":
             ready = not ARGS.never_healthy and time.monotonic() - START >= ARGS.health_delay
+            ready = ready and (ARGS.ready_file is None or os.path.exists(ARGS.ready_file))
             if ready:
                 return self._json(200, {"status": "ok"})
             return self._json(503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
@@ -153,10 +181,12 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         obj = "chat.completion.chunk" if chat else "text_completion"
-        for w in words:
+        for i, w in enumerate(words):
             ch = ({"index": 0, "delta": {"content": w}, "finish_reason": None} if chat
                   else {"index": 0, "text": w, "finish_reason": None})
             self._event({"id": "x1", "object": obj, "model": model, "choices": [ch]})
+            if i == 0 and ARGS.hold_file:
+                _wait_for(ARGS.hold_file)
             time.sleep(ARGS.token_delay)
         last = ({"index": 0, "delta": {}, "finish_reason": "stop"} if chat
                 else {"index": 0, "text": "", "finish_reason": "stop"})
@@ -201,6 +231,9 @@ def main(argv=None):
     ap.add_argument("--drop-reused", action="store_true")
     ap.add_argument("--drop-log", default=None)
     ap.add_argument("--keepalive-timeout", type=float, default=None)
+    ap.add_argument("--ready-file", default=None)
+    ap.add_argument("--hold-file", default=None)
+    ap.add_argument("--keepalive-file", default=None)
     ARGS = ap.parse_args(argv)
     if ARGS.exit_at_start is not None:
         sys.stderr.write("fake-member: exiting at start with code %d\n" % ARGS.exit_at_start)
