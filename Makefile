@@ -66,7 +66,7 @@ check-rig: apt venv
 # fixtures namespace with them.
 LANES ?= 2
 test: sandbox-fixtures
-	@rc=0; $(BIN)/pytest -q $(if $(filter-out 1,$(LANES)),-n $(LANES) --dist loadfile) --durations=25 || rc=$$?; \
+	@rc=0; $(BIN)/pytest -q $(if $(filter-out 1,$(LANES)),-n $(LANES) --dist loadfile --no-loadscope-reorder) --durations=25 || rc=$$?; \
 	  $(BIN)/python tests/harness/hostctl.py clean --prefix $${RIGKIT_HARNESS_PREFIX:-rkt-} || true; exit $$rc
 
 test-fast: venv

@@ -25,6 +25,36 @@ def _schema_url_and_cache(tmp_path_factory):
     yield
 
 
+# ------------------------------------------------------------------------ the order modules start in
+# `make test` hands whole modules to its lanes (`--dist loadfile --no-loadscope-reorder`) in collection
+# order, each lane taking the next module when it is done. Longest first keeps the lanes even (the
+# last module to start is a short one), and the modules that need the run's converged host (golden.py,
+# ~90 s to build) start beside ones that do not, so no lane sits waiting for it. The figures are the
+# modules' seconds from a 2-core run (the "lanes" section prints every module's); a module not listed
+# starts after these, in its own order.
+MODULE_SECONDS = {
+    "tests/harness/test_wirein.py": 260,     # waits for the golden host: lane 1 builds it
+    "tests/harness/test_deploy.py": 250,     # its own fresh hosts: runs beside the golden build
+    "tests/harness/test_standins.py": 60,    # fresh, bare hosts: also beside the golden build
+    "tests/harness/test_window.py": 240,
+    "tests/harness/test_lock.py": 220,
+    "tests/harness/test_generations.py": 200,
+    "tests/harness/test_drift.py": 160,
+    "tests/harness/test_safety.py": 130,
+    "tests/harness/test_sweep.py": 125,
+    "tests/harness/test_engine.py": 60,
+    "tests/harness/test_pin_bump.py": 60,
+    "tests/harness/test_report.py": 40,
+    "tests/harness/test_host.py": 30,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Modules in :data:`MODULE_SECONDS`' order first (its comment), the rest after, in their order."""
+    rank = {m: i for i, m in enumerate(MODULE_SECONDS)}
+    items.sort(key=lambda it: rank.get(it.nodeid.split("::", 1)[0], len(rank)))  # stable: tests keep their order
+
+
 # ------------------------------------------------------------------------ lanes (pytest-xdist workers)
 # Each lane writes when it started and ended and which modules it ran to a folder the controller
 # names before the workers start; the controller prints one line per lane at the end, so a run's
@@ -63,4 +93,9 @@ def pytest_terminal_summary(terminalreporter):
         top = sorted(r["files"].items(), key=lambda kv: -kv[1])[:4]
         terminalreporter.write_line(f"{r['lane']}: {r['wall_s']:7.1f} s wall, {len(r['files'])} modules; longest: "
                                     + ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in top))
+    every = sorted(((f, s, r["lane"]) for r in recs for f, s in r["files"].items()), key=lambda x: -x[1])
+    terminalreporter.write_line("every module over 5 s, in the order the lanes ran them best (MODULE_SECONDS):")
+    for f, s, lane in every:
+        if s > 5:
+            terminalreporter.write_line(f"  {s:7.1f} s  {lane}  {f}")
     shutil.rmtree(where, ignore_errors=True)

@@ -5,7 +5,9 @@ to reach the same state. :func:`ensure` builds that state once: a fresh nspawn h
 (``<prefix>golden``), ``rigkit deploy -i inventory/sandbox.py --reboot --no-smoke``, the same deploy
 again (0 changed, or the build fails), then ``systemctl poweroff`` and its root moved to
 ``$STATE/golden/<key>/root``. Both deploys' outputs are kept beside it (``deploys.json``) for the
-tests that assert on a first deploy. Each module then gets a copy (``hostctl.host_up(...,
+tests that assert on a first deploy: test_deploy.py is the proof of the deploy from nothing, on a copy
+of this host (the fresh host starts with a legacy unit and a foreign daemon.json key,
+:data:`BEFORE_FIRST_DEPLOY`, and the first deploy runs with ``-vv``). Each module then gets a copy (``hostctl.host_up(...,
 copy_of=root)``: ``cp -a``, keeping nanosecond mtimes, xattrs and ownership; re-personalized:
 hostname, sshd's address, SSH host keys and known_hosts, machine-id), its images already in the
 engine and its models already verified, booted like a machine that was switched off.
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -107,6 +110,17 @@ def key() -> str:
     return h.hexdigest()[:16]
 
 
+#: What the first deploy finds on the fresh host besides the bare system, as an operator's box would have
+#: it (test_deploy.py asserts what the deploy did with each): a legacy ``strata.service`` run by hand
+#: (stopped, disabled and backed up by the deploy) and a ``daemon.json`` with a key of the operator's
+#: own (kept by the merge; the replaced file backed up and named in the output).
+BEFORE_FIRST_DEPLOY = (
+    "mkdir -p /etc/docker && echo '{\"log-driver\": \"journald\"}' > /etc/docker/daemon.json && "
+    "printf '[Unit]\\nDescription=legacy Strata\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
+    "[Install]\\nWantedBy=multi-user.target\\n' > /etc/systemd/system/strata.service && "
+    "systemctl daemon-reload && systemctl enable --now strata.service")
+
+
 def _deploy(name: str, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=name, HF_TOKEN=hostctl.hub_token())
@@ -135,7 +149,9 @@ def build(k: str, prefix: str) -> Golden:
         hostctl.host_down(name)
     hostctl.host_up(name)
     try:
-        first = _deploy(name, "--reboot")
+        meta = hostctl.read_meta(name)
+        hostctl.sh(*hostctl.ssh_base(meta), "sudo -n sh -c " + shlex.quote(BEFORE_FIRST_DEPLOY), quiet=True)
+        first = _deploy(name, "--reboot", "-vv")  # -vv: test_deploy.py checks the token is in no output
         if first["returncode"] != 0:
             raise RuntimeError(f"golden host: the first deploy exited {first['returncode']}:\n{first['stderr'][-4000:]}")
         second = _deploy(name)

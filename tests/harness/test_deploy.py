@@ -2,13 +2,12 @@
 with sudo: the real Docker engine, Compose v2, registry and llama-swap 250; pacman's mirror, the GPU
 and the hub are the sandbox's stand-ins.
 
-One host is deployed once for the module (with a recognisable HF token and pyinfra -vv), then
-deployed again (0 changed operations), then checked with testinfra; refusals run against it
-afterwards. A second fresh host shows the pending-reboot stop.
-
-Why fresh hosts and not the run's converged copy (golden.py): this module is the proof of a deploy
-from nothing (the golden copy is built the same way, but its build is not a test), and the pending
-reboot and the lock-file gate need a host that has not converged yet.
+The deploy from nothing is the run's golden host (golden.py): a fresh host with a legacy
+strata.service and a foreign daemon.json key, deployed once (with the hub token and pyinfra -vv),
+then again (0 changed operations). This module asserts on those two deploys' outputs and checks a
+copy of that host with testinfra (the copy is that host under its own identity: the tests at the
+end); refusals and further deploys run against the copy afterwards. One fresh host shows the
+pending-reboot stop and the lock-file gate (three runs on it); it runs first, beside the golden build.
 """
 
 from __future__ import annotations
@@ -51,17 +50,42 @@ def summary(proc) -> dict[str, int]:
     return {k: int(v) for k, v in m.groupdict().items() if k != "host"}
 
 
+def test_a_pending_reboot_stops_the_deploy_and_under_a_declared_lock_only_force_reboots(make_host):
+    """One fresh host, three runs: without ``--reboot`` the deploy stops at the pending reboot; with it
+    but a declared lock file present, the reboot is refused at the gate; ``--force`` goes through (and
+    converges the host)."""
+    host = make_host("d2")
+    proc = deploy(host)
+    assert proc.returncode == 1
+    assert "reboot, then run again (or pass --data reboot=true)" in proc.stderr
+    # the GPU steps never ran: no docker, no power limit unit
+    assert host.run("test -e /etc/systemd/system/gpu-power-limit.service", check=False).returncode != 0
+    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0
+
+    # the next preflight's nvidia-smi would load the module DKMS just built (as nvidia-modprobe does) and
+    # leave nothing to reboot for; an older driver's module still loaded (the fake's seam,
+    # stubs/nvidia-smi module_version) is what an upgrade leaves, and it needs the reboot
+    host.run("mkdir -p /run/fake-gpu && echo 590.48.01 > /run/fake-gpu/module_version")
+    host.write("/run/agent-session.lock", "held")
+    boot = host.boot_id()
+    proc = deploy(host, "--reboot", "--data", 'lock_files=["/run/agent-session.lock"]')
+    assert proc.returncode == 1
+    assert "but lock file(s) present: /run/agent-session.lock (a session holds the GPU)" in proc.stderr
+    assert "run again when the rig is idle, or pass --force" in proc.stderr
+    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0  # stopped at the gate
+    assert "loaded nvidia module is 590.48.01" in proc.stderr and host.boot_id() == boot  # not rebooted
+    forced = deploy(host, "--reboot", "--force", "--data", 'lock_files=["/run/agent-session.lock"]', token=TOKEN)
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert host.boot_id() != boot
+
+
 @pytest.fixture(scope="module")
 def deployed(make_module_host):
-    """A fresh host with a legacy strata.service and a foreign daemon.json key, deployed twice."""
-    host = make_module_host("d1")
-    host.write("/etc/systemd/system/strata.service",
-               "[Unit]\nDescription=legacy Strata\n[Service]\nExecStart=/bin/sleep infinity\n"
-               "[Install]\nWantedBy=multi-user.target")
-    host.run("systemctl daemon-reload && systemctl enable --now strata.service")
-    host.write("/etc/docker/daemon.json", '{"log-driver": "journald"}')
-    first = deploy(host, "--reboot", "-vv", token=TOKEN)
-    second = deploy(host, token=TOKEN)
+    """A copy of the run's converged host with the two deploys that made it (golden.py): a fresh host
+    with a legacy strata.service and a foreign daemon.json key (golden.BEFORE_FIRST_DEPLOY), deployed
+    with ``--reboot -vv`` and the hub token, then deployed again."""
+    host = make_module_host("d1", converged=True)
+    first, second = host.golden.deploys()
     return host, first, second
 
 
@@ -74,6 +98,41 @@ def test_fresh_host_converges_and_a_second_run_changes_nothing(deployed):
     # llama-swap is first started by the activation, once its live config is there (not by the
     # "Enable llama-swap" step before it, which made a fresh rig's journal begin with a failure)
     assert host.run("journalctl -u llama-swap --no-pager | grep -c 'failed to load config'", check=False).stdout.strip() == "0"
+
+
+def test_the_first_deploy_recorded_generation_1(deployed):
+    _, first, _ = deployed
+    assert "no generation recorded yet: this deploy records generation 1" in first.stderr
+
+
+def test_a_copy_has_its_own_identity(deployed):
+    copy = deployed[0]
+    gold = copy.golden.root
+    assert copy.run("hostname").stdout.strip() == copy.name != copy.golden.name
+    assert copy.run("cat /etc/machine-id").stdout.strip() != (gold / "etc/machine-id").read_text().strip()
+    for t in ("ed25519", "ecdsa", "rsa"):
+        mine = copy.run(f"cat /etc/ssh/ssh_host_{t}_key.pub").stdout.split()[1]
+        assert mine != (gold / f"etc/ssh/ssh_host_{t}_key.pub").read_text().split()[1]
+        assert mine in (hostctl.host_dir(copy.name) / "known_hosts").read_text()
+    assert f"ListenAddress {copy.ssh_hostname}" in copy.run("cat /etc/ssh/sshd_config.d/rigkit-sandbox.conf").stdout
+
+
+def test_a_copy_keeps_its_model_files_to_the_nanosecond(deployed):
+    copy = deployed[0]
+    for rec_path in sorted((copy.golden.root / "var/lib/rigkit/models").glob("*.json")):
+        rec = json.loads(rec_path.read_text())
+        for name, f in rec["files"].items():
+            st = os.stat(copy.root / rec["dir"].lstrip("/") / name)
+            assert (st.st_mtime_ns, st.st_size) == (f["mtime_ns"], f["size"]), (rec["model"], name)
+
+
+def test_a_copy_serves_strata_and_its_deploy_changes_nothing(deployed):
+    copy = deployed[0]
+    running = json.loads(copy.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]
+    assert [(m["model"], m["state"]) for m in running] == [("strata", "ready")]
+    proc = deploy(copy, token=TOKEN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary(proc)["changed"] == 0, proc.stderr[-3000:]
 
 
 def test_hf_token_appears_in_no_output_and_no_file_but_its_secret_file(deployed):
@@ -290,30 +349,6 @@ def test_a_restart_under_a_declared_lock_is_refused_unless_forced(deployed):
     finally:
         host.run("rm -f /run/agent-session.lock")
         assert deploy(host).returncode == 0  # back to the declared config
-
-
-def test_a_pending_reboot_stops_the_deploy_before_the_gpu_steps(make_host):
-    host = make_host("d2")
-    proc = deploy(host)
-    assert proc.returncode == 1
-    assert "reboot, then run again (or pass --data reboot=true)" in proc.stderr
-    # the GPU steps never ran: no docker, no power limit unit
-    assert host.run("test -e /etc/systemd/system/gpu-power-limit.service", check=False).returncode != 0
-    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0
-
-
-def test_a_needed_reboot_is_refused_under_a_declared_lock_unless_forced(make_host):
-    host = make_host("d3")
-    host.write("/run/agent-session.lock", "held")
-    proc = deploy(host, "--reboot", "--data", 'lock_files=["/run/agent-session.lock"]')
-    assert proc.returncode == 1
-    assert "but lock file(s) present: /run/agent-session.lock (a session holds the GPU)" in proc.stderr
-    assert "run again when the rig is idle, or pass --force" in proc.stderr
-    assert host.run("test -e /etc/docker/daemon.json", check=False).returncode != 0  # stopped at the gate
-    # (nvidia-smi, run by the next preflight, loads the freshly built module as nvidia-modprobe
-    # does, so the next run may need no reboot at all; either way --force lets it through)
-    forced = deploy(host, "--reboot", "--force", "--data", 'lock_files=["/run/agent-session.lock"]', token=TOKEN)
-    assert forced.returncode == 0, forced.stderr[-3000:]
 
 
 def test_llama_swap_is_the_real_go_binary_250_from_the_pinned_tarball(deployed):

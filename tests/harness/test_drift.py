@@ -240,6 +240,10 @@ def test_llama_swap_disabled(rig):
 
 
 def test_strata_back_with_requires(rig):
+    # the converged host's legacy unit (disabled) and its backup (golden.BEFORE_FIRST_DEPLOY), kept
+    # aside: without the backup, drift must say it is missing too
+    rig.run("cp -a /etc/systemd/system/strata.service /root/strata.unit && "
+            "mv /var/lib/rigkit/legacy-units/strata.service /root/strata.backup")
     rig.write("/etc/systemd/system/strata.service", textwrap.dedent("""\
         [Unit]
         Description=legacy Strata, back by hand
@@ -257,7 +261,8 @@ def test_strata_back_with_requires(rig):
         assert one(records, "legacy-unit", "strata.service")["actual"] == "enabled, active"
     finally:
         rig.run("rm -rf /etc/systemd/system/llama-swap.service.d && systemctl daemon-reload && "
-                "systemctl disable --now strata.service && rm -f /etc/systemd/system/strata.service && "
+                "systemctl disable --now strata.service && mv /root/strata.unit /etc/systemd/system/strata.service && "
+                "mv /root/strata.backup /var/lib/rigkit/legacy-units/strata.service && "
                 "systemctl daemon-reload && systemctl start llama-swap.service")
     assert drift()[0] == 0
 

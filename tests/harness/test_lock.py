@@ -286,11 +286,15 @@ def test_the_power_limit_heals_within_one_period_and_the_healer_stands_down_whil
     since = host.run("date +%s").stdout.strip()
     host.run("touch /run/fake-gpu/driver_reload")
     assert enforced() == 350.0  # this reading reloads the module
-    t0 = time.monotonic()
-    healed = wait_for(lambda: enforced() == 420.0, timeout=45, every=1.0)
-    took = time.monotonic() - t0
-    print(f"\nfake driver reload -> 420 W enforced again after {took:.1f} s (rigkit-power.timer every 30 s)")
-    assert healed and took < 30 + 5 + 5, took  # one period, the timer's AccuracySec, the run itself
+    reloaded_us = int(host.run("date +%s%6N").stdout)
+    # a bounded poll of the state (the bound only guards a hang); "within one period" is read from
+    # systemd's own record of when the timer started the run that healed it, not from this test's clock
+    healed = wait_for(lambda: enforced() == 420.0, timeout=120, every=1.0)
+    assert healed, host.run("systemctl status rigkit-power.timer rigkit-power.service", check=False).stdout
+    fired_us = int(host.run("systemctl show -p LastTriggerUSec --value --timestamp=unix rigkit-power.timer").stdout
+                   .strip().lstrip("@")) * 1_000_000
+    print(f"\nfake driver reload -> rigkit-power.timer fired {(fired_us - reloaded_us) / 1e6:.1f} s later (every 30 s)")
+    assert reloaded_us - 1_000_000 < fired_us <= reloaded_us + (30 + 5) * 1_000_000  # one period + AccuracySec
     journal = host.run(f"journalctl -u rigkit-power.service --since @{since} --no-pager -o cat").stdout
     assert ("power: GPU 0 enforced 350 W, declared 420 W (a driver reload, an Xid reset or someone's nvidia-smi -pl); "
             "re-applied 420 W: enforced 420 W") in journal, journal
