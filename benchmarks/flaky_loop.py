@@ -10,10 +10,13 @@ of that node passed (a parametrised node counts as passed only when all its case
 
 The default nodes are the tests that used to compare elapsed time or sleep to land mid-way (see each
 test's docstring or comment for what it now waits on), and the harness's end-to-end window
-(``tests/harness/test_window.py``: it builds a sandbox host, needs root and minutes; ``--no-harness``
-leaves it out). Nodes given on the command line replace the defaults.
+(``tests/harness/test_window.py``: it needs root and a sandbox host; ``--no-harness`` leaves it out).
+Harness nodes run in one pytest session, repeated ``--runs`` times by pytest-repeat (``--count``), so
+the module's sandbox host is built once and each repetition is a new window on it. Nodes given on the
+command line replace the defaults.
 
 usage: .venv/bin/python benchmarks/flaky_loop.py [--runs 20] [--no-harness] [--timeout 1800] [NODE ...]
+(--timeout: seconds one pytest run may take; the harness session gets --runs times that)
 (from the project root)
 """
 
@@ -100,6 +103,25 @@ def one_run(nodes: list[str], timeout_s: float) -> tuple[dict[str, bool], str]:
     return {n: bool(o) and all(x == "PASSED" for x in o) for n, o in seen.items()}, out
 
 
+def repeated_run(nodes: list[str], runs: int, timeout_s: float) -> tuple[dict[str, int], str]:
+    """One pytest session over ``nodes``, each test repeated ``runs`` times (pytest-repeat's ``--count``;
+    test ids ``name[1-20]``…): ``({node: repetitions in which every test of it passed}, pytest's output)``."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:randomly", "-p", "no:cacheprovider",
+           "--count", str(runs), *nodes]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+        out = p.stdout + p.stderr
+    except subprocess.TimeoutExpired as exc:
+        out = f"(pytest ran past {timeout_s:g} s and was stopped)\n{exc.stdout or ''}"
+    rep = re.compile(r"-?(\d+)-\d+\]$")
+    by: dict[str, dict[str, bool]] = {n: {} for n in nodes}
+    for line in out.splitlines():
+        m = OUTCOME.match(line)
+        if m and (n := node_of(m.group(2), nodes)) is not None and (r := rep.search(m.group(2))):
+            by[n][r.group(1)] = by[n].get(r.group(1), True) and m.group(1) == "PASSED"
+    return {n: sum(ok for ok in reps.values()) for n, reps in by.items()}, out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
@@ -110,18 +132,28 @@ def main(argv: list[str] | None = None) -> int:
     nodes = a.nodes or UNIT + HARNESS
     if a.no_harness:
         nodes = [n for n in nodes if not n.startswith("tests/harness/")]
+    harness = [n for n in nodes if n.startswith("tests/harness/")]
+    nodes = [n for n in nodes if n not in harness] + harness
     passed = {n: 0 for n in nodes}
     load = start_load()
     print(f"CPU load: {len(load)} busy processes on {os.cpu_count()} cores; {a.runs} runs of {len(nodes)} nodes",
           flush=True)
     t0 = time.monotonic()
     try:
-        for i in range(1, a.runs + 1):
-            got, out = one_run(nodes, a.timeout)
+        if harness:
+            got_n, out = repeated_run(harness, a.runs, a.timeout * a.runs)
+            passed.update(got_n)
+            print(f"harness: {sum(got_n.values())}/{a.runs * len(harness)} repetitions passed"
+                  f" ({time.monotonic() - t0:.0f} s)", flush=True)
+            if sum(got_n.values()) < a.runs * len(harness):
+                print("\n".join("  | " + ln for ln in out.splitlines()[-80:]), flush=True)
+        unit = [n for n in nodes if n not in harness]
+        for i in range(1, (a.runs + 1) if unit else 1):
+            got, out = one_run(unit, a.timeout)
             failed = [n for n, ok in got.items() if not ok]
             for n, ok in got.items():
                 passed[n] += ok
-            print(f"run {i}/{a.runs}: {len(nodes) - len(failed)}/{len(nodes)} nodes passed"
+            print(f"run {i}/{a.runs}: {len(unit) - len(failed)}/{len(unit)} nodes passed"
                   f" ({time.monotonic() - t0:.0f} s)", flush=True)
             if failed:
                 print("  failed: " + ", ".join(failed) + "\n" + "\n".join("  | " + ln for ln in out.splitlines()[-60:]),
