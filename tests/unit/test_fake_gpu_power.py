@@ -1,9 +1,10 @@
 """The sandbox's GPU models power honestly enough to test the energy path (issue 31 part 3): the
 HyperQwen stand-in engine (tests/harness/stubs/openai_stub.py), registered by the runtime hook
 stand-in as a container would be, reports its load; the fake ``nvidia-smi``'s draw is min(limit,
-demand) while it is busy and the resting draw otherwise, its energy counter integrates that, and the
-engine's decode follows the limit (``sqrt(min(limit, demand) / demand)``: a model, not a measurement).
-The bench's own meter reads the fake through the product's parser."""
+demand) while it is busy and the resting draw otherwise, and the engine's decode follows the limit
+(``sqrt(min(limit, demand) / demand)``: a model, not a measurement). The bench's own meter reads the
+fake through the product's parser: power.draw, sampled and integrated, as on a real card (no driver lists
+an energy counter field: the fake refuses ``total_energy_consumption`` as the real tool does, issue 37)."""
 
 from __future__ import annotations
 
@@ -101,8 +102,8 @@ def test_the_engines_load_drives_the_draw_and_the_counter_and_the_limit_its_spee
     def read():
         return gpu.parse_energy(smi(*gpu.ENERGY_QUERY[1:]), 0)
 
-    meter = EnergyMeter(read)
-    assert meter.start() == "counter"
+    meter = EnergyMeter(read, interval_s=0.05)
+    assert meter.start() == "sampled"  # nvidia-smi has no energy counter field
     with meter.measure() as span:
         fast = chat(port)
     assert fast.ok and fast.completion_tokens == 50
@@ -118,26 +119,31 @@ def test_the_engines_load_drives_the_draw_and_the_counter_and_the_limit_its_spee
     assert slow.ok and slow.decode_tps < 0.85 * fast.decode_tps, (slow.decode_tps, fast.decode_tps)
 
 
-def test_a_card_without_the_counter_says_not_supported_and_the_meter_samples_the_draw(engine, tmp_path):
+def test_the_energy_counter_field_is_refused_as_the_real_tool_does_and_the_meter_samples_the_draw(engine, tmp_path):
     smi = engine["smi"]
-    assert smi("--query-gpu=total_energy_consumption,power.draw", "--format=csv").startswith(
-        "total_energy_consumption [mJ], power.draw [W]\n")
-    # on a sandbox host /etc/fake-gpu/board.json says {"energy_counter": false}; here a copy of the fake
-    # with that default stands in for it (this machine's /etc is not the test's)
-    src = (STUBS / "nvidia-smi").read_text().replace('"energy_counter": True', '"energy_counter": False')
-    copy = tmp_path / "nvidia-smi-nocounter"
-    copy.write_text(src)
     env = {**os.environ, "RIGKIT_FAKE_GPU_DIR": str(engine["gpu_dir"])}
-    out = subprocess.run([sys.executable, str(copy), *gpu.ENERGY_QUERY[1:]], env=env, capture_output=True,
-                         text=True, timeout=30).stdout
-    assert out == "0, [Not Supported], 32.00\n"
-    out_units = subprocess.run([sys.executable, str(copy), "--query-gpu=total_energy_consumption,power.draw",
-                                "--format=csv,noheader"], env=env, capture_output=True, text=True, timeout=30).stdout
-    assert out_units == "[Not Supported], 32.00 W\n"
-    meter = EnergyMeter(lambda: gpu.parse_energy(subprocess.run(
-        [sys.executable, str(copy), *gpu.ENERGY_QUERY[1:]], env=env, capture_output=True, text=True,
-        timeout=30).stdout, 0), interval_s=0.1)
+
+    def raw(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(STUBS / "nvidia-smi"), *args], env={**env, **extra},
+                              capture_output=True, text=True, timeout=30)
+
+    # the whole query refused for the one field no driver lists: the real tool's words, exit 2, no stderr
+    r = raw("--query-gpu=index,total_energy_consumption,power.draw", "--format=csv,noheader,nounits")
+    assert (r.returncode, r.stdout, r.stderr) == (2, 'Field "total_energy_consumption" is not a valid field to query.\n\n',
+                                                  "")
+    assert gpu.parse_energy(r.stdout, r.returncode)["state"] == "error"
+    # what rigkit asks: the draw
+    assert smi(*gpu.ENERGY_QUERY[1:]) == "0, 32.00\n"
+    assert smi("--query-gpu=power.draw", "--format=csv,noheader") == "32.00 W\n"
+    meter = EnergyMeter(lambda: gpu.parse_energy(smi(*gpu.ENERGY_QUERY[1:]), 0), interval_s=0.1)
     assert meter.start() == "sampled"
     with meter.measure() as span:
         r = chat(engine["port"])
     assert r.ok and span.samples >= 3 and 32.0 <= span.avg_w <= 350.0, span.record()
+    # a board that reports no draw ({"power_draw": false} in its board.json): no energy, and why
+    board = tmp_path / "no-draw.json"
+    board.write_text('{"power_draw": false}')
+    nodraw = raw(*gpu.ENERGY_QUERY[1:], RIGKIT_FAKE_GPU_BOARD=str(board))
+    assert (nodraw.returncode, nodraw.stdout) == (0, "0, [N/A]\n")
+    meter = EnergyMeter(lambda: gpu.parse_energy(nodraw.stdout, 0))
+    assert meter.start() is None and meter.unavailable == "the card reports no power.draw ([N/A]/[Not Supported])"

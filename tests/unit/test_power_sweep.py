@@ -4,12 +4,13 @@ rule for a power limit (the best tok/J among the limits keeping 95 % of the best
 over generated figures), the table, the line to paste, the chart and the report; and the host's
 runner against the sandbox's own fake ``nvidia-smi`` (tests/harness/stubs/nvidia-smi, state in
 ``$RIGKIT_FAKE_GPU_DIR``) with the HyperQwen stand-in registered through the runtime hook stand-in,
-so its decode follows the limit and the card's energy counter follows its load: three limits
+so its decode follows the limit and the draw the meter samples follows its load: three limits
 measured, the healer standing down at every limit and during the restore, the declared limit back
 and read back after it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -127,7 +128,7 @@ def test_the_power_result_table_frontier_line_chart_and_report(tmp_path):
     from rigkit.report.page import sweep_views
 
     sweep = {**GRID, "cells": cells_of(GRID), "declared_w": 420,
-             "energy": {"method": "counter", "idle": {"seconds": 2.0, "joules": 64.0, "avg_w": 32.0}}}
+             "energy": {"method": "sampled", "idle": {"seconds": 2.0, "joules": 64.0, "avg_w": 32.0}}}
     res = result(sweep, 65536, "sbx", "W2")
     text = "\n".join(table_lines(res))
     assert "  power_limit=300 W: 225.1 tok/s · 0.7504 tok/J · 1.3327 J/token · 300.0 W average (enforced 300.0 W)" in text
@@ -166,7 +167,7 @@ def test_an_open_power_sweep_explains_the_limit_to_drift():
 class PoweredUnit(StandInUnit):
     """The tenant's unit played by the HyperQwen stand-in registered with the fake GPU through the
     runtime hook stand-in (as a container start would be): its decode follows the limit, its load
-    drives the draw and the counter."""
+    drives the draw."""
 
     def __init__(self, tmp: Path, gpu_dir: Path) -> None:
         super().__init__(tmp / "control")
@@ -231,6 +232,11 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
 
     cfg, tmp = gpu_rig["cfg"], gpu_rig["tmp"]
     unit = PoweredUnit(tmp, gpu_rig["gpu"])
+    # the meter samples power.draw (nvidia-smi has no energy counter field): a request's joules are near
+    # its draw only where it lasts well beyond the samples at its two ends (each a run of the fake, ~0.1 s
+    # here), so requests of ~1.5 s (40 ms a chunk, as the sandbox's sweep test has them), sampled every 50 ms
+    (unit.control / "chunk_s").write_text("0.04\n")
+    monkeypatch.setattr(sweep_mod, "EnergyMeter", functools.partial(sweep_mod.EnergyMeter, interval_s=0.05))
     for mod in (steps_mod, sweep_mod):
         monkeypatch.setattr(mod, "sh", unit.sh)
         monkeypatch.setattr(mod, "unit_state", unit.state)
@@ -266,7 +272,8 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
     assert enforced() == 420.0  # the last limit swept; the restore sets the declared one regardless
     cells = {c["setting"]: c for c in data["sweep"]["cells"]}
     assert [cells[s]["enforced_w"] for s in (300, 350, 420)] == [300.0, 350.0, 420.0]
-    assert data["sweep"]["energy"]["method"] == "counter" and 30 < data["sweep"]["energy"]["idle"]["avg_w"] < 34
+    # power.draw sampled (nvidia-smi has no energy counter field; the fake refuses it as the real tool does)
+    assert data["sweep"]["energy"]["method"] == "sampled" and 30 < data["sweep"]["energy"]["idle"]["avg_w"] < 34
     for s in (300, 350, 420):
         c = cells[s]
         assert c["status"] == "ok" and c["power_modelled"] is True and 32.0 < c["avg_w"] <= min(s, DEMAND_W) + 0.5, c
