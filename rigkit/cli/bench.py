@@ -260,8 +260,8 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
               help="Seconds without data before a stream counts as stalled [default: the "
                    "host's bench.stall_timeout_s, else 120].")
 @click.option("--no-energy", is_flag=True,
-              help="Do not read the GPU's energy (nvidia-smi total_energy_consumption, else sampled "
-                   "power.draw) nor its idle draw before the run.")
+              help="Do not read the GPU's energy (nvidia-smi power.draw, sampled and integrated) nor "
+                   "its idle draw before the run.")
 @click.option("--health-budget", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
                    "model) or asks to retry later (429/503 Retry-After) before the workload "

@@ -2,11 +2,13 @@
 window and the bench (DESIGN.md "Versions and units of measure": VRAM in GiB = MiB / 1024).
 
 Source: ``nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits`` (``nvidia-smi
---help-query-gpu``). A field the device cannot report reads ``[N/A]`` or ``[Not Supported]``
-(e.g. ``total_energy_consumption``, "for Volta or newer fully supported devices"); with units
-(no ``nounits``) a number carries its unit (``350.00 W``, ``24576 MiB``, ``123456789 mJ``): both
-read as None / the number. Exit 18 is NVML's "Driver/library version mismatch" (until a reboot), 6 "No
-devices were found", 9 an NVML init failure ("couldn't communicate with the NVIDIA driver").
+--help-query-gpu``). Every query asks only fields the driver lists in ``--help-query-gpu``: the real
+tool refuses the whole query for one field it does not list (``Field "X" is not a valid field to
+query.`` and an empty line, exit 2; the captures in ``data/gpu-captures/``, tests/unit/test_gpu_captures.py).
+A field the device cannot report reads ``[N/A]`` or ``[Not Supported]``; with units (no ``nounits``) a
+number carries its unit (``350.00 W``, ``24576 MiB``): both read as None / the number. Exit 18 is NVML's
+"Driver/library version mismatch" (until a reboot), 6 "No devices were found", 9 an NVML init failure
+("couldn't communicate with the NVIDIA driver").
 """
 
 from __future__ import annotations
@@ -107,8 +109,11 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     return {"state": "ok", "message": "", "gpus": gpus}
 
 
-#: The energy query: the cumulative counter (mJ since the driver loaded) and the draw (W).
-ENERGY_FIELDS = ("index", "total_energy_consumption", "power.draw")
+#: The energy query: the draw (W), sampled and integrated by the bench (rigkit.host.bench.energy). No
+#: driver captured lists an energy counter in ``--help-query-gpu`` (610.57.04, 595.71.05, 590.48.01):
+#: ``total_energy_consumption`` made the real tool refuse the whole query (exit 2), the draw with it.
+#: The card's counter is NVML's (issue "Energy from the card's counter").
+ENERGY_FIELDS = ("index", "power.draw")
 ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
 ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)
 
@@ -166,9 +171,9 @@ def parse_energy(text: str, rc: int | None = 0) -> dict[str, Any]:
     """The energy readings from :data:`ENERGY_QUERY`'s output and exit code.
 
     Returns ``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}`` (states as
-    :func:`parse_query`): ``energy_j`` is ``total_energy_consumption`` in J (the field is mJ since
-    the driver was loaded; None where the card reports ``[N/A]``/``[Not Supported]``: not every
-    device has the counter), ``power_draw_w`` the draw in W (None likewise).
+    :func:`parse_query`; a refused field is ``error`` with the tool's words): ``power_draw_w`` the draw
+    in W (None where the card reports ``[N/A]``/``[Not Supported]``); ``energy_j`` (a cumulative
+    counter in J) is None: nvidia-smi has no field for it, so the meter samples the draw.
     """
     text = (text or "").strip()
     bad = _failed(text, rc)
@@ -176,9 +181,7 @@ def parse_energy(text: str, rc: int | None = 0) -> dict[str, Any]:
         return bad
     gpus = []
     for index, f in _rows(text, ENERGY_FIELDS):
-        mj = _num(f["total_energy_consumption"])
-        gpus.append({"index": index, "energy_j": mj / 1000.0 if mj is not None else None,
-                     "power_draw_w": _num(f["power.draw"])})
+        gpus.append({"index": index, "energy_j": None, "power_draw_w": _num(f["power.draw"])})
     if not gpus:
         return {"state": "no-gpu", "message": text or "no GPU listed", "gpus": []}
     return {"state": "ok", "message": "", "gpus": gpus}
@@ -349,8 +352,8 @@ def facts_lines(folder: str) -> list[str]:
     """What each parser of :data:`PARSED` read from the raw outputs saved in ``folder``
     (``<name>.out``, ``<name>.rc``, as ``benchmarks/gpu_facts.sh`` writes them): one line per
     parser with its state and every field it read (``None``: the card reported ``[N/A]`` /
-    ``[Not Supported]`` or nothing), and whether the energy counter is there (else the bench
-    samples power.draw)."""
+    ``[Not Supported]`` or nothing), and how the bench measures energy (the counter when a reading has
+    one, else sampled power.draw)."""
     import json
     import os
 
@@ -373,8 +376,8 @@ def facts_lines(folder: str) -> list[str]:
             lines.append("  app: " + json.dumps(a, sort_keys=True))
         if name == "energy" and got["state"] == "ok":
             has = all(g["energy_j"] is not None for g in got["gpus"])
-            lines.append("  energy method: " + ("counter (total_energy_consumption)" if has else
-                                                "sampled power.draw (no total_energy_consumption)"))
+            lines.append("  energy method: " + ("counter" if has else "sampled power.draw (nvidia-smi has no "
+                                                                   "energy counter field)"))
     return lines
 
 

@@ -42,7 +42,7 @@ def pacman_pins(pins: dict[str, str], archive: str):
         from rigkit.operations.pacman import pacman_pins
         pacman_pins(
             name="Install the pinned packages from the archive",
-            pins={"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1"},
+            pins={"nvidia-open-dkms": "610.57.04-1", "nvidia-utils": "610.57.04-1", "opencl-nvidia": "610.57.04-1"},
             archive="https://archive.archlinux.org/packages",
         )
     """

@@ -1,10 +1,12 @@
 """Energy in every bench (issue 31): the nvidia-smi energy query's parser on NVIDIA's documented
 formats (numbers with and without units, ``[N/A]``, ``[Not Supported]``), the meter's two methods
-(the card's counter; sampled ``power.draw`` where it has none), the per-workload figures, and a
-``rigkit bench --url`` run that prints them and writes them to the JSONL and summary.json."""
+(sampled ``power.draw``, what nvidia-smi allows: no driver lists an energy counter field, issue 37;
+a counter, for a reader that has one), the per-workload figures, and a ``rigkit bench --url`` run
+that prints them and writes them to the JSONL and summary.json."""
 
 import json
 import math
+import re
 import threading
 
 from click.testing import CliRunner
@@ -31,16 +33,14 @@ def field(unit):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(field("mJ"), field("W")), min_size=1, max_size=4))
+@given(st.lists(field("W"), min_size=1, max_size=4))
 def test_every_energy_field_reads_as_its_number_or_none(rows):
-    text = "".join(f"{i}, {e[0]}, {w[0]}\n" for i, (e, w) in enumerate(rows))
+    assert gpu.ENERGY_FIELDS == ("index", "power.draw")  # nothing a driver does not list (issue 37)
+    text = "".join(f"{i}, {w[0]}\n" for i, w in enumerate(rows))
     got = gpu.parse_energy(text, 0)
     assert got["state"] == "ok"
-    for i, ((_, mj), (_, watts)) in enumerate(rows):
-        g = got["gpus"][i]
-        assert g["index"] == i
-        assert g["energy_j"] == (None if mj is None else mj / 1000.0)
-        assert g["power_draw_w"] == watts
+    for i, (_, watts) in enumerate(rows):
+        assert got["gpus"][i] == {"index": i, "energy_j": None, "power_draw_w": watts}
 
 
 @settings(max_examples=100, deadline=None)
@@ -56,30 +56,38 @@ def test_every_query_field_reads_as_its_number_or_none(powers, total, used):
 
 
 def test_nvidias_documented_shapes_with_header_units_and_not_supported():
-    # nvidia-smi --query-gpu=index,total_energy_consumption,power.draw --format=csv (header, units)
-    text = ("index, total_energy_consumption [mJ], power.draw [W]\n"
-            "0, 123456789 mJ, 250.31 W\n1, [Not Supported], [N/A]\n")
+    # nvidia-smi --query-gpu=index,power.draw --format=csv (header, units)
+    text = "index, power.draw [W]\n0, 250.31 W\n1, [N/A]\n2, [Not Supported]\n"
     assert gpu.parse_energy(text, 0)["gpus"] == [
-        {"index": 0, "energy_j": 123456.789, "power_draw_w": 250.31},
-        {"index": 1, "energy_j": None, "power_draw_w": None}]
+        {"index": 0, "energy_j": None, "power_draw_w": 250.31},
+        {"index": 1, "energy_j": None, "power_draw_w": None}, {"index": 2, "energy_j": None, "power_draw_w": None}]
     assert gpu.parse_energy("Failed to initialize NVML: Driver/library version mismatch", 18)["state"] == "mismatch"
     assert gpu.parse_energy("", 127)["state"] == "missing"
-    assert gpu.parse_energy("0, 12\n", 0)["state"] == "no-gpu"  # wrong shape: no reading
+    assert gpu.parse_energy("0, 12, 5\n", 0)["state"] == "no-gpu"  # wrong shape: no reading
+    # a field the driver does not list: the real tool refuses the whole query (stdout, an empty line, exit 2)
+    refused = gpu.parse_energy('Field "total_energy_consumption" is not a valid field to query.\n\n', 2)
+    assert refused["state"] == "error" and refused["gpus"] == []
+    m = EnergyMeter(lambda: refused)
+    assert m.start() is None and m.unavailable == 'nvidia-smi: error: Field "total_energy_consumption" is not a valid ' \
+        "field to query."
 
 
 def scripted(values):
-    """A reader answering ``(energy_j, power_w)`` pairs in turn (the last one repeats)."""
+    """A reader answering ``(energy_j, power_w)`` pairs in turn (the last one repeats): without a
+    counter (``energy_j`` None) through nvidia-smi's own output (``index, power.draw``), with one as a
+    reader that has a counter would (nvidia-smi has none: NVML's, issue "Energy from the card's counter")."""
     values = list(values)
 
     def read():
         e, w = values.pop(0) if len(values) > 1 else values[0]
-        return gpu.parse_energy(f"0, {'[N/A]' if e is None else e * 1000:.0f}, "
-                                f"{'[Not Supported]' if w is None else w}\n" if e is not None else
-                                f"0, [Not Supported], {'[N/A]' if w is None else w}\n", 0)
+        if e is None:
+            return gpu.parse_energy(f"0, {'[N/A]' if w is None else w}\n", 0)
+        return {"state": "ok", "message": "", "gpus": [{"index": 0, "energy_j": e, "power_draw_w": w}]}
     return read
 
 
 def test_counter_method_takes_the_difference_and_refuses_a_counter_that_went_back():
+    """A reader with a counter (not nvidia-smi's: it has none)."""
     m = EnergyMeter(scripted([(1000, 30), (1000, 30), (1050, 300), (1050, 300), (10, 30)]))
     assert m.start() == "counter"
     with m.measure() as span:
@@ -115,18 +123,18 @@ def test_a_card_with_neither_figure_has_no_energy_and_says_why():
     assert m.start() is None
     with m.measure() as span:
         pass
-    assert span.record() == {"energy_j": None, "energy_note": "no energy: the card reports neither "
-                             "total_energy_consumption nor power.draw ([N/A]/[Not Supported])"}
+    assert span.record() == {"energy_j": None, "energy_note": "no energy: the card reports no power.draw "
+                             "([N/A]/[Not Supported])"}
 
 
 def test_workload_figures_and_the_idle_level_mark():
     recs = [{"ok": True, "energy_j": 30.0, "energy_s": 0.25, "completion_tokens": 60},
             {"ok": True, "energy_j": 30.0, "energy_s": 0.25, "completion_tokens": 60},
-            {"ok": True, "energy_note": "energy counter not read: x", "completion_tokens": 5}]
-    e = summarize_energy(recs, idle_w=32.0, method="counter")
+            {"ok": True, "energy_note": "power.draw not read: x", "completion_tokens": 5}]
+    e = summarize_energy(recs, idle_w=32.0, method="sampled")
     assert (e["joules"], e["seconds"], e["avg_w"], e["tok_per_j"], e["j_per_token"]) == (60.0, 0.5, 120.0, 2.0, 0.5)
     assert e["power_modelled"] is True and e["note"] == "measured 2 of 3 requests"
-    at_idle = summarize_energy(recs[:2], idle_w=118.0, method="counter")
+    at_idle = summarize_energy(recs[:2], idle_w=118.0, method="sampled")
     assert at_idle["power_modelled"] is False
     assert at_idle["note"].startswith("not power-modelled: the card drew 120.0 W, its idle level (118.0 W)")
 
@@ -137,17 +145,24 @@ def test_a_remote_url_reads_no_gpu_here():
 
 
 def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(replay, tmp_path, monkeypatch):
-    """Counter 1000 J; the idle wait adds 64 J, each request 50 J (the reads at its two ends)."""
-    state = {"j": 1000.0, "calls": 0}
+    """nvidia-smi's power.draw, sampled: 33 W while the idle draw is measured, 250 W while the requests
+    run; each request's joules are 250 W times its measured seconds."""
+    from rigkit.host.bench.energy import EnergyMeter
+
+    state = {"idle": False}
+    real_idle = EnergyMeter.idle
+
+    def idle(self, seconds=2.0):
+        state["idle"] = True
+        try:
+            return real_idle(self, seconds)
+        finally:
+            state["idle"] = False
 
     def read(timeout_s=10.0):
-        state["calls"] += 1
-        if state["calls"] == 3:  # the end of the idle wait
-            state["j"] += 64.0
-        elif state["calls"] > 3 and state["calls"] % 2 == 1:  # the end of a request
-            state["j"] += 50.0
-        return gpu.parse_energy(f"0, {state['j'] * 1000:.0f}, 33.00\n", 0)
+        return gpu.parse_energy(f"0, {'33.00' if state['idle'] else '250.00'}\n", 0)
 
+    monkeypatch.setattr(EnergyMeter, "idle", idle)
     monkeypatch.setattr(gpu, "query_energy", read)
     replay.default = Script(vllm_stream(answer=["abc"] * 10, tokens_per_chunk=2))
     out = tmp_path / "out"
@@ -155,18 +170,22 @@ def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(rep
                                         "--workload", "chat-greedy", "--no-warmup"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert any(ln.startswith("energy: the card's energy counter (nvidia-smi total_energy_consumption) on "
-                             "this machine (the --url server is local) · idle 3") for ln in lines), lines
+    assert any(ln.startswith("energy: power.draw sampled and integrated (nvidia-smi has no energy counter field) on "
+                             "this machine (the --url server is local) · idle 33.0 W over ") for ln in lines), lines
     energy = [ln for ln in lines if ln.startswith("  energy: ")]
-    assert energy and energy[0].startswith("  energy: 200.0 J over ") and \
-        energy[0].endswith(" · 0.4 tok/J · 2.5 J/token"), energy
+    assert energy and re.search(r" · 2(49|50)\.\d W average · [\d.]+ tok/J · [\d.]+ J/token$", energy[0]), energy
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
-    assert [r["energy_j"] for r in recs] == [50.0] * 4
+    assert len(recs) == 4, recs
+    # the draw over each request, and its joules from the seconds (both rounded to 4 decimals in the record)
+    assert all(r["avg_w"] == 250.0 and math.isclose(r["energy_j"], 250.0 * r["energy_s"], abs_tol=0.02) for r in recs)
     summary = json.loads((out / "summary.json").read_text())
     e = summary["workloads"]["chat-greedy"]["energy"]
-    assert (e["joules"], e["tok_per_j"], e["j_per_token"], e["method"], e["power_modelled"]) == (
-        200.0, 0.4, 2.5, "counter", True)
-    assert summary["energy"]["method"] == "counter" and summary["energy"]["idle"]["joules"] == 64.0
-    assert summary["energy"]["source"] == gpu.ENERGY_QUERY_COMMAND
-    assert samples_from_jsonl(str(out / "requests.jsonl"))["chat-greedy"]["tok_per_j"] == [0.4] * 4
+    assert (e["method"], e["power_modelled"], e["requests"]) == ("sampled", True, 4)
+    assert math.isclose(e["avg_w"], 250.0, rel_tol=0.01), e  # from the records' rounded joules and seconds
+    assert e["completion_tokens"] == 80 and math.isclose(e["tok_per_j"], 80 / e["joules"], rel_tol=1e-3)
+    assert summary["energy"]["method"] == "sampled" and summary["energy"]["idle"]["avg_w"] == 33.0
+    assert summary["energy"]["source"] == gpu.ENERGY_QUERY_COMMAND == \
+        "nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits"
+    per_request = samples_from_jsonl(str(out / "requests.jsonl"))["chat-greedy"]["tok_per_j"]
+    assert len(per_request) == 4 and all(v > 0 for v in per_request)
     assert "tok_per_j" in write_chart(str(tmp_path / "c.svg"), summary, fmt="svg")

@@ -297,7 +297,7 @@ def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context
     summary_ = json.loads((tmp_path / "out" / "summary.json").read_text())
     ctx = summary_["context"]
     assert (ctx["gpu"], ctx["driver"], ctx["power_limit_w"], ctx["engine"]) == (
-        "NVIDIA GeForce RTX 3090", "610.57", 420.0, "llama.cpp")
+        "NVIDIA GeForce RTX 3090", "610.57.04", 420.0, "llama.cpp")  # the driver as nvidia-smi reports it
     assert (tmp_path / "out" / "requests.jsonl").read_text().count("\n") >= 4
     idle = subprocess.run([RIGKIT, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "hyperqwen",
                            "--workload", "chat-greedy"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120)

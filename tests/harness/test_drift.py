@@ -162,13 +162,13 @@ def _archive(pkg: str, version: str) -> str:
 
 def test_driver_upgraded_past_the_pin(rig):
     pinned = hostctl.MANIFEST["pins"]["nvidia-utils"]
-    rig.run(f"pacman -Udd --noconfirm {_archive('nvidia-utils', '610.60-1')}")
+    rig.run(f"pacman -Udd --noconfirm {_archive('nvidia-utils', '610.60.02-1')}")
     try:
         rc, records, out = drift()
         assert rc == 3, out
         assert drifted(records) == {("pin", "nvidia-utils"), ("driver", "pacman -Q nvidia-utils"), ("driver", "nvidia-smi")}
         pin = one(records, "pin", "nvidia-utils")
-        assert (pin["declared"], pin["actual"]) == (pinned, "610.60-1")
+        assert (pin["declared"], pin["actual"]) == (pinned, "610.60.02-1")
         assert "mismatch" in one(records, "driver", "nvidia-smi")["actual"]
     finally:
         rig.run(f"pacman -Udd --noconfirm {_archive('nvidia-utils', pinned)}")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.host import versions
+
 HERE = Path(__file__).resolve().parent
 from netcfg import BLOCK, FIX_URL, manifest  # noqa: E402  (conftest puts tests/harness on sys.path)
 
@@ -49,7 +51,9 @@ def test_pinned_versions_exist_only_in_the_archive(host):
         assert repo and ver not in repo, (name, repo)
         url = f"{MANIFEST['archive_url']}/{name[0]}/{name}/{name}-{ver}-x86_64.pkg.tar.zst"
         assert host.run(f"curl -fsS -o /dev/null -w '%{{http_code}}' {url}").stdout == "200"
-    assert MANIFEST["pins"]["nvidia-utils"].startswith(MANIFEST["nvidia_driver_version"] + "-")
+    # the pins carry the driver's full version (610.57.04-1), which agrees with the series the spec names
+    assert MANIFEST["pins"]["nvidia-utils"].startswith(MANIFEST["nvidia_driver_version"] + ".")
+    assert versions.agrees(MANIFEST["nvidia_driver_version"], MANIFEST["pins"]["nvidia-utils"])
     assert MANIFEST["pins"]["cuda"].startswith(MANIFEST["cuda_version"] + ".")
 
 
@@ -57,9 +61,9 @@ def test_arch_dependency_graph(chroot_host):
     deps = chroot_host.run("pacman -Sy >/dev/null; for p in cuda opencl-nvidia nvidia-open nvidia-open-dkms "
                            "nvidia-container-toolkit; do echo \"$p: $(pacman -Si $p | sed -n 's/^Depends On *: //p')\"; done").stdout
     assert "cuda: cccl  gcc15  opencl-nvidia  python" in deps
-    assert "opencl-nvidia: zlib  nvidia-utils=610.60" in deps
-    assert "nvidia-open: libglvnd  linux  nvidia-utils=610.60" in deps
-    assert "nvidia-open-dkms: dkms  nvidia-utils=610.60" in deps
+    assert "opencl-nvidia: zlib  nvidia-utils=610.60.02" in deps
+    assert "nvidia-open: libglvnd  linux  nvidia-utils=610.60.02" in deps
+    assert "nvidia-open-dkms: dkms  nvidia-utils=610.60.02" in deps
     assert "nvidia-container-toolkit: libnvidia-container" in deps
 
 

@@ -1,5 +1,6 @@
 """The riskiest change on this rig, a pin bump, confirmed or put back (issue 30): on a copy of the
-converged host, a deploy bumps the driver pins to 610.60 (the sandbox archive's second driver) and
+converged host, a deploy bumps the driver pins to 610.60.02 (the sandbox archive's second driver; the
+spec names its series, 610.60) and
 reboots for it; the new driver boots but cannot run CUDA containers (the fake toolkit hook refuses
 them under a driver listed in ``/etc/fake-gpu/broken_drivers``), so Strata does not come back and the
 confirmation fails. The deploy records the attempt as a failed generation and deploys the generation
@@ -26,7 +27,7 @@ from test_wirein import complete, running  # noqa: E402
 
 PROJECT = sandbox_project.cwd()
 AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
-BUMP = {"nvidia-open-dkms": "610.60-1", "nvidia-utils": "610.60-1", "opencl-nvidia": "610.60-1"}
+BUMP = {"nvidia-open-dkms": "610.60.02-1", "nvidia-utils": "610.60.02-1", "opencl-nvidia": "610.60.02-1"}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def host(make_module_host):
 def test_a_pin_bump_that_fails_its_confirmation_goes_back_to_the_previous_pins_across_a_second_reboot(host):
     start = json.loads(host.run(f"{AGENT} generation list").stdout)["current"]
     boot0 = host.boot_id()
-    host.run("mkdir -p /etc/fake-gpu && echo 610.60 > /etc/fake-gpu/broken_drivers")
+    host.run("mkdir -p /etc/fake-gpu && echo 610.60.02 > /etc/fake-gpu/broken_drivers")
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token())
     proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--reboot", "--confirm-budget",
@@ -50,10 +51,10 @@ def test_a_pin_bump_that_fails_its_confirmation_goes_back_to_the_previous_pins_a
     assert err.count("the SSH session holding the host lock ended during the change (a reboot)") == 2, err[-6000:]
     assert host.boot_id() != boot0
     assert host.run("pacman -Q nvidia-utils nvidia-open-dkms").stdout.split() == [
-        "nvidia-utils", "610.57-1", "nvidia-open-dkms", "610.57-1"]
-    assert host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.strip() == "610.57"
+        "nvidia-utils", "610.57.04-1", "nvidia-open-dkms", "610.57.04-1"]
+    assert host.run("nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.strip() == "610.57.04"
     index = json.loads(host.run(f"{AGENT} generation list").stdout)
     failed = index["generations"][-1]
-    assert index["current"] == start and "pins: nvidia-open-dkms 610.57-1 -> 610.60-1" in "; ".join(failed["changed"])
+    assert index["current"] == start and "pins: nvidia-open-dkms 610.57.04-1 -> 610.60.02-1" in "; ".join(failed["changed"])
     assert failed["failed"].startswith("its confirmation failed: ")
     assert running(host) == {"strata": "ready"} and complete(host, "strata").stdout == "200"

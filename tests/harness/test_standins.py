@@ -37,29 +37,37 @@ def gpu_host(chroot_host):
 
 def test_dkms_builds_the_module_for_every_kernel_with_headers(gpu_host):
     st = gpu_host.run("dkms status").stdout.splitlines()
-    assert "nvidia/610.57, 6.12.58-1-lts, x86_64: installed" in st
-    assert "nvidia/610.57, 6.17.7-arch1-1, x86_64: installed" in st
+    # the full version, as dkms prints a real 610.57's (the package's PACKAGE_VERSION: pkgver 610.57.04)
+    assert "nvidia/610.57.04, 6.12.58-1-lts, x86_64: installed" in st
+    assert "nvidia/610.57.04, 6.17.7-arch1-1, x86_64: installed" in st
     assert gpu_host.run("/usr/lib/fake-arch/fake-boot --print").stdout.strip() == "6.12.58-1-lts"
-    assert gpu_host.run("grep ^version= /usr/lib/modules/6.12.58-1-lts/updates/dkms/nvidia.ko.zst").stdout == "version=610.57\n"
+    assert gpu_host.run("grep ^version= /usr/lib/modules/6.12.58-1-lts/updates/dkms/nvidia.ko.zst").stdout == "version=610.57.04\n"
 
 
 def test_nvidia_smi_reports_a_3090(gpu_host):
     r = gpu_host.run(Q.format("name,driver_version,memory.total,memory.used,power.default_limit,"
                               "power.min_limit,power.max_limit,power.limit,enforced.power.limit"))
-    assert r.stdout == "NVIDIA GeForce RTX 3090, 610.57, 24576, 1, 350.00, 100.00, 450.00, 350.00, 350.00\n"
+    assert r.stdout == "NVIDIA GeForce RTX 3090, 610.57.04, 24576, 1, 350.00, 100.00, 450.00, 350.00, 350.00\n"
     assert gpu_host.run("nvidia-smi --query-gpu=memory.total,power.limit --format=csv").stdout == \
         "memory.total [MiB], power.limit [W]\n24576 MiB, 350.00 W\n"
     assert gpu_host.run("nvidia-smi -L").stdout.startswith("GPU 0: NVIDIA GeForce RTX 3090 (UUID: GPU-")
     v = gpu_host.run("nvidia-smi --version").stdout
-    assert "DRIVER version      : 610.57" in v and "CUDA Version        : 13.3" in v
+    # driver 610's --version (the real 610.57.04 capture): KMD/CUDA UMD version, DRIVER/CUDA version deprecated
+    assert "KMD version         : 610.57.04" in v and "CUDA UMD version    : 13.3" in v
+    assert 'DRIVER version      : Deprecated, see "KMD version" instead' in v and "NVML version        : 610.57\n" in v
     table = gpu_host.run("nvidia-smi").stdout
     # driver 610 names them "KMD Version" and "CUDA UMD Version" (drift's probe reads both spellings)
-    assert "KMD Version: 610.57" in table and "CUDA UMD Version: 13.3" in table and "24576MiB" in table
+    assert "KMD Version: 610.57.04" in table and "CUDA UMD Version: 13.3" in table and "24576MiB" in table
 
 
 def test_unknown_query_field_fails_with_rc_2(gpu_host):
     r = gpu_host.run(Q.format("name,power.bogus"), check=False)
     assert (r.returncode, r.stdout) == (2, 'Field "power.bogus" is not a valid field to query.\n\n')
+    # no real driver lists an energy counter field: the whole query fails as the real tool's does (issue 37)
+    r = gpu_host.run("nvidia-smi --query-gpu=total_energy_consumption --format=csv", check=False)
+    assert (r.returncode, r.stdout, r.stderr) == (2, 'Field "total_energy_consumption" is not a valid field to query.\n\n',
+                                                  "")
+    assert gpu_host.run("pacman -Q nvidia-utils").stdout == "nvidia-utils 610.57.04-1\n"  # the full version
 
 
 def test_power_limit_out_of_range_is_refused_and_left_alone(gpu_host):
@@ -134,13 +142,13 @@ def test_upgrade_without_reboot_mismatches_and_reboot_heals(make_host):
     """A driver upgrade leaves the old module loaded (rc 18) until a reboot; the power limit resets."""
     h = make_host("drv")
     install_pinned_driver(h)
-    assert h.run(Q.format("driver_version")).stdout == "610.57\n"
+    assert h.run(Q.format("driver_version")).stdout == "610.57.04\n"
     h.run("nvidia-smi -pl 420 >/dev/null")
-    h.run("pacman -S --noconfirm nvidia-utils nvidia-open-dkms opencl-nvidia >/dev/null")  # the repo's 610.60
+    h.run("pacman -S --noconfirm nvidia-utils nvidia-open-dkms opencl-nvidia >/dev/null")  # the repo's 610.60.02
     r = h.run(Q.format("driver_version"), check=False)
     assert (r.returncode, r.stdout) == (18, "Failed to initialize NVML: Driver/library version mismatch\n"
                                             "NVML library version: 610.60\n")
-    assert "nvidia/610.60, 6.12.58-1-lts, x86_64: installed" in h.run("dkms status").stdout
+    assert "nvidia/610.60.02, 6.12.58-1-lts, x86_64: installed" in h.run("dkms status").stdout
     h.reboot()
-    assert h.run(Q.format("driver_version,power.limit")).stdout == "610.60, 350.00\n"
+    assert h.run(Q.format("driver_version,power.limit")).stdout == "610.60.02, 350.00\n"
     assert h.run("cat /run/fake-kernel/release").stdout == "6.12.58-1-lts\n"

@@ -219,7 +219,7 @@ def test_a_clean_window_runs_end_to_end_journals_each_step_and_copies_the_result
     summary = json.loads((folder / "bench-small" / "summary.json").read_text())
     ctx = summary["context"]
     assert (ctx["gpu"], ctx["driver"], ctx["power_limit_w"], ctx["memory_total_gib"]) == \
-        ("NVIDIA GeForce RTX 3090", "610.57", 420.0, 24.0)
+        ("NVIDIA GeForce RTX 3090", "610.57.04", 420.0, 24.0)  # the driver as nvidia-smi reports it
     assert (ctx["host"], ctx["member"], ctx["window_id"], ctx["warmup_done"]) == (host.name, "hyperqwen", j["id"], True)
     assert ctx["speculative"] == "dflash2 (DFLASH_TOKENS=7)" and ctx["boot_to_healthy_s"] == j["boot_to_healthy_s"]
     assert set(summary["workloads"]) == {"chat-greedy", "chat-sampled", "quoting"}

@@ -44,8 +44,8 @@ def test_gpu_facts_runs_every_parsed_query_read_only_and_prints_each_reading(tmp
     assert readings[0] == f"query ({gpu.QUERY_COMMAND}; exit 0): ok"
     assert readings[1].startswith('  GPU 0: {"driver_version": "?", "index": 0, "memory_total_gib": 24.0, ')
     assert readings[2] == f"energy ({gpu.ENERGY_QUERY_COMMAND}; exit 0): ok"
-    assert readings[3].startswith('  GPU 0: {"energy_j": ') and readings[3].endswith('"index": 0, "power_draw_w": 21.5}')
-    assert readings[4] == "  energy method: counter (total_energy_consumption)"
+    assert readings[3] == '  GPU 0: {"energy_j": null, "index": 0, "power_draw_w": 21.5}'
+    assert readings[4] == "  energy method: sampled power.draw (nvidia-smi has no energy counter field)"
 
 
 def test_gpu_facts_refuses_a_command_that_would_set_the_card(tmp_path, monkeypatch):

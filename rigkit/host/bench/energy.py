@@ -1,17 +1,18 @@
 """The GPU's energy while the bench runs: joules per request, then per workload joules, average
 watts, tok/J and J/token beside tok/s (issue 31; DESIGN.md "Versions and units of measure").
 
-Source: ``nvidia-smi --query-gpu=index,total_energy_consumption,power.draw
---format=csv,noheader,nounits`` (:data:`rigkit.host.gpu.ENERGY_QUERY`, parsed by
-:func:`rigkit.host.gpu.parse_energy`). Two methods, chosen by the first reading:
+Source: ``nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits``
+(:data:`rigkit.host.gpu.ENERGY_QUERY`, parsed by :func:`rigkit.host.gpu.parse_energy`). Two methods,
+chosen by the first reading:
 
-- ``counter``: the card's cumulative energy counter (``total_energy_consumption``, mJ since the
-  driver loaded), read right before and right after each request; the request's joules are the
-  difference. Exact up to the counter's own resolution and the read's latency.
-- ``sampled``: where the card has no counter (``[N/A]``/``[Not Supported]``: nvidia-smi promises
-  it only on "Volta or newer fully supported devices"), ``power.draw`` (W) is read every
-  ``interval_s`` by a background thread while the request runs, plus once at each end, and
-  integrated by the trapezoid rule; each reading is stamped at the middle of its nvidia-smi call.
+- ``counter``: a cumulative energy counter (J), read right before and right after each request;
+  the request's joules are the difference. Only for a reader that has one: nvidia-smi lists no
+  energy field (``total_energy_consumption`` is refused by every driver captured, the whole query
+  with it), so with nvidia-smi the meter samples; the card's counter is NVML's (issue "Energy from
+  the card's counter").
+- ``sampled``: ``power.draw`` (W) is read every ``interval_s`` by a background thread while the
+  request runs, plus once at each end, and integrated by the trapezoid rule; each reading is
+  stamped at the middle of its nvidia-smi call.
 
 Idle: before the first workload :meth:`EnergyMeter.idle` measures the card's draw for a few
 seconds with nothing sent; it is reported apart (``summary.json`` ``energy.idle``) and never
@@ -38,8 +39,8 @@ IDLE_S = 2.0
 AT_IDLE_W, AT_IDLE_SHARE = 2.0, 0.05
 
 METHOD_WORDS = {
-    "counter": "the card's energy counter (nvidia-smi total_energy_consumption)",
-    "sampled": "power.draw sampled and integrated (the card has no energy counter)",
+    "counter": "the card's energy counter",
+    "sampled": "power.draw sampled and integrated (nvidia-smi has no energy counter field)",
 }
 
 
@@ -128,8 +129,7 @@ class EnergyMeter:
         elif power is not None:
             self.method = "sampled"
         else:
-            self.unavailable = err or ("the card reports neither total_energy_consumption nor "
-                                       "power.draw ([N/A]/[Not Supported])")
+            self.unavailable = err or "the card reports no power.draw ([N/A]/[Not Supported])"
         return self.method
 
     @contextmanager

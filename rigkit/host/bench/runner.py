@@ -271,8 +271,8 @@ SOURCE_WORDS = {
 
 def energy_header(energy: dict[str, Any]) -> str:
     """The run's energy line: how it was measured, where, and the idle draw (shown apart, never
-    subtracted), e.g. ``energy: the card's energy counter (nvidia-smi total_energy_consumption)
-    on rig over SSH · idle 32.0 W over 2.0 s (measured apart, not subtracted)``."""
+    subtracted), e.g. ``energy: power.draw sampled and integrated (nvidia-smi has no energy counter
+    field) on rig over SSH · idle 32.0 W over 2.0 s (measured apart, not subtracted)``."""
     if not energy.get("method"):
         return f"energy: not measured — {energy.get('unavailable') or 'no reading'}"
     idle = energy.get("idle")

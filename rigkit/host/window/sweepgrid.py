@@ -178,8 +178,8 @@ def recommend_power(grid: dict[str, Any], cells: Iterable[dict[str, Any]]) -> di
     cands = sorted(s for s, f in full.items() if f["decode_tps"] >= SPEED_FLOOR * best_tps)
     scored = [(full[s]["tok_per_j"], -s) for s in cands if full[s]["tok_per_j"]]
     if not scored:
-        return {**none, "candidates": cands, "reason": "no energy figure was measured (the card reports neither "
-                "total_energy_consumption nor power.draw)"}
+        return {**none, "candidates": cands, "reason": "no energy figure was measured (the card reports no "
+                "power.draw)"}
     tpj, neg = max(scored)
     best = -neg
     fastest = max(full, key=lambda s: (full[s]["decode_tps"], -s))
