@@ -29,23 +29,25 @@ def _schema_url_and_cache(tmp_path_factory):
 # `make test` hands whole modules to its lanes (`--dist loadfile --no-loadscope-reorder`) in collection
 # order, each lane taking the next module when it is done. Longest first keeps the lanes even (the
 # last module to start is a short one), and the modules that need the run's converged host (golden.py,
-# ~90 s to build) start beside ones that do not, so no lane sits waiting for it. The figures are the
-# modules' seconds from a 2-core run (the "lanes" section prints every module's); a module not listed
-# starts after these, in its own order.
+# ~80 s to build) start beside ones that do not, so no lane sits waiting for it. The figures are the
+# modules' seconds from a 2-core run (the "lanes" section prints every module's); they order the list
+# by hand (the golden-free ones first), and a module not listed starts after these, in its own order.
 MODULE_SECONDS = {
-    "tests/harness/test_wirein.py": 260,     # waits for the golden host: lane 1 builds it
-    "tests/harness/test_deploy.py": 250,     # its own fresh hosts: runs beside the golden build
-    "tests/harness/test_standins.py": 60,    # fresh, bare hosts: also beside the golden build
-    "tests/harness/test_window.py": 240,
+    "tests/harness/test_wirein.py": 275,     # waits for the golden host: the first lane builds it
+    "tests/harness/test_deploy.py": 175,     # its fresh host first: beside the golden build
+    "tests/harness/test_standins.py": 17,    # fresh, bare hosts and unit modules: beside the golden build too
+    "tests/harness/test_host.py": 21,
+    "tests/harness/test_engine.py": 13,
+    "tests/unit/test_cli.py": 23,
+    "tests/unit/test_llama_swap_upstream.py": 20,
+    "tests/harness/test_window.py": 229,
     "tests/harness/test_lock.py": 220,
-    "tests/harness/test_generations.py": 200,
-    "tests/harness/test_drift.py": 160,
-    "tests/harness/test_safety.py": 130,
-    "tests/harness/test_sweep.py": 125,
-    "tests/harness/test_engine.py": 60,
-    "tests/harness/test_pin_bump.py": 60,
-    "tests/harness/test_report.py": 40,
-    "tests/harness/test_host.py": 30,
+    "tests/harness/test_generations.py": 170,
+    "tests/harness/test_sweep.py": 115,
+    "tests/harness/test_safety.py": 111,
+    "tests/harness/test_drift.py": 68,
+    "tests/harness/test_pin_bump.py": 36,
+    "tests/harness/test_report.py": 25,
 }
 
 

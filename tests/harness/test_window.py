@@ -203,7 +203,7 @@ def test_a_clean_window_runs_end_to_end_journals_each_step_and_copies_the_result
         # ... and the wait lasted until the test released it: more than one reading
         assert seen["polls"] >= 2, seen
         assert by[wait]["detail"].startswith("GPU memory near idle after "), by[wait]
-    assert len(waiting_notes(j)) == 2 and sum("back near idle" in n for n in j["notes"]) == 2, j["notes"]
+    assert len(waiting_notes(j)) == 2 and sum("memory back near idle after" in n for n in j["notes"]) == 2, j["notes"]
     names = [s["name"] for s in j["steps"]]
     assert all(names.index(held_back) == names.index(wait) + 1 for wait, _, held_back in WAITS), names
     assert (j["state"], j["outcome"], j["error"]) == ("restored", "ok", None)
