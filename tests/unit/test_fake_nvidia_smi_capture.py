@@ -203,19 +203,8 @@ def test_q_has_the_captures_headings_keys_and_deprecation_notes(cap, fake, busy)
 
     def outline(text):
         """Every heading and key as its path, the Processes section apart (its records are the state)."""
-        heads, keys, stack = [], [], []
-        for line in text.splitlines():
-            if not line.strip() or line.startswith("="):
-                continue
-            indent = len(line) - len(line.lstrip())
-            while stack and stack[-1][0] >= indent:
-                stack.pop()
-            path = tuple(h for _, h in stack)
-            if " : " in line or line.rstrip().endswith(" :"):
-                keys.append(path + (line.split(":", 1)[0].strip(),))
-            else:
-                heads.append(path + (line.strip(),))
-                stack.append((indent, line.strip()))
+        heads, entries_ = captures.q_outline(text)
+        keys = [path for path, _ in entries_]
         return ([h for h in heads if "Processes" not in h], [k for k in keys if "Processes" not in k[:-1]],
                 {k for k in keys if "Processes" in k[:-1]})
 

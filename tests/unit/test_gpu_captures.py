@@ -49,10 +49,11 @@ def sections(path: Path) -> dict[str, str]:
     return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
-def q_entries(text: str) -> list[tuple[tuple[str, ...], str]]:
-    """``nvidia-smi -q`` as ``[(path of headings and key, value)]``: a line ``Key<blanks>: value`` is
-    an entry under the headings (lines without `` : ``) indented less than it."""
-    out, stack = [], []  # stack: [(indent, heading)]
+def q_outline(text: str) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], str]]]:
+    """``nvidia-smi -q`` as ``(headings, entries)``: each heading (a line without `` : ``) as its path,
+    and each ``Key<blanks>: value`` line as ``(path of headings and key, value)``, under the headings
+    indented less than it."""
+    heads, out, stack = [], [], []  # stack: [(indent, heading)]
     for line in text.splitlines():
         if not line.strip() or line.startswith("="):
             continue
@@ -63,8 +64,14 @@ def q_entries(text: str) -> list[tuple[tuple[str, ...], str]]:
         if m:
             out.append((tuple(h for _, h in stack) + (m.group(1),), (m.group(2) or "").strip()))
         else:
+            heads.append(tuple(h for _, h in stack) + (line.strip(),))
             stack.append((indent, line.strip()))
-    return out
+    return heads, out
+
+
+def q_entries(text: str) -> list[tuple[tuple[str, ...], str]]:
+    """``nvidia-smi -q``'s entries (:func:`q_outline`)."""
+    return q_outline(text)[1]
 
 
 def q_get(entries, *path: str) -> str:
