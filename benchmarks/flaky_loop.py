@@ -43,7 +43,7 @@ UNIT = [
     "tests/unit/test_host_side.py::test_a_change_waits_for_the_keepers_one_action_and_never_for_a_window",
     "tests/unit/test_generations.py::test_commands_with_the_holders_lease_join_it_and_no_one_else_does",
     "tests/unit/test_fake_gpu_power.py::test_the_engines_load_drives_the_draw_and_the_counter_and_the_limit_its_speed",
-    "tests/unit/test_fake_gpu_power.py::test_a_card_without_the_counter_says_not_supported_and_the_meter_samples_the_draw",
+    "tests/unit/test_fake_gpu_power.py::test_the_energy_counter_field_is_refused_as_the_real_tool_does_and_the_meter_samples_the_draw",
     "tests/unit/test_power_sweep.py::test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_restore_puts_420_back",
     "tests/unit/test_llama_swap_upstream.py::test_completion_and_stream_pass_through_with_use_model_name",
     "tests/unit/test_llama_swap_upstream.py::test_member_whose_cmd_exits_fails_its_start_at_once",
@@ -113,13 +113,20 @@ def repeated_run(nodes: list[str], runs: int, timeout_s: float) -> tuple[dict[st
         out = p.stdout + p.stderr
     except subprocess.TimeoutExpired as exc:
         out = f"(pytest ran past {timeout_s:g} s and was stopped)\n{exc.stdout or ''}"
+    return count_repetitions(out, nodes), out
+
+
+def count_repetitions(out: str, nodes: list[str]) -> dict[str, int]:
+    """``{node: repetitions in which every outcome of it was PASSED}`` from pytest's ``-rA`` lines
+    (pytest-repeat's ids end ``[3-20]``: repetition 3 of 20; a setup or teardown ERROR of a
+    repetition that PASSED still fails it)."""
     rep = re.compile(r"-?(\d+)-\d+\]$")
     by: dict[str, dict[str, bool]] = {n: {} for n in nodes}
     for line in out.splitlines():
         m = OUTCOME.match(line)
         if m and (n := node_of(m.group(2), nodes)) is not None and (r := rep.search(m.group(2))):
             by[n][r.group(1)] = by[n].get(r.group(1), True) and m.group(1) == "PASSED"
-    return {n: sum(ok for ok in reps.values()) for n, reps in by.items()}, out
+    return {n: sum(ok for ok in reps.values()) for n, reps in by.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
