@@ -62,7 +62,7 @@ check-rig: apt venv
 
 # Three pytest-xdist lanes on 2 cores (the sandbox hosts wait on services as much as they compute:
 # 3 lanes took 591 s where 2 took 819 s; `make test LANES=1` runs one), handed whole modules longest
-# first (tests/conftest.py MODULE_SECONDS): each lane's hosts have their own prefix and
+# first (tests/conftest.py MODULE_ORDER): each lane's hosts have their own prefix and
 # cgroups (tests/harness/README.md "Lanes"). The modules that need a converged host share one, built
 # once per run (tests/harness/golden.py). Whatever the outcome, this run's hosts are removed and the
 # fixtures namespace with them.

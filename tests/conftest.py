@@ -29,31 +29,32 @@ def _schema_url_and_cache(tmp_path_factory):
 # `make test` hands whole modules to its lanes (`--dist loadfile --no-loadscope-reorder`) in collection
 # order, each lane taking the next module when it is done. Longest first keeps the lanes even (the
 # last module to start is a short one), and the modules that need the run's converged host (golden.py,
-# ~80 s to build) start beside ones that do not, so no lane sits waiting for it. The figures are the
-# modules' seconds from a 2-core run (the "lanes" section prints every module's); they order the list
-# by hand (the golden-free ones first), and a module not listed starts after these, in its own order.
-MODULE_SECONDS = {
-    "tests/harness/test_wirein.py": 275,     # waits for the golden host: the first lane builds it
-    "tests/harness/test_deploy.py": 175,     # its fresh host first: beside the golden build
-    "tests/harness/test_standins.py": 17,    # fresh, bare hosts and unit modules: beside the golden build too
-    "tests/harness/test_host.py": 21,
-    "tests/harness/test_engine.py": 13,
-    "tests/unit/test_cli.py": 23,
-    "tests/unit/test_llama_swap_upstream.py": 20,
-    "tests/harness/test_window.py": 229,
-    "tests/harness/test_lock.py": 220,
-    "tests/harness/test_generations.py": 170,
-    "tests/harness/test_sweep.py": 115,
-    "tests/harness/test_safety.py": 111,
-    "tests/harness/test_drift.py": 68,
-    "tests/harness/test_pin_bump.py": 36,
-    "tests/harness/test_report.py": 25,
-}
+# ~80 s to build) start beside ones that do not, so no lane sits waiting for it. The order is by hand:
+# the golden-free modules first, then the rest by their seconds in a 2-core run (each module's figure in
+# its comment; the "lanes" section prints every module's); a module not listed starts after these, in
+# its own order.
+MODULE_ORDER = (
+    "tests/harness/test_wirein.py",            # 275 s; waits for the golden host: the first lane builds it
+    "tests/harness/test_deploy.py",            # 175 s; its fresh host first: beside the golden build
+    "tests/harness/test_standins.py",          # 17 s; fresh, bare hosts and unit modules: beside the build too
+    "tests/harness/test_host.py",              # 21 s
+    "tests/harness/test_engine.py",            # 13 s
+    "tests/unit/test_cli.py",                  # 23 s
+    "tests/unit/test_llama_swap_upstream.py",  # 20 s
+    "tests/harness/test_window.py",            # 229 s
+    "tests/harness/test_lock.py",              # 220 s
+    "tests/harness/test_generations.py",       # 170 s
+    "tests/harness/test_sweep.py",             # 115 s
+    "tests/harness/test_safety.py",            # 111 s
+    "tests/harness/test_drift.py",             # 68 s
+    "tests/harness/test_pin_bump.py",          # 36 s
+    "tests/harness/test_report.py",            # 25 s
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Modules in :data:`MODULE_SECONDS`' order first (its comment), the rest after, in their order."""
-    rank = {m: i for i, m in enumerate(MODULE_SECONDS)}
+    """Modules in :data:`MODULE_ORDER`'s order first (its comment), the rest after, in their order."""
+    rank = {m: i for i, m in enumerate(MODULE_ORDER)}
     items.sort(key=lambda it: rank.get(it.nodeid.split("::", 1)[0], len(rank)))  # stable: tests keep their order
 
 
@@ -96,7 +97,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{r['lane']}: {r['wall_s']:7.1f} s wall, {len(r['files'])} modules; longest: "
                                     + ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in top))
     every = sorted(((f, s, r["lane"]) for r in recs for f, s in r["files"].items()), key=lambda x: -x[1])
-    terminalreporter.write_line("every module over 5 s, in the order the lanes ran them best (MODULE_SECONDS):")
+    terminalreporter.write_line("every module over 5 s, longest first (the figures for MODULE_ORDER):")
     for f, s, lane in every:
         if s > 5:
             terminalreporter.write_line(f"  {s:7.1f} s  {lane}  {f}")

@@ -35,3 +35,17 @@ def install(tmp_path: Path, monkeypatch) -> tuple[Path, dict]:
                          power_state=str(tmp_path / "power.json"))
     subprocess.run(["nvidia-smi", "-pl", "420"], check=True, capture_output=True)  # as the deploy left it
     return gpu_dir, data
+
+
+def driver_env(tmp_path: Path, driver_file: str, module_version: str) -> dict[str, str]:
+    """The environment that runs :data:`STUB` as a host with a driver installed and its module loaded:
+    ``driver_file`` is what the nvidia-utils package installs at /usr/share/fake-gpu/driver (JSON:
+    driver_version, cuda_version), ``module_version`` the loaded module's version; the state folder is
+    ``<tmp_path>/gpu`` (``procs/`` in it) and no board.json overrides the 3090's defaults."""
+    gpu_dir = tmp_path / "gpu"
+    (gpu_dir / "procs").mkdir(parents=True, exist_ok=True)
+    (gpu_dir / "module_version").write_text(module_version + "\n")
+    (tmp_path / "driver").write_text(driver_file)
+    return {**os.environ, "RIGKIT_FAKE_GPU_DIR": str(gpu_dir), "RIGKIT_FAKE_GPU_DRIVER": str(tmp_path / "driver"),
+            "RIGKIT_FAKE_GPU_BOARD": str(tmp_path / "no-board.json")}
+

@@ -24,18 +24,16 @@ defaults). What is held:
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import tests.unit.test_gpu_captures as captures
+from tests.unit import fake_gpu
 
-ROOT = Path(__file__).resolve().parents[2]
-STUB = ROOT / "tests" / "harness" / "stubs" / "nvidia-smi"
+STUB = fake_gpu.STUB
 CAPTURE = captures.CAPTURES / "linux-x86_64__nvidia-geforce-rtx-2080-super__610.57.04.txt"
 DRIVER = "610.57.04"
 pytestmark = pytest.mark.skipif(not CAPTURE.is_file(), reason=f"no 610.57.04 capture at {CAPTURE} (the shared "
@@ -62,13 +60,8 @@ def cap():
 def fake(tmp_path):
     """``run(*args)``: the fake with driver 610.57.04 installed and loaded, its state in ``tmp_path``;
     ``hold()`` puts a live process on the card (21600 MiB) until the test ends."""
+    env = fake_gpu.driver_env(tmp_path, json.dumps({"driver_version": DRIVER, "cuda_version": "13.3"}) + "\n", DRIVER)
     gpu_dir = tmp_path / "gpu"
-    (gpu_dir / "procs").mkdir(parents=True)
-    (gpu_dir / "module_version").write_text(DRIVER + "\n")
-    driver = tmp_path / "driver"
-    driver.write_text(json.dumps({"driver_version": DRIVER, "cuda_version": "13.3"}) + "\n")
-    env = {**os.environ, "RIGKIT_FAKE_GPU_DIR": str(gpu_dir), "RIGKIT_FAKE_GPU_DRIVER": str(driver),
-           "RIGKIT_FAKE_GPU_BOARD": str(tmp_path / "no-board.json")}
     holders = []
 
     def run(*args: str) -> subprocess.CompletedProcess:

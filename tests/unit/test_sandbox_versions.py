@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from rigkit.host import versions
 from rigkit.operations.facts import DkmsStatus
 from rigkit.render.declared_state import pinned_driver, reboot_reasons
 from rigkit.spec.validate import check_spec, spec_from_dict
+from tests.unit import fake_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "tests" / "harness"
@@ -92,14 +92,9 @@ def test_what_the_packages_install_says_the_full_version_and_the_boot_gate_agree
     assert "version=610.57.04\n" in next(iter(prebuilt.values()))[0]
 
     # the fake, with that driver installed and its module loaded, names the same version
-    (tmp_path / "gpu").mkdir()
-    (tmp_path / "gpu" / "module_version").write_text(built + "\n")
-    (tmp_path / "driver").write_text(utils["usr/share/fake-gpu/driver"][0])
-    r = subprocess.run([sys.executable, str(HARNESS / "stubs" / "nvidia-smi"), "--query-gpu=driver_version,kmd_version",
+    r = subprocess.run([sys.executable, str(fake_gpu.STUB), "--query-gpu=driver_version,kmd_version",
                         "--format=csv,noheader"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "RIGKIT_FAKE_GPU_DIR": str(tmp_path / "gpu"),
-                            "RIGKIT_FAKE_GPU_DRIVER": str(tmp_path / "driver"),
-                            "RIGKIT_FAKE_GPU_BOARD": str(tmp_path / "no-board.json")})
+                       env=fake_gpu.driver_env(tmp_path, utils["usr/share/fake-gpu/driver"][0], built))
     assert (r.returncode, r.stdout) == (0, "610.57.04, 610.57.04\n"), r.stdout + r.stderr
     # the boot gate: the spec's series, the module and DKMS at the full version: no reason to reboot
     kernel = {"running": KERNEL, "nvidia_module": built, "installed_kernels": [KERNEL]}
