@@ -30,6 +30,17 @@ One run of :func:`fetch_model`, in order:
 4. The record ``/var/lib/rigkit/models/<name>.json`` (injectable) gets each verified file's
    size, mtime (ns) and hash, so a converged run reads no file and makes no request.
 
+The path the bytes take: the Hub's LFS bridge, never Xet. The Hub stores large files in Xet and
+answers ``resolve`` for one with both a ``Location`` (its LFS bridge, one URL serving the whole
+file with ``Range``) and the Xet headers (``X-Xet-Hash``, ``Link: rel="xet-auth"``); the fetch
+downloads ``Location`` with ``http_get`` and never reads ``xet_file_data`` (``xet_get`` and its
+``hf_xet`` chunk transfer are what ``hf_hub_download`` would call). The agent's process also runs
+with ``HF_HUB_DISABLE_XET=1`` (:data:`HUB_ENV`, set by :func:`main` before huggingface-hub is
+imported, whose constants are read at import), so nothing in the client takes the Xet path and
+``hf_xet`` — in the wheelhouse only because huggingface-hub 2.4.0 requires it on x86_64 — is never
+loaded: no Xet cache or log under ``$HF_HOME/xet``. Why and what it costs (no chunk deduplication;
+no single file above 50 GB, the bridge's limit): ``notes/hub-xet.md``.
+
 Files not in the lock are never deleted. The HF token is read from
 ``/etc/rigkit/secrets/hf.env`` (``HF_TOKEN=...``; injectable), sent only to the hub (the client
 drops it for a CDN redirect to another origin, and a ``url`` model never gets it), and never
@@ -80,6 +91,12 @@ from rigkit.host.modelrecords import (
 )
 from rigkit.host.envfile import parse_env_text
 
+
+
+#: The environment huggingface-hub runs under in the agent's fetch: Xet off (see the module doc).
+#: huggingface-hub reads it at import (``constants.HF_HUB_DISABLE_XET``), so :func:`main` sets it
+#: before the first import.
+HUB_ENV = {"HF_HUB_DISABLE_XET": "1"}
 
 
 def human(n: float) -> str:
@@ -478,6 +495,7 @@ def main(argv: list[str]) -> int:
     """
     import argparse
 
+    os.environ.update(HUB_ENV)
     parser = argparse.ArgumentParser(prog=f"rigkit-agent {argv[0]}",
                                      description="fetch and verify one locked model" if argv[0] == "fetch"
                                      else "record a model's files after prepare as its reference")

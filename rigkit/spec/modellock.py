@@ -126,6 +126,18 @@ class LockedSource(_LockModel):
                          "(url, sha256, path), not a mix")
 
 
+def over_bridge_limit(files: Iterable[tuple[str, int]]) -> list[str]:
+    """One message per hub file (``(path, size in bytes)``) larger than the largest file the Hub's
+    LFS bridge serves: huggingface-hub's ``constants.MAX_HTTP_DOWNLOAD_SIZE`` (50 GB, 50 000 000 000
+    bytes; ``file_download.http_get`` refuses a larger one, as the bridge does, huggingface/
+    xet-core#592). rigkit's fetch takes the bridge, never Xet (``notes/hub-xet.md``)."""
+    from huggingface_hub.constants import MAX_HTTP_DOWNLOAD_SIZE as limit
+
+    return [f"{path}: {size} bytes is over the {limit // 10**9} GB ({limit} bytes) the Hub's LFS bridge serves in one "
+            "file, the path rigkit's fetch takes (notes/hub-xet.md); choose a file split into parts of at most that"
+            for path, size in files if size > limit]
+
+
 class LockEntry(_LockModel):
     """One locked model: its ``source``, the ``commit`` (40 hex, hub models), the ``files`` (at
     least one, unique paths) and ``total_bytes`` (their sizes summed)."""
@@ -139,6 +151,8 @@ class LockEntry(_LockModel):
     def _consistent(self) -> LockEntry:
         if self.source.repo_id is not None and self.commit is None:
             raise ValueError("a hub model needs its commit (40 hex), what `rigkit models lock` resolved")
+        if self.source.repo_id is not None and (too_big := over_bridge_limit((f.path, f.size) for f in self.files)):
+            raise ValueError("; ".join(too_big))
         paths = [f.path for f in self.files]
         if len(set(paths)) != len(paths):
             raise ValueError("a file is listed twice")
@@ -254,6 +268,8 @@ def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any
     if not files:
         raise LockError(f"models.{name}: {source['repo_id']}@{source['revision']}: include {source['include']} / "
                         f"exclude {source['exclude']} select none of its {len(siblings)} files")
+    if too_big := over_bridge_limit((f["path"], f["size"]) for f in files):
+        raise LockError(f"models.{name}: {source['repo_id']}@{source['revision']}: " + "; ".join(too_big))
     return {"source": source, "commit": info.sha, "files": files, "total_bytes": sum(f["size"] for f in files)}
 
 

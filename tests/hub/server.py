@@ -12,18 +12,40 @@ get_hf_file_metadata`` / ``http_get``, ``utils/_http.hf_raise_for_status``):
   path, oid, size, lfs: {oid, size, pointerSize}}]`` (one page, no ``Link`` header).
 - ``HEAD|GET /{repo_id}/resolve/{rev}/{path}`` — headers ``X-Repo-Commit``, ``ETag`` (the git
   blob id, quoted). A regular file is served here (200, ``Content-Length``, ``Range`` → 206).
-  An LFS file answers ``302`` to the CDN origin (a second port: a different origin, so the
-  client drops the ``Authorization`` header as it does for the hub's CDN) with
-  ``X-Linked-Etag`` (the sha256 oid) and ``X-Linked-Size``; the CDN serves the bytes with
-  ``Range`` support.
+  An LFS file is Xet-backed, as every large file on the Hub now is, and answers as the Hub
+  answers any client for one (captured: ``curl -I`` of a Xet-backed file's ``resolve`` through a
+  Hub mirror, padeoe/hf-mirror-site#50 and #51; huggingface/hf-hub#208: "the initial HEAD
+  response is a 302 with ``X-Xet-Hash`` and ``X-Linked-Size``"): ``302`` whose ``Location`` is the
+  LFS bridge on the CDN origin (``/xet-bridge-us/<repo object id>/<xet hash>?X-Xet-Cas-Uid=…&
+  response-content-disposition=…``, as ``cas-bridge.xethub.hf.co`` URLs are; a second port: a
+  different origin, so the client drops the ``Authorization`` header as it does for the Hub's
+  CDN), ``X-Linked-Etag`` (the sha256 oid), ``X-Linked-Size``, ``X-Xet-Hash`` and ``Link:
+  <{endpoint}/api/models/{repo}/xet-read-token/{commit}>; rel="xet-auth", <{cas}/v1/
+  reconstructions/{xet hash}>; rel="xet-reconstruction-info"``. huggingface-hub 2.4.0 reads the
+  last two as ``XetFileData`` (``utils/_xet.py`` ``parse_xet_file_data_from_response``) and
+  ``hf_hub_download`` then takes the Xet path (``file_download.py`` ``_download_to_tmp_and_move``:
+  ``if xet_file_data is not None and is_xet_available(): xet_get(...)``); a client without Xet
+  downloads ``Location``. The bridge serves the bytes with ``Range`` support.
+- ``GET /api/models/{repo_id}/xet-read-token/{rev}`` — the Xet token route: the CAS URL, a
+  short-lived access token and its expiry, both as headers ``X-Xet-Cas-Url``,
+  ``X-Xet-Access-Token``, ``X-Xet-Token-Expiration`` (what huggingface-hub's
+  ``parse_xet_connection_info_from_headers`` reads) and as the JSON body ``{"casUrl", "exp",
+  "accessToken"}`` (what hf_xet reads: xet-core ``xet_client/src/hub_client/types.rs``
+  ``CasJWTInfo``, ``rename_all = "camelCase"``).
+- The CAS (``{cdn}/cas/…``, and anything else on the CDN origin but the bridge and ``/lfs/``):
+  the sandbox has none. Every request there is logged (role ``cas``) and answered 404, so a
+  client that takes the Xet path is seen, and fails at once (hf_xet 1.8.0: ``RuntimeError: …
+  CAS Client Error … 404``), instead of fetching.
 - Errors as the hub sends them: unknown revision → 404 ``X-Error-Code: RevisionNotFound``; a
   missing file → 404 ``X-Error-Code: EntryNotFound``; an unknown repo or no token for a private
   hub → 401 ``X-Error-Code: RepoNotFound``; a wrong token → 401 ``X-Error-Message: Invalid
   credentials in Authorization header``.
 
 Repos are read from ``--root DIR`` (``DIR/<owner>/<name>/<files>``, written by
-:mod:`tests.hub.repos` when the folder is empty). A file is LFS when its name ends in
-``.safetensors``, ``.gguf`` or ``.bin``. Commit shas are sha1s over the file list and parent, so
+:mod:`tests.hub.repos` when the folder is empty). A file is LFS (and Xet-backed) when its name
+ends in ``.safetensors``, ``.gguf`` or ``.bin``. Its ``X-Xet-Hash`` is a stand-in (64 hex digits,
+:func:`xet_hash`), not xet-core's chunk Merkle hash: its only readers here are huggingface-hub's
+parser and a CAS that does not exist. Commit shas are sha1s over the file list and parent, so
 the same bytes give the same commits everywhere.
 
 Test controls (Python methods on :class:`Hub`, or ``POST /_control/<name>`` with a JSON body):
@@ -31,8 +53,8 @@ Test controls (Python methods on :class:`Hub`, or ``POST /_control/<name>`` with
 ``stall`` — send ``after`` bytes then hang until ``release``; ``corrupt`` — flip one byte; for
 the next ``times`` GETs of that file's bytes), ``release``, ``remove`` (the file disappears
 from every commit, as after a history rewrite), ``push`` (a new commit on ``main``), ``reset``;
-``GET /_control/log`` lists requests (method, path, range, status, auth: none/ok/bad — never the
-token).
+``GET /_control/log`` lists requests (method, path, role: hub/cdn/cas, range, status, auth:
+none/ok/bad — never the token).
 
 Run: ``python -m tests.hub.server --root DIR --port 0 [--cdn-port 0] [--token-file F]``; it
 prints ``HF_ENDPOINT=http://HOST:PORT`` on its first line. Binds 127.0.0.1 unless ``--host``.
@@ -53,11 +75,25 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
 BAD_CREDENTIALS = "Invalid credentials in Authorization header"
+#: Seconds a Xet access token from the token route is valid (the Hub's are short-lived JWTs).
+XET_TOKEN_TTL = 3600
 
 
 def git_blob_id(data: bytes) -> str:
     """``git hash-object``: sha1 of ``b"blob <size>\\0" + data``."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def xet_hash(data: bytes) -> str:
+    """The stand-in ``X-Xet-Hash`` of ``data``: 64 hex digits (what huggingface-hub's
+    ``utils/_xet.is_valid_xet_hash`` accepts), distinct from its sha256. Not xet-core's Merkle hash
+    of the file's chunks (no CAS here reconstructs it; see the module doc)."""
+    return hashlib.sha256(b"rigkit-test-hub xet\0" + data).hexdigest()
+
+
+def repo_object_id(repo_id: str) -> str:
+    """The repo's 24-hex object id (``_id`` in model info; the first folder of a bridge URL)."""
+    return hashlib.md5(repo_id.encode()).hexdigest()[:24]
 
 
 def lfs_pointer(data: bytes) -> bytes:
@@ -84,6 +120,10 @@ class Entry:
     @property
     def blob_id(self) -> str:
         return git_blob_id(lfs_pointer(self.data) if self.lfs else self.data)
+
+    @property
+    def xet_hash(self) -> str:
+        return xet_hash(self.data)
 
 
 @dataclass
@@ -193,6 +233,13 @@ class Hub:
             return [r for r in self.log if (method is None or r["method"] == method) and contains in r["path"]]
 
 
+def _cas_path(path: str) -> bool:
+    """A request on the CDN origin that is not the bridge's or a plain URL's: the CAS's
+    (``/cas/v1|v2/reconstructions/…``) or hf_xet's telemetry (``POST /v1/telemetry`` on the CAS's
+    host, seen from hf_xet 1.8.0)."""
+    return not path.startswith(("/xet-bridge-us/", "/lfs/"))
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "rigkit-test-hub/1"
@@ -213,7 +260,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _record(self, status: int, auth: str) -> None:
         with self.hub.lock:
-            self.hub.log.append({"method": self.command, "path": urlsplit(self.path).path, "role": self.role,
+            path = urlsplit(self.path).path
+            role = "cas" if self.role == "cdn" and _cas_path(path) else self.role
+            self.hub.log.append({"method": self.command, "path": path, "role": role,
                                  "range": self.headers.get("Range"), "status": status, "auth": auth})
 
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None, ctype="application/json") -> None:
@@ -252,7 +301,10 @@ class Handler(BaseHTTPRequestHandler):
         auth = "cdn" if self.role == "cdn" else self._auth()
         status = 500
         try:
-            if self.role == "cdn":
+            if auth == "cdn" and _cas_path(path):
+                status = 404  # no CAS in the sandbox (module doc): seen in the log, then refused
+                self._send(404, b'{"error": "no Xet CAS here: the sandbox hub serves the LFS bridge only"}')
+            elif self.role == "cdn":
                 status = self._cdn(path)
             elif path.startswith("/_control/"):
                 status = self._control(path[len("/_control/"):])
@@ -305,12 +357,19 @@ class Handler(BaseHTTPRequestHandler):
                     if e.lfs:
                         s["lfs"] = {"sha256": e.sha256, "size": e.size, "pointerSize": len(lfs_pointer(e.data))}
                 siblings.append(s)
-            self._json(200, {"_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id,
+            self._json(200, {"_id": repo_object_id(repo.repo_id), "id": repo.repo_id,
                              "modelId": repo.repo_id, "author": repo.repo_id.split("/")[0], "sha": sha,
                              "private": self.hub.token is not None, "disabled": False, "gated": False,
                              "lastModified": "2026-01-01T00:00:00.000Z", "createdAt": "2026-01-01T00:00:00.000Z",
                              "downloads": 0, "likes": 0, "tags": [], "siblings": siblings},
                        {"X-Repo-Commit": sha})
+            return 200
+        if kind == "xet-read-token":
+            token = "xet_" + hashlib.sha256(f"{repo.repo_id}@{sha}:{time.time_ns()}".encode()).hexdigest()[:32]
+            exp = int(time.time()) + XET_TOKEN_TTL
+            cas = f"{self.cdn_base}/cas"
+            self._json(200, {"casUrl": cas, "exp": exp, "accessToken": token},
+                       {"X-Xet-Cas-Url": cas, "X-Xet-Access-Token": token, "X-Xet-Token-Expiration": exp})
             return 200
         if kind == "tree":
             prefix = "/".join(unquote(t) for t in tail[2:]).strip("/")
@@ -358,15 +417,25 @@ class Handler(BaseHTTPRequestHandler):
             return 404
         headers = {"X-Repo-Commit": sha, "ETag": f'"{entry.blob_id}"', "Accept-Ranges": "bytes"}
         if entry.lfs:
-            location = f"{self.cdn_base}/lfs/{quote(repo.repo_id)}/{entry.sha256}/{quote(rel)}"
-            headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": entry.size, "Location": location})
-            self._send(302, b"", headers, ctype="text/plain")
+            name = quote(rel.rsplit("/", 1)[-1])
+            disposition = quote(f"inline; filename*=UTF-8''{name}; filename=\"{name}\";", safe="")
+            location = (f"{self.cdn_base}/xet-bridge-us/{repo_object_id(repo.repo_id)}/{entry.xet_hash}"
+                        f"?X-Xet-Cas-Uid=public&response-content-disposition={disposition}")
+            endpoint = f"http://{self.headers.get('Host')}"
+            headers.update({"X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": entry.size, "Location": location,
+                            "X-Xet-Hash": entry.xet_hash,
+                            "Link": f'<{endpoint}/api/models/{repo.repo_id}/xet-read-token/{sha}>; rel="xet-auth", '
+                                    f'<{self.cdn_base}/cas/v1/reconstructions/{entry.xet_hash}>; '
+                                    'rel="xet-reconstruction-info"'})
+            self._send(302, b"", headers, ctype="text/plain; charset=utf-8")
             return 302
         return self._serve_bytes(repo.repo_id, rel, entry.data, headers)
 
     def _cdn(self, path: str) -> int:
-        # /lfs/<owner>/<name>/<sha256>/<path>
         parts = path.split("/")
+        if len(parts) == 4 and parts[1] == "xet-bridge-us":
+            return self._bridge(parts[2], parts[3])
+        # /lfs/<owner>/<name>/<sha256>/<path>: a plain URL to the bytes (a `url` model's source)
         if len(parts) < 6 or parts[1] != "lfs":
             self._send(404, b"not found", ctype="text/plain")
             return 404
@@ -378,6 +447,19 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b"not found", ctype="text/plain")
             return 404
         return self._serve_bytes(repo_id, rel, data, {"ETag": f'"{oid}"', "Accept-Ranges": "bytes"})
+
+    def _bridge(self, object_id: str, xet: str) -> int:
+        """``/xet-bridge-us/<repo object id>/<xet hash>``: the LFS bridge, one URL serving the
+        whole file with ``Range`` (faults apply by the repo and the first path holding it)."""
+        with self.hub.lock:
+            found = next(((r.repo_id, p, e.data) for r in self.hub.repos.values() if repo_object_id(r.repo_id) == object_id
+                          for c in r.commits.values() for p, e in c.items() if e.lfs and e.xet_hash == xet), None)
+        if found is None:
+            self._send(404, b"not found", ctype="text/plain")
+            return 404
+        repo_id, rel, data = found
+        return self._serve_bytes(repo_id, rel, data, {"ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                                                      "Accept-Ranges": "bytes"})
 
     def _serve_bytes(self, repo_id: str, rel: str, data: bytes, headers: dict) -> int:
         start, end = 0, len(data) - 1

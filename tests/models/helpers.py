@@ -37,3 +37,10 @@ def all_text(*roots: Path) -> str:
             if p.is_file():
                 out.append(p.read_bytes().decode("utf-8", "replace"))
     return "\n".join(out)
+
+
+def bridge_path(hub_server, repo_id: str, path: str) -> str:
+    """The path of the LFS bridge URL the hub's ``resolve`` redirects ``path`` to (its bytes)."""
+    from tests.hub.server import repo_object_id, xet_hash
+
+    return f"/xet-bridge-us/{repo_object_id(repo_id)}/{xet_hash(repo_bytes(hub_server, repo_id, path))}"
