@@ -244,6 +244,27 @@ def test_hyperqwen_was_prepared_once_and_its_record_is_the_reference(deployed):
     assert status == {"model": "hyperqwen", "converged": True, "reasons": []}
 
 
+def test_the_weights_came_over_the_lfs_bridge_of_a_hub_that_advertises_xet_and_left_no_xet_cache(deployed):
+    """The sandbox hub advertises Xet for every weight file and has no CAS (tests/hub/server.py): a
+    fetch that took the Xet path would have failed the deploy. The agent's venv holds hf_xet
+    (huggingface-hub 2.4.0 requires it) but never ran it: nothing at its cache's place as root."""
+    import httpx2
+
+    host, _, _ = deployed
+    lock = json.loads((ROOT / "inventory/sandbox.lock.json").read_text())["models"]["strata"]
+    url = f"http://{hostctl.FIX_ADDR}:{hostctl.HUB_PORT}/{lock['source']['repo_id']}/resolve/{lock['commit']}/" \
+          f"{lock['files'][0]['path']}"
+    head = httpx2.head(url, headers={"Authorization": f"Bearer {TOKEN}"}, follow_redirects=False)
+    assert head.status_code == 302 and "xet-auth" in head.links and len(head.headers["x-xet-hash"]) == 64
+    assert host.run("ls /opt/rigkit/venv/lib/python3*/site-packages | grep -x hf_xet").stdout.strip() == "hf_xet"
+    where = host.run("/opt/rigkit/venv/bin/python -c "
+                     "'from huggingface_hub import constants; print(constants.HF_XET_CACHE)'").stdout.strip()
+    assert where.endswith("/.cache/huggingface/xet"), where  # HF_HOME unset: the user's cache folder
+    for place in sorted({where, "/root/.cache/huggingface/xet"}):
+        assert host.run(f"test ! -e {place}", check=False).returncode == 0, f"{place} exists"
+    assert host.run("test -s /srv/models/strata/strata-coder-Q4_K_M.gguf", check=False).returncode == 0
+
+
 def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deployed):
     host, _, _ = deployed
 

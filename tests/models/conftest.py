@@ -31,14 +31,21 @@ def hub_server(tmp_path_factory):
 @pytest.fixture
 def hub(hub_server, monkeypatch, tmp_path):
     """The running hub, reset (no faults, empty log, original commits); ``HF_ENDPOINT`` points at
-    it and huggingface-hub finds no token of the machine's own (``HF_HOME`` is empty)."""
+    it and huggingface-hub finds no token of the machine's own (``HF_HOME`` is empty).
+
+    The hub advertises Xet for every LFS file; at teardown no request of the test may have taken
+    the Xet path (the token route, the CAS): every fetch test runs on the LFS bridge, the rig's
+    path (notes/hub-xet.md). A test that takes it on purpose clears the log."""
     hub_server.hub.reset()
     monkeypatch.setenv("HF_ENDPOINT", hub_server.endpoint)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield hub_server
+    xet = [f"{r['method']} {r['path']}" for r in hub_server.hub.requests()
+           if r["role"] == "cas" or "/xet-read-token/" in r["path"]]
     hub_server.hub.reset()
+    assert xet == [], f"requests on the Xet path, not the rig's: {xet}"
 
 
 @pytest.fixture(scope="session")
