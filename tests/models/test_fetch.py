@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rigkit.host.fetch import fetch_model
 from rigkit.host.modelrecords import PARTIAL_DIR, FetchError, LockInputError, compare, load_record, record
@@ -110,6 +112,47 @@ def test_transfer_cut_midway_resumes_with_range(hub, lock, host, small_chunks):
     gets = [r for r in byte_requests(hub) if r["path"] == bridge_path(hub, repos.W4A16, SHARD1)]
     assert [g["range"] for g in gets] == [None, "bytes=196608-"]  # 3 whole 64 KiB chunks were written
     assert (target(host) / SHARD1).read_bytes() == repo_bytes(hub, repos.W4A16, SHARD1)
+
+
+@pytest.fixture
+def no_retry_pause(monkeypatch):
+    """``http_get`` sleeps 1 s before resuming a cut transfer (``time.sleep(1)``); the property
+    below cuts once per example, so its module's ``time`` skips that pause (nothing else of it)."""
+    from huggingface_hub import file_download
+
+    class _Time:
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def sleep(seconds):
+            pass
+
+    monkeypatch.setattr(file_download, "time", _Time())
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(min_value=1, max_value=535_583))
+def test_a_cut_anywhere_in_a_bridge_transfer_resumes_from_the_bytes_kept(hub, lock, small_chunks, no_retry_pause,
+                                                                         tmp_path_factory, cut):
+    """Whatever byte the connection to the LFS bridge is cut at, the file ends exact, and the
+    client asks again only from the last whole chunk it wrote (64 KiB here; ``http_get`` discards
+    a partial chunk): ``bytes=<kept>-``, or the whole file when none was kept."""
+    root = tmp_path_factory.mktemp("cut")
+    token_file = root / "hf.env"
+    token_file.write_text(f"HF_TOKEN={TOKEN}\n")
+    host = {"models_root": root / "models", "state_dir": root / "state", "token_file": token_file}
+    hub.hub.reset()
+    hub.hub.fault(repos.STRATA, "strata-coder-Q4_K_M.gguf", "cut", after=cut, times=1)
+    res = fetch(lock, "strata", host, hub)
+    data = repo_bytes(hub, repos.STRATA, "strata-coder-Q4_K_M.gguf")
+    assert res.fetched == ["strata-coder-Q4_K_M.gguf"] and res.bytes_downloaded == len(data)
+    assert (target(host, "strata") / "strata-coder-Q4_K_M.gguf").read_bytes() == data
+    kept = cut - cut % 65536
+    gets = [r for r in byte_requests(hub) if r["path"] == bridge_path(hub, repos.STRATA, "strata-coder-Q4_K_M.gguf")]
+    assert [(g["range"], g["status"]) for g in gets] == [(None, -2), (f"bytes={kept}-" if kept else None,
+                                                                        206 if kept else 200)]
 
 
 def test_partial_from_a_killed_run_is_resumed(hub, lock, host):
