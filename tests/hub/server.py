@@ -53,8 +53,8 @@ Test controls (Python methods on :class:`Hub`, or ``POST /_control/<name>`` with
 ``stall`` — send ``after`` bytes then hang until ``release``; ``corrupt`` — flip one byte; for
 the next ``times`` GETs of that file's bytes), ``release``, ``remove`` (the file disappears
 from every commit, as after a history rewrite), ``push`` (a new commit on ``main``), ``reset``;
-``GET /_control/log`` lists requests (method, path, role: hub/cdn/cas, range, status, auth:
-none/ok/bad — never the token).
+``GET /_control/log`` lists requests (method, path, role: hub/cdn/cas, range, status, auth: on
+the hub none/ok/bad, on the CDN none/sent — never the token).
 
 Run: ``python -m tests.hub.server --root DIR --port 0 [--cdn-port 0] [--token-file F]``; it
 prints ``HF_ENDPOINT=http://HOST:PORT`` on its first line. Binds 127.0.0.1 unless ``--host``.
@@ -298,10 +298,11 @@ class Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path = url.path
         query = parse_qs(url.query)
-        auth = "cdn" if self.role == "cdn" else self._auth()
+        # the CDN checks no token; it records whether one was sent (the client must drop it there)
+        auth = self._auth() if self.role == "hub" else ("sent" if self.headers.get("Authorization") else "none")
         status = 500
         try:
-            if auth == "cdn" and _cas_path(path):
+            if self.role == "cdn" and _cas_path(path):
                 status = 404  # no CAS in the sandbox (module doc): seen in the log, then refused
                 self._send(404, b'{"error": "no Xet CAS here: the sandbox hub serves the LFS bridge only"}')
             elif self.role == "cdn":

@@ -58,7 +58,7 @@ def test_fetch_places_exactly_the_locked_files_verified(hub, lock, host):
     assert rec["files"][SHARD1]["size"] == st.st_size and rec["files"][SHARD1]["mtime_ns"] == st.st_mtime_ns
     # The token went to the hub, never to the CDN origin.
     assert {r["auth"] for r in hub.hub.requests() if r["role"] == "hub"} == {"ok"}
-    assert {r["auth"] for r in hub.hub.requests() if r["role"] == "cdn"} == {"cdn"}
+    assert {r["auth"] for r in hub.hub.requests() if r["role"] == "cdn"} == {"none"}
 
 
 def test_second_run_downloads_nothing_and_asks_nothing(hub, lock, host):

@@ -147,7 +147,8 @@ def test_the_agent_fetch_takes_the_lfs_bridge_from_a_hub_that_advertises_xet(hub
                                                         "hf_xet_loaded": False}
     assert (host["models_root"] / "strata" / STRATA_FILE).read_bytes() == repo_bytes(hub, repos.STRATA, STRATA_FILE)
     log = hub.hub.requests()
-    assert [(r["method"], r["role"], r["status"]) for r in log] == [("HEAD", "hub", 302), ("GET", "cdn", 200)]
+    assert [(r["method"], r["role"], r["status"], r["auth"]) for r in log] == [("HEAD", "hub", 302, "ok"),
+                                                                               ("GET", "cdn", 200, "none")]
     assert log[1]["path"] == bridge_path(hub, repos.STRATA, STRATA_FILE)  # the bridge's one URL, whole file
     assert _xet_requests(hub) == [] and _xet_footprint(home) == []
     # and the console script itself, as pyinfra runs it: the same path
