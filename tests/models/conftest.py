@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:
 
 from tests.hub.server import HubServer  # noqa: E402
 
-from .helpers import TOKEN, model_sources  # noqa: E402
+from .helpers import TOKEN, model_sources, xet_requests  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +42,7 @@ def hub(hub_server, monkeypatch, tmp_path):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     yield hub_server
-    xet = [f"{r['method']} {r['path']}" for r in hub_server.hub.requests()
-           if r["role"] == "cas" or "/xet-read-token/" in r["path"]]
+    xet = [f"{r['method']} {r['path']}" for r in xet_requests(hub_server)]
     hub_server.hub.reset()
     assert xet == [], f"requests on the Xet path, not the rig's: {xet}"
 

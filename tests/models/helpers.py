@@ -44,3 +44,8 @@ def bridge_path(hub_server, repo_id: str, path: str) -> str:
     from tests.hub.server import repo_object_id, xet_hash
 
     return f"/xet-bridge-us/{repo_object_id(repo_id)}/{xet_hash(repo_bytes(hub_server, repo_id, path))}"
+
+
+def xet_requests(hub_server) -> list[dict]:
+    """Logged requests only the Xet path makes: the token route and anything sent to the CAS."""
+    return [r for r in hub_server.hub.requests() if r["role"] == "cas" or "/xet-read-token/" in r["path"]]

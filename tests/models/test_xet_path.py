@@ -31,7 +31,7 @@ from rigkit.spec.modellock import LockError, LockFormatError, load_lock, lock_hu
 from tests.hub import repos
 from tests.hub.server import xet_hash
 
-from .helpers import TOKEN, bridge_path, repo_bytes
+from .helpers import TOKEN, bridge_path, repo_bytes, xet_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATA_FILE = "strata-coder-Q4_K_M.gguf"
@@ -63,11 +63,6 @@ def _xet_footprint(home: Path) -> list[str]:
     """Whatever hf_xet left under ``home`` (its cache and logs: ``$HF_HOME/xet``, else
     ``~/.cache/huggingface/xet``; the place hf_xet 1.8.0 names in its ``HF_XET_CACHE`` lookup)."""
     return sorted(str(p.relative_to(home)) for p in home.rglob("*") if "xet" in p.relative_to(home).parts)
-
-
-def _xet_requests(hub) -> list[dict]:
-    """Requests only the Xet path makes: the token route and anything sent to the CAS."""
-    return [r for r in hub.hub.requests() if r["role"] == "cas" or "/xet-read-token/" in r["path"]]
 
 
 def test_every_lfs_file_resolves_as_the_hub_answers_for_a_xet_backed_file(hub, lock):
@@ -150,7 +145,7 @@ def test_the_agent_fetch_takes_the_lfs_bridge_from_a_hub_that_advertises_xet(hub
     assert [(r["method"], r["role"], r["status"], r["auth"]) for r in log] == [("HEAD", "hub", 302, "ok"),
                                                                                ("GET", "cdn", 200, "none")]
     assert log[1]["path"] == bridge_path(hub, repos.STRATA, STRATA_FILE)  # the bridge's one URL, whole file
-    assert _xet_requests(hub) == [] and _xet_footprint(home) == []
+    assert xet_requests(hub) == [] and _xet_footprint(home) == []
     # and the console script itself, as pyinfra runs it: the same path
     hub.hub.log.clear()
     (host["models_root"] / "strata" / STRATA_FILE).unlink()
@@ -185,7 +180,7 @@ def test_huggingface_hubs_own_download_takes_xet_unless_the_agents_switch_is_set
     proc = subprocess.run([sys.executable, "-c", _HF_HUB_DOWNLOAD, repos.STRATA, STRATA_FILE, TOKEN, hub.endpoint],
                           env=env, capture_output=True, text=True, timeout=120)
     out = json.loads(proc.stdout.splitlines()[-1])
-    xet, bridge = _xet_requests(hub), [r for r in hub.hub.requests() if r["role"] == "cdn"]
+    xet, bridge = xet_requests(hub), [r for r in hub.hub.requests() if r["role"] == "cdn"]
     if switch == "agent":
         assert out == {"ok": True, "size": len(repo_bytes(hub, repos.STRATA, STRATA_FILE))}
         assert xet == [] and [r["path"] for r in bridge] == [bridge_path(hub, repos.STRATA, STRATA_FILE)]
