@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 from rigkit import paths
-from rigkit.spec import llama_swap_schema
+from rigkit.spec import llama_swap_load, llama_swap_schema
 from rigkit.cache import ArtefactUnavailable, cache_dir, fetch_pinned
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
@@ -170,8 +170,11 @@ def schema_file(spec: RigSpec, cache: Path | None = None) -> Path:
 
 
 def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None) -> list[CheckResult]:
-    """Both llama-swap configs: YAML, upstream's schema (draft-07) and the strict model."""
-    import jsonschema
+    """Both llama-swap configs as llama-swap 250 loads them (:func:`rigkit.spec.llama_swap_load.judge`, with the
+    environment ``llama-swap.service`` gives it): YAML without duplicate keys, macros expanded as upstream
+    expands them, upstream's schema (draft-07) and the strict model on the expanded config. A clamp
+    llama-swap applies is a ``pass`` whose detail names the value it will use."""
+    from rigkit.render.files import llama_swap_environment
 
     targets = [p for p in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED) if p in files]
     validator = f"llama-swap {spec.llama_swap.version} schema"
@@ -182,18 +185,20 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
         schema = None
         if targets:
             results.append(CheckResult(validator, ", ".join(targets), "error", schema_unavailable(spec, exc, cache)))
+    environ = llama_swap_environment(spec)
     for path in targets:
-        try:
-            data = yaml.load(files[path].text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: linear and fast
-        except yaml.YAMLError as exc:
-            results.append(CheckResult("YAML", path, "fail", str(exc)))
+        verdict = llama_swap_load.judge(files[path].text, environ)
+        if verdict.data is None:
+            results.append(CheckResult("YAML", path, "fail", "\n".join(verdict.problems)))
             continue
         if schema is not None:
-            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
-            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {_shorten(e.message)}" for e in errors)
-            results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
-        problems = llama_swap_schema.strict_problems(data) + llama_swap_schema.env_macro_problems(data)
-        results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
+            # what the schema flags in a config llama-swap loads is a warning (judge's docstring)
+            errors = llama_swap_schema.schema_problems(verdict.data, schema)
+            refused = bool(errors) and not verdict.ok
+            results.append(CheckResult(validator, path, "fail" if refused else "pass",
+                                       "\n".join(errors if refused else [f"warning: {e}" for e in errors])))
+        results.append(CheckResult("llama-swap loader and strict model", path, "fail" if verdict.problems else "pass",
+                                   "\n".join(verdict.problems + [f"warning: {w}" for w in verdict.warnings])))
     return results
 
 

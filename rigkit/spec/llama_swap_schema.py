@@ -9,63 +9,128 @@ from upstream's ``config-schema.json`` at v250 (commit ``f94c94ac``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+#: Values a Go ``int`` holds (int64 on the rig's amd64).
+GO_INT = (-2**63, 2**63 - 1)
+
+
+def _go_int(value: Any) -> Any:
+    """A YAML value decoded into a Go ``int`` the way ``gopkg.in/yaml.v3`` decodes it: an integer within
+    int64, a float truncated toward zero (a fractional one is a warning of :func:`loader_problems`), null
+    as 0; a string or a bool is refused (``cannot unmarshal !!str into int``)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"cannot unmarshal {value!r} into a Go int: a whole number is needed")
+    if isinstance(value, float):
+        if value != value or not GO_INT[0] <= value < 2.0**63:
+            raise ValueError(f"{value!r} does not fit a Go int (64-bit)")
+        return int(value)
+    if not GO_INT[0] <= value <= GO_INT[1]:
+        raise ValueError(f"{value!r} does not fit a Go int (64-bit: {GO_INT[0]}..{GO_INT[1]})")
+    return value
+
+
+def _go_str(value: Any) -> Any:
+    """A YAML value decoded into a Go ``string``: yaml.v3 takes any scalar's text; a list or a mapping is
+    refused."""
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        raise ValueError("cannot unmarshal a list or a mapping into a string")
+    return value if isinstance(value, str) else str(value)
+
+
+def _go_bool(value: Any) -> Any:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"cannot unmarshal {value!r} into a Go bool: true or false")
+    return value
+
+
+def _go_list(value: Any) -> Any:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("cannot unmarshal a scalar or a mapping into a list")
+    return value
+
+
+def _go_map(value: Any) -> Any:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("cannot unmarshal a scalar or a list into a mapping")
+    return value
+
+
+GoInt = Annotated[int, BeforeValidator(_go_int)]
+GoStr = Annotated[str, BeforeValidator(_go_str)]
+GoBool = Annotated[bool, BeforeValidator(_go_bool)]
+GoStrList = Annotated[list[GoStr], BeforeValidator(_go_list)]
+GoMap = Annotated[dict[str, Any], BeforeValidator(_go_map)]
+
+
 class Group(_Strict):
     """``routing.router.settings.groups.<name>`` (or legacy top-level ``groups``)."""
 
-    swap: bool = True
-    exclusive: bool = True
-    persistent: bool = False
-    members: list[str]
+    swap: GoBool = True
+    exclusive: GoBool = True
+    persistent: GoBool = False
+    members: GoStrList = Field(default_factory=list)
 
 
 class Timeouts(_Strict):
     """``models.<id>.timeouts`` (seconds, 0 = none): the member's reverse-proxy transport
     (internal/config/model_config.go:59-68, defaults :141-147; used in internal/process/process_command.go:419-433)."""
 
-    connect: int | None = None
-    keepalive: int | None = None
-    responseHeader: int | None = None
-    tlsHandshake: int | None = None
-    expectContinue: int | None = None
-    idleConn: int | None = None
+    connect: GoInt | None = None
+    keepalive: GoInt | None = None
+    responseHeader: GoInt | None = None
+    tlsHandshake: GoInt | None = None
+    expectContinue: GoInt | None = None
+    idleConn: GoInt | None = None
 
 
 class Model(_Strict):
-    """``models.<id>``: one member."""
+    """``models.<id>``: one member (model_config.go:77-121)."""
 
-    macros: dict[str, Any] | None = None
-    cmd: str
-    cmdStop: str | None = None
-    name: str | None = None
-    description: str | None = None
-    env: list[str] | None = None
-    proxy: str | None = None
-    aliases: list[str] | None = None
-    checkEndpoint: str | None = None
-    ttl: int | None = None
-    unloadTimeout: int | None = None
-    useModelName: str | None = None
-    filters: dict[str, Any] | None = None
-    metadata: dict[str, Any] | None = None
-    concurrencyLimit: int | None = None
-    sendLoadingState: bool | None = None
-    unlisted: bool | None = None
+    macros: GoMap | None = None
+    cmd: GoStr
+    cmdStop: GoStr | None = None
+    name: GoStr | None = None
+    description: GoStr | None = None
+    env: GoStrList | None = None
+    proxy: GoStr | None = None
+    aliases: GoStrList | None = None
+    checkEndpoint: GoStr | None = None
+    ttl: GoInt | None = None
+    unloadTimeout: GoInt | None = None
+    useModelName: GoStr | None = None
+    filters: GoMap | None = None
+    metadata: GoMap | None = None
+    concurrencyLimit: GoInt | None = None
+    sendLoadingState: GoBool | None = None
+    unlisted: GoBool | None = None
     timeouts: Timeouts | None = None
-    compat: dict[str, Any] | None = None
-    capabilities: dict[str, Any] | None = None
+    compat: GoMap | None = None
+    capabilities: GoMap | None = None
 
 
 class OnStartup(_Strict):
-    preload: list[str] = Field(default_factory=list)
+    preload: GoStrList = Field(default_factory=list)
 
 
 class Hooks(_Strict):
@@ -74,98 +139,266 @@ class Hooks(_Strict):
 
 class RouterSettings(_Strict):
     groups: dict[str, Group] | None = None
-    matrix: dict[str, Any] | None = None
+    matrix: GoMap | None = None
 
 
 class Router(_Strict):
-    use: str | None = None
+    use: GoStr | None = None
     settings: RouterSettings | None = None
 
 
 class Routing(_Strict):
     router: Router | None = None
-    scheduler: dict[str, Any] | None = None
+    scheduler: GoMap | None = None
 
 
 class Config(_Strict):
-    """The whole file (v250)."""
+    """The whole file (v250, config.go:137-190). ``models`` may be absent: llama-swap then loads with
+    none (a config of peers alone)."""
 
-    healthCheckTimeout: int | None = None
-    globalTTL: int | None = None
-    unloadTimeout: int | None = None
-    logLevel: str | None = None
-    logTimeFormat: str | None = None
-    metricsMaxInMemory: int | None = None
-    captureBuffer: int | None = None
-    store: dict[str, Any] | None = None
-    ui: dict[str, Any] | None = None
-    performance: dict[str, Any] | None = None
-    startPort: int | None = None
-    sendLoadingState: bool | None = None
-    includeAliasesInList: bool | None = None
-    macros: dict[str, Any] | None = None
-    profiles: dict[str, Any] | None = None
-    selectors: dict[str, Any] | None = None
-    models: dict[str, Model]
+    healthCheckTimeout: GoInt | None = None
+    logRequests: GoBool | None = None
+    globalTTL: GoInt | None = None
+    unloadTimeout: GoInt | None = None
+    logLevel: GoStr | None = None
+    logTimeFormat: GoStr | None = None
+    metricsMaxInMemory: GoInt | None = None
+    captureBuffer: GoInt | None = None
+    store: GoMap | None = None
+    ui: GoMap | None = None
+    performance: GoMap | None = None
+    startPort: GoInt | None = None
+    sendLoadingState: GoBool | None = None
+    includeAliasesInList: GoBool | None = None
+    macros: GoMap | None = None
+    profiles: GoMap | None = None
+    selectors: GoMap | None = None
+    models: dict[str, Model] | None = None
     groups: dict[str, Group] | None = None
-    matrix: dict[str, Any] | None = None
+    matrix: GoMap | None = None
     hooks: Hooks | None = None
-    logToStdout: str | None = None
-    apiKeys: list[str] | None = None
-    peers: dict[str, Any] | None = None
-    upstream: dict[str, Any] | None = None
+    logToStdout: GoStr | None = None
+    apiKeys: GoStrList | None = None
+    peers: GoMap | None = None
+    upstream: GoMap | None = None
     routing: Routing | None = None
 
 
-RESERVED_MACROS = ("PID", "PORT", "MODEL_ID")  # internal/config/macros.go:52-54
+#: The top-level keys llama-swap decodes (config.go's yaml tags).
+TOP_LEVEL_KEYS = frozenset(Config.model_fields)
 
 
 def strict_problems(data: Any) -> list[str]:
     """Problems of a parsed llama-swap config against the strict model, one line each
-    (``"models.strata.cmd_stop: unknown key (llama-swap ignores it silently)"``); empty when clean.
-    Besides unknown keys, two of v250's load errors that the schema cannot express: a macro named
-    ``PID``/``PORT``/``MODEL_ID`` (reserved, macros.go:52-54) and the legacy top-level ``groups``/``matrix``
-    beside ``routing.router`` (load.go:189-198)."""
-    out = _load_problems(data) if isinstance(data, dict) else []
+    (``"models.strata.cmd_stop: unknown key (llama-swap ignores it silently)"``); empty when clean:
+    unknown keys (rigkit's own rule: llama-swap ignores them) and values llama-swap's YAML library
+    cannot decode into its types (a string for an int, a number beyond 64 bits, a scalar for a list)."""
     try:
         Config.model_validate(data)
     except ValidationError as exc:
         out = []
         for err in exc.errors(include_url=False):
-            loc = ".".join(str(p) for p in err["loc"])
+            loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
             if err["type"] == "extra_forbidden":
                 out.append(f"{loc}: unknown key (llama-swap ignores it silently)")
             else:
-                out.append(f"{loc}: {err['msg']}")
-    return out
-
-
-def _load_problems(data: dict) -> list[str]:
-    out = []
-    scopes = [("macros", data.get("macros"))] + [
-        (f"models.{mid}.macros", m.get("macros")) for mid, m in (data.get("models") or {}).items() if isinstance(m, dict)]
-    for where, macros in scopes:
-        for name in (macros or {}) if isinstance(macros, dict) else ():
-            if name in RESERVED_MACROS:
-                out.append(f"{where}.{name}: macro name '{name}' is reserved (llama-swap refuses the config)")
-    router = ((data.get("routing") or {}).get("router") or {}) if isinstance(data.get("routing"), dict) else {}
-    settings = router.get("settings") or {} if isinstance(router, dict) else {}
-    has_routing = bool(router.get("use") or settings.get("matrix") is not None or settings.get("groups"))
-    if (data.get("matrix") is not None or data.get("groups")) and has_routing:
-        out.append("groups: the legacy top-level 'groups'/'matrix' and 'routing.router' cannot both be used "
-                   "(llama-swap refuses the config)")
-    return out
-
-
-def env_macro_problems(data: Any, where: str = "") -> list[str]:
-    """``${env.VAR}`` in any value of a config rigkit renders: llama-swap substitutes them at load and
-    fails the load when VAR is unset (internal/config/macros.go:452-486), and ``llama-swap.service`` gives
-    it no environment of rigkit's, so such a value would only ever fail an activation."""
-    if isinstance(data, dict):
-        return [p for k, v in data.items() for p in env_macro_problems(v, f"{where}.{k}" if where else str(k))]
-    if isinstance(data, list):
-        return [p for i, v in enumerate(data) for p in env_macro_problems(v, f"{where}[{i}]")]
-    if isinstance(data, str) and "${env." in data:
-        return [f"{where}: {data!r} uses an ${{env.…}} macro: llama-swap fails its load when the variable is unset, "
-                "and its unit sets none"]
+                out.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+        return out
     return []
+
+
+_DURATION_RE = re.compile(r"([0-9]*(?:\.[0-9]*)?)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_NS = {"ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
+                "h": 3600 * 10**9}
+
+
+def go_duration_ns(text: str) -> int:
+    """Go's ``time.ParseDuration`` (``"5s"``, ``"1m30s"``, ``"0"``) in ns; raises ValueError as Go does."""
+    s = text
+    sign = -1 if s[:1] == "-" else 1
+    s = s[1:] if s[:1] in "+-" else s
+    if s == "0":
+        return 0
+    if not s:
+        raise ValueError(f"time: invalid duration {text!r}")
+    total, pos = 0.0, 0
+    while pos < len(s):
+        m = _DURATION_RE.match(s, pos)
+        if not m or m.group(1) in ("", "."):
+            raise ValueError(f"time: invalid duration {text!r}")
+        total += float(m.group(1)) * _DURATION_NS[m.group(2)]
+        pos = m.end()
+    if total > 2**63 - 1:
+        raise ValueError(f"time: invalid duration {text!r}")
+    return sign * int(total)
+
+
+_MODALITIES = ("text", "audio", "image")  # validModalities, model_config.go:18-22
+
+
+def _real_name(name: str, models: dict, aliases: dict) -> bool:
+    return name in models or name in aliases
+
+
+def loader_problems(data: dict) -> tuple[list[str], list[str]]:
+    """The load rules of llama-swap v250 on an expanded config (:func:`rigkit.spec.llama_swap_load.expand_macros`),
+    after the strict model: ``(problems, warnings)``. Problems are what ``LoadConfigFromReader``
+    (load.go:14-290) and the routers ``server.New`` builds (router/group.go:15-60) refuse, in upstream's
+    words; warnings are values llama-swap changes without a word (a clamp, a truncated fraction), each
+    naming the value it will use."""
+    problems = strict_problems(data)
+    if problems:
+        return problems, []
+    warnings: list[str] = []
+    _truncated(data, warnings)
+    hct = data.get("healthCheckTimeout")
+    if hct is not None and int(hct) < 15:
+        warnings.append(f"healthCheckTimeout: {hct!r} — llama-swap raises it to 15 (load.go:63-65: any value "
+                        "below 15 s becomes 15)")
+    perf = data.get("performance") or {}
+    every = perf.get("every")
+    if every is not None:
+        try:
+            if not isinstance(every, str):
+                raise ValueError(f"cannot unmarshal {every!r} into a duration: write it as 5s, 1m, …")
+            ns = go_duration_ns(every)
+        except ValueError as exc:
+            return [f"performance.every: {exc}"], warnings
+        if ns != 0 and ns < 5 * 10**9:
+            return [f"performance: every must be at least 5s, got {every}"], warnings
+    if "store" in data and data["store"] is not None and not str(data["store"].get("path") or "").strip():
+        problems.append("store.path must not be empty")  # load_posix.go:15 (the rest is the host's filesystem)
+    for key, low in (("globalTTL", 0), ("unloadTimeout", 0)):
+        if data.get(key) is not None and int(data[key]) < low:
+            problems.append(f"{key} must be >= 0")
+    lts = data.get("logToStdout")
+    if lts not in (None, "proxy", "upstream", "both", "none"):
+        problems.append("logToStdout must be one of: proxy, upstream, both, none")
+    models = {str(k): v for k, v in (data.get("models") or {}).items()}
+    aliases: dict[str, str] = {}
+    for mid, m in models.items():
+        for alias in m.get("aliases") or []:
+            if alias in aliases:
+                problems.append(f"duplicate alias {alias} found in model: {mid}")
+            aliases[str(alias)] = mid
+    for mid in sorted(models):
+        m = models[mid]
+        ttl = m.get("ttl")
+        if ttl is not None and int(ttl) < -1:
+            problems.append(f"model {mid}: invalid TTL value {int(ttl)}")
+        if m.get("unloadTimeout") is not None and int(m["unloadTimeout"]) < 0:
+            problems.append(f"model {mid}: invalid unloadTimeout value {int(m['unloadTimeout'])}")
+        caps = m.get("capabilities") or {}
+        for side in ("in", "out"):
+            for mod in caps.get(side) or [] if isinstance(caps.get(side), list) else []:
+                if mod not in _MODALITIES:
+                    problems.append(f'model {mid}: capabilities.{side}: invalid modality "{mod}", must be one of: '
+                                    "text, audio, image")
+        if isinstance(caps.get("context"), int) and caps["context"] < 0:
+            problems.append(f"model {mid}: capabilities.context: must be >= 0")
+        params = (m.get("filters") or {}).get("setParamsByID") or {}
+        for key in params if isinstance(params, dict) else ():
+            if key == mid:
+                continue
+            if key in models:
+                problems.append(f"model {mid} filters.setParamsByID: key '{key}' conflicts with an existing model ID")
+            elif aliases.get(key, mid) != mid:
+                problems.append(f"duplicate alias '{key}' in model {mid} filters.setParamsByID, already used by "
+                                f"model {aliases[key]}")
+            else:
+                aliases[key] = mid
+        if mid == "comfyui_auto" and int(m.get("concurrencyLimit") or 0) < 50:
+            warnings.append(f"models.{mid}.concurrencyLimit: {m.get('concurrencyLimit')!r} — llama-swap raises it "
+                            "to 50 for comfyui_auto (load.go:133-137)")
+    problems += _routing_problems(data, models, aliases)
+    for i, key in enumerate(data.get("apiKeys") or []):
+        if key == "":
+            problems.append("empty api key found in apiKeys")
+        elif " " in key:
+            problems.append(f"apiKeys[{i}]: api key cannot contain spaces")
+    return problems, warnings
+
+
+def _int_fields(model: type[BaseModel]) -> list[str]:
+    return [n for n, f in model.model_fields.items() if any(getattr(m, "func", None) is _go_int for m in f.metadata)
+            or "_go_int" in repr(f.annotation)]
+
+
+def _truncated(data: dict, warnings: list[str]) -> None:
+    """A fractional number where llama-swap holds a Go int: it keeps the whole part (a warning)."""
+    found = [(k, data.get(k)) for k in _int_fields(Config)]
+    for mid, m in (data.get("models") or {}).items():
+        found += [(f"models.{mid}.{k}", m.get(k)) for k in _int_fields(Model)]
+        found += [(f"models.{mid}.timeouts.{k}", (m.get("timeouts") or {}).get(k)) for k in _int_fields(Timeouts)]
+    for path, v in found:
+        if isinstance(v, float) and v != int(v):
+            warnings.append(f"{path}: {v!r} — llama-swap keeps the whole part, {int(v)} (a Go int)")
+
+
+def _routing_problems(data: dict, models: dict, aliases: dict) -> list[str]:
+    """The routing rules of load.go:186-267 and the group router (router/group.go:15-45)."""
+    out: list[str] = []
+    router = ((data.get("routing") or {}).get("router") or {})
+    settings = router.get("settings") or {}
+    legacy = data.get("matrix") is not None or bool(data.get("groups"))
+    new = bool(router.get("use")) or settings.get("matrix") is not None or bool(settings.get("groups"))
+    if legacy and new:
+        return ["config uses both the legacy top-level 'matrix'/'groups' keys and the new 'routing.router' block; "
+                "please migrate the top-level keys into 'routing.router' and remove them"]
+    groups, matrix = data.get("groups") or {}, data.get("matrix")
+    if not legacy:
+        use = router.get("use") or ""
+        if use == "matrix":
+            if settings.get("matrix") is None:
+                return ["routing.router.use is 'matrix' but routing.router.settings.matrix is not set"]
+            matrix = settings["matrix"]
+        elif use in ("group", ""):
+            groups = settings.get("groups") or {}
+        else:
+            return [f'routing.router.use: unknown router "{use}" (valid: group, matrix)']
+    if matrix is not None and groups:
+        return ["config cannot use both 'groups' and 'matrix'"]
+    if matrix is None:
+        usage: dict[str, str] = {}
+        for gid, g in groups.items():
+            seen = set()
+            for member in g.get("members") or []:
+                if member in seen:
+                    out.append(f"duplicate model member {member} found in group: {gid}")
+                seen.add(member)
+                if member in usage:
+                    out.append(f"model member {member} is used in multiple groups: {usage[member]} and {gid}")
+                usage[member] = gid
+        if not out:
+            for gid, g in groups.items():
+                for member in g.get("members") or []:
+                    if not _real_name(member, models, aliases):
+                        out.append(f'creating group router: no model config for "{member}"')
+    scheduler = (data.get("routing") or {}).get("scheduler") or {}
+    use = scheduler.get("use") or "fifo"
+    if use != "fifo":
+        out.append(f'routing.scheduler.use: unknown scheduler "{use}" (valid: fifo)')
+    prio = ((scheduler.get("settings") or {}).get("fifo") or {}).get("priority") or {}
+    for mid in prio if isinstance(prio, dict) else ():
+        if not _real_name(str(mid), models, aliases):
+            out.append(f'routing.scheduler.settings.fifo.priority references unknown model "{mid}"')
+    return out
+
+
+def schema_problems(data: Any, schema: dict) -> list[str]:
+    """Upstream's ``config-schema.json`` (draft-07) on an expanded config, one line per error, the value
+    shortened to 300 characters. Left out: ``healthCheckTimeout``'s ``minimum`` (the loader clamps it:
+    :func:`loader_problems` warns, naming the value it uses) and ``required: models`` (the loader loads a
+    config without models)."""
+    import jsonschema
+
+    out = []
+    for e in sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(map(str, e.path))):
+        path = ".".join(map(str, e.path))
+        if path == "healthCheckTimeout" and e.validator == "minimum":
+            continue
+        if not path and e.validator == "required" and e.validator_value == ["models"]:
+            continue
+        message = e.message if len(e.message) <= 300 else f"{e.message[:300]}… ({len(e.message) - 300} more characters)"
+        out.append(f"{path or '(root)'}: {message} (llama-swap's schema)")
+    return out

@@ -1,0 +1,221 @@
+"""rigkit's llama-swap checks agree with llama-swap 250's own loader (issue #38; DESIGN.md "Read through the
+owner": a config rigkit renders for llama-swap is judged as llama-swap judges it).
+
+The oracle is upstream's loader itself (``tests/harness/llama_swap_oracle/main.go`` compiled inside the
+vendored v250 tree: ``LoadConfigSources`` and the routers ``server.New`` builds), one process for every
+config, run with the environment ``llama-swap.service`` gives llama-swap. rigkit's verdict is
+:func:`rigkit.spec.llama_swap_load.judge` with upstream's schema — what ``rigkit check`` runs.
+
+- upstream's own test configs (the YAML string literals of ``internal/config/*_test.go``, extracted with
+  go/ast by the oracle) and its ``config.example.yaml``: the same verdict, except the rows of
+  :data:`EXCEPTIONS` (rigkit stricter on purpose) and of :data:`NOT_JUDGED` (blocks rigkit never renders
+  and does not judge yet) — each row a test;
+- configs generated from the spec's member fields (commands, env, names, macros, groups in the legacy and
+  the ``routing`` form, numbers at their bounds): no disagreement at all;
+- no input makes the checker raise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from rigkit.render.files import llama_swap_environment
+from rigkit.spec.llama_swap_load import judge
+from rigkit.spec.validate import spec_from_layers
+
+from .llama_swap_oracle import ROOT, Oracle, oracle_dir
+
+pytestmark = pytest.mark.slow
+
+#: Upstream's schema: the copy the suite points ``rigkit check`` at (tests/conftest.py ``SCHEMA_COPY``).
+SCHEMA_COPY = Path(os.environ.get("RIGKIT_SHARED", ROOT.parent / "shared")) / "data" / "llama-swap" / "config-schema.json"
+SCHEMA = json.loads(SCHEMA_COPY.read_text()) if SCHEMA_COPY.is_file() else None
+ENV = llama_swap_environment(spec_from_layers([]))
+
+#: Where rigkit refuses on purpose what llama-swap loads: config (``file:line`` of the literal in upstream's
+#: tree at v250) → (rigkit's problem, fragment; why it matters on the rig).
+EXCEPTIONS = {
+    "macro_test.go:74": ("defs: unknown key", "an unknown top-level key (here a holder of YAML anchors) is "
+                         "ignored by llama-swap without a word: on the rig a misspelt key silently changes nothing"),
+    "model_config_anchor_test.go:11": ("defs: unknown key", "the same: an unknown top-level key"),
+    "model_config_anchor_test.go:49": ("defs: unknown key", "the same: an unknown top-level key"),
+    "config_test.go:99": ("", "store.path must be a writable directory on the host that runs llama-swap: the "
+                          "oracle judges this machine's filesystem, rigkit judges the file (the deploy creates "
+                          "the rig's directories)"),
+}
+
+#: Blocks of llama-swap's config that rigkit never renders (the spec has no field for them) and whose
+#: cross-references its checker does not judge yet: upstream refuses these, rigkit passes them. Each row a
+#: test, so a port of the rule turns it into an agreement.
+NOT_JUDGED = {
+    "config_test.go:1716": "matrix vars", "config_test.go:1732": "matrix vars",
+    "peer_test.go:331": "peer model names",
+    **{f"profile_test.go:{n}": "profiles" for n in (88, 95, 103, 126)},
+    **{f"selectors_test.go:{n}": "selectors" for n in (59, 69, 78, 88, 97, 107, 120, 130, 140, 150, 160, 172, 182, 192,
+                                                       288, 327, 328, 395)},
+    "upstream_test.go:78": "upstream.ignorePaths regular expressions",
+}
+
+
+@pytest.fixture(scope="module")
+def oracle(tmp_path_factory):
+    o = Oracle(oracle_dir(), ENV, tmp_path_factory.mktemp("oracle"))
+    yield o
+    o.close()
+
+
+def upstream_configs() -> dict[str, str]:
+    """``file:line`` → text of every config of upstream's tests (first literal of each text) and its example."""
+    folder = oracle_dir()
+    out: dict[str, str] = {}
+    for lit in json.loads((folder / "upstream-configs.json").read_text()):
+        if lit["text"] not in out.values():
+            out[f"{lit['file']}:{lit['line']}"] = lit["text"]
+    out["config.example.yaml"] = (folder / "config.example.yaml").read_text()
+    return out
+
+
+def rigkit_verdict(text: str):
+    return judge(text, ENV, SCHEMA)
+
+
+def test_the_schema_is_the_shared_copy():
+    assert SCHEMA is not None, "../shared/data/llama-swap/config-schema.json is missing"
+
+
+def test_every_upstream_config_gets_the_same_verdict_but_the_listed_rows(oracle, record_property):
+    configs = upstream_configs()
+    agree, crashes, differ = 0, [], {}
+    for where, text in configs.items():
+        up = oracle.verdict(text)
+        try:
+            ours = rigkit_verdict(text)
+        except Exception as exc:  # noqa: BLE001 - a crash is counted, then fails the test
+            crashes.append(f"{where}: {exc!r}")
+            continue
+        if up["ok"] == ours.ok:
+            agree += 1
+        else:
+            differ[where] = (up.get("error"), ours.problems)
+    counts = {"configs": len(configs), "agree": agree, "exceptions": len(EXCEPTIONS), "not_judged": len(NOT_JUDGED),
+              "crashes": len(crashes)}
+    record_property("counts", counts)
+    print(f"\ndifferential: {counts}")
+    assert not crashes
+    assert sorted(differ) == sorted({**EXCEPTIONS, **NOT_JUDGED}), differ
+    assert agree == len(configs) - len(EXCEPTIONS) - len(NOT_JUDGED)
+    assert len(configs) >= 200
+
+
+@pytest.mark.parametrize("where", sorted(EXCEPTIONS))
+def test_an_exception_is_rigkit_refusing_what_llama_swap_loads(oracle, where):
+    text = upstream_configs()[where]
+    fragment, reason = EXCEPTIONS[where]
+    assert reason
+    ours = rigkit_verdict(text)
+    if where == "config_test.go:99":  # the host's filesystem: llama-swap refuses, rigkit judges the file
+        assert oracle.verdict(text)["error"].startswith("store.path: directory /no/such/dir is not writable")
+        assert ours.ok
+        return
+    assert oracle.verdict(text)["ok"], where
+    assert any(fragment in p for p in ours.problems), ours.problems
+
+
+@pytest.mark.parametrize("where", sorted(NOT_JUDGED))
+def test_a_block_rigkit_does_not_judge_is_still_refused_by_llama_swap(oracle, where):
+    text = upstream_configs()[where]
+    assert not oracle.verdict(text)["ok"]
+    assert rigkit_verdict(text).ok
+    data = yaml.safe_load(text)
+    blocks = set(data) | set(((data.get("routing") or {}).get("router") or {}).get("settings") or {})
+    assert blocks & {"selectors", "profiles", "matrix", "peers", "upstream"}, \
+        f"{where} ({NOT_JUDGED[where]}) uses a block the spec renders: it must agree"
+
+
+# ---------------------------------------------------------------------------------------------------
+# configs generated from the spec's member fields
+
+MACROS = ["${PORT}", "${MODEL_ID}", "${PID}", "${MODELS}", "${VARIANT}", "${env.HOME}", "${env.USER}",
+          "${env.RIGKIT_NOPE}", "${}", "$HOME", "${env.}", "${a.b}"]
+NUMBERS = [-2, -1, 0, 1, 5, 14, 15, 300, 1.5, 2**63 - 1, 2**63, -2**63, -2**63 - 1, "5", True, None]
+IDS = ["strata", "gguf-baseline", "hyperqwen", "m-1"]
+
+
+def _text(base: str):
+    return st.builds(lambda macro, where: base if macro is None else (base + " " + macro if where else macro + base),
+                     st.none() | st.sampled_from(MACROS), st.booleans())
+
+
+@st.composite
+def member(draw):
+    m = {"cmd": draw(st.sampled_from(["docker run --rm --init --name x img --port ${PORT}",
+                                      "docker run --rm --name x img --port 18030", "server\n# a comment ${MODELS}\n--flag"])
+                     .flatmap(_text))}
+    if draw(st.booleans()):
+        m["cmdStop"] = draw(_text("docker stop --time 10 x"))
+    proxy = draw(st.sampled_from([None, "http://127.0.0.1:18030", "http://127.0.0.1:${PORT}"]))
+    if proxy:
+        m["proxy"] = proxy
+    for key in ("name", "description", "useModelName", "checkEndpoint"):
+        if draw(st.booleans()):
+            m[key] = draw(_text({"checkEndpoint": "/health"}.get(key, "Strata coder")))
+    if draw(st.booleans()):
+        m["env"] = draw(st.lists(_text("HOME=/var/lib/x"), max_size=2))
+    if draw(st.booleans()):
+        m["aliases"] = draw(st.lists(st.sampled_from(["coder", "chat", "strata"]), max_size=2))
+    for key in ("ttl", "unloadTimeout"):
+        if draw(st.booleans()):
+            m[key] = draw(st.sampled_from(NUMBERS))
+    if draw(st.booleans()):
+        m["timeouts"] = {"idleConn": draw(st.sampled_from(NUMBERS))}
+    if draw(st.booleans()):
+        m["metadata"] = {"vram_gib": 21.6, "note": draw(_text("x"))}
+    return m
+
+
+@st.composite
+def spec_config(draw):
+    ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
+    cfg = {k: draw(st.sampled_from(NUMBERS)) for k in ("healthCheckTimeout", "startPort", "globalTTL")
+           if draw(st.booleans())}
+    cfg["logLevel"] = "info"
+    cfg["models"] = {mid: draw(member()) for mid in ids}
+    members = draw(st.lists(st.sampled_from(ids + ["ghost", "coder"]), max_size=4))
+    groups = {"gpu": {"swap": True, "exclusive": True, "persistent": False, "members": members}}
+    if draw(st.booleans()):
+        groups["other"] = {"members": draw(st.lists(st.sampled_from(ids), max_size=2))}
+    form = draw(st.sampled_from(["none", "routing", "legacy", "both"]))
+    if form in ("routing", "both"):
+        cfg["routing"] = {"router": {"use": "group", "settings": {"groups": groups}}}
+    if form in ("legacy", "both"):
+        cfg["groups"] = groups
+    if draw(st.booleans()):
+        cfg["hooks"] = {"on_startup": {"preload": draw(st.lists(st.sampled_from(ids + ["ghost"]), max_size=2))}}
+    return cfg
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cfg=spec_config())
+def test_configs_generated_from_the_spec_get_llama_swaps_verdict(oracle, cfg):
+    text = yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
+    up = oracle.verdict(text)
+    ours = rigkit_verdict(text)
+    assert up["ok"] == ours.ok, (text, up, ours.problems)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=st.one_of(
+    st.text(alphabet=st.sampled_from(list("models:cmd${}PORT-[]\n #&*!|>'\"\\.env0123 \t")), max_size=200),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                 lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(
+                     ["models", "cmd", "macros", "routing", "router", "groups", "members", "ttl", "proxy", "a", "x"]),
+                     c, max_size=3), max_leaves=20).map(lambda d: yaml.safe_dump(d))))
+def test_no_input_makes_the_checker_raise(text):
+    verdict = judge(text, ENV, SCHEMA)
+    assert isinstance(verdict.problems, list) and isinstance(verdict.warnings, list)
