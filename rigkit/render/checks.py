@@ -52,18 +52,6 @@ class CheckResult:
     detail: str = ""
 
 
-#: How much of one validator message is shown: jsonschema quotes the whole offending value, which may
-#: be a 100 kB string (issue #28: a long value must not flood the terminal or the CI log).
-MESSAGE_CHARS = 300
-
-
-def _shorten(message: str) -> str:
-    """``message`` cut to :data:`MESSAGE_CHARS`, saying how much was left out."""
-    if len(message) <= MESSAGE_CHARS:
-        return message
-    return f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS} more characters)"
-
-
 def _tool(name: str) -> str | None:
     """A validator executable: next to this Python first (the venv), then on PATH."""
     local = Path(sys.executable).parent / name

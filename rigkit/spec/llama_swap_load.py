@@ -32,6 +32,9 @@ ENV_MACRO_RE = re.compile(r"\$\{env\.([a-zA-Z_][a-zA-Z0-9_]*)\}")
 RESERVED_MACROS = ("PID", "PORT", "MODEL_ID")
 DEFAULT_PROXY = "http://localhost:${PORT}"  # MODEL_CONFIG_DEFAULT_PROXY, model_config.go:11
 DEFAULT_START_PORT = 5800                   # load.go:42
+#: The variables ``llama-swap.service`` gives llama-swap (systemd.exec(5); values:
+#: :func:`rigkit.render.files.llama_swap_environment`): the only ``${env.X}`` that can resolve on the rig.
+SERVICE_ENV_NAMES = ("PATH", "USER", "LOGNAME", "HOME", "SHELL", "INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID")
 #: A member's fields whose leftover macro upstream reports as "unknown macro '${X}' found in <id>.<field>"
 #: (macros.go validateMacroUses).
 MEMBER_STRING_FIELDS = ("cmd", "cmdStop", "proxy", "checkEndpoint", "filters.stripParams", "name", "description")
@@ -76,6 +79,25 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
                                 f"(line {key_node.start_mark.line + 1}): llama-swap refuses a duplicate key")
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+def member_macro_problem(value: str, cmd: str, stop: bool = False) -> str | None:
+    """What llama-swap 250 would refuse in one string of a member rigkit renders (its cmd, cmdStop, proxy,
+    name, description, env item, …), or None: rigkit declares no macros, so the ``${X}`` llama-swap expands
+    there are ``${MODEL_ID}``, ``${PORT}`` when ``cmd`` holds it, ``${PID}`` in cmdStop and ``${env.X}`` for
+    the variables of :data:`SERVICE_ENV_NAMES`. Upstream v250 has no escape for a literal ``${…}``."""
+    allowed = {"MODEL_ID"} | ({"PORT"} if "${PORT}" in cmd else set()) | ({"PID"} if stop else set())
+    for name in MACRO_USE_RE.findall(value):
+        if name not in allowed:
+            return (f"llama-swap 250 refuses the whole config on the macro '${{{name}}}' here (it expands ${{…}} "
+                    f"in a member's fields and knows only {', '.join('${%s}' % a for a in sorted(allowed))}"
+                    " and ${env.X}; rigkit declares no macros of its own, and v250 has no escape "
+                    "for a literal ${…})")
+    for name in ENV_MACRO_RE.findall(value):
+        if name not in SERVICE_ENV_NAMES:
+            return (f"llama-swap 250 refuses the whole config: '${{env.{name}}}' is not set in the environment "
+                    f"llama-swap.service gives it ({', '.join(SERVICE_ENV_NAMES)})")
+    return None
 
 
 def load_yaml(text: str) -> Any:

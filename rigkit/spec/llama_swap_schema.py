@@ -385,6 +385,11 @@ def _routing_problems(data: dict, models: dict, aliases: dict) -> list[str]:
     return out
 
 
+#: How much of one schema message is shown: jsonschema quotes the whole offending value, which may be a
+#: 100 kB string (issue #28: a long value must not flood the terminal or the CI log).
+MESSAGE_CHARS = 300
+
+
 def schema_problems(data: Any, schema: dict) -> list[str]:
     """Upstream's ``config-schema.json`` (draft-07) on an expanded config, one line per error, the value
     shortened to 300 characters. Left out: ``healthCheckTimeout``'s ``minimum`` (the loader clamps it:
@@ -399,6 +404,7 @@ def schema_problems(data: Any, schema: dict) -> list[str]:
             continue
         if not path and e.validator == "required" and e.validator_value == ["models"]:
             continue
-        message = e.message if len(e.message) <= 300 else f"{e.message[:300]}… ({len(e.message) - 300} more characters)"
+        message = e.message if len(e.message) <= MESSAGE_CHARS else \
+            f"{e.message[:MESSAGE_CHARS]}… ({len(e.message) - MESSAGE_CHARS} more characters)"
         out.append(f"{path or '(root)'}: {message} (llama-swap's schema)")
     return out
