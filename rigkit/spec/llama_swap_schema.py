@@ -1,10 +1,13 @@
-"""llama-swap v250's config file as a strict model: every key llama-swap knows, nothing else.
+"""llama-swap v250's config file as a strict model with Go's types, and the rules its loader applies
+after decoding (upstream tag v250, commit ``60226b63776e``: ``internal/config/*.go``).
 
 llama-swap decodes its YAML without ``KnownFields`` and its schema has no top-level
 ``additionalProperties: false``, so a typo (``cmd_stop``, ``readyTimeout``, a group ``preload``)
 is silently ignored (``notes/llama-swap.md`` §1.1, issue #1013). :func:`strict_problems` refuses
-unknown keys at every level; the upstream schema (:mod:`rigkit.render.checks`) checks the rest. Keys
-from upstream's ``config-schema.json`` at v250 (commit ``f94c94ac``).
+unknown keys at every level and values ``gopkg.in/yaml.v3`` cannot decode into upstream's Go types;
+:func:`loader_problems` adds the loader's own rules (bounds, aliases, routing, groups, peers, selectors,
+profiles) and its clamps as warnings; :func:`schema_problems` reads upstream's ``config-schema.json``.
+All three judge a config after :mod:`rigkit.spec.llama_swap_load` has expanded its macros.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-#: Values a Go ``int`` holds (int64 on the rig's amd64).
-GO_INT = (-2**63, 2**63 - 1)
+#: The largest number llama-swap holds in its ``int`` fields (Go's int on the rig's amd64, 64-bit): a larger
+#: ttl or timeout makes it refuse the whole config; the spec's bounds use it too.
+GO_INT_MAX = 2**63 - 1
+GO_INT = (-GO_INT_MAX - 1, GO_INT_MAX)
 
 
 def _go_int(value: Any) -> Any:
@@ -311,6 +316,7 @@ def loader_problems(data: dict) -> tuple[list[str], list[str]]:
             warnings.append(f"models.{mid}.concurrencyLimit: {m.get('concurrencyLimit')!r} — llama-swap raises it "
                             "to 50 for comfyui_auto (load.go:133-137)")
     problems += _routing_problems(data, models, aliases)
+    problems += _reference_problems(data, models, aliases)
     for i, key in enumerate(data.get("apiKeys") or []):
         if key == "":
             problems.append("empty api key found in apiKeys")
@@ -383,6 +389,175 @@ def _routing_problems(data: dict, models: dict, aliases: dict) -> list[str]:
         if not _real_name(str(mid), models, aliases):
             out.append(f'routing.scheduler.settings.fifo.priority references unknown model "{mid}"')
     return out
+
+
+_LOOKAROUND = re.compile(r"\(\?<?[=!]|\\[1-9]")
+
+
+def _go_regexp_problem(pattern: str) -> str | None:
+    """Why Go's ``regexp.Compile`` (RE2) refuses ``pattern``, or None: Python's ``re`` compiles it and it has
+    none of the Perl constructs RE2 lacks (lookaround, backreferences). An approximation of RE2's grammar."""
+    if _LOOKAROUND.search(pattern):
+        return "RE2 has no lookaround or backreferences"
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        return str(exc)
+    return None
+
+
+def _peer_models(data: dict) -> dict[str, list[str]]:
+    return {str(pid): list(dict.fromkeys(str(m) for m in (p.get("models") or [])))
+            for pid, p in (data.get("peers") or {}).items() if isinstance(p, dict)}
+
+
+def resolve_peer_model(peers: dict[str, list[str]], search: str) -> bool:
+    """``Config.ResolvePeerModel`` (peer.go:31-69): ``peer/model`` names one peer's model, a bare model id
+    one peer's; an id two peers serve is ambiguous (not found)."""
+    for form in (lambda pid, m: f"{pid}/{m}", lambda pid, m: m):
+        hits = {(pid, m) for pid, ms in peers.items() for m in ms if form(pid, m) == search}
+        if hits:
+            return len(hits) == 1
+    return False
+
+
+def _reference_problems(data: dict, models: dict, aliases: dict) -> list[str]:
+    """What the loader checks in the blocks rigkit does not render — peers (peer.go:73-181), selectors
+    (selectors.go:50-153), profiles (load.go:292-322), the matrix's vars and evict_costs (matrix.go:60-92),
+    ``upstream.ignorePaths`` (upstream.go:40-54) — so a config holding them is judged too. Not judged: the
+    matrix's set language (``internal/matrix``) and whether spillover targets share one matrix set."""
+    out: list[str] = []
+    for pid, peer in (data.get("peers") or {}).items():
+        if not isinstance(peer, dict):
+            return [f"peers.{pid}: cannot unmarshal a scalar or a list into a peer"]
+        if not _go_str(peer.get("proxy")):
+            return ["proxy is required"]
+        if not isinstance(peer.get("models") or [], list) or not peer.get("models"):
+            return ["peer models can not be empty"]
+    peers = _peer_models(data)
+    fqns: dict[str, tuple[str, str]] = {}
+    for pid in sorted(peers):
+        for m in peers[pid]:
+            fqn = f"{pid}/{m}"
+            if fqn in fqns:
+                return [f'peer model name "{fqn}" is ambiguous between peers.{fqns[fqn][0]} model "{fqns[fqn][1]}" '
+                        f'and peers.{pid} model "{m}"']
+            fqns[fqn] = (pid, m)
+    selectors = {str(k): v for k, v in (data.get("selectors") or {}).items()}
+    profiles = {str(k): v for k, v in (data.get("profiles") or {}).items()}
+    for fqn in sorted(fqns):
+        if fqn in models:
+            return [f'model ID "{fqn}" conflicts with fully qualified peer model name']
+        if fqn in aliases:
+            return [f'model alias "{fqn}" conflicts with fully qualified peer model name']
+        if fqn in selectors:
+            return [f'selector ID "{fqn}" conflicts with fully qualified peer model name']
+        for prid, prof in profiles.items():
+            if isinstance(prof, dict) and fqn in (prof.get("pins") or {}):
+                return [f'profile {prid} pin "{fqn}" conflicts with fully qualified peer model name']
+
+    def base(name: str) -> bool:
+        return _real_name(name, models, aliases) or resolve_peer_model(peers, name)
+
+    for sid, sel in selectors.items():
+        if not isinstance(sel, dict):
+            return [f"selectors.{sid}: cannot unmarshal a scalar or a list into a selector"]
+        if not sid.strip():
+            return ["selectors: selector names cannot be empty"]
+        if sid in models:
+            return [f'selectors.{sid}: name conflicts with model ID "{sid}"']
+        if sid in aliases:
+            return [f'selectors.{sid}: name conflicts with model alias "{sid}"']
+        strategy = _go_str(sel.get("strategy"))
+        if strategy == "":
+            return [f"selectors.{sid}.strategy is required"]
+        if strategy not in ("warm", "pin", "spillover"):
+            return [f'selectors.{sid}.strategy: unknown strategy "{strategy}" (valid: warm, pin, spillover)']
+        targets = sel.get("targets") or []
+        if not isinstance(targets, list) or not targets:
+            return [f"selectors.{sid}.targets must contain at least one entry"]
+        resolved, local_targets = [], []
+        for i, target in enumerate(_go_str(t) for t in targets):
+            if target in selectors:
+                return [f'selectors.{sid}.targets[{i}] references selector "{target}"; selector chaining is not supported']
+            if not base(target):
+                return [f'selectors.{sid}.targets[{i}] references unknown model "{target}"']
+            local = _real_name(target, models, aliases)
+            real = target if target in models else aliases.get(target, target)
+            if strategy == "warm" and not local:
+                return [f'selectors.{sid}.targets[{i}] must resolve to a local model for strategy "warm"']
+            if strategy == "spillover":
+                if local:
+                    local_targets.append(real)
+                else:
+                    real = target if target in fqns else next(
+                        (f"{pid}/{m}" for pid, ms in peers.items() for m in ms if m == target), target)
+                resolved.append(real)
+        if strategy != "spillover":
+            continue
+        spill = (sel.get("settings") or {}).get("spillover", 1)
+        if isinstance(spill, (int, float)) and not isinstance(spill, bool) and int(spill) < 1:
+            return [f"selectors.{sid}.settings.spillover must be >= 1"]
+        if len(set(resolved)) != len(resolved):
+            dup = next(r for r in resolved if resolved.count(r) > 1)
+            return [f'selectors.{sid}.targets contains duplicate resolved model "{dup}"']
+        out += _spillover_problems(data, sid, local_targets)
+    for prid, prof in profiles.items():
+        if not isinstance(prof, dict):
+            return ["profile must be a mapping with description and pins; the legacy list syntax is no longer supported"]
+        if not prid.strip():
+            return ["profiles: profile names cannot be empty"]
+        pins = prof.get("pins") or {}
+        if not pins:
+            return [f"profiles.{prid}.pins must contain at least one entry"]
+        for pin, target in pins.items():
+            if not str(pin).strip():
+                return [f"profiles.{prid}.pins: pin names cannot be empty"]
+            target = _go_str(target)
+            if target and not base(target) and target not in selectors:
+                return [f'profiles.{prid}.pins.{pin} references unknown model "{target}"']
+    matrix = data.get("matrix") if data.get("matrix") is not None else \
+        (((data.get("routing") or {}).get("router") or {}).get("settings") or {}).get("matrix")
+    if isinstance(matrix, dict):
+        variables = matrix.get("vars") or {}
+        if not matrix.get("sets"):
+            return ["matrix: matrix must define at least one set"]
+        for key, model in variables.items():
+            if not re.fullmatch(r"[a-zA-Z0-9.-]{1,32}", str(key)):
+                return [f'matrix: var key "{key}" must contain only alphanumeric, \'-\' or \'.\' characters and be '
+                        "1-32 characters long"]
+            if _go_str(model) not in models:
+                return [f'matrix: var key "{key}" references unknown model "{model}"']
+        for key, cost in (matrix.get("evict_costs") or {}).items():
+            if isinstance(cost, (int, float)) and not isinstance(cost, bool) and int(cost) <= 0:
+                return [f'matrix: evict_cost for "{key}" must be a positive integer, got {int(cost)}']
+            if str(key) not in variables and str(key) not in models:
+                return [f'matrix: evict_costs: unknown var or model "{key}"']
+    for pattern in ((data.get("upstream") or {}).get("ignorePaths") or []):
+        problem = _go_regexp_problem(_go_str(pattern))
+        if problem:
+            return [f'upstream.ignorePaths: invalid regular expression "{pattern}": {problem}']
+    return out
+
+
+def _spillover_problems(data: dict, sid: str, targets: list[str]) -> list[str]:
+    """``validateSpilloverCoexistence`` (selectors.go:119-153) for the group router; under the matrix router
+    the set language decides, which rigkit does not judge (no problem said)."""
+    if len(targets) <= 1:
+        return []
+    router = ((data.get("routing") or {}).get("router") or {})
+    if data.get("matrix") is not None or router.get("use") == "matrix":
+        return []
+    groups = data.get("groups") or (router.get("settings") or {}).get("groups") or {}
+    group_of = {m: gid for gid, g in groups.items() for m in (g.get("members") or [])}
+    gid = group_of.get(targets[0])
+    if not gid:
+        return [f'selectors.{sid} target "{targets[0]}" is not in a routing group']
+    if groups[gid].get("swap", True):
+        return [f"selectors.{sid} spillover targets must share a group with swap: false"]
+    if any(group_of.get(t) != gid for t in targets[1:]):
+        return [f"selectors.{sid} spillover targets must share one routing group"]
+    return []
 
 
 #: How much of one schema message is shown: jsonschema quotes the whole offending value, which may be a

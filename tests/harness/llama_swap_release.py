@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The real llama-swap v250 for the sandbox: built from upstream's source, packed like upstream's release.
 
-Usage: ``python tests/harness/llama_swap_release.py --out DIR [--print-binary]``
+Usage: ``python tests/harness/llama_swap_release.py --out DIR [--print-binary]`` or ``--print-oracle``
+(the loader oracle of the differential test, :func:`oracle_dir`).
 
 Writes ``DIR/llama-swap_250_linux_amd64.tar.gz`` holding, at the archive root, ``llama-swap``
 (0755, root:root), ``LICENSE.md`` and ``README.md`` — what upstream's goreleaser archive for
