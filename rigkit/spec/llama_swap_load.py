@@ -305,7 +305,7 @@ def expand_macros(data: dict, known_keys: set[str]) -> dict:
                                 "available when used in cmd")
             m = _substitute(m, "PORT", next_port)
             _set_params_keys(m, [("PORT", next_port)])
-            next_port += 1
+            next_port = (next_port + 1 + 2**63) % 2**64 - 2**63  # a Go int: past 2**63-1 it wraps to -2**63
         filters = m.get("filters")
         params = filters.get("setParamsByID") if isinstance(filters, dict) else None
         for key in params if isinstance(params, dict) else ():

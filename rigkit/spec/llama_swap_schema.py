@@ -238,6 +238,70 @@ def go_duration_ns(text: str) -> int:
     return sign * int(total)
 
 
+_HEX = set("0123456789abcdefABCDEF")
+#: ASCII a host may hold unescaped (net/url shouldEscape, encodeHost mode).
+_HOST_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]<>\"%")
+
+
+def _bad_escape(text: str, host: bool = False) -> str | None:
+    """A ``%`` not followed by two hex digits; in a host, also an escaped ASCII byte other than ``%25``
+    (net/url unescape: RFC 3986 allows %-encoding there only for non-ASCII, RFC 6874 adds %25)."""
+    for i, c in enumerate(text):
+        if c == "%" and not (len(text) >= i + 3 and text[i + 1] in _HEX and text[i + 2] in _HEX):
+            return f'invalid URL escape "{text[i:i + 3]}"'
+        if c == "%" and host and int(text[i + 1], 16) < 8 and text[i:i + 3] != "%25":
+            return f'invalid URL escape "{text[i:i + 3]}"'
+    return None
+
+
+def go_url_problem(raw: str) -> str | None:
+    """Why Go's ``net/url.Parse`` refuses ``raw``, or None (net/url/url.go, Go 1.26: control characters, a
+    scheme starting with ':', a colon in a scheme-less first segment, a non-numeric port, a host character
+    it never accepts, a bad ``%`` escape). Used where llama-swap parses a member's proxy (load.go:178)."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in raw):
+        return "net/url: invalid control character in URL"
+    rest, _, fragment = raw.partition("#")
+    scheme = ""
+    for i, c in enumerate(rest):
+        if c.isascii() and c.isalpha():
+            continue
+        if c.isascii() and (c.isdigit() or c in "+-."):
+            if i == 0:
+                break
+            continue
+        if c == ":":
+            if i == 0:
+                return "missing protocol scheme"
+            scheme, rest = rest[:i], rest[i + 1:]
+        break
+    rest = rest.partition("?")[0]
+    if not rest.startswith("/"):
+        if scheme:
+            return _bad_escape(fragment)
+        if ":" in rest.partition("/")[0]:
+            return "first path segment in URL cannot contain colon"
+    if (scheme or not rest.startswith("///")) and rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        rest = slash + path
+        host = authority.rpartition("@")[2]
+        if host.startswith("["):
+            end = host.rfind("]")
+            if end < 0:
+                return "missing ']' in host"
+            port = host[end + 1:]
+        else:
+            port = host[host.rfind(":"):] if ":" in host else ""
+        if port and not (port[0] == ":" and all(c in "0123456789" for c in port[1:])):
+            return f'invalid port "{port}" after host'
+        for c in host:
+            if c.isascii() and c not in _HOST_OK:
+                return f"invalid character {c!r} in host name"
+        problem = _bad_escape(host, host=True)
+        if problem:
+            return problem
+    return _bad_escape(rest) or _bad_escape(fragment)
+
+
 _MODALITIES = ("text", "audio", "image")  # validModalities, model_config.go:18-22
 
 
@@ -312,6 +376,9 @@ def loader_problems(data: dict) -> tuple[list[str], list[str]]:
                                 f"model {aliases[key]}")
             else:
                 aliases[key] = mid
+        url_problem = go_url_problem(m.get("proxy") or "")
+        if url_problem:
+            problems.append(f'model {mid}: invalid proxy URL: parse "{m.get("proxy")}": {url_problem}')
         if mid == "comfyui_auto" and int(m.get("concurrencyLimit") or 0) < 50:
             warnings.append(f"models.{mid}.concurrencyLimit: {m.get('concurrencyLimit')!r} — llama-swap raises it "
                             "to 50 for comfyui_auto (load.go:133-137)")

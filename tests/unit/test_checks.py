@@ -190,6 +190,26 @@ def test_an_env_macro_llama_swap_cannot_resolve_is_refused_in_the_spec_and_in_th
     assert results[0].detail.startswith("environment variable 'HF_TOKEN' is not set (llama-swap.service gives")
 
 
+def test_a_clamp_passes_and_is_shown_naming_the_value_llama_swap_will_use():
+    import io
+
+    from rich.console import Console
+
+    from rigkit.cli.common import print_verdicts
+
+    files = render(SPEC)
+    text = files[paths.LLAMA_SWAP_CONFIG].text.replace("healthCheckTimeout: 300", "healthCheckTimeout: 5", 1)
+    results = check_llama_swap(replaced(files, paths.LLAMA_SWAP_CONFIG, text), SPEC)
+    loader = [r for r in results if r.validator == "llama-swap loader and strict model"][0]
+    assert loader.status == "pass" and verdict_code(results) == 0
+    assert loader.detail == ("warning: healthCheckTimeout: 5 — llama-swap raises it to 15 (load.go:63-65: any value "
+                             "below 15 s becomes 15)")
+    out = io.StringIO()
+    print_verdicts("rig", results, Console(file=out, width=300))
+    assert "pass  llama-swap loader and strict model: /etc/llama-swap/config.yaml\n        warning: healthCheckTimeout: 5" \
+        in out.getvalue()
+
+
 def test_pinned_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path):
     src = tmp_path / "schema.json"
     src.write_text("{}")

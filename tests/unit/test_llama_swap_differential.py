@@ -64,6 +64,7 @@ def oracle(tmp_path_factory):
     o = Oracle(oracle_dir(), ENV, tmp_path_factory.mktemp("oracle"))
     yield o
     o.close()
+    print(f"\nllama-swap's loader judged {o.count} configs in one process")
 
 
 def upstream_configs() -> dict[str, str]:
@@ -139,53 +140,66 @@ def test_a_block_rigkit_does_not_judge_is_still_refused_by_llama_swap(oracle, wh
 MACROS = ["${PORT}", "${MODEL_ID}", "${PID}", "${MODELS}", "${VARIANT}", "${env.HOME}", "${env.USER}",
           "${env.RIGKIT_NOPE}", "${}", "$HOME", "${env.}", "${a.b}"]
 NUMBERS = [-2, -1, 0, 1, 5, 14, 15, 300, 1.5, 2**63 - 1, 2**63, -2**63, -2**63 - 1, "5", True, None]
+#: What a clean config draws from (half the configs: so that agreement on "loads" is tested as much as on
+#: "refuses").
+CLEAN_MACROS = ["${MODEL_ID}", "${env.HOME}", "${env.USER}", "$HOME"]
+CLEAN_NUMBERS = [0, 1, 15, 300, 2**63 - 1]
 IDS = ["strata", "gguf-baseline", "hyperqwen", "m-1"]
 
 
-def _text(base: str):
+def _text(base: str, clean: bool = False):
     return st.builds(lambda macro, where: base if macro is None else (base + " " + macro if where else macro + base),
-                     st.none() | st.sampled_from(MACROS), st.booleans())
+                     st.none() | st.sampled_from(CLEAN_MACROS if clean else MACROS), st.booleans())
 
 
 @st.composite
-def member(draw):
+def member(draw, clean: bool = False):
+    numbers = CLEAN_NUMBERS if clean else NUMBERS
     m = {"cmd": draw(st.sampled_from(["docker run --rm --init --name x img --port ${PORT}",
                                       "docker run --rm --name x img --port 18030", "server\n# a comment ${MODELS}\n--flag"])
-                     .flatmap(_text))}
+                     .flatmap(lambda base: _text(base, clean)))}
+    if "${PORT}" not in m["cmd"] and clean:
+        m["proxy"] = "http://127.0.0.1:18030"
     if draw(st.booleans()):
-        m["cmdStop"] = draw(_text("docker stop --time 10 x"))
+        m["cmdStop"] = draw(_text("docker stop --time 10 x", clean))
     proxy = draw(st.sampled_from([None, "http://127.0.0.1:18030", "http://127.0.0.1:${PORT}"]))
-    if proxy:
+    if proxy and not clean:
         m["proxy"] = proxy
     for key in ("name", "description", "useModelName", "checkEndpoint"):
         if draw(st.booleans()):
-            m[key] = draw(_text({"checkEndpoint": "/health"}.get(key, "Strata coder")))
+            m[key] = draw(_text({"checkEndpoint": "/health"}.get(key, "Strata coder"), clean))
     if draw(st.booleans()):
-        m["env"] = draw(st.lists(_text("HOME=/var/lib/x"), max_size=2))
+        m["env"] = draw(st.lists(_text("HOME=/var/lib/x", clean), max_size=2))
     if draw(st.booleans()):
         m["aliases"] = draw(st.lists(st.sampled_from(["coder", "chat", "strata"]), max_size=2))
     for key in ("ttl", "unloadTimeout"):
         if draw(st.booleans()):
-            m[key] = draw(st.sampled_from(NUMBERS))
+            m[key] = draw(st.sampled_from(numbers))
     if draw(st.booleans()):
-        m["timeouts"] = {"idleConn": draw(st.sampled_from(NUMBERS))}
+        m["timeouts"] = {"idleConn": draw(st.sampled_from(numbers))}
     if draw(st.booleans()):
-        m["metadata"] = {"vram_gib": 21.6, "note": draw(_text("x"))}
+        m["metadata"] = {"vram_gib": 21.6, "note": draw(_text("x", clean))}
     return m
 
 
 @st.composite
 def spec_config(draw):
+    clean = draw(st.booleans())
     ids = draw(st.lists(st.sampled_from(IDS), min_size=1, max_size=3, unique=True))
-    cfg = {k: draw(st.sampled_from(NUMBERS)) for k in ("healthCheckTimeout", "startPort", "globalTTL")
-           if draw(st.booleans())}
+    cfg = {k: draw(st.sampled_from(CLEAN_NUMBERS[1:] if clean else NUMBERS))
+           for k in ("healthCheckTimeout", "startPort", "globalTTL") if draw(st.booleans())}
     cfg["logLevel"] = "info"
-    cfg["models"] = {mid: draw(member()) for mid in ids}
-    members = draw(st.lists(st.sampled_from(ids + ["ghost", "coder"]), max_size=4))
+    cfg["models"] = {mid: draw(member(clean)) for mid in ids}
+    if clean:  # an alias is unique across members (a duplicate is a refusal)
+        for mid, m in cfg["models"].items():
+            m.pop("aliases", None)
+    members = draw(st.lists(st.sampled_from(ids if clean else ids + ["ghost", "coder"]), max_size=4,
+                            unique=clean))
     groups = {"gpu": {"swap": True, "exclusive": True, "persistent": False, "members": members}}
     if draw(st.booleans()):
-        groups["other"] = {"members": draw(st.lists(st.sampled_from(ids), max_size=2))}
-    form = draw(st.sampled_from(["none", "routing", "legacy", "both"]))
+        rest = [i for i in ids if i not in members] if clean else ids
+        groups["other"] = {"members": draw(st.lists(st.sampled_from(rest), max_size=2, unique=clean)) if rest else []}
+    form = draw(st.sampled_from(["none", "routing", "legacy"] if clean else ["none", "routing", "legacy", "both"]))
     if form in ("routing", "both"):
         cfg["routing"] = {"router": {"use": "group", "settings": {"groups": groups}}}
     if form in ("legacy", "both"):
@@ -201,6 +215,7 @@ def test_configs_generated_from_the_spec_get_llama_swaps_verdict(oracle, cfg):
     text = yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True)
     up = oracle.verdict(text)
     ours = rigkit_verdict(text)
+    event("llama-swap loads it" if up["ok"] else "llama-swap refuses it")
     assert up["ok"] == ours.ok, (text, up, ours.problems)
 
 
@@ -272,3 +287,16 @@ def test_every_spec_rigkit_accepts_renders_configs_llama_swap_loads(oracle, memb
         up = oracle.verdict(text)
         assert up["ok"], (member, up)
         assert rigkit_verdict(text).ok
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(proxy=st.one_of(
+    st.text(alphabet=st.sampled_from(list("htps:/[]@%:01289aAfF.-#?{ }|\\^`<>\"'~!$&()*+,;=_")), max_size=30),
+    st.builds(lambda host, port, path: f"http://{host}{port}{path}",
+              st.sampled_from(["127.0.0.1", "localhost", "[::1]", "[::1", "a b", "h%41", "h%zz", "u@h", "x|y", ""]),
+              st.sampled_from(["", ":", ":18030", ":-1", ":x", ":99999999999999999999"]),
+              st.sampled_from(["", "/", "/v1", "/%zz", "?q=%zz", "#%zz", "#ok"]))))
+def test_member_proxies_get_llama_swaps_verdict(oracle, proxy):
+    text = yaml.safe_dump({"models": {"a": {"cmd": "server --port 18030", "proxy": proxy}}})
+    up = oracle.verdict(text)
+    assert up["ok"] == rigkit_verdict(text).ok, (proxy, up, rigkit_verdict(text).problems)
