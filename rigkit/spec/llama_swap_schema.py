@@ -66,11 +66,21 @@ def _go_bool(value: Any) -> Any:
 
 
 def _go_list(value: Any) -> Any:
+    """A YAML sequence decoded into a Go slice: yaml.v3 leaves a null element out."""
     if value is None:
         return []
     if not isinstance(value, list):
         raise ValueError("cannot unmarshal a scalar or a mapping into a list")
-    return value
+    return [v for v in value if v is not None]
+
+
+def _go_struct_map(value: Any) -> Any:
+    """A YAML mapping decoded into a Go ``map[string]Struct``: yaml.v3 keeps a null value as the zero struct."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("cannot unmarshal a scalar or a list into a mapping")
+    return {k: {} if v is None else v for k, v in value.items()}
 
 
 def _go_map(value: Any) -> Any:
@@ -86,6 +96,7 @@ GoStr = Annotated[str, BeforeValidator(_go_str)]
 GoBool = Annotated[bool, BeforeValidator(_go_bool)]
 GoStrList = Annotated[list[GoStr], BeforeValidator(_go_list)]
 GoMap = Annotated[dict[str, Any], BeforeValidator(_go_map)]
+StructMap = BeforeValidator(_go_struct_map)
 
 
 class Group(_Strict):
@@ -109,6 +120,30 @@ class Timeouts(_Strict):
     idleConn: GoInt | None = None
 
 
+class Filters(_Strict):
+    """``models.<id>.filters`` and ``peers.<id>.filters`` (filters.go:15-30; ``strip_params`` is the legacy
+    spelling model_config.go:184-196 still reads)."""
+
+    stripParams: GoStr | None = None
+    strip_params: GoStr | None = None
+    setParams: GoMap | None = None
+    setParamsByID: dict[str, GoMap] | None = None
+
+
+class Capabilities(_Strict):
+    """``models.<id>.capabilities`` (model_config.go:24-31)."""
+
+    in_: GoStrList | None = Field(default=None, alias="in")
+    out: GoStrList | None = None
+    tools: GoBool | None = None
+    reranker: GoBool | None = None
+    context: GoInt | None = None
+
+
+class Compat(_Strict):
+    ignoreWebsockets: GoBool | None = None
+
+
 class Model(_Strict):
     """``models.<id>``: one member (model_config.go:77-121)."""
 
@@ -124,14 +159,14 @@ class Model(_Strict):
     ttl: GoInt | None = None
     unloadTimeout: GoInt | None = None
     useModelName: GoStr | None = None
-    filters: GoMap | None = None
+    filters: Filters | None = None
     metadata: GoMap | None = None
     concurrencyLimit: GoInt | None = None
     sendLoadingState: GoBool | None = None
     unlisted: GoBool | None = None
     timeouts: Timeouts | None = None
-    compat: GoMap | None = None
-    capabilities: GoMap | None = None
+    compat: Compat | None = None
+    capabilities: Capabilities | None = None
 
 
 class OnStartup(_Strict):
@@ -142,9 +177,88 @@ class Hooks(_Strict):
     on_startup: OnStartup | None = None
 
 
+class Matrix(_Strict):
+    """``matrix`` / ``routing.router.settings.matrix`` (matrix.go:13-19): ``sets`` in the matrix language."""
+
+    vars: dict[str, GoStr] | None = None
+    evict_costs: dict[str, GoInt] | None = None
+    sets: dict[str, GoStr] | None = None
+
+
+class Fifo(_Strict):
+    priority: dict[str, GoInt] | None = None
+
+
+class SchedulerSettings(_Strict):
+    fifo: Fifo | None = None
+
+
+class Scheduler(_Strict):
+    """``routing.scheduler`` (config.go:203-214)."""
+
+    use: GoStr | None = None
+    settings: SchedulerSettings | None = None
+
+
+class Peer(_Strict):
+    """``peers.<id>`` (peer.go:10-18)."""
+
+    proxy: GoStr | None = None
+    apiKey: GoStr | None = None
+    models: GoStrList | None = None
+    filters: Filters | None = None
+    timeouts: Timeouts | None = None
+
+
+class SelectorSettings(_Strict):
+    spillover: GoInt | None = None
+
+
+class Selector(_Strict):
+    """``selectors.<id>`` (selectors.go:22-31)."""
+
+    strategy: GoStr | None = None
+    targets: GoStrList | None = None
+    settings: SelectorSettings | None = None
+    name: GoStr | None = None
+    description: GoStr | None = None
+    unlisted: GoBool | None = None
+    metadata: GoMap | None = None
+
+
+class Profile(_Strict):
+    """``profiles.<id>`` (config.go:104-110); a list is the removed legacy syntax."""
+
+    description: GoStr | None = None
+    pins: dict[str, GoStr | None] | None = None
+
+
+class Store(_Strict):
+    path: GoStr | None = None
+
+
+class UIActivity(_Strict):
+    session_id: GoStrList | None = None
+
+
+class UI(_Strict):
+    activity: UIActivity | None = None
+
+
+class Performance(_Strict):
+    """``performance`` (performance.go:9-12): ``every`` a Go duration (``5s``), checked by :func:`loader_problems`."""
+
+    disabled: GoBool | None = None
+    every: Any = None
+
+
+class Upstream(_Strict):
+    ignorePaths: GoStrList | None = None
+
+
 class RouterSettings(_Strict):
-    groups: dict[str, Group] | None = None
-    matrix: GoMap | None = None
+    groups: Annotated[dict[str, Group], StructMap] | None = None
+    matrix: Matrix | None = None
 
 
 class Router(_Strict):
@@ -154,7 +268,7 @@ class Router(_Strict):
 
 class Routing(_Strict):
     router: Router | None = None
-    scheduler: GoMap | None = None
+    scheduler: Scheduler | None = None
 
 
 class Config(_Strict):
@@ -169,23 +283,23 @@ class Config(_Strict):
     logTimeFormat: GoStr | None = None
     metricsMaxInMemory: GoInt | None = None
     captureBuffer: GoInt | None = None
-    store: GoMap | None = None
-    ui: GoMap | None = None
-    performance: GoMap | None = None
+    store: Store | None = None
+    ui: UI | None = None
+    performance: Performance | None = None
     startPort: GoInt | None = None
     sendLoadingState: GoBool | None = None
     includeAliasesInList: GoBool | None = None
     macros: GoMap | None = None
-    profiles: GoMap | None = None
-    selectors: GoMap | None = None
-    models: dict[str, Model] | None = None
-    groups: dict[str, Group] | None = None
-    matrix: GoMap | None = None
+    profiles: Annotated[dict[str, Profile], StructMap] | None = None
+    selectors: Annotated[dict[str, Selector], StructMap] | None = None
+    models: Annotated[dict[str, Model], StructMap] | None = None
+    groups: Annotated[dict[str, Group], StructMap] | None = None
+    matrix: Matrix | None = None
     hooks: Hooks | None = None
     logToStdout: GoStr | None = None
     apiKeys: GoStrList | None = None
-    peers: GoMap | None = None
-    upstream: GoMap | None = None
+    peers: Annotated[dict[str, Peer], StructMap] | None = None
+    upstream: Upstream | None = None
     routing: Routing | None = None
 
 
@@ -320,6 +434,9 @@ def loader_problems(data: dict) -> tuple[list[str], list[str]]:
         return problems, []
     warnings: list[str] = []
     _truncated(data, warnings)
+    # the rules read the values as llama-swap holds them: Go's types (a scalar as a string, a float's whole part)
+    null_peers = {str(k) for k, v in (data.get("peers") or {}).items() if v is None}
+    data = Config.model_validate(data).model_dump(by_alias=True, exclude_unset=True)
     hct = data.get("healthCheckTimeout")
     if hct is not None and int(hct) < 15:
         warnings.append(f"healthCheckTimeout: {hct!r} — llama-swap raises it to 15 (load.go:63-65: any value "
@@ -383,7 +500,7 @@ def loader_problems(data: dict) -> tuple[list[str], list[str]]:
             warnings.append(f"models.{mid}.concurrencyLimit: {m.get('concurrencyLimit')!r} — llama-swap raises it "
                             "to 50 for comfyui_auto (load.go:133-137)")
     problems += _routing_problems(data, models, aliases)
-    problems += _reference_problems(data, models, aliases)
+    problems += _reference_problems(data, models, aliases, null_peers)
     for i, key in enumerate(data.get("apiKeys") or []):
         if key == "":
             problems.append("empty api key found in apiKeys")
@@ -488,15 +605,16 @@ def resolve_peer_model(peers: dict[str, list[str]], search: str) -> bool:
     return False
 
 
-def _reference_problems(data: dict, models: dict, aliases: dict) -> list[str]:
+def _reference_problems(data: dict, models: dict, aliases: dict, null_peers: set[str] = frozenset()) -> list[str]:
     """What the loader checks in the blocks rigkit does not render — peers (peer.go:73-181), selectors
     (selectors.go:50-153), profiles (load.go:292-322), the matrix's vars and evict_costs (matrix.go:60-92),
     ``upstream.ignorePaths`` (upstream.go:40-54) — so a config holding them is judged too. Not judged: the
-    matrix's set language (``internal/matrix``) and whether spillover targets share one matrix set."""
+    matrix's set language (``internal/matrix``) and whether spillover targets share one matrix set.
+    ``null_peers``: peers given as null, which yaml.v3 keeps as a zero peer without running its checks."""
     out: list[str] = []
     for pid, peer in (data.get("peers") or {}).items():
-        if not isinstance(peer, dict):
-            return [f"peers.{pid}: cannot unmarshal a scalar or a list into a peer"]
+        if str(pid) in null_peers:
+            continue
         if not _go_str(peer.get("proxy")):
             return ["proxy is required"]
         if not isinstance(peer.get("models") or [], list) or not peer.get("models"):

@@ -45,6 +45,8 @@ EXCEPTIONS = {
                          "ignored by llama-swap without a word: on the rig a misspelt key silently changes nothing"),
     "model_config_anchor_test.go:11": ("defs: unknown key", "the same: an unknown top-level key"),
     "model_config_anchor_test.go:49": ("defs: unknown key", "the same: an unknown top-level key"),
+    "performance_test.go:26": ("performance.enable: unknown key", "performance.enable is no key of llama-swap's (it "
+                               "has disabled): ignored silently, the monitor stays on whatever it says"),
     "config_test.go:99": ("", "store.path must be a writable directory on the host that runs llama-swap: the "
                           "oracle judges this machine's filesystem, rigkit judges the file (the deploy creates "
                           "the rig's directories)"),
@@ -300,3 +302,56 @@ def test_member_proxies_get_llama_swaps_verdict(oracle, proxy):
     text = yaml.safe_dump({"models": {"a": {"cmd": "server --port 18030", "proxy": proxy}}})
     up = oracle.verdict(text)
     assert up["ok"] == rigkit_verdict(text).ok, (proxy, up, rigkit_verdict(text).problems)
+
+
+# ---------------------------------------------------------------------------------------------------
+# every field of upstream's configs, one value changed at a time
+
+#: rigkit's refusals on purpose: an unknown key (llama-swap ignores it silently) and a member without a
+#: command (llama-swap loads it and fails only when a request starts it). A refused config lists the
+#: schema's findings beside the loader's.
+DELIBERATE = ("unknown key (llama-swap ignores it silently)", ".cmd: Field required", "(llama-swap's schema)")
+VALUES = [None, True, False, 0, 1, -1, 15, 1.5, 0.0, "", "x", "5s", "1m", "http://127.0.0.1:1", [], {}, ["a"],
+          {"a": 1}, 2**63, -2, "${PORT}", "${X}", "${MODEL_ID}", "${env.HOME}"]
+
+
+@pytest.fixture(scope="module")
+def loaded_configs(oracle):
+    """Upstream's test configs that llama-swap and rigkit both load, parsed."""
+    return [yaml.safe_load(t) for t in upstream_configs().values()
+            if oracle.verdict(t)["ok"] and rigkit_verdict(t).ok and isinstance(yaml.safe_load(t), dict)]
+
+
+def _leaves(value, path=()):
+    if path:
+        yield path
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_one_field_changed_in_a_config_llama_swap_loads_gets_its_verdict(oracle, loaded_configs, data):
+    import copy
+
+    cfg = copy.deepcopy(data.draw(st.sampled_from(loaded_configs)))
+    path = data.draw(st.sampled_from(list(_leaves(cfg))))
+    parent = cfg
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = data.draw(st.sampled_from(VALUES))
+    text = yaml.safe_dump(cfg)
+    up, ours = oracle.verdict(text), rigkit_verdict(text)
+    if up["ok"] == ours.ok:
+        event("same verdict: " + ("both load it" if up["ok"] else "both refuse it"))
+        return
+    if up["ok"]:
+        event("rigkit stricter on purpose")
+        assert all(p.endswith(DELIBERATE) for p in ours.problems), (path, ours.problems)
+    else:
+        event("the matrix set language: not judged")
+        assert up["error"].startswith("matrix: set "), (path, up, ours.problems)
