@@ -27,8 +27,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rigkit import paths
 from rigkit.spec import llama_swap_load, llama_swap_schema
 from rigkit.cache import ArtefactUnavailable, cache_dir, fetch_pinned
@@ -157,6 +155,10 @@ def schema_file(spec: RigSpec, cache: Path | None = None) -> Path:
     return fetch_pinned(url, spec.llama_swap.schema_sha256, "config-schema.json", cache=cache)
 
 
+#: The validator that reads a llama-swap config as llama-swap 250 loads it, with rigkit's strict model.
+LOADER = "llama-swap loader and strict model"
+
+
 def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None) -> list[CheckResult]:
     """Both llama-swap configs as llama-swap 250 loads them (:func:`rigkit.spec.llama_swap_load.judge`, with the
     environment ``llama-swap.service`` gives it): YAML without duplicate keys, macros expanded as upstream
@@ -176,8 +178,8 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
     environ = llama_swap_environment(spec)
     for path in targets:
         verdict = llama_swap_load.judge(files[path].text, environ)
-        if verdict.data is None:
-            results.append(CheckResult("YAML", path, "fail", "\n".join(verdict.problems)))
+        if verdict.data is None:  # not read: YAML, a duplicate key, an env or other macro llama-swap refuses
+            results.append(CheckResult(LOADER, path, "fail", "\n".join(verdict.problems)))
             continue
         if schema is not None:
             # what the schema flags in a config llama-swap loads is a warning (judge's docstring)
@@ -185,7 +187,7 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
             refused = bool(errors) and not verdict.ok
             results.append(CheckResult(validator, path, "fail" if refused else "pass",
                                        "\n".join(errors if refused else [f"warning: {e}" for e in errors])))
-        results.append(CheckResult("llama-swap loader and strict model", path, "fail" if verdict.problems else "pass",
+        results.append(CheckResult(LOADER, path, "fail" if verdict.problems else "pass",
                                    "\n".join(verdict.problems + [f"warning: {w}" for w in verdict.warnings])))
     return results
 

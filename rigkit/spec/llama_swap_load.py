@@ -132,7 +132,7 @@ def substitute_env(text: str, environ: Mapping[str, str]) -> str:
     return text
 
 
-def _go_str(value: Any) -> str:
+def _sprint(value: Any) -> str:
     """``fmt.Sprintf("%v", value)`` for a YAML scalar."""
     if value is True or value is False:
         return "true" if value else "false"
@@ -154,7 +154,7 @@ def _declared(where: str, macros: Any) -> list[tuple[str, Any]]:
         raise LoadError(f"{where}: macros must be a mapping")
     out = []
     for name, value in macros.items():
-        name = _go_str(name) if not isinstance(name, str) else name
+        name = _sprint(name) if not isinstance(name, str) else name
         if len(name) >= 64:
             raise LoadError(f"macro name '{name}' exceeds maximum length of 63 characters")
         if not MACRO_NAME_RE.match(name):
@@ -177,7 +177,7 @@ def _substitute(value: Any, name: str, macro: Any) -> Any:
     if isinstance(value, str):
         if value == slug:
             return macro
-        return value.replace(slug, _go_str(macro)) if slug in value else value
+        return value.replace(slug, _sprint(macro)) if slug in value else value
     if isinstance(value, dict):
         return {k: _substitute(v, name, macro) for k, v in value.items()}
     if isinstance(value, list):
@@ -203,9 +203,9 @@ def _set_params_keys(model: dict, macros: list[tuple[str, Any]]) -> None:
         return
     resolved: dict = {}
     for key, value in params.items():
-        new = key if isinstance(key, str) else _go_str(key)
+        new = key if isinstance(key, str) else _sprint(key)
         for name, macro in reversed(macros):
-            new = new.replace("${%s}" % name, _go_str(macro))
+            new = new.replace("${%s}" % name, _sprint(macro))
         if new in resolved:
             raise LoadError(f"filters.setParamsByID: keys {key!r} and {new!r} resolve to the same value")
         resolved[new] = value
@@ -347,7 +347,7 @@ def judge(text: str, environ: Mapping[str, str], schema: dict | None = None) -> 
             raise LoadError("top-level keys must be strings")
         data = expand_macros(data, strict.TOP_LEVEL_KEYS)
     except LoadError as exc:
-        out.problems.append(str(exc))
+        out.problems.append(_cut(str(exc)))
         return out
     except RecursionError:
         out.problems.append("the config nests too deeply for llama-swap's YAML library")
@@ -364,4 +364,16 @@ def judge(text: str, environ: Mapping[str, str], schema: dict | None = None) -> 
                 flagged if out.problems else [f"{f}; llama-swap 250 loads it all the same" for f in flagged])
     except RecursionError:
         out.problems.append("the config nests too deeply for llama-swap's YAML library")
+    out.problems = [_cut(p) for p in out.problems]
+    out.warnings = [_cut(w) for w in out.warnings]
     return out
+
+
+#: The longest message shown: a message may quote a value, which may be 100 kB (issue #28).
+MESSAGE_CHARS = 500
+
+
+def _cut(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    return f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS} more characters)"

@@ -30,6 +30,12 @@ GO_INT_MAX = 2**63 - 1
 GO_INT = (-GO_INT_MAX - 1, GO_INT_MAX)
 
 
+def _shown(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters: a message names the value without flooding the terminal."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}… ({len(text) - 60} more characters)"
+
+
 def _go_int(value: Any) -> Any:
     """A YAML value decoded into a Go ``int`` the way ``gopkg.in/yaml.v3`` decodes it: an integer within
     int64, a float truncated toward zero (a fractional one is a warning of :func:`loader_problems`), null
@@ -37,13 +43,13 @@ def _go_int(value: Any) -> Any:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"cannot unmarshal {value!r} into a Go int: a whole number is needed")
+        raise ValueError(f"cannot unmarshal {_shown(value)} into a Go int: a whole number is needed")
     if isinstance(value, float):
         if value != value or not GO_INT[0] <= value < 2.0**63:
-            raise ValueError(f"{value!r} does not fit a Go int (64-bit)")
+            raise ValueError(f"{_shown(value)} does not fit a Go int (64-bit)")
         return int(value)
     if not GO_INT[0] <= value <= GO_INT[1]:
-        raise ValueError(f"{value!r} does not fit a Go int (64-bit: {GO_INT[0]}..{GO_INT[1]})")
+        raise ValueError(f"{_shown(value)} does not fit a Go int (64-bit: {GO_INT[0]}..{GO_INT[1]})")
     return value
 
 
@@ -61,7 +67,7 @@ def _go_bool(value: Any) -> Any:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ValueError(f"cannot unmarshal {value!r} into a Go bool: true or false")
+        raise ValueError(f"cannot unmarshal {_shown(value)} into a Go bool: true or false")
     return value
 
 

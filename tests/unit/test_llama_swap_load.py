@@ -94,3 +94,11 @@ def test_the_spec_refuses_a_member_macro_llama_swap_would_refuse(layer, key, mac
                                           "groups": {"gpu": {"members": ["strata", "gguf-baseline", "hyperqwen", "coder"]}}}}])
     problems = [p for p in exc.value.problems if p.key == f"llama_swap.members.coder.{key}"]
     assert len(problems) == 1 and f"the macro '{macro}'" in problems[0].allowed, exc.value.problems
+
+
+@pytest.mark.parametrize("field", ["proxy", "ttl", "cmd"])
+def test_a_long_value_never_floods_the_message(field):
+    value = {"proxy": "http://h:" + "x" * 100_000, "ttl": "x" * 100_000}.get(field, "server ${" + "A" * 100_000 + "}")
+    verdict = judge(MEMBER.replace("proxy: http://127.0.0.1:18030", "") + f"    {field}: '{value}'\n"
+                    if field != "cmd" else f"models:\n  a:\n    cmd: '{value}'\n    proxy: http://127.0.0.1:1\n", ENV)
+    assert verdict.problems and all(len(p) < 700 for p in verdict.problems), [len(p) for p in verdict.problems]
