@@ -12,11 +12,19 @@ config, run with the environment ``llama-swap.service`` gives llama-swap. rigkit
   :data:`NOT_JUDGED` (the matrix router's set language, which the spec never renders) — each row a test;
 - configs generated from the spec's member fields (commands, env, names, macros, groups in the legacy and
   the ``routing`` form, numbers at their bounds): no disagreement at all;
+- specs generated the same way: every spec rigkit accepts renders configs llama-swap loads, and a spec refused
+  only for a member's macro renders one llama-swap refuses;
+- member proxies: Go's ``net/url`` verdict;
+- one field of an upstream config both load changed to each of many values: llama-swap's verdict, or a
+  refusal on purpose, or the matrix set language;
 - no input makes the checker raise.
+
+Counts and tables: ``notes/llama-swap-loader.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -69,6 +77,7 @@ def oracle(tmp_path_factory):
     print(f"\nllama-swap's loader judged {o.count} configs in one process")
 
 
+@functools.cache
 def upstream_configs() -> dict[str, str]:
     """``file:line`` → text of every config of upstream's tests (first literal of each text) and its example."""
     folder = oracle_dir()
