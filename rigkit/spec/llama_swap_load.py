@@ -7,9 +7,9 @@
 environment ``llama-swap.service`` gives it, YAML that refuses a duplicate key (upstream's yaml.v3 does;
 PyYAML would keep the last), the macros expanded exactly as upstream expands them (declaration order,
 ``MODEL_ID``, ``PORT`` from ``startPort``, ``PID`` in ``cmdStop`` only, any other ``${…}`` left over is
-refused naming the field) — then the typed model and the load rules of
-:mod:`rigkit.spec.llama_swap_schema` on the expanded values. Upstream's clamps (``healthCheckTimeout``
-below 15 becomes 15) are warnings naming the value llama-swap will use. Whatever the input, :func:`judge`
+refused naming the field) — then the typed model of :mod:`rigkit.spec.llama_swap_schema` and the load rules
+of :mod:`rigkit.spec.llama_swap_rules` on the expanded values. Upstream's clamps (``healthCheckTimeout`` below
+15 becomes 15) are warnings naming the value llama-swap will use. Whatever the input, :func:`judge`
 returns a :class:`Judgement`, it never raises.
 
 The differential test (``tests/unit/test_llama_swap_differential.py``) holds this to upstream's own
@@ -334,7 +334,7 @@ def judge(text: str, environ: Mapping[str, str], schema: dict | None = None) -> 
     that is stricter than the loader in places (a null, a fraction, ``healthCheckTimeout`` below 15), so
     what it flags in a config the loader accepts is a warning, and a problem beside the loader's. Never
     raises."""
-    from rigkit.spec import llama_swap_schema as strict
+    from rigkit.spec import llama_swap_rules as rules, llama_swap_schema as strict
 
     out = Judgement()
     try:
@@ -354,7 +354,7 @@ def judge(text: str, environ: Mapping[str, str], schema: dict | None = None) -> 
         return out
     out.data = data
     try:
-        problems, warnings = strict.loader_problems(data)
+        problems, warnings = rules.loader_problems(data)
         out.problems += problems
         out.warnings += warnings
         if schema is not None:
