@@ -163,9 +163,8 @@ def llama_swap_environment(spec: RigSpec) -> dict[str, str]:
 
     user = spec.llama_swap.user
     account = accounts(spec)[user]
-    env = {"PATH": SERVICE_PATH, "USER": user, "LOGNAME": user, "HOME": account["home"], "SHELL": account["shell"],
-           "INVOCATION_ID": "0" * 32, "JOURNAL_STREAM": "8:12345", "SYSTEMD_EXEC_PID": "1"}
-    return env
+    return {"PATH": SERVICE_PATH, "USER": user, "LOGNAME": user, "HOME": account["home"], "SHELL": account["shell"],
+            "INVOCATION_ID": "0" * 32, "JOURNAL_STREAM": "8:12345", "SYSTEMD_EXEC_PID": "1"}
 
 
 #: The transient units the host agent runs in (besides the timers' services): their requests to
