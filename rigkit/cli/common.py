@@ -91,13 +91,14 @@ def check_hosts(host_specs):
 
 
 def print_verdicts(name: str, results: list, console: Console, verbose: int = 0) -> None:
-    """The verdicts of one host, a line each (``pass`` lines only with ``verbose``), a validator that
+    """The verdicts of one host, a line each (``pass`` lines only with ``verbose``, or with their warnings:
+    a value llama-swap will change, what its schema flags in a config it loads), a validator that
     could not run as ``could not run`` on a line of its own, then ``N passed, N rejected, N could not
     run, N skipped (validators)``."""
     label = {"pass": "pass", "skip": "skip", "fail": "FAIL", "error": "could not run"}
     colour = {"pass": "green", "skip": "cyan", "fail": "red", "error": "yellow"}
     for r in results:
-        if r.status == "pass" and not verbose:
+        if r.status == "pass" and not verbose and not r.detail:
             continue
         console.print(f"  [{colour[r.status]}]{label[r.status]}[/]  {r.validator}: {r.path}", markup=True)
         for line in r.detail.splitlines():

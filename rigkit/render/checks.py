@@ -27,10 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rigkit import paths
-from rigkit.spec import llama_swap_schema
+from rigkit.spec import llama_swap_load, llama_swap_schema
 from rigkit.cache import ArtefactUnavailable, cache_dir, fetch_pinned
 from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
@@ -50,18 +48,6 @@ class CheckResult:
     path: str
     status: str
     detail: str = ""
-
-
-#: How much of one validator message is shown: jsonschema quotes the whole offending value, which may
-#: be a 100 kB string (issue #28: a long value must not flood the terminal or the CI log).
-MESSAGE_CHARS = 300
-
-
-def _shorten(message: str) -> str:
-    """``message`` cut to :data:`MESSAGE_CHARS`, saying how much was left out."""
-    if len(message) <= MESSAGE_CHARS:
-        return message
-    return f"{message[:MESSAGE_CHARS]}… ({len(message) - MESSAGE_CHARS} more characters)"
 
 
 def _tool(name: str) -> str | None:
@@ -169,9 +155,16 @@ def schema_file(spec: RigSpec, cache: Path | None = None) -> Path:
     return fetch_pinned(url, spec.llama_swap.schema_sha256, "config-schema.json", cache=cache)
 
 
+#: The validator that reads a llama-swap config as llama-swap 250 loads it, with rigkit's strict model.
+LOADER = "llama-swap loader and strict model"
+
+
 def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None) -> list[CheckResult]:
-    """Both llama-swap configs: YAML, upstream's schema (draft-07) and the strict model."""
-    import jsonschema
+    """Both llama-swap configs as llama-swap 250 loads them (:func:`rigkit.spec.llama_swap_load.judge`, with the
+    environment ``llama-swap.service`` gives it): YAML without duplicate keys, macros expanded as upstream
+    expands them, upstream's schema (draft-07) and the strict model on the expanded config. A clamp
+    llama-swap applies is a ``pass`` whose detail names the value it will use."""
+    from rigkit.render.files import llama_swap_environment
 
     targets = [p for p in (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_STAGED) if p in files]
     validator = f"llama-swap {spec.llama_swap.version} schema"
@@ -182,18 +175,20 @@ def check_llama_swap(files: dict[str, RenderedFile], spec: RigSpec, cache: Path 
         schema = None
         if targets:
             results.append(CheckResult(validator, ", ".join(targets), "error", schema_unavailable(spec, exc, cache)))
+    environ = llama_swap_environment(spec)
     for path in targets:
-        try:
-            data = yaml.load(files[path].text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: linear and fast
-        except yaml.YAMLError as exc:
-            results.append(CheckResult("YAML", path, "fail", str(exc)))
+        verdict = llama_swap_load.judge(files[path].text, environ)
+        if verdict.data is None:  # not read: YAML, a duplicate key, an env or other macro llama-swap refuses
+            results.append(CheckResult(LOADER, path, "fail", "\n".join(verdict.problems)))
             continue
         if schema is not None:
-            errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(data), key=lambda e: list(e.path))
-            detail = "\n".join(f"{'.'.join(map(str, e.path)) or '(root)'}: {_shorten(e.message)}" for e in errors)
-            results.append(CheckResult(validator, path, "fail" if errors else "pass", detail))
-        problems = llama_swap_schema.strict_problems(data) + llama_swap_schema.env_macro_problems(data)
-        results.append(CheckResult("llama-swap strict model", path, "fail" if problems else "pass", "\n".join(problems)))
+            # what the schema flags in a config llama-swap loads is a warning (judge's docstring)
+            errors = llama_swap_schema.schema_problems(verdict.data, schema)
+            refused = bool(errors) and not verdict.ok
+            results.append(CheckResult(validator, path, "fail" if refused else "pass",
+                                       "\n".join(errors if refused else [f"warning: {e}" for e in errors])))
+        results.append(CheckResult(LOADER, path, "fail" if verdict.problems else "pass",
+                                   "\n".join(verdict.problems + [f"warning: {w}" for w in verdict.warnings])))
     return results
 
 

@@ -145,6 +145,28 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
         ls=spec.llama_swap, members=view, groups=groups, preload=preload, staged=staged)
 
 
+#: systemd's default ``PATH`` for services on the rig (systemd.exec(5), "Environment Variables in Spawned
+#: Processes": "$PATH … compiled in"; Arch's systemd is built with the merged bin directory).
+SERVICE_PATH = "/usr/local/bin:/usr/bin"
+
+
+def llama_swap_environment(spec: RigSpec) -> dict[str, str]:
+    """The process environment ``llama-swap.service`` gives llama-swap on the rig — what its ``${env.X}``
+    macros can read (``substituteEnvMacros`` looks them up with ``os.LookupEnv``). The unit sets no
+    ``Environment=``, so it is what systemd sets for every service with ``User=`` (systemd.exec(5),
+    "Environment Variables in Spawned Processes"): ``PATH``, ``USER``, ``LOGNAME``, ``HOME``, ``SHELL``
+    (from the account the deploy creates, :func:`rigkit.render.declared_state.accounts`),
+    ``INVOCATION_ID``, ``JOURNAL_STREAM`` and ``SYSTEMD_EXEC_PID`` (their values differ on each start:
+    stand-ins of the same shape here). ``LANG`` is left out: systemd passes it only when a locale is
+    configured. Shape: ``{name: value}``."""
+    from rigkit.render.declared_state import accounts
+
+    user = spec.llama_swap.user
+    account = accounts(spec)[user]
+    return {"PATH": SERVICE_PATH, "USER": user, "LOGNAME": user, "HOME": account["home"], "SHELL": account["shell"],
+            "INVOCATION_ID": "0" * 32, "JOURNAL_STREAM": "8:12345", "SYSTEMD_EXEC_PID": "1"}
+
+
 #: The transient units the host agent runs in (besides the timers' services): their requests to
 #: llama-swap are rigkit's own, never client traffic.
 AGENT_TRANSIENT_UNITS = ("rigkit-activate.service", "rigkit-window.service", "rigkit-lock.service")

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rigkit import paths
 from rigkit.host import versions
+from rigkit.spec.llama_swap_schema import GO_INT_MAX
 
 # --------------------------------------------------------------------------------------------
 # Building blocks
@@ -205,8 +206,8 @@ class MemberSpec(StrictModel):
     staged: bool = False
     vram_gib: float | None = Field(default=None, gt=0)
     cold_boot_s: float = Field(gt=0)
-    ttl: int = Field(default=0, ge=0)
-    unload_timeout_s: int | None = Field(default=None, ge=1)
+    ttl: int = Field(default=0, ge=0, le=GO_INT_MAX)
+    unload_timeout_s: int | None = Field(default=None, ge=1, le=GO_INT_MAX)
     cmd: str | None = None
     cmd_stop: str | None = None
     proxy: str | None = None
@@ -250,7 +251,7 @@ class LlamaSwapSpec(StrictModel):
     schema_sha256: str = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
     port: int = Field(default=8080, ge=1, le=65535)
     user: str = "llama-swap"
-    health_check_timeout_s: int = Field(default=300, ge=15)
+    health_check_timeout_s: int = Field(default=300, ge=15, le=GO_INT_MAX)
     start_port: int = Field(default=5800, ge=1, le=65535)
     log_level: Literal["debug", "info", "warn", "error"] = "info"
     preload: list[str] = Field(default_factory=lambda: ["strata"])

@@ -20,6 +20,7 @@ from typing import Any
 
 from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
+from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.host import versions
 from rigkit.host.gpu import power_limit_problem
 from rigkit.spec.model import (
@@ -439,6 +440,13 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             if not MEMBER_ENV_RE.match(item):
                 out.append(SpecProblem(key=f"{key}.env[{i}]", value=repr(item),
                                        allowed="NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"))
+        for field_key, value in [("cmd", m.cmd), ("cmd_stop", m.cmd_stop), ("proxy", m.proxy), ("name", s.name),
+                                 ("description", s.description), ("use_model_name", m.use_model_name),
+                                 ("check_endpoint", s.check_endpoint)] \
+                + [(f"env[{i}]", e) for i, e in enumerate(s.env)] + [(f"aliases[{i}]", a) for i, a in enumerate(s.aliases)]:
+            problem = member_macro_problem(value, m.cmd, stop=field_key == "cmd_stop") if value else None
+            if problem:
+                out.append(SpecProblem(key=f"{key}.{field_key}", value=repr(value), allowed=problem))
         out += _check_command(f"{key}.cmd", m.cmd, m.cmd_stop, f"{key}.cmd_stop")
         if m.cmd_stop:
             out += _check_command(f"{key}.cmd_stop", m.cmd_stop, None, None, stop=True)

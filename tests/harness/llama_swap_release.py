@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The real llama-swap v250 for the sandbox: built from upstream's source, packed like upstream's release.
 
-Usage: ``python tests/harness/llama_swap_release.py --out DIR [--print-binary]``
+Usage: ``python tests/harness/llama_swap_release.py --out DIR [--print-binary]`` or ``--print-oracle``
+(the loader oracle of the differential test, :func:`oracle_dir`).
 
 Writes ``DIR/llama-swap_250_linux_amd64.tar.gz`` holding, at the archive root, ``llama-swap``
 (0755, root:root), ``LICENSE.md`` and ``README.md`` — what upstream's goreleaser archive for
@@ -151,15 +152,8 @@ def build_from_git(go: str, git_dir: str, out: Path) -> None:
 
 def build_from_vendored(go: str, tarball: Path, out: Path) -> None:
     """``go build`` of the vendored tree after checking the tarball's sha256 (a mismatch raises)."""
-    if not tarball.is_file():
-        raise RuntimeError(f"{tarball}: no such file (set $RIGKIT_LLAMA_SWAP_SRC to the vendored tarball)")
-    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
-    if digest != SRC_SHA256:
-        raise Tampered(f"{tarball}: sha256 {digest}, expected {SRC_SHA256}: refusing to build it")
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(tarball) as tf:
-            tf.extractall(tmp, filter="data")
-        _build_tree(go, Path(tmp) / SRC_NAME, str(tarball), out)
+        _build_tree(go, _vendored_tree(tarball, Path(tmp)), str(tarball), out)
 
 
 def binary_dir() -> Path:
@@ -197,6 +191,73 @@ def binary_dir() -> Path:
     raise RuntimeError("\n".join(errors))
 
 
+ORACLE_SRC = Path(__file__).resolve().parent / "llama_swap_oracle" / "main.go"
+
+
+def _vendored_tree(tarball: Path, dest: Path) -> Path:
+    """The vendored tree extracted under ``dest`` after its sha256 check (a mismatch raises :class:`Tampered`)."""
+    if not tarball.is_file():
+        raise RuntimeError(f"{tarball}: no such file (set $RIGKIT_LLAMA_SWAP_SRC to the vendored tarball)")
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if digest != SRC_SHA256:
+        raise Tampered(f"{tarball}: sha256 {digest}, expected {SRC_SHA256}: refusing to build it")
+    with tarfile.open(tarball) as tf:
+        tf.extractall(dest, filter="data")
+    return dest / SRC_NAME
+
+
+def oracle_dir() -> Path:
+    """llama-swap 250's own verdict on config files, for rigkit's differential test (test-only; the
+    operator's machine needs no Go): a cached folder holding ``rigkit-oracle`` (``llama_swap_oracle/main.go``
+    compiled inside upstream's module tree — the loader is under ``internal/`` — with the same Go
+    environment as the binary, its dependencies from the same module proxy and cache),
+    ``upstream-configs.json`` (the YAML configs of upstream's ``internal/config/*_test.go``, extracted
+    with go/ast by ``rigkit-oracle -extract``) and upstream's ``config.example.yaml``. Built from the
+    vendored tree (sha256 checked), else ``$RIGKIT_LLAMA_SWAP_GIT``; key: commit, ``go version``, the
+    oracle's source. Raises RuntimeError naming each source's error."""
+    go = go_binary()
+    gov = _run([go, "version"]).stdout.strip()
+    key = hashlib.sha256(f"{COMMIT}\0{gov}\0".encode() + ORACLE_SRC.read_bytes()).hexdigest()[:16]
+    d = cache_dir() / f"llama-swap-oracle-{key}"
+    if (d / "rigkit-oracle").is_file():
+        return d
+    errors = []
+    for what in ("vendored", "git"):
+        if what == "git" and not os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
+            continue
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix="llama-swap-oracle-", dir=cache_dir()))
+        try:
+            with tempfile.TemporaryDirectory() as work:
+                if what == "vendored":
+                    src = _vendored_tree(vendored_source(), Path(work))
+                else:
+                    src = Path(work) / "src"
+                    src.mkdir()
+                    arch = subprocess.run(["git", f"--git-dir={os.environ['RIGKIT_LLAMA_SWAP_GIT']}", "archive",
+                                           "--format=tar", COMMIT], capture_output=True, check=True)
+                    with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
+                        tf.extractall(src, filter="data")
+                (src / "cmd" / "rigkit-oracle").mkdir(parents=True)
+                shutil.copyfile(ORACLE_SRC, src / "cmd" / "rigkit-oracle" / "main.go")
+                _run([go, "build", "-trimpath", "-o", str(tmp / "rigkit-oracle"), "./cmd/rigkit-oracle"], cwd=src)
+                configs = _run([str(tmp / "rigkit-oracle"), "-extract", str(src / "internal" / "config")]).stdout
+                (tmp / "upstream-configs.json").write_text(configs)
+                shutil.copyfile(src / "config.example.yaml", tmp / "config.example.yaml")
+            if d.exists():
+                shutil.rmtree(d)
+            tmp.rename(d)
+            return d
+        except Tampered as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            errors.append(f"{what}: {e}")
+            break
+        except Exception as e:  # noqa: BLE001 - every source's error is reported
+            shutil.rmtree(tmp, ignore_errors=True)
+            errors.append(f"{what}: {e}")
+    raise RuntimeError("\n".join(errors) or "no source for the oracle")
+
+
 def build_tarball(out_dir: Path, src: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / ASSET
@@ -220,7 +281,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="where to write the release tarball")
     ap.add_argument("--print-binary", action="store_true", help="print the cached binary's path")
+    ap.add_argument("--print-oracle", action="store_true",
+                    help="build (cached) the loader oracle for the differential test and print its folder")
     a = ap.parse_args(argv)
+    if a.print_oracle:
+        try:
+            print(oracle_dir())
+        except RuntimeError as e:
+            for line in str(e).splitlines():
+                print(f"BLOCKED: llama-swap {VERSION} oracle: {line}", file=sys.stderr)
+            return 1
+        return 0
     try:
         src = binary_dir()
     except RuntimeError as e:

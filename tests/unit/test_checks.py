@@ -65,7 +65,7 @@ def test_rendered_rig_passes_every_validator_and_skips_only_deploy_installed_exe
         else:
             assert verdicts[path].status == "pass", verdicts[path]
     assert {r.validator for r in results if r.status == "pass"} >= {
-        "compose-spec schema", "compose v2 parser", "llama-swap v250 schema", "llama-swap strict model"}
+        "compose-spec schema", "compose v2 parser", "llama-swap v250 schema", "llama-swap loader and strict model"}
 
 
 def test_a_deploy_installed_executable_present_on_the_control_machine_is_verified_not_skipped(tmp_path):
@@ -136,7 +136,7 @@ def test_llama_swap_schema_refuses_a_wrong_type_and_strict_model_an_ignored_key(
     results = check_llama_swap(replaced(files, paths.LLAMA_SWAP_CONFIG, text), SPEC)
     by = {(r.validator, r.path): r for r in results}
     schema = by[("llama-swap v250 schema", paths.LLAMA_SWAP_CONFIG)]
-    strict = by[("llama-swap strict model", paths.LLAMA_SWAP_CONFIG)]
+    strict = by[("llama-swap loader and strict model", paths.LLAMA_SWAP_CONFIG)]
     assert schema.status == "fail" and "models.strata.ttl" in schema.detail
     assert strict.status == "fail"
     assert "models.strata.cmd_stop: unknown key (llama-swap ignores it silently)" in strict.detail
@@ -157,25 +157,57 @@ def test_group_preload_is_refused(tmp_path):
     assert strict_problems(data) == ["groups.g.preload: unknown key (llama-swap ignores it silently)"]
 
 
-def test_strict_model_refuses_what_llama_swaps_load_refuses_and_its_schema_cannot_say():
+@pytest.mark.parametrize("data,problem", [
     # reserved macro names (macros.go:52-54), legacy groups beside routing.router (load.go:189-198): issue #25
-    data = {"macros": {"PORT": 1}, "models": {"a": {"cmd": "x", "macros": {"MODEL_ID": "m", "ok": 1}}},
-            "groups": {"g": {"members": ["a"]}}, "routing": {"router": {"settings": {"groups": {"h": {"members": ["a"]}}}}}}
-    assert strict_problems(data) == [
-        "macros.PORT: macro name 'PORT' is reserved (llama-swap refuses the config)",
-        "models.a.macros.MODEL_ID: macro name 'MODEL_ID' is reserved (llama-swap refuses the config)",
-        "groups: the legacy top-level 'groups'/'matrix' and 'routing.router' cannot both be used (llama-swap refuses the config)"]
-    assert strict_problems({"models": {"a": {"cmd": "x", "timeouts": {"idleconn": 2}}}}) == [
-        "models.a.timeouts.idleconn: unknown key (llama-swap ignores it silently)"]  # the fix's own key, typo'd
+    ({"macros": {"PORT": 1}, "models": {"a": {"cmd": "x"}}}, "macro name 'PORT' is reserved"),
+    ({"models": {"a": {"cmd": "x", "macros": {"MODEL_ID": "m", "ok": 1}}}}, "model a: macro name 'MODEL_ID' is reserved"),
+    ({"models": {"a": {"cmd": "x", "proxy": "http://127.0.0.1:1"}}, "groups": {"g": {"members": ["a"]}},
+      "routing": {"router": {"settings": {"groups": {"h": {"members": ["a"]}}}}}},
+     "config uses both the legacy top-level 'matrix'/'groups' keys and the new 'routing.router' block; please "
+     "migrate the top-level keys into 'routing.router' and remove them"),
+    ({"models": {"a": {"cmd": "x", "proxy": "http://127.0.0.1:1", "timeouts": {"idleconn": 2}}}},
+     "models.a.timeouts.idleconn: unknown key (llama-swap ignores it silently)"),  # the fix's own key, typo'd
+])
+def test_the_loader_refuses_what_llama_swaps_load_refuses_and_its_schema_cannot_say(data, problem):
+    from rigkit.spec.llama_swap_load import judge
+
+    assert judge(yaml.safe_dump(data), {}).problems == [problem]
 
 
-def test_an_env_macro_in_a_rendered_llama_swap_config_fails_the_check():
+def test_an_env_macro_llama_swap_cannot_resolve_is_refused_in_the_spec_and_in_the_rendered_config():
     from rigkit.render.checks import check_llama_swap
+    from rigkit.spec.problems import SpecError
 
-    spec = spec_from_dict({"llama_swap": {"members": {"strata": {"description": "key ${env.HF_TOKEN}"}}}})
-    results = [r for r in check_llama_swap(render(spec), spec) if r.validator == "llama-swap strict model"]
-    assert {r.status for r in results} == {"fail"}
-    assert "models.strata.description: 'key ${env.HF_TOKEN}' uses an ${env.…} macro" in results[0].detail
+    with pytest.raises(SpecError) as exc:
+        spec_from_dict({"llama_swap": {"members": {"strata": {"description": "key ${env.HF_TOKEN}"}}}})
+    assert [p.key for p in exc.value.problems] == ["llama_swap.members.strata.description"]
+    assert "'${env.HF_TOKEN}' is not set in the environment llama-swap.service gives it" in exc.value.problems[0].allowed
+    files = render(SPEC)
+    text = files[paths.LLAMA_SWAP_CONFIG].text.replace("resident coder model (GGUF)", "key ${env.HF_TOKEN}", 1)
+    results = [r for r in check_llama_swap(replaced(files, paths.LLAMA_SWAP_CONFIG, text), SPEC)
+               if r.validator == "llama-swap loader and strict model" and r.path == paths.LLAMA_SWAP_CONFIG]
+    assert [r.status for r in results] == ["fail"]
+    assert results[0].detail.startswith("environment variable 'HF_TOKEN' is not set (llama-swap.service gives")
+
+
+def test_a_clamp_passes_and_is_shown_naming_the_value_llama_swap_will_use():
+    import io
+
+    from rich.console import Console
+
+    from rigkit.cli.common import print_verdicts
+
+    files = render(SPEC)
+    text = files[paths.LLAMA_SWAP_CONFIG].text.replace("healthCheckTimeout: 300", "healthCheckTimeout: 5", 1)
+    results = check_llama_swap(replaced(files, paths.LLAMA_SWAP_CONFIG, text), SPEC)
+    loader = [r for r in results if r.validator == "llama-swap loader and strict model"][0]
+    assert loader.status == "pass" and verdict_code(results) == 0
+    assert loader.detail == ("warning: healthCheckTimeout: 5 — llama-swap raises it to 15 (load.go:63-65: any value "
+                             "below 15 s becomes 15)")
+    out = io.StringIO()
+    print_verdicts("rig", results, Console(file=out, width=300))
+    assert "pass  llama-swap loader and strict model: /etc/llama-swap/config.yaml\n        warning: healthCheckTimeout: 5" \
+        in out.getvalue()
 
 
 def test_pinned_fetch_refuses_a_wrong_sha256_and_caches_nothing(tmp_path):
@@ -207,7 +239,7 @@ def test_unreachable_schema_is_a_validator_that_could_not_run_naming_the_url_and
     assert "missing.json" in schema[0].detail and "RIGKIT_LLAMA_SWAP_SCHEMA_URL=file://" in schema[0].detail
     assert str(tmp_path / "empty-cache" / "artefacts") in schema[0].detail
     assert verdict_code(results) == 1  # could not run: exit 1, not a rejected file
-    strict = [r for r in results if r.validator == "llama-swap strict model"]
+    strict = [r for r in results if r.validator == "llama-swap loader and strict model"]
     assert [r.status for r in strict] == ["pass", "pass"]  # the other validators still ran
 
 

@@ -268,3 +268,18 @@ def test_a_data_override_reaches_pyinfra_as_the_value_it_is(value):
 
     back = _pyinfra_parse_cli_arg()(data_text(value))
     assert back == value and type(back) is type(value)
+
+
+@pytest.mark.parametrize("member,key,macro", [
+    ({"cmd": "llama-server --port ${PORT} --models ${MODELS}"}, "cmd", "${MODELS}"),
+    ({"env": ["HOME=/var/lib/${USER}"]}, "env[0]", "${USER}"),
+    ({"name": "Coder ${VARIANT}"}, "name", "${VARIANT}"),
+])
+def test_check_exits_2_on_a_member_macro_llama_swap_would_refuse_naming_the_field_and_the_macro(member, key, macro):
+    # issue #38: llama-swap 250 refuses the whole config on it (unknown macro '${MODELS}' found in coder.cmd)
+    coder = {"cmd": "llama-server --port ${PORT}", "vram_gib": 1, "cold_boot_s": 5, **member}
+    data = {"members": {"coder": coder}, "groups": {"gpu": {"members": ["strata", "gguf-baseline", "hyperqwen", "coder"]}}}
+    proc = run(["check", "--data", f"llama_swap={json.dumps(data)}"])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if f"llama_swap.members.coder.{key}:" in ln)
+    assert f"llama-swap 250 refuses the whole config on the macro '{macro}'" in line
