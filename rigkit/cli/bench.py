@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 from contextlib import ExitStack
 from typing import Any
 
@@ -117,13 +118,12 @@ class AgentEnergyReader:
         self.timeout_s = timeout_s
         self._proc: Any = None
         self._lines: Any = None
-        self._lock = __import__("threading").Lock()
+        self._lock = threading.Lock()
 
     def _start(self) -> None:
         import queue
         import shlex
         import subprocess
-        import threading
 
         from rigkit.remote import Remote
 

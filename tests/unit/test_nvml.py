@@ -48,6 +48,18 @@ def lib(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def private_lib(tmp_path_factory) -> Path:
+    """The stand-in under another soname (``libnvidia-ml-test.so``), for loading into this process: a
+    library loaded here as ``libnvidia-ml.so.1`` would be found by every later ``CDLL("libnvidia-ml.so.1")``
+    of this process (the dynamic loader matches loaded objects by soname), and the other tests' machine
+    has no NVML."""
+    folder = tmp_path_factory.mktemp("nvml-private")
+    copy = folder / "libnvidia-ml-test.so"
+    copy.write_bytes(build_mirror.shared_library("libnvidia-ml.c", "libnvidia-ml-test.so").read_bytes())
+    return copy
+
+
 def resolved_names() -> set[str]:
     """The library names pynvml looks up (``_nvmlGetFunctionPointer("…")``) for :data:`CALLS`, following
     its calls to its own module-level functions (``nvmlInit`` → ``nvmlInitWithFlags`` → …)."""
@@ -85,10 +97,10 @@ def test_the_stand_in_exports_exactly_what_pynvml_resolves_for_rigkits_calls(lib
     assert exported == want
 
 
-def test_the_stand_in_words_every_code_as_pynvml_does(lib):
+def test_the_stand_in_words_every_code_as_pynvml_does(private_lib):
     import pynvml
 
-    so = ctypes.CDLL(str(lib / "libnvidia-ml.so.1"))
+    so = ctypes.CDLL(str(private_lib))
     so.nvmlErrorString.restype = ctypes.c_char_p
     for code, words in pynvml.NVMLError._errcode_to_string.items():
         assert so.nvmlErrorString(code).decode() == words, code
@@ -166,16 +178,14 @@ def test_a_mismatch_and_an_unloaded_driver_answer_nvmls_codes(lib, tmp_path):
 
 
 @pytest.fixture
-def counter_reader(lib, tmp_path, monkeypatch):
-    """An :class:`rigkit.host.nvml.EnergyReader` in this process whose pynvml talks to the stand-in: a copy
-    under another soname handed to pynvml as the library it loaded (``pynvml.nvmlLib``), so that the
-    other tests' ``CDLL("libnvidia-ml.so.1")`` still finds none. Restored afterwards."""
+def counter_reader(private_lib, monkeypatch):
+    """An :class:`rigkit.host.nvml.EnergyReader` in this process whose pynvml talks to the stand-in
+    (:func:`private_lib`) handed to pynvml as the library it loaded (``pynvml.nvmlLib``). Restored
+    afterwards."""
     import pynvml
 
-    copy = tmp_path / "libnvidia-ml-test.so"
-    copy.write_bytes(build_mirror.shared_library("libnvidia-ml.c", "libnvidia-ml-test.so").read_bytes())
     monkeypatch.setenv("RIGKIT_FAKE_NVIDIA_SMI", str(STUBS / "nvidia-smi"))
-    monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(copy)))
+    monkeypatch.setattr(pynvml, "nvmlLib", ctypes.CDLL(str(private_lib)))
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
     readers = []
 
