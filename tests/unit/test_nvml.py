@@ -9,7 +9,9 @@ here with gcc as the mirror builds it), whose counter is the fake nvidia-smi's o
   a counter → 3 → sampled; a mismatch → 18; no driver loaded → 9; ``--serve`` a reading per line.
 - Both methods measure the same thing: on the fake's model at two power limits, the counter and the
   sampled draw give the same joules (within what sampling can resolve), the same W and the same
-  ordering of tok/J — the power-limit sweep's figures mean the same whichever method measured them.
+  ordering of tok/J — the power-limit sweep's figures mean the same whichever method measured them;
+  and for any draw profile (hypothesis) the counter's joules are its integral and the sampled ones within
+  one interval per step of the draw.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rigkit.host import nvml
-from rigkit.host.bench.energy import EnergyMeter, summarize_energy
+from rigkit.host.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "tests" / "harness" / "stubs"
@@ -247,3 +251,36 @@ def test_both_methods_give_a_power_limit_sweep_the_same_figures_on_the_fakes_mod
     # the sweep's point: 150 W gives more tokens per joule than 420 W, whichever method measured it
     for m in ("counter", "sampled"):
         assert figures[150][m]["tok_per_j"] > figures[420][m]["tok_per_j"], figures
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 3.0), st.floats(10.0, 450.0)), min_size=1, max_size=8),
+       st.floats(0.01, 0.5))
+def test_for_any_draw_the_counter_is_its_integral_and_sampling_converges_to_it(profile, interval_s):
+    """Any piecewise-constant draw (segments of seconds at W): the meter's counter method gives exactly
+    its integral (a counter's difference), and the sampled method (power.draw every ``interval_s``, plus
+    the span's last reading, by the trapezoid rule) differs from it by at most each step of the draw
+    times one interval: the two methods measure one quantity, and the sampled one converges to it."""
+    edges = [0.0]
+    for seconds, _ in profile:
+        edges.append(edges[-1] + seconds)
+
+    def watts(t: float) -> float:
+        return next((w for (s, w), end in zip(profile, edges[1:]) if t < end), profile[-1][1])
+
+    def joules(t: float) -> float:
+        return sum(w * max(0.0, min(t, end) - start) for (s, w), start, end in zip(profile, edges, edges[1:]))
+
+    now = [0.0]
+    meter = EnergyMeter(lambda: {"state": "ok", "message": "", "source": "test",
+                                 "gpus": [{"index": 0, "energy_j": 1000.0 + joules(now[0]), "power_draw_w": None}]},
+                        clock=lambda: now[0])
+    assert meter.start() == "counter"
+    with meter.measure() as span:
+        now[0] = edges[-1]
+    exact = joules(edges[-1])
+    assert span.joules == pytest.approx(exact, rel=1e-9, abs=1e-6)
+    times = [i * interval_s for i in range(int(edges[-1] / interval_s) + 1)] + [edges[-1]]
+    sampled = trapezoid_j([(t, watts(t)) for t in times])
+    steps = sum(abs(b[1] - a[1]) for a, b in zip(profile, profile[1:]))
+    assert abs(sampled - exact) <= steps * interval_s + 1e-6 * exact
