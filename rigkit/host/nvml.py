@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any, Callable
 
 from rigkit.host import gpu
@@ -44,7 +45,9 @@ class EnergyReader:
     returns one reading (never raises) shaped as :func:`rigkit.host.gpu.parse_energy`'s
     (``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}``) plus ``method``
     (``counter``/``sampled``), ``source`` (the call or the nvidia-smi command) and
-    ``counter_unavailable`` (why not the counter, None when it is read).
+    ``counter_unavailable`` (why not the counter, None when it is read); a counter reading also
+    ``t_s``, this host's monotonic clock (s) as the counter was read, so that the meter's seconds are
+    the stretch the counter covers (:meth:`rigkit.host.bench.energy.EnergyMeter.reading`).
 
     + index: the GPU (NVML and nvidia-smi number the cards alike).
     + sampled: the fallback reader (default :func:`rigkit.host.gpu.query_energy`).
@@ -99,7 +102,7 @@ class EnergyReader:
                         "source": COUNTER_SOURCE, "counter_unavailable": None}
             else:
                 return {"state": "ok", "message": "", "method": "counter", "source": COUNTER_SOURCE,
-                        "counter_unavailable": None,
+                        "counter_unavailable": None, "t_s": time.monotonic(),
                         "gpus": [{"index": self.index, "energy_j": mj / 1000.0, "power_draw_w": None}]}
         return {**(self._sampled or gpu.query_energy)(), "method": "sampled", "source": gpu.ENERGY_QUERY_COMMAND,
                 "counter_unavailable": self.counter_unavailable}

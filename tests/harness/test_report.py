@@ -59,6 +59,7 @@ def test_readme_bench_passes_on_strata_and_is_not_run_on_the_unloaded_baseline(r
     assert (e["method"], e["source"], e["counter_unavailable"]) == ("counter", COUNTER_SOURCE, None), e
     assert e["where"] == f"{rig.name} (its agent over SSH)" and e["idle"]["avg_w"] == pytest.approx(32.0, abs=1)
     assert any(ln.startswith("energy: the card's energy counter (NVML) on ") for ln in lines), lines
+    keep_energy_lines(strata.stdout, "counter")
     for n in ("chat-greedy", "chat-sampled"):
         e = summary["workloads"][n]["energy"]
         assert e["tok_per_j"] > 0 and e["j_per_token"] > 0 and e["power_modelled"] is False, e
@@ -97,11 +98,21 @@ def test_readme_bench_passes_on_strata_and_is_not_run_on_the_unloaded_baseline(r
 
 
 def bench_energy(rig, out: Path) -> tuple[dict, str]:
-    """``rigkit bench`` of Strata's chat-greedy alone (no warm-up): its summary and stdout."""
+    """``rigkit bench`` of Strata's chat-greedy alone (no warm-up): its summary and stdout (its energy lines
+    kept in ``out/test-artefacts/bench-energy-<folder>.txt``)."""
     r = rigkit(rig, "bench", "-i", "inventory/sandbox.py", "--host", rig.name, "--member", "strata",
                "--workload", "chat-greedy", "--no-warmup", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    keep_energy_lines(r.stdout, out.name)
     return json.loads((out / "summary.json").read_text()), r.stdout
+
+
+def keep_energy_lines(stdout: str, name: str) -> None:
+    """The bench's energy lines, for the record (``out/test-artefacts/bench-energy-NAME.txt``)."""
+    art = ROOT / "out" / "test-artefacts"
+    art.mkdir(parents=True, exist_ok=True)
+    (art / f"bench-energy-{name}.txt").write_text(
+        "".join(ln + "\n" for ln in stdout.splitlines() if "energy" in ln or ": n=" in ln))
 
 
 def assert_sampled(summary: dict, why: str) -> None:

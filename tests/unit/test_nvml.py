@@ -284,3 +284,55 @@ def test_for_any_draw_the_counter_is_its_integral_and_sampling_converges_to_it(p
     sampled = trapezoid_j([(t, watts(t)) for t in times])
     steps = sum(abs(b[1] - a[1]) for a, b in zip(profile, profile[1:]))
     assert abs(sampled - exact) <= steps * interval_s + 1e-6 * exact
+
+
+def test_the_bench_reads_through_one_agent_session_restarted_when_it_dies(lib, tmp_path, monkeypatch):
+    """``rigkit bench --host``'s reader (rigkit.cli.bench.AgentEnergyReader): one ``rigkit-agent energy
+    --serve`` session for every reading (here the agent runs on this machine in place of ``ssh HOST``),
+    a dead session a failed reading that says so, the next reading a new session; closing ends it."""
+    from rigkit.cli.bench import AgentEnergyReader
+    from rigkit.remote import Remote
+
+    env = fake_env(tmp_path, lib)
+    for k in ("PATH", "RIGKIT_FAKE_GPU_DIR", "RIGKIT_FAKE_GPU_BOARD", "RIGKIT_FAKE_NVIDIA_SMI", "LD_LIBRARY_PATH"):
+        monkeypatch.setenv(k, env[k])  # for the agent: a child process reads them at its start
+    argvs = []
+
+    def argv(self, command):
+        argvs.append((command, self.connection.get("_sudo")))
+        return [sys.executable, "-m", "rigkit.host", "energy", "--serve"]
+
+    monkeypatch.setattr(Remote, "argv", argv)
+    monkeypatch.chdir(ROOT)
+    reader = AgentEnergyReader("rig", {"ssh_user": "rig", "_sudo": True})
+    a, b = reader(), reader()
+    # one session, the agent's own path, as the inventory's user (no sudo: NVML's counter needs no root)
+    assert argvs == [("/opt/rigkit/venv/bin/rigkit-agent energy --serve", False)]
+    assert (a["method"], b["method"]) == ("counter", "counter") and b["gpus"][0]["energy_j"] >= a["gpus"][0]["energy_j"]
+    reader._proc.kill()
+    reader._proc.wait()
+    dead = reader()
+    assert dead["state"] == "error" and dead["message"].startswith("rig: rigkit-agent energy: the session ended")
+    again = reader()
+    assert again["method"] == "counter" and len(argvs) == 2  # a new session
+    proc = reader._proc
+    reader.close()
+    assert proc.returncode == 0  # stdin closed: the agent shut NVML down and exited
+
+
+def test_a_counters_seconds_are_the_readers_own_stamps_not_the_transports():
+    """Counter readings stamped by the reader (``t_s``, the host's clock as the counter was read): the span's
+    seconds are the stretch the counter covers, however long each reading took to come back (an SSH round
+    trip), so J / s is the card's average draw."""
+    stamps = iter([(100.0, 10.0), (100.0, 10.0), (102.0, 74.0)])  # start(), then the span's two readings
+    calls = iter([0.0, 0.9, 1.0, 1.1, 3.0, 3.9])  # each reading's call, on the control side, took 0.9 s
+
+    def read():
+        t, j = next(stamps)
+        return {"state": "ok", "message": "", "t_s": t, "gpus": [{"index": 0, "energy_j": j, "power_draw_w": None}]}
+
+    meter = EnergyMeter(read, clock=lambda: next(calls))
+    assert meter.start() == "counter"
+    with meter.measure() as span:
+        pass
+    assert (span.joules, span.seconds, span.avg_w) == (64.0, 2.0, 32.0)  # midpoints would say 2.4 s, 26.7 W

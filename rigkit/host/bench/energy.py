@@ -117,8 +117,12 @@ class EnergyMeter:
         self._first: dict[str, Any] = {}
 
     def reading(self) -> tuple[float, float | None, float | None, str | None]:
-        """One reading: ``(t_s, energy_j, power_draw_w, error)``, ``t_s`` the middle of the call
-        on :attr:`clock`; the figures None where the card has none or the query failed."""
+        """One reading: ``(t_s, energy_j, power_draw_w, error)``; the figures None where the card has
+        none or the query failed. ``t_s`` is the middle of the call on :attr:`clock`, except for a
+        counter reading that carries the reader's own stamp (``t_s``: :class:`rigkit.host.nvml.EnergyReader`
+        stamps the host's monotonic clock as the counter is read): the seconds between two such
+        stamps are the stretch the counter's difference covers, whatever the transport's latency
+        (an SSH round trip) adds to the call."""
         t0 = self._clock()
         smi = self._read()
         t = (t0 + self._clock()) / 2.0
@@ -127,6 +131,9 @@ class EnergyMeter:
         g, why = gpu.card(smi, self.gpu_index)
         if g is None:
             return t, None, None, (why or "")[:220]
+        stamp = smi.get("t_s")
+        if g.get("energy_j") is not None and isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+            t = float(stamp)
         return t, g.get("energy_j"), g.get("power_draw_w"), None
 
     def start(self) -> str | None:
