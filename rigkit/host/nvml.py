@@ -46,7 +46,7 @@ class EnergyReader:
     (``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}``) plus ``method``
     (``counter``/``sampled``), ``source`` (the call or the nvidia-smi command) and
     ``counter_unavailable`` (why not the counter, None when it is read); a counter reading also
-    ``t_s``, this host's monotonic clock (s) as the counter was read, so that the meter's seconds are
+    ``t_s``, this host's monotonic clock (s) as the counter is read, so that the meter's seconds are
     the stretch the counter covers (:meth:`rigkit.host.bench.energy.EnergyMeter.reading`).
 
     + index: the GPU (NVML and nvidia-smi number the cards alike).
@@ -93,6 +93,7 @@ class EnergyReader:
             import pynvml
 
             try:
+                stamp = time.monotonic()  # as the counter is read (the call itself takes µs to ms)
                 mj = pynvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
             except pynvml.NVMLError_NotSupported as exc:
                 self.counter_unavailable = f"GPU {self.index} has no energy counter: {_why(exc)}"
@@ -102,7 +103,7 @@ class EnergyReader:
                         "source": COUNTER_SOURCE, "counter_unavailable": None}
             else:
                 return {"state": "ok", "message": "", "method": "counter", "source": COUNTER_SOURCE,
-                        "counter_unavailable": None, "t_s": time.monotonic(),
+                        "counter_unavailable": None, "t_s": stamp,
                         "gpus": [{"index": self.index, "energy_j": mj / 1000.0, "power_draw_w": None}]}
         return {**(self._sampled or gpu.query_energy)(), "method": "sampled", "source": gpu.ENERGY_QUERY_COMMAND,
                 "counter_unavailable": self.counter_unavailable}

@@ -20,9 +20,10 @@
    The model is not here: each answer comes from the fake GPU's one model, the fake nvidia-smi of the
    same package (tests/harness/stubs/nvidia-smi), run with RIGKIT_FAKE_NVML=<call> in its environment.
    Its exit status is the NVML code (nvidia-smi's exit codes are NVML's: 9 no driver loaded, 18 the
-   mismatch); for "energy" its stdout is the counter in mJ since the driver loaded, or exit 3 on a board
-   without one (board.json "energy_counter": false). $RIGKIT_FAKE_NVIDIA_SMI names another fake (unit
-   tests). */
+   mismatch); for "energy" its stdout is the counter in mJ since the driver loaded as of the moment this
+   library was called (RIGKIT_FAKE_NVML_AT, unix s: the fake runs a process start later, and a real
+   counter's value is the one at the call), or exit 3 on a board without one (board.json
+   "energy_counter": false). $RIGKIT_FAKE_NVIDIA_SMI names another fake (unit tests). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -49,25 +51,30 @@ extern char **environ;
 static struct nvmlDevice_st gpu0 = {0};
 static int init_count; /* nvmlInit's reference count: each init needs its shutdown */
 
-/* Run the fake nvidia-smi with RIGKIT_FAKE_NVML=call, its stdout into out (at most n - 1 bytes, NUL
-   ended); its exit status is the answer (NVML_ERROR_UNKNOWN when it could not run or was killed). */
-static nvmlReturn_t ask(const char *call, char *out, size_t n) {
+/* Run the fake nvidia-smi with RIGKIT_FAKE_NVML=call (and RIGKIT_FAKE_NVML_AT=at unless NULL), its
+   stdout into out (at most n - 1 bytes, NUL ended); its exit status is the answer (NVML_ERROR_UNKNOWN
+   when it could not run or was killed). */
+static nvmlReturn_t ask(const char *call, const char *at, char *out, size_t n) {
     const char *smi = getenv("RIGKIT_FAKE_NVIDIA_SMI");
     if (!smi || !*smi)
         smi = "/usr/bin/nvidia-smi";
     size_t count = 0;
     while (environ[count])
         count++;
-    char **env = calloc(count + 2, sizeof *env);
+    char **env = calloc(count + 3, sizeof *env);
     if (!env)
         return NVML_ERROR_UNKNOWN;
     size_t k = 0;
     for (size_t i = 0; i < count; i++)
-        if (strncmp(environ[i], "RIGKIT_FAKE_NVML=", 17) != 0)
+        if (strncmp(environ[i], "RIGKIT_FAKE_NVML", 16) != 0)
             env[k++] = environ[i];
-    char var[64];
+    char var[64], when[64];
     snprintf(var, sizeof var, "RIGKIT_FAKE_NVML=%s", call);
     env[k++] = var;
+    if (at) {
+        snprintf(when, sizeof when, "RIGKIT_FAKE_NVML_AT=%s", at);
+        env[k++] = when;
+    }
     env[k] = NULL;
 
     nvmlReturn_t ret = NVML_ERROR_UNKNOWN;
@@ -113,7 +120,7 @@ static nvmlReturn_t ask(const char *call, char *out, size_t n) {
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     char buf[512];
-    nvmlReturn_t ret = ask("init", buf, sizeof buf);
+    nvmlReturn_t ret = ask("init", NULL, buf, sizeof buf);
     if (ret == NVML_SUCCESS)
         __atomic_add_fetch(&init_count, 1, __ATOMIC_SEQ_CST);
     return ret;
@@ -141,8 +148,11 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, uns
         return NVML_ERROR_UNINITIALIZED;
     if (device != &gpu0 || !energy)
         return NVML_ERROR_INVALID_ARGUMENT;
-    char buf[64];
-    nvmlReturn_t ret = ask("energy", buf, sizeof buf);
+    struct timespec now;
+    char at[32], buf[64];
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(at, sizeof at, "%lld.%09ld", (long long)now.tv_sec, now.tv_nsec);
+    nvmlReturn_t ret = ask("energy", at, buf, sizeof buf);
     if (ret != NVML_SUCCESS)
         return ret;
     char *end;
