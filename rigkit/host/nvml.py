@@ -109,10 +109,12 @@ class EnergyReader:
                 "counter_unavailable": self.counter_unavailable}
 
     def close(self) -> None:
-        """Shut NVML down (``nvmlShutdown``) if this reader started it; further readings are sampled."""
+        """Shut NVML down (``nvmlShutdown``) if this reader started it; further readings are sampled
+        (``counter_unavailable`` says the reader was closed when nothing else did)."""
         self._handle = None
         if not self._inited:
             return
+        self.counter_unavailable = self.counter_unavailable or "NVML shut down (the reader was closed)"
         self._inited = False
         try:
             import pynvml

@@ -336,3 +336,17 @@ def test_a_counters_seconds_are_the_readers_own_stamps_not_the_transports():
     with meter.measure() as span:
         pass
     assert (span.joules, span.seconds, span.avg_w) == (64.0, 2.0, 32.0)  # midpoints would say 2.4 s, 26.7 W
+
+
+def test_a_closed_reader_samples_and_says_so(counter_reader, tmp_path, monkeypatch):
+    """After :meth:`EnergyReader.close` (NVML shut down) a reading is the sampled draw, saying why."""
+    env = fake_env(tmp_path, None)
+    for k in ("RIGKIT_FAKE_GPU_DIR", "RIGKIT_FAKE_GPU_BOARD"):
+        monkeypatch.setenv(k, env[k])
+    from rigkit.host import gpu
+
+    reader = counter_reader(lambda: gpu.parse_energy("0, 21.50\n", 0))
+    assert reader()["method"] == "counter"
+    reader.close()
+    after = reader()
+    assert (after["method"], after["counter_unavailable"]) == ("sampled", "NVML shut down (the reader was closed)")
