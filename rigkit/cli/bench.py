@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 from contextlib import ExitStack
 from typing import Any
 
@@ -94,34 +95,118 @@ def _getattr_path(obj: Any, *names: str) -> Any:
     return obj
 
 
-def ssh_energy_reader(host_name: str, connection: dict[str, Any]):
-    """A reader for :class:`rigkit.host.bench.energy.EnergyMeter`: the host's
-    ``nvidia-smi`` energy query (:data:`rigkit.host.gpu.ENERGY_QUERY_COMMAND`) over SSH, parsed by
-    :func:`rigkit.host.gpu.parse_energy`; an SSH failure reads as state ``error``."""
-    from rigkit.bench import tunnel
-    from rigkit.host import gpu
+class AgentEnergyReader:
+    """A reader for :class:`rigkit.host.bench.energy.EnergyMeter` that reads the host's GPU through its
+    agent: one ``rigkit-agent energy --serve`` session over SSH (:mod:`rigkit.host.nvml`) kept open for
+    the whole bench, a line sent per reading and a JSON line back — the card's counter through NVML, or
+    sampled ``power.draw`` where the card has none, as the reading says. NVML cannot be reached over a
+    plain SSH command, and a session rather than an agent call per reading keeps each reading to one
+    round trip: no SSH connection, Python start or ``nvmlInit`` (up to seconds without persistence mode)
+    inside the bracket around a request, and the sampled method's 0.25 s interval holds.
 
-    def read() -> dict[str, Any]:
+    + host_name, connection: the inventory host (as the user the inventory names, no sudo: NVML's
+      counter and nvidia-smi's draw need no root).
+    + timeout_s: how long one reading may take.
+
+    Started on the first reading; a reading that fails (the session ended, a timeout) is state
+    ``error`` with the reason, and the next reading starts a new session. :meth:`close` ends it.
+    """
+
+    def __init__(self, host_name: str, connection: dict[str, Any], timeout_s: float = 15.0) -> None:
+        self.host_name = host_name
+        self.connection = connection
+        self.timeout_s = timeout_s
+        self._proc: Any = None
+        self._lines: Any = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        import queue
+        import shlex
+        import subprocess
+
+        from rigkit.remote import Remote
+
+        argv = Remote(self.host_name, {**self.connection, "_sudo": False}).argv(
+            shlex.join([paths.AGENT_BIN, "energy", "--serve"]))
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._lines = queue.Queue()
+        proc, lines = self._proc, self._lines
+
+        def pump() -> None:
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, name="agent-energy", daemon=True).start()
+
+    def _fail(self, why: str) -> dict[str, Any]:
+        err = ""
+        if self._proc is not None:
+            self.close()
+            try:
+                err = (self._proc.stderr.read() or "").strip()[-300:]
+            except (OSError, ValueError):
+                pass
+        self._proc = None
+        return {"state": "error", "message": f"{self.host_name}: rigkit-agent energy: {why}"
+                + (f": {err}" if err else ""), "gpus": []}
+
+    def __call__(self) -> dict[str, Any]:
+        import json
+        import queue
+
+        with self._lock:
+            try:
+                if self._proc is None:
+                    self._start()
+                self._proc.stdin.write("\n")
+                self._proc.stdin.flush()
+            except FileNotFoundError:
+                return {"state": "error", "message": "ssh: command not found on the control machine", "gpus": []}
+            except (BrokenPipeError, OSError, ValueError) as exc:
+                return self._fail(f"the session ended ({exc})")
+            try:
+                line = self._lines.get(timeout=self.timeout_s)
+            except queue.Empty:
+                return self._fail(f"no reading within {self.timeout_s:g} s")
+            if line is None:
+                return self._fail(f"the session ended (exit {self._proc.wait()})")
+            try:
+                got = json.loads(line)
+            except ValueError:
+                return self._fail(f"not a reading: {line.strip()[:200]!r}")
+            return got if isinstance(got, dict) else self._fail(f"not a reading: {line.strip()[:200]!r}")
+
+    def close(self) -> None:
+        """End the session (its stdin closed: the agent shuts NVML down and exits)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
         try:
-            rc, out, err = tunnel.run_ssh(host_name, connection, gpu.ENERGY_QUERY_COMMAND, timeout_s=15.0)
-        except tunnel.TunnelError as exc:
-            return {"state": "error", "message": str(exc), "gpus": []}
-        return gpu.parse_energy(out if rc == 0 else out + err, rc)
-
-    return read
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it would not go
+            proc.kill()
+            proc.wait()
 
 
 def local_energy_reader(base_url: str):
-    """``(reader, where)`` for a bare ``--url``: this machine's nvidia-smi
-    (:func:`rigkit.host.gpu.query_energy`) when the URL's host is a loopback address (the server
-    runs here), else ``(None, why)``: another machine's GPU cannot be read from here."""
+    """``(reader, where)`` for a bare ``--url``: this machine's GPU
+    (:class:`rigkit.host.nvml.EnergyReader`: the counter, else sampled power.draw) when the URL's host is
+    a loopback address (the server runs here), else ``(None, why)``: another machine's GPU cannot be
+    read from here."""
     from urllib.parse import urlsplit
 
-    from rigkit.host import gpu
+    from rigkit.host.nvml import EnergyReader
 
     hostname = (urlsplit(base_url).hostname or "").lower()
     if hostname in ("localhost", "::1") or hostname.startswith("127."):
-        return gpu.query_energy, "this machine (the --url server is local)"
+        return EnergyReader(), "this machine (the --url server is local)"
     return None, f"the server {hostname or base_url} is not on this machine: its GPU is not read"
 
 
@@ -130,7 +215,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     """Open the SSH forward to the host's llama-swap, check the member is running, read the
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
     host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
-    energy reader (:func:`ssh_energy_reader`); raises :class:`BenchAbort`."""
+    energy reader (:class:`AgentEnergyReader`, closed with ``stack``); raises :class:`BenchAbort`."""
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
     from rigkit.host import gpu
     from rigkit.host.bench.context import Target
@@ -201,7 +286,9 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     target = Target(chat_url=f"{fwd.url}/v1/chat/completions",
                     aux_base=f"{fwd.url}/upstream/{member}", model=member,
                     label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
-    return target, ctx, _getattr_path(hs.spec, "bench"), ssh_energy_reader(hs.name, hs.connection)
+    reader = AgentEnergyReader(hs.name, hs.connection)
+    stack.callback(reader.close)
+    return target, ctx, _getattr_path(hs.spec, "bench"), reader
 
 
 #: BenchSpec fields that size the workloads; their defaults are the rig preset's figures.
@@ -260,7 +347,8 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
               help="Seconds without data before a stream counts as stalled [default: the "
                    "host's bench.stall_timeout_s, else 120].")
 @click.option("--no-energy", is_flag=True,
-              help="Do not read the GPU's energy (nvidia-smi power.draw, sampled and integrated) nor "
+              help="Do not read the GPU's energy (the card's counter through NVML, else nvidia-smi power.draw "
+                   "sampled and integrated) nor "
                    "its idle draw before the run.")
 @click.option("--health-budget", type=click.FloatRange(min=0), default=120.0, show_default=True,
               help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
@@ -351,10 +439,12 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             host_ctx: dict[str, Any] = {}
             spec_bench = None
             read_energy, where = local_energy_reader(base)
+            if read_energy is not None:
+                stack.callback(read_energy.close)
         else:
             target, host_ctx, spec_bench, read_energy = host_target(stack, inventory, host, member,
                                                                     api_key_file, console)
-            where = f"{host} (nvidia-smi over SSH)"
+            where = f"{host} (its agent over SSH)"
             if host_ctx.get("not_running"):
                 return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
                                     preset_name)
@@ -435,7 +525,9 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
         else:
             meter = EnergyMeter(read_energy, where=where)
             if meter.start():
-                console.print(f"energy: {meter.method}; measuring the idle draw first")
+                why = f"; no counter: {meter.counter_unavailable}" if meter.counter_unavailable else ""
+                console.print(f"energy: {meter.method} ({meter.source}){why}; measuring the idle draw first",
+                              highlight=False, markup=False)
             energy = None
         total = sum(len(w.requests) for w in wls)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -17,6 +17,8 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``confirm`` — confirm the host serves as a generation declares (:mod:`rigkit.host.confirm`).
 - ``probe [LOCK_B64 DEEP PREPARED]`` — drift's host-side checks in one process: the ``version`` line,
   then, given a lock, the model-files check's JSON line (:func:`rigkit.host.modelcheck.probe`).
+- ``energy [--serve] [--index N]`` — the GPU's energy readings as JSON lines: the card's counter through
+  NVML, else sampled power.draw (:mod:`rigkit.host.nvml`); reads no host config.
 - ``version``.
 
 Exit codes: 0 nothing to do or done, 1 the action failed or was refused, 2 invalid input.
@@ -104,7 +106,7 @@ def _hold(cfg, what: str, lease: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
@@ -116,12 +118,16 @@ def main(argv: list[str] | None = None) -> None:
 
             sys.exit(probe(argv[1:]))
         sys.exit(0)
+    if job == "energy":
+        from rigkit.host.nvml import main as energy_main
+
+        sys.exit(energy_main(argv[1:]))
     if job in ("fetch", "record", "status"):
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
     if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation", "confirm"):
-        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,version} ...",
+        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:

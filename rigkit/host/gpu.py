@@ -109,10 +109,10 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     return {"state": "ok", "message": "", "gpus": gpus}
 
 
-#: The energy query: the draw (W), sampled and integrated by the bench (rigkit.host.bench.energy). No
-#: driver captured lists an energy counter in ``--help-query-gpu`` (610.57.04, 595.71.05, 590.48.01):
-#: ``total_energy_consumption`` made the real tool refuse the whole query (exit 2), the draw with it.
-#: The card's counter is NVML's (issue "Energy from the card's counter").
+#: The energy query: the draw (W), sampled and integrated by the bench (rigkit.host.bench.energy) when the
+#: card has no counter NVML can read (rigkit.host.nvml). A query of its own, of fields every captured
+#: driver lists in ``--help-query-gpu`` (610.57.04, 595.71.05, 590.48.01): none lists an energy counter,
+#: and ``total_energy_consumption`` made the real tool refuse the whole query (exit 2), the draw with it.
 ENERGY_FIELDS = ("index", "power.draw")
 ENERGY_QUERY = ("nvidia-smi", f"--query-gpu={','.join(ENERGY_FIELDS)}", "--format=csv,noheader,nounits")
 ENERGY_QUERY_COMMAND = " ".join(ENERGY_QUERY)

@@ -141,7 +141,9 @@ def test_workload_figures_and_the_idle_level_mark():
 
 def test_a_remote_url_reads_no_gpu_here():
     assert local_energy_reader("http://10.0.0.5:18020")[0] is None
-    assert local_energy_reader("http://127.0.0.1:18020")[0] is gpu.query_energy
+    from rigkit.host.nvml import EnergyReader
+
+    assert isinstance(local_energy_reader("http://127.0.0.1:18020")[0], EnergyReader)  # the counter, else sampled
 
 
 def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(replay, tmp_path, monkeypatch):
@@ -170,8 +172,10 @@ def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(rep
                                         "--workload", "chat-greedy", "--no-warmup"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert any(ln.startswith("energy: power.draw sampled and integrated (nvidia-smi has no energy counter field) on "
-                             "this machine (the --url server is local) · idle 33.0 W over ") for ln in lines), lines
+    # no NVML library on this machine: the card's counter cannot be read, and the line says why (issue 41)
+    assert any(ln.startswith("energy: power.draw sampled and integrated (no counter: NVML: NVML Shared Library Not "
+                             "Found (code 12)) on this machine (the --url server is local) · idle 33.0 W over ")
+               for ln in lines), lines
     energy = [ln for ln in lines if ln.startswith("  energy: ")]
     assert energy and re.search(r" · 2(49|50)\.\d W average · [\d.]+ tok/J · [\d.]+ J/token$", energy[0]), energy
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]

@@ -192,6 +192,16 @@ def stub(name: str, **subst: str) -> str:
     return text
 
 
+def shared_library(source: str, soname: str) -> Path:
+    """``stubs/SOURCE`` (C) built with gcc as a shared library with ``SONAME``, exporting only what the
+    source marks visible (``-fvisibility=hidden``): the stand-in ``libnvidia-ml.so.1``
+    (stubs/libnvidia-ml.c). Built into a fresh temporary folder; raises on a compiler error."""
+    out = Path(tempfile.mkdtemp(prefix="rigkit-lib.")) / soname
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
+                    f"-Wl,-soname,{soname}", "-o", str(out), str(STUBS / source)], check=True)
+    return out
+
+
 def payload(pkg: dict) -> dict[str, tuple[str, int]]:
     """{relative path: (content, mode)} for the package's stand-in files."""
     kind, ver = pkg.get("payload"), pkgver(pkg["version"])
@@ -229,6 +239,11 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         f["usr/bin/nvidia-smi"] = (stub("nvidia-smi"), 0o755)
         f["usr/bin/nvidia-persistenced"] = (stub("nvidia-persistenced"), 0o755)
         f["usr/bin/nvidia-modprobe"] = ("#!/bin/sh\nexit 0\n", 0o755)
+        # NVML as the real package lays it out (usr/lib/libnvidia-ml.so.VER, .so.1 -> it, .so -> .so.1): a
+        # stand-in that answers from the fake nvidia-smi's power model (stubs/libnvidia-ml.c, issue 41)
+        f[f"usr/lib/libnvidia-ml.so.{ver}"] = (shared_library("libnvidia-ml.c", "libnvidia-ml.so.1"), 0o755)
+        f["usr/lib/libnvidia-ml.so.1"] = ("->", f"libnvidia-ml.so.{ver}")
+        f["usr/lib/libnvidia-ml.so"] = ("->", "libnvidia-ml.so.1")
         f["usr/share/fake-gpu/driver"] = (json.dumps({"driver_version": ver, "cuda_version": pkg["cuda_api"]}) + "\n", 0o644)
         f["usr/lib/modprobe.d/nvidia-utils.conf"] = ("blacklist nouveau\n", 0o644)
         f["usr/lib/modules-load.d/nvidia-utils.conf"] = ("nvidia-uvm\n", 0o644)

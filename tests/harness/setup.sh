@@ -7,7 +7,8 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" = 0 ] || { echo "setup.sh: needs root (debootstrap, chroot, network namespaces)" >&2; exit 2; }
-PKGS=(debootstrap systemd-container pacman-package-manager makepkg libarchive-tools zstd openssh-client iproute2 util-linux openssl)
+# gcc, libc6-dev: the stand-in libnvidia-ml.so.1 the mirror's nvidia-utils ships (stubs/libnvidia-ml.c)
+PKGS=(debootstrap systemd-container pacman-package-manager makepkg libarchive-tools zstd openssh-client iproute2 util-linux openssl gcc libc6-dev)
 now() { date +%s.%N; }
 t0=$(now)
 missing=()

@@ -128,6 +128,34 @@ def test_forced_mismatch_fails_like_nvml(gpu_host):
         gpu_host.run("rm -f /run/fake-gpu/force_mismatch")
 
 
+#: The stand-in NVML's calls through ctypes, as pynvml makes them (its argument and result types), one line out:
+#: nvmlInitWithFlags, nvmlDeviceGetHandleByIndex_v2, nvmlDeviceGetTotalEnergyConsumption (and whether the
+#: counter is positive), nvmlShutdown; at the first failing call its code alone.
+NVML_CALLS = """python3 - <<'EOF'
+import ctypes
+so = ctypes.CDLL("libnvidia-ml.so.1")
+h, mj = ctypes.c_void_p(), ctypes.c_ulonglong()
+codes = [so.nvmlInitWithFlags(0)]
+if codes[0] == 0:
+    codes += [so.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)), so.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(mj)),
+              int(mj.value > 0), so.nvmlShutdown()]
+print(*codes)
+EOF"""
+
+
+def test_nvml_is_where_the_real_package_puts_it_and_answers_from_the_fake(gpu_host):
+    # /usr/lib/libnvidia-ml.so.<version> with the soname link pynvml loads and the dev link (Arch's create_links)
+    assert gpu_host.run("readlink /usr/lib/libnvidia-ml.so.1 /usr/lib/libnvidia-ml.so").stdout == \
+        "libnvidia-ml.so.610.57.04\nlibnvidia-ml.so.1\n"
+    assert "nvidia-utils /usr/lib/libnvidia-ml.so.610.57.04\n" in gpu_host.run("pacman -Ql nvidia-utils").stdout
+    assert gpu_host.run(NVML_CALLS).stdout == "0 0 0 1 0\n"  # found by the loader, by its soname alone
+    gpu_host.run("touch /run/fake-gpu/force_mismatch")
+    try:
+        assert gpu_host.run(NVML_CALLS).stdout == "18\n"  # NVML_ERROR_LIB_RM_VERSION_MISMATCH, as nvidia-smi's exit
+    finally:
+        gpu_host.run("rm -f /run/fake-gpu/force_mismatch")
+
+
 def test_nvidia_ctk_merges_the_runtime_and_keeps_other_keys(gpu_host):
     gpu_host.run("pacman -S --noconfirm --needed nvidia-container-toolkit >/dev/null; mkdir -p /etc/docker; "
                  "echo '{\"log-driver\": \"journald\", \"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]}' > /etc/docker/daemon.json")

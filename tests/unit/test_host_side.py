@@ -25,8 +25,9 @@ from rigkit.host.journal import expected_deviations, is_open, read_journal
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = ROOT / "rigkit" / "host"
-#: What a host module may import besides the standard library and rigkit.host itself.
-HOST_THIRD_PARTY = {"requests", "yaml", "huggingface_hub"}
+#: What a host module may import besides the standard library and rigkit.host itself: the agent's
+#: wheelhouse (rigkit.deploy.wheelhouse.AGENT_REQUIREMENTS; pynvml is nvidia-ml-py, issue 41).
+HOST_THIRD_PARTY = {"requests", "yaml", "huggingface_hub", "pynvml"}
 
 
 def _imports(path: Path) -> list[str]:
@@ -39,7 +40,19 @@ def _imports(path: Path) -> list[str]:
     return out
 
 
-def test_host_modules_import_only_the_stdlib_their_three_libraries_and_rigkit_host():
+def test_the_allowed_libraries_are_the_agents_wheelhouse():
+    """Each allowed import is a distribution the wheelhouse pins, and each pin is imported under an
+    allowed name (importlib.metadata's map of installed import names to distributions)."""
+    from importlib.metadata import packages_distributions
+
+    from rigkit.deploy.wheelhouse import AGENT_REQUIREMENTS
+
+    dists = packages_distributions()
+    pinned = {r.split("==")[0].lower().replace("_", "-") for r in AGENT_REQUIREMENTS}
+    assert {d.lower().replace("_", "-") for m in HOST_THIRD_PARTY for d in dists[m]} == pinned
+
+
+def test_host_modules_import_only_the_stdlib_their_four_libraries_and_rigkit_host():
     bad = []
     for path in sorted(HOST.rglob("*.py")):
         for mod in _imports(path):

@@ -1,26 +1,30 @@
 """The GPU's energy while the bench runs: joules per request, then per workload joules, average
 watts, tok/J and J/token beside tok/s (issue 31; DESIGN.md "Versions and units of measure").
 
-Source: ``nvidia-smi --query-gpu=index,power.draw --format=csv,noheader,nounits``
-(:data:`rigkit.host.gpu.ENERGY_QUERY`, parsed by :func:`rigkit.host.gpu.parse_energy`). Two methods,
-chosen by the first reading:
+Source: :class:`rigkit.host.nvml.EnergyReader` — the card's counter through NVML
+(``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded), else ``nvidia-smi
+--query-gpu=index,power.draw --format=csv,noheader,nounits`` (:data:`rigkit.host.gpu.ENERGY_QUERY`,
+parsed by :func:`rigkit.host.gpu.parse_energy`). Two methods, chosen by the first reading:
 
-- ``counter``: a cumulative energy counter (J), read right before and right after each request;
-  the request's joules are the difference. Only for a reader that has one: nvidia-smi lists no
-  energy field (``total_energy_consumption`` is refused by every driver captured, the whole query
-  with it), so with nvidia-smi the meter samples; the card's counter is NVML's (issue "Energy from
-  the card's counter").
+- ``counter``: the card's cumulative energy counter (J), read right before and right after each
+  request; the request's joules are the difference. nvidia-smi has no field for it (every driver
+  captured refuses ``total_energy_consumption``, the whole query with it): it is NVML's (issue 41).
 - ``sampled``: ``power.draw`` (W) is read every ``interval_s`` by a background thread while the
   request runs, plus once at each end, and integrated by the trapezoid rule; each reading is
-  stamped at the middle of its nvidia-smi call.
+  stamped at the middle of its nvidia-smi call. Used when the card has no counter (no NVML library,
+  NVML not starting, a card older than Volta: the reading's ``counter_unavailable`` says which).
+
+Both measure the same quantity, the card's energy over the request: J, W = J / s, tok/J and J/token
+mean the same whichever measured them (tests/unit/test_nvml.py compares them on the sandbox's model).
 
 Idle: before the first workload :meth:`EnergyMeter.idle` measures the card's draw for a few
 seconds with nothing sent; it is reported apart (``summary.json`` ``energy.idle``) and never
 subtracted from a workload's joules. A request's joules include its prefill: J/token is per
 completion token of the whole request.
 
-The readings come from a callable, so the same meter reads this host's nvidia-smi (the window's
-bench, :func:`rigkit.host.gpu.query_energy`) or the rig's over SSH (``rigkit bench --host``).
+The readings come from a callable, so the same meter reads this host's GPU (the window's bench and
+sweeps, :class:`rigkit.host.nvml.EnergyReader`) or the rig's through its agent over SSH (``rigkit bench
+--host``: one ``rigkit-agent energy --serve`` session, rigkit.cli.bench).
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ IDLE_S = 2.0
 AT_IDLE_W, AT_IDLE_SHARE = 2.0, 0.05
 
 METHOD_WORDS = {
-    "counter": "the card's energy counter",
-    "sampled": "power.draw sampled and integrated (nvidia-smi has no energy counter field)",
+    "counter": "the card's energy counter (NVML)",
+    "sampled": "power.draw sampled and integrated",
 }
 
 
@@ -83,7 +87,9 @@ class Span:
 class EnergyMeter:
     """Reads the GPU's energy around each request.
 
-    + read: returns :func:`rigkit.host.gpu.parse_energy`'s dict (never raises).
+    + read: returns :func:`rigkit.host.gpu.parse_energy`'s dict (never raises), optionally with
+      ``source`` (what measured it) and ``counter_unavailable`` (why not the counter), as
+      :class:`rigkit.host.nvml.EnergyReader` gives them.
     + where: words for the operator naming where the readings come from (``rig over SSH``).
     + interval_s: seconds between ``power.draw`` samples (method ``sampled`` only).
     + gpu_index: the GPU to read (the rig has one).
@@ -105,17 +111,29 @@ class EnergyMeter:
         self.method: str | None = None
         self.unavailable: str | None = None
         self.idle_span: Span | None = None
+        self.source: str | None = None
+        self.counter_unavailable: str | None = None
         self._started = False
+        self._first: dict[str, Any] = {}
 
     def reading(self) -> tuple[float, float | None, float | None, str | None]:
-        """One reading: ``(t_s, energy_j, power_draw_w, error)``, ``t_s`` the middle of the call
-        on :attr:`clock`; the figures None where the card has none or the query failed."""
+        """One reading: ``(t_s, energy_j, power_draw_w, error)``; the figures None where the card has
+        none or the query failed. ``t_s`` is the middle of the call on :attr:`clock`, except for a
+        counter reading that carries the reader's own stamp (``t_s``: :class:`rigkit.host.nvml.EnergyReader`
+        stamps the host's monotonic clock as the counter is read): the seconds between two such
+        stamps are the stretch the counter's difference covers, whatever the transport's latency
+        (an SSH round trip) adds to the call."""
         t0 = self._clock()
         smi = self._read()
         t = (t0 + self._clock()) / 2.0
+        if not self._first:
+            self._first = smi
         g, why = gpu.card(smi, self.gpu_index)
         if g is None:
             return t, None, None, (why or "")[:220]
+        stamp = smi.get("t_s")
+        if g.get("energy_j") is not None and isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+            t = float(stamp)
         return t, g.get("energy_j"), g.get("power_draw_w"), None
 
     def start(self) -> str | None:
@@ -124,6 +142,8 @@ class EnergyMeter:
             return self.method
         self._started = True
         _, energy, power, err = self.reading()
+        self.source = self._first.get("source") or gpu.ENERGY_QUERY_COMMAND
+        self.counter_unavailable = self._first.get("counter_unavailable")
         if energy is not None:
             self.method = "counter"
         elif power is not None:
@@ -197,16 +217,23 @@ class EnergyMeter:
 
     def describe(self) -> dict[str, Any]:
         """The summary's ``energy`` object: ``method`` (``counter``/``sampled``/None),
-        ``method_words``, ``source`` (the nvidia-smi command), ``where``, ``unavailable``,
-        ``idle`` (``{"seconds", "joules", "avg_w"}`` or None)."""
+        ``method_words``, ``source`` (the NVML call or the nvidia-smi command the first reading came
+        from), ``counter_unavailable`` (why not the counter; None when it measured), ``where``,
+        ``unavailable``, ``idle`` (``{"seconds", "joules", "avg_w"}`` or None)."""
         idle = None
         if self.idle_span is not None and self.idle_span.joules is not None:
             s = self.idle_span
             idle = {"seconds": round(s.seconds or 0.0, 3), "joules": round(s.joules or 0.0, 3),
                     "avg_w": round(s.avg_w, 2) if s.avg_w is not None else None}
         return {"method": self.method, "method_words": METHOD_WORDS.get(self.method or ""),
-                "source": gpu.ENERGY_QUERY_COMMAND, "where": self.where,
-                "unavailable": self.unavailable, "idle": idle}
+                "source": self.source or gpu.ENERGY_QUERY_COMMAND, "counter_unavailable": self.counter_unavailable,
+                "where": self.where, "unavailable": self.unavailable, "idle": idle}
+
+    def close(self) -> None:
+        """Close the reader when it can be (:meth:`rigkit.host.nvml.EnergyReader.close`)."""
+        close = getattr(self._read, "close", None)
+        if callable(close):
+            close()
 
 
 def summarize_energy(records: list[dict[str, Any]], idle_w: float | None,

@@ -271,15 +271,17 @@ SOURCE_WORDS = {
 
 def energy_header(energy: dict[str, Any]) -> str:
     """The run's energy line: how it was measured, where, and the idle draw (shown apart, never
-    subtracted), e.g. ``energy: power.draw sampled and integrated (nvidia-smi has no energy counter
-    field) on rig over SSH · idle 32.0 W over 2.0 s (measured apart, not subtracted)``."""
+    subtracted), e.g. ``energy: the card's energy counter (NVML) on rig (its agent over SSH) · idle 32.0 W
+    over 2.0 s (measured apart, not subtracted)``, or ``energy: power.draw sampled and integrated (no
+    counter: NVML: Not Supported (code 3)) on …`` (why not the counter, when the meter says)."""
     if not energy.get("method"):
         return f"energy: not measured — {energy.get('unavailable') or 'no reading'}"
     idle = energy.get("idle")
     idle_txt = (f"idle {idle['avg_w']:.1f} W over {idle['seconds']:.1f} s before the run "
                 "(measured apart, not subtracted)" if idle and idle.get("avg_w") is not None
                 else "idle draw not measured")
-    return f"energy: {energy.get('method_words')} on {energy.get('where')} · {idle_txt}"
+    why = f" (no counter: {energy['counter_unavailable']})" if energy.get("counter_unavailable") else ""
+    return f"energy: {energy.get('method_words')}{why} on {energy.get('where')} · {idle_txt}"
 
 
 def energy_line(e: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from rigkit.host import envfile, gpu
 from rigkit.host.bench import runner
 from rigkit.host.bench.context import Target, measure_chars_per_token, probe_engine
 from rigkit.host.bench.energy import EnergyMeter
+from rigkit.host.nvml import EnergyReader
 from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt, build_workloads,
                                          make_document, quoting_sizes)
 
@@ -27,7 +28,7 @@ def run_bench(plan: dict, preset_name: str, journal: dict, checkpoint: Callable[
     """Run the bench preset ``preset_name`` (:data:`rigkit.host.bench.workloads.PRESETS`) against the
     tenant on ``127.0.0.1:tenant_port``, the way ``rigkit bench`` does (warm-up workload first,
     tokens from usage), with the host context and this GPU's energy (idle draw first, then per
-    request: :class:`rigkit.host.bench.energy.EnergyMeter` over :func:`rigkit.host.gpu.query_energy`). Writes ``requests.jsonl`` and ``summary.json``
+    request: :class:`rigkit.host.bench.energy.EnergyMeter` over :class:`rigkit.host.nvml.EnergyReader`: the card's counter, else sampled power.draw). Writes ``requests.jsonl`` and ``summary.json``
     to ``<results_dir>/bench-<preset>/`` and returns the summary (``rigkit bench``'s format)."""
     settings = plan.get("bench_settings") or {}
     base = f"http://127.0.0.1:{plan['tenant_port']}"
@@ -71,10 +72,13 @@ def run_bench(plan: dict, preset_name: str, journal: dict, checkpoint: Callable[
     def progress(_name: str, _done: int, _n: int) -> None:
         checkpoint()
 
-    meter = EnergyMeter(gpu.query_energy, where=f"{plan['host']} (this host's nvidia-smi)")
-    summaries, warnings = runner.run_workloads(target, wls, run_id=run_id, out_dir=str(out_dir),
-                                               stall_timeout_s=float(settings.get("stall_timeout_s", 120.0)),
-                                               progress=progress, meter=meter)
+    meter = EnergyMeter(EnergyReader(), where=f"{plan['host']} (this host's GPU)")
+    try:
+        summaries, warnings = runner.run_workloads(target, wls, run_id=run_id, out_dir=str(out_dir),
+                                                   stall_timeout_s=float(settings.get("stall_timeout_s", 120.0)),
+                                                   progress=progress, meter=meter)
+    finally:
+        meter.close()
     summary = runner.build_summary(run_id, target, context, summaries, [], warnings, preset_name,
                                    energy=meter.describe())
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

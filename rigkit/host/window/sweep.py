@@ -54,6 +54,7 @@ from typing import Any
 from rigkit.host import atomic, envfile, gpu, power
 from rigkit.host.bench.client import ChatSession, stream_chat
 from rigkit.host.bench.energy import EnergyMeter, summarize_energy
+from rigkit.host.nvml import EnergyReader
 from rigkit.host.bench.context import Target, measure_chars_per_token
 from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document,
                                          verbatim_check)
@@ -206,8 +207,9 @@ class Sweep:
         self.cpt: float | None = None
         self.enforced: float | None = None  # power_limit: the limit read back for the cells now measured
         # energy is what a power-limit sweep is for; a draft-length sweep measures speed and survival only
-        # (two nvidia-smi reads per request added 13 s to the sandbox's draft-length tests)
-        self.meter = (EnergyMeter(gpu.query_energy, where=f"{self.plan.get('host')} (this host's nvidia-smi)")
+        # (two readings per request added 13 s to the sandbox's draft-length tests); NVML stays open for
+        # the sweep's process (rigkit.host.nvml.EnergyReader)
+        self.meter = (EnergyMeter(EnergyReader(), where=f"{self.plan.get('host')} (this host's GPU)")
                       if self.grid["param"] == "power_limit" else None)
         self.j.save()
 
