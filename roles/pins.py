@@ -1,6 +1,7 @@
-"""Packages and pins: the pins held first (rigkit's IgnorePkg file, Include'd from pacman.conf), then what the rig needs installed with one
-``pacman -Syu --needed`` (never ``-Sy`` alone: Arch does not support partial upgrades), then the
-driver, CUDA and kernel packages at their pinned versions from the archive."""
+"""Packages and pins: the pins held first (rigkit's IgnorePkg file, Include'd from pacman.conf), then
+what the rig needs installed with one ``pacman -Syu --needed`` (never ``-Sy`` alone: Arch does not
+support partial upgrades), then the driver, CUDA and kernel packages at their pinned versions from the
+archive."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from rigkit.spec.model import RigSpec
 
 @deploy("Pins")
 def pins(spec: RigSpec):
-    """Hold the pins (rigkit's ``IgnorePkg`` file, ``Include``'d from ``[options]``), install what is missing with ``pacman -Syu --needed``, then
-    ``pacman -U`` the pins from ``arch_archive_url`` together."""
+    """Hold the pins (rigkit's ``IgnorePkg`` file, ``Include``'d from ``[options]``), install what is
+    missing with ``pacman -Syu --needed``, then ``pacman -U`` the pins from ``arch_archive_url`` together."""
     assert spec.pacman_pins is not None  # preflight refuses an unset value
     rendered_file(name="Hold the pinned packages: rigkit's pins file", path=paths.PINS_CONF,
                   text=pins_conf(list(spec.pacman_pins)), mode="644")

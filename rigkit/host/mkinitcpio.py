@@ -91,7 +91,7 @@ load() {  # $1: the prefix of the lines printed; $2: 1 = with rigkit's drop-in a
       set -f
       [[ ${HOOKS@a} != *a* ]] && IFS=' ' read -r -a HOOKS <<<"$HOOKS"
       set +f
-      printf "$1 %%s\n" "${HOOKS[@]}" )
+      for h in "${HOOKS[@]}"; do printf "$1 %%s\n" "$h"; done )
     rm -f -- "$tmpfile"
 }
 load hook 0
@@ -151,6 +151,9 @@ def refusal(loaded: dict) -> str | None:
                 "that config yourself, then deploy again")
     if loaded["error"]:
         return f"mkinitcpio's configuration does not load: {loaded['error']}"
+    if not loaded["with_rigkit"]:
+        return (f"with kms taken out no hook is left (HOOKS: {' '.join(loaded['hooks'])}): mkinitcpio would refuse "
+                "to build (\"Invalid config: No hooks found\"); set HOOKS in your mkinitcpio.conf")
     if KMS in loaded["with_rigkit"]:
         ours = DROPIN.rsplit("/", 1)[1]
         dropins = loaded["dropins"]

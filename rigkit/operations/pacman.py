@@ -124,5 +124,12 @@ def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF
         host.noop(f"{path} includes {include} in [options]")
         return
     yield from _backup(path, f"rigkit adds one line to [options]: Include = {include}")
-    header = r"^[[:space:]]*\[options\][[:space:]]*$"  # the first, as options_include finds it
-    yield argv("sed", "-i", "-e", f"0,/{header}/{{/{header}/a Include = {include}", "-e", "}", path)
+    yield argv(*include_argv(include, path))
+
+
+def include_argv(include: str, path: str) -> list[str]:
+    """The command adding ``Include = <include>`` right after the first ``[options]`` header of
+    pacman.conf ``path`` (the header :func:`rigkit.host.pacman.options_include` finds: the line
+    stripped is ``[options]``), every other byte left as it is (GNU ``sed -i``, ``a`` command)."""
+    header = r"^[[:space:]]*\[options\][[:space:]]*$"
+    return ["sed", "-i", "-e", f"0,/{header}/{{/{header}/a Include = {include}", "-e", "}", path]
