@@ -41,13 +41,14 @@ MODULE_ORDER = (
     "tests/harness/test_engine.py",            # 13 s
     "tests/unit/test_cli.py",                  # 23 s
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
+    "tests/unit/test_owner_corpus.py",         # 17 s (bash runs mkinitcpio's loading per case)
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s
     "tests/harness/test_sweep.py",             # 115 s
     "tests/harness/test_safety.py",            # 111 s
     "tests/harness/test_drift.py",             # 68 s
-    "tests/harness/test_operator_files.py",    # ~60 s (issue 42: two deploys, drift, a refusal)
+    "tests/harness/test_operator_files.py",    # 67 s (issue 42: two deploys, drift, a refusal)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_report.py",            # 25 s
 )

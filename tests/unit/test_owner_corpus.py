@@ -313,51 +313,19 @@ def test_no_options_section_is_refused():
     assert pacman.options_include(["[options]", "#Include = /x", "[core]", "Include = /x"], "/x") == (0, False)
 
 
-@settings(max_examples=200, deadline=None)
-@given(pattern=st.text(alphabet="abn-*?[]!", min_size=1, max_size=6), name=st.text(alphabet="abn-", min_size=1, max_size=6))
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.text(alphabet="abn-*?[]!", min_size=1, max_size=6), name=st.text(alphabet="abn-[]!", min_size=1, max_size=6))
 def test_ignored_by_is_fnmatch_as_alpm_calls_it(pattern, name):
-    """libc's fnmatch(pattern, name, 0) — what alpm calls — agrees with Python's fnmatchcase wherever
-    the pattern is a complete one (no unclosed ``[``, where the two differ), and never matches more."""
+    """``ignored_by`` calls libc's ``fnmatch(pattern, name, 0)``, as alpm does. It agrees with Python's
+    ``fnmatchcase`` on every pattern without a ``[`` (and without a backslash: C escapes with it); on a
+    malformed bracket the two differ and libc's answer is alpm's. A name without wildcards holds itself."""
     got = bool(pacman.ignored_by(name, [pattern]))
-    if "[" not in pattern and "]" not in pattern:
+    if "[" not in pattern:
         assert got == fnmatch.fnmatchcase(name, pattern)
-    assert pacman.ignored_by(name, [name]) == [name]
+    if not any(c in name for c in "*?["):
+        assert pacman.ignored_by(name, [name]) == [name]
 
 
-# ------------------------------------------------------------------------ the sandbox's mkinitcpio
-
-def test_the_sandbox_linux_package_brings_v41s_files_and_a_mkinitcpio_loading_with_its_lines(tmp_path):
-    """The mirror's ``linux`` (tests/harness/build_mirror.py): Arch's stock mkinitcpio.conf (HOOKS with
-    kms), the preset the alpm hook writes, and the stand-in mkinitcpio holding v41's loading lines
-    verbatim; run on an operator's drop-in it records the hooks the owner's loading gives."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("rigkit_build_mirror", ROOT / "tests" / "harness" / "build_mirror.py")
-    build_mirror = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_mirror)
-    linux = next(p for p in build_mirror.json.loads((ROOT / "tests/harness/mirror.json").read_text())["packages"]
-                 if p["name"] == "linux")
-    files = build_mirror.payload(linux)
-    assert files["etc/mkinitcpio.conf"][0] == mkinitcpio_v41.stock_conf()
-    assert "\nHOOKS=(base udev autodetect microcode modconf kms keyboard keymap consolefont block filesystems fsck)\n" in (
-        files["etc/mkinitcpio.conf"][0])
-    assert files["etc/mkinitcpio.d/linux.preset"][0] == mkinitcpio_v41.preset("linux")
-    stub, mode = files["usr/bin/mkinitcpio"]
-    assert mode == 0o755 and mkinitcpio_v41.load_config_lines() in stub and mkinitcpio_v41.arrayize_config() in stub
-    assert "@" + "LOAD_CONFIG@" not in stub and "@" + "ARRAYIZE@" not in stub
-
-    etc = make_etc(tmp_path, files["etc/mkinitcpio.conf"][0],
-                   {"50-operator.conf": SHAPES["two live HOOKS lines, the second wins"]},
-                   preset=mkinitcpio_v41.preset("linux").replace("/boot/", f"{tmp_path}/boot/"))
-    (etc / "mkinitcpio.conf.d" / OURS).write_text(mkinitcpio.DROPIN_TEXT)
-    (tmp_path / "mkinitcpio").write_text(stub)
-    (tmp_path / "mkinitcpio").chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "MKINITCPIO_CONF": str(etc / "mkinitcpio.conf"),
-           "MKINITCPIO_PRESETS": str(etc / "mkinitcpio.d"), "FAKE_MKINITCPIO_RECORD": str(tmp_path / "builds.jsonl")}
-    subprocess.run([str(tmp_path / "mkinitcpio"), "-P"], env=env, check=True, capture_output=True)
-    built = [json.loads(ln) for ln in (tmp_path / "builds.jsonl").read_text().splitlines()]
-    assert [(b["preset"], b["image"], b["dropins"]) for b in built] == [
-        ("linux.preset-default", f"{tmp_path}/boot/initramfs-linux.img", ["50-operator.conf", OURS])]
-    assert built[0]["hooks"] == owner_hooks(etc / "mkinitcpio.conf") == rigkit_reads(etc)["hooks"]
-    assert "kms" not in built[0]["hooks"] and "sd-encrypt" in built[0]["hooks"]
-    assert (tmp_path / "boot/initramfs-linux.img").read_text().endswith(f"hooks: {' '.join(built[0]['hooks'])}\n")
+def test_a_malformed_bracket_is_read_as_libc_reads_it_not_as_python_does():
+    assert fnmatch.fnmatchcase("[[-", "[?-") and not pacman.ignored_by("[[-", ["[?-"])
+    assert pacman.ignored_by("nvidia-utils", ["nvidia-[tu]tils", "cud?"]) == ["nvidia-[tu]tils"]
