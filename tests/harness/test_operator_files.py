@@ -10,7 +10,8 @@ The deploy converges; the effective HOOKS (the sandbox's mkinitcpio: v41's own l
 sd-encrypt and lvm2 and lose kms; ``pacman-conf IgnorePkg`` lists the pins and the operator's entries;
 the operator's files are byte for byte as they were but for the one ``Include`` line, whose backup the
 output names; a second deploy changes nothing and rebuilds nothing; drift is clean. Then a preset that
-names its own config: the deploy refuses before touching anything, naming the preset.
+names its own config, and an ``Include`` target gone: the deploy refuses before touching anything,
+naming the preset, or pacman's own error (drift: one finding).
 """
 
 from __future__ import annotations
@@ -131,3 +132,22 @@ def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(ho
         assert sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN) == before
     finally:
         host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset")
+
+
+def test_a_missing_include_target_is_refused_naming_pacmans_error(host):
+    """pacman-conf exits 1 when an ``Include`` target is missing: the deploy refuses before touching
+    anything, naming pacman's own error; drift reports it as a finding (exit 3), not a crash."""
+    host.run(f"mv {OPERATOR_HOLDS} /root/operator-holds.conf")
+    try:
+        before = sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN)
+        proc = deploy(host)
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        assert (f"pacman cannot read its configuration (pacman-conf IgnorePkg: error: config file {OPERATOR_HOLDS} "
+                "could not be read: No such file or directory") in proc.stderr, proc.stderr[-4000:]
+        assert sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN) == before
+        rc, records, out = drift(host=host.name)
+        assert rc == 3, out[-3000:]
+        assert [(r["kind"], r["item"]) for r in records] == [("pin-held", "/etc/pacman.conf")], records
+        assert OPERATOR_HOLDS in records[0]["actual"]
+    finally:
+        host.run(f"mv /root/operator-holds.conf {OPERATOR_HOLDS}")
