@@ -489,6 +489,16 @@ def compare_models(host: str, lock_note: str | None, models: Any) -> list[Findin
     return out
 
 
+def without_pacman_unanswered(found: list[Finding], ignorepkg: dict[str, Any] | None) -> list[Finding]:
+    """``found`` without the "not installed" of ``pacman -Q`` when pacman cannot read its configuration
+    (``pacman-conf`` failed: ``pacman -Q`` then answers nothing for any package): the one ``pin-held``
+    finding naming pacman's error (:func:`compare_pins`) says why, instead of every package reported
+    missing."""
+    if not (ignorepkg or {}).get("error"):
+        return found
+    return [f for f in found if not (f.actual == "not installed" and f.kind in ("package", "pin", "driver", "cuda"))]
+
+
 def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None) -> list[Finding]:
     """Every comparison for one host's parsed probe."""
     spec = decl.spec
@@ -522,6 +532,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {},
                                    (facts.get("units") or {}).get("llama-swap.service"))
     out = name_live_backup(out, facts.get("holds") or {})
+    out = without_pacman_unanswered(out, facts.get("ignorepkg"))
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
     out += compare_generation(host, facts.get("generations") or {})

@@ -161,6 +161,14 @@ def test_pacman_conf_failing_is_one_finding_naming_its_error():
     assert [(f.kind, f.item, f.actual) for f in found] == [("pin-held", "/etc/pacman.conf", f"pacman-conf: {err}")]
 
 
+def test_a_pacman_conf_pacman_cannot_read_is_one_finding_not_every_package_missing():
+    err = "error: config file /etc/pacman.d/gone.conf could not be read: No such file or directory"
+    found = compare.compare_pins("h1", PINS, {}, _ign(error=err)) + compare.compare_repo_packages("h1", ["docker"], {})
+    assert [(f.kind, f.actual) for f in compare.without_pacman_unanswered(found, _ign(error=err))] == [
+        ("pin-held", f"pacman-conf: {err}")]
+    assert compare.without_pacman_unanswered(found, _ign(*PINS)) == found
+
+
 def test_driver_agreement_across_pacman_module_and_nvidia_smi():
     kernel = {"running": "6.12.58-1-lts", "nvidia_module": "610.57", "installed_kernels": ["6.12.58-1-lts"]}
     assert compare.compare_driver("h1", "610.57", "nvidia-open-dkms", PINS, kernel, smi_ok()) == []

@@ -117,7 +117,7 @@ def test_the_operators_files_kept_as_they_are_pins_held_and_kms_out(host):
 def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(host):
     host.run("cp -a /etc/mkinitcpio.d/linux.preset /root/linux.preset.orig && "
              "sed -i 's|^#ALL_config=.*|ALL_config=\"/etc/mkinitcpio.conf\"|' /etc/mkinitcpio.d/linux.preset && "
-             "rm -f /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf")
+             "mv /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf /root/no-kms.conf.orig")
     try:
         before = sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN)
         n = len(builds(host))
@@ -131,7 +131,8 @@ def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(ho
         assert len(builds(host)) == n
         assert sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN) == before
     finally:
-        host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset")
+        host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset && "
+                 "mv /root/no-kms.conf.orig /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf")
 
 
 def test_a_missing_include_target_is_refused_naming_pacmans_error(host):
