@@ -43,7 +43,11 @@ HOST_CONFIG = "/etc/rigkit/host.json"  # the host side's one config (rigkit.host
 
 UNIT_DIR = "/etc/systemd/system"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-nouveau.conf"
-MKINITCPIO_CONF = "/etc/mkinitcpio.conf"
+# the operator's mkinitcpio.conf (read through mkinitcpio's loading, never edited) and rigkit's drop-in
+# taking kms out of whatever HOOKS is in effect
+from rigkit.host.mkinitcpio import CONF as MKINITCPIO_CONF, DROPIN as MKINITCPIO_DROPIN  # noqa: E402
+PACMAN_CONF = "/etc/pacman.conf"  # the operator's: rigkit adds one Include line to [options], nothing else
+PINS_CONF = "/etc/pacman.d/rigkit-pins.conf"  # rigkit's: IgnorePkg = the pins (Include'd from [options])
 DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_BIN = "/usr/bin/docker"
 NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"

@@ -17,7 +17,7 @@ from roles import put_rendered
 def boot(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Blacklist nouveau, drop the kms hook, then gate on a pending reboot."""
     put_rendered(rendered, paths.NOUVEAU_BLACKLIST, name="Blacklist nouveau")
-    mkinitcpio_without_kms(name="Drop the kms hook from mkinitcpio and rebuild the initramfs")
+    mkinitcpio_without_kms(name="Keep the kms hook out of mkinitcpio's HOOKS (rigkit's drop-in)")
     reboot_gate(name="Reboot gate: the running kernel and driver are the installed ones",
                 driver_version=pinned_driver(spec), flavour=spec.driver_flavour, allow_reboot=spec.reboot,
                 lock_files=spec.lock_files or [], proxy_port=spec.llama_swap.port, force=spec.force,

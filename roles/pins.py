@@ -1,22 +1,28 @@
-"""Packages and pins: the pins held by IgnorePkg first, then what the rig needs installed with one
-``pacman -Syu --needed`` (never ``-Sy`` alone: Arch does not support partial upgrades), then the
-driver, CUDA and kernel packages at their pinned versions from the archive."""
+"""Packages and pins: the pins held first (rigkit's IgnorePkg file, Include'd from pacman.conf), then
+what the rig needs installed with one ``pacman -Syu --needed`` (never ``-Sy`` alone: Arch does not
+support partial upgrades), then the driver, CUDA and kernel packages at their pinned versions from the
+archive."""
 
 from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from rigkit.operations.pacman import pacman_ignorepkg, pacman_pins, synced_packages
+from rigkit import paths
+from rigkit.host.pacman import pins_conf
+from rigkit.operations.config import rendered_file
+from rigkit.operations.pacman import pacman_include, pacman_pins, synced_packages
 from rigkit.render.declared_state import REPO_PACKAGES
 from rigkit.spec.model import RigSpec
 
 
 @deploy("Pins")
 def pins(spec: RigSpec):
-    """Hold the pins (``IgnorePkg``), install what is missing with ``pacman -Syu --needed``, then
-    ``pacman -U`` the pins from ``arch_archive_url`` together."""
+    """Hold the pins (rigkit's ``IgnorePkg`` file, ``Include``'d from ``[options]``), install what is
+    missing with ``pacman -Syu --needed``, then ``pacman -U`` the pins from ``arch_archive_url`` together."""
     assert spec.pacman_pins is not None  # preflight refuses an unset value
-    pacman_ignorepkg(name="Hold the pinned packages with IgnorePkg in [options]", packages=list(spec.pacman_pins))
+    rendered_file(name="Hold the pinned packages: rigkit's pins file", path=paths.PINS_CONF,
+                  text=pins_conf(list(spec.pacman_pins)), mode="644")
+    pacman_include(name="Hold the pinned packages: Include rigkit's pins file from [options]")
     synced_packages(name="Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)",
                     packages=list(REPO_PACKAGES))
     return pacman_pins(name="Install the pinned packages from the archive", pins=spec.pacman_pins,

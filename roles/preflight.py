@@ -9,7 +9,8 @@ from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
-from rigkit.operations.facts import Holds, JsonFile, NvidiaSmi, PacmanVersions, RigBusy, RigLockState
+from rigkit.host import mkinitcpio
+from rigkit.operations.facts import Holds, JsonFile, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions, RigBusy, RigLockState
 from rigkit.deploy.preflight import disruptive_steps, refusals
 from rigkit.host.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages
@@ -38,5 +39,15 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
                           lock_files=spec.lock_files or []) if disruptive else None)
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
     problems = refusals(spec, window, smi, disruptive, busy, rig_lock, agentcmd.lease())
+    # pacman cannot read its configuration (an Include target missing): every pacman step would fail;
+    # rigkit's own pins file missing is what the pins role puts back
+    pacman_conf = host.get_fact(PacmanIgnorePkg)
+    if pacman_conf["error"] and paths.PINS_CONF not in pacman_conf["error"]:
+        problems.append(f"pacman cannot read its configuration (pacman-conf IgnorePkg: {pacman_conf['error']}); "
+                        "fix that file, then deploy again")
+    # the boot role's drop-in could not take kms out (a preset naming its own config): nothing touched yet
+    kms = mkinitcpio.refusal(host.get_fact(MkinitcpioHooks))
+    if kms:
+        problems.append(kms)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

@@ -42,6 +42,7 @@ MODULE_ORDER = (
     "tests/unit/test_cli.py",                  # 23 s
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
     "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
+    "tests/unit/test_owner_corpus.py",         # 17 s (bash runs mkinitcpio's loading per case)
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s
@@ -49,6 +50,7 @@ MODULE_ORDER = (
     "tests/harness/test_safety.py",            # 111 s
     "tests/harness/test_drift.py",             # 68 s
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
+    "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
 )

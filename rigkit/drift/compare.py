@@ -145,21 +145,28 @@ def compare_secrets(host: str, declared: dict[str, tuple[str, str, str | None]],
 
 
 def compare_pins(host: str, pins: dict[str, str] | None, installed: dict[str, str | None],
-                 held: list[str] | None) -> list[Finding]:
-    """Each pin installed at its full version, and held by ``IgnorePkg`` inside ``[options]``."""
+                 ignorepkg: dict[str, Any] | None) -> list[Finding]:
+    """Each pin installed at its full version, and held: an entry of the effective ``IgnorePkg``
+    (``pacman-conf IgnorePkg``, :class:`~rigkit.operations.facts.PacmanIgnorePkg`) matches it as
+    libalpm matches (:func:`rigkit.host.pacman.ignored_by`). pacman-conf failing (a missing
+    ``Include`` target, no pacman.conf) is one finding naming its error."""
+    from rigkit.host.pacman import ignored_by
+
     out = []
     for pkg, want in sorted((pins or {}).items()):
         got = installed.get(pkg)
         if got != want:
             out.append(Finding(host, "pin", pkg, want, got or "not installed"))
     if pins:
-        if held is None:
-            out.append(Finding(host, "pin-held", "/etc/pacman.conf", "IgnorePkg in [options]", "file missing"))
+        if ignorepkg is None or ignorepkg.get("error"):
+            out.append(Finding(host, "pin-held", paths.PACMAN_CONF, "pacman-conf IgnorePkg holds every pin",
+                               f"pacman-conf: {(ignorepkg or {}).get('error') or 'not read'}"))
         else:
+            entries = ignorepkg["entries"]
             for pkg in sorted(pins):
-                if pkg not in held:
-                    out.append(Finding(host, "pin-held", pkg, "IgnorePkg in [options] of /etc/pacman.conf",
-                                       "not held" + (f" (held: {' '.join(held)})" if held else "")))
+                if not ignored_by(pkg, entries):
+                    out.append(Finding(host, "pin-held", pkg, "held by IgnorePkg (pacman-conf IgnorePkg)",
+                                       "not held" + (f" (IgnorePkg: {' '.join(entries)})" if entries else "")))
     return out
 
 
@@ -309,15 +316,22 @@ def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]
     return out
 
 
-def compare_mkinitcpio(host: str, lines: list[str] | None) -> list[Finding]:
-    """No ``kms`` hook in ``/etc/mkinitcpio.conf`` (:func:`rigkit.operations.boot.drop_kms_hook`, the
-    deploy's own reading); no file: nothing to check, as the deploy."""
-    from rigkit.operations.boot import drop_kms_hook
+def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding]:
+    """No ``kms`` hook in mkinitcpio's effective HOOKS (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
+    the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
+    naming its own config or a configuration that does not load is a finding (the deploy refuses
+    them); no ``/etc/mkinitcpio.conf``: nothing to check, as the deploy."""
+    from rigkit.host.mkinitcpio import KMS, refusal
 
-    if lines is None or drop_kms_hook(lines) == lines:
+    if not loaded or not loaded.get("present"):
         return []
-    return [Finding(host, "boot", f"{paths.MKINITCPIO_CONF} HOOKS", "no kms hook (nouveau stays out of the initramfs)",
-                    "kms hook present")]
+    item = f"{paths.MKINITCPIO_CONF} HOOKS (as mkinitcpio loads them)"
+    want = "no kms hook (nouveau stays out of the initramfs)"
+    if loaded["presets"] or loaded["error"]:
+        return [Finding(host, "boot", item, want, refusal(loaded) or "")]
+    if KMS in loaded["hooks"]:
+        return [Finding(host, "boot", item, want, f"kms hook in effect: HOOKS=({' '.join(loaded['hooks'])})")]
+    return []
 
 
 def compare_legacy_backups(host: str, backups: dict[str, bool]) -> list[Finding]:
@@ -475,6 +489,16 @@ def compare_models(host: str, lock_note: str | None, models: Any) -> list[Findin
     return out
 
 
+def without_pacman_unanswered(found: list[Finding], ignorepkg: dict[str, Any] | None) -> list[Finding]:
+    """``found`` without the "not installed" of ``pacman -Q`` when pacman cannot read its configuration
+    (``pacman-conf`` failed: ``pacman -Q`` then answers nothing for any package): the one ``pin-held``
+    finding naming pacman's error (:func:`compare_pins`) says why, instead of every package reported
+    missing."""
+    if not (ignorepkg or {}).get("error"):
+        return found
+    return [f for f in found if not (f.actual == "not installed" and f.kind in ("package", "pin", "driver", "cuda"))]
+
+
 def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None) -> list[Finding]:
     """Every comparison for one host's parsed probe."""
     spec = decl.spec
@@ -508,6 +532,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {},
                                    (facts.get("units") or {}).get("llama-swap.service"))
     out = name_live_backup(out, facts.get("holds") or {})
+    out = without_pacman_unanswered(out, facts.get("ignorepkg"))
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
     out += compare_generation(host, facts.get("generations") or {})

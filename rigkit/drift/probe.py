@@ -17,7 +17,7 @@ from rigkit import paths
 from rigkit.host import gpu
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
+from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
                           RigLockState)
 
 SECTION = "__RIGKIT_DRIFT__"
@@ -60,7 +60,7 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
                                             f"id -nG {q(user)}{group}"))
     sections.append(("llama-swap-binary", f"head -n 1 {q(paths.LLAMA_SWAP_MARKER)}; echo; "
                                           f"[ -f {q(paths.LLAMA_SWAP_BIN)} ] && echo {PRESENT_MARK}"))
-    sections.append(("mkinitcpio", f"cat {q(paths.MKINITCPIO_CONF)} || echo {ABSENT_MARK}"))
+    sections.append(("mkinitcpio", MkinitcpioHooks().command()))
     if decl.legacy:
         backup = declared_state.LEGACY_BACKUP_DIR
         sections.append(("legacy-backup", "; ".join(
@@ -260,7 +260,7 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["llama_swap_binary"] = {"marker": (lines[0].strip() or None) if lines else None,
                                           "present": PRESENT_MARK in [ln.strip() for ln in lines]}
         elif key == "mkinitcpio":
-            facts["mkinitcpio"] = None if [ln.strip() for ln in lines] == [ABSENT_MARK] else lines
+            facts["mkinitcpio"] = MkinitcpioHooks().process(lines)
         elif key == "legacy-backup":
             facts["legacy_backup"] = {p[0]: p[1] == "backed" for p in (ln.split() for ln in lines) if len(p) == 2}
         elif key == "wheels":

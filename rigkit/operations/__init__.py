@@ -7,7 +7,7 @@ which is what makes a converged run report 0 changes). One module per concern; t
 - :mod:`rigkit.operations.config`: JSON keys merged into a config file, rendered config files
 - :mod:`rigkit.operations.secrets`: secret env files (uploaded or generated on the host)
 - :mod:`rigkit.operations.gpu`: the GPU power limit
-- :mod:`rigkit.operations.boot`: the ``kms`` hook, reboots and the reboot gate
+- :mod:`rigkit.operations.boot`: the ``kms`` hook (rigkit's mkinitcpio drop-in), reboots and the reboot gate
 - :mod:`rigkit.operations.release`: an executable from a pinned release tarball
 - :mod:`rigkit.operations.llama_swap`: activating llama-swap's live config on the host
 - :mod:`rigkit.operations.models`: model weights fetched and HyperQwen's prepare step
@@ -15,7 +15,8 @@ which is what makes a converged run report 0 changes). One module per concern; t
 - :mod:`rigkit.operations.facts`: the facts they (and the preflight and drift) read, shaped like pyinfra's
 
 The pure helpers (:func:`~rigkit.operations.pacman.archive_url`,
-:func:`~rigkit.operations.pacman.ensure_ignorepkg`, :func:`~rigkit.operations.config.merge_json`,
-:func:`~rigkit.operations.boot.drop_kms_hook`) are unit tested alone; the operations are proven
-against the sandbox host. Nothing here touches pyinfra state at import time.
+:func:`~rigkit.operations.pacman.include_argv`, :func:`~rigkit.operations.config.merge_json`) are
+unit tested alone; the operator's pacman.conf and mkinitcpio files are read through their owners
+(``pacman-conf``, mkinitcpio v41's loading: :mod:`rigkit.host.pacman`, :mod:`rigkit.host.mkinitcpio`);
+the operations are proven against the sandbox host. Nothing here touches pyinfra state at import time.
 """

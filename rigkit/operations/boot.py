@@ -1,61 +1,80 @@
-"""Boot: the ``kms`` hook out of mkinitcpio (:func:`drop_kms_hook` is pure), a reboot confirmed by a
+"""Boot: the ``kms`` hook out of mkinitcpio (through rigkit's drop-in), a reboot confirmed by a
 new boot id, and the reboot gate that stops the GPU steps (or reboots) while the running kernel or
 the loaded module is not what was installed."""
 
 from __future__ import annotations
 
+import hashlib
 import time
+from io import StringIO
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, OperationError, StringCommand, operation
-from pyinfra.facts.files import FileContents
+from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.agentcmd import locked_command
-from rigkit.operations.facts import DkmsStatus, KernelState, RigBusy
+from rigkit.operations.config import _backup
+from rigkit.operations.facts import DkmsStatus, KernelState, MkinitcpioHooks, RigBusy
+from rigkit.host import mkinitcpio
 from rigkit.host import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
-from rigkit.operations.shell import argv, script
-
-
-def drop_kms_hook(lines: list[str]) -> list[str]:
-    """mkinitcpio.conf lines with ``kms`` removed from ``HOOKS=(...)`` (the hook embeds nouveau
-    in the initramfs even when it is blacklisted)."""
-    out = []
-    for line in lines:
-        if line.strip().startswith("HOOKS=(") and " kms" in f" {line}":
-            inner = line.split("(", 1)[1].rsplit(")", 1)[0].split()
-            line = "HOOKS=(" + " ".join(h for h in inner if h != "kms") + ")"
-        out.append(line)
-    return out
+from rigkit.operations.shell import script
 
 
 @operation()
-def mkinitcpio_without_kms(path: str = paths.MKINITCPIO_CONF):
-    """Remove the ``kms`` hook from mkinitcpio.conf and rebuild the initramfs (``mkinitcpio -P``),
-    only when the hook is there. No mkinitcpio.conf: nothing to do.
+def mkinitcpio_without_kms():
+    """Keep the ``kms`` hook out of the initramfs through rigkit's drop-in
+    (:data:`rigkit.paths.MKINITCPIO_DROPIN`, :data:`rigkit.host.mkinitcpio.DROPIN_TEXT`), never by
+    editing the operator's files; rebuild the initramfs (``mkinitcpio -P``) only when the effective
+    HOOKS change.
+
+    Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
+    the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
+    nothing to do. Raises ``OperationError`` (:func:`rigkit.host.mkinitcpio.refusal`) when a preset
+    names its own config (no drop-in would be read) or kms would stay in effect; preflight refuses the
+    same before anything is touched. When the drop-in changes the effective HOOKS it is installed and
+    the initramfs rebuilt in one step; a failed rebuild puts the previous drop-in back (so the next
+    deploy tries again) and fails. A drop-in edited by hand is backed up first, the backup named.
 
     **Example:**
 
     .. code:: python
 
         from rigkit.operations.boot import mkinitcpio_without_kms
-        mkinitcpio_without_kms(
-            name="Drop the kms hook from mkinitcpio and rebuild the initramfs",
-            path="/etc/mkinitcpio.conf",
-        )
+        mkinitcpio_without_kms(name="Keep the kms hook out of mkinitcpio's HOOKS (rigkit's drop-in)")
     """
-    lines = host.get_fact(FileContents, path=path)
-    if lines is None:
-        host.noop(f"{path} absent")
+    from pyinfra.facts.files import Sha256File
+
+    loaded = host.get_fact(MkinitcpioHooks)
+    if not loaded["present"]:
+        host.noop(f"{paths.MKINITCPIO_CONF} absent")
         return
-    wanted = drop_kms_hook(lines)
-    if wanted == lines:
-        host.noop("no kms hook in mkinitcpio.conf")
+    problem = mkinitcpio.refusal(loaded)
+    if problem:
+        raise OperationError(problem)
+    path = paths.MKINITCPIO_DROPIN
+    current = host.get_fact(Sha256File, path=path)
+    wanted = hashlib.sha256(mkinitcpio.DROPIN_TEXT.encode()).hexdigest()
+    rebuild = loaded["hooks"] != loaded["with_rigkit"]
+    if current == wanted and not rebuild:
+        host.noop(f"kms is not in mkinitcpio's HOOKS ({' '.join(loaded['hooks'])})")
         return
-    hooks = next(ln for ln in wanted if ln.strip().startswith("HOOKS=("))
-    yield argv("sed", "-i", f"s/^HOOKS=(.*)$/{hooks}/", path)
-    yield "mkinitcpio -P"
+    if current and current != wanted:
+        yield from _backup(path, "rigkit's drop-in was edited by hand")
+    if not rebuild:
+        yield from files.put._inner(src=StringIO(mkinitcpio.DROPIN_TEXT), dest=path, user="root", group="root",
+                                    mode="644", create_remote_dir=True)
+        return
+    logger.info(f"{host.print_prefix}mkinitcpio HOOKS: {' '.join(loaded['hooks'])} -> "
+                f"{' '.join(loaded['with_rigkit'])}; rebuilding the initramfs")
+    staged = f"{path}.rigkit-new"  # not *.conf: mkinitcpio does not read it
+    yield from files.put._inner(src=StringIO(mkinitcpio.DROPIN_TEXT), dest=staged, user="root", group="root",
+                                mode="644", create_remote_dir=True)
+    yield script("if [ -e {path} ]; then cp -a {path} {prev}; fi; mv -f {staged} {path}; "
+                 "if mkinitcpio -P; then rm -f {prev}; "
+                 "else rc=$?; if [ -e {prev} ]; then mv -f {prev} {path}; else rm -f {path}; fi; exit $rc; fi",
+                 path=path, prev=f"{path}.rigkit-prev", staged=staged)
 
 
 @operation(is_idempotent=False)

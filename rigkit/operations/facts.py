@@ -14,7 +14,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import busy, gpu, pacman
+from rigkit.host import busy, gpu, mkinitcpio, pacman
 from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
@@ -81,17 +81,37 @@ class PacmanVersions(FactBase):
 
 
 class PacmanIgnorePkg(FactBase):
-    """Packages held by ``IgnorePkg`` in ``[options]`` of ``/etc/pacman.conf`` (list), or None
-    when the file is missing. Command: ``cat /etc/pacman.conf``."""
+    """The effective ``IgnorePkg`` as pacman reads it, every ``Include`` followed:
+    :func:`rigkit.host.pacman.parse_ignorepkg` of ``pacman-conf IgnorePkg``
+    (:data:`rigkit.host.pacman.IGNOREPKG_COMMAND`): ``{"entries": [...], "rc", "messages", "error"}``;
+    ``error`` set (pacman-conf exited non-zero: a missing ``Include`` target, no pacman.conf) is a
+    finding for the caller, not a crash. Whether a pin is held: :func:`rigkit.host.pacman.ignored_by`."""
 
-    def command(self, path: str = "/etc/pacman.conf") -> str:
-        return f"cat {shlex.quote(path)} 2>/dev/null || echo {RC_MARK}1"
+    def command(self) -> str:
+        return pacman.IGNOREPKG_COMMAND
 
-    def process(self, output: list[str]) -> list[str] | None:
-        lines, rc = _split_rc(output)
-        if rc == 1 and not lines:
-            return None
-        return pacman.ignored_packages(lines)
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return pacman.parse_ignorepkg(output)
+
+
+class MkinitcpioHooks(FactBase):
+    """mkinitcpio's effective HOOKS as mkinitcpio v41 loads its configuration, now and with rigkit's
+    drop-in as declared: :func:`rigkit.host.mkinitcpio.parse_load` of ``bash -c``
+    :func:`rigkit.host.mkinitcpio.load_script` (the main file, the drop-ins sorted, sourced by bash,
+    a string HOOKS made an array): ``{"present", "presets", "dropins", "hooks", "with_rigkit", "error"}``."""
+
+    def command(self) -> str:
+        return f"bash -c {shlex.quote(mkinitcpio.load_script())}"
+
+    def requires_command(self, *args, **kwargs) -> str:
+        return "bash"
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return mkinitcpio.parse_load([])
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return mkinitcpio.parse_load(output)
 
 
 class JsonFile(FactBase):

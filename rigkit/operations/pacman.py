@@ -1,18 +1,17 @@
-"""Pinned packages: installed together from the Arch Linux Archive (``pacman -U``), held with
-``IgnorePkg`` inside ``[options]`` of pacman.conf. :func:`archive_url` and
-:func:`ensure_ignorepkg` are pure (unit tested alone)."""
+"""Pinned packages: installed together from the Arch Linux Archive (``pacman -U``), held by
+rigkit's pins file ``Include``'d from ``[options]`` of pacman.conf (:func:`pacman_include`).
+:func:`archive_url` is pure (unit tested alone)."""
 
 from __future__ import annotations
-
-from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 from pyinfra.facts.files import FileContents
-from pyinfra.operations import files
 
 from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
-from rigkit.host.pacman import ignorepkg_lines
+from rigkit import paths
+from rigkit.host.pacman import options_include
+from rigkit.operations.config import _backup
 from rigkit.operations.shell import argv
 
 
@@ -63,7 +62,7 @@ def synced_packages(packages: list[str]):
     """Install what is missing of ``packages`` the Arch way: one ``pacman -Syu --needed --noconfirm
     PKG...`` (sync *and* upgrade; Arch does not support partial upgrades, and a stale sync database
     names files the mirror no longer has), with the pins held by ``IgnorePkg`` (run
-    :func:`pacman_ignorepkg` first). Nothing when every package is installed, however old the
+    :func:`pacman_include` first). Nothing when every package is installed, however old the
     databases: a converged host runs nothing. An upgraded kernel or driver is the reboot gate's
     business (``roles/boot.py``).
 
@@ -90,64 +89,47 @@ def missing_packages(installed: dict[str, str | None], packages: list[str]) -> l
     return [p for p in packages if not installed.get(p)]
 
 
-def ensure_ignorepkg(lines: list[str], packages: list[str]) -> list[str]:
-    """pacman.conf lines with ``packages`` held by ``IgnorePkg`` inside ``[options]``.
-
-    The first ``IgnorePkg`` line of ``[options]`` (commented ``#IgnorePkg   =`` included) becomes
-    ``IgnorePkg = <packages already held + ours>``; without one, the line is added at the end of
-    ``[options]``. Packages the operator already holds are kept; other sections untouched.
-    Raises ValueError when the file has no ``[options]`` section.
-    """
-    out = list(lines)
-    start, end, entries = ignorepkg_lines(out)
-    if start is None:
-        raise ValueError("pacman.conf has no [options] section")
-    held = [p for _, commented, pkgs in entries if not commented for p in pkgs]
-    live = [i for i, commented, _ in entries if not commented]
-    first = live[0] if live else (entries[0][0] if entries else None)
-    wanted = list(dict.fromkeys(held + list(packages)))
-    line = "IgnorePkg = " + " ".join(wanted)
-    if first is None:
-        insert_at = end
-        while insert_at > start + 1 and not out[insert_at - 1].strip():
-            insert_at -= 1
-        out.insert(insert_at, line)
-    else:
-        out[first] = line
-        # later uncommented IgnorePkg lines in [options] are folded into the first
-        out = [ln for i, ln in enumerate(out) if i == first or i not in live]
-    return out
-
-
 @operation()
-def pacman_ignorepkg(packages: list[str], path: str = "/etc/pacman.conf"):
-    """Hold ``packages`` with ``IgnorePkg`` inside ``[options]`` of pacman.conf.
+def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF):
+    """``Include = <include>`` once in ``[options]`` of pacman.conf: the one line rigkit adds to the
+    operator's file, right after the first ``[options]`` header (``sed -i``: every other byte stays), the
+    file backed up first and the backup named in the deploy's output.
 
-    + packages: package names, kept alongside any the operator already holds
+    + include: rigkit's pins file (:func:`rigkit.host.pacman.pins_conf`), installed before this runs
     + path: pacman.conf
 
-    pyinfra's ``files.line`` would append a missing line after the last repo section, where
-    pacman ignores it (``notes/pyinfra.md``); this edits ``[options]`` itself.
+    The operator's ``IgnorePkg`` lines (globs, several lines, their own ``Include`` files) are left as
+    they are: pacman adds every ``IgnorePkg`` it reads to one list, so the pins are held whatever the
+    operator holds (read back with ``pacman-conf IgnorePkg``: the ``PacmanIgnorePkg`` fact, drift's too).
+    Raises ``OperationError`` when pacman.conf is missing or has no ``[options]`` section.
 
     **Example:**
 
     .. code:: python
 
-        from rigkit.operations.pacman import pacman_ignorepkg
-        pacman_ignorepkg(
-            name="Hold the pinned packages with IgnorePkg in [options]",
-            packages=["nvidia-open-dkms", "nvidia-utils", "opencl-nvidia"],
+        from rigkit.operations.pacman import pacman_include
+        pacman_include(
+            name="Hold the pinned packages: Include rigkit's pins file from [options]",
+            include="/etc/pacman.d/rigkit-pins.conf",
             path="/etc/pacman.conf",
         )
     """
     lines = host.get_fact(FileContents, path=path)
     if lines is None:
         raise OperationError(f"{path} does not exist; is this an Arch host?")
-    try:
-        wanted = ensure_ignorepkg(lines, packages)
-    except ValueError as exc:
-        raise OperationError(f"{path}: {exc}") from None
-    if wanted == lines:
-        host.noop(f"IgnorePkg holds {' '.join(packages)}")
+    start, present = options_include(lines, include)
+    if start is None:
+        raise OperationError(f"{path} has no [options] section; pacman reads IgnorePkg only there")
+    if present:
+        host.noop(f"{path} includes {include} in [options]")
         return
-    yield from files.put._inner(src=StringIO("\n".join(wanted) + "\n"), dest=path, user="root", group="root", mode="644")
+    yield from _backup(path, f"rigkit adds one line to [options]: Include = {include}")
+    yield argv(*include_argv(include, path))
+
+
+def include_argv(include: str, path: str) -> list[str]:
+    """The command adding ``Include = <include>`` right after the first ``[options]`` header of
+    pacman.conf ``path`` (the header :func:`rigkit.host.pacman.options_include` finds: the line
+    stripped is ``[options]``), every other byte left as it is (GNU ``sed -i``, ``a`` command)."""
+    header = r"^[[:space:]]*\[options\][[:space:]]*$"
+    return ["sed", "-i", "-e", f"0,/{header}/{{/{header}/a Include = {include}", "-e", "}", path]

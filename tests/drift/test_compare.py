@@ -136,21 +136,37 @@ def test_hf_env_optional_without_token_but_owner_mode_checked_when_present():
 # ---- pins, driver, cuda, reboot, power
 
 
+def _ign(*entries, error=None):
+    return {"entries": list(entries), "rc": 1 if error else 0, "messages": [error] if error else [], "error": error}
+
+
 def test_pin_moved_and_ignorepkg_removed():
     installed = {**PINS, "nvidia-utils": "610.60-1"}
-    found = compare.compare_pins("h1", PINS, installed, held=["cuda", "nvidia-open-dkms", "opencl-nvidia"])
+    found = compare.compare_pins("h1", PINS, installed, _ign("cuda", "nvidia-open-dkms", "opencl-nvidia"))
     assert [(f.kind, f.item, f.declared, f.actual) for f in found] == [
         ("pin", "nvidia-utils", "610.57-1", "610.60-1"),
-        ("pin-held", "nvidia-utils", "IgnorePkg in [options] of /etc/pacman.conf",
-         "not held (held: cuda nvidia-open-dkms opencl-nvidia)")]
-    assert compare.compare_pins("h1", PINS, PINS, held=list(PINS)) == []
+        ("pin-held", "nvidia-utils", "held by IgnorePkg (pacman-conf IgnorePkg)",
+         "not held (IgnorePkg: cuda nvidia-open-dkms opencl-nvidia)")]
+    assert compare.compare_pins("h1", PINS, PINS, _ign(*PINS)) == []
 
 
-def test_ignorepkg_outside_options_does_not_hold():
-    from rigkit.host.pacman import ignored_packages as parse_ignorepkg
+def test_a_glob_holds_the_pins_as_alpm_matches_it():
+    assert compare.compare_pins("h1", PINS, PINS, _ign("nvidia*", "opencl-*", "cud?")) == []
+    assert {f.item for f in compare.compare_pins("h1", PINS, PINS, _ign("nvidia-*"))} == {"cuda", "opencl-nvidia"}
 
-    held = parse_ignorepkg(["[options]", "#IgnorePkg =", "[extra]", "IgnorePkg = " + " ".join(PINS)])
-    assert {f.item for f in compare.compare_pins("h1", PINS, PINS, held)} == set(PINS)
+
+def test_pacman_conf_failing_is_one_finding_naming_its_error():
+    err = "error: config file /etc/pacman.d/gone.conf could not be read: No such file or directory"
+    found = compare.compare_pins("h1", PINS, PINS, _ign(error=err))
+    assert [(f.kind, f.item, f.actual) for f in found] == [("pin-held", "/etc/pacman.conf", f"pacman-conf: {err}")]
+
+
+def test_a_pacman_conf_pacman_cannot_read_is_one_finding_not_every_package_missing():
+    err = "error: config file /etc/pacman.d/gone.conf could not be read: No such file or directory"
+    found = compare.compare_pins("h1", PINS, {}, _ign(error=err)) + compare.compare_repo_packages("h1", ["docker"], {})
+    assert [(f.kind, f.actual) for f in compare.without_pacman_unanswered(found, _ign(error=err))] == [
+        ("pin-held", f"pacman-conf: {err}")]
+    assert compare.without_pacman_unanswered(found, _ign(*PINS)) == found
 
 
 def test_driver_agreement_across_pacman_module_and_nvidia_smi():

@@ -151,9 +151,16 @@ def test_release_binary_missing_or_from_another_tarball():
 
 
 def test_mkinitcpio_kms_hook_read_as_the_deploy_reads_it():
+    from rigkit.host.mkinitcpio import parse_load
+
     assert compare.compare_mkinitcpio("h", None) == []
-    assert compare.compare_mkinitcpio("h", ["HOOKS=(base udev modconf block)"]) == []
-    assert [f.kind for f in compare.compare_mkinitcpio("h", ["MODULES=()", "HOOKS=(base udev kms modconf)"])] == ["boot"]
+    assert compare.compare_mkinitcpio("h", parse_load(["main absent"])) == []
+    assert compare.compare_mkinitcpio("h", parse_load(["main present", "hook base", "hook udev"])) == []
+    found = compare.compare_mkinitcpio("h", parse_load(["main present", "hook base", "hook kms", "rigkit-hook base"]))
+    assert [(f.kind, f.actual) for f in found] == [("boot", "kms hook in effect: HOOKS=(base kms)")]
+    preset = parse_load(["main present", "preset /etc/mkinitcpio.d/linux.preset\tALL_config=/etc/mkinitcpio.conf",
+                         "hook base"])
+    assert "/etc/mkinitcpio.d/linux.preset: ALL_config=/etc/mkinitcpio.conf" in compare.compare_mkinitcpio("h", preset)[0].actual
 
 
 def test_legacy_unit_without_its_copy():
@@ -220,9 +227,9 @@ def test_batches_keep_alone_rows_apart():
 
 
 def test_op_pattern_keeps_brackets_literal():
-    row = coverage.row_for("pins", "Hold the pinned packages with IgnorePkg in [options]")
-    assert fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in [options]", row.op_pattern)
-    assert not fnmatch.fnmatchcase("Hold the pinned packages with IgnorePkg in o", row.op_pattern)
+    row = coverage.row_for("pins", "Hold the pinned packages: Include rigkit's pins file from [options]")
+    assert fnmatch.fnmatchcase("Hold the pinned packages: Include rigkit's pins file from [options]", row.op_pattern)
+    assert not fnmatch.fnmatchcase("Hold the pinned packages: Include rigkit's pins file from o", row.op_pattern)
 
 
 def test_folder_files_and_file_states_parse_their_own_commands_output():

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import mkinitcpio_v41  # noqa: E402  (beside this script)
 STUBS = HERE / "stubs"
 EPOCH = 1767225600  # fixed build date: reproducible packages
 
@@ -44,7 +46,8 @@ def compose_binary() -> Path:
 
 def inputs_key() -> str:
     h = hashlib.sha256()
-    for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), HERE / "debs.py", *STUBS.rglob("*")]):
+    for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), HERE / "debs.py", HERE / "mkinitcpio_v41.py",
+                     *STUBS.rglob("*")]):
         if p.is_file():
             h.update(p.relative_to(HERE).as_posix().encode() + b"\0" + p.read_bytes())
     h.update(b"real-docker\0" + str(compose_binary().stat().st_size).encode())
@@ -211,6 +214,14 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
         f[f"usr/lib/modules/{kver}/vmlinuz"] = (f"fake kernel image {kver}\n", 0o644)
         f[f"usr/lib/modules/{kver}/pkgbase"] = (base + "\n", 0o644)
         f[f"usr/lib/modules/{kver}/modules.alias"] = ("# fake\n", 0o644)
+        # mkinitcpio v41's own files (mkinitcpio_v41.py): Arch's alpm hook writes the preset on a kernel's
+        # install; the stock config and the stand-in (stubs/mkinitcpio, upstream's loading lines inside)
+        # come with `linux` (Debian packages no mkinitcpio; mirror.json lists them as its backup files)
+        f[f"etc/mkinitcpio.d/{base}.preset"] = (mkinitcpio_v41.preset(base), 0o644)
+        if base == "linux":
+            f["etc/mkinitcpio.conf"] = (mkinitcpio_v41.stock_conf(), 0o644)
+            f["usr/bin/mkinitcpio"] = (stub("mkinitcpio").replace("@ARRAYIZE@\n", mkinitcpio_v41.arrayize_config())
+                                       .replace("@LOAD_CONFIG@\n", mkinitcpio_v41.load_config_lines()), 0o755)
     elif kind == "kernel-headers":
         kver = pkg["kver"]
         f[f"usr/lib/modules/{kver}/build/include/linux/version.h"] = (f"/* fake headers {kver} */\n", 0o644)

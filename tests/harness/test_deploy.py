@@ -12,6 +12,7 @@ pending-reboot stop and the lock-file gate (three runs on it); it runs first, be
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import mkinitcpio_v41  # noqa: E402
 import sandbox_project  # noqa: E402
 
 PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
@@ -155,10 +157,24 @@ def test_pins_are_installed_and_survive_pacman_syu(deployed):
     ti = host.testinfra()
     for name, version in pins.items():
         assert ti.run(f"pacman -Q {name}").stdout.split() == [name, version]
+    # held as pacman reads pacman.conf: rigkit's file, Include'd once from [options]
+    assert set(host.run("pacman-conf IgnorePkg").stdout.split()) == set(pins)
     conf = ti.file("/etc/pacman.conf").content_string
     options = conf.split("[options]", 1)[1].split("\n[", 1)[0]
-    held = next(ln for ln in options.splitlines() if ln.startswith("IgnorePkg"))
-    assert set(held.split("=", 1)[1].split()) == set(pins)
+    assert [ln for ln in options.splitlines() if ln.startswith("Include")] == ["Include = /etc/pacman.d/rigkit-pins.conf"]
+
+
+def test_the_kms_hook_went_out_through_rigkits_drop_in_with_one_rebuild(deployed):
+    """The stock mkinitcpio.conf (the fake ``linux`` package: Arch's, HOOKS with kms) is left as it
+    was; rigkit's drop-in takes kms out; the sandbox's mkinitcpio (v41's own loading lines) recorded
+    one build, by the first deploy, without kms — the second deploy rebuilt nothing."""
+    host, _, _ = deployed
+    stock = hashlib.sha256(mkinitcpio_v41.stock_conf().encode()).hexdigest()
+    assert host.run("sha256sum /etc/mkinitcpio.conf").stdout.split()[0] == stock  # untouched
+    builds = [json.loads(ln) for ln in host.run("cat /var/lib/fake-mkinitcpio/builds.jsonl").stdout.splitlines()]
+    assert len(builds) == 1, builds
+    assert builds[0]["dropins"] == ["zz-rigkit-no-kms.conf"] and "kms" not in builds[0]["hooks"]
+    assert builds[0]["hooks"] == "base udev autodetect microcode modconf keyboard keymap consolefont block filesystems fsck".split()
 
 
 def test_units_are_enabled_or_not_as_declared(deployed):

@@ -176,7 +176,9 @@ def test_driver_upgraded_past_the_pin(rig):
 
 
 def test_ignorepkg_removed(rig):
-    rig.run("cp -a /etc/pacman.conf /root/pacman.conf.orig && sed -i 's/^IgnorePkg/#IgnorePkg/' /etc/pacman.conf")
+    """rigkit's Include line commented out: pacman-conf no longer holds the pins."""
+    rig.run("cp -a /etc/pacman.conf /root/pacman.conf.orig && "
+            "sed -i 's|^Include = /etc/pacman.d/rigkit-pins.conf|#&|' /etc/pacman.conf")
     try:
         rc, records, out = drift()
         assert rc == 3, out
@@ -352,9 +354,9 @@ SAMPLE = (
     ("agent", "Enable and start {stem}.timer"),
     ("power", "Enable gpu-power-limit.service"),
     ("power", "Set the GPU power limit to {spec.gpu_power_limit_w} W"),
-    ("boot", "Drop the kms hook from mkinitcpio and rebuild the initramfs"),
+    ("boot", "Keep the kms hook out of mkinitcpio's HOOKS (rigkit's drop-in)"),
     ("pins", "Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)"),
-    ("pins", "Hold the pinned packages with IgnorePkg in [options]"),
+    ("pins", "Hold the pinned packages: Include rigkit's pins file from [options]"),
     ("models", "Install the model lock"),
 )
 

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rigkit.operations.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanIgnorePkg, PacmanVersions
-from rigkit.operations.boot import drop_kms_hook
+from rigkit.operations.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanVersions
 from rigkit.operations.config import merge_json
-from rigkit.operations.pacman import archive_url, ensure_ignorepkg
-
-STOCK_OPTIONS = ["#", "# /etc/pacman.conf", "#", "[options]", "#RootDir     = /", "HoldPkg     = pacman glibc",
-                 "#IgnorePkg   =", "#IgnoreGroup =", "Architecture = auto", "", "[core]",
-                 "Include = /etc/pacman.d/mirrorlist", "", "[extra]", "Include = /etc/pacman.d/mirrorlist"]
+from rigkit.operations.pacman import archive_url
 
 
 def test_nvidia_smi_parses_an_rtx_3090():
@@ -51,13 +46,6 @@ def test_pacman_versions_keys_by_the_names_asked():
     assert fact.process(out) == {"nvidia-utils": "610.57-1", "cuda": None, "docker": "1:28.5.1-1"}
 
 
-def test_ignorepkg_counts_only_the_options_section():
-    lines = ["[options]", "IgnorePkg = cuda  nvidia-utils # held", "[extra]", "IgnorePkg = docker"]
-    assert PacmanIgnorePkg().process(lines) == ["cuda", "nvidia-utils"]
-    assert PacmanIgnorePkg().process(STOCK_OPTIONS) == []
-    assert PacmanIgnorePkg().process([f"{RC_MARK}1"]) is None
-
-
 def test_json_file_states():
     assert JsonFile().process([f"{RC_MARK}404"]) == {"exists": False, "data": None, "error": None}
     assert JsonFile().process(['{"a": 1}']) == {"exists": True, "data": {"a": 1}, "error": None}
@@ -82,26 +70,6 @@ def test_archive_url_keeps_the_epoch_and_layout():
     assert archive_url("http://m/archive/packages", "docker", "1:28.5.1-1").endswith("/d/docker/docker-1:28.5.1-1-x86_64.pkg.tar.zst")
 
 
-def test_ignorepkg_replaces_the_stock_commented_line_inside_options():
-    out = ensure_ignorepkg(STOCK_OPTIONS, ["nvidia-utils", "cuda"])
-    assert out[out.index("[options]") + 3] == "IgnorePkg = nvidia-utils cuda"
-    assert "#IgnorePkg   =" not in out
-    assert PacmanIgnorePkg().process(out) == ["nvidia-utils", "cuda"]
-    assert ensure_ignorepkg(out, ["nvidia-utils", "cuda"]) == out  # converged
-
-
-def test_ignorepkg_keeps_what_the_operator_already_holds():
-    lines = ["[options]", "IgnorePkg = linux-lts", "[core]"]
-    assert ensure_ignorepkg(lines, ["cuda"]) == ["[options]", "IgnorePkg = linux-lts cuda", "[core]"]
-
-
-def test_ignorepkg_is_added_at_the_end_of_options_when_absent():
-    lines = ["[options]", "Architecture = auto", "", "[core]"]
-    assert ensure_ignorepkg(lines, ["cuda"]) == ["[options]", "Architecture = auto", "IgnorePkg = cuda", "", "[core]"]
-    with pytest.raises(ValueError, match=r"no \[options\] section"):
-        ensure_ignorepkg(["[core]"], ["cuda"])
-
-
 def test_merge_json_keeps_foreign_keys_and_unions_lists():
     current = {"log-driver": "journald", "exec-opts": ["foo=bar"], "runtimes": {"crun": {"path": "/usr/bin/crun"}}}
     wanted = {"runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
@@ -111,13 +79,6 @@ def test_merge_json_keeps_foreign_keys_and_unions_lists():
                       "runtimes": {"crun": {"path": "/usr/bin/crun"},
                                    "nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
     assert merge_json(merged, wanted) == merged
-
-
-def test_drop_kms_hook_removes_only_kms_from_hooks():
-    lines = ["# HOOKS=(base kms)", "MODULES=()", "HOOKS=(base udev autodetect microcode modconf kms keyboard block filesystems fsck)"]
-    assert drop_kms_hook(lines) == ["# HOOKS=(base kms)", "MODULES=()",
-                                    "HOOKS=(base udev autodetect microcode modconf keyboard block filesystems fsck)"]
-    assert drop_kms_hook(["HOOKS=(base udev kmsx)"]) == ["HOOKS=(base udev kmsx)"]
 
 
 def test_a_modules_folder_without_its_kernel_image_is_no_installed_kernel(tmp_path):
@@ -133,22 +94,6 @@ def test_a_modules_folder_without_its_kernel_image_is_no_installed_kernel(tmp_pa
     assert KernelState().process(out)["installed_kernels"] == ["6.12.58-1-lts"]
 
 
-@pytest.mark.parametrize("conf", [
-    STOCK_OPTIONS,
-    ["[options]  # pacman's own", "IgnorePkg = docker", "IgnorePkg = cuda # later", "[core]", "IgnorePkg = x"],
-    ["#[options]", "[options]", "#IgnorePkg = old", "IgnorePkg=cuda", "", "[extra]"],
-])
-def test_the_fact_reads_what_the_operation_wrote_with_one_parser(conf):
-    """One IgnorePkg parser (rigkit.host.pacman.ignorepkg_lines): what the operation leaves, the fact
-    reads back as the operator's holds plus ours; running the operation again changes nothing."""
-    from rigkit.host.pacman import ignored_packages
-
-    before = ignored_packages(conf)
-    out = ensure_ignorepkg(conf, ["nvidia-utils", "cuda"])
-    assert PacmanIgnorePkg().process(out) == list(dict.fromkeys(before + ["nvidia-utils", "cuda"]))
-    assert ensure_ignorepkg(out, ["nvidia-utils", "cuda"]) == out
-
-
 def test_no_second_ignorepkg_parser():
     import ast
     from pathlib import Path
@@ -161,4 +106,4 @@ def test_no_second_ignorepkg_parser():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value == "IgnorePkg":
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert not offenders, "parse IgnorePkg with rigkit.host.pacman.ignorepkg_lines:\n" + "\n".join(offenders)
+    assert not offenders, "read IgnorePkg with rigkit.host.pacman (pacman-conf IgnorePkg):\n" + "\n".join(offenders)
