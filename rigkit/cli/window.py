@@ -35,7 +35,7 @@ from typing import Any
 
 import click
 
-from rigkit import exitcodes, paths
+from rigkit import exitcodes, hints, paths
 from rigkit.remote import Remote
 from rigkit.cli.common import err, host_option, inventory_option
 
@@ -161,8 +161,9 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
             proc.wait()
             interrupted += 1
             if interrupted > 1:
-                err.print("[yellow]left the window; it goes on on the host and restores steady itself "
-                          "(`rigkit window --follow` to watch, `--restore` if it was left open)[/]")
+                err.print(f"[yellow]left the window; it goes on on the host and restores steady itself "
+                          f"(`{hints.command('window', '--follow', host=remote.name)}` to watch, "
+                          f"`{hints.command('window', '--restore', host=remote.name)}` if it was left open)[/]")
                 return last
             on_interrupt()
             continue
@@ -172,8 +173,8 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
         lost_since = lost_since or time.monotonic()
         if time.monotonic() - lost_since > RECONNECT_S:
             err.print(f"[red]error:[/] lost {remote.name} ({stderr[-200:] or f'ssh exit {rc}'}); the window goes on on "
-                      "the host and restores steady itself; `rigkit window --follow` to watch it again, "
-                      "`--restore` if it was left open")
+                      f"the host and restores steady itself; `{hints.command('window', '--follow', host=remote.name)}` "
+                      f"to watch it again, `{hints.command('window', '--restore', host=remote.name)}` if it was left open")
             return None
         err.print(f"[yellow]ssh to {remote.name} dropped ({stderr[-120:] or f'exit {rc}'}); reconnecting[/]")
         time.sleep(2)
@@ -228,7 +229,8 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
             return exitcodes.OK
         return exitcodes.OK if outcome == "ok" and benches_ok else exitcodes.FAILED
     err.print(f"[red]window {wid} is {state}[/] ({outcome}: {journal.get('error')}); steady state is NOT "
-              "confirmed: run `rigkit window --restore` (it replays the restore from the journal)")
+              f"confirmed: run `{hints.command('window', '--restore', host=remote.name)}` (it replays the restore from "
+              "the journal)")
     return exitcodes.FAILED
 
 
@@ -287,7 +289,8 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
 
         if is_open(last):
             err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
-                      "run `rigkit window --restore` first (it keeps the measured cells), then --resume")
+                      f"run `{hints.command('window', '--restore', host=hs.name)}` first (it keeps the measured "
+                      "cells), then --resume")
             sys.exit(exitcodes.FAILED)
         prev = last.get("sweep")
         if not prev or prev.get("param") != key:

@@ -26,7 +26,7 @@ import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 
 
 def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -102,8 +102,8 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     except ValueError:
         members = {}
     summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"
-    again = "".join(f" --data {shlex.quote(d)}" for d in data)
-    echo(f"{hs.name}: members {summary}; `rigkit wire-in --host {hs.name} --activate{again}` activates "
+    again = [w for d in data for w in ("--data", d)]
+    echo(f"{hs.name}: members {summary}; `{hints.command('wire-in', '--activate', *again, host=hs.name)}` activates "
          + ("this config (the --data given here included)" if data else "the declared config"))
     return exitcodes.FINDINGS
 
@@ -184,7 +184,7 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
         if n is not None:
             ch.say(f"the failed attempt is generation {n}, recorded as failed")
         if no_revert:
-            ch.say(f"{why}; --no-revert: the failed config stays live (`rigkit drift --host {hs.name}` shows it)",
+            ch.say(f"{why}; --no-revert: the failed config stays live (`{hints.command('drift', host=hs.name)}` shows it)",
                    error=True)
             return rc
         result = confirm(ch, ch.start, [], None, lease, files=False)

@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rigkit import paths
+from rigkit import hints, paths
 from rigkit.host import versions
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
@@ -527,7 +527,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
         if f.kind == "file" and f.item == paths.LLAMA_SWAP_CONFIG and f.actual != "missing":
             f.actual += (" — held by a rollback: the deploy leaves it (see the hold)" if held else
                          f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
-                         "(`rigkit wire-in --show` diffs them)")
+                         f"(`{hints.command('wire-in', '--show', host=f.host)}` diffs them)")
     return findings
 
 
@@ -626,7 +626,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
             out.append(Finding(host, "hold", f"generation {hold.get('generation')}", "the spec applied (no hold)",
                                f"held at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')} "
                                f"by {hold.get('by', '?')} at {hold.get('since', '?')}): compared with that generation, "
-                               f"not the spec; the deploy keeps it until `rigkit rollback --host {host} --release`",
+                               f"not the spec; the deploy keeps it until `{hints.command('rollback', '--release', host=host)}`",
                                severity="warn"))
             continue
         members = hold.get("held_back_members") or {}
@@ -634,5 +634,5 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
         out.append(Finding(host, "hold", name, "the declared config active (no hold)",
                            f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; held back "
                            + ("; ".join(parts) or "a changed config") + f" (copy: {hold.get('held_back_copy', '?')}); "
-                           "release with `rigkit wire-in --release`"))
+                           f"release with `{hints.command('wire-in', '--release', host=host)}`"))
     return out
