@@ -44,16 +44,17 @@ def inventory() -> str:
     return os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY
 
 
-def command(verb: str, *args: str, host: str | None = None) -> str:
+def command(verb: str, *args: str, host: str | None = None, inventory_path: str | None = None) -> str:
     """``rigkit VERB -i INVENTORY [--host HOST] ARGS`` as one shell-quoted line (:func:`shlex.join`).
 
     ``verb`` is a command, or a group and its sub-command (``"models lock"``); ``args`` its further
-    arguments as separate words (``"--to", "2"``); ``host`` the host's name in the inventory. Raises
+    arguments as separate words (``"--to", "2"``); ``host`` the host's name in the inventory;
+    ``inventory_path`` the inventory when the caller holds it (default :func:`inventory`). Raises
     ValueError for a verb rigkit does not have (a hint must be a command that exists)."""
     words = verb.split()
     if not words or words[0] not in VERBS or (words[0] in GROUPS and words[1:2] and words[1] not in GROUPS[words[0]]):
         raise ValueError(f"not a rigkit command: {verb!r} (commands: {', '.join(VERBS)})")
-    argv = ["rigkit", *words, "-i", inventory()]
+    argv = ["rigkit", *words, "-i", inventory_path or inventory()]
     if host is not None and words[0] not in NO_HOST:
         argv += ["--host", host]
     return shlex.join([*argv, *args])
