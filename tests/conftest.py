@@ -41,6 +41,7 @@ MODULE_ORDER = (
     "tests/harness/test_engine.py",            # 13 s
     "tests/unit/test_cli.py",                  # 23 s
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
+    "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s

@@ -175,7 +175,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     if release:
         proc = remote.agent("generation", "release", timeout=60)
         for line in (proc.stderr + proc.stdout).splitlines():
-            err.print(f"{hs.name}: {line}", markup=False)
+            err.print(f"{hs.name}: {hints.complete(line, host=hs.name)}", markup=False)
         sys.exit(exitcodes.OK if proc.returncode == 0 else exitcodes.FAILED)
     index = _agent_json(remote, "generation", "list")
     known = [g["n"] for g in index.get("generations", [])]

@@ -118,8 +118,9 @@ class WindowRemote(Remote):
         return dest / window_id
 
 
-def _print_steps(journal: dict, seen: dict[int, str]) -> None:
-    """Print each step whose status changed since the last call (``seen``: index -> status)."""
+def _print_steps(journal: dict, seen: dict[int, str], host: str | None = None) -> None:
+    """Print each step whose status changed since the last call (``seen``: index -> status); the
+    hints in a step's detail completed for ``host`` (:func:`rigkit.hints.complete`)."""
     for i, st in enumerate(journal.get("steps") or []):
         if seen.get(i) == st["status"]:
             continue
@@ -128,7 +129,7 @@ def _print_steps(journal: dict, seen: dict[int, str]) -> None:
         colour = {"ok": "green", "failed": "red", "running": "cyan"}.get(st["status"], "white")
         label = ("restore: " if st.get("phase") == "restore" else "") + st["name"]
         err.print(f"  {label:<24} [{colour}]{st['status']:<7}[/] {dur}  ", end="")
-        err.print(st.get("detail") or "", markup=False)
+        err.print(hints.complete(st.get("detail") or "", host=host), markup=False)
 
 
 def follow(remote: WindowRemote, on_interrupt) -> dict | None:
@@ -154,7 +155,7 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
                     continue
                 if isinstance(j, dict):
                     last = j
-                    _print_steps(j, seen)
+                    _print_steps(j, seen, remote.name)
             rc = proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
@@ -282,7 +283,7 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
 
         proc = remote.agent("status")
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
         from rigkit.host.journal import is_open
@@ -392,7 +393,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     if mode in ("abort", "restore"):
         proc = remote.agent(mode)
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
         if answer["action"] == "none":
@@ -417,7 +418,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
                 sys.exit(exitcodes.OK)
         proc = remote.agent("start", stdin=json.dumps(plan))
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.INVALID if proc.returncode == exitcodes.INVALID else exitcodes.FAILED)
         wid = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
         err.print(f"{hs.name}: window {wid} ({tenant}) started as rigkit-window.service; Ctrl-C asks it to end "

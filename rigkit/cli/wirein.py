@@ -123,9 +123,9 @@ def _activation(hs, args: list[str], timeout_s: float = 1800.0, lease_id: str | 
     # each run gets a transient unit of its own (rigkit.agentcmd.remote_command): a command right
     # after the previous one never meets a unit systemd has not collected yet
     p = _run(hs, f"sh -c {shlex.quote(activate_command(args, lease_id, no_revert))}", timeout_s=timeout_s)
-    sys.stdout.write(p.stdout)
+    sys.stdout.write(hints.complete(p.stdout, host=hs.name))  # the host's log names no inventory
     if p.stderr.strip():
-        sys.stderr.write(p.stderr)
+        sys.stderr.write(hints.complete(p.stderr, host=hs.name))
     return (p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED), p.stdout
 
 
