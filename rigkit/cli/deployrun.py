@@ -39,32 +39,31 @@ def print_results(stdout: str) -> None:
         err.print(f"{name}: failed", markup=False)
 
 
-def plan_summary(plan: dict) -> dict[str, dict[str, list[str]]]:
-    """Per host, from ``pyinfra --dry --json``'s plan (pyinfra 3.10 ``pyinfra_cli.prints.build_plan_json``:
-    ``plan[].{name, names, hosts_with_change, hosts_with_conditional_change}``): ``{"change": [the
-    operations that would change the host], "conditional": [those gated on an earlier change (``_if``)],
-    "total": [every operation]}``, names as ``Role | Operation``. The generation record
+def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per host of ``hosts``, from ``pyinfra --dry --json``'s plan (pyinfra 3.10
+    ``pyinfra_cli.prints.build_plan_json``: ``plan[].{name, names, hosts_with_change,
+    hosts_with_conditional_change}``, one entry per operation of the deploy): ``{"change": [the operations
+    that would change the host], "conditional": [those gated on an earlier change (``_if``)], "total":
+    [every operation]}``, names as ``Role | Operation``. The generation record
     (:data:`rigkit.drift.plan.GENERATION_OP`) is rigkit's own bookkeeping, said by the deploy's own
     generation line, never counted as a change of the rig."""
     from rigkit.drift.plan import GENERATION_OP
 
-    out: dict[str, dict[str, list[str]]] = {}
+    out: dict[str, dict[str, list[str]]] = {h: {"change": [], "conditional": [], "total": []} for h in hosts}
     for op in plan.get("plan", []):
         name = " | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")
-        hosts = set(op.get("hosts") or []) | set(op.get("hosts_with_change") or []) | \
-            set(op.get("hosts_with_conditional_change") or [])
         for host in hosts:
-            out.setdefault(host, {"change": [], "conditional": [], "total": []})["total"].append(name)
-        if name == GENERATION_OP:
-            continue
-        for host in op.get("hosts_with_change") or []:
-            out[host]["change"].append(name)
-        for host in op.get("hosts_with_conditional_change") or []:
-            out[host]["conditional"].append(name)
+            out[host]["total"].append(name)
+            if name == GENERATION_OP:
+                continue
+            if host in (op.get("hosts_with_change") or []):
+                out[host]["change"].append(name)
+            elif host in (op.get("hosts_with_conditional_change") or []):
+                out[host]["conditional"].append(name)
     return out
 
 
-def print_plan(stdout: str) -> None:
+def print_plan(stdout: str, hosts: list[str]) -> None:
     """rigkit's summary of a dry run (:func:`plan_summary`) on stdout, one block per host: the operations
     that would change it, then the conditional ones — pyinfra lists every ``_if``-gated operation (a
     restart after a changed file) as a "Conditional Change" on every run, converged or not, because it
@@ -76,7 +75,7 @@ def print_plan(stdout: str) -> None:
         if stdout.strip():
             sys.stdout.write(stdout)
         return
-    for host, s in sorted(plan_summary(plan).items()):
+    for host, s in plan_summary(plan, hosts).items():
         change, cond = s["change"], s["conditional"]
         if not change:
             print(f"{host}: the deploy would change nothing ({len(s['total'])} operations checked)"
@@ -166,7 +165,7 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
     """Run ``pyinfra -y INVENTORY deploy.py`` (``--dry`` without ``-y`` when ``dry``) limited to
     ``hosts``, with ``overrides`` as ``--data`` and ``extra_env`` added to its environment (``rigkit
     rollback``'s generation and lease). A real run prints one line per host (:func:`print_results`)
-    and keeps the results JSON in ``proc.stdout``; a dry run prints the plan. Returns ``(proc, env)``:
+    and keeps the results JSON in ``proc.stdout``; a dry run keeps the plan JSON there. Returns ``(proc, env)``:
     the finished process and the environment the smoke runs with."""
 
     project = Path(__file__).resolve().parents[2]
@@ -199,10 +198,8 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
     popen.wait()
     relayer.join(10)
     proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, "".join(log))
-    if not dry:
+    if not dry:  # a dry run's plan is the caller's to summarize (print_plan)
         print_results(proc.stdout)
-    else:
-        print_plan(proc.stdout)
     return proc, env
 
 

@@ -152,11 +152,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")
-    from rigkit.cli.deployrun import run_pyinfra, smoke
+    from rigkit.cli.deployrun import print_plan, run_pyinfra, smoke
 
     inv = inventory or default_inventory()
-    if dry:
+    if dry:  # pyinfra's plan, then rigkit's own summary of it per host
         proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose)
+        print_plan(proc.stdout, [hs.name for hs in host_specs])
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     import secrets as pysecrets
 
