@@ -7,6 +7,7 @@ shaped like the operator's and the test's own ``group_data/``), never in the che
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -303,3 +304,30 @@ def test_a_data_override_reaches_pyinfra_as_the_value_it_is(value):
 
     back = _pyinfra_parse_cli_arg()(data_text(value))
     assert back == value and type(back) is type(value)
+
+
+def test_the_wire_in_example_in_group_data_works_when_uncommented(tmp_path):
+    """``group_data/all.py`` (the operator's file, read here, never changed) carries the wire-in as a
+    commented line; uncommented in a copy, it makes HyperQwen a live member: the rendered live config
+    has it, while the file as it is keeps HyperQwen staged (issue 40: the example sat inside the
+    module's docstring, so uncommenting it did nothing)."""
+    import yaml
+
+    text = (ROOT / "group_data" / "all.py").read_text()
+    line = '# llama_swap = {"members": {"hyperqwen": {"staged": False}}}'
+    assert text.count(line) == 1, "the wire-in example is gone from group_data/all.py"
+    uncommented = text.replace(line, line[2:])
+    assert ast.get_docstring(ast.parse(uncommented)).count("llama_swap =") == 0  # not inside the docstring
+
+    def live_members(all_py: str, where: Path) -> set[str]:
+        proj = where
+        (proj / "inventory").mkdir(parents=True)
+        (proj / "group_data").mkdir()
+        (proj / "inventory" / "rig.py").write_text(RIG_INVENTORY)
+        (proj / "group_data" / "all.py").write_text(all_py)
+        proc = run(["render", "--out", "out"], cwd=proj)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return set(yaml.safe_load((proj / "out" / "etc/llama-swap/config.yaml").read_text())["models"])
+
+    assert "hyperqwen" not in live_members(text, tmp_path / "as-is")
+    assert "hyperqwen" in live_members(uncommented, tmp_path / "uncommented")
