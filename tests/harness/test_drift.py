@@ -394,7 +394,7 @@ def test_plain_drift_fits_a_pipe_and_its_last_line_is_the_repair_that_clears_it(
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stdout.rstrip("\n").splitlines()
     assert max(cell_len(ln) for ln in lines) <= 80, proc.stdout
-    assert lines[1] == f"{NAME}: drift (1 difference)", proc.stdout
+    assert lines[1].rstrip() == f"{NAME}: drift (1 difference)", proc.stdout
     assert lines[-1] == f"{NAME}: to repair: rigkit deploy -i inventory/sandbox.py --host {NAME}", proc.stdout
     repair = _plain_drift(*shlex.split(lines[-1].split(": to repair: ", 1)[1])[1:])  # as printed
     assert repair.returncode == 0, repair.stderr[-3000:]
