@@ -8,9 +8,10 @@ knows neither the inventory nor the host's name in it — are completed by :func
 the control side relays them (:meth:`rigkit.remote.Remote.agent`, the deploy's output).
 ``tests/unit/test_hints.py`` collects every hint from the code and runs each as printed.
 
-The inventory is the one the running command was given: :func:`use` records it (in
-``$RIGKIT_INVENTORY``, so the pyinfra run a command starts prints the same), once the command has
-loaded it (:func:`rigkit.cli.common.load_or_exit`).
+The inventory is the one the running command was given: its ``-i`` (the ``inventory`` parameter
+of the click command running now), else ``$RIGKIT_INVENTORY`` (which :func:`rigkit.cli.deployrun.run_pyinfra`
+sets for the pyinfra run a command starts, so the deploy's own output names the same), else the CLI's
+default.
 """
 
 from __future__ import annotations
@@ -33,14 +34,17 @@ NO_HOST = frozenset()
 HINT_RE = re.compile(r"`(rigkit (?:" + "|".join(map(re.escape, VERBS)) + r")(?: [^`]*)?)`")
 
 
-def use(inventory: str) -> None:
-    """Record ``inventory`` (a path as the operator gave it) as the one this command's hints name."""
-    os.environ[INVENTORY_ENV] = inventory
-
-
 def inventory() -> str:
-    """The inventory hints name: the one :func:`use` recorded, else ``$RIGKIT_INVENTORY``, else
-    ``inventory/rig.py`` (the CLI's own default, :func:`rigkit.spec.inventory.default_inventory`)."""
+    """The inventory hints name: the running click command's ``inventory`` parameter (``-i``) when it
+    was given, else ``$RIGKIT_INVENTORY``, else ``inventory/rig.py`` — the CLI's own rule
+    (:func:`rigkit.spec.inventory.default_inventory`)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("inventory"):
+            return str(ctx.params["inventory"])
+        ctx = ctx.parent
     return os.environ.get(INVENTORY_ENV) or DEFAULT_INVENTORY
 
 

@@ -17,20 +17,11 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
-def _use_inventory(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Record the inventory this command was given, for the commands it prints (:mod:`rigkit.hints`)."""
-    from rigkit import hints
-    from rigkit.spec.inventory import default_inventory
-
-    hints.use(value or default_inventory())
-    return value
-
-
 def inventory_option(f):
     """``-i/--inventory PATH`` (default ``$RIGKIT_INVENTORY`` or ``inventory/rig.py``); the path given is
-    the one every command this command prints names (:func:`rigkit.hints.use`)."""
-    return click.option("-i", "--inventory", "inventory", metavar="PATH", default=None, callback=_use_inventory,
-                        is_eager=True, help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")(f)
+    the one every command this command prints names (:func:`rigkit.hints.inventory` reads it)."""
+    return click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
+                        help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")(f)
 
 
 def host_option(f):

@@ -180,7 +180,7 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
         cmd.append("-" + "v" * verbose)
     err.print("$ " + shlex.join(["pyinfra", *cmd[1:]]), markup=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])),
-           **(extra_env or {})}
+           hints.INVENTORY_ENV: inventory, **(extra_env or {})}  # the deploy's own hints name this inventory
     cmd.insert(2, "--json")  # the results (or the plan) as JSON on stdout; pyinfra's log stays on stderr
     popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log: list[str] = []

@@ -27,6 +27,7 @@ import sys
 import click
 
 from rigkit import exitcodes, hints
+from rigkit.cli.common import inventory_option
 
 
 def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -223,8 +224,7 @@ def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tup
 
 
 @click.command("wire-in")
-@click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
-              help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")
+@inventory_option
 @click.option("--host", "hosts", metavar="NAME", multiple=True, required=True, help="the host (repeatable)")
 @click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key for this run, as pyinfra --data")
 @click.option("--show", "action", flag_value="show", help="diff the host's live config with the declared one (exit 3 when they differ)")

@@ -173,3 +173,41 @@ def test_every_hint_runs_as_printed_against_the_sandbox_inventory(tmp_path):
     # the premise: each reached for the host (or the hub) and stopped there, not earlier
     assert all(p.returncode in (0, 1, 3) for p in procs.values())
     assert sum(p.returncode == 1 for p in procs.values()) >= len(procs) - 2
+
+
+def test_every_command_has_the_inventory_its_hints_name():
+    """The hints name the inventory the command was run with (:func:`rigkit.hints.inventory` reads the
+    running command's ``inventory`` parameter): every rigkit command has one, ``-i``."""
+    import click
+
+    from rigkit.cli.main import cli
+
+    def commands(group, prefix=""):
+        for name, cmd in group.commands.items():
+            if isinstance(cmd, click.Group):
+                yield from commands(cmd, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", cmd
+
+    found = dict(commands(cli))
+    assert len(found) >= 11
+    for name, cmd in found.items():
+        (param,) = [p for p in cmd.params if p.name == "inventory"]
+        assert "-i" in param.opts, f"rigkit {name}"
+
+
+def test_a_hint_names_the_inventory_the_running_command_was_given(monkeypatch):
+    import click
+
+    monkeypatch.delenv(hints.INVENTORY_ENV, raising=False)
+    seen = []
+
+    @click.command()
+    @click.option("-i", "--inventory", "inventory", default=None)
+    def cmd(inventory):
+        seen.append(hints.command("drift", host="demo"))
+
+    cmd.main(["-i", "inventory/sandbox.py"], standalone_mode=False)
+    cmd.main([], standalone_mode=False)
+    assert seen == ["rigkit drift -i inventory/sandbox.py --host demo", "rigkit drift -i inventory/rig.py --host demo"]
+    assert hints.command("drift", host="demo") == "rigkit drift -i inventory/rig.py --host demo"  # nothing left behind
