@@ -54,15 +54,24 @@ def repair_hint(host: str, findings: list) -> str | None:
     return hints.command("deploy", *extra, host=host)
 
 
-def findings_table(host: str, verdict: str, findings: list) -> Table:
-    """The rich table of one host's findings. Every cell is a :class:`rich.text.Text`, so text
-    with square brackets (``IgnorePkg in [options]``) is shown as it is, never read as markup."""
+#: Each column's share of a width too narrow for the table (``actual`` says the most); kind and severity
+#: are single words, never folded.
+RATIOS = {"kind": None, "item": 3, "declared": 2, "actual": 5, "severity": None}
+
+
+def findings_table(host: str, verdict: str, findings: list, width: int | None = None) -> Table:
+    """The rich table of one host's findings, at most ``width`` columns wide (None: as wide as it
+    needs): when it does not fit, the columns share the width by :data:`RATIOS` and their text folds.
+    Every cell is a :class:`rich.text.Text`, so text with square brackets (``IgnorePkg in [options]``)
+    is shown as it is, never read as markup."""
     table = Table(title=Text(f"{host}: {verdict}"), title_justify="left", show_lines=False, box=box.SIMPLE_HEAD)
-    for col in ("kind", "item", "declared", "actual", "severity"):
-        table.add_column(col, overflow="fold")
+    for col, ratio in RATIOS.items():
+        table.add_column(col, overflow="fold", ratio=ratio, no_wrap=ratio is None)
     for f in findings:
         table.add_row(*(Text(str(c)) for c in (f.kind, f.item, f.declared, f.actual, f.severity)),
                       style=SEVERITY_STYLE.get(f.severity))
+    if width is not None and Console(width=100_000).measure(table).maximum > width:  # its natural width
+        table.expand = True
     return table
 
 
@@ -137,7 +146,7 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
             if not mine:
                 out.print(f"[bold]{escape(hs.name)}[/]: no drift")
                 continue
-            out.print(findings_table(hs.name, verdict, mine))
+            out.print(findings_table(hs.name, verdict, mine, width=out.width))
             if show_diff:
                 for f in mine:
                     if f.diff:

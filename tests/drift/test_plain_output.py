@@ -31,7 +31,7 @@ def test_the_table_fits_the_width_it_is_given(rows, width):
     findings = [Finding("demo", kind, item, declared, actual) for kind, item, declared, actual in rows]
     buf = io.StringIO()
     Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False).print(
-        findings_table("demo", "drift", findings))
+        findings_table("demo", "drift", findings, width=width))
     from rich.cells import cell_len
 
     assert max(cell_len(line) for line in buf.getvalue().splitlines()) <= width
