@@ -1,12 +1,7 @@
 """The rig's declared state: overrides of rigkit's defaults (``rigkit.spec.model.RigSpec``).
 
 Every key is optional — defaults live in the spec models, and nested dicts are deep-merged,
-so ``# llama-swap members. HyperQwen is staged (in config.staged.yaml for review, not live); to wire it
-# in as a member on demand, uncomment, then `rigkit wire-in --host rig --show` and `--activate`
-# (README "Wiring HyperQwen in"):
-# llama_swap = {"members": {"hyperqwen": {"staged": False}}}
-
-hyperqwen = {"dflash_tokens": 5}`` keeps every other HyperQwen default. Values only the
+so ``hyperqwen = {"dflash_tokens": 5}`` keeps every other HyperQwen default. Values only the
 operator knows stay unset until they are set here; ``rigkit check`` warns about each and
 ``rigkit deploy`` refuses to start without them. Never put a secret here: the HF token comes
 from ``HF_TOKEN`` or hf's token file, the HyperQwen API key is generated on the host.
@@ -37,3 +32,10 @@ hyperqwen = {
     "dflash_tokens": 7,  # 15 crashed the engine at 20k context: refused above 7 at long context
     "max_model_len": 65536,
 }
+
+# llama-swap members. HyperQwen is staged (in config.staged.yaml for review, not live); to wire it
+# in as a member on demand, uncomment the next line, then
+# `rigkit wire-in -i inventory/rig.py --host rig --show`, then
+# `rigkit wire-in -i inventory/rig.py --host rig --activate`
+# (README "Wiring HyperQwen in"):
+# llama_swap = {"members": {"hyperqwen": {"staged": False}}}

@@ -9,7 +9,7 @@ from pathlib import Path
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
-from rigkit import paths
+from rigkit import hints, paths
 from rigkit.render.declared_state import MODELS_LOCK_OWNER_MODE, PREPARED_MODELS, directories
 from rigkit.spec.modellock import check_lock, load_lock
 from rigkit.operations.models import hyperqwen_prepared, model_fetched
@@ -22,12 +22,12 @@ REMOTE_LOCK = paths.MODELS_LOCK
 def models(spec: RigSpec):
     """Upload the lock, refuse a spec that no longer matches it ("re-lock"), fetch each model."""
     if spec.models_lock is None:
-        raise DeployError("models_lock is unset: set it in the inventory (the file `rigkit models lock` writes)")
+        raise DeployError(f"models_lock is unset: set it in the inventory (the file `{hints.command('models lock')}` writes)")
     lock_path = Path(spec.models_lock)
     try:
         lock = load_lock(lock_path)
     except Exception as exc:  # missing or unreadable: say which file and what to run
-        raise DeployError(f"{lock_path}: {exc}; run `rigkit models lock -i <inventory>`") from None
+        raise DeployError(f"{lock_path}: {exc}; run `{hints.command('models lock')}`") from None
     problems = check_lock(spec.models, lock, str(lock_path))
     if problems:
         raise DeployError("the spec no longer matches its lock:\n  " + "\n  ".join(problems))

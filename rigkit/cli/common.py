@@ -18,7 +18,8 @@ out = Console(highlight=False, soft_wrap=True)
 
 
 def inventory_option(f):
-    """``-i/--inventory PATH`` (default ``$RIGKIT_INVENTORY`` or ``inventory/rig.py``)."""
+    """``-i/--inventory PATH`` (default ``$RIGKIT_INVENTORY`` or ``inventory/rig.py``); the path given is
+    the one every command this command prints names (:func:`rigkit.hints.inventory` reads it)."""
     return click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
                         help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")(f)
 

@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err
 
 
@@ -260,15 +260,17 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
             "generation {} does not confirm either: {}".format(ch.start, "; ".join(result.get("failed") or []))
     if state is None:
         ch.say(f"{ch.what} FAILED ({why}); reverted to generation {ch.start}, confirmed: the host serves as "
-               f"before (`rigkit generations -i {inventory} --host {ch.name}` lists the failed attempt)", error=True)
+               f"before (`{hints.command('generations', host=ch.name, inventory_path=inventory)}` lists the failed attempt)", error=True)
         return exitcodes.FAILED
     held, problem = agent_json(ch.remote, "generation", "hold", str(ch.start), "--why",
                                f"{ch.what} failed ({why}) and its revert failed ({state})", lease=lease)
     ch.say(f"{ch.what} FAILED ({why}) and so did the revert to generation {ch.start}: {state}. STOPPED there: "
            "the host has the revert's files and units as far as its deploy got; "
            + ("it is held at generation {} (the next deploy applies that generation, not the spec, until "
-              "`rigkit rollback -i {} --host {} --release`); a human should look (`rigkit drift -i {} --host {}`)".format(
-                  ch.start, inventory, ch.name, inventory, ch.name) if held else f"holding it failed too ({problem})"),
+              "`{}`); a human should look (`{}`)".format(
+                  ch.start, hints.command("rollback", "--release", host=ch.name, inventory_path=inventory),
+                  hints.command("drift", host=ch.name, inventory_path=inventory))
+              if held else f"holding it failed too ({problem})"),
            error=True)
     return exitcodes.FAILED
 
@@ -345,7 +347,7 @@ def _failed(ch: Change, n: int | None, why: str, no_revert: bool, inventory: str
     if n is not None:
         ch.say(f"the failed attempt is generation {n}, recorded as failed")
     if no_revert:
-        ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`rigkit drift -i {inventory} "
-               f"--host {ch.name}` shows how it differs)", error=True)
+        ch.say(f"{ch.what}: {why}; --no-revert: the host is left as the change left it (`{hints.command('drift', host=ch.name, inventory_path=inventory)}` "
+               "shows how it differs)", error=True)
         return exitcodes.FAILED
     return revert()

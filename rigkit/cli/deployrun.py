@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err
 
 
@@ -35,6 +37,106 @@ def print_results(stdout: str) -> None:
                   markup=False)
     for name in results.get("failed_hosts", []) or []:
         err.print(f"{name}: failed", markup=False)
+
+
+def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]]:
+    """Per host of ``hosts``, from ``pyinfra --dry --json``'s plan (pyinfra 3.10
+    ``pyinfra_cli.prints.build_plan_json``: ``plan[].{name, names, hosts_with_change,
+    hosts_with_conditional_change}``, one entry per operation of the deploy): ``{"change": [the operations
+    that would change the host], "conditional": [those gated on an earlier change (``_if``)], "total":
+    [every operation]}``, names as ``Role | Operation``. The generation record
+    (:data:`rigkit.drift.plan.GENERATION_OP`) is rigkit's own bookkeeping, said by the deploy's own
+    generation line, never counted as a change of the rig."""
+    from rigkit.drift.plan import GENERATION_OP
+
+    out: dict[str, dict[str, list[str]]] = {h: {"change": [], "conditional": [], "total": []} for h in hosts}
+    for op in plan.get("plan", []):
+        name = " | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")
+        for host in hosts:
+            out[host]["total"].append(name)
+            if name == GENERATION_OP:
+                continue
+            if host in (op.get("hosts_with_change") or []):
+                out[host]["change"].append(name)
+            elif host in (op.get("hosts_with_conditional_change") or []):
+                out[host]["conditional"].append(name)
+    return out
+
+
+def print_plan(stdout: str, hosts: list[str]) -> None:
+    """rigkit's summary of a dry run (:func:`plan_summary`) on stdout, one block per host: the operations
+    that would change it, then the conditional ones — pyinfra lists every ``_if``-gated operation (a
+    restart after a changed file) as a "Conditional Change" on every run, converged or not, because it
+    decides when it runs: they run only when an operation before them changes something, so with
+    nothing to change none of them runs. pyinfra's text other than JSON is passed on as it is."""
+    try:
+        plan = json.loads(stdout)
+    except ValueError:
+        if stdout.strip():
+            sys.stdout.write(stdout)
+        return
+    for host, s in plan_summary(plan, hosts).items():
+        change, cond = s["change"], s["conditional"]
+        if not change:
+            print(f"{host}: the deploy would change nothing ({len(s['total'])} operations checked)"
+                  + (f"; {len(cond)} conditional operation(s) — each runs only after an operation before it "
+                     "changes something — would not run" if cond else ""))
+            continue
+        print(f"{host}: the deploy would change {len(change)} of {len(s['total'])} operations:")
+        for name in change:
+            print(f"  change       {name}")
+        for name in cond:
+            print(f"  conditional  {name} (runs only if an operation before it changes something)")
+
+
+class QuietLog:
+    """pyinfra's log as the operator reads it: each operation block (``--> Starting operation: NAME``,
+    then a ``[host] RESULT`` line per host, pyinfra 3.10's format) whose every result is ``No changes``
+    is left out unless ``verbose`` (``rigkit deploy -v``), and said once at the end as a count; every
+    other line is written to ``stream`` as it comes, each ```rigkit …``` hint in it completed
+    (:func:`rigkit.hints.complete`, for the host its ``[host]`` prefix names)."""
+
+    START = "--> Starting operation:"
+    RESULT = re.compile(r"^\s+\[(?P<host>[^\]]+)\] (?P<what>.*?)\s*$")
+
+    def __init__(self, stream, verbose: bool = False) -> None:
+        self.stream, self.verbose = stream, verbose
+        self.block: list[str] | None = None
+        self.left_out = 0
+
+    def _emit(self, lines: list[str]) -> None:
+        for line in lines:
+            m = self.RESULT.match(line)
+            self.stream.write(hints.complete(line, host=m.group("host") if m else None))
+        self.stream.flush()
+
+    def _end_block(self) -> None:
+        block, self.block = self.block, None
+        if block is None:
+            return
+        results = [m.group("what") for m in map(self.RESULT.match, block[1:]) if m]
+        if not self.verbose and results and all(r == "No changes" for r in results) \
+                and all(self.RESULT.match(ln) or not ln.strip() for ln in block[1:]):
+            self.left_out += 1
+            return
+        self._emit(block)
+
+    def write(self, line: str) -> None:
+        """Take one line of pyinfra's log (with its newline)."""
+        if line.startswith(self.START):
+            self._end_block()
+            self.block = [line]
+        elif self.block is not None and (self.RESULT.match(line) or not line.strip()):
+            self.block.append(line)
+        else:
+            self._end_block()
+            self._emit([line])
+
+    def close(self) -> None:
+        """End of the log: the last block, and how many unchanged operations were left out."""
+        self._end_block()
+        if self.left_out:
+            self._emit([f"    ({self.left_out} operation(s) with no changes not listed; -v lists them)\n"])
 
 
 def data_text(value) -> str:
@@ -63,7 +165,7 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
     """Run ``pyinfra -y INVENTORY deploy.py`` (``--dry`` without ``-y`` when ``dry``) limited to
     ``hosts``, with ``overrides`` as ``--data`` and ``extra_env`` added to its environment (``rigkit
     rollback``'s generation and lease). A real run prints one line per host (:func:`print_results`)
-    and keeps the results JSON in ``proc.stdout``; a dry run prints the plan. Returns ``(proc, env)``:
+    and keeps the results JSON in ``proc.stdout``; a dry run keeps the plan JSON there. Returns ``(proc, env)``:
     the finished process and the environment the smoke runs with."""
 
     project = Path(__file__).resolve().parents[2]
@@ -76,19 +178,19 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
         cmd += ["--data", f"{key}={data_text(value)}"]
     if verbose:
         cmd.append("-" + "v" * verbose)
-    err.print("$ pyinfra " + " ".join(cmd[1:]), markup=False)
+    err.print("$ " + shlex.join(["pyinfra", *cmd[1:]]), markup=False)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])),
-           **(extra_env or {})}
-    if not dry:
-        cmd.insert(2, "--json")  # the results as JSON on stdout; pyinfra's log stays on stderr
+           hints.INVENTORY_ENV: inventory, **(extra_env or {})}  # the deploy's own hints name this inventory
+    cmd.insert(2, "--json")  # the results (or the plan) as JSON on stdout; pyinfra's log stays on stderr
     popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
+    quiet = QuietLog(sys.stderr, verbose=verbose > 0)
 
     def relay() -> None:  # pyinfra's log goes on to our stderr as it comes, and is kept for failed_operations
         for line in popen.stderr:
-            sys.stderr.write(line)
-            sys.stderr.flush()
+            quiet.write(line)
             log.append(line)
+        quiet.close()
 
     relayer = threading.Thread(target=relay, daemon=True)
     relayer.start()
@@ -96,10 +198,8 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
     popen.wait()
     relayer.join(10)
     proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, "".join(log))
-    if not dry:
+    if not dry:  # a dry run's plan is the caller's to summarize (print_plan)
         print_results(proc.stdout)
-    else:
-        sys.stdout.write(proc.stdout)
     return proc, env
 
 
@@ -170,7 +270,7 @@ def smoke(hs, inventory: str, env: dict[str, str]) -> int:
                  "--out", str(Path("results") / "smoke" / hs.name / stamp / member)]
         if hs.spec.bench.baseline:
             smoke += ["--baseline", hs.spec.bench.baseline]
-        err.print(f"post-deploy smoke: $ {' '.join(smoke[1:])}", markup=False)
+        err.print(f"post-deploy smoke: $ {shlex.join(['rigkit', *smoke[1:]])}", markup=False)
         rc = subprocess.run(smoke, env=env).returncode
         err.print(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}", markup=False)
         codes.append(exitcodes.FAILED if rc else exitcodes.OK)

@@ -1,9 +1,11 @@
 """``rigkit drift``: what on each host differs from the declared state (:mod:`rigkit.drift`).
 
-Output: a table per host (rich; no colour and no prompt when stdout is not a terminal, so it
-runs from cron; every cell is plain text — ``[options]`` stays ``[options]``, never read as
-rich markup), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
-finding ``{host, kind, item, declared, actual, severity}`` — ``diff`` too with ``--diff`` —
+Output: a table per host (rich; as wide as the terminal, ``$COLUMNS`` or 80 columns for a pipe,
+no colour and no prompt when stdout is not a terminal, so it runs from cron; every cell is plain
+text — ``[options]`` stays ``[options]``, never read as rich markup), ending with the command that
+repairs what it counted (``to repair: rigkit deploy -i INVENTORY --host NAME``), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
+finding ``{host, kind, item, declared, actual, severity}`` (severity by kind,
+:mod:`rigkit.drift.severity`) — ``diff`` too with ``--diff`` —
 then a ``status`` record per host, clean ones included, then the ``run`` record), every secret
 masked. The probe alone by default (one SSH round trip per host, every host at once; it sees
 what every deploy operation manages, :mod:`rigkit.drift.coverage`); ``--plan`` adds pyinfra's
@@ -17,6 +19,7 @@ from __future__ import annotations
 import sys
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -28,16 +31,55 @@ from rigkit.cli.common import host_option, inventory_option, load_or_exit
 SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
 
 
-def findings_table(host: str, verdict: str, findings: list) -> Table:
-    """The rich table of one host's findings. Every cell is a :class:`rich.text.Text`, so text
-    with square brackets (``IgnorePkg in [options]``) is shown as it is, never read as markup."""
-    table = Table(title=Text(f"{host}: {verdict}"), title_justify="left", show_lines=False)
-    for col in ("kind", "item", "declared", "actual", "severity"):
-        table.add_column(col, overflow="fold")
+def plain_console() -> Console:
+    """The console of the plain output: as wide as the terminal, or ``$COLUMNS``, or 80 columns when
+    stdout is a pipe or a file (cron, ``| mail``); colour only on a terminal."""
+    import shutil
+
+    width = shutil.get_terminal_size((80, 24)).columns
+    console = Console(highlight=False, soft_wrap=False, width=width)
+    if not console.is_terminal:
+        console = Console(highlight=False, soft_wrap=False, width=width, no_color=True)
+    return console
+
+
+def repair_hint(host: str, findings: list) -> str | None:
+    """The command that repairs what drift counted on ``host`` (the deploy; with ``--reboot`` when a
+    reboot is pending), or None when nothing counted is a difference the deploy repairs."""
+    from rigkit import hints
+
+    if not any(f.severity == "drift" for f in findings):
+        return None
+    extra = ("--reboot",) if any(f.kind == "reboot" and f.severity == "drift" for f in findings) else ()
+    return hints.command("deploy", *extra, host=host)
+
+
+#: Each column's share of a width too narrow for the table (``actual`` says the most); kind and severity
+#: are single words, never folded.
+RATIOS = {"kind": None, "item": 3, "declared": 2, "actual": 5, "severity": None}
+
+
+def findings_table(host: str, verdict: str, findings: list, width: int | None = None) -> Table:
+    """The rich table of one host's findings, at most ``width`` columns wide (None: as wide as it
+    needs): when it does not fit, the columns share the width by :data:`RATIOS` and their text folds.
+    Every cell is a :class:`rich.text.Text`, so text with square brackets (``IgnorePkg in [options]``)
+    is shown as it is, never read as markup."""
+    table = Table(title=Text(f"{host}: {verdict}"), title_justify="left", show_lines=False, box=box.SIMPLE_HEAD)
+    for col, ratio in RATIOS.items():
+        table.add_column(col, overflow="fold", ratio=ratio, no_wrap=ratio is None)
     for f in findings:
         table.add_row(*(Text(str(c)) for c in (f.kind, f.item, f.declared, f.actual, f.severity)),
                       style=SEVERITY_STYLE.get(f.severity))
+    if width is not None and Console(width=100_000).measure(table).maximum > width:  # its natural width
+        table.expand = True
     return table
+
+
+def tally(findings: list) -> str:
+    """A host's findings counted by what they mean (:func:`rigkit.drift.severity.tally`)."""
+    from rigkit.drift.severity import tally as by_severity
+
+    return by_severity([f.severity for f in findings])
 
 
 class DriftCommand(click.Command):
@@ -85,16 +127,15 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
         sys.stdout.write(dumps_document(document(findings, codes, [hs.name for hs in host_specs], inv,
                                                  states, with_diff=show_diff)))
         for hs in host_specs:  # stdout stays JSON lines; a word per host on stderr
-            counted = sum(f.host == hs.name and f.severity in ("drift", "error") for f in findings)
-            print(f"{hs.name}: {counted} finding(s) counted, exit {codes[hs.name]}", file=sys.stderr)
+            print(f"{hs.name}: {tally([f for f in findings if f.host == hs.name])}, exit {codes[hs.name]}",
+                  file=sys.stderr)
     else:
-        out = Console(highlight=False, soft_wrap=False)
-        if not out.is_terminal:  # cron, a pipe: no colour (rich), lines as long as they need
-            out = Console(highlight=False, soft_wrap=False, width=200, no_color=True)
+        out = plain_console()
         for hs in host_specs:
             mine = [f for f in findings if f.host == hs.name]
             code = codes[hs.name]
             verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
+            verdict += f" ({tally(mine)})" if mine else ""
             gen = (states.get(hs.name) or {}).get("generation")
             if gen:
                 against = "the spec" if gen["compared_with"] == "spec" else gen["compared_with"]
@@ -105,10 +146,13 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
             if not mine:
                 out.print(f"[bold]{escape(hs.name)}[/]: no drift")
                 continue
-            out.print(findings_table(hs.name, verdict, mine))
+            out.print(findings_table(hs.name, verdict, mine, width=out.width))
             if show_diff:
                 for f in mine:
                     if f.diff:
                         out.print(f.diff, markup=False, highlight=False)
+            fix = repair_hint(hs.name, mine)
+            if fix:
+                out.print(Text(f"{hs.name}: to repair: {fix}"))
     sys.exit(exitcodes.combine(*codes.values()))
 

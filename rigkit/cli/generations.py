@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err, inventory_option, load_or_exit, out
 
 
@@ -125,7 +125,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
                   markup=False)
         sys.exit(exitcodes.OK)
     out.print(f"{hs.name}: {len(index['generations'])} generation(s); * current"
-              + (f", H held (rollback to {hold.get('rolled_back_to')}; `rigkit rollback --host {hs.name} --release`)"
+              + (f", H held (rollback to {hold.get('rolled_back_to')}; `{hints.command('rollback', '--release', host=hs.name)}`)"
                  if hold else ""), markup=False)
     for line in list_lines(index, hold):
         out.print(line, markup=False)
@@ -166,7 +166,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         err.print("[red]error:[/] give exactly one of --to N and --release", markup=True)
         sys.exit(exitcodes.INVALID)
     if to is not None and to < 1:
-        err.print(f"[red]error:[/] --to {to}: a generation number (1 or more; `rigkit generations --host {host}`)",
+        err.print(f"[red]error:[/] --to {to}: a generation number (1 or more; `{hints.command('generations', host=host)}`)",
                   markup=True)
         sys.exit(exitcodes.INVALID)
     overrides = {k: True for k, on in (("force", force), ("reboot", reboot)) if on}
@@ -175,7 +175,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     if release:
         proc = remote.agent("generation", "release", timeout=60)
         for line in (proc.stderr + proc.stdout).splitlines():
-            err.print(f"{hs.name}: {line}", markup=False)
+            err.print(f"{hs.name}: {hints.complete(line, host=hs.name)}", markup=False)
         sys.exit(exitcodes.OK if proc.returncode == 0 else exitcodes.FAILED)
     index = _agent_json(remote, "generation", "list")
     known = [g["n"] for g in index.get("generations", [])]
@@ -186,7 +186,8 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         sys.exit(exitcodes.INVALID)
     if (next(g for g in index["generations"] if g["n"] == to) or {}).get("failed"):
         err.print(f"[red]error:[/] --to {to}: generation {to} on {hs.name} is a failed change that was put back "
-                  "(`rigkit generations` lists it as failed); it was never current and cannot be brought back",
+                  f"(`{hints.command('generations', host=hs.name)}` lists it as failed); it was never current and cannot "
+                  "be brought back",
                   markup=True)
         sys.exit(exitcodes.INVALID)
     if to == start:
@@ -219,8 +220,8 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         if code == exitcodes.OK:
             after = _agent_json(remote, "generation", "list")
             err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; "
-                      f"held: the next deploy keeps this host there until `rigkit rollback --host {hs.name} "
-                      "--release`", markup=False)
+                      f"held: the next deploy keeps this host there until `{hints.command('rollback', '--release', host=hs.name)}`",
+                      markup=False)
             # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
             code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env)
             if code:

@@ -59,26 +59,39 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     from rigkit.render.checks import verdict_code
     from rich.markup import escape
 
+    from rigkit import hints
     from rigkit.spec.inventory import default_inventory
-    from rigkit.spec.modellock import lock_problems_for
+    from rigkit.spec.model import unset_operator_values
+    from rigkit.spec.modellock import lock_path_for, lock_problems_for
     from rigkit.spec.secrets import hf_token_source
     from rigkit.spec.validate import spec_warnings
 
     host_specs = load_or_exit(inventory, hosts, parse_data(data))
+    inv = inventory or default_inventory()
     codes = []
     for hs, _files, results in check_hosts(host_specs):
         out.print(f"[bold]{hs.name}[/]: spec valid", markup=True)
         for warning in spec_warnings(hs.spec):
-            err.print(f"  [yellow]warn[/]  {warning}", markup=True)
+            err.print(f"  [yellow]warn[/]  {escape(str(warning))}", markup=True)
+        unset = unset_operator_values(hs.spec)
+        if unset:  # what being unset means, said once
+            err.print(f"  {len(unset)} operator value(s) unset: the rendered files carry a RIGKIT-UNSET placeholder "
+                      "where each is used and the deploy refuses until every one is set (in group_data/all.py, "
+                      f"or the host's data in {inv}; README \"On the real rig\")", markup=False)
         print_verdicts(hs.name, results, out, verbose)
         codes.append(verdict_code(results))
-        lock_file, lock_problems = lock_problems_for(hs.spec, inventory or default_inventory())
+        lock_file, lock_problems = lock_problems_for(hs.spec, inv)
         for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
             err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem}')}", markup=True)
         if lock_problems:
             codes.append(exitcodes.INVALID)
         elif lock_file:
             out.print(f"  {lock_file}: matches the spec", markup=False)
+        else:
+            path = hs.spec.models_lock or lock_path_for(inv)
+            relock = hints.command("models lock")
+            err.print("  [yellow]warn[/]  " + escape(f"models_lock: no model lock ({path} does not exist); the deploy "
+                                                    f"refuses without one: `{relock}` writes it"), markup=True)
     source = hf_token_source()
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
@@ -139,11 +152,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")
-    from rigkit.cli.deployrun import run_pyinfra, smoke
+    from rigkit.cli.deployrun import print_plan, run_pyinfra, smoke
 
     inv = inventory or default_inventory()
-    if dry:
+    if dry:  # pyinfra's plan, then rigkit's own summary of it per host
         proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose)
+        print_plan(proc.stdout, [hs.name for hs in host_specs])
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     import secrets as pysecrets
 
@@ -193,7 +207,45 @@ def main() -> None:
     """
     import pyinfra_cli  # noqa: F401
 
+    sys.stdout = PipeSafe(sys.stdout)
     sys.exit(cli.main(standalone_mode=True))
+
+
+class PipeSafe:
+    """``sys.stdout`` for a command whose reader may stop early (``rigkit check | head``): the first
+    write to a closed pipe (``BrokenPipeError``) points file descriptor 1 at ``/dev/null`` and every
+    later write goes nowhere, so the command finishes and exits with its own code (0 for a clean
+    check) instead of a traceback and exit 1. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def _lost(self) -> None:
+        import os
+
+        self._gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # Python's own flush at exit then succeeds
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._lost()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._lost()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 from rigkit.cli.bench import bench  # noqa: E402

@@ -15,7 +15,7 @@ import sys
 import click
 from rich.markup import escape
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err, host_option, inventory_option, load_or_exit
 
 
@@ -92,7 +92,7 @@ def check(inventory: str | None, hosts: tuple[str, ...]) -> None:
     try:
         current = load_lock(path)
     except FileNotFoundError:
-        err.print(f"[red]error:[/] {escape(str(path))}: no lock; run `rigkit models lock -i {inventory or default_inventory()}`")
+        err.print(f"[red]error:[/] {escape(str(path))}: no lock; run `{hints.command('models lock')}`")
         sys.exit(exitcodes.INVALID)
     except ValueError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")

@@ -24,9 +24,9 @@ from rigkit.cli.common import host_option, inventory_option, load_or_exit
 @click.option("--results", "results_dir", default="results", show_default=True, metavar="DIR",
               help="where the bench runs are (every summary.json below it naming a host and member)")
 @click.option("--drift", "drift_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="read the drift state from a saved `rigkit drift --json` instead of running it now")
+              help="read the drift state from a file rigkit drift --json wrote, instead of running drift now")
 @click.option("--plan/--no-plan", "with_plan", default=False, show_default=True,
-              help="live drift with pyinfra's --dry plan too (~10 s per host; `rigkit drift --help`)")
+              help="live drift with pyinfra's --dry plan too (~10 s per host; see rigkit drift --help)")
 def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_dir: str,
            drift_file: str | None, with_plan: bool) -> None:
     """Write one self-contained HTML page for the inventory: per host the drift state (run now,

@@ -35,7 +35,7 @@ from typing import Any
 
 import click
 
-from rigkit import exitcodes, paths
+from rigkit import exitcodes, hints, paths
 from rigkit.remote import Remote
 from rigkit.cli.common import err, host_option, inventory_option
 
@@ -118,8 +118,9 @@ class WindowRemote(Remote):
         return dest / window_id
 
 
-def _print_steps(journal: dict, seen: dict[int, str]) -> None:
-    """Print each step whose status changed since the last call (``seen``: index -> status)."""
+def _print_steps(journal: dict, seen: dict[int, str], host: str | None = None) -> None:
+    """Print each step whose status changed since the last call (``seen``: index -> status); the
+    hints in a step's detail completed for ``host`` (:func:`rigkit.hints.complete`)."""
     for i, st in enumerate(journal.get("steps") or []):
         if seen.get(i) == st["status"]:
             continue
@@ -128,7 +129,7 @@ def _print_steps(journal: dict, seen: dict[int, str]) -> None:
         colour = {"ok": "green", "failed": "red", "running": "cyan"}.get(st["status"], "white")
         label = ("restore: " if st.get("phase") == "restore" else "") + st["name"]
         err.print(f"  {label:<24} [{colour}]{st['status']:<7}[/] {dur}  ", end="")
-        err.print(st.get("detail") or "", markup=False)
+        err.print(hints.complete(st.get("detail") or "", host=host), markup=False)
 
 
 def follow(remote: WindowRemote, on_interrupt) -> dict | None:
@@ -154,15 +155,16 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
                     continue
                 if isinstance(j, dict):
                     last = j
-                    _print_steps(j, seen)
+                    _print_steps(j, seen, remote.name)
             rc = proc.wait()
         except KeyboardInterrupt:
             proc.terminate()
             proc.wait()
             interrupted += 1
             if interrupted > 1:
-                err.print("[yellow]left the window; it goes on on the host and restores steady itself "
-                          "(`rigkit window --follow` to watch, `--restore` if it was left open)[/]")
+                err.print(f"[yellow]left the window; it goes on on the host and restores steady itself "
+                          f"(`{hints.command('window', '--follow', host=remote.name)}` to watch, "
+                          f"`{hints.command('window', '--restore', host=remote.name)}` if it was left open)[/]")
                 return last
             on_interrupt()
             continue
@@ -172,8 +174,8 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
         lost_since = lost_since or time.monotonic()
         if time.monotonic() - lost_since > RECONNECT_S:
             err.print(f"[red]error:[/] lost {remote.name} ({stderr[-200:] or f'ssh exit {rc}'}); the window goes on on "
-                      "the host and restores steady itself; `rigkit window --follow` to watch it again, "
-                      "`--restore` if it was left open")
+                      f"the host and restores steady itself; `{hints.command('window', '--follow', host=remote.name)}` "
+                      f"to watch it again, `{hints.command('window', '--restore', host=remote.name)}` if it was left open")
             return None
         err.print(f"[yellow]ssh to {remote.name} dropped ({stderr[-120:] or f'exit {rc}'}); reconnecting[/]")
         time.sleep(2)
@@ -228,7 +230,8 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
             return exitcodes.OK
         return exitcodes.OK if outcome == "ok" and benches_ok else exitcodes.FAILED
     err.print(f"[red]window {wid} is {state}[/] ({outcome}: {journal.get('error')}); steady state is NOT "
-              "confirmed: run `rigkit window --restore` (it replays the restore from the journal)")
+              f"confirmed: run `{hints.command('window', '--restore', host=remote.name)}` (it replays the restore from "
+              "the journal)")
     return exitcodes.FAILED
 
 
@@ -280,14 +283,15 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
 
         proc = remote.agent("status")
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
         from rigkit.host.journal import is_open
 
         if is_open(last):
             err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
-                      "run `rigkit window --restore` first (it keeps the measured cells), then --resume")
+                      f"run `{hints.command('window', '--restore', host=hs.name)}` first (it keeps the measured "
+                      "cells), then --resume")
             sys.exit(exitcodes.FAILED)
         prev = last.get("sweep")
         if not prev or prev.get("param") != key:
@@ -389,7 +393,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     if mode in ("abort", "restore"):
         proc = remote.agent(mode)
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
         if answer["action"] == "none":
@@ -414,7 +418,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
                 sys.exit(exitcodes.OK)
         proc = remote.agent("start", stdin=json.dumps(plan))
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.INVALID if proc.returncode == exitcodes.INVALID else exitcodes.FAILED)
         wid = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
         err.print(f"{hs.name}: window {wid} ({tenant}) started as rigkit-window.service; Ctrl-C asks it to end "

@@ -26,7 +26,8 @@ import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
+from rigkit.cli.common import inventory_option
 
 
 def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -102,8 +103,8 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     except ValueError:
         members = {}
     summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"
-    again = "".join(f" --data {shlex.quote(d)}" for d in data)
-    echo(f"{hs.name}: members {summary}; `rigkit wire-in --host {hs.name} --activate{again}` activates "
+    again = [w for d in data for w in ("--data", d)]
+    echo(f"{hs.name}: members {summary}; `{hints.command('wire-in', '--activate', *again, host=hs.name)}` activates "
          + ("this config (the --data given here included)" if data else "the declared config"))
     return exitcodes.FINDINGS
 
@@ -123,9 +124,9 @@ def _activation(hs, args: list[str], timeout_s: float = 1800.0, lease_id: str | 
     # each run gets a transient unit of its own (rigkit.agentcmd.remote_command): a command right
     # after the previous one never meets a unit systemd has not collected yet
     p = _run(hs, f"sh -c {shlex.quote(activate_command(args, lease_id, no_revert))}", timeout_s=timeout_s)
-    sys.stdout.write(p.stdout)
+    sys.stdout.write(hints.complete(p.stdout, host=hs.name))  # the host's log names no inventory
     if p.stderr.strip():
-        sys.stderr.write(p.stderr)
+        sys.stderr.write(hints.complete(p.stderr, host=hs.name))
     return (p.returncode if p.returncode in (0, 1, 2) else exitcodes.FAILED), p.stdout
 
 
@@ -184,7 +185,7 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
         if n is not None:
             ch.say(f"the failed attempt is generation {n}, recorded as failed")
         if no_revert:
-            ch.say(f"{why}; --no-revert: the failed config stays live (`rigkit drift --host {hs.name}` shows it)",
+            ch.say(f"{why}; --no-revert: the failed config stays live (`{hints.command('drift', host=hs.name)}` shows it)",
                    error=True)
             return rc
         result = confirm(ch, ch.start, [], None, lease, files=False)
@@ -223,8 +224,7 @@ def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tup
 
 
 @click.command("wire-in")
-@click.option("-i", "--inventory", "inventory", metavar="PATH", default=None,
-              help="pyinfra inventory file [default: $RIGKIT_INVENTORY or inventory/rig.py]")
+@inventory_option
 @click.option("--host", "hosts", metavar="NAME", multiple=True, required=True, help="the host (repeatable)")
 @click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key for this run, as pyinfra --data")
 @click.option("--show", "action", flag_value="show", help="diff the host's live config with the declared one (exit 3 when they differ)")

@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra import logger
 from pyinfra.api import DeployError
 
+from rigkit import hints
 from rigkit.deploy.generations import Source, lock_text, source_from_bundle
 from rigkit.spec.inventory import data_layers
 from rigkit.spec.model import RigSpec
@@ -67,5 +68,5 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     if not wanted:
         logger.warning(f"{host.print_prefix}held at generation {n} (rollback to {hold.get('rolled_back_to')} by "
                        f"{hold.get('by')} at {hold.get('since')}): deploying generation {n}, NOT the spec; "
-                       f"`rigkit rollback --host {host.name} --release` releases the hold")
+                       f"`{hints.command('rollback', '--release', host=host.name)}` releases the hold")
     return source, hold

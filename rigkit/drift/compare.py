@@ -10,14 +10,14 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rigkit import paths
+from rigkit import hints, paths
 from rigkit.host import versions
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
+from rigkit.drift.severity import EXPECTED, severity_of
 from rigkit.operations.facts import NvidiaSmi
 from rigkit.operations.config import merge_json
 
-SEVERITIES = ("error", "drift", "warn")
 MASK = "***"
 ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked", "linked-runtime")
 #: Dependencies that tie one unit's lifetime to another's (systemd.unit(5)).
@@ -34,8 +34,12 @@ class Finding:
     item: str
     declared: str
     actual: str
-    severity: str = "drift"
+    severity: str = ""
     diff: str | None = None
+
+    def __post_init__(self) -> None:
+        # one severity per kind (rigkit.drift.severity): never chosen where a finding is made
+        self.severity = severity_of(self.kind)
 
     def record(self, with_diff: bool = False) -> dict[str, Any]:
         """The JSON record: ``{host, kind, item, declared, actual, severity}`` (+ ``diff``)."""
@@ -349,13 +353,13 @@ def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> 
     from pathlib import Path
 
     if not wheels or not wheels.get("python"):
-        return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", "the agent's wheelhouse",
-                        "the host has no python3", severity="warn")]
+        return [Finding(host, "not-compared", paths.AGENT_DIR + "/wheels", "the agent's wheelhouse",
+                        "the host has no python3")]
     try:
         folder = Path((build or _built)(wheels["python"]))
     except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
-        return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
-                        f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared", severity="warn")]
+        return [Finding(host, "not-compared", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
+                        f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared")]
     from rigkit.operations.wheels import differences
 
     want = dict(_sums(str(folder)))
@@ -466,7 +470,8 @@ def compare_llama_swap_live(host: str, start: dict[str, Any], unit: dict[str, st
         return []
     if started and mtime and mtime > started:
         return [Finding(host, "llama-swap-live", paths.LLAMA_SWAP_CONFIG, "the running llama-swap loaded the file",
-                        f"file changed {mtime - started} s after llama-swap started (restart pending)")]
+                        f"file changed {mtime - started} s after llama-swap started: not loaded (llama-swap reads it at "
+                        "start only, so it serves the config it started with)")]
     return []
 
 
@@ -475,12 +480,12 @@ def compare_models(host: str, lock_note: str | None, models: Any) -> list[Findin
     :mod:`rigkit.host.modelcheck`): each reason a finding; no lock → one ``warn``; the agent does not
     run → one ``warn`` (its own ``agent`` finding counts)."""
     if lock_note:
-        return [Finding(host, "model", "lock", "a model lock for the inventory", lock_note, severity="warn")]
+        return [Finding(host, "model-lock", "lock", "a model lock for the inventory", lock_note)]
     if models is None:
         return []
     if models == "no-agent":
-        return [Finding(host, "model", "*", "checked by the host agent", "the host agent does not run (kind agent); not checked",
-                        severity="warn")]
+        return [Finding(host, "not-compared", "models", "checked by the host agent",
+                        "the host agent does not run (kind agent); not checked")]
     out = []
     for name, reasons in sorted(models.items()):
         for reason in reasons:
@@ -537,6 +542,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_holds(host, facts.get("holds") or {})
     out += compare_generation(host, facts.get("generations") or {})
     out += compare_rig_lock(host, facts.get("rig_lock") or {})
+    out += compare_power_healer(host, (facts.get("power_healer") or {}).get("data"))
     return apply_window(host, out, (facts.get("window") or {}).get("data"))
 
 
@@ -552,7 +558,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
         if f.kind == "file" and f.item == paths.LLAMA_SWAP_CONFIG and f.actual != "missing":
             f.actual += (" — held by a rollback: the deploy leaves it (see the hold)" if held else
                          f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
-                         "(`rigkit wire-in --show` diffs them)")
+                         f"(`{hints.command('wire-in', '--show', host=f.host)}` diffs them)")
     return findings
 
 
@@ -568,7 +574,7 @@ def compare_generation(host: str, index: dict[str, Any]) -> list[Finding]:
     """The generations index (``/var/lib/rigkit/generations/index.json``): an ``error`` when it cannot
     be read. What it says otherwise is state, not a finding (:func:`spec_is_generation`)."""
     if index.get("error"):
-        return [Finding(host, "generation", "index.json", "a JSON object", index["error"], severity="error")]
+        return [Finding(host, "unreadable", f"{paths.GENERATIONS_DIR}/index.json", "a JSON object", index["error"])]
     return []
 
 
@@ -592,13 +598,32 @@ def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:
     from rigkit.host.lock import describe
 
     if state.get("held"):
-        return [Finding(host, "lock", paths.RIG_LOCK, "free", f"held by {describe(state.get('holder'))}",
-                        severity="warn")]
+        return [Finding(host, "lock", paths.RIG_LOCK, "free", f"held by {describe(state.get('holder'))}")]
     if state.get("stale"):
         return [Finding(host, "lock", paths.RIG_LOCK, "free",
                         f"free, but {describe(state['stale'])} died holding it (the next command reclaims it; "
-                        "check what it left half done)", severity="warn")]
+                        "check what it left half done)")]
     return []
+
+
+def compare_power_healer(host: str, record: Any) -> list[Finding]:
+    """The power-limit healer's record (``/var/lib/rigkit/power.json``, shape in :mod:`rigkit.host.power`):
+    its last re-apply — someone's ``nvidia-smi -pl``, a driver reload — as a ``warn``
+    (kind ``power-healed``): the limit is back (or the ``power`` finding says it is not), but the
+    operator should know it was changed under the rig. None before any re-apply."""
+    last = record.get("last_reapply") if isinstance(record, dict) else None
+    if not isinstance(last, dict):
+        return []
+
+    def w(value: Any) -> str:
+        return f"{value:g} W" if isinstance(value, (int, float)) else "unknown"
+
+    outcome = (f"put back {w(last.get('to_w'))} (enforced {w(last.get('enforced_w'))})" if last.get("ok")
+               else f"could not put back {w(last.get('to_w'))}: {last.get('message')}")
+    return [Finding(host, "power-healed", f"GPU {record.get('index', 0)} power limit",
+                    f"{w(record.get('declared_w'))}, never changed under the rig",
+                    f"at {last.get('at', '?')} the healer found {w(last.get('from_w'))} and {outcome}; "
+                    f"{record.get('reapplies', 1)} re-apply(s) in all")]
 
 
 def window_open(facts: dict[str, Any]) -> bool:
@@ -621,16 +646,16 @@ def apply_window(host: str, findings: list[Finding], journal: dict | None) -> li
     power = next((d for d in deviations if d.startswith("GPU ") and " power limit: " in d), None)
     for f in findings:
         if f.kind in ("unit", "file") and f.item in explained:
-            f.severity = "expected"
+            f.severity = EXPECTED
             f.actual = f"{f.actual} — {explained[f.item].split(': ', 1)[-1]}"
         elif f.kind == "power" and power and f.item.startswith(power.split(" power limit: ")[0] + " "):
-            f.severity = "expected"  # a power-limit sweep's limit, put back by its restore
+            f.severity = EXPECTED  # a power-limit sweep's limit, put back by its restore
             f.actual = f"{f.actual} — {power.split(': ', 1)[-1]}"
     plan = journal.get("plan") or {}
     findings.append(Finding(host, "window", f"window {journal.get('id', '?')}",
                             "steady state (no window open)",
                             f"{journal.get('state')}: tenant {plan.get('tenant', '?')}; expected meanwhile: "
-                            + ("; ".join(deviations) or "nothing yet"), severity="warn"))
+                            + ("; ".join(deviations) or "nothing yet")))
     return findings
 
 
@@ -642,7 +667,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     from rigkit.host.holds import GENERATION as GENERATION_HOLD
 
     if holds.get("error"):
-        return [Finding(host, "hold", paths.HOLDS_FILE, "a JSON object", holds["error"], severity="error")]
+        return [Finding(host, "unreadable", paths.HOLDS_FILE, "a JSON object", holds["error"])]
     out = []
     for name, hold in sorted((holds.get("data") or {}).items()):
         if not isinstance(hold, dict):
@@ -651,13 +676,12 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
             out.append(Finding(host, "hold", f"generation {hold.get('generation')}", "the spec applied (no hold)",
                                f"held at generation {hold.get('generation')} (rollback to {hold.get('rolled_back_to')} "
                                f"by {hold.get('by', '?')} at {hold.get('since', '?')}): compared with that generation, "
-                               f"not the spec; the deploy keeps it until `rigkit rollback --host {host} --release`",
-                               severity="warn"))
+                               f"not the spec; the deploy keeps it until `{hints.command('rollback', '--release', host=host)}`"))
             continue
         members = hold.get("held_back_members") or {}
         parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]
         out.append(Finding(host, "hold", name, "the declared config active (no hold)",
                            f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; held back "
                            + ("; ".join(parts) or "a changed config") + f" (copy: {hold.get('held_back_copy', '?')}); "
-                           "release with `rigkit wire-in --release`"))
+                           f"release with `{hints.command('wire-in', '--release', host=host)}`"))
     return out

@@ -366,7 +366,8 @@ def plan_matches(patterns: tuple[str, ...] | list[str], row: str) -> bool:
 
 #: Findings outside the equivalence with the plan: what the deploy never acts on (DESIGN.md), or
 #: state rather than drift; they may be reported whatever the plan says.
-OUTSIDE_KINDS = ("reboot", "agent", "hold", "window", "lock", "generation", "unit-dependency", "llama-swap-live")
+OUTSIDE_KINDS = ("reboot", "agent", "hold", "window", "lock", "unreadable", "unit-dependency", "llama-swap-live",
+                 "power-healed", "not-compared", "model-lock")
 
 
 def role_title(role: str, op: str) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rigkit import paths
+from rigkit import hints, paths
 
 
 @dataclass
@@ -59,7 +59,8 @@ def lock_file_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str
 
     path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
     if not path.is_file():
-        return None, f"no model lock at {path} (run `rigkit models lock -i {inventory}`); model files not checked", None
+        relock = hints.command("models lock", inventory_path=str(inventory))
+        return None, f"no model lock at {path} (run `{relock}`); model files not checked", None
     try:
         return load_lock(path), None, path.read_bytes()
     except Exception as exc:  # noqa: BLE001 - any unreadable lock is reported, never a crash

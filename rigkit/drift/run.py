@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
+from rigkit.drift import severity
 from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, spec_is_generation, window_open
 from rigkit.drift.declared import declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
@@ -55,14 +56,9 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
 
 
 def exit_code(findings: list[Finding]) -> int:
-    """DESIGN.md's code for one host's findings: 1 any ``error``, else 3 any ``drift``, else 0
-    (``warn`` and ``expected`` — what an open window explains — are reported, not counted)."""
-    severities = {f.severity for f in findings}
-    if "error" in severities:
-        return exitcodes.FAILED
-    if "drift" in severities:
-        return exitcodes.FINDINGS
-    return exitcodes.OK
+    """DESIGN.md's code for one host's findings, by :mod:`rigkit.drift.severity`'s table: 1 any
+    ``error``, else 3 any ``drift``, else 0 (``warn`` and ``expected`` are reported, not counted)."""
+    return severity.exit_code({f.severity for f in findings})
 
 
 def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool = False, plan: bool = True,
@@ -97,17 +93,16 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         if states is not None:
             states[decl.host] = None if facts is None else host_state(decl, facts)
         if facts is None:
-            host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why, severity="error")]
+            host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why)]
         else:
             host_findings = compare_host(decl, facts, diff=diff, token_source=source)
             if plan and window_open(facts):
-                host_findings.append(Finding(decl.host, "plan", "pyinfra --dry --json", "a plan",
-                                             "skipped: the deploy refuses while a window is open", severity="warn"))
+                host_findings.append(Finding(decl.host, "not-compared", "pyinfra --dry --json", "a plan",
+                                             "skipped: the deploy refuses while a window is open"))
             elif plan:
                 plan_json, plan_err = plans[decl.host]
                 if plan_json is None:
-                    host_findings.append(Finding(decl.host, "plan", "pyinfra --dry --json", "a plan", plan_err,
-                                                 severity="error"))
+                    host_findings.append(Finding(decl.host, "plan-failed", "pyinfra --dry --json", "a plan", plan_err))
                 else:
                     host_findings += plan_findings(decl.host, plan_json)
         for f in host_findings:
@@ -204,10 +199,11 @@ def document(findings: list[Finding], codes: dict[str, int], hosts: list[str], i
     states = states or {}
     out = [f.record(with_diff=with_diff) for f in findings]
     for h in hosts:
-        counted = sum(f.host == h and f.severity in ("drift", "error") for f in findings)
+        mine = [f for f in findings if f.host == h]
         out.append({"kind": "status", "host": h, "item": "drift", "severity": "status",
                     "status": STATUS.get(codes[h], "not checked"), "exit_code": codes[h],
-                    "findings": counted, "state": states.get(h)})
+                    "findings": sum(severity.counted(f.severity) for f in mine),
+                    "warnings": sum(not severity.counted(f.severity) for f in mine), "state": states.get(h)})
     out.append({"kind": "run", "host": None, "item": "rigkit drift", "severity": "status",
                 "schema_version": SCHEMA_VERSION, "inventory": inventory, "hosts": list(hosts),
                 "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),

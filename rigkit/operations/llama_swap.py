@@ -7,7 +7,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
-from rigkit import paths
+from rigkit import hints, paths
 from rigkit.operations.facts import Holds
 from rigkit.agentcmd import activate_command
 from rigkit.host import swapconfig
@@ -87,8 +87,9 @@ def activated_config(live: str, staging: str, text: str, holds: str = paths.HOLD
     record = held["data"].get(LLAMA_SWAP)
     if isinstance(record, dict):
         logger.warning(f"{host.print_prefix}llama-swap: HELD since {record.get('since')} "
-                       f"(`{record.get('by')}`, restored {record.get('restored_from')}): the declared config "
-                       f"differs from the live one and is NOT activated; `rigkit wire-in --release` releases the hold")
+                       f"(by {record.get('by')}, restored {record.get('restored_from')}): the declared config "
+                       f"differs from the live one and is NOT activated; "
+                       f"`{hints.command('wire-in', '--release', host=host.name)}` releases the hold")
         host.noop(f"llama-swap's live config is held ({holds}); not activating")
         return
     yield AgentCommand(activate_command(["--config", staging, "--live", live, "--by", "rigkit deploy"]))

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from rigkit.drift.severity import tally
+
 #: DESIGN.md "The rig": the operator's figures, per member kind and metric (tok/s).
 REFERENCES: dict[str, dict[str, dict[str, float]]] = {
     "hyperqwen": {"decode_tps": {"rig chat greedy": 118.0, "rig chat T=0.7": 123.0,
@@ -265,7 +267,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <section class="host" id="host-{{ h.anchor }}" data-host="{{ h.name }}">
 <h2>{{ h.name }} <span class="status {{ h.status|replace(' ', '-') }}">{{ h.status }}</span></h2>
 <table class="state">
-<tr><th>drift</th><td>{{ h.status }} (exit {{ h.exit_code }}, {{ h.counted }} counted finding(s))</td></tr>
+<tr><th>drift</th><td>{{ h.status }}: {{ h.tally }} (exit {{ h.exit_code }})</td></tr>
 <tr><th>GPU</th><td>{{ h.gpu }}</td></tr>
 <tr><th>power limit</th><td>{{ h.power }}</td></tr>
 <tr><th>driver / CUDA</th><td>{{ h.versions }}</td></tr>
@@ -400,7 +402,7 @@ def host_view(name: str, drift: dict[str, Any] | None, members: list[MemberView]
         "name": name, "anchor": _safe(name),
         "status": (drift or {}).get("status") or "not checked",
         "exit_code": (drift or {}).get("exit_code", "n/a"),
-        "counted": (drift or {}).get("findings", 0),
+        "tally": tally([str(r.get("severity")) for r in (drift or {}).get("records") or []]),
         "findings": (drift or {}).get("records") or [],
         "gpu": gpu_text, "power": power, "versions": versions,
         "live": members_text if st else "unknown (host not reached)",

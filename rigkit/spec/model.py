@@ -65,10 +65,12 @@ class StrictModel(BaseModel):
         return out
 
 
-def operator_value(description: str, **kwargs: Any) -> Any:
+def operator_value(description: str, where: str, **kwargs: Any) -> Any:
     """A field only the operator can supply: defaults to ``None`` (unset) and is reported by
-    :func:`unset_operator_values`."""
-    return Field(default=None, description=description, json_schema_extra={"operator": True}, **kwargs)
+    :func:`unset_operator_values`. ``description`` says what the value is, ``where`` where the operator
+    finds it; ``rigkit check`` prints both with the field's warning (:func:`unset_operator_fields`)."""
+    return Field(default=None, description=description, json_schema_extra={"operator": True, "where": where},
+                 **kwargs)
 
 
 PORT = Field(ge=1, le=65535)
@@ -85,7 +87,9 @@ class ImageSpec(StrictModel):
     ``sha-1a2b3c4``) or a digest ``sha256:<64 hex>``. ``ref`` is operator-supplied."""
 
     repository: str = Field(min_length=1)
-    ref: str | None = operator_value("immutable tag or sha256 digest of the image")
+    ref: str | None = operator_value(
+        "the image's sha256 digest (sha256:<64 hex>; an immutable tag is accepted, with a warning)",
+        "the registry, for the tag you tested: `docker buildx imagetools inspect REPOSITORY:TAG` prints its Digest")
 
     def reference(self) -> str:
         """The pull reference, ``repo@sha256:…`` or ``repo:tag``; a visible placeholder when unset."""
@@ -137,9 +141,13 @@ class LlamaCppSpec(StrictModel):
     port: int = Field(ge=1, le=65535)
     image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/ggml-org/llama.cpp"))
     model: str = Field(description="key in `models`: the weights served")
-    model_file: str | None = operator_value("GGUF file name inside /srv/models/<model>/")
+    model_file: str | None = operator_value(
+        "the GGUF file served, by name inside /srv/models/<model>/",
+        "the file list of the model's hub repo (models.<model>.repo_id), as the model lock lists it")
     ctx_size: int = Field(default=16384, ge=512)
-    args: list[str] | None = operator_value("extra llama-server arguments")
+    args: list[str] | None = operator_value(
+        "extra llama-server arguments, one list item per word ([] for none)",
+        "the llama-server command line the model runs with today (the old unit's ExecStart=)")
     stop_timeout_s: int = Field(default=10, ge=1)
 
 
@@ -163,7 +171,10 @@ class ModelSource(StrictModel):
     filtered by ``include``/``exclude`` globs), or a ``url`` + ``sha256`` for a file not on the hub.
     The lock (``rigkit models lock``) turns a branch into a commit."""
 
-    repo_id: str | None = operator_value("Hugging Face repo id (or url + sha256)")
+    repo_id: str | None = operator_value(
+        "the weights' Hugging Face repo id, owner/name (or url + sha256 for a file not on the hub); "
+        "the model lock pins its commit",
+        "the model's page on huggingface.co (the owner/name in its address)")
     revision: str = "main"
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
@@ -246,7 +257,9 @@ class LlamaSwapSpec(StrictModel):
 
     version: str = "v250"
     release_url: str = "https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz"
-    release_sha256: str | None = operator_value("sha256 of the llama-swap release tarball")
+    release_sha256: str | None = operator_value(
+        "sha256 of the pinned llama-swap release tarball (release_url), 64 hex digits",
+        "the release's checksums file on GitHub beside the tarball, or sha256sum of the tarball you downloaded")
     schema_url: str = "https://raw.githubusercontent.com/mostlygeek/llama-swap/v250/config-schema.json"
     schema_sha256: str = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
     port: int = Field(default=8080, ge=1, le=65535)
@@ -284,7 +297,11 @@ class RigSpec(StrictModel):
                                                                       "rigkit.host.versions.agrees")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
     cuda_version: str = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
-    pacman_pins: dict[str, str] | None = operator_value("full pacman versions per pinned package")
+    pacman_pins: dict[str, str] | None = operator_value(
+        "full pacman versions ([epoch:]pkgver-pkgrel) of the driver flavour, nvidia-utils, opencl-nvidia and cuda, "
+        "agreeing with nvidia_driver_version and cuda_version",
+        "the Arch Linux Archive (arch_archive_url: .../packages/n/nvidia-utils/ and so on), or pacman -Q on a box "
+        "that runs them")
     arch_archive_url: str = "https://archive.archlinux.org/packages"
     gpu_power_limit_w: int = Field(default=420, gt=0)
     gpu_power_range_w: PowerRange | None = None
@@ -296,18 +313,26 @@ class RigSpec(StrictModel):
                                                               "persistence daemon hold a few MiB; a CUDA context ~250)")
     vram_release_timeout_s: float = Field(default=60.0, gt=0, description="s: how long a new tenant's start waits for "
                                                                           "the last one's memory to be released")
-    operator_user: str | None = operator_value("the operator's login on the rig")
+    operator_user: str | None = operator_value(
+        "the operator's login on the rig: put in the docker group",
+        "the user you log in to the rig as (usually the inventory's ssh_user, or your own user name)")
     gpu_uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
                                  description="the rig's GPU (nvidia-smi --query-gpu=uuid); a container may name it")
     allow_non_loopback: bool = Field(default=False, description="let a member proxy or HyperQwen's bind reach beyond "
                                                                 "127.0.0.1 (DESIGN.md: everything listens on loopback)")
     legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
-    paused_timers: list[str] | None = operator_value("timers paused for a window")
+    paused_timers: list[str] | None = operator_value(
+        "the systemd timers of the recurring jobs (the crons) that call llama-swap on :8080: a window pauses them "
+        "while it measures, so no request reloads the resident beside the tenant ([] when none)",
+        "systemctl list-timers on the rig")
     operator_units: list[str] = Field(default_factory=list,
                                       description="the operator's own unit files (paths on the control machine, "
                                                   "relative to the project root), installed as they are; "
                                                   "their timers enabled")
-    lock_files: list[str] | None = operator_value("files whose presence means a session holds the GPU")
+    lock_files: list[str] | None = operator_value(
+        "absolute paths of files whose presence means a session of yours holds the GPU: the deploy's disruptive "
+        "steps and a window refuse while one exists ([] when none)",
+        "your own tooling on the rig (whatever lock file it writes while it uses the GPU)")
     hf_endpoint: str | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co")
     models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
     reboot: bool = Field(default=False, strict=False)
@@ -342,7 +367,13 @@ def unset_operator_values(spec: RigSpec) -> list[str]:
 
     Model sources count as one value each: a hub ``repo_id``, or ``url`` + ``sha256``.
     """
-    out: list[str] = []
+    return [key for key, _description, _where in unset_operator_fields(spec)]
+
+
+def unset_operator_fields(spec: RigSpec) -> list[tuple[str, str, str]]:
+    """``(dotted key, description, where the operator finds it)`` of each unset operator value
+    (:func:`unset_operator_values`' order), from the field's own :func:`operator_value`."""
+    out: list[tuple[str, str, str]] = []
 
     def walk(model: BaseModel, prefix: str) -> None:
         for name, field in type(model).model_fields.items():
@@ -351,10 +382,10 @@ def unset_operator_values(spec: RigSpec) -> list[str]:
             extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
             if isinstance(model, ModelSource) and name == "repo_id":
                 if value is None and not (model.url and model.sha256):
-                    out.append(key)
+                    out.append((key, field.description or "", extra.get("where", "")))
                 continue
             if extra.get("operator") and value is None:
-                out.append(key)
+                out.append((key, field.description or "", extra.get("where", "")))
             elif isinstance(value, BaseModel):
                 walk(value, key + ".")
             elif isinstance(value, dict):

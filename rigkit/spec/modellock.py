@@ -43,6 +43,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rigkit import hints
+
 LOCK_VERSION = 1
 _SHA256 = r"^[0-9a-f]{64}$"
 _GIT_SHA1 = r"^[0-9a-f]{40}$"
@@ -150,7 +152,7 @@ class LockEntry(_LockModel):
     @model_validator(mode="after")
     def _consistent(self) -> LockEntry:
         if self.source.repo_id is not None and self.commit is None:
-            raise ValueError("a hub model needs its commit (40 hex), what `rigkit models lock` resolved")
+            raise ValueError(f"a hub model needs its commit (40 hex), what `{hints.command('models lock')}` resolved")
         if self.source.repo_id is not None and (too_big := over_bridge_limit((f.path, f.size) for f in self.files)):
             raise ValueError("; ".join(too_big))
         paths = [f.path for f in self.files]
@@ -332,6 +334,11 @@ def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
     return atomic.write_text(path, dumps_lock(lock), make_parents=False)
 
 
+def relock() -> str:
+    """What every lock problem ends with: re-lock, as a complete command (:mod:`rigkit.hints`)."""
+    return f"re-lock with `{hints.command('models lock')}`"
+
+
 def load_lock(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate a lock file (:class:`LockDocument`, as strictly as the spec: every entry's
     source, a 40-hex commit for hub models, each file's path inside the model folder, its size and
@@ -341,12 +348,11 @@ def load_lock(path: str | os.PathLike) -> dict[str, Any]:
     try:
         lock = json.loads(Path(path).read_text())
     except UnicodeDecodeError as exc:
-        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); re-lock with `rigkit models lock`"]) from None
+        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); {relock()}"]) from None
     except json.JSONDecodeError as exc:
-        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
-                                     "re-lock with `rigkit models lock`"]) from None
+        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); " + relock()]) from None
     if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION:
-        raise LockFormatError(path, [f"not a rigkit model lock (version {LOCK_VERSION}); re-lock with `rigkit models lock`"])
+        raise LockFormatError(path, [f"not a rigkit model lock (version {LOCK_VERSION}); {relock()}"])
     try:
         LockDocument.model_validate(lock)
     except ValidationError as exc:
@@ -387,7 +393,7 @@ def served_file_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the 
         if server.model_file not in files:
             shown = ", ".join(f for f in files if str(f).endswith(".gguf")) or "none"
             out.append(f"{key}.model_file: {server.model_file!r} is not a file {lock_file} lists for model "
-                       f"{server.model!r} (its GGUF files: {shown}); name one of them, or re-lock with `rigkit models lock`")
+                       f"{server.model!r} (its GGUF files: {shown}); name one of them, or {relock()}")
     return out
 
 
@@ -398,7 +404,7 @@ def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "t
     longer in the spec. Every message ends with what to do: "re-lock with `rigkit models lock`"."""
     problems = []
     locked = lock.get("models", {})
-    fix = "re-lock with `rigkit models lock`"
+    fix = relock()
     for name in sorted(models):
         want = source_of(models[name])
         if want is None:

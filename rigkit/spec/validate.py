@@ -31,6 +31,7 @@ from rigkit.spec.model import (
     RigSpec,
     SHA256_RE,
     UNIT_NAME_RE,
+    unset_operator_fields,
     unset_operator_values,
 )
 from rigkit.spec.layers import validate_dict, validate_layers
@@ -128,11 +129,8 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
 def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
     """What ``rigkit check`` reports but accepts: each unset operator value once, images pinned
     by tag rather than digest."""
-    warnings = [
-        SpecWarning(key=key, message="unset (operator-supplied); rendered files carry a RIGKIT-UNSET placeholder "
-                    "where it is used, and `rigkit deploy` refuses until it is set")
-        for key in unset_operator_values(spec)
-    ]
+    warnings = [SpecWarning(key=key, message=f"unset — {description}. Where to find it: {where}")
+                for key, description, where in unset_operator_fields(spec)]
     for key, image in _images(spec):
         if image.ref and not DIGEST_RE.match(image.ref):
             warnings.append(SpecWarning(
@@ -385,7 +383,8 @@ def _check_images(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref), allowed="a digest is sha256: followed by 64 lower-case hex digits"))
         elif ref in {"latest", "main", "master", "edge", "nightly"} or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
-                                   allowed="a moving tag is not a pin; use an immutable tag (e.g. sha-1a2b3c4, server-cuda-b6123) or sha256:<digest>"))
+                                   allowed="a moving tag is not a pin; pin the image's sha256:<digest> (`docker buildx imagetools "
+                                           "inspect REPOSITORY:TAG` prints it)"))
         elif not ref.startswith("sha256:") and not IMAGE_TAG_RE.match(ref):
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
                                    allowed="a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or "

@@ -313,7 +313,7 @@ def test_a_live_config_that_differs_names_the_backup_the_deploy_keeps_or_the_hol
     live = [compare.Finding("h1", "file", "/etc/llama-swap/config.yaml", "content sha256:a", "content sha256:b (9 bytes)")]
     named = compare.name_live_backup(live, {"data": {}})
     assert named[0].actual == ("content sha256:b (9 bytes) — the deploy replaces it, keeping this one as "
-                               "/etc/llama-swap/config.yaml.bak-<UTC stamp> (`rigkit wire-in --show` diffs them)")
+                               "/etc/llama-swap/config.yaml.bak-<UTC stamp> (`rigkit wire-in -i inventory/rig.py --host h1 --show` diffs them)")
     held = [compare.Finding("h1", "file", "/etc/llama-swap/config.yaml", "content sha256:a", "content sha256:b")]
     assert compare.name_live_backup(held, {"data": {"llama-swap": {"since": "t"}}})[0].actual.endswith(
         "held by a rollback: the deploy leaves it (see the hold)")
@@ -328,7 +328,7 @@ def test_no_lock_is_one_warning_not_a_crash():
     d = decl()
     assert d.lock is None and "no model lock" in d.lock_note
     found = compare.compare_models("h1", d.lock_note, None)
-    assert [(f.kind, f.severity) for f in found] == [("model", "warn")]
+    assert [(f.kind, f.severity) for f in found] == [("model-lock", "warn")]
     assert drift.exit_code(found) == 0
 
 
@@ -449,9 +449,10 @@ def test_mask_hides_values_keeps_names_and_references():
 def test_exit_code_per_host_and_precedence():
     from rigkit import exitcodes
 
-    warn = Finding("h", "model", "lock", "x", "y", severity="warn")
+    warn = Finding("h", "model-lock", "lock", "x", "y")
     drifted = Finding("h", "pin", "cuda", "x", "y")
-    error = Finding("h", "host", "connection", "x", "y", severity="error")
+    error = Finding("h", "host", "connection", "x", "y")
+    assert (warn.severity, drifted.severity, error.severity) == ("warn", "drift", "error")  # by kind
     assert drift.exit_code([]) == 0 and drift.exit_code([warn]) == 0
     assert drift.exit_code([warn, drifted]) == 3
     assert drift.exit_code([drifted, error]) == 1
@@ -519,9 +520,9 @@ def test_a_hold_is_reported_with_what_it_holds_back():
         "since": "2026-11-30T08:00:00Z", "by": "rollback", "held_back_copy": "/var/lib/rigkit/llama-swap/held.yaml",
         "held_back_members": {"added": ["hyperqwen"], "removed": [], "changed": []}}}}
     (f,) = compare.compare_holds("h1", holds)
-    assert (f.kind, f.item, f.severity) == ("hold", "llama-swap", "drift")
+    assert (f.kind, f.item, f.severity) == ("hold", "llama-swap", "warn")  # a hold is a warning, as a rollback's
     assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; held back added: hyperqwen (copy: "
-                        "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in --release`")
+                        "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in -i inventory/rig.py --host h1 --release`")
     assert compare.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []
 
 

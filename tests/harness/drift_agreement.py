@@ -86,9 +86,8 @@ def run_batch(host, rows: list, project: Path) -> Batch:
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
     out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
-    if any(r["kind"] == "plan" and r["severity"] == "error" for r in records):
-        out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records
-                                                            if r["kind"] == "plan" and r["severity"] == "error"))
+    if any(r["kind"] == "plan-failed" for r in records):
+        out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records if r["kind"] == "plan-failed"))
     return out
 
 

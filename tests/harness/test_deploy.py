@@ -135,6 +135,19 @@ def test_a_copy_serves_strata_and_its_deploy_changes_nothing(deployed):
     proc = deploy(copy, token=TOKEN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary(proc)["changed"] == 0, proc.stderr[-3000:]
+    # converged: no operation is listed, they are counted (-v lists them; issue 40: ~215 lines of "No changes")
+    assert "No changes" not in proc.stderr and "--> Starting operation" not in proc.stderr, proc.stderr[-3000:]
+    assert re.search(r"\(\d+ operation\(s\) with no changes not listed; -v lists them\)", proc.stderr)
+    print(f"\nconverged deploy: {len(proc.stderr.splitlines())} lines of output")
+    # --dry ends with rigkit's own summary; pyinfra's "Conditional Change" table is not shown
+    dry = deploy(copy, "--dry", token=TOKEN)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Conditional Change" not in dry.stdout + dry.stderr
+    last = dry.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(rf"{copy.name}: the deploy would change nothing \(\d+ operations checked\)"
+                        r"(; \d+ conditional operation\(s\) — each runs only after an operation before it changes "
+                        r"something — would not run)?", last), dry.stdout
+    print(f"converged deploy --dry: {last}")
 
 
 def test_hf_token_appears_in_no_output_and_no_file_but_its_secret_file(deployed):

@@ -316,7 +316,7 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
     out, errs = proc.communicate(timeout=120)
     assert proc.returncode == 1
-    assert "steady state is NOT confirmed: run `rigkit window --restore`" in errs
+    assert f"steady state is NOT confirmed: run `rigkit window -i inventory/sandbox.py --host {host.name} --restore`" in errs
     j = journal(host)
     assert is_open(j) and j["state"] == "open"
     assert expected_deviations(j) == [
@@ -343,7 +343,8 @@ def test_restore_replays_from_the_journal_after_the_window_unit_is_killed(steady
     assert deploy.returncode == 1 and f"window {j['id']} is open" in deploy.stderr
     # a second window refuses too
     again = window(host)
-    assert again.returncode == 1 and "run `rigkit window --restore` first" in again.stderr
+    assert again.returncode == 1 and \
+        f"run `rigkit window -i inventory/sandbox.py --host {host.name} --restore` first" in again.stderr  # completed
     proc = window(host, "--restore")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "replaying the restore from the journal" in proc.stderr and "steady state restored" in proc.stderr

@@ -118,8 +118,8 @@ def test_show_diffs_live_with_declared(host):
     assert f"--- {host.name}:/etc/llama-swap/config.yaml (live)" in flip.stdout
     assert '+  "hyperqwen":' in flip.stdout and '+            - "hyperqwen"' in flip.stdout
     # the hint carries the --data this look was given: as printed, it activates what was shown
-    assert (f"{host.name}: members added: hyperqwen; `rigkit wire-in --host {host.name} --activate --data "
-            f"{shlex.quote(FLIP_TTL4)}` activates this config (the --data given here included)") in flip.stdout
+    assert (f"{host.name}: members added: hyperqwen; `rigkit wire-in -i inventory/sandbox.py --host {host.name} "
+            f"--activate --data {shlex.quote(FLIP_TTL4)}` activates this config (the --data given here included)") in flip.stdout
     assert host.key and host.key not in flip.stdout + flip.stderr
 
 
@@ -168,8 +168,17 @@ def test_rollback_records_a_hold_the_deploy_reports_and_respects_until_released(
 
     shown = wire_in(host, "--show", "--data", FLIP_TTL4)
     assert shown.returncode == 3 and f"{host.name}: hold since {hold['since']} (rigkit wire-in --rollback)" in shown.stdout
+    # a hold is a warning, as a rollback's is: drift reports it, with the command that releases it, and it
+    # counts for nothing (this module's host has its keeper and watchdog timers stopped: those are drift)
+    rc, records, out = drift_records(host, "--no-plan")
+    row = next(r for r in records if r["kind"] == "hold")
+    others = [r for r in records if r.get("host") and r["kind"] not in ("hold", "status", "run")]
+    assert (rc, row["severity"]) == (3 if any(r["severity"] == "drift" for r in others) else 0, "warn"), out
+    (status,) = [r for r in records if r["kind"] == "status"]
+    assert status["findings"] == sum(r["severity"] in ("drift", "error") for r in others), out
+    assert row["actual"].endswith(f"release with `rigkit wire-in -i inventory/sandbox.py --host {host.name} --release`")
 
-    held = deploy(host, "--data", FLIP_TTL4)
+    held = deploy(host, "--data", FLIP_TTL4, "-v")  # -v: the operations with no changes listed too
     assert held.returncode == 0, held.stderr[-4000:]
     assert f"llama-swap: HELD since {hold['since']}" in held.stderr and "is NOT activated" in held.stderr
     assert host.run(f"cat {LIVE}").stdout == live  # not re-activated
@@ -212,7 +221,7 @@ def test_a_repair_deploy_names_the_backup_of_a_hand_edited_live_config_and_drift
     assert rc == 3, out
     row = next(r for r in records if r["kind"] == "file" and r["item"] == LIVE)
     assert row["actual"].endswith("the deploy replaces it, keeping this one as /etc/llama-swap/config.yaml.bak-<UTC stamp> "
-                                  "(`rigkit wire-in --show` diffs them)"), row
+                                  f"(`rigkit wire-in -i inventory/sandbox.py --host {host.name} --show` diffs them)"), row
     proc = deploy(host)
     assert proc.returncode == 0, proc.stderr[-4000:]
     m = re.search(r"llama-swap: replaced the live /etc/llama-swap/config\.yaml \(any edits by hand included\); "
@@ -368,7 +377,7 @@ def test_a_first_activation_that_fails_leaves_llama_swap_stopped_and_says_so(hos
 def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     passing = deploy(host, smoke=True)  # back to the declared config (HyperQwen staged), then the smoke
     assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-3000:]
-    assert "post-deploy smoke: $ bench -i inventory/sandbox.py --host " in passing.stderr
+    assert "post-deploy smoke: $ rigkit bench -i inventory/sandbox.py --host " in passing.stderr
     assert f"post-deploy smoke: {host.name}/strata: passed" in passing.stderr
     assert '"hyperqwen":' not in host.run(f"cat {LIVE}").stdout and running(host) == {"strata": "ready"}
     summary_path = re.search(r"^wrote .*?, (\S+summary\.json), ", passing.stdout, re.M)[1]

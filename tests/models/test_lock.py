@@ -77,9 +77,9 @@ def test_spec_edited_after_locking_is_refused_with_relock(lock):
     models["gguf-baseline"] = models["gguf-baseline"].model_copy(update={"include": ["*Q8_0*.gguf"]})
     assert check_lock(models, lock, "inventory/x.lock.json") == [
         "models.gguf-baseline: spec changed since inventory/x.lock.json was written "
-        "(include ['*Q4_K_M*.gguf'] → ['*Q8_0*.gguf']); re-lock with `rigkit models lock`",
+        "(include ['*Q4_K_M*.gguf'] → ['*Q8_0*.gguf']); re-lock with `rigkit models lock -i inventory/rig.py`",
         "models.strata: spec changed since inventory/x.lock.json was written (revision 'main' → 'v2'); "
-        "re-lock with `rigkit models lock`",
+        "re-lock with `rigkit models lock -i inventory/rig.py`",
     ]
 
 
@@ -89,8 +89,8 @@ def test_model_added_or_removed_after_locking_is_refused(lock):
     del models["strata"]
     models["other"] = extra
     assert check_lock(models, lock, "L") == [
-        "models.other: not in L; re-lock with `rigkit models lock`",
-        "models.strata: in L but not in the spec; re-lock with `rigkit models lock`",
+        "models.other: not in L; re-lock with `rigkit models lock -i inventory/rig.py`",
+        "models.strata: in L but not in the spec; re-lock with `rigkit models lock -i inventory/rig.py`",
     ]
 
 
@@ -145,7 +145,7 @@ def test_cli_lock_writes_beside_inventory_then_check_refuses_edit(hub, tmp_path)
     inv.write_text(body.replace("REV", "v2"))
     proc = _run(["models", "check", "-i", str(inv)], env, tmp_path)
     assert proc.returncode == 2
-    assert "models.strata: spec changed since" in proc.stderr and "re-lock with `rigkit models lock`" in proc.stderr
+    assert "models.strata: spec changed since" in proc.stderr and f"re-lock with `rigkit models lock -i {inv}`" in proc.stderr
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ BAD_LOCKS = [
     pytest.param(lambda lk: lk["models"]["strata"]["files"][0].update(sha256="ABC"),
                  "models.strata.files[0].sha256: 64 lower-case hex digits ('ABC')", id="bad-sha256"),
     pytest.param(lambda lk: lk["models"]["strata"].pop("commit"),
-                 "models.strata: a hub model needs its commit (40 hex), what `rigkit models lock` resolved",
+                 "models.strata: a hub model needs its commit (40 hex), what `rigkit models lock -i inventory/rig.py` resolved",
                  id="hub-entry-without-commit"),
     pytest.param(lambda lk: lk["models"]["strata"].update(commit="main"),
                  "models.strata.commit: 40 lower-case hex digits ('main')", id="commit-not-a-sha"),

@@ -7,6 +7,7 @@ shaped like the operator's and the test's own ``group_data/``), never in the che
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -63,9 +64,42 @@ def test_check_on_the_default_inventory_exits_0_with_one_warning_per_unset_value
     assert proc.returncode == 0, proc.stderr
     warns = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("warn")]
     expected = unset_operator_values(spec_from_dict({}))
-    assert [w.split()[1].rstrip(":") for w in warns] == expected
+    assert [w.split()[1].rstrip(":") for w in warns] == expected + ["models_lock"]  # and no lock yet
     assert "0 rejected, 0 could not run" in proc.stdout  # results on stdout: `rigkit check | less`
     assert "spec valid" in proc.stdout and "spec valid" not in proc.stderr
+
+
+def test_check_warns_once_per_field_with_its_description_and_where_to_find_it():
+    """Each unset operator value's warning is its own: the field's description from the spec model and
+    where the value is found (``operator_value``), never one shared sentence; what "unset" means is said
+    once; no suggested value is one check would then warn about."""
+    from rigkit.spec.model import RigSpec, unset_operator_fields
+
+    proc = run(["check"])
+    lines = proc.stderr.splitlines()
+    fields = unset_operator_fields(spec_from_dict({}))
+    for key, description, where in fields:
+        (line,) = [ln for ln in lines if ln.startswith(f"  warn  {key}: ")]
+        assert line == f"  warn  {key}: unset — {description}. Where to find it: {where}"
+    texts = [ln.split(": ", 1)[1] for ln in lines if ln.startswith("  warn  ")]
+    by_model = {(d, w) for _, d, w in fields}
+    assert len(by_model) >= 9  # one text per kind of field (the three images share the image's)
+    assert sum("RIGKIT-UNSET placeholder" in ln for ln in lines) == 1
+    assert f"  {len(fields)} operator value(s) unset: " in proc.stderr
+    assert "server-cuda-b6123" not in proc.stderr + proc.stdout  # no tag suggested that check then warns about
+    assert RigSpec.model_fields["pacman_pins"].description in proc.stderr
+
+
+def test_check_piped_into_a_reader_that_stops_early_keeps_its_exit_code():
+    """``rigkit check | head -1``: the pipe closes after one line; check still exits 0 (its own code),
+    without a traceback."""
+    import shlex
+
+    cmd = " ".join(map(shlex.quote, [*RIGKIT, "check", "-v"])) + " | head -1; echo \"rc=${PIPESTATUS[0]}\""
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    proc = subprocess.run(["bash", "-c", cmd], cwd=RIG_PROJECT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.splitlines()[-1] == "rc=0", proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
 
 
 def test_render_writes_every_file_and_the_manifest(tmp_path):
@@ -237,7 +271,9 @@ def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
     assert "box: spec valid" in proc.stdout
     assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
     assert "passed, 0 rejected, 0 could not run" in proc.stdout
-    assert proc.stderr == ""  # no warnings: every operator value is set
+    # no other warning: every operator value is set; the one left says there is no model lock yet
+    assert proc.stderr == ("  warn  models_lock: no model lock (inventory/lab.lock.json does not exist); the deploy "
+                           "refuses without one: `rigkit models lock -i inventory/lab.py` writes it\n")
 
 
 def _pyinfra_parse_cli_arg():
@@ -283,3 +319,30 @@ def test_check_exits_2_on_a_member_macro_llama_swap_would_refuse_naming_the_fiel
     assert proc.returncode == 2, proc.stdout + proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if f"llama_swap.members.coder.{key}:" in ln)
     assert f"llama-swap 250 refuses the whole config on the macro '{macro}'" in line
+
+
+def test_the_wire_in_example_in_group_data_works_when_uncommented(tmp_path):
+    """``group_data/all.py`` (the operator's file, read here, never changed) carries the wire-in as a
+    commented line; uncommented in a copy, it makes HyperQwen a live member: the rendered live config
+    has it, while the file as it is keeps HyperQwen staged (issue 40: the example sat inside the
+    module's docstring, so uncommenting it did nothing)."""
+    import yaml
+
+    text = (ROOT / "group_data" / "all.py").read_text()
+    line = '# llama_swap = {"members": {"hyperqwen": {"staged": False}}}'
+    assert text.count(line) == 1, "the wire-in example is gone from group_data/all.py"
+    uncommented = text.replace(line, line[2:])
+    assert ast.get_docstring(ast.parse(uncommented)).count("llama_swap =") == 0  # not inside the docstring
+
+    def live_members(all_py: str, where: Path) -> set[str]:
+        proj = where
+        (proj / "inventory").mkdir(parents=True)
+        (proj / "group_data").mkdir()
+        (proj / "inventory" / "rig.py").write_text(RIG_INVENTORY)
+        (proj / "group_data" / "all.py").write_text(all_py)
+        proc = run(["render", "--out", "out"], cwd=proj)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return set(yaml.safe_load((proj / "out" / "etc/llama-swap/config.yaml").read_text())["models"])
+
+    assert "hyperqwen" not in live_members(text, tmp_path / "as-is")
+    assert "hyperqwen" in live_members(uncommented, tmp_path / "uncommented")

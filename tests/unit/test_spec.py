@@ -231,8 +231,8 @@ BAD_INPUTS = [
                  "llama_swap.groups.gpu.members[2]: 'hyperqwn' — not a member (did you mean 'hyperqwen'?); "
                  "members: strata, gguf-baseline, hyperqwen", id="group-member-typo"),
     pytest.param({"hyperqwen": {"image": {"ref": "latest"}}},
-                 "hyperqwen.image.ref: 'latest' — a moving tag is not a pin; use an immutable tag (e.g. "
-                 "sha-1a2b3c4, server-cuda-b6123) or sha256:<digest>", id="image-latest"),
+                 "hyperqwen.image.ref: 'latest' — a moving tag is not a pin; pin the image's sha256:<digest> "
+                 "(`docker buildx imagetools inspect REPOSITORY:TAG` prints it)", id="image-latest"),
     pytest.param({"hyperqwen": {"extra_env": {"VLLM_API_KEY": "sk-do-not-print"}}},
                  "hyperqwen.extra_env.VLLM_API_KEY: <secret, not shown> — secrets never go in the spec: the API "
                  "key lives in /etc/rigkit/secrets/hyperqwen.env, the HF token comes from HF_TOKEN or the hf "

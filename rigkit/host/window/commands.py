@@ -92,7 +92,7 @@ def cmd_start(plan: dict, cfg: HostConfig, journal_path: Path) -> int:
             return 1
         if _unit_running():
             print(f"window: {UNIT}.service is running (window {old.get('id') if old else '?'}); "
-                  "follow it with `rigkit window --host NAME --follow`, or end it with --abort", file=sys.stderr)
+                  "follow it with `rigkit window --follow`, or end it with `rigkit window --abort`", file=sys.stderr)
             return 1
         if is_open(old):
             print(f"window: window {old.get('id')} was left open (state {old.get('state')!r}, since "

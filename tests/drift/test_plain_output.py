@@ -1,0 +1,128 @@
+"""``rigkit drift``'s plain output (for a terminal and for cron alike) and the deploy's own output:
+drift's table fits the width it is given (the terminal, ``$COLUMNS``, 80 for a pipe) and ends with the
+complete command that repairs what it counted; a deploy lists only the operations that changed
+something (``-v`` all); ``deploy --dry`` ends with rigkit's summary of pyinfra's plan."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from rigkit.cli.deployrun import QuietLog, plan_summary, print_plan
+from rigkit.cli.drift import findings_table, plain_console, repair_hint
+from rigkit.drift.compare import Finding
+from rigkit.drift.severity import KINDS
+
+TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me", "Cf")),
+               max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(KINDS)), TEXT, TEXT, TEXT), min_size=1, max_size=5),
+       st.sampled_from([80, 100, 132]))
+def test_the_table_fits_the_width_it_is_given(rows, width):
+    """Whatever the findings say (long paths, long sentences, wide characters), no line of the table
+    is wider than the console: 80 columns in a pipe, the terminal's width otherwise."""
+    findings = [Finding("demo", kind, item, declared, actual) for kind, item, declared, actual in rows]
+    buf = io.StringIO()
+    Console(file=buf, width=width, no_color=True, highlight=False, soft_wrap=False).print(
+        findings_table("demo", "drift", findings, width=width))
+    from rich.cells import cell_len
+
+    assert max(cell_len(line) for line in buf.getvalue().splitlines()) <= width
+
+
+def test_a_pipe_gets_80_columns_and_columns_is_honoured():
+    code = "from rigkit.cli.drift import plain_console; c = plain_console(); print(c.width, c.is_terminal)"
+    piped = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={"PATH": "/usr/bin:/bin"}, check=True)
+    assert piped.stdout.split() == ["80", "False"]
+    wide = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"}, check=True)
+    assert wide.stdout.split() == ["120", "False"]
+
+
+def test_the_repair_line_is_the_deploy_for_that_host_with_reboot_when_pending(monkeypatch):
+    monkeypatch.setenv("RIGKIT_INVENTORY", "inventory/sandbox.py")
+    unit = Finding("demo", "unit", "llama-swap.service", "enabled", "disabled")
+    assert repair_hint("demo", [unit]) == "rigkit deploy -i inventory/sandbox.py --host demo"
+    reboot = Finding("demo", "reboot", "kernel", "booted", "pending")
+    assert repair_hint("demo", [unit, reboot]) == "rigkit deploy -i inventory/sandbox.py --host demo --reboot"
+    # warnings and what could not be checked are not repaired by a deploy: no line
+    assert repair_hint("demo", [Finding("demo", "hold", "llama-swap", "d", "a")]) is None
+    assert repair_hint("demo", [Finding("demo", "host", "connection", "d", "a")]) is None
+
+
+# pyinfra 3.10's log of a converged run, as `rigkit deploy` relays it (the before of issue 40: 205 lines)
+LOG = """--> Loading config...
+    [demo] Connected
+
+--> Beginning operation run...
+--> Starting operation: Pins | Hold the pinned packages with IgnorePkg in [options] 
+    [demo] No changes
+
+--> Starting operation: Docker | Merge the nvidia runtime and the cgroup mitigation into daemon.json 
+    [demo] Success
+
+--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host) 
+    [demo] noop: llama-swap's live config is held (/var/lib/rigkit/holds.json); not activating
+    [demo] No changes
+
+--> Starting operation: Generation | Record the generation this deploy leaves 
+    [demo] No changes
+
+--> Results:
+    [demo] hold: release with `rigkit wire-in --release`
+"""
+
+
+def test_a_deploy_lists_what_changed_and_counts_the_rest():
+    out = io.StringIO()
+    log = QuietLog(out)
+    for line in LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    text = out.getvalue()
+    assert "Hold the pinned packages" not in text and "Record the generation" not in text
+    assert "Merge the nvidia runtime" in text and "[demo] Success" in text
+    assert "noop: llama-swap's live config is held" in text  # a block that says something is kept
+    assert "    (2 operation(s) with no changes not listed; -v lists them)\n" in text
+    assert "`rigkit wire-in -i" in text and "--host demo --release`" in text  # the host's hint, completed
+    verbose = io.StringIO()
+    log = QuietLog(verbose, verbose=True)
+    for line in LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    assert "Hold the pinned packages" in verbose.getvalue() and "not listed" not in verbose.getvalue()
+
+
+def _op(name, change=(), cond=()):
+    return {"names": [name], "hosts_with_change": list(change), "hosts_with_conditional_change": list(cond)}
+
+
+def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(capsys):
+    plan = {"plan": [_op("Pins | Install"), _op("Docker | Merge daemon.json", change=["a"]),
+                     _op("Docker | Restart docker for the new daemon.json", cond=["a", "b"]),
+                     _op("Generation | Record the generation this deploy leaves", change=["a", "b"])],
+            "results": None}
+    summary = plan_summary(plan, ["a", "b"])
+    assert summary["a"]["change"] == ["Docker | Merge daemon.json"]
+    assert summary["b"] == {"change": [], "conditional": ["Docker | Restart docker for the new daemon.json"],
+                            "total": [op["names"][0] for op in plan["plan"]]}
+    import json
+
+    print_plan(json.dumps(plan), ["a", "b"])
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "a: the deploy would change 1 of 4 operations:",
+        "  change       Docker | Merge daemon.json",
+        "  conditional  Docker | Restart docker for the new daemon.json (runs only if an operation before it changes "
+        "something)",
+        "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only after "
+        "an operation before it changes something — would not run",
+    ]
