@@ -28,7 +28,7 @@ source, hold = source_for(host)
 spec, rendered = source.spec, source.rendered
 
 preflight(spec, rendered)
-pins(spec)
+pins(spec, rendered)
 agent(spec, rendered)  # first: the later disruptive steps run under the host lock it keeps
 boot(spec, rendered)
 docker_restart = docker(spec)

@@ -8,20 +8,19 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from rigkit import paths
-from rigkit.host.pacman import pins_conf
-from rigkit.operations.config import rendered_file
 from rigkit.operations.pacman import pacman_include, pacman_pins, synced_packages
 from rigkit.render.declared_state import REPO_PACKAGES
+from rigkit.render.files import RenderedFile
 from rigkit.spec.model import RigSpec
+from roles import put_rendered
 
 
 @deploy("Pins")
-def pins(spec: RigSpec):
+def pins(spec: RigSpec, rendered: dict[str, RenderedFile]):
     """Hold the pins (rigkit's ``IgnorePkg`` file, ``Include``'d from ``[options]``), install what is
     missing with ``pacman -Syu --needed``, then ``pacman -U`` the pins from ``arch_archive_url`` together."""
     assert spec.pacman_pins is not None  # preflight refuses an unset value
-    rendered_file(name="Hold the pinned packages: rigkit's pins file", path=paths.PINS_CONF,
-                  text=pins_conf(list(spec.pacman_pins)), mode="644")
+    put_rendered(rendered, paths.PINS_CONF, name="Hold the pinned packages: rigkit's pins file")
     pacman_include(name="Hold the pinned packages: Include rigkit's pins file from [options]")
     synced_packages(name="Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)",
                     packages=list(REPO_PACKAGES))

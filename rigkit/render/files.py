@@ -21,6 +21,7 @@ import yaml
 from rigkit.spec import members as members_mod
 from rigkit import paths
 from rigkit.host.envfile import dotenv_value
+from rigkit.host.pacman import pins_conf
 from rigkit.spec.model import RigSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
@@ -266,6 +267,8 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
         out[f"{unit}/{stem}.timer"] = RenderedFile(env.get_template("systemd/agent.timer.j2").render(
             description=description, every_s=every_s), "0644", "root:root")
     out[paths.HOST_CONFIG] = RenderedFile(render_host_config(spec), "0644", "root:root")
+    # the pins' hold is part of what a generation records: a rollback or a revert puts it back with the rest
+    out[paths.PINS_CONF] = RenderedFile(pins_conf(list(spec.pacman_pins or {})), "0644", "root:root")
     for path in spec.operator_units:
         out[f"{unit}/{Path(path).name}"] = RenderedFile(Path(path).read_text(), "0644", "root:root")
     return out
