@@ -135,19 +135,24 @@ def _build_tree(go: str, src: Path, what: str, out: Path) -> None:
         shutil.copyfile(src / doc, out / doc)
 
 
+def _git_tree(git_dir: str, dest: Path) -> Path:
+    """``git archive COMMIT`` of an upstream git directory extracted as ``dest/src``; raises RuntimeError
+    naming the commit, the directory and git's error."""
+    src = dest / "src"
+    src.mkdir()
+    arch = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "--format=tar", COMMIT], capture_output=True)
+    if arch.returncode != 0:
+        raise RuntimeError(f"git archive {COMMIT} in {git_dir} exited {arch.returncode}: "
+                           f"{arch.stderr.decode(errors='replace').strip()}")
+    with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
+        tf.extractall(src, filter="data")
+    return src
+
+
 def build_from_git(go: str, git_dir: str, out: Path) -> None:
     """``git archive COMMIT`` of an upstream git directory, then ``go build`` of that tree."""
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "src"
-        src.mkdir()
-        arch = subprocess.run(["git", f"--git-dir={git_dir}", "archive", "--format=tar", COMMIT],
-                              capture_output=True)
-        if arch.returncode != 0:
-            raise RuntimeError(f"git archive {COMMIT} in {git_dir} exited {arch.returncode}: "
-                               f"{arch.stderr.decode(errors='replace').strip()}")
-        with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
-            tf.extractall(src, filter="data")
-        _build_tree(go, src, f"{git_dir}: commit {COMMIT}", out)
+        _build_tree(go, _git_tree(git_dir, Path(tmp)), f"{git_dir}: commit {COMMIT}", out)
 
 
 def build_from_vendored(go: str, tarball: Path, out: Path) -> None:
@@ -162,33 +167,49 @@ def binary_dir() -> Path:
     d = cache_dir() / f"llama-swap-{build_key(go)}"
     if (d / "llama-swap").is_file():
         return d
-    errors = []
     sources = [("the Go module proxy", lambda o: build_from_proxy(go, o)),
                (f"the vendored source {vendored_source()}", lambda o: build_from_vendored(go, vendored_source(), o))]
     if os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
         sources.append((f"$RIGKIT_LLAMA_SWAP_GIT={os.environ['RIGKIT_LLAMA_SWAP_GIT']}",
                         lambda o: build_from_git(go, os.environ["RIGKIT_LLAMA_SWAP_GIT"], o)))
-    for what, build in sources:
-        tmp = Path(tempfile.mkdtemp(prefix="llama-swap-", dir=cache_dir() if cache_dir().exists() else None))
-        try:
+
+    def checked(what: str, build):
+        def run(out: Path) -> None:
             print(f"llama-swap {VERSION}: building from {what} ...", file=sys.stderr, flush=True)
-            build(tmp)
-            ver = subprocess.run([str(tmp / "llama-swap"), "-version"], capture_output=True, text=True).stdout
+            build(out)
+            ver = subprocess.run([str(out / "llama-swap"), "-version"], capture_output=True, text=True).stdout
             if f"version: {VERSION} ({COMMIT})" not in ver:
                 raise RuntimeError(f"the built binary says {ver.strip()!r}")
-            d.parent.mkdir(parents=True, exist_ok=True)
-            if d.exists():
-                shutil.rmtree(d)
-            tmp.rename(d)
-            return d
+        return run
+
+    return _first_build(d, [(what, checked(what, build)) for what, build in sources], "llama-swap-")
+
+
+def _first_build(d: Path, sources: list, prefix: str) -> Path:
+    """Build into a fresh folder of the cache with the first of ``sources`` (``[(what, build(out))]``)
+    that succeeds and move it to ``d`` (a folder already at ``d`` is replaced); a source that raises
+    :class:`Tampered` ends the search: a tarball with the wrong sha256 is never passed over for another
+    source. Returns ``d``; raises RuntimeError with one line per source tried (``what: error``)."""
+    errors = []
+    for what, build in sources:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=cache_dir()))
+        try:
+            build(tmp)
         except Tampered as e:
             shutil.rmtree(tmp, ignore_errors=True)
             errors.append(f"{what}: {e}")
             break
         except Exception as e:  # noqa: BLE001 - every source's error is reported
-            errors.append(f"{what}: {e}")
             shutil.rmtree(tmp, ignore_errors=True)
-    raise RuntimeError("\n".join(errors))
+            errors.append(f"{what}: {e}")
+            continue
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if d.exists():
+            shutil.rmtree(d)
+        tmp.rename(d)
+        return d
+    raise RuntimeError("\n".join(errors) or f"no source to build {d.name}")
 
 
 ORACLE_SRC = Path(__file__).resolve().parent / "llama_swap_oracle" / "main.go"
@@ -221,41 +242,23 @@ def oracle_dir() -> Path:
     d = cache_dir() / f"llama-swap-oracle-{key}"
     if (d / "rigkit-oracle").is_file():
         return d
-    errors = []
-    for what in ("vendored", "git"):
-        if what == "git" and not os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
-            continue
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix="llama-swap-oracle-", dir=cache_dir()))
-        try:
+
+    def build(tree):
+        def run(out: Path) -> None:
             with tempfile.TemporaryDirectory() as work:
-                if what == "vendored":
-                    src = _vendored_tree(vendored_source(), Path(work))
-                else:
-                    src = Path(work) / "src"
-                    src.mkdir()
-                    arch = subprocess.run(["git", f"--git-dir={os.environ['RIGKIT_LLAMA_SWAP_GIT']}", "archive",
-                                           "--format=tar", COMMIT], capture_output=True, check=True)
-                    with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
-                        tf.extractall(src, filter="data")
+                src = tree(Path(work))
                 (src / "cmd" / "rigkit-oracle").mkdir(parents=True)
                 shutil.copyfile(ORACLE_SRC, src / "cmd" / "rigkit-oracle" / "main.go")
-                _run([go, "build", "-trimpath", "-o", str(tmp / "rigkit-oracle"), "./cmd/rigkit-oracle"], cwd=src)
-                configs = _run([str(tmp / "rigkit-oracle"), "-extract", str(src / "internal" / "config")]).stdout
-                (tmp / "upstream-configs.json").write_text(configs)
-                shutil.copyfile(src / "config.example.yaml", tmp / "config.example.yaml")
-            if d.exists():
-                shutil.rmtree(d)
-            tmp.rename(d)
-            return d
-        except Tampered as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            errors.append(f"{what}: {e}")
-            break
-        except Exception as e:  # noqa: BLE001 - every source's error is reported
-            shutil.rmtree(tmp, ignore_errors=True)
-            errors.append(f"{what}: {e}")
-    raise RuntimeError("\n".join(errors) or "no source for the oracle")
+                _run([go, "build", "-trimpath", "-o", str(out / "rigkit-oracle"), "./cmd/rigkit-oracle"], cwd=src)
+                configs = _run([str(out / "rigkit-oracle"), "-extract", str(src / "internal" / "config")]).stdout
+                (out / "upstream-configs.json").write_text(configs)
+                shutil.copyfile(src / "config.example.yaml", out / "config.example.yaml")
+        return run
+
+    sources = [("vendored", build(lambda work: _vendored_tree(vendored_source(), work)))]
+    if os.environ.get("RIGKIT_LLAMA_SWAP_GIT"):
+        sources.append(("git", build(lambda work: _git_tree(os.environ["RIGKIT_LLAMA_SWAP_GIT"], work))))
+    return _first_build(d, sources, "llama-swap-oracle-")
 
 
 def build_tarball(out_dir: Path, src: Path) -> Path:
