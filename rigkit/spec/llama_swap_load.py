@@ -81,6 +81,14 @@ class _UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: 
         return super().construct_mapping(node, deep=deep)
 
 
+# yaml.v3 resolves a plain scalar as a float by YAML 1.2's form (resolve.go, ``yamlStyleFloat``:
+# ``^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$``); PyYAML's YAML 1.1 form needs a dot and a signed
+# exponent, so ``9.2e18`` or ``1e20`` would be strings here and numbers to llama-swap. The exponent forms 1.1
+# misses, added (the rest of the pattern is an int or a 1.1 float already).
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$"), list("-+0123456789."))
+
+
 def member_macro_problem(value: str, cmd: str, stop: bool = False) -> str | None:
     """What llama-swap 250 would refuse in one string of a member rigkit renders (its cmd, cmdStop, proxy,
     name, description, env item, …), or None: rigkit declares no macros, so the ``${X}`` llama-swap expands

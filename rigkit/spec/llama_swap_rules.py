@@ -10,6 +10,8 @@ router, ``internal/router/group.go``; Go's ``net/url`` and ``time.ParseDuration`
 
 from __future__ import annotations
 
+import math
+
 import re
 
 from pydantic import BaseModel
@@ -45,6 +47,8 @@ def go_duration_ns(text: str) -> int:
 
 _HEX = set("0123456789abcdefABCDEF")
 #: ASCII a host may hold unescaped (net/url shouldEscape, encodeHost mode).
+#: ASCII punctuation userinfo may hold (net/url validUserinfo; letters and digits besides, nothing non-ASCII).
+_USERINFO_OK = set("-._:~!$&'()*+,;=%@")
 _HOST_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&'()*+,;=:[]<>\"%")
 
 
@@ -104,6 +108,13 @@ def go_url_problem(raw: str) -> str | None:
         problem = _bad_escape(host, host=True)
         if problem:
             return problem
+        if "@" in authority:  # parseAuthority: validUserinfo, then unescape (encodeUserPassword)
+            userinfo = authority.rpartition("@")[0]
+            if any(not (c.isascii() and (c.isalnum() or c in _USERINFO_OK)) for c in userinfo):
+                return "net/url: invalid userinfo"
+            problem = _bad_escape(userinfo)
+            if problem:
+                return problem
     return _bad_escape(rest) or _bad_escape(fragment)
 
 
@@ -212,7 +223,7 @@ def _truncated(data: dict, warnings: list[str]) -> None:
         found += [(f"models.{mid}.{k}", m.get(k)) for k in _int_fields(Model)]
         found += [(f"models.{mid}.timeouts.{k}", (m.get("timeouts") or {}).get(k)) for k in _int_fields(Timeouts)]
     for path, v in found:
-        if isinstance(v, float) and v != int(v):
+        if isinstance(v, float) and math.isfinite(v) and v != int(v):
             warnings.append(f"{path}: {v!r} — llama-swap keeps the whole part, {int(v)} (a Go int)")
 
 

@@ -36,21 +36,28 @@ def _shown(value: Any) -> str:
 
 
 def _go_int(value: Any) -> Any:
-    """A YAML value decoded into a Go ``int`` the way ``gopkg.in/yaml.v3`` decodes it: an integer within
-    int64, a float truncated toward zero (a fractional one is a warning of
-    :func:`rigkit.spec.llama_swap_rules.loader_problems`), null
-    as 0; a string or a bool is refused (``cannot unmarshal !!str into int``)."""
+    """A YAML value decoded into a Go ``int`` the way ``gopkg.in/yaml.v3`` decodes it on amd64: an integer
+    within int64; a float truncated toward zero (a fractional one is a warning of
+    :func:`rigkit.spec.llama_swap_rules.loader_problems`); null as 0; a string or a bool is refused
+    (``cannot unmarshal !!str into int``).
+
+    Past int64's ends (held to llama-swap 250's own loader by tests/unit/test_llama_swap_load.py): a
+    positive integer or a float above 2**63 is refused (yaml.v3 resolves it as a uint64 or a float,
+    neither of which fits ``int``); NaN is refused. yaml.v3 accepts a float with ``resolved <=
+    math.MaxInt64`` — float64(MaxInt64) is 2**63 — and converts it with ``int64(resolved)``, which on
+    amd64 gives MinInt64 for any value outside int64's range: so an integer below MinInt64 (resolved as a
+    float, ParseInt having failed), -inf, and 2**63 itself all decode as -9223372036854775808."""
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"cannot unmarshal {_shown(value)} into a Go int: a whole number is needed")
     if isinstance(value, float):
-        if value != value or not GO_INT[0] <= value < 2.0**63:
+        if value != value or value > 2.0**63:
             raise ValueError(f"{_shown(value)} does not fit a Go int (64-bit)")
-        return int(value)
-    if not GO_INT[0] <= value <= GO_INT[1]:
+        return int(value) if GO_INT[0] <= value < 2.0**63 else GO_INT[0]
+    if value > GO_INT[1]:
         raise ValueError(f"{_shown(value)} does not fit a Go int (64-bit: {GO_INT[0]}..{GO_INT[1]})")
-    return value
+    return max(value, GO_INT[0])
 
 
 def _go_str(value: Any) -> Any:

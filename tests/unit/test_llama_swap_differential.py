@@ -230,6 +230,37 @@ def test_configs_generated_from_the_spec_get_llama_swaps_verdict(oracle, cfg):
     assert up["ok"] == ours.ok, (text, up, ours.problems)
 
 
+#: Numbers at and past int64's ends as YAML writes them: yaml.v3 resolves an integer past int64 as a uint64
+#: or a float, and converts a float with int64() (amd64: MinInt64 for anything out of range) — the shapes
+#: hypothesis found rigkit judging apart from llama-swap (-9223372036854775809 loads, as MinInt64).
+GO_INT_EDGES = ("9223372036854775807", "9223372036854775808", "18446744073709551616", "-9223372036854775808",
+                "-9223372036854775809", "-99999999999999999999999", "9.2e18", "9.223372036854775808e18",
+                "9.3e18", "-9.3e18", "-1e20", "-.inf", ".inf", ".nan", "1.5", "-0.5")
+
+
+@pytest.mark.parametrize("number", GO_INT_EDGES)
+@pytest.mark.parametrize("field", ["healthCheckTimeout", "ttl"])
+def test_numbers_at_int64s_ends_get_llama_swaps_verdict(oracle, field, number):
+    text = ((f"healthCheckTimeout: {number}\n" if field == "healthCheckTimeout" else "")
+            + "models:\n  a:\n    cmd: llama-server --port ${PORT}\n"
+            + (f"    ttl: {number}\n" if field == "ttl" else ""))
+    up, ours = oracle.verdict(text), rigkit_verdict(text)
+    assert up["ok"] == ours.ok, (up.get("error"), ours.problems)
+
+
+#: A proxy's userinfo as Go's net/url judges it (parseAuthority: validUserinfo, then unescape) — hypothesis
+#: found ``//{@`` passing rigkit's check while llama-swap refused it.
+USERINFO_SHAPES = ("//{@", "http://us{er@h:1", "http://u:p@h:1", "http://u%zz@h:1", "http://u%41:p@h:1",
+                   "http://\u00e9@h:1", "http://a@b@h:1", "http://u p@h:1", "//@h", "http://u:p%2@h")
+
+
+@pytest.mark.parametrize("proxy", USERINFO_SHAPES)
+def test_a_proxys_userinfo_gets_llama_swaps_verdict(oracle, proxy):
+    text = f"models:\n  a:\n    cmd: server --port 18030\n    proxy: '{proxy}'\n"
+    up, ours = oracle.verdict(text), rigkit_verdict(text)
+    assert up["ok"] == ours.ok, (up.get("error"), ours.problems)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(text=st.one_of(
     st.text(alphabet=st.sampled_from(list("models:cmd${}PORT-[]\n #&*!|>'\"\\.env0123 \t")), max_size=200),
