@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 _ROOT = Path(__file__).resolve().parent.parent
 _STATE = Path(os.environ.get("RIGKIT_HARNESS_STATE", "/var/lib/rigkit-harness"))
@@ -61,6 +62,9 @@ _sandbox_data = {
     "paused_timers": ["agent-sync.timer"],
     "operator_units": ["inventory/units/agent-sync.service", "inventory/units/agent-sync.timer"],
     "hf_endpoint": f"{_FIXTURES}:8000",  # tests/hub in the fixtures namespace (hostctl hub_up)
+    # the hub stand-in serves plain http on the harness' own network (a veth pair into the fixtures
+    # namespace, nothing else on it); the HF token may cross it in clear (notes/spec-types.md)
+    "trusted_http_hosts": [urlsplit(_FIXTURES).hostname],
     "models_lock": str(Path(__file__).with_suffix(".lock.json")),
     "lock_files": [],
     # the sandbox registry's images (or the docker stand-in's fake digests) and its hub's tiny repos (tests/hub)

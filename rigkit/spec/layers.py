@@ -8,6 +8,7 @@ The cross-field checks come after, in :mod:`rigkit.spec.validate`."""
 from __future__ import annotations
 
 import copy
+import re
 import typing
 from collections.abc import Mapping, Iterable
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rigkit.spec.model import EMPTY_REFUSED, RigSpec
-from rigkit.spec.problems import SpecError, SpecProblem, did_you_mean, dotted_key
+from rigkit.spec.problems import SpecError, SpecProblem, did_you_mean, dotted_key, shown
 from rigkit.spec.secrets import SECRET_SHOWN, scan_raw, secret_shaped
 
 
@@ -186,9 +187,13 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return []
 
 
+#: The tags pydantic adds to a location for a union branch or a validator ('function-after[_rule()]',
+#: 'str', 'list[str]', 'nullable[...]'), which are no part of the data's path.
+_PYDANTIC_TAG = re.compile(r"^(?:[a-z][a-z-]*\[.*\]|\[key\]|str|int|float|bool|none)$", re.DOTALL)
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    # pydantic adds union branch / function tags ('function-after[...]', 'str', 'int') to locs
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "int", "float", "bool", "list[str]", "dict[str,str]", "none"})))
+    return tuple(p for p in loc if not (isinstance(p, str) and _PYDANTIC_TAG.match(p)))
 
 
 def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> list[SpecProblem]:
@@ -197,7 +202,7 @@ def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> li
     for err in exc.errors(include_url=False):
         loc = _clean_loc(tuple(err["loc"]))
         key = dotted_key(loc)
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and loc:
             allowed = _fields_at(loc)
             hint = did_you_mean(str(loc[-1]), allowed)
             owned_hint = ""
@@ -207,10 +212,11 @@ def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> li
                                   allowed=f"not a rigkit or pyinfra key{hint or owned_hint}")
         else:
             value = err.get("input")
-            shown = f"{value!r} ({type(value).__name__})" if value is not None else "None"
-            if secret_shaped(value) or SECRET_SHOWN in shown:  # never echo a secret, whatever the path
-                shown = SECRET_SHOWN
-            problem = SpecProblem(key=key, value=shown, allowed=_allowed_text(err))
+            # a type's own rule (rigkit.spec.types) names the kind: the value alone; pydantic's, with its type
+            shown_value = "None" if value is None else shown(value, typed=err["type"] != "value_error")
+            if secret_shaped(value) or SECRET_SHOWN in shown_value:  # never echo a secret, whatever the path
+                shown_value = SECRET_SHOWN
+            problem = SpecProblem(key=key, value=shown_value, allowed=_allowed_text(err))
         if str(problem) not in seen:
             seen.add(str(problem))
             problems.append(problem)
@@ -229,6 +235,7 @@ def _allowed_text(err: Mapping[str, Any]) -> str:
         "dict_type": "expected a mapping",
         "model_type": "expected a mapping",
         "missing": "required",
+        "finite_number": "a finite number (not .inf or .nan)",
     }
     if kind in table:
         return table[kind]

@@ -145,6 +145,14 @@ def resolve_members(spec: RigSpec) -> dict[str, Member]:
     return {mid: resolve_member(mid, spec) for mid in spec.llama_swap.members}
 
 
+def vram_by_member(spec: RigSpec) -> dict[str, float]:
+    """GiB each member holds while loaded, by id (:attr:`Member.vram_gib`: declared, or HyperQwen's
+    ``gpu_memory_utilization`` x ``gpu_vram_gib``; 0 when undeclared, which the member checks name).
+    The one per-member figure the co-load check reads (an estimate from the model files can be taken
+    as ``max(declared, estimate)`` here)."""
+    return {mid: (m.vram_gib or 0.0) for mid, m in resolve_members(spec).items()}
+
+
 def live_member_ids(spec: RigSpec) -> list[str]:
     """Ids of members in the live config (``staged: false``), in declaration order."""
     return [mid for mid, m in spec.llama_swap.members.items() if not m.staged]

@@ -14,23 +14,24 @@ Units: power in W, VRAM in GiB (``nvidia-smi`` MiB / 1024), times in seconds, co
 
 from __future__ import annotations
 
-import re
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rigkit import paths
-from rigkit.host import versions
-from rigkit.spec.llama_swap_schema import GO_INT_MAX
+from rigkit.spec.types import (
+    DIGEST_RE, EMPTY_REFUSED, URL, BindAddress, Command, Count,
+    CudaVersion, DriverVersion, EnvItem, EnvName, EnvValue, Folder, Fraction, GiB, Glob, GpuUuid, HostFile,
+    HostName, HttpPath, HubRepoId, HubRevision, ImageRef, ImageRepository, LlamaSwapSeconds, LocalFile, MemberId,
+    MemberURL, MiB, ModelName, PackageName, PacmanVersion, Port, RelativePath, ReleaseTag, ReserveGiB, SecretURL,
+    Seconds, Sha256, StopSeconds, Temperature, Text, TimerName, Tokens, UnitName, UserName, Watts, Word,
+)
 
 # --------------------------------------------------------------------------------------------
 # Building blocks
 
-
-#: Why an empty string is refused where the field is not optional.
-EMPTY_REFUSED = "empty: give a value, or leave the key out for its default (only an optional value may be left empty: unset)"
 
 
 class StrictModel(BaseModel):
@@ -73,21 +74,14 @@ def operator_value(description: str, where: str, **kwargs: Any) -> Any:
                  **kwargs)
 
 
-PORT = Field(ge=1, le=65535)
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-# pacman version: [epoch:]pkgver-pkgrel; pkgver has no '-' or ':' (PKGBUILD(5)).
-PACMAN_VERSION_RE = re.compile(r"^(?:(?P<epoch>\d+):)?(?P<pkgver>[A-Za-z0-9._+~]+)-(?P<pkgrel>\d+(?:\.\d+)?)$")
-UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(service|timer|socket|path|target|mount)$")
-MEMBER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class ImageSpec(StrictModel):
     """A container image, pinned: ``repository`` plus ``ref``, an immutable tag (e.g.
     ``sha-1a2b3c4``) or a digest ``sha256:<64 hex>``. ``ref`` is operator-supplied."""
 
-    repository: str = Field(min_length=1)
-    ref: str | None = operator_value(
+    repository: ImageRepository
+    ref: ImageRef | None = operator_value(
         "the image's sha256 digest (sha256:<64 hex>; an immutable tag is accepted, with a warning)",
         "the registry, for the tag you tested: `docker buildx imagetools inspect REPOSITORY:TAG` prints its Digest")
 
@@ -103,8 +97,8 @@ class PowerRange(StrictModel):
     """The card's allowed power limits in W, as ``nvidia-smi --query-gpu=power.min_limit,
     power.max_limit`` reports them (only when known; never assumed)."""
 
-    min_w: int = Field(gt=0)
-    max_w: int = Field(gt=0)
+    min_w: Watts
+    max_w: Watts
 
 
 class HyperQwenSpec(StrictModel):
@@ -114,56 +108,56 @@ class HyperQwenSpec(StrictModel):
     (``/etc/rigkit/secrets/hyperqwen.env``), never a spec value.
     """
 
-    port: int = Field(default=18020, ge=1, le=65535)
-    bind: str = "127.0.0.1"
+    port: Port = 18020
+    bind: BindAddress = "127.0.0.1"
     image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/syv-ai/hyperqwen"))
-    served_model_name: str = "qwen3.8-27b"
+    served_model_name: ModelName = "qwen3.8-27b"
     spec: Literal["dflash2", "mtp"] = "dflash2"
     prefix_cache: bool = True
-    dflash_tokens: int = Field(default=7, ge=1, le=64)
+    dflash_tokens: Annotated[Count, Field(le=64)] = 7
     allow_unsafe_spec: bool = False
     warmup: bool = False
     ctx: Literal["fast", "long", "huge"] = "fast"
-    max_model_len: int = Field(default=65536, ge=1024)
-    gpu_memory_utilization: float = Field(default=0.92, gt=0.0, le=1.0)
-    max_seqs: int | None = Field(default=None, ge=1)
+    max_model_len: Annotated[Tokens, Field(ge=1024)] = 65536
+    gpu_memory_utilization: Fraction = 0.92
+    max_seqs: Count | None = None
     fast_variant: bool = False  # its source is not locked; prepare runs with NO_DOWNLOAD=1
     dflash2_drafter: bool = True
-    extra_env: dict[str, str] = Field(default_factory=dict)
-    models_dir: str = paths.HYPERQWEN_MODELS_DIR
-    stop_timeout_s: int = Field(default=30, ge=1)
+    extra_env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    models_dir: Folder = paths.HYPERQWEN_MODELS_DIR
+    stop_timeout_s: StopSeconds = 30
 
 
 class LlamaCppSpec(StrictModel):
     """A llama.cpp GGUF server run as ``docker run --rm --init --name …`` of the llama.cpp
     server image, serving ``/srv/models/<model>/<model_file>`` on 127.0.0.1:``port``."""
 
-    port: int = Field(ge=1, le=65535)
+    port: Port
     image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/ggml-org/llama.cpp"))
-    model: str = Field(description="key in `models`: the weights served")
-    model_file: str | None = operator_value(
+    model: MemberId = Field(description="key in `models`: the weights served")
+    model_file: RelativePath | None = operator_value(
         "the GGUF file served, by name inside /srv/models/<model>/",
         "the file list of the model's hub repo (models.<model>.repo_id), as the model lock lists it")
-    ctx_size: int = Field(default=16384, ge=512)
-    args: list[str] | None = operator_value(
+    ctx_size: Annotated[Tokens, Field(ge=512)] = 16384
+    args: list[Text] | None = operator_value(
         "extra llama-server arguments, one list item per word ([] for none)",
         "the llama-server command line the model runs with today (the old unit's ExecStart=)")
-    stop_timeout_s: int = Field(default=10, ge=1)
+    stop_timeout_s: StopSeconds = 10
 
 
 class StrataSpec(LlamaCppSpec):
     """Strata: the resident coder model (GGUF, ~21.6 GiB VRAM, ``ttl 0``)."""
 
-    port: int = Field(default=18030, ge=1, le=65535)
-    model: str = "strata"
+    port: Port = 18030
+    model: MemberId = "strata"
 
 
 class GgufBaselineSpec(LlamaCppSpec):
     """The GGUF baseline: Qwen3.8-27B as Q4_K_M under llama.cpp (~42 tok/s on the rig)."""
 
-    port: int = Field(default=18040, ge=1, le=65535)
-    model: str = "gguf-baseline"
-    args: list[str] | None = Field(default_factory=lambda: ["--n-gpu-layers", "99", "--flash-attn", "on"])
+    port: Port = 18040
+    model: MemberId = "gguf-baseline"
+    args: list[Text] | None = Field(default_factory=lambda: ["--n-gpu-layers", "99", "--flash-attn", "on"])
 
 
 class ModelSource(StrictModel):
@@ -171,16 +165,16 @@ class ModelSource(StrictModel):
     filtered by ``include``/``exclude`` globs), or a ``url`` + ``sha256`` for a file not on the hub.
     The lock (``rigkit models lock``) turns a branch into a commit."""
 
-    repo_id: str | None = operator_value(
+    repo_id: HubRepoId | None = operator_value(
         "the weights' Hugging Face repo id, owner/name (or url + sha256 for a file not on the hub); "
         "the model lock pins its commit",
         "the model's page on huggingface.co (the owner/name in its address)")
-    revision: str = "main"
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
-    url: str | None = None
-    sha256: str | None = None
-    path: str = Field(min_length=1, description="directory under /srv/models")
+    revision: HubRevision = "main"
+    include: list[Glob] = Field(default_factory=list)
+    exclude: list[Glob] = Field(default_factory=list)
+    url: URL | None = None
+    sha256: Sha256 | None = None
+    path: RelativePath = Field(description="directory under /srv/models")
 
 
 def _default_models() -> dict[str, ModelSource]:
@@ -215,20 +209,20 @@ class MemberSpec(StrictModel):
 
     service: Literal["strata", "gguf_baseline", "hyperqwen"] | None = None
     staged: bool = False
-    vram_gib: float | None = Field(default=None, gt=0)
-    cold_boot_s: float = Field(gt=0)
-    ttl: int = Field(default=0, ge=0, le=GO_INT_MAX)
-    unload_timeout_s: int | None = Field(default=None, ge=1, le=GO_INT_MAX)
-    cmd: str | None = None
-    cmd_stop: str | None = None
-    proxy: str | None = None
-    check_endpoint: str = "/health"
-    idle_conn_s: int = Field(default=2, ge=1, le=4)
-    aliases: list[str] = Field(default_factory=list)
-    name: str | None = None
-    description: str | None = None
-    use_model_name: str | None = None
-    env: list[str] = Field(default_factory=list)
+    vram_gib: GiB | None = None
+    cold_boot_s: Seconds
+    ttl: LlamaSwapSeconds = 0
+    unload_timeout_s: Annotated[LlamaSwapSeconds, Field(ge=1)] | None = None
+    cmd: Command | None = None
+    cmd_stop: Command | None = None
+    proxy: MemberURL | None = None
+    check_endpoint: HttpPath = "/health"
+    idle_conn_s: Annotated[LlamaSwapSeconds, Field(ge=1, le=4)] = 2
+    aliases: list[ModelName] = Field(default_factory=list)
+    name: Text | None = None
+    description: Text | None = None
+    use_model_name: ModelName | None = None
+    env: list[EnvItem] = Field(default_factory=list)
 
 
 class GroupSpec(StrictModel):
@@ -238,7 +232,7 @@ class GroupSpec(StrictModel):
     swap: bool = True
     exclusive: bool = True
     persistent: bool = False
-    members: list[str] = Field(min_length=1)
+    members: list[MemberId] = Field(min_length=1)
 
 
 def _default_members() -> dict[str, MemberSpec]:
@@ -255,35 +249,35 @@ def _default_members() -> dict[str, MemberSpec]:
 class LlamaSwapSpec(StrictModel):
     """llama-swap (v250): the pinned release tarball, its unit, and its members and groups."""
 
-    version: str = "v250"
-    release_url: str = "https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz"
-    release_sha256: str | None = operator_value(
+    version: ReleaseTag = "v250"
+    release_url: URL = "https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz"
+    release_sha256: Sha256 | None = operator_value(
         "sha256 of the pinned llama-swap release tarball (release_url), 64 hex digits",
         "the release's checksums file on GitHub beside the tarball, or sha256sum of the tarball you downloaded")
-    schema_url: str = "https://raw.githubusercontent.com/mostlygeek/llama-swap/v250/config-schema.json"
-    schema_sha256: str = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
-    port: int = Field(default=8080, ge=1, le=65535)
-    user: str = "llama-swap"
-    health_check_timeout_s: int = Field(default=300, ge=15, le=GO_INT_MAX)
-    start_port: int = Field(default=5800, ge=1, le=65535)
+    schema_url: URL = "https://raw.githubusercontent.com/mostlygeek/llama-swap/v250/config-schema.json"
+    schema_sha256: Sha256 = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
+    port: Port = 8080
+    user: UserName = "llama-swap"
+    health_check_timeout_s: Annotated[LlamaSwapSeconds, Field(ge=15)] = 300
+    start_port: Port = 5800
     log_level: Literal["debug", "info", "warn", "error"] = "info"
-    preload: list[str] = Field(default_factory=lambda: ["strata"])
-    groups: dict[str, GroupSpec] = Field(
+    preload: list[MemberId] = Field(default_factory=lambda: ["strata"])
+    groups: dict[MemberId, GroupSpec] = Field(
         default_factory=lambda: {"gpu": GroupSpec(members=["strata", "gguf-baseline", "hyperqwen"])}
     )
-    members: dict[str, MemberSpec] = Field(default_factory=_default_members)
+    members: dict[MemberId, MemberSpec] = Field(default_factory=_default_members)
 
 
 class BenchSpec(StrictModel):
     """Smoke-bench presets (``rigkit bench``): prompt sizes in tokens, budgets in tokens,
     ``baseline`` a results summary to compare with."""
 
-    baseline: str | None = None
-    quoting_prompt_tokens: int = Field(default=29000, ge=64)
-    max_tokens: int = Field(default=8192, ge=16)
-    reasoning_effort: str | None = "medium"
-    sampled_temperature: float = Field(default=0.7, ge=0.0)
-    stall_timeout_s: float = Field(default=120.0, gt=0)
+    baseline: LocalFile | None = None
+    quoting_prompt_tokens: Annotated[Tokens, Field(ge=64)] = 29000
+    max_tokens: Annotated[Tokens, Field(ge=16)] = 8192
+    reasoning_effort: Word | None = "medium"
+    sampled_temperature: Temperature = 0.7
+    stall_timeout_s: Seconds = 120.0
 
 
 class RigSpec(StrictModel):
@@ -292,69 +286,65 @@ class RigSpec(StrictModel):
     dict: :meth:`from_layers` and :meth:`from_dict` check the models only (types, ranges, unknown
     keys), not the cross-field rules of :mod:`rigkit.spec.validate`."""
 
-    nvidia_driver_version: str = Field(default="610.57", description="the driver: the series the seeds name (610.57) "
+    nvidia_driver_version: DriverVersion = Field(default="610.57", description="the driver: the series the seeds name (610.57) "
                                                                       "or the full version (610.57.04); compared by "
                                                                       "rigkit.host.versions.agrees")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
-    cuda_version: str = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
-    pacman_pins: dict[str, str] | None = operator_value(
+    cuda_version: CudaVersion = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
+    pacman_pins: dict[PackageName, PacmanVersion] | None = operator_value(
         "full pacman versions ([epoch:]pkgver-pkgrel) of the driver flavour, nvidia-utils, opencl-nvidia and cuda, "
         "agreeing with nvidia_driver_version and cuda_version",
         "the Arch Linux Archive (arch_archive_url: .../packages/n/nvidia-utils/ and so on), or pacman -Q on a box "
         "that runs them")
-    arch_archive_url: str = "https://archive.archlinux.org/packages"
-    gpu_power_limit_w: int = Field(default=420, gt=0)
+    arch_archive_url: URL = "https://archive.archlinux.org/packages"
+    gpu_power_limit_w: Watts = 420
     gpu_power_range_w: PowerRange | None = None
-    gpu_vram_gib: float = Field(default=24.0, gt=0)
-    vram_reserve_gib: float = Field(default=1.0, ge=0)
-    vram_idle_mib: int = Field(default=512, gt=0, description="MiB: the most nvidia-smi memory.used may read, with no "
+    gpu_vram_gib: GiB = 24.0
+    vram_reserve_gib: ReserveGiB = 1.0
+    vram_idle_mib: MiB = Field(default=512, description="MiB: the most nvidia-smi memory.used may read, with no "
                                                               "compute app listed, for the GPU to count as idle before "
                                                               "a new tenant starts (a headless card's driver and "
                                                               "persistence daemon hold a few MiB; a CUDA context ~250)")
-    vram_release_timeout_s: float = Field(default=60.0, gt=0, description="s: how long a new tenant's start waits for "
+    vram_release_timeout_s: Seconds = Field(default=60.0, description="s: how long a new tenant's start waits for "
                                                                           "the last one's memory to be released")
-    operator_user: str | None = operator_value(
+    operator_user: UserName | None = operator_value(
         "the operator's login on the rig: put in the docker group",
         "the user you log in to the rig as (usually the inventory's ssh_user, or your own user name)")
-    gpu_uuid: str | None = Field(default=None, pattern=r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$",
-                                 description="the rig's GPU (nvidia-smi --query-gpu=uuid); a container may name it")
+    gpu_uuid: GpuUuid | None = Field(default=None, description="the rig's GPU (nvidia-smi --query-gpu=uuid); a container may name it")
     allow_non_loopback: bool = Field(default=False, description="let a member proxy or HyperQwen's bind reach beyond "
                                                                 "127.0.0.1 (DESIGN.md: everything listens on loopback)")
-    legacy_units: list[str] = Field(default_factory=lambda: ["strata.service"])
-    paused_timers: list[str] | None = operator_value(
+    legacy_units: list[UnitName] = Field(default_factory=lambda: ["strata.service"])
+    paused_timers: list[TimerName] | None = operator_value(
         "the systemd timers of the recurring jobs (the crons) that call llama-swap on :8080: a window pauses them "
         "while it measures, so no request reloads the resident beside the tenant ([] when none)",
         "systemctl list-timers on the rig")
-    operator_units: list[str] = Field(default_factory=list,
+    operator_units: list[LocalFile] = Field(default_factory=list,
                                       description="the operator's own unit files (paths on the control machine, "
                                                   "relative to the project root), installed as they are; "
                                                   "their timers enabled")
-    lock_files: list[str] | None = operator_value(
+    lock_files: list[HostFile] | None = operator_value(
         "absolute paths of files whose presence means a session of yours holds the GPU: the deploy's disruptive "
         "steps and a window refuse while one exists ([] when none)",
         "your own tooling on the rig (whatever lock file it writes while it uses the GPU)")
-    hf_endpoint: str | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co")
-    models_lock: str | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
+    hf_endpoint: SecretURL | None = Field(default=None, description="Hugging Face hub endpoint; None: huggingface.co. "
+                                                                    "It carries the HF token: https, or http only to "
+                                                                    "loopback or a trusted_http_hosts host")
+    trusted_http_hosts: list[HostName] = Field(default_factory=list,
+                                               description="hosts a URL that carries a secret (hf_endpoint) may reach "
+                                                           "over plain http: a host on a network you trust (the "
+                                                           "sandbox's fixtures hub); compared case-insensitively")
+    models_lock: LocalFile | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
     reboot: bool = Field(default=False, strict=False)
     force: bool = Field(default=False, strict=False)
-    generations_keep: int = Field(default=10, ge=2, le=1000,
+    generations_keep: Annotated[Count, Field(ge=2, le=1000)] = Field(default=10,
                                   description="generations kept on the host (rigkit generations); the current one "
                                               "and the one before it are never pruned")
     hyperqwen: HyperQwenSpec = Field(default_factory=HyperQwenSpec)
     strata: StrataSpec = Field(default_factory=StrataSpec)
     gguf_baseline: GgufBaselineSpec = Field(default_factory=GgufBaselineSpec)
     llama_swap: LlamaSwapSpec = Field(default_factory=LlamaSwapSpec)
-    models: dict[str, ModelSource] = Field(default_factory=_default_models)
+    models: dict[MemberId, ModelSource] = Field(default_factory=_default_models)
     bench: BenchSpec = Field(default_factory=BenchSpec)
-
-    @field_validator("nvidia_driver_version", "cuda_version")
-    @classmethod
-    def _declared_version(cls, value: str, info) -> str:
-        """The driver as its series or full version (2-3 components), CUDA as its series (2):
-        :func:`rigkit.host.versions.declared` (its message names the value and the shapes)."""
-        if value == "":
-            return value  # the empty rule of StrictModel answers it
-        return versions.declared(value, 3 if info.field_name == "nvidia_driver_version" else 2)
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,6 +47,24 @@ class SpecWarning(BaseModel):
         return f"{self.key}: {self.message}"
 
 
+#: The most characters of a value a message shows.
+SHOWN_CHARS = 300
+
+
+def shown(value: Any, typed: bool = True) -> str:
+    """``value`` as a message shows it: its ``repr`` (and type, when ``typed``), cut to :data:`SHOWN_CHARS`; an integer too
+    long to print (Python refuses over 4300 digits) as its number of digits. Never raises."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits (int)"
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails (a too-long int inside a container, a hostile __repr__)
+        text = f"<{type(value).__name__}>"
+    if len(text) > SHOWN_CHARS:
+        text = text[:SHOWN_CHARS] + f"… ({len(text)} characters)"
+    return f"{text} ({type(value).__name__})" if typed else text
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the closest of ``choices``, or ``""``."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)

@@ -166,6 +166,10 @@ def _bad_char(text: str, multiline: bool) -> str | None:
     return None
 
 
+#: How deep raw data may nest: the spec itself is 5 levels deep (llama_swap.members.<id>.env[i]).
+MAX_DEPTH = 32
+
+
 def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProblem]]:
     """Walk one data layer before any model sees it: returns ``(redacted copy, problems)``.
 
@@ -174,15 +178,36 @@ def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProble
     (:func:`secret_value`: not a number, a boolean or a switch word) of a key named like a secret
     (:func:`secret_name`); a secret ``NAME=value`` list item or ``--flag value`` pair; a string over
     :data:`MAX_VALUE_BYTES`. Every check is linear in the value's length. Refused with the character named: control characters where no rendered file can hold
-    them (newline and tab only in :data:`MULTILINE_KEYS`). In the copy each secret is replaced by
+    them (newline and tab only in :data:`MULTILINE_KEYS`). Refused and cut off: a mapping or list that
+    contains itself (a cycle, which every later walk would follow for ever), and nesting deeper than
+    :data:`MAX_DEPTH`. In the copy each secret is replaced by
     ``"<secret, not shown>"`` (a secret key by ``"<secret-shaped key N>"``), so no later error
     message (pydantic's included) can echo it."""
     problems: list[SpecProblem] = []
+    open_containers: set[int] = set()  # ids of the mappings and lists being walked (a cycle comes back to one)
 
     def secret(at: tuple[Any, ...]) -> None:
         problems.append(SpecProblem(key=dotted_key(at) or "(root)", value=SECRET_SHOWN, allowed=SECRET_ADVICE))
 
     def walk(value: Any, at: tuple[Any, ...]) -> Any:
+        if isinstance(value, (Mapping, list, tuple)):
+            if id(value) in open_containers:
+                problems.append(SpecProblem(key=dotted_key(at) or "(root)", value=f"a {type(value).__name__} that contains itself",
+                                            allowed="data: mappings, lists, strings, numbers and booleans, "
+                                                    "no value inside itself"))
+                return None
+            if len(at) - len(loc) >= MAX_DEPTH:
+                problems.append(SpecProblem(key=dotted_key(at[:len(loc) + 3]) + " …", value=f"nested deeper than {MAX_DEPTH}",
+                                            allowed=f"at most {MAX_DEPTH} levels of mappings and lists (the spec has 5)"))
+                return None
+            open_containers.add(id(value))
+            try:
+                return walk_container(value, at)
+            finally:
+                open_containers.discard(id(value))
+        return walk_scalar(value, at)
+
+    def walk_container(value: Any, at: tuple[Any, ...]) -> Any:
         if isinstance(value, Mapping):
             out: dict[Any, Any] = {}
             for n, (key, item) in enumerate(value.items()):
@@ -205,6 +230,8 @@ def scan_raw(data: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, list[SpecProble
                 secret(at)
                 return [SECRET_SHOWN]
             return [walk(v, (*at, i)) for i, v in enumerate(value)]
+
+    def walk_scalar(value: Any, at: tuple[Any, ...]) -> Any:
         if isinstance(value, str):
             if len(value.encode("utf-8", "surrogatepass")) > MAX_VALUE_BYTES:
                 problems.append(SpecProblem(

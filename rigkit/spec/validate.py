@@ -11,8 +11,6 @@ rules), ``notes/hyperqwen.md`` (the ``.env`` knobs), the operator's write-up (th
 
 from __future__ import annotations
 
-import ipaddress
-import itertools
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -23,16 +21,11 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.host import versions
 from rigkit.host.gpu import power_limit_problem
-from rigkit.spec.model import (
-    DIGEST_RE,
-    ImageSpec,
-    MEMBER_ID_RE,
-    PACMAN_VERSION_RE,
-    RigSpec,
-    SHA256_RE,
-    UNIT_NAME_RE,
-    unset_operator_fields,
-    unset_operator_values,
+from rigkit.spec.model import ImageSpec, RigSpec, unset_operator_fields, unset_operator_values
+from rigkit.spec import claims as claims_mod
+from rigkit.spec import compat
+from rigkit.spec.types import (
+    DIGEST_RE, PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
 )
 from rigkit.spec.layers import validate_dict, validate_layers
 from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
@@ -46,39 +39,13 @@ OWNED_ENV_KEYS = {
     "FAST_VARIANT", "DFLASH2", "PORT", "BIND", "MODELS_DIR", "GPU_COUNT", "NO_DOWNLOAD",
 }
 SECRET_ENV_KEYS = {"VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
-_OWN_UNITS = {"llama-swap.service", "hyperqwen.service", "gpu-power-limit.service", "hyperqwen-watchdog.service",
-              "hyperqwen-watchdog.timer", "rigkit-keeper.service", "rigkit-keeper.timer",
-              "rigkit-power.service", "rigkit-power.timer"}
-DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
 #: Absolute bounds of ``gpu_power_limit_w`` for the RTX 3090 family, checked before the host is
 #: reached (the card's own range, ``gpu_power_range_w``, narrows them when known). Source:
 #: ``notes/nvidia-arch.md`` §3 — reference TDP 350 W, AIB VBIOS ceilings 390–480 W, the highest
 #: cited board (Galax HOF OC Lab) 500 W; 100 W is the lowest ``power.min_limit`` 3090 boards report.
 POWER_LIMIT_SANITY_W = (100, 500)
-#: An image repository by the OCI distribution spec's name grammar (``[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*``
-#: per path component), after an optional registry host (``docker/distribution`` reference
-#: grammar: a first component with a '.' or ':' or ``localhost``), 255 characters at most.
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
-_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-REGISTRY_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
-IMAGE_PATH_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
-#: An image tag (OCI distribution spec).
-IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-#: A docker container name (moby's ``RestrictedNamePattern``).
+#: A docker container name (moby's ``RestrictedNamePattern``), for a name read out of a member's cmd.
 CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
-#: A llama-swap ``env`` item (its schema's pattern).
-MEMBER_ENV_RE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
-USER_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-HOST_PATH_RE = re.compile(r"^/[A-Za-z0-9._/@+-]*$")
-#: An Arch package name (PKGBUILD(5) ``pkgname``: lower-case letters, digits and ``@ . _ + -``, not
-#: starting with ``-`` or ``.``).
-PACKAGE_NAME_RE = re.compile(r"^[a-z0-9@_+][a-z0-9@._+-]*$")
-#: systemd's limit on a unit name (``UNIT_NAME_MAX``, systemd.unit(5)): 255 bytes with the suffix.
-UNIT_NAME_MAX = 255
-#: Characters that make a path a glob (lock files are tested with ``[ -e PATH ]``: a glob never matches).
-GLOB_CHARS = set("*?[]")
-#: Addresses that are loopback (DESIGN.md: everything listens on 127.0.0.1).
-LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 #: .env / member ``env`` keys that change how compose or the container runtime reads the project.
 RUNTIME_ENV_PREFIXES = ("COMPOSE_", "DOCKER_")
 GPU_SELECT_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
@@ -115,13 +82,15 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
     problems += _check_power(spec)
     problems += _check_speculative(spec)
     problems += _check_hyperqwen_env(spec)
+    problems += _check_trust(spec)
     problems += _check_pins(spec)
     problems += _check_units(spec)
-    problems += _check_images(spec)
     problems += _check_members(spec)
     problems += _check_groups_and_vram(spec)
     problems += _check_vram_idle(spec)
-    problems += _check_ports(spec)
+    problems += claims_mod.check_claims(spec)
+    problems += _check_dynamic_ports(spec)
+    problems += _check_compat(spec)
     problems += _check_models(spec)
     return problems
 
@@ -188,46 +157,32 @@ def _check_speculative(spec: RigSpec) -> list[SpecProblem]:
 
 
 def _check_hyperqwen_env(spec: RigSpec) -> list[SpecProblem]:
-    from rigkit.host.envfile import dotenv_value
-
+    """HyperQwen's bind on loopback (:func:`rigkit.spec.types.loopback_host`, unless
+    ``allow_non_loopback``) and its ``extra_env``: no secret, no key rigkit renders itself, nothing that
+    changes how compose reads the project. The shapes (an IP, a folder, env names and values) are the
+    fields' types (:mod:`rigkit.spec.types`)."""
     out = []
     hq = spec.hyperqwen
-    try:
-        bind = ipaddress.ip_address(hq.bind)
-    except ValueError:
+    if not loopback_host(hq.bind) and not spec.allow_non_loopback:
         out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
-                               allowed="an IP address to publish HyperQwen's port on (compose ports BIND:PORT:PORT), "
-                                       "e.g. 127.0.0.1"))
-    else:
-        if not bind.is_loopback and not spec.allow_non_loopback:
-            out.append(SpecProblem(key="hyperqwen.bind", value=repr(hq.bind),
-                                   allowed="a loopback address (127.0.0.1): everything on the rig listens on 127.0.0.1 "
-                                           "(DESIGN.md); set allow_non_loopback: true to publish beyond it on purpose"))
+                               allowed="a loopback address (127.0.0.0/8 or ::1): everything on the rig listens on loopback "
+                                       "(DESIGN.md); set allow_non_loopback: true to publish beyond it on purpose"))
     out += _env_items_problems("hyperqwen.extra_env", [f"{k}={v}" for k, v in hq.extra_env.items()], spec, mapping=True)
-    if not HOST_PATH_RE.match(hq.models_dir) or ".." in hq.models_dir.split("/"):
-        out.append(SpecProblem(key="hyperqwen.models_dir", value=repr(hq.models_dir),
-                               allowed="an absolute path of letters, digits and . _ - + @ / (compose interpolates "
-                                       "MODELS_DIR into a volume, which ':' or a space would split)"))
-    if not hq.served_model_name.strip():
-        out.append(SpecProblem(key="hyperqwen.served_model_name", value=repr(hq.served_model_name),
-                               allowed="the model name vLLM serves, e.g. 'qwen3.8-27b'"))
-    for key, value in hq.extra_env.items():
-        if key in SECRET_ENV_KEYS or key in OWNED_ENV_KEYS:
-            continue
-        try:
-            dotenv_value(value)
-        except ValueError as exc:
-            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(value), allowed=str(exc)))
-    for key in spec.hyperqwen.extra_env:
+    for key in hq.extra_env:
         if key in SECRET_ENV_KEYS:
             out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=SECRET_SHOWN, allowed=SECRET_ADVICE))
         elif key in OWNED_ENV_KEYS:
-            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(spec.hyperqwen.extra_env[key]),
+            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(hq.extra_env[key]),
                                    allowed="rendered from the spec's own hyperqwen keys; set those instead"))
-        elif not key.replace("_", "").isalnum() or not key[:1].isalpha() or key.upper() != key:
-            out.append(SpecProblem(key=f"hyperqwen.extra_env.{key}", value=repr(key),
-                                   allowed="environment names are UPPER_CASE letters, digits and _"))
     return out
+
+
+def _check_trust(spec: RigSpec) -> list[SpecProblem]:
+    """A URL that carries a secret (``hf_endpoint``: the HF token) is https, or plain http to loopback or
+    a host the operator lists in ``trusted_http_hosts`` (:func:`rigkit.spec.types.secret_url_problem`)."""
+    if spec.hf_endpoint and (why := secret_url_problem(spec.hf_endpoint, spec.trusted_http_hosts)):
+        return [SpecProblem(key="hf_endpoint", value=repr(spec.hf_endpoint), allowed=why)]
+    return []
 
 
 def _env_items_problems(key: str, items: list[str], spec: RigSpec, mapping: bool = False) -> list[SpecProblem]:
@@ -263,16 +218,7 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     if pins is None:
         return []
     out = []
-    for pkg in pins:
-        if not PACKAGE_NAME_RE.match(pkg):
-            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(pkg),
-                                   allowed="an Arch package name: lower-case letters, digits and @ . _ + -, not starting "
-                                           "with - or . (PKGBUILD(5))"))
-    for pkg, ver in pins.items():
-        if not isinstance(ver, str) or not PACMAN_VERSION_RE.match(ver):
-            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
-                                   allowed="a full pacman version [epoch:]pkgver-pkgrel, e.g. '610.57.04-1' (pkgrel cannot be guessed)"))
-    required = [spec.driver_flavour, *DRIVER_PACKAGES, "cuda"]
+    required = [spec.driver_flavour, *compat.DRIVER_PACKAGES, "cuda"]
     for pkg in required:
         if pkg not in pins:
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value="missing",
@@ -284,7 +230,7 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     flavour_pin = _pinned(pins, spec.driver_flavour)
     if flavour_pin is not None and not versions.agrees(driver, flavour_pin):
         flavour_pin = None  # reported below; the other pins are held to the spec alone
-    for pkg in (spec.driver_flavour, *DRIVER_PACKAGES):
+    for pkg in (spec.driver_flavour, *compat.DRIVER_PACKAGES, *compat.DRIVER_COMPANIONS):
         ver = _pinned(pins, pkg)
         if ver is None:
             continue
@@ -310,96 +256,31 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
 
 
 def _check_units(spec: RigSpec) -> list[SpecProblem]:
+    """Units and files the spec names beyond their shapes (the types): a legacy unit is not one rigkit
+    manages, an operator's unit file exists on the control machine and is not one rigkit renders."""
     out = []
-    for key, user in (("llama_swap.user", spec.llama_swap.user), ("operator_user", spec.operator_user)):
-        if user is not None and not USER_NAME_RE.match(user):
-            out.append(SpecProblem(key=key, value=repr(user),
-                                   allowed="a Linux user name: lower-case letters, digits, _ and -, 32 at most"))
-    names = [(f"legacy_units[{i}]", u) for i, u in enumerate(spec.legacy_units)]
-    names += [(f"paused_timers[{i}]", u) for i, u in enumerate(spec.paused_timers or [])]
-    names += [(f"operator_units[{i}]", u.rsplit("/", 1)[-1]) for i, u in enumerate(spec.operator_units)]
-    for key, name in names:
-        if len(name.encode()) > UNIT_NAME_MAX:
-            out.append(SpecProblem(key=key, value=f"{name[:40]!r}… ({len(name.encode())} bytes)",
-                                   allowed=f"a unit name is at most {UNIT_NAME_MAX} bytes with its suffix (systemd.unit(5))"))
     for i, unit in enumerate(spec.legacy_units):
-        if not UNIT_NAME_RE.match(unit):
-            out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
-                                   allowed="a systemd unit name such as 'strata.service'"))
-        elif unit in {"llama-swap.service", "hyperqwen.service", "docker.service"}:
+        if unit in {"llama-swap.service", "hyperqwen.service", "docker.service"}:
             out.append(SpecProblem(key=f"legacy_units[{i}]", value=repr(unit),
                                    allowed="a unit rigkit manages itself cannot be legacy"))
-    for i, timer in enumerate(spec.paused_timers or []):
-        if not timer.endswith(".timer") or not UNIT_NAME_RE.match(timer):
-            out.append(SpecProblem(key=f"paused_timers[{i}]", value=repr(timer),
-                                   allowed="a systemd timer unit name ending in .timer"))
     for i, path in enumerate(spec.operator_units):
         name = path.rsplit("/", 1)[-1]
-        if not UNIT_NAME_RE.match(name) or not name.endswith((".service", ".timer")):
+        if not UNIT_NAME_RE.match(name) or len(name.encode()) > UNIT_NAME_MAX or not name.endswith((".service", ".timer")):
             out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
-                                   allowed="a .service or .timer unit file"))
+                                   allowed="a .service or .timer unit file (its name a systemd unit name, "
+                                           f"at most {UNIT_NAME_MAX} bytes)"))
         elif not Path(path).is_file():
             out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
                                    allowed=f"no such file (relative to {Path.cwd()})"))
-        elif name in _OWN_UNITS:
+        elif name in claims_mod.OWN_UNITS:
             out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
                                    allowed="a unit rigkit renders itself"))
-    for i, path in enumerate(spec.lock_files or []):
-        if not path.startswith("/") or GLOB_CHARS & set(path) or ".." in path.split("/"):
-            out.append(SpecProblem(key=f"lock_files[{i}]", value=repr(path),
-                                   allowed="an absolute path on the host, without .. or glob characters (* ? [ ]): "
-                                           "the preflight tests the path itself, so a glob would never match"))
     return out
 
 
 def _images(spec: RigSpec) -> list[tuple[str, ImageSpec]]:
     return [("hyperqwen.image", spec.hyperqwen.image), ("strata.image", spec.strata.image),
             ("gguf_baseline.image", spec.gguf_baseline.image)]
-
-
-def _repository_problem(repository: str) -> str | None:
-    """Why ``repository`` is not an image repository (the name alone, no tag), or None."""
-    last = repository.rsplit("/", 1)[-1]
-    if "@" in repository or ":" in last:
-        return "holds a tag or digest (':tag', '@sha256:…'); the repository is the name alone, the pin goes in ref"
-    first, _, rest = repository.partition("/")
-    path = rest if rest and ("." in first or ":" in first or first == "localhost") else repository
-    if (rest and path is rest and not REGISTRY_RE.match(first)) or not IMAGE_PATH_RE.match(path) or len(repository) > 255:
-        return ("not an image repository by the OCI distribution reference grammar: [registry[:port]/]path, each "
-                "path component lower-case letters and digits joined by '.', '_', '__' or '-', 255 characters at most")
-    return None
-
-
-def _check_images(spec: RigSpec) -> list[SpecProblem]:
-    out = []
-    for key, image in _images(spec):
-        why = _repository_problem(image.repository)
-        if why:
-            out.append(SpecProblem(key=f"{key}.repository", value=repr(image.repository), allowed=why))
-        ref = image.ref
-        if ref is None:
-            continue
-        if ref.startswith("sha256:") and not DIGEST_RE.match(ref):
-            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref), allowed="a digest is sha256: followed by 64 lower-case hex digits"))
-        elif ref in {"latest", "main", "master", "edge", "nightly"} or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
-            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
-                                   allowed="a moving tag is not a pin; pin the image's sha256:<digest> (`docker buildx imagetools "
-                                           "inspect REPOSITORY:TAG` prints it)"))
-        elif not ref.startswith("sha256:") and not IMAGE_TAG_RE.match(ref):
-            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
-                                   allowed="a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or "
-                                           "sha256:<digest> (the repository is image.repository)"))
-    sha = spec.llama_swap.release_sha256
-    if sha is not None and not SHA256_RE.match(sha):
-        out.append(SpecProblem(key="llama_swap.release_sha256", value=repr(sha), allowed="64 lower-case hex digits"))
-    if not SHA256_RE.match(spec.llama_swap.schema_sha256):
-        out.append(SpecProblem(key="llama_swap.schema_sha256", value=repr(spec.llama_swap.schema_sha256),
-                               allowed="64 lower-case hex digits"))
-    for key, url in (("arch_archive_url", spec.arch_archive_url), ("llama_swap.release_url", spec.llama_swap.release_url),
-                     ("llama_swap.schema_url", spec.llama_swap.schema_url)):
-        if not url.startswith(("https://", "http://", "file://")):
-            out.append(SpecProblem(key=key, value=repr(url), allowed="an https://, http:// or file:// URL"))
-    return out
 
 
 def _check_members(spec: RigSpec) -> list[SpecProblem]:
@@ -409,8 +290,6 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
     for mid, m in resolved.items():
         key = f"llama_swap.members.{mid}"
         s = m.spec
-        if not MEMBER_ID_RE.match(mid):
-            out.append(SpecProblem(key=key, value=repr(mid), allowed="member ids are letters, digits, '.', '_' and '-'"))
         if not m.cmd:
             out.append(SpecProblem(key=f"{key}.cmd", value="None", allowed="a member without service: needs cmd, the server in the foreground"))
             continue
@@ -435,10 +314,6 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
         if s.service is not None and s.service != "hyperqwen" and s.vram_gib is None:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
-        for i, item in enumerate(s.env):
-            if not MEMBER_ENV_RE.match(item):
-                out.append(SpecProblem(key=f"{key}.env[{i}]", value=repr(item),
-                                       allowed="NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"))
         for field_key, value in [("cmd", m.cmd), ("cmd_stop", m.cmd_stop), ("proxy", m.proxy), ("name", s.name),
                                  ("description", s.description), ("use_model_name", m.use_model_name),
                                  ("check_endpoint", s.check_endpoint)] \
@@ -454,9 +329,9 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
                                    allowed="a container name is at least two characters, letters, digits and _ . - "
                                            "(docker's rule), starting with a letter or digit"))
         proxy_host = _proxy_host(m.proxy) if m.proxy else None
-        if proxy_host is not None and proxy_host not in LOOPBACK_HOSTS and not spec.allow_non_loopback:
+        if proxy_host is not None and not loopback_host(proxy_host) and not spec.allow_non_loopback:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
-                                   allowed="a loopback address (127.0.0.1, localhost, ::1): everything on the rig listens "
+                                   allowed="a loopback address (127.0.0.0/8, localhost, ::1): everything on the rig listens "
                                            "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
         out += _env_items_problems(f"{key}.env", s.env, spec)
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
@@ -476,13 +351,6 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
         elif ls.members[pid].staged:
             out.append(SpecProblem(key=f"llama_swap.preload[{i}]", value=repr(pid),
                                    allowed="a staged member is not in the live config; preload only live members"))
-    aliases: dict[str, str] = {}
-    for mid, m in ls.members.items():
-        for alias in m.aliases:
-            if alias in ls.members or alias in aliases:
-                out.append(SpecProblem(key=f"llama_swap.members.{mid}.aliases", value=repr(alias),
-                                       allowed="aliases are unique across members and model ids (llama-swap refuses duplicates)"))
-            aliases[alias] = mid
     return out
 
 
@@ -556,7 +424,13 @@ def _check_command(key: str, cmd: str, cmd_stop: str | None, stop_key: str | Non
     return out
 
 
-def _groups_with_default(spec: RigSpec) -> dict[str, tuple[bool, bool, bool, list[str]]]:
+#: One llama-swap group as the co-load check reads it: ``(swap, exclusive, persistent, member ids)``.
+GroupShape = tuple[bool, bool, bool, list[str]]
+
+
+def _groups_with_default(spec: RigSpec) -> dict[str, GroupShape]:
+    """The spec's groups, and llama-swap's ``(default)`` group (swap, exclusive, not persistent) of the
+    members no group names."""
     groups = {name: (g.swap, g.exclusive, g.persistent, list(g.members)) for name, g in spec.llama_swap.groups.items()}
     grouped = {m for g in spec.llama_swap.groups.values() for m in g.members}
     ungrouped = [m for m in spec.llama_swap.members if m not in grouped]
@@ -565,36 +439,46 @@ def _groups_with_default(spec: RigSpec) -> dict[str, tuple[bool, bool, bool, lis
     return groups
 
 
-def _co_resident_sets(groups: dict[str, tuple[bool, bool, bool, list[str]]]) -> Iterable[tuple[str, ...]]:
-    """Sets of groups that can be loaded at once: an order exists in which loading each group
-    evicts none loaded before it (it is non-exclusive, or every earlier one is persistent)."""
-    names = list(groups)
-    for r in range(1, min(len(names), 6) + 1):
-        for subset in itertools.combinations(names, r):
-            for order in itertools.permutations(subset):
-                if all(not groups[g][1] or all(groups[h][2] for h in order[:i]) for i, g in enumerate(order)):
-                    yield subset
-                    break
+def loaded_members(group: GroupShape, vram: Mapping[str, float]) -> list[str]:
+    """The members of ``group`` loaded together at the most: the heaviest one of a swap group, all of
+    another."""
+    swap, _exclusive, _persistent, mids = group
+    return [max(mids, key=lambda m: vram[m])] if swap else list(mids)
+
+
+def heaviest_co_load(groups: Mapping[str, GroupShape], vram: Mapping[str, float]) -> tuple[float, list[str]]:
+    """``(GiB, group names)`` of the heaviest set of groups llama-swap can hold loaded at once, in
+    O(groups + members).
+
+    llama-swap (v250): loading a member of an *exclusive* group unloads every other group that is not
+    *persistent*; a non-exclusive group unloads nothing. So a set of groups can be loaded together iff
+    at most one of them is exclusive and not persistent (load the persistent ones first, then that one,
+    then the non-exclusive ones). With every figure ≥ 0 the heaviest such set is every persistent and
+    every non-exclusive group plus the heaviest exclusive non-persistent one. Groups that add nothing
+    (0 GiB) are left out of the names. ``vram``: GiB per member id (:func:`rigkit.spec.members.vram_by_member`)."""
+    weight = {g: sum(vram[m] for m in loaded_members(shape, vram)) for g, shape in groups.items()}
+    always = [g for g, (_s, exclusive, persistent, _m) in groups.items() if persistent or not exclusive]
+    evicting = [g for g, (_s, exclusive, persistent, _m) in groups.items() if exclusive and not persistent]
+    chosen = always + ([max(evicting, key=lambda g: weight[g])] if evicting else [])
+    chosen = [g for g in groups if g in set(chosen) and weight[g] > 0]
+    return sum(weight[g] for g in chosen), chosen
 
 
 def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
+    """Each member's VRAM within the card, the heaviest co-load (:func:`heaviest_co_load`) within it,
+    and the preloaded members able to stay loaded together (:func:`_preload_problems`). A member in two
+    groups, or named twice, is a claim problem (:mod:`rigkit.spec.claims`)."""
     out: list[SpecProblem] = []
     ls = spec.llama_swap
-    seen: dict[str, str] = {}
     for gname, g in ls.groups.items():
         for i, mid in enumerate(g.members):
             if mid not in ls.members:
                 out.append(SpecProblem(key=f"llama_swap.groups.{gname}.members[{i}]", value=repr(mid),
                                        allowed=f"not a member{did_you_mean(mid, ls.members)}; members: {', '.join(ls.members)}"))
-            elif mid in seen:
-                out.append(SpecProblem(key=f"llama_swap.groups.{gname}.members[{i}]", value=repr(mid),
-                                       allowed=f"already in group {seen[mid]!r}; a member belongs to one group"))
-            seen.setdefault(mid, gname)
     if out:
         return out
     usable = spec.gpu_vram_gib - spec.vram_reserve_gib
-    resolved = members_mod.resolve_members(spec)
-    vram = {mid: (m.vram_gib or 0.0) for mid, m in resolved.items()}
+    vram = members_mod.vram_by_member(spec)
     for mid, v in vram.items():
         if v > usable:
             out.append(SpecProblem(key=f"llama_swap.members.{mid}.vram_gib", value=repr(v),
@@ -602,22 +486,10 @@ def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
     if out:
         return out
     groups = _groups_with_default(spec)
-
-    def loaded(gname: str) -> list[str]:
-        swap, _excl, _pers, mids = groups[gname]
-        if swap:
-            return [max(mids, key=lambda m: vram[m])]
-        return list(mids)
-
-    worst: tuple[float, tuple[str, ...]] = (0.0, ())
-    for subset in _co_resident_sets(groups):
-        mids = tuple(m for g in subset for m in loaded(g))
-        total = sum(vram[m] for m in mids)
-        if total > worst[0]:
-            worst = (total, subset)
-    total, subset = worst
+    out += _preload_problems(spec, groups)
+    total, subset = heaviest_co_load(groups, vram)
     if total > usable + 1e-9:
-        mids = [m for g in subset for m in loaded(g)]
+        mids = [m for g in subset for m in loaded_members(groups[g], vram)]
         listing = " + ".join(f"{m} ({vram[m]:g} GiB)" for m in mids)
         if len(subset) == 1:
             gname = subset[0]
@@ -634,6 +506,34 @@ def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
+def _preload_problems(spec: RigSpec, groups: Mapping[str, GroupShape]) -> list[SpecProblem]:
+    """Preloaded members that cannot stay loaded together: llama-swap loads ``preload`` in order at start,
+    so a second member of one swap group swaps the first out, and a member of an exclusive group unloads
+    an earlier preloaded member of any other group that is not persistent."""
+    group_of = {m: g for g, (_s, _e, _p, mids) in groups.items() for m in mids}
+    out: list[SpecProblem] = []
+    loaded: list[tuple[int, str]] = []
+    for i, mid in enumerate(spec.llama_swap.preload):
+        g = group_of.get(mid)
+        if g is None or spec.llama_swap.members.get(mid) is None or spec.llama_swap.members[mid].staged:
+            continue  # named by the member checks
+        swap, exclusive, _persistent, _mids = groups[g]
+        for j, other in loaded:
+            h = group_of[other]
+            if h == g and swap:
+                why = f"swaps out {other} (preload[{j}]), loaded before it in swap group {g!r}"
+            elif h != g and exclusive and not groups[h][2]:
+                why = f"unloads {other} (preload[{j}], group {h!r}): group {g!r} is exclusive and {h!r} not persistent"
+            else:
+                continue
+            out.append(SpecProblem(key=f"llama_swap.preload[{i}]", value=repr(mid),
+                                   allowed=f"{why}; preload members that can stay loaded together (another group, "
+                                           "non-exclusive, or the earlier one's group persistent)"))
+            break
+        loaded.append((i, mid))
+    return out
+
+
 def _check_vram_idle(spec: RigSpec) -> list[SpecProblem]:
     """``vram_idle_mib`` (the most memory.used an idle GPU may read before a new tenant starts) must
     be below the card's memory, else every reading would count as idle."""
@@ -645,26 +545,32 @@ def _check_vram_idle(spec: RigSpec) -> list[SpecProblem]:
                                 "every reading would count as idle; a headless card reads a few MiB, a CUDA context ~250")]
 
 
-def _check_ports(spec: RigSpec) -> list[SpecProblem]:
-    out: list[SpecProblem] = []
-    used: dict[int, str] = {}
-    claims = [("llama_swap.port", spec.llama_swap.port), ("hyperqwen.port", spec.hyperqwen.port),
-              ("strata.port", spec.strata.port), ("gguf_baseline.port", spec.gguf_baseline.port)]
+def _check_dynamic_ports(spec: RigSpec) -> list[SpecProblem]:
+    """No claimed port inside the range llama-swap hands out as ``${PORT}`` (``start_port`` + one per
+    member that uses it); two owners of one port are :mod:`rigkit.spec.claims`' to name."""
     resolved = members_mod.resolve_members(spec)
-    for mid, m in resolved.items():
-        if m.spec.service is None and m.port is not None:
-            claims.append((f"llama_swap.members.{mid}.proxy", m.port))
-    for key, port in claims:
-        if port in used:
-            out.append(SpecProblem(key=key, value=repr(port), allowed=f"port already used by {used[port]}; ports must be unique"))
-        else:
-            used[port] = key
     dynamic = sorted(mid for mid, m in resolved.items() if m.cmd and "${PORT}" in m.cmd)
+    if not dynamic:
+        return []
     lo, hi = spec.llama_swap.start_port, spec.llama_swap.start_port + len(dynamic)
-    for key, port in claims:
-        if dynamic and lo <= port < hi:
-            out.append(SpecProblem(key=key, value=repr(port),
+    out: list[SpecProblem] = []
+    seen: set[str] = set()
+    for claim in claims_mod.spec_claims(spec):
+        if claim.kind == "port" and lo <= claim.resource < hi and claim.key not in seen:
+            seen.add(claim.key)
+            out.append(SpecProblem(key=claim.key, value=repr(claim.resource),
                                    allowed=f"inside llama-swap's ${{PORT}} range {lo}–{hi - 1} (start_port + members using ${{PORT}})"))
+    return out
+
+
+def _check_compat(spec: RigSpec) -> list[SpecProblem]:
+    """The versions work together (:mod:`rigkit.spec.compat`, the table with its sources): the driver runs
+    the CUDA major, each kernel pinned under DKMS has its headers."""
+    out: list[SpecProblem] = []
+    if why := compat.cuda_problem(spec.nvidia_driver_version, spec.cuda_version):
+        out.append(SpecProblem(key="cuda_version", value=repr(spec.cuda_version), allowed=why))
+    for pkg, why in compat.header_problems(spec.driver_flavour, spec.pacman_pins or {}):
+        out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr((spec.pacman_pins or {})[pkg]), allowed=why))
     return out
 
 
@@ -674,16 +580,7 @@ def _check_models(spec: RigSpec) -> list[SpecProblem]:
         if server.model not in spec.models:
             out.append(SpecProblem(key=key, value=repr(server.model),
                                    allowed=f"not a key of models{did_you_mean(server.model, spec.models)}; models: {', '.join(spec.models)}"))
-        file_key = key.replace(".model", ".model_file")
-        mf = server.model_file
-        if mf is not None and (mf.startswith("/") or ".." in mf.split("/") or "\\" in mf or not mf.strip("/")):
-            out.append(SpecProblem(key=file_key, value=repr(mf),
-                                   allowed="a file name inside the model's folder under /srv/models (no leading /, no ..)"))
     for name, src in spec.models.items():
         if src.url and not src.sha256:
             out.append(SpecProblem(key=f"models.{name}.sha256", value="None", allowed="a model fetched by url needs its sha256"))
-        if src.sha256 and not SHA256_RE.match(src.sha256):
-            out.append(SpecProblem(key=f"models.{name}.sha256", value=repr(src.sha256), allowed="64 lower-case hex digits"))
-        if src.path.startswith("/") or ".." in src.path.split("/"):
-            out.append(SpecProblem(key=f"models.{name}.path", value=repr(src.path), allowed="a relative directory under /srv/models"))
     return out

@@ -155,7 +155,8 @@ BAD_INPUTS = [
                  "failure) and it kept answering 500; use ≤ 7, or set hyperqwen.allow_unsafe_spec: true",
                  id="dflash-15-at-32k"),
     pytest.param({"hyperqwen": {"port": 18030}},
-                 "strata.port: 18030 — port already used by hyperqwen.port; ports must be unique",
+                 "strata.port: 18030 — port 18030 already belongs to hyperqwen.port; a port has one owner (compared as an "
+                 "integer (the kernel's bind))",
                  id="duplicate-port"),
     pytest.param({"llama_swap": {"members": {"coder2": {"cmd": "/usr/bin/llama-server --port 18050 -m /m.gguf",
                                                         "vram_gib": 1.0, "cold_boot_s": 5}}}},
@@ -204,10 +205,10 @@ BAD_INPUTS = [
                  "driver 610.57.04: the driver packages must be one driver (a module and a library of two drivers: "
                  "\"Driver/library version mismatch\")", id="driver-pins-of-two-drivers-in-one-series"),
     pytest.param({"nvidia_driver_version": "610.57-1"},
-                 "nvidia_driver_version: '610.57-1' (str) — not a version to declare: the series, e.g. "
+                 "nvidia_driver_version: '610.57-1' — not a version to declare: the series, e.g. "
                  "610.57, or the full version, e.g. 610.57.04 (dotted numbers, no pkgrel)", id="driver-with-pkgrel"),
     pytest.param({"cuda_version": "13"},
-                 "cuda_version: '13' (str) — not a version to declare: the series, e.g. 13.3 (dotted numbers, "
+                 "cuda_version: '13' — not a version to declare: the series, e.g. 13.3 (dotted numbers, "
                  "no pkgrel)", id="cuda-without-minor"),
     pytest.param({"pacman_pins": {**GOOD_PINS, "cuda": "13.4.1-1"}},
                  "pacman_pins.cuda: '13.4.1-1' — not in the cuda_version '13.3' series (13.3.x-<pkgrel>)",
@@ -240,7 +241,8 @@ BAD_INPUTS = [
     pytest.param({"hyperqwen": {"spec": "eagle"}},
                  "hyperqwen.spec: 'eagle' (str) — expected one of 'dflash2' or 'mtp'", id="unknown-spec-mode"),
     pytest.param({"legacy_units": ["strata"]},
-                 "legacy_units[0]: 'strata' — a systemd unit name such as 'strata.service'", id="legacy-unit-name"),
+                 "legacy_units[0]: 'strata' — a systemd unit name: letters, digits and : _ . \\ @ -, ending in .service, "
+                 ".timer, .socket, .path, .target or .mount, at most 255 bytes (systemd.unit(5), UNIT_NAME_MAX)", id="legacy-unit-name"),
     pytest.param({"operator_units": ["inventory/units/nope.timer"]},
                  "operator_units[0]: 'inventory/units/nope.timer' — no such file (relative to " + str(Path.cwd()) + ")",
                  id="operator-unit-missing"),

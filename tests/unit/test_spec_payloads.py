@@ -43,10 +43,18 @@ def payloads(field: str) -> list[str]:
             f"x\ntouch {canary}", "-rf", f"a'b\"c #d: e {canary}"]
 
 
+def _base(ann: Any) -> Any:
+    """An annotation without its ``Annotated`` metadata (the spec's kinds, rigkit.spec.types)."""
+    while typing.get_origin(ann) is typing.Annotated:
+        ann = typing.get_args(ann)[0]
+    return ann
+
+
 def _unwrap(ann: Any) -> list[Any]:
-    """The non-None members of an annotation (``str | None`` → ``[str]``)."""
+    """The non-None members of an annotation (``str | None`` → ``[str]``), kinds' metadata off."""
+    ann = _base(ann)
     if typing.get_origin(ann) in (typing.Union, __import__("types").UnionType):
-        return [a for a in typing.get_args(ann) if a is not type(None)]
+        return [_base(a) for a in typing.get_args(ann) if a is not type(None)]
     return [ann]
 
 
@@ -64,10 +72,10 @@ def string_slots(model: type[BaseModel] = RigSpec, at: tuple = ()) -> list[tuple
                 out.append((path, "value"))
             elif origin is Literal:
                 continue
-            elif origin is list and typing.get_args(ann)[0] is str:
+            elif origin is list and _base(typing.get_args(ann)[0]) is str:
                 out.append(((*path, 0), "value"))
             elif origin is dict:
-                kt, vt = typing.get_args(ann)
+                kt, vt = (_base(a) for a in typing.get_args(ann))
                 if kt is str:
                     out.append((path, "key"))
                 if vt is str:
