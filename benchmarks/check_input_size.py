@@ -2,7 +2,10 @@
 fixed cost: start-up and the validators), a 40 kB and a 120 kB value (HyperQwen's .env, a member's env and a model file name — three readers), median
 of N runs each, the ratio (a linear check grows ~3×; the quadratic URL-password pattern made 135 kB
 take ~60 s), and a 1 MB value, which must be refused (exit 2) for being over the kernel's per-argument
-limit. Runs in a temporary project copy with the llama-swap schema from the shared folder
+limit. Then the co-load check's growth (issue #45): the time on an inventory with 1, 10, 20 and 50
+llama-swap groups (one member each, every third persistent, every other exclusive: the sets of groups
+that can be loaded together grow as 2^n), which must stay under 2 s at 50 groups (it was exponential:
+16 groups 10 s, 20 groups 40 s). Runs in a temporary project copy with the llama-swap schema from the shared folder
 ($RIGKIT_LLAMA_SWAP_SCHEMA_URL, as the tests do); the validators run too, so the figures include them.
 
 usage: python benchmarks/check_input_size.py [--n 3]
@@ -39,6 +42,22 @@ def project(size: int, where: Path) -> Path:
     return d
 
 
+def groups_project(n: int, where: Path) -> Path:
+    """A project copy whose inventory ``inventory/big.py`` declares ``n`` more llama-swap groups, one small
+    operator member each (fixed port, 0.01 GiB), mixed exclusive and persistent."""
+    d = where / f"g{n}"
+    shutil.copytree(ROOT / "group_data", d / "group_data")
+    shutil.copytree(ROOT / "inventory", d / "inventory")
+    members = {f"m{i}": {"cmd": f"llama-server --port {19000 + i}", "cmd_stop": f"pkill -f 'port {19000 + i}'",
+                         "proxy": f"http://127.0.0.1:{19000 + i}", "vram_gib": 0.01, "cold_boot_s": 5}
+               for i in range(n)}
+    groups = {f"g{i}": {"members": [f"m{i}"], "exclusive": i % 2 == 0, "persistent": i % 3 == 0} for i in range(n)}
+    data = {"llama_swap": {"members": members, "groups": {"gpu": {"members": ["strata", "gguf-baseline", "hyperqwen"]},
+                                                          **groups}}}
+    (d / "inventory" / "big.py").write_text(f"hosts = [('box', {data!r})]\n")
+    return d
+
+
 def timed(d: Path) -> tuple[float, int, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t = time.perf_counter()
@@ -67,7 +86,15 @@ def main() -> int:
         secs, rc, out = timed(project(1_000_000, Path(tmp)))
         line = next((ln for ln in out.splitlines() if "bytes" in ln), out.strip().splitlines()[-1] if out.strip() else "")
         print(f"1 MB: exit {rc} in {secs:.2f} s: {line.strip()[:160]}")
-        return 0 if rc == 2 and medians[120_000] <= 2.0 and medians[120_000] / medians[40_000] <= 4 else 1
+        grouped = {}
+        for n in (1, 10, 20, 50):
+            runs = [timed(groups_project(n, Path(tmp))) for _ in range(args.n)]
+            grouped[n] = statistics.median(r[0] for r in runs)
+            print(f"{n:>2} groups: median {grouped[n]:.2f} s of {args.n} (exit {runs[0][1]}), "
+                  f"+{grouped[n] - medians[10]:.2f} s over the 10 B run"
+                  + ("" if runs[0][1] in (0, 1) and "Traceback" not in runs[0][2] else f": {runs[0][2].strip()[-300:]}"))
+        ok_groups = grouped[50] < 2.0
+        return 0 if rc == 2 and medians[120_000] <= 2.0 and medians[120_000] / medians[40_000] <= 4 and ok_groups else 1
 
 
 if __name__ == "__main__":
