@@ -88,7 +88,8 @@ def main() -> int:
         print(f"1 MB: exit {rc} in {secs:.2f} s: {line.strip()[:160]}")
         grouped = {}
         for n in (1, 10, 20, 50):
-            runs = [timed(groups_project(n, Path(tmp))) for _ in range(args.n)]
+            d = groups_project(n, Path(tmp))
+            runs = [timed(d) for _ in range(args.n)]
             grouped[n] = statistics.median(r[0] for r in runs)
             print(f"{n:>2} groups: median {grouped[n]:.2f} s of {args.n} (exit {runs[0][1]}), "
                   f"+{grouped[n] - medians[10]:.2f} s over the 10 B run"

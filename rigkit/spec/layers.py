@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+import types
 import typing
 from collections.abc import Mapping, Iterable
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rigkit.spec.model import EMPTY_REFUSED, RigSpec
+from rigkit.spec.types import Kind, kind_of
 from rigkit.spec.problems import SpecError, SpecProblem, did_you_mean, dotted_key, shown
 from rigkit.spec.secrets import SECRET_SHOWN, scan_raw, secret_shaped
 
@@ -192,6 +194,35 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
 _PYDANTIC_TAG = re.compile(r"^(?:[a-z][a-z-]*\[.*\]|\[key\]|str|int|float|bool|none)$", re.DOTALL)
 
 
+def _kind_at(loc: tuple[Any, ...]) -> Kind | None:
+    """The :class:`~rigkit.spec.types.Kind` of the value at ``loc`` (a field, a list item, a mapping value),
+    or None."""
+    ann: Any = RigSpec
+    kind = None
+    for part in loc:
+        while typing.get_origin(ann) is typing.Annotated:
+            ann = typing.get_args(ann)[0]
+        members = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
+            typing.Union, types.UnionType) else [ann]
+        ann = next((a for a in members if a is not type(None)), None)
+        while typing.get_origin(ann) is typing.Annotated:
+            ann = typing.get_args(ann)[0]
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(part, str) and part in ann.model_fields:
+            field = ann.model_fields[part]
+            ann, kind = field.annotation, kind_of(field.metadata)
+        elif typing.get_origin(ann) in (list, dict):
+            ann = typing.get_args(ann)[-1]
+            kind = None
+        else:
+            return None
+        if typing.get_origin(ann) is typing.Annotated:
+            kind = kind_of(typing.get_args(ann)[1:]) or kind
+        elif typing.get_origin(ann) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(ann) if typing.get_origin(a) is typing.Annotated]
+            kind = kind or (kind_of(typing.get_args(inner[0])[1:]) if inner else None)
+    return kind
+
+
 def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and _PYDANTIC_TAG.match(p)))
 
@@ -216,7 +247,11 @@ def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> li
             shown_value = "None" if value is None else shown(value, typed=err["type"] != "value_error")
             if secret_shaped(value) or SECRET_SHOWN in shown_value:  # never echo a secret, whatever the path
                 shown_value = SECRET_SHOWN
-            problem = SpecProblem(key=key, value=shown_value, allowed=_allowed_text(err))
+            allowed = _allowed_text(err)
+            kind = _kind_at(loc)
+            if kind is not None and kind.most is not None and (err.get("ctx") or {}).get("le") == kind.most:
+                allowed += f" ({kind.allowed})"  # the bound's reason: its consumer (rigkit.spec.types)
+            problem = SpecProblem(key=key, value=shown_value, allowed=allowed)
         if str(problem) not in seen:
             seen.add(str(problem))
             problems.append(problem)

@@ -37,11 +37,13 @@ from rigkit.spec.llama_swap_schema import GO_INT_MAX
 @dataclass(frozen=True)
 class Kind:
     """The marker of a kind of value: ``name`` (``"port"``) and ``allowed`` (what the kind accepts, in
-    words). ``free``: a kind no rule constrains (:data:`Text`, :data:`Command`), listed with its reason."""
+    words). ``free``: a kind no rule constrains (:data:`Text`, :data:`Command`), listed with its reason.
+    ``most``: the consumer's upper bound of a number kind (a message over it gives ``allowed`` as the reason)."""
 
     name: str
     allowed: str
     free: bool = False
+    most: int | None = None
 
 
 def kind_of(metadata: list[Any] | tuple[Any, ...]) -> Kind | None:
@@ -91,7 +93,7 @@ _STOP_MARGIN_S = 60
 # Numbers
 
 #: A port: 1–65535 (a TCP port number is 16 bits; 0 asks the kernel for any).
-Port = Annotated[int, Field(ge=1, le=65535), Kind("port", "a TCP port, 1–65535")]
+Port = Annotated[int, Field(ge=1, le=65535), Kind("port", "a TCP port")]
 #: A float that is a number: not infinity or NaN (``gpu_vram_gib: .inf`` switched the VRAM check off).
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False), Kind("finite float", "a finite number")]
 #: GiB of VRAM: finite, above 0 (nvidia-smi MiB / 1024).
@@ -107,19 +109,21 @@ Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), Kind("fracti
 Temperature = Annotated[float, Field(ge=0, allow_inf_nan=False), Kind("temperature", "a finite number, 0 or more")]
 #: llama-swap's integer seconds (ttl, unloadTimeout, healthCheckTimeout): 0 … :data:`GO_DURATION_S_MAX`.
 LlamaSwapSeconds = Annotated[int, Field(ge=0, le=GO_DURATION_S_MAX),
-                             Kind("llama-swap seconds", f"whole seconds, 0–{GO_DURATION_S_MAX} (llama-swap makes a Go "
-                                                        "time.Duration of them)")]
+                             Kind("llama-swap seconds", f"whole seconds; llama-swap makes a Go time.Duration (int64 ns) of them, "
+                                                        f"so at most {GO_DURATION_S_MAX}", most=GO_DURATION_S_MAX)]
 #: A stop timeout in whole seconds: docker stop/compose (Go durations) and systemd's TimeoutStopSec.
 StopSeconds = Annotated[int, Field(ge=1, le=min(GO_DURATION_S_MAX, SYSTEMD_S_MAX) - _STOP_MARGIN_S),
-                        Kind("stop seconds", "whole seconds for docker stop and systemd's TimeoutStopSec")]
+                        Kind("stop seconds", "whole seconds for docker stop (a Go time.Duration) and systemd's TimeoutStopSec "
+                                            "(a usec_t), with rigkit's margins",
+                             most=min(GO_DURATION_S_MAX, SYSTEMD_S_MAX) - _STOP_MARGIN_S)]
 #: Tokens (context, budgets): at most llama.cpp's int32.
-Tokens = Annotated[int, Field(ge=1, le=INT32_MAX), Kind("tokens", f"tokens, 1–{INT32_MAX} (llama.cpp's int32_t)")]
+Tokens = Annotated[int, Field(ge=1, le=INT32_MAX), Kind("tokens", "tokens; llama.cpp holds them in an int32_t", most=INT32_MAX)]
 #: A count (sequences, generations, speculative tokens): 1 … int32.
-Count = Annotated[int, Field(ge=1, le=INT32_MAX), Kind("count", f"a whole number, 1–{INT32_MAX}")]
+Count = Annotated[int, Field(ge=1, le=INT32_MAX), Kind("count", "a whole number, at most an int32", most=INT32_MAX)]
 #: Watts as nvidia-smi/NVML take them.
-Watts = Annotated[int, Field(gt=0, le=NVML_W_MAX), Kind("watts", f"W, 1–{NVML_W_MAX} (NVML's unsigned int mW)")]
+Watts = Annotated[int, Field(gt=0, le=NVML_W_MAX), Kind("watts", "W; NVML takes the limit as an unsigned int of mW", most=NVML_W_MAX)]
 #: MiB of GPU memory as nvidia-smi reads it.
-MiB = Annotated[int, Field(gt=0, le=INT32_MAX), Kind("MiB", f"MiB, 1–{INT32_MAX}")]
+MiB = Annotated[int, Field(gt=0, le=INT32_MAX), Kind("MiB", "MiB of GPU memory, at most an int32", most=INT32_MAX)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -465,6 +469,6 @@ CudaVersion = Annotated[str, _rule(_version_problem(2)), Kind("cuda version", "t
 # Free kinds (exempt; notes/spec-types.md gives the reasons)
 
 #: Prose an operator reads (a description, a display name): any text the raw scan lets through.
-Text = Annotated[str, Field(max_length=4096), Kind("text", "free text", free=True)]
+Text = Annotated[str, Kind("text", "free text", free=True)]
 #: A member's command line: its words are checked by :mod:`rigkit.spec.cmdline` and the validation.
 Command = Annotated[str, Field(min_length=1), Kind("command", "a command line, split into words as llama-swap does", free=True)]
