@@ -10,7 +10,9 @@ claims everything under it).
 
 Ports inside commands are read as the servers read them (:func:`listen_ports`): llama-server
 (``common/arg.cpp``) and vLLM (argparse) both take ``--port N`` and ``--port=N``; the last one wins,
-so a second ``--port`` beside the one rigkit renders moves the server away from its proxy.
+so a second ``--port`` beside the one rigkit renders moves the server away from its proxy. A server in
+a ``docker run`` container listens in the container's network: its host port is the one ``-p`` publishes
+(:func:`published_ports`).
 """
 
 from __future__ import annotations
@@ -145,17 +147,55 @@ def _service_port_claims(spec: RigSpec, mid: str, m: members_mod.Member) -> list
     return out
 
 
+def published_ports(words: list[str]) -> list[str]:
+    """The host side of each ``-p``/``--publish`` of a ``docker run`` (``[ip:]host:container[/proto]``,
+    docker run(1)): the host port as written, or nothing for a port docker picks (``-p 8080``) or a range."""
+    cc = cmdline.container_command(words)
+    if cc is None or cc.verb not in ("run", "create"):
+        return []
+    head = words[:words.index(cc.image)] if cc.image in words else words
+    values = []
+    for i, w in enumerate(head):
+        if w in ("-p", "--publish") and i + 1 < len(head):
+            values.append(head[i + 1])
+        elif w.startswith("--publish="):
+            values.append(w.split("=", 1)[1])
+        elif w.startswith("-p") and len(w) > 2 and not w.startswith("--"):
+            values.append(w[2:])
+    out = []
+    for value in values:
+        parts = value.split("/", 1)[0].rsplit(":", 2)
+        if len(parts) >= 2 and parts[-2]:
+            out.append(parts[-2])
+    return out
+
+
+def _in_container(words: list[str]) -> bool:
+    """Whether ``words`` run a server in a container with its own network (its ``--port`` is the
+    container's, not the host's: docker run's default bridge network)."""
+    cc = cmdline.container_command(words)
+    if cc is None or cc.verb not in ("run", "create"):
+        return False
+    return not any(w in ("--network=host", "--net=host") or (w in ("--network", "--net") and i + 1 < len(words)
+                                                             and words[i + 1] == "host") for i, w in enumerate(words))
+
+
 def _member_port_claims(key: str, m: members_mod.Member) -> list[Claim]:
-    """An operator member's ports: its proxy's, and each ``--port`` of each command its cmd runs."""
+    """An operator member's host ports: its proxy's, each ``-p`` a ``docker run`` publishes, and each
+    ``--port`` of a command that runs on the host's network (one ``--port`` per server)."""
     out = []
     if m.port is not None:
         out.append(Claim("port", m.port, m.port, f"{key}.proxy", key))
     if not m.cmd:
         return out
     for n, words in enumerate(cmdline.unwrap(cmdline.split_command(m.cmd)).commands):
+        for value in published_ports(words):
+            if (port := _port(value)) is not None:
+                out.append(Claim("port", port, value, f"{key}.cmd", key))
+        contained = _in_container(words)
         for i, value in listen_ports(words):
             port = _port(value)
-            if port is not None:
+            if port is not None and not contained:
                 out.append(Claim("port", port, value, f"{key}.cmd", key))
             out.append(Claim("listen option", f"{key} command {n}", value, f"{key}.cmd (word {i + 1})",
                              f"{key}.cmd (word {i + 1})"))

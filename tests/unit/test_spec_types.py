@@ -266,6 +266,28 @@ def test_listen_ports_reads_both_forms(words, found):
     assert claims_mod.listen_ports(words) == found
 
 
+@pytest.mark.parametrize("cmd, found", [
+    ("docker run --rm --name a -p 127.0.0.1:18030:8080 img --port 8080", ["18030"]),
+    ("docker run --rm --name a --publish=18031:80/tcp -p8081:81 -p 9000 img", ["18031", "8081"]),
+    ("docker run --rm --name a -p [::1]:18032:80 img", ["18032"]),
+    ("llama-server --port 18033", []),
+])
+def test_published_ports_read_the_host_side(cmd, found):
+    from rigkit.spec.cmdline import split_command
+
+    assert claims_mod.published_ports(split_command(cmd)) == found
+
+
+def test_a_container_port_is_not_a_host_port_but_its_published_port_is():
+    two_containers = {name: {**_MEMBER, "cmd": f"docker run --rm --name {name} -p 127.0.0.1:{port}:8080 img --port 8080",
+                             "cmd_stop": f"docker stop {name}", "proxy": f"http://127.0.0.1:{port}"}
+                      for name, port in (("c1", 18061), ("c2", 18062))}
+    assert _problems({"llama_swap": {"members": two_containers}}) == []
+    two_containers["c2"]["cmd"] = "docker run --rm --name c2 -p 127.0.0.1:18030:8080 img --port 8080"
+    assert any(p.startswith("llama_swap.members.c2.cmd: '18030'") and "strata.port" in p
+               for p in _problems({"llama_swap": {"members": two_containers}}))
+
+
 # --------------------------------------------------------------------------------------------
 # Compatibility as data
 
