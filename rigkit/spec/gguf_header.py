@@ -24,9 +24,10 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-#: First range fetched (bytes); doubled until the header parses. A tokenizer's vocabulary makes
-#: most headers 2–10 MiB (a 248k-token vocabulary with merges ≈ 8 MiB).
-FIRST_RANGE = 1 << 20
+#: First range fetched (bytes); doubled until the header parses, so at most about twice the
+#: header is read. A tokenizer's vocabulary makes most headers 2–10 MiB (a 248k-token vocabulary
+#: with merges ≈ 8 MiB): about eight requests.
+FIRST_RANGE = 64 << 10
 #: The most a header may take before we give up: a header this large is not a model's.
 MAX_HEADER = 256 << 20
 

@@ -577,7 +577,13 @@ def _co_resident_sets(groups: dict[str, tuple[bool, bool, bool, list[str]]]) -> 
                     break
 
 
-def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
+def co_load_problems(spec: RigSpec, figures: Mapping[str, float]) -> list[SpecProblem]:
+    """The group and co-load check with each member's figure the larger of its declared ``vram_gib``
+    and ``figures[member]`` (GiB; :func:`rigkit.spec.vram.member_fits`' estimates), as ``rigkit check`` runs it."""
+    return _check_groups_and_vram(spec, figures)
+
+
+def _check_groups_and_vram(spec: RigSpec, figures: Mapping[str, float] | None = None) -> list[SpecProblem]:
     out: list[SpecProblem] = []
     ls = spec.llama_swap
     seen: dict[str, str] = {}
@@ -594,7 +600,7 @@ def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
         return out
     usable = spec.gpu_vram_gib - spec.vram_reserve_gib
     resolved = members_mod.resolve_members(spec)
-    vram = {mid: (m.vram_gib or 0.0) for mid, m in resolved.items()}
+    vram = {mid: max(m.vram_gib or 0.0, (figures or {}).get(mid, 0.0)) for mid, m in resolved.items()}
     for mid, v in vram.items():
         if v > usable:
             out.append(SpecProblem(key=f"llama_swap.members.{mid}.vram_gib", value=repr(v),

@@ -75,6 +75,11 @@ def gib(n_bytes: float) -> float:
     return n_bytes / GIB
 
 
+def size(n_bytes: float) -> str:
+    """Bytes as the operator reads them: ``"14.90 GiB"``, or ``"12.5 MiB"`` below 0.1 GiB."""
+    return f"{n_bytes / GIB:.2f} GiB" if n_bytes >= GIB / 10 else f"{n_bytes / MIB:.1f} MiB"
+
+
 # --------------------------------------------------------------------------------------- llama.cpp
 
 
@@ -447,3 +452,98 @@ def largest_vllm_len(models: list[tuple[dict[str, Any], int]], budget: int, kv_c
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid * step) else (lo, mid)
     return lo * step
+
+
+# ------------------------------------------------------------------------------------ the members
+
+
+@dataclass
+class MemberFit:
+    """One member's estimate beside its declared figure: ``member`` id, ``declared_gib`` (its
+    ``vram_gib``, or HyperQwen's ``gpu_memory_utilization × gpu_vram_gib``), ``estimate_gib`` (None
+    when the lock has nothing to go on: ``detail`` says why), ``detail`` (the parts), ``error`` (it
+    cannot fit the card: exit 2, naming the largest context that would) and ``warning`` (the
+    declared figure is below the estimate)."""
+
+    member: str
+    declared_gib: float | None
+    estimate_gib: float | None
+    detail: str
+    error: str | None = None
+    warning: str | None = None
+
+
+def _fmt_tokens(n: int) -> str:
+    return f"{n:,} tokens" if n else "not even the smallest context"
+
+
+def _llamacpp_fit(mid: str, key: str, server: Any, entry: dict[str, Any] | None, declared: float | None,
+                  usable: float) -> MemberFit:
+    header = ((entry or {}).get("gguf") or {}).get(server.model_file or "")
+    if header is None:
+        return MemberFit(mid, declared, None, f"no GGUF header for {server.model_file!r} in the lock "
+                                              "(re-lock with `rigkit models lock`)")
+    try:
+        args = parse_llama_args([a for a in (server.args or []) if "RIGKIT-UNSET" not in a], server.ctx_size)
+        est = llamacpp_estimate(header, args)
+    except ValueError as exc:
+        return MemberFit(mid, declared, None, f"cannot estimate: {exc}", error=f"{key}.args: {exc}")
+    n_ctx = args.n_ctx or header.get("context_length") or 0
+    detail = (f"{size(est.weights_gpu)} weights + {size(est.kv_gpu)} KV cache at {n_ctx:,} tokens "
+              f"({args.cache_type_k}/{args.cache_type_v}, {'unified' if args.kv_unified else f'{args.n_parallel} slots'})"
+              f" + ≤{size(est.compute_gpu)} compute buffer")
+    fit = MemberFit(mid, declared, round(gib(est.gpu_total), 3), detail)
+    if est.problems:
+        fit.error = f"{key}.args: " + "; ".join(est.problems)
+    elif gib(est.gpu_total) > usable:
+        most = largest_llamacpp_ctx(header, args, int(usable * GIB))
+        fit.error = (f"{key}.ctx_size: {mid} --ctx-size {n_ctx} needs {size(est.kv_gpu)} of KV cache beside "
+                     f"{size(est.weights_gpu)} of weights and ≤{size(est.compute_gpu)} of compute buffer; "
+                     f"the card has {usable:g} GiB (gpu_vram_gib − vram_reserve_gib): at most {_fmt_tokens(most)}")
+    elif declared is not None and declared < fit.estimate_gib:
+        fit.warning = (f"llama_swap.members.{mid}.vram_gib: {declared:g} GiB declared, below the estimate "
+                       f"{fit.estimate_gib:g} GiB ({detail}); the co-load check uses the estimate")
+    return fit
+
+
+def _hyperqwen_fit(mid: str, spec: Any, models: dict[str, Any], declared: float) -> MemberFit:
+    hq = spec.hyperqwen
+    target = models.get("hyperqwen") or {}
+    draft_on = hq.spec == "dflash2" and hq.dflash2_drafter
+    parts = [("hyperqwen", target)] + ([("hyperqwen-dflash2", models.get("hyperqwen-dflash2") or {})] if draft_on else [])
+    missing = [name for name, e in parts if not e.get("config")]
+    if missing:
+        return MemberFit(mid, declared, None, f"no config.json summary for {', '.join(missing)} in the lock "
+                                              "(re-lock with `rigkit models lock`)")
+    pairs = [(e["config"], sum(f["size"] for f in e["files"] if f["path"].endswith(".safetensors"))) for _, e in parts]
+    num_spec = hq.dflash_tokens if draft_on else 0
+    budget = int(hq.gpu_memory_utilization * spec.gpu_vram_gib * GIB)
+    est = vllm_estimate(pairs, hq.max_model_len, budget, num_spec=num_spec)
+    detail = (f"{size(est.weights)} weights{' (+ drafter)' if draft_on else ''} + {size(est.kv)} KV "
+              f"cache/state at max_model_len {hq.max_model_len:,}; vLLM takes gpu_memory_utilization "
+              f"{hq.gpu_memory_utilization} × {spec.gpu_vram_gib:g} GiB = {gib(budget):.2f} GiB")
+    fit = MemberFit(mid, declared, round(gib(est.total), 3), detail)
+    if est.total > budget:
+        most = largest_vllm_len(pairs, budget, num_spec=num_spec)
+        fit.error = (f"hyperqwen.max_model_len: {hq.max_model_len} needs {size(est.kv)} of KV cache beside "
+                     f"{size(est.weights)} of weights; vLLM gets gpu_memory_utilization "
+                     f"{hq.gpu_memory_utilization} × {spec.gpu_vram_gib:g} GiB = {size(budget)}, before "
+                     f"activations: at most {_fmt_tokens(most)}")
+    return fit
+
+
+def member_fits(spec: Any, lock: dict[str, Any]) -> list[MemberFit]:
+    """Each llama-swap member rigkit derives (``service`` set) estimated from the lock's metadata,
+    beside its declared figure; an operator's own member (``cmd`` given) is not estimated."""
+    from rigkit.spec.members import hyperqwen_vram_gib
+
+    models = lock.get("models", {})
+    usable = spec.gpu_vram_gib - spec.vram_reserve_gib
+    out = []
+    for mid, m in spec.llama_swap.members.items():
+        if m.service in ("strata", "gguf_baseline"):
+            server = getattr(spec, m.service)
+            out.append(_llamacpp_fit(mid, m.service, server, models.get(server.model), m.vram_gib, usable))
+        elif m.service == "hyperqwen":
+            out.append(_hyperqwen_fit(mid, spec, models, m.vram_gib or hyperqwen_vram_gib(spec)))
+    return out
