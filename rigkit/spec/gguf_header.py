@@ -42,6 +42,10 @@ def _parse_prefix(prefix: bytes, size: int) -> Any | None:
     bytes, or ``None`` when the header runs past the prefix (fetch more)."""
     from gguf import GGUFReader
 
+    if len(prefix) < 24:  # magic, version, tensor and key/value counts
+        if prefix[:4] != b"GGUF"[:len(prefix[:4])]:
+            raise HeaderError(f"not a GGUF file (magic {prefix[:4]!r}, expected b'GGUF')")
+        return None
     with tempfile.TemporaryDirectory(prefix="rigkit-gguf-") as tmp:
         path = os.path.join(tmp, "header.gguf")
         with open(path, "wb") as fh:
