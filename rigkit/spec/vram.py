@@ -39,7 +39,7 @@ model the attention block grows until its page holds a Mamba state, and the Mamb
 to it (``vllm/platforms/interface.py`` ``_align_hybrid_block_size``: ``16 × cdiv(mamba_page, 16 ×
 attn_page_per_token)``). The drafter's layers get their own cache at the same ``max_model_len``.
 The check here is a necessary condition: weights + KV cache at ``max_model_len`` must fit in
-``gpu_memory_utilization × card``.
+``gpu_memory_utilization × card``, judged with an fp8 KV cache (the stack picks its own KV dtype).
 
 **What it cannot predict**: allocator workspaces and activations that exist only at run time —
 vLLM's profile-run peak and CUDA graphs, the marlin GEMM workspace (the seeds' ``marlin_gemm``
@@ -518,14 +518,19 @@ def _hyperqwen_fit(mid: str, spec: Any, models: dict[str, Any], declared: float)
     pairs = [(e["config"], sum(f["size"] for f in e["files"] if f["path"].endswith(".safetensors"))) for _, e in parts]
     num_spec = hq.dflash_tokens if draft_on else 0
     budget = int(hq.gpu_memory_utilization * spec.gpu_vram_gib * GIB)
-    est = vllm_estimate(pairs, hq.max_model_len, budget, num_spec=num_spec)
-    detail = (f"{size(est.weights)} weights{' (+ drafter)' if draft_on else ''} + {size(est.kv)} KV "
-              f"cache/state at max_model_len {hq.max_model_len:,}; vLLM takes gpu_memory_utilization "
-              f"{hq.gpu_memory_utilization} × {spec.gpu_vram_gib:g} GiB = {gib(budget):.2f} GiB")
+    # The stack's KV cache dtype is its own (its KV knob; "CTX huge 240k with the KVarN cache",
+    # notes/hyperqwen.md): the refusal is judged at the smallest cache vLLM offers (fp8, 1 byte),
+    # so it fires only when no KV setting could fit; the model dtype's figure is shown beside it.
+    est = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="fp8", num_spec=num_spec)
+    full = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="auto", num_spec=num_spec)
+    detail = (f"{size(est.weights)} weights{' (+ drafter)' if draft_on else ''} + {size(est.kv)} KV cache/state at "
+              f"max_model_len {hq.max_model_len:,} with an fp8 KV cache ({size(full.kv)} at "
+              f"{pairs[0][0]['dtype']}); vLLM takes gpu_memory_utilization {hq.gpu_memory_utilization} × "
+              f"{spec.gpu_vram_gib:g} GiB = {size(budget)}")
     fit = MemberFit(mid, declared, round(gib(est.total), 3), detail)
     if est.total > budget:
-        most = largest_vllm_len(pairs, budget, num_spec=num_spec)
-        fit.error = (f"hyperqwen.max_model_len: {hq.max_model_len} needs {size(est.kv)} of KV cache beside "
+        most = largest_vllm_len(pairs, budget, kv_cache_dtype="fp8", num_spec=num_spec)
+        fit.error = (f"hyperqwen.max_model_len: {hq.max_model_len} needs {size(est.kv)} of KV cache (fp8) beside "
                      f"{size(est.weights)} of weights; vLLM gets gpu_memory_utilization "
                      f"{hq.gpu_memory_utilization} × {spec.gpu_vram_gib:g} GiB = {size(budget)}, before "
                      f"activations: at most {_fmt_tokens(most)}")
