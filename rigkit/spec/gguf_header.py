@@ -14,12 +14,15 @@ only the first bytes fails there (a reshape of a short slice). It does read a *s
 file's full size whose first bytes are the ones fetched: the tensor data are views that are never
 touched, and nothing is read past ``data_offset``. A prefix is complete when the reader's
 ``data_offset`` (the end of the header, padding included) lies inside it — every byte the reader
-parsed was a fetched one; until then the parse, over the zeros of the hole, is discarded.
+parsed was a fetched one. Whether a prefix can be complete is first asked of :func:`header_end`,
+which walks only the lengths: the reader's own parse of a large vocabulary takes seconds, and a
+parse over the hole's zeros costs as much as a real one.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +38,68 @@ MAX_HEADER = 256 << 20
 class HeaderError(ValueError):
     """Not a GGUF file this reader can use (bad magic, an unsupported version, a header past
     :data:`MAX_HEADER`, a model without the keys the estimate needs); the message says which."""
+
+
+#: Bytes of each fixed-size GGUF value type (ggml's ``gguf.cpp`` ``GGUF_TYPE_SIZE``); 8 string, 9 array.
+_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+def header_end(prefix: bytes) -> int | None:
+    """Where a GGUF file's tensor data start (``data_offset``: the header's end, padded to
+    ``general.alignment``), if ``prefix`` holds the whole header; ``None`` when it stops before.
+
+    Only walks the lengths (GGUF v3, ``docs/gguf.md``: little-endian; a string is a u64 length and
+    its bytes; an array a u32 type, a u64 count and the elements; a tensor info a name, a u32
+    ``n_dims``, ``n_dims`` u64 dimensions, a u32 type and a u64 offset), so growing ranges cost one
+    :class:`gguf.GGUFReader` parse, not one per range: that reader decodes every token of a
+    248k-token vocabulary (~8 s), complete or not. The values are read by :func:`summarize`."""
+    u32, u64 = struct.Struct("<I"), struct.Struct("<Q")
+    n = len(prefix)
+
+    def need(pos: int) -> int:
+        if pos > n:
+            raise IndexError
+        return pos
+
+    def skip_value(pos: int, vtype: int) -> int:
+        if vtype in _FIXED:
+            return need(pos + _FIXED[vtype])
+        if vtype == 8:
+            (length,) = u64.unpack_from(prefix, need(pos + 8) - 8)
+            return need(pos + 8 + length)
+        if vtype == 9:
+            (etype,) = u32.unpack_from(prefix, need(pos + 4) - 4)
+            (count,) = u64.unpack_from(prefix, need(pos + 12) - 8)
+            pos += 12
+            if etype in _FIXED:
+                return need(pos + count * _FIXED[etype])
+            for _ in range(count):
+                pos = skip_value(pos, etype)
+            return pos
+        raise HeaderError(f"unknown GGUF value type {vtype}")
+
+    try:
+        if n < 24:
+            return None
+        (n_tensors,) = u64.unpack_from(prefix, 8)
+        (n_kv,) = u64.unpack_from(prefix, 16)
+        pos, alignment = 24, 32
+        for _ in range(n_kv):
+            (klen,) = u64.unpack_from(prefix, need(pos + 8) - 8)
+            key = prefix[pos + 8:need(pos + 8 + klen)]
+            pos += 8 + klen
+            (vtype,) = u32.unpack_from(prefix, need(pos + 4) - 4)
+            if key == b"general.alignment" and vtype == 4:
+                (alignment,) = u32.unpack_from(prefix, need(pos + 8) - 4)
+            pos = skip_value(pos + 4, vtype)
+        for _ in range(n_tensors):
+            pos = skip_value(pos, 8)
+            (n_dims,) = u32.unpack_from(prefix, need(pos + 4) - 4)
+            pos = need(pos + 4 + 8 * n_dims + 4 + 8)
+    except (IndexError, struct.error):
+        return None
+    end = pos + (-pos % alignment if alignment else 0)
+    return end if end <= n else None
 
 
 def _parse_prefix(prefix: bytes, size: int) -> Any | None:
@@ -80,7 +145,9 @@ def read_header(fetch: Callable[[int, int], bytes], size: int, first: int = FIRS
             if len(chunk) != want - len(have):
                 raise HeaderError(f"asked for bytes {len(have)}-{want - 1}, got {len(chunk)} bytes")
             have += chunk
-        summary = _parse_prefix(have, size)
+        if len(have) >= 4 and have[:4] != b"GGUF":
+            raise HeaderError(f"not a GGUF file (magic {have[:4]!r}, expected b'GGUF')")
+        summary = _parse_prefix(have, size) if header_end(have) is not None else None
         if summary is not None:
             return summary, len(have)
         if len(have) >= size:

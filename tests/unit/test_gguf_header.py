@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 gguf = pytest.importorskip("gguf")
 
-from rigkit.spec.gguf_header import HeaderError, read_header, summarize  # noqa: E402
+from rigkit.spec.gguf_header import HeaderError, header_end, read_header, summarize  # noqa: E402
 
 TYPES = [np.float32, np.float16]
 
@@ -97,6 +97,9 @@ def test_a_header_read_from_the_front_is_what_gguf_reads_from_the_whole_file(tmp
     tb = summary["tensor_bytes"]
     assert sum(tb["layers"]) + tb["input"] + tb["output"] == sum(int(t.n_bytes) for t in whole.tensors)
     assert tb["tied_output"] is True  # no output.weight: llama.cpp reuses token_embd
+    # the length walk finds the header's end exactly, and no end in a shorter prefix
+    assert header_end(data) == whole.data_offset
+    assert header_end(data[:whole.data_offset - 1]) is None
 
 
 def test_gguf_reader_cannot_read_a_prefix_alone(tmp_path):
