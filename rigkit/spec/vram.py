@@ -54,6 +54,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The cache types llama.cpp's ``--cache-type-k/-v`` accept (``common/arg.cpp`` ``kv_cache_types``).
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 GIB = 1 << 30
 MIB = 1 << 20
 #: llama.cpp pads the context of each KV stream to this many cells (``llama-context.cpp``).
@@ -114,7 +116,8 @@ def parse_llama_args(argv: list[str], ctx_size: int | None = None) -> LlamaArgs:
     """:class:`LlamaArgs` from a llama-server argument list (later options win, as llama.cpp's
     parser does). ``ctx_size`` is the spec's ``ctx_size`` (rigkit puts ``--ctx-size`` before the
     operator's ``args``, so an ``-c`` in ``args`` wins). Unknown arguments are ignored. Raises
-    ``ValueError`` naming the option whose value is not a number."""
+    ``ValueError`` naming the option whose value is not a number, or a cache type llama.cpp refuses
+    (:data:`CACHE_TYPES`)."""
     ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     ap.add_argument("-c", "--ctx-size", type=int, dest="n_ctx")
     ap.add_argument("-np", "--parallel", type=int, dest="n_parallel")
@@ -133,6 +136,9 @@ def parse_llama_args(argv: list[str], ctx_size: int | None = None) -> LlamaArgs:
         ns, _rest = ap.parse_known_args(words)
     except argparse.ArgumentError as exc:
         raise ValueError(str(exc)) from None
+    for opt, value in (("--cache-type-k", ns.cache_type_k), ("--cache-type-v", ns.cache_type_v)):
+        if value is not None and value.lower() not in CACHE_TYPES:
+            raise ValueError(f"{opt} {value!r}: llama.cpp accepts {', '.join(CACHE_TYPES)}")
     n_parallel = ns.n_parallel if ns.n_parallel is None or ns.n_parallel > 0 else None
     unified = ns.kv_unified if ns.kv_unified is not None else n_parallel is None
     fa = {"1": "on", "true": "on", "enabled": "on", "0": "off", "false": "off", "disabled": "off"}.get(

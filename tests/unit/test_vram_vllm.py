@@ -120,6 +120,12 @@ def test_a_non_numeric_context_names_the_option():
         parse_llama_args(["-c", "lots"])
 
 
+def test_a_cache_type_llama_cpp_refuses_names_the_option_and_what_it_accepts():
+    with pytest.raises(ValueError) as err:
+        parse_llama_args(["-ctv", "q3_k"])
+    assert str(err.value) == "--cache-type-v 'q3_k': llama.cpp accepts f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1"
+
+
 def test_the_issue_example_shape_strata_at_262144_is_refused_with_the_largest_that_fits():
     a = parse_llama_args(["--n-gpu-layers", "99", "-fa", "on"], 262_144)
     e = llamacpp_estimate(HEADER, a)
