@@ -20,7 +20,8 @@ Sizes are bytes inside, GiB (2**30, as nvidia-smi's MiB / 1024) at the edges.
   (``llama-hparams.cpp`` ``n_embd_r``/``n_embd_s``). A quantized V cache needs flash attention
   (llama.cpp refuses ``--flash-attn off`` with it: "quantized V cache requires flash_attn").
   Weights and KV cache are the same on any backend; ``tests/unit/test_vram_llamacpp.py`` holds
-  them to the real llama.cpp's own report on the CPU backend (exact to its 0.01 MiB print).
+  them to the real llama.cpp's own report on the CPU backend (exact to its 0.01 MiB print), sliding
+  windows included (a tiny gemma3); the recurrent formula is not checked against a real run.
 - Compute buffer: :func:`compute_buffer_bound`, a bound, not a measurement (see there).
 
 **vLLM** (HyperQwen): vLLM takes ``gpu_memory_utilization × card`` by construction
@@ -64,6 +65,11 @@ N_CTX_PAD = 256
 VLLM_BLOCK = 16
 #: vLLM's default ``max_num_batched_tokens`` for online serving (``vllm/engine/arg_utils.py``), used for sliding windows.
 VLLM_BATCHED_TOKENS = 8192
+#: Sliding-window patterns llama.cpp sets in code, not from the file (``llama-model.cpp`` ``load_hparams``:
+#: ``LLM_ARCH_GEMMA3`` ``hparams.set_swa_pattern(6)``: five SWA layers, then one dense). Seen on the real
+#: llama.cpp here (``load_tensors: layer 5 … is_swa = 0``; tests/unit/test_vram_llamacpp.py). An
+#: architecture with a sliding window and no known pattern is counted as all dense: an upper bound.
+SWA_PATTERN_BY_ARCH = {"gemma3": 6}
 _TORCH_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1,
                 "fp8_e5m2": 1, "int8": 1}
 
@@ -175,7 +181,7 @@ def _layer_kinds(h: dict[str, Any]) -> list[str]:
     kv = _per_layer(h["head_count_kv"], n)
     interval = h.get("full_attention_interval")
     kinds = []
-    pattern = h.get("sliding_window_pattern")
+    pattern = h.get("sliding_window_pattern", SWA_PATTERN_BY_ARCH.get(h.get("architecture", "")))
     for il in range(n):
         if interval and (il + 1) % interval != 0 or (h.get("ssm") and kv[il] == 0):
             kinds.append("recurrent")
