@@ -496,7 +496,9 @@ def _llamacpp_fit(mid: str, key: str, server: Any, entry: dict[str, Any] | None,
         return MemberFit(mid, declared, None, f"no GGUF header for {server.model_file!r} in the lock "
                                               "(re-lock with `rigkit models lock`)")
     try:
-        args = parse_llama_args([a for a in (server.args or []) if "RIGKIT-UNSET" not in a], server.ctx_size)
+        from rigkit.paths import PLACEHOLDER_PREFIX
+
+        args = parse_llama_args([a for a in (server.args or []) if PLACEHOLDER_PREFIX not in a], server.ctx_size)
         est = llamacpp_estimate(header, args)
     except ValueError as exc:
         return MemberFit(mid, declared, None, f"cannot estimate: {exc}", error=f"{key}.args: {exc}")
