@@ -410,9 +410,12 @@ def vllm_pages(c: dict[str, Any], kv_cache_dtype: str = "auto", num_spec: int = 
     return {"block_size": block_size, "attn_page": attn_page, "mamba_page": padded, "mamba_page_raw": mamba}
 
 
-def vllm_kv_bytes(c: dict[str, Any], max_model_len: int, kv_cache_dtype: str = "auto", num_spec: int = 0) -> int:
+def vllm_kv_bytes(c: dict[str, Any], max_model_len: int, kv_cache_dtype: str = "auto", num_spec: int = 0,
+                  prefix_cache: bool = False) -> int:
     """KV cache (and linear-attention state) vLLM needs for one request of ``max_model_len`` tokens:
-    the sum of each layer's ``max_memory_usage_bytes`` (``check_enough_kv_cache_memory``)."""
+    the sum of each layer's ``max_memory_usage_bytes`` (``check_enough_kv_cache_memory``). With
+    ``prefix_cache`` a hybrid model's Mamba cache runs in ``align`` mode (vLLM's default for hybrid
+    models with prefix caching on), one more state page per request: ``page × (2 + num_spec)``."""
     p = vllm_pages(c, kv_cache_dtype, num_spec)
     bs = p["block_size"]
     total = 0
@@ -423,7 +426,7 @@ def vllm_kv_bytes(c: dict[str, Any], max_model_len: int, kv_cache_dtype: str = "
             tokens = min(c.get("sliding_window", max_model_len) - 1 + VLLM_BATCHED_TOKENS, max_model_len)
             total += (-(-tokens // bs) + 1) * p["attn_page"]
         else:
-            total += p["mamba_page"] * (1 + num_spec)
+            total += p["mamba_page"] * ((2 if prefix_cache else 1) + num_spec)
     return total
 
 
@@ -442,18 +445,18 @@ class VllmEstimate:
 
 
 def vllm_estimate(models: list[tuple[dict[str, Any], int]], max_model_len: int, budget: int,
-                  kv_cache_dtype: str = "auto", num_spec: int = 0) -> VllmEstimate:
+                  kv_cache_dtype: str = "auto", num_spec: int = 0, prefix_cache: bool = False) -> VllmEstimate:
     """``models``: ``(config summary, safetensors bytes)`` of the target and its drafter."""
     weights = sum(w for _, w in models)
-    kv = sum(vllm_kv_bytes(c, max_model_len, kv_cache_dtype, num_spec) for c, _ in models)
+    kv = sum(vllm_kv_bytes(c, max_model_len, kv_cache_dtype, num_spec, prefix_cache) for c, _ in models)
     return VllmEstimate(weights=weights, kv=kv, budget=budget)
 
 
 def largest_vllm_len(models: list[tuple[dict[str, Any], int]], budget: int, kv_cache_dtype: str = "auto",
-                     num_spec: int = 0, step: int = 1024) -> int:
+                     num_spec: int = 0, step: int = 1024, prefix_cache: bool = False) -> int:
     """The largest ``max_model_len`` (a multiple of ``step``) whose weights + KV cache fit ``budget``."""
     def fits(n: int) -> bool:
-        return vllm_estimate(models, n, budget, kv_cache_dtype, num_spec).total <= budget
+        return vllm_estimate(models, n, budget, kv_cache_dtype, num_spec, prefix_cache).total <= budget
 
     if not fits(step):
         return 0
@@ -535,15 +538,16 @@ def _hyperqwen_fit(mid: str, spec: Any, models: dict[str, Any], declared: float)
     # The stack's KV cache dtype is its own (its KV knob; "CTX huge 240k with the KVarN cache",
     # notes/hyperqwen.md): the refusal is judged at the smallest cache vLLM offers (fp8, 1 byte),
     # so it fires only when no KV setting could fit; the model dtype's figure is shown beside it.
-    est = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="fp8", num_spec=num_spec)
-    full = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="auto", num_spec=num_spec)
+    pc = hq.prefix_cache
+    est = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="fp8", num_spec=num_spec, prefix_cache=pc)
+    full = vllm_estimate(pairs, hq.max_model_len, budget, kv_cache_dtype="auto", num_spec=num_spec, prefix_cache=pc)
     detail = (f"{size(est.weights)} weights{' (+ drafter)' if draft_on else ''} + {size(est.kv)} KV cache/state at "
               f"max_model_len {hq.max_model_len:,} with an fp8 KV cache ({size(full.kv)} at "
               f"{pairs[0][0]['dtype']}); vLLM takes gpu_memory_utilization {hq.gpu_memory_utilization} × "
               f"{spec.gpu_vram_gib:g} GiB = {size(budget)}")
     fit = MemberFit(mid, declared, round(gib(est.total), 3), detail)
     if est.total > budget:
-        most = largest_vllm_len(pairs, budget, kv_cache_dtype="fp8", num_spec=num_spec)
+        most = largest_vllm_len(pairs, budget, kv_cache_dtype="fp8", num_spec=num_spec, prefix_cache=pc)
         fit.error = (f"hyperqwen.max_model_len: {hq.max_model_len} needs {size(est.kv)} of KV cache (fp8) beside "
                      f"{size(est.weights)} of weights; vLLM gets gpu_memory_utilization "
                      f"{hq.gpu_memory_utilization} × {spec.gpu_vram_gib:g} GiB = {size(budget)}, before "

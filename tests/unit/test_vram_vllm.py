@@ -39,6 +39,9 @@ def test_the_hybrid_block_size_is_what_vllm_logged_for_the_27b_with_dflash():
     assert round(100 * (p["attn_page"] / p["mamba_page_raw"] - 1), 2) == 1.09
     # DFLASH_TOKENS 7 (the rig's default) lands on the same block
     assert vllm_pages(QWEN35_27B, num_spec=7)["block_size"] == 832
+    # without speculation: 784, as a public vLLM study reports for Qwen3.8-27B on one GPU
+    # ("block size là 544 (Qwen3-Next TP2) hoặc 784 (Qwen3.8-27B TP1)")
+    assert vllm_pages(QWEN35_27B, num_spec=0)["block_size"] == 784
 
 
 def test_the_27b_kv_cache_at_the_house_max_model_len():
@@ -47,6 +50,8 @@ def test_the_27b_kv_cache_at_the_house_max_model_len():
     kv = vllm_kv_bytes(QWEN35_27B, 65_536, num_spec=7)
     assert kv == 16 * 79 * 3_407_872 + 48 * 3_407_872 * 8
     assert round(kv / GIB, 2) == 5.23
+    # prefix caching (the rig's PREFIX_CACHE=1): the align mode keeps one more state page per layer
+    assert vllm_kv_bytes(QWEN35_27B, 65_536, num_spec=7, prefix_cache=True) == kv + 48 * 3_407_872
 
 
 def test_a_max_model_len_too_long_for_the_card_names_the_longest_that_fits():
