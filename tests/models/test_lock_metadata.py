@@ -41,14 +41,13 @@ def test_the_lock_carries_each_gguf_header_read_by_ranges_only(hub, tmp_path):
 
 def test_the_sandbox_lock_is_what_models_lock_writes_against_the_hub_fixture(lock):
     """inventory/sandbox.lock.json is `rigkit models lock` of the sandbox's models (the spec's
-    defaults pointed at tests/hub, :func:`model_sources`) against the test hub, byte for byte:
-    re-lock after changing tests/hub/repos.py or what the lock records."""
+    defaults pointed at tests/hub, :func:`model_sources`) against the test hub, its models section
+    entry for entry: re-lock after changing tests/hub/repos.py or what the lock records."""
+    import json
     from pathlib import Path
 
-    from rigkit.spec.modellock import dumps_lock
-
     sandbox = Path(__file__).resolve().parents[2] / "inventory" / "sandbox.lock.json"
-    assert sandbox.read_text() == dumps_lock(lock)
+    assert json.loads(sandbox.read_text())["models"] == lock["models"]
     assert set(lock["models"]["strata"]["gguf"]) == {"strata-coder-Q4_K_M.gguf"}
     assert lock["models"]["hyperqwen"]["config"]["linear"]["conv_kernel"] == 4
 
