@@ -55,6 +55,7 @@ MODULE_ORDER = (
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
+    "tests/models/test_check_vram.py",         # 6 s: two `rigkit check` runs (issue 46)
 )
 
 

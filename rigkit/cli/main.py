@@ -87,6 +87,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
             codes.append(exitcodes.INVALID)
         elif lock_file:
             out.print(f"  {lock_file}: matches the spec", markup=False)
+            codes.append(_print_fits(hs, lock_file))
         else:
             path = hs.spec.models_lock or lock_path_for(inv)
             relock = hints.command("models lock")
@@ -96,6 +97,34 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
     sys.exit(exitcodes.combine(*codes))
+
+
+def _print_fits(hs, lock_file: str) -> int:
+    """Each member's VRAM estimate beside its declared figure (rigkit.spec.vram); the co-load check
+    again with the larger of the two. Returns the exit code it adds (2 when a member cannot fit)."""
+    from rich.markup import escape
+
+    from rigkit.spec.modellock import load_lock
+    from rigkit.spec.validate import co_load_problems
+    from rigkit.spec.vram import member_fits
+
+    code = exitcodes.OK
+    fits = member_fits(hs.spec, load_lock(lock_file))
+    for f in fits:
+        declared = f"{f.declared_gib:g} GiB declared" if f.declared_gib is not None else "no figure declared"
+        shown = f"{f.estimate_gib:g} GiB" if f.estimate_gib is not None else "no estimate"
+        out.print(f"  vram {f.member}: estimate {shown} beside {declared} — {f.detail}", markup=False)
+        if f.error:
+            err.print(f"  [red]error:[/] {escape(f'{hs.name}: {f.error}')}", markup=True)
+            code = exitcodes.INVALID
+        if f.warning:
+            err.print(f"  [yellow]warn[/]  {escape(f.warning)}", markup=True)
+    figures = {f.member: f.estimate_gib for f in fits if f.estimate_gib is not None and not f.error}
+    for problem in co_load_problems(hs.spec, figures):
+        err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem} (figures: the larger of declared and estimated)')}",
+                  markup=True)
+        code = exitcodes.INVALID
+    return code
 
 
 @cli.command()

@@ -73,6 +73,9 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
         src = entry["source"]
         what = f"{src['repo_id']}@{src['revision']} → {entry['commit']}" if "repo_id" in src else src["url"]
         err.print(f"{name}: {what}, {len(entry['files'])} file(s), {_human(entry['total_bytes'])}", markup=False)
+        if entry.get("header_bytes_fetched") is not None:  # the GGUF headers, by range requests
+            err.print(f"  {name}: GGUF header(s) read with {_human(entry['header_bytes_fetched'])} of "
+                      f"{_human(entry['total_bytes'])}", markup=False)
     path = write_lock(result, lock_path_for(inventory or default_inventory()))
     err.print(f"wrote {path}")
     sys.exit(exitcodes.OK)

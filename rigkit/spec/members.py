@@ -9,6 +9,7 @@ strings. Operator-defined members (``service: null``) keep what they declare.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rigkit import paths
@@ -145,12 +146,14 @@ def resolve_members(spec: RigSpec) -> dict[str, Member]:
     return {mid: resolve_member(mid, spec) for mid in spec.llama_swap.members}
 
 
-def vram_by_member(spec: RigSpec) -> dict[str, float]:
-    """GiB each member holds while loaded, by id (:attr:`Member.vram_gib`: declared, or HyperQwen's
-    ``gpu_memory_utilization`` x ``gpu_vram_gib``; 0 when undeclared, which the member checks name).
-    The one per-member figure the co-load check reads (an estimate from the model files can be taken
-    as ``max(declared, estimate)`` here)."""
-    return {mid: (m.vram_gib or 0.0) for mid, m in resolve_members(spec).items()}
+def vram_by_member(spec: RigSpec, estimates: Mapping[str, float] | None = None) -> dict[str, float]:
+    """GiB each member holds while loaded, by id: the larger of its declared figure
+    (:attr:`Member.vram_gib`: declared, or HyperQwen's ``gpu_memory_utilization`` x ``gpu_vram_gib``;
+    0 when undeclared, which the member checks name) and ``estimates[member]`` (GiB, from the model
+    files and arguments: :func:`rigkit.spec.vram.member_fits`) when given. The one per-member figure
+    the co-load check reads."""
+    est = estimates or {}
+    return {mid: max(m.vram_gib or 0.0, est.get(mid, 0.0)) for mid, m in resolve_members(spec).items()}
 
 
 def live_member_ids(spec: RigSpec) -> list[str]:

@@ -23,7 +23,10 @@ never a token, so the same hub state gives the same bytes)::
                   "files": [{"path": "config.json", "size": 273, "git_blob": "<40 hex>"},
                             {"path": "model-00001-of-00002.safetensors", "size": 540920,
                              "sha256": "<64 hex>"}],           # sorted by path; sizes in bytes
-                  "total_bytes": 1082318},
+                  "total_bytes": 1082318,
+                  "config": {...},            # optional: config.json summarized (rigkit.spec.vram.hf_config_summary)
+                  "gguf": {"<file>.gguf": {...}},   # optional: each GGUF header (rigkit.spec.gguf_header.summarize)
+                  "header_bytes_fetched": N},       # optional: bytes read of the GGUF files (range requests)
        "<url model>": {"source": {"url", "sha256", "path"},
                        "files": [{"path": "<url basename>", "size": N, "sha256": "<64 hex>", "url": "..."}],
                        "total_bytes": N}}}
@@ -142,12 +145,19 @@ def over_bridge_limit(files: Iterable[tuple[str, int]]) -> list[str]:
 
 class LockEntry(_LockModel):
     """One locked model: its ``source``, the ``commit`` (40 hex, hub models), the ``files`` (at
-    least one, unique paths) and ``total_bytes`` (their sizes summed)."""
+    least one, unique paths) and ``total_bytes`` (their sizes summed). Optional, for the VRAM
+    estimate (:mod:`rigkit.spec.vram`): ``gguf`` (each GGUF file's header summary, by path,
+    :func:`rigkit.spec.gguf_header.summarize`), ``config`` (``config.json`` summarized by
+    :func:`rigkit.spec.vram.hf_config_summary`), ``header_bytes_fetched`` (bytes ``models lock``
+    read of the GGUF files)."""
 
     source: LockedSource
     commit: str | None = Field(default=None, pattern=_GIT_SHA1)
     files: list[LockedFile] = Field(min_length=1)
     total_bytes: int = Field(ge=0)
+    gguf: dict[str, dict[str, Any]] | None = None
+    config: dict[str, Any] | None = None
+    header_bytes_fetched: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> LockEntry:
@@ -275,6 +285,50 @@ def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any
     return {"source": source, "commit": info.sha, "files": files, "total_bytes": sum(f["size"] for f in files)}
 
 
+def model_metadata(name: str, repo_id: str, commit: str, files: list[dict[str, Any]], api: Any) -> dict[str, Any]:
+    """What the VRAM estimate needs of a hub model, read at ``commit``: each GGUF file's header
+    (:func:`rigkit.spec.gguf_header.read_hub_header`: range requests, never the whole file) and
+    ``config.json`` summarized (:func:`rigkit.spec.vram.hf_config_summary`; a config the summary
+    cannot read is left out: the estimate then says it has nothing to go on). Returns the optional
+    :class:`LockEntry` keys. Raises :class:`LockError` when a GGUF header cannot be read."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    from rigkit.spec.gguf_header import HeaderError, read_hub_header
+    from rigkit.spec.vram import hf_config_summary
+
+    endpoint = getattr(api, "endpoint", None)
+    headers = build_hf_headers(token=getattr(api, "token", None), library_name="rigkit")
+    out: dict[str, Any] = {}
+    fetched = 0
+    for f in files:
+        url = hf_hub_url(repo_id, f["path"], revision=commit, endpoint=endpoint)
+        if f["path"].endswith(".gguf"):
+            try:
+                summary, n = read_hub_header(url, f["size"], headers)
+            except HeaderError as exc:
+                raise LockError(f"models.{name}: {repo_id}@{commit}: {f['path']}: {exc}") from None
+            except Exception as exc:  # the HTTP client's errors
+                raise LockError(f"models.{name}: {repo_id}@{commit}: {f['path']}: header not readable "
+                                f"({type(exc).__name__})") from None
+            out.setdefault("gguf", {})[f["path"]] = summary
+            fetched += n
+        elif f["path"] == "config.json":
+            from huggingface_hub.utils import get_session
+
+            resp = get_session().get(url, headers=headers, follow_redirects=True)
+            try:
+                resp.raise_for_status()
+                out["config"] = hf_config_summary(resp.json())
+            except ValueError:
+                pass  # not a config the estimate reads; rigkit check says so
+            except Exception as exc:  # the HTTP client's errors
+                raise LockError(f"models.{name}: {repo_id}@{commit}: config.json: {type(exc).__name__}") from None
+    if "gguf" in out:
+        out["header_bytes_fetched"] = fetched
+    return out
+
+
 def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> dict[str, Any]:
     """Size a ``url`` + ``sha256`` model with an HTTP HEAD (redirects followed; no HF token is
     ever sent to a URL). Raises :class:`LockError` when the URL fails or reports no size."""
@@ -316,7 +370,9 @@ def lock_models(models: dict[str, Any], endpoint: str | None = None, token: str 
         if source is None:
             skipped.append(name)
         elif "repo_id" in source:
-            out[name] = lock_hub_model(name, source, api)
+            entry = lock_hub_model(name, source, api)
+            entry.update(model_metadata(name, source["repo_id"], entry["commit"], entry["files"], api))
+            out[name] = entry
         else:
             out[name] = lock_url_model(name, source)
     return {"version": LOCK_VERSION, "models": out}, skipped

@@ -464,10 +464,17 @@ def heaviest_co_load(groups: Mapping[str, GroupShape], vram: Mapping[str, float]
     return sum(weight[g] for g in chosen), chosen
 
 
-def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
+def co_load_problems(spec: RigSpec, figures: Mapping[str, float]) -> list[SpecProblem]:
+    """The group and co-load check with each member's figure the larger of its declared ``vram_gib``
+    and ``figures[member]`` (GiB; :func:`rigkit.spec.vram.member_fits`' estimates), as ``rigkit check`` runs it."""
+    return _check_groups_and_vram(spec, figures)
+
+
+def _check_groups_and_vram(spec: RigSpec, figures: Mapping[str, float] | None = None) -> list[SpecProblem]:
     """Each member's VRAM within the card, the heaviest co-load (:func:`heaviest_co_load`) within it,
     and the preloaded members able to stay loaded together (:func:`_preload_problems`). A member in two
-    groups, or named twice, is a claim problem (:mod:`rigkit.spec.claims`)."""
+    groups, or named twice, is a claim problem (:mod:`rigkit.spec.claims`). Each member's figure is the
+    larger of its declared ``vram_gib`` and ``figures[member]`` (GiB) when given."""
     out: list[SpecProblem] = []
     ls = spec.llama_swap
     for gname, g in ls.groups.items():
@@ -478,7 +485,7 @@ def _check_groups_and_vram(spec: RigSpec) -> list[SpecProblem]:
     if out:
         return out
     usable = spec.gpu_vram_gib - spec.vram_reserve_gib
-    vram = members_mod.vram_by_member(spec)
+    vram = members_mod.vram_by_member(spec, figures)
     for mid, v in vram.items():
         if v > usable:
             out.append(SpecProblem(key=f"llama_swap.members.{mid}.vram_gib", value=repr(v),

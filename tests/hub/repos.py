@@ -45,7 +45,25 @@ def safetensors_bytes(tensors: dict[str, tuple[int, int]], seed: int) -> bytes:
     return struct.pack("<Q", len(raw)) + raw + rng.randbytes(offset)
 
 
-def _w4a16_files(shard_rows: int, n_shards: int, name: str) -> dict[str, bytes]:
+def _config(n_layers: int) -> dict:
+    """A ``config.json`` shaped like the family's (Qwen3.5's ``Qwen3_5ForConditionalGeneration``:
+    a ``text_config`` with ``layer_types``, three linear-attention (Gated DeltaNet) layers to one
+    full-attention layer, ``mamba_ssm_dtype``), its sizes shrunk; a one-layer drafter is dense."""
+    quant = {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True}
+    if n_layers < 4:
+        return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
+                "num_hidden_layers": n_layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                "max_position_embeddings": 262144, "quantization_config": quant, "torch_dtype": "bfloat16"}
+    return {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "quantization_config": quant,
+            "text_config": {"model_type": "qwen3_5_text", "dtype": "bfloat16", "hidden_size": 256,
+                            "num_hidden_layers": n_layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                            "head_dim": 64, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+                            "linear_conv_kernel_dim": 4, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                            "linear_key_head_dim": 32, "linear_value_head_dim": 32, "mamba_ssm_dtype": "float32",
+                            "max_position_embeddings": 262144}}
+
+
+def _w4a16_files(shard_rows: int, n_shards: int, name: str, n_layers: int = 1) -> dict[str, bytes]:
     shards: dict[str, dict[str, tuple[int, int]]] = {}
     weight_map = {}
     for i in range(n_shards):
@@ -58,11 +76,7 @@ def _w4a16_files(shard_rows: int, n_shards: int, name: str) -> dict[str, bytes]:
     total = sum(len(b) for b in files.values())
     files["model.safetensors.index.json"] = json.dumps(
         {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2).encode()
-    files["config.json"] = json.dumps({
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
-        "num_hidden_layers": n_shards, "quantization_config": {"quant_method": "auto-round", "bits": 4,
-                                                               "group_size": 128, "sym": True},
-        "torch_dtype": "bfloat16"}, indent=2).encode()
+    files["config.json"] = json.dumps(_config(n_layers), indent=2).encode()
     files["generation_config.json"] = b'{\n  "do_sample": true,\n  "temperature": 0.6\n}\n'
     files["tokenizer.json"] = json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0, "b": 1}}}).encode()
     files["tokenizer_config.json"] = b'{\n  "model_max_length": 262144\n}\n'
@@ -86,7 +100,7 @@ def repo_files(tmp: Path) -> dict[str, dict[str, bytes]]:
     q8 = _gguf_bytes(tmp, 32)
     strata = _gguf_bytes(tmp, 64, reasoning=True)
     return {
-        W4A16: _w4a16_files(shard_rows=512, n_shards=2, name=W4A16),  # 2 x ~0.5 MiB LFS shards
+        W4A16: _w4a16_files(shard_rows=512, n_shards=2, name=W4A16, n_layers=4),  # 2 x ~0.5 MiB LFS shards
         DFLASH2: _w4a16_files(shard_rows=64, n_shards=1, name=DFLASH2),
         GGUF: {"Qwen3.8-27B-Q4_K_M.gguf": q4, "Qwen3.8-27B-Q8_0.gguf": q8,
                "README.md": b"# GGUF\n", ".gitattributes": GITATTRIBUTES.encode()},
