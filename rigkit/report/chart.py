@@ -62,28 +62,41 @@ def _columns(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def samples_from_jsonl(path: str) -> dict[str, dict[str, list[float]]]:
     """Per-request values of the measured (not discarded) requests in a ``requests.jsonl``:
-    ``{workload: {metric: [values]}}`` for the metrics of :data:`PANELS`; ``{}`` when the file
-    is missing. Lines that are not JSON objects are skipped."""
+    ``{workload: {metric: [values]}}`` for the metrics of :data:`PANELS`, from each workload's
+    last ``attempt`` (the one its summary holds); ``{}`` when the file is missing. Lines that
+    are not JSON objects are skipped."""
     out: dict[str, dict[str, list[float]]] = {}
     try:
         fh = open(path, encoding="utf-8")
     except OSError:
         return out
+    recs = []
     with fh:
         for line in fh:
             try:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(rec, dict) or rec.get("discarded") or not rec.get("ok"):
-                continue
-            per = out.setdefault(str(rec.get("workload")), {})
-            for metric, _ in PANELS:
-                if isinstance(rec.get(metric), (int, float)):
-                    per.setdefault(metric, []).append(float(rec[metric]))
-            joules, tokens = rec.get("energy_j"), rec.get("completion_tokens")
-            if isinstance(joules, (int, float)) and joules > 0 and isinstance(tokens, int) and tokens:
-                per.setdefault("tok_per_j", []).append(tokens / joules)
+            if isinstance(rec, dict) and not rec.get("discarded") and rec.get("ok"):
+                recs.append(rec)
+    def attempt(rec: dict[str, Any]) -> int:
+        return rec["attempt"] if isinstance(rec.get("attempt"), int) else 1
+
+    last: dict[str, int] = {}
+    for rec in recs:
+        name = str(rec.get("workload"))
+        last[name] = max(last.get(name, 1), attempt(rec))
+    for rec in recs:
+        name = str(rec.get("workload"))
+        if attempt(rec) != last[name]:
+            continue  # an unstable attempt measured again: the summary is the last attempt's
+        per = out.setdefault(name, {})
+        for metric, _ in PANELS:
+            if isinstance(rec.get(metric), (int, float)):
+                per.setdefault(metric, []).append(float(rec[metric]))
+        joules, tokens = rec.get("energy_j"), rec.get("completion_tokens")
+        if isinstance(joules, (int, float)) and joules > 0 and isinstance(tokens, int) and tokens:
+            per.setdefault("tok_per_j", []).append(tokens / joules)
     return out
 
 

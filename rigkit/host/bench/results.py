@@ -268,7 +268,7 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         reasons.append(failed_quotes[0]["message"])
     metrics = ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
     match, why = None, "none given (--baseline FILE) and no earlier comparable run in the results folder"
-    found_why = None
+    found_why, found_mine = None, False  # the difference to name: a run of this member's first
     for b in baselines:
         ok, reason = comparable(context, b.get("context") or {})
         bw = (b.get("workloads") or {}).get(name)
@@ -278,7 +278,9 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
                 if differs is None:
                     match = b
                     break
-                found_why = found_why or f"earlier runs differ: {differs}"
+                mine_too = not differs.startswith(("host ", "member ", "target "))
+                if found_why is None or (mine_too and not found_mine):
+                    found_why, found_mine = f"earlier runs differ: {differs}", mine_too
             elif not ok:
                 found_why = found_why or f"earlier runs' {reason}"
             continue
