@@ -320,12 +320,17 @@ def energy_header(energy: dict[str, Any]) -> str:
 
 def energy_line(e: dict[str, Any]) -> str:
     """One workload's energy line: ``  energy: 81.2 J over 0.68 s · 119.4 W · 3.15 tok/J ·
-    0.317 J/token`` (+ its note: not power-modelled, requests not measured)."""
+    0.317 J/token`` (+ its note: requests not measured); tok/J and J/token only where the energy
+    is the engine's work — a draw at the idle level (``power_modelled`` False) reads
+    ``tok/J n/a (not power-modelled: …)``."""
     if e.get("joules") is None:
         return f"  energy: n/a — {e.get('note') or 'not measured'}"
     txt = (f"  energy: {e['joules']:.1f} J over {e['seconds']:.2f} s · "
            f"{e['avg_w']:.1f} W average" if e.get("avg_w") is not None else
            f"  energy: {e['joules']:.1f} J")
+    if e.get("power_modelled") is False:
+        # the joules are the card's resting draw, not the engine's work: no tok/J to show
+        return txt + f" · tok/J n/a ({e.get('note')})"
     if e.get("tok_per_j") is not None:
         txt += f" · {e['tok_per_j']:.3g} tok/J · {e['j_per_token']:.3g} J/token"
     if e.get("note"):
