@@ -26,6 +26,14 @@ as authoritative as usage); without both the client falls back to counting chunk
 ``tokens_source="chunk-estimate"`` and adds a loud warning (worded once per run: the runner
 counts repeats).
 
+What the bench does not read as a completion, each named in its verdict (issue 39): a response
+that is not an event stream — another Content-Type, an event stream labelled
+``application/json``, or a Content-Encoding though ``identity`` was asked
+(:func:`response_kind`, the one place it is judged: ``not-event-stream``); events of a type
+other than ``message``/``error`` (counted in ``other_events``, WHATWG typed events); a choice
+index other than 0 (``several-choices``: the bench asks for one); counts that cannot be right
+(:func:`check_counts`: ``bad-count``).
+
 Transport: :mod:`http.client` over a :class:`ChatSession` that keeps one connection per
 server open between requests (a connection the server closed is reopened once); no proxy
 support — the bench talks to 127.0.0.1 or an SSH forward.
