@@ -49,7 +49,8 @@ WAIT_KINDS = {"loading": "still loading", "rate-limited": "rate-limited (HTTP 42
               "unavailable": "unavailable (HTTP 503 with Retry-After)"}
 
 
-#: How many more times an unstable workload is measured before its verdict says WARN unstable.
+#: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
+#: unstable (its ``--repeat-unstable`` default).
 REPEAT_UNSTABLE = 2
 
 
@@ -125,7 +126,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                   warn: Callable[[str], None] | None = None,
                   meter: EnergyMeter | None = None,
                   idle_s: float = IDLE_S,
-                  repeat_unstable: int = REPEAT_UNSTABLE) -> tuple[dict[str, Any], list[str]]:
+                  repeat_unstable: int = 0) -> tuple[dict[str, Any], list[str]]:
     """Run ``workloads`` one request at a time; append each record to
     ``out_dir/requests.jsonl`` as it completes.
 
@@ -145,7 +146,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
 
     A measured workload whose compared figures are unstable (:func:`unstable_metrics`: CV above
     :data:`rigkit.host.bench.results.MAX_CV`) is measured again, up to ``repeat_unstable`` more
-    times; its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
+    times (``rigkit bench``: :data:`REPEAT_UNSTABLE` unless told; 0 here: a window's bench spends
+    the window's time and judges against no baseline, so it is measured once); its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
     ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}}]``) — the verdict then says WARN
     unstable with the figures, never FAIL on speed.
     """
