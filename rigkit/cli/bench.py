@@ -338,8 +338,10 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
                    "context, preset, max_tokens, power limit), named in the output.")
 @click.option("--repeat-unstable", type=click.IntRange(0, 5), default=2, show_default=True,
               envvar="RIGKIT_BENCH_REPEAT_UNSTABLE",
-              help="Measure a workload whose decode (quoting: prefill) tok/s CV is above 10% "
-                   "again, up to this many more times; still unstable: WARN, never FAIL on speed.")
+              help="Measure a workload again, up to this many more times, when its decode "
+                   "(quoting: prefill) tok/s CV is above 10% (still unstable: WARN, never FAIL on "
+                   "speed) or it reads slower than the baseline beyond the noise (a FAIL must "
+                   "hold when measured again).")
 @click.option("--context", "context_file", type=click.Path(dir_okay=False),
               help="JSON object of context values (gpu, driver, power_limit_w, quantization, "
                    "speculative…) for a bare --url; overrides what was measured.")
@@ -433,7 +435,8 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     from rigkit.host.bench.energy import EnergyMeter
     from rigkit.host.bench.results import find_baselines, load_baseline
     from rigkit.report.chart import write_outputs
-    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines, run_workloads
+    from rigkit.host.bench.runner import (build_summary, new_run_id, regression_doubt,
+                                          report_lines, run_workloads)
 
     try:
         baselines = [load_baseline(p) for p in baseline_files]
@@ -563,7 +566,9 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                                                 stall_timeout_s=stall_timeout,
                                                 health_budget_s=health_budget,
                                                 progress=progress, warn=warn, meter=meter,
-                                                repeat_unstable=repeat_unstable)
+                                                repeat_unstable=repeat_unstable,
+                                                doubt=regression_doubt(context, baselines,
+                                                                       preset_name))
         summary = build_summary(run_id, target, context, summaries, baselines, warnings,
                                 preset_name, energy=meter.describe() if meter else energy)
         paths = write_outputs(out_dir, summary, baselines)

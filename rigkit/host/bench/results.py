@@ -202,10 +202,11 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
     (c_lo, c_hi), (b_lo, b_hi) = _spread(cur), _spread(base)
     if ratio < SLOWER:
         if c_hi < b_lo:
+            held = f"; measured {attempts} times" if attempts > 1 else ""
             return "FAIL", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline "
                             f"{b:.1f} tok/s, beyond the noise of both runs (this run "
                             f"{_figures(cur)}, every request slower than the baseline's "
-                            f"slowest {b_lo:.1f})")
+                            f"slowest {b_lo:.1f}{held})")
         return "WARN", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline "
                         f"{b:.1f} tok/s but within the noise (this run {_figures(cur)} overlaps "
                         f"the baseline {_figures(base)}): not a certain regression, rerun")

@@ -65,6 +65,18 @@ def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def regression_doubt(context: dict[str, Any], baselines: list[dict[str, Any]],
+                     preset: str) -> Callable[[str, dict[str, Any]], str | None]:
+    """The ``doubt`` for :func:`run_workloads`: the verdict's words when a workload's summary is a
+    FAIL on speed against the baseline it would be judged by (below it beyond the noise of both
+    runs), else None."""
+    def doubt(name: str, summary: dict[str, Any]) -> str | None:
+        v = verdict(name, summary, context, baselines, preset)
+        slow = [r for r in v["reasons"] if "beyond the noise of both runs" in r and " below " in r]
+        return f"{slow[0].split(',')[0]} (confirming)" if v["verdict"] == "FAIL" and slow else None
+    return doubt
+
+
 def new_run_id() -> str:
     """``YYYYmmddTHHMMSSZ-xxxxxx``: UTC time plus 6 random hex digits (also the prompt nonce)."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
@@ -126,7 +138,9 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                   warn: Callable[[str], None] | None = None,
                   meter: EnergyMeter | None = None,
                   idle_s: float = IDLE_S,
-                  repeat_unstable: int = 0) -> tuple[dict[str, Any], list[str]]:
+                  repeat_unstable: int = 0,
+                  doubt: Callable[[str, dict[str, Any]], str | None] | None = None,
+                  ) -> tuple[dict[str, Any], list[str]]:
     """Run ``workloads`` one request at a time; append each record to
     ``out_dir/requests.jsonl`` as it completes.
 
@@ -148,8 +162,12 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     :data:`rigkit.host.bench.results.MAX_CV`) is measured again, up to ``repeat_unstable`` more
     times (``rigkit bench``: :data:`REPEAT_UNSTABLE` unless told; 0 here: a window's bench spends
     the window's time and judges against no baseline, so it is measured once); its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
-    ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}}]``) — the verdict then says WARN
-    unstable with the figures, never FAIL on speed.
+    ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}, doubt}]``) — the verdict then says
+    WARN unstable with the figures, never FAIL on speed. So is a stable workload that ``doubt(name,
+    summary)`` doubts (``rigkit bench``: a regression against the baseline, :func:`regression_doubt`):
+    a slowdown must hold when measured again before it is a FAIL — two runs' own spreads do not
+    hold the run-to-run drift of a shared host (the sandbox's twenty pairs: one FAIL between two
+    steady runs of the same settings, 35% apart).
     """
     os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, "requests.jsonl")
@@ -244,11 +262,13 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 summaries[wl.name]["discarded"] = wl.discard
                 summaries[wl.name]["attempts"] = attempt
                 shaky = {} if wl.discard else unstable_metrics(wl.name, summaries[wl.name])
-                tries.append({"attempt": attempt, "cv": shaky})
-                if error or not shaky or attempt > max(repeat_unstable, 0):
+                why = (None if wl.discard or error or shaky or doubt is None
+                       else doubt(wl.name, summaries[wl.name]))
+                tries.append({"attempt": attempt, "cv": shaky, "doubt": why})
+                if error or not (shaky or why) or attempt > max(repeat_unstable, 0):
                     break
-                _warn(f"{wl.name}: unstable ({', '.join(f'{m} CV {100 * cv:.1f}%' for m, cv in shaky.items())}); "
-                      f"measuring it again")
+                _warn(f"{wl.name}: " + (f"unstable ({', '.join(f'{m} CV {100 * cv:.1f}%' for m, cv in shaky.items())})"
+                                        if shaky else why) + "; measuring it again")
             summaries[wl.name]["tries"] = tries
             if error and kind in ABORT_KINDS:
                 aborted = wl.name
