@@ -170,11 +170,12 @@ def test_much_slower_than_a_matching_baseline_fails_and_shows_the_speed_up(repla
     result, out2 = run(replay, tmp_path, "--no-warmup", "--workload", "chat-greedy",
                        "--context", str(tmp_path / "ctx.json"), "--baseline",
                        str(tmp_path / "base.json"), "--out", str(tmp_path / "second"),
-                       "--repeat-unstable", "2")
+                       "--repeat-unstable", "1")  # the slowdown holds when measured again: a FAIL
     assert result.exit_code == 1
     verdict = json.loads((tmp_path / "second" / "summary.json").read_text())["verdicts"]
     assert verdict["chat-greedy"]["verdict"] == "FAIL"
     assert verdict["chat-greedy"]["reasons"][0].startswith("decode ")
     assert "% below baseline" in verdict["chat-greedy"]["reasons"][0]
+    assert verdict["chat-greedy"]["reasons"][0].endswith("; measured 2 times)")
     assert any(line.startswith("speed-up vs vllm qwen3.8-27b W4A16: chat-greedy 0.0")
                for line in result.stdout.splitlines())
