@@ -395,6 +395,7 @@ def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     smoke_path = re.search(r"^wrote .*?, (\S+summary\.json), ", failing.stdout, re.M)[1]
     smoke = json.loads((PROJECT / smoke_path).read_text())["workloads"]["chat-greedy"]
     cv = smoke["metrics"]["decode_tps"]["cv"]
+    print(f"the smoke against a 10x baseline: decode CV {cv} after {smoke['attempts']} attempt(s), exit {failing.returncode}")
     if cv is not None and cv > 0.10:
         # Strata on the sandbox's CPU through llama-swap and an SSH forward is often too noisy to compare
         # (issue 39: CV 125.8%): after its repeats the smoke says WARN unstable with its figures and the
