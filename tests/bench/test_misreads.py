@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.host.bench.client import consume, response_kind, stream_chat
@@ -200,3 +200,38 @@ def test_a_stream_of_zeros_from_the_replay_server_fails_the_workload_with_its_wo
     r = stream_chat(replay.url + "/v1/chat/completions", BODY)
     assert (r.ok, r.error_kind) == (False, "bad-count")
     assert r.error.startswith("wrong count: usage.completion_tokens is 0 after 10 token-carrying")
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=streams(), ctype=st.sampled_from(CONTENT_TYPES), enc=st.sampled_from(ENCODINGS))
+def test_content_types_x_encodings_x_event_types_x_choice_counts_over_the_network(replay, case, ctype, enc):
+    """The whole product through a real socket: the replay server answers the generated stream
+    (typed events, 1–3 choices, right or impossible counts) under any Content-Type and
+    Content-Encoding. What is not an event stream is named by its header before its body is
+    read as one; what is, gets the body's verdict — never a "cut" for a body that was not a
+    stream, never "unparseable" for a typed event."""
+    data, want, _cuts = case
+    headers = {"Content-Type": ctype} if ctype is not None else {"Content-Type": ""}
+    if enc is not None:
+        headers["Content-Encoding"] = enc
+    replay.queue(Script([("raw", data)], headers=headers))
+    r = stream_chat(replay.url + "/v1/chat/completions", BODY)
+    how, _ = response_kind(ctype, enc)
+    if how != "stream":
+        assert (r.ok, r.error_kind) == (False, "not-event-stream"), (ctype, enc, r.error)
+        if enc and enc.lower() != "identity":
+            named = f"Content-Encoding {enc}"
+        elif how == "json":  # the body is an event stream: labelled application/json
+            named = "event stream labelled Content-Type application/json"
+        else:
+            named = f"Content-Type {(ctype or '').split(';')[0].strip().lower()}, not an event stream"
+        assert named in r.error, r.error
+    elif want["choices"] > 1:
+        assert r.error_kind == "several-choices", r.error
+    elif want["counts"] != "right":
+        assert r.error_kind == "bad-count", r.error
+    else:
+        assert r.ok, r.error
+        assert (r.answer, r.completion_tokens, r.other_events) == (want["answer"], want["completion"],
+                                                                 want["typed"])
+    assert r.error is None or ("cut" not in r.error and "unparseable" not in r.error), r.error
