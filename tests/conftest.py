@@ -45,6 +45,8 @@ MODULE_ORDER = (
     "tests/unit/test_owner_corpus.py",         # 17 s (bash runs mkinitcpio's loading per case)
     "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
     "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
+    "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
+    "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s

@@ -1,8 +1,9 @@
 """``rigkit bench``: smoke benchmarks that count right.
 
 Exit codes (DESIGN.md): 0 every verdict PASS, WARN or "no baseline"; 1 a FAIL verdict — a
-failed workload (5xx, engine dead, stall, cut stream, thinking ate max_tokens), a verbatim
-quoting FAIL, more than 15% slower than the baseline — or the target cannot be reached, or
+failed workload (5xx, engine dead, stall, cut stream, wrong counts, not an event stream,
+thinking ate max_tokens), a verbatim quoting FAIL, more than 15% slower than the baseline
+beyond the noise of both runs (an unstable run is WARN, never FAIL: results.compare_speed) — or the target cannot be reached, or
 the llama-swap member is not already running; 2 bad arguments, inventory or input files.
 """
 
@@ -330,6 +331,17 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
                    "whose context matches; speed-ups are shown against each.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Results folder (default results/bench-<run id>).")
+@click.option("--results", "results_dir", default="results", show_default=True,
+              envvar="RIGKIT_RESULTS", type=click.Path(file_okay=False),
+              help="Where earlier runs are (env RIGKIT_RESULTS): without --baseline (or bench.baseline) each workload "
+                   "is compared with the last comparable run there (same host and member, "
+                   "context, preset, max_tokens, power limit), named in the output.")
+@click.option("--repeat-unstable", type=click.IntRange(0, 5), default=2, show_default=True,
+              envvar="RIGKIT_BENCH_REPEAT_UNSTABLE",
+              help="Measure a workload again, up to this many more times, when its decode "
+                   "(quoting: prefill) tok/s CV is above 10% (still unstable: WARN, never FAIL on "
+                   "speed) or it reads slower than the baseline beyond the noise (a FAIL must "
+                   "hold when measured again).")
 @click.option("--context", "context_file", type=click.Path(dir_okay=False),
               help="JSON object of context values (gpu, driver, power_limit_w, quantization, "
                    "speculative…) for a bare --url; overrides what was measured.")
@@ -355,8 +367,8 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
                    "model) or asks to retry later (429/503 Retry-After) before the workload "
                    "fails as loading/rate-limited (never as a dead engine).")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
-          context_file, model, api_key_file, preset, quoting_tokens, max_tokens, stall_timeout,
-          no_energy, health_budget):
+          results_dir, repeat_unstable, context_file, model, api_key_file, preset, quoting_tokens,
+          max_tokens, stall_timeout, no_energy, health_budget):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
 
     Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
@@ -374,7 +386,8 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
     try:
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
-                    quoting_tokens, max_tokens, stall_timeout, health_budget, no_energy)
+                    quoting_tokens, max_tokens, stall_timeout, health_budget, no_energy,
+                    results_dir, repeat_unstable)
     except BenchAbort as exc:
         click.echo(f"rigkit bench: {exc}", err=True)
         sys.exit(exc.code)
@@ -411,7 +424,8 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
 
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
-         stall_timeout, health_budget=120.0, no_energy=False) -> int:
+         stall_timeout, health_budget=120.0, no_energy=False, results_dir="results",
+         repeat_unstable=2) -> int:
     import requests
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
@@ -419,9 +433,10 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     from rigkit.host.bench.context import (Target, load_context_file, measure_chars_per_token,
                                       probe_engine)
     from rigkit.host.bench.energy import EnergyMeter
-    from rigkit.host.bench.results import load_baseline
+    from rigkit.host.bench.results import find_baselines, load_baseline
     from rigkit.report.chart import write_outputs
-    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines, run_workloads
+    from rigkit.host.bench.runner import (build_summary, new_run_id, regression_doubt,
+                                          report_lines, run_workloads)
 
     try:
         baselines = [load_baseline(p) for p in baseline_files]
@@ -496,6 +511,8 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             names = ["warmup", *names]
         run_id = new_run_id()
         out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
+        if not baselines:  # the last comparable run of this member, per workload (verdict)
+            baselines = find_baselines(results_dir, exclude=out_dir)
         wls = build_workloads(preset, names, model=target.model, nonce=run_id,
                               chars_per_token=cpt, chat_max_tokens=max_tokens,
                               quoting_tokens=quoting_tokens,
@@ -511,6 +528,8 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                                               "quantization", "n_ctx", "speculative")}
         context["model"] = context["model"] or target.model
         context.update({k: v for k, v in host_ctx.items() if v is not None})
+        if url:
+            context["target"] = target.label  # a bare --url: its runs are compared by URL
         context.update(extra_ctx)
         context.update({"chars_per_token": round(cpt, 3), "chars_per_token_source": cpt_source,
                         "quoting_chars_per_token": round(quoting_cpt, 3),
@@ -546,7 +565,10 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             summaries, warnings = run_workloads(target, wls, run_id=run_id, out_dir=out_dir,
                                                 stall_timeout_s=stall_timeout,
                                                 health_budget_s=health_budget,
-                                                progress=progress, warn=warn, meter=meter)
+                                                progress=progress, warn=warn, meter=meter,
+                                                repeat_unstable=repeat_unstable,
+                                                doubt=regression_doubt(context, baselines,
+                                                                       preset_name))
         summary = build_summary(run_id, target, context, summaries, baselines, warnings,
                                 preset_name, energy=meter.describe() if meter else energy)
         paths = write_outputs(out_dir, summary, baselines)

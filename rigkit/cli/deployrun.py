@@ -251,6 +251,19 @@ def smoke_members(spec) -> list[str]:
     return [m for m in spec.llama_swap.preload if m in live]
 
 
+def smoke_warnings(summary_path: Path) -> str:
+    """`` (with warnings: chat-greedy WARN — decode unstable …)`` for a smoke whose verdicts
+    passed with a WARN (an unstable run is never a FAIL on speed, and must not read as a clean
+    pass either); ``""`` when every verdict is PASS, or the summary cannot be read."""
+    try:
+        verdicts = json.loads(summary_path.read_text()).get("verdicts") or {}
+    except (OSError, ValueError, AttributeError):
+        return ""
+    warned = [f"{n} {v.get('verdict')} — {'; '.join(v.get('reasons') or [])}"
+              for n, v in verdicts.items() if isinstance(v, dict) and v.get("verdict") == "WARN"]
+    return f" (with warnings: {' | '.join(warned)})" if warned else ""
+
+
 def smoke(hs, inventory: str, env: dict[str, str]) -> int:
     """The post-deploy smoke of one host: ``rigkit bench --preset small --max-tokens 256 --workload
     chat-greedy`` (a short preset: a warm-up, then a few 256-token greedy answers) through llama-swap against each member up in steady state (:func:`smoke_members`),
@@ -272,6 +285,7 @@ def smoke(hs, inventory: str, env: dict[str, str]) -> int:
             smoke += ["--baseline", hs.spec.bench.baseline]
         err.print(f"post-deploy smoke: $ {shlex.join(['rigkit', *smoke[1:]])}", markup=False)
         rc = subprocess.run(smoke, env=env).returncode
-        err.print(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}", markup=False)
+        err.print(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}"
+                  + smoke_warnings(Path(smoke[smoke.index("--out") + 1]) / "summary.json"), markup=False)
         codes.append(exitcodes.FAILED if rc else exitcodes.OK)
     return exitcodes.combine(*codes)

@@ -124,7 +124,41 @@ def _baseline(path: str | None) -> tuple[dict[str, dict[str, float]], str | None
             s = ((w or {}).get("metrics") or {}).get(metric)
             if s and s.get("median") is not None:
                 out.setdefault(metric, {})[name] = float(s["median"])
-    return out, f"baseline {path}"
+    return out, f"dashed: the baseline {path} (bench.baseline)"
+
+
+def _compared_with(runs: list[Run]) -> tuple[dict[str, dict[str, float]], str | None]:
+    """The baselines a member's runs were judged against, for the history's dashed lines when no
+    ``bench.baseline`` is set: per series (:func:`rigkit.report.chart.series_key`), the baseline
+    file the series' latest run's verdict names (``rigkit bench``'s default: the last comparable
+    run), read again; ``({metric: {series: median}}, note)``, ``({}, None)`` when none did."""
+    from rigkit.host.bench.results import load_baseline
+    from rigkit.report.chart import series_key
+
+    out: dict[str, dict[str, float]] = {}
+    files: set[str] = set()
+    for run in sorted(runs, key=lambda r: r.time):  # the latest run's baseline wins
+        s = run.summary
+        info = {"preset": s.get("preset"), "power_limit_w": (s.get("context") or {}).get("power_limit_w")}
+        for wl, verdict in (s.get("verdicts") or {}).items():
+            path = (verdict or {}).get("baseline")
+            w = (s.get("workloads") or {}).get(wl)
+            if not path or w is None:
+                continue
+            try:
+                bw = (load_baseline(path).get("workloads") or {}).get(wl) or {}
+            except ValueError:
+                continue
+            key = series_key(wl, w, info)
+            for metric in ("decode_tps", "prefill_tps", "ttft_s"):
+                m = (bw.get("metrics") or {}).get(metric)
+                if m and m.get("median") is not None:
+                    out.setdefault(metric, {})[key] = float(m["median"])
+                    files.add(path)
+    if not out:
+        return {}, None
+    return out, ("dashed: the baseline each series was last judged against (" +
+                 ", ".join(sorted(files)) + ")")
 
 
 def _svg_inline(path: str) -> str:
@@ -153,6 +187,8 @@ def build_members(host: str, spec: Any, runs: dict[tuple[str, str], list[Run]],
         kind = member_kind(name, members[name])
         v = MemberView(name, kind, references=REFERENCES.get(kind, {}))
         v.baseline, v.baseline_note = _baseline(base_path)
+        if not base_path:
+            v.baseline, v.baseline_note = _compared_with(runs.get((host, name), []))
         for run in runs.get((host, name), []):
             rel = os.path.join("runs", _safe(host), _safe(name), _safe(run.run_id))
             os.makedirs(os.path.join(out_dir, rel), exist_ok=True)
@@ -171,7 +207,10 @@ def build_members(host: str, spec: Any, runs: dict[tuple[str, str], list[Run]],
                 drawn = write_history_svg(
                     chart, f"{host} / {name}: bench history",
                     [{"time": r.time, "href": r.href, "run_id": r.run_id,
-                      "workloads": r.summary.get("workloads") or {}} for r in v.runs],
+                      "workloads": r.summary.get("workloads") or {},
+                      "preset": r.summary.get("preset"),
+                      "power_limit_w": (r.summary.get("context") or {}).get("power_limit_w")}
+                     for r in v.runs],
                     references=v.references, baseline=v.baseline)
             if drawn:
                 v.chart = _svg_inline(chart)
@@ -189,8 +228,9 @@ def verdict_cells(run: Run) -> list[tuple[str, str, str]]:
 def energy_cells(run: Run) -> list[tuple[str, str, str]]:
     """``[(label, text, title)]`` of a run's energy (rigkit.host.bench.energy): the idle draw
     first (``idle``, ``32.0 W``: measured apart, never subtracted), then per measured workload
-    ``0.52 tok/J · 1.92 J/token · 118 W`` with ``not power-modelled`` when its draw stayed at
-    the idle level; ``[]`` for a run without energy figures."""
+    ``0.52 tok/J · 1.92 J/token · 118 W``, or ``tok/J n/a — not power-modelled`` with the draw
+    when it stayed at the idle level (the joules are not the engine's work); ``[]`` for a run
+    without energy figures."""
     energy = run.summary.get("energy") or {}
     out: list[tuple[str, str, str]] = []
     if not energy.get("method"):
@@ -205,9 +245,10 @@ def energy_cells(run: Run) -> list[tuple[str, str, str]]:
         e = (w or {}).get("energy") or {}
         if e.get("tok_per_j") is None:
             continue
-        text = f"{e['tok_per_j']:.3g} tok/J · {e['j_per_token']:.3g} J/token · {e['avg_w']:.0f} W"
-        if e.get("power_modelled") is False:
-            text += " · not power-modelled"
+        if e.get("power_modelled") is False:  # the card's resting draw: no tok/J to show
+            text = f"tok/J n/a — not power-modelled (draw {e['avg_w']:.0f} W, the idle level)"
+        else:
+            text = f"{e['tok_per_j']:.3g} tok/J · {e['j_per_token']:.3g} J/token · {e['avg_w']:.0f} W"
         out.append((name, text, f"{e['joules']} J over {e['seconds']} s ({energy.get('method_words')})"
                     + (f"; {e['note']}" if e.get("note") else "")))
     return out
@@ -302,8 +343,9 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <section class="member" id="member-{{ h.anchor }}-{{ m.name }}" data-member="{{ m.name }}">
 <h3>{{ h.name }} / {{ m.name }}</h3>
 {% if m.chart %}<figure class="chart" data-chart="{{ h.name }}/{{ m.name }}">{{ m.chart|safe }}
-<figcaption class="meta">median per run; hollow points: chunk-count estimates; red crosses: failed runs; dashed: the baseline
-{%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}. Each point links to its run's files.</figcaption></figure>
+<figcaption class="meta">{% if m.runs|length == 1 %}one run: a bar per workload and its settings (max_tokens, power limit, preset), the value on it{% else %}median per run, a line per workload and its settings (max_tokens, power limit, preset: runs of different settings are never joined); x: the run's time (UTC){% endif %}; hollow or hatched: chunk-count estimates; red: failed runs
+{%- if m.baseline %}; dashed: the baseline{% endif %}
+{%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}; tok/J only where the energy was the engine's work (else n/a: not power-modelled). Each point links to its run's files.</figcaption></figure>
 {% elif m.runs %}<p class="none">nothing measured in {{ m.runs|length }} run(s) of {{ m.name }} on {{ h.name }}: see the verdicts</p>
 {% else %}<p class="none">no bench run of {{ m.name }} on {{ h.name }} in the results folder</p>{% endif %}
 {% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}

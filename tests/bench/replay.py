@@ -16,7 +16,9 @@ Other shapes a real server or proxy sends: ``("error_line", obj)`` writes llama.
 ``Script(pieces=N)`` writes every step in N HTTP chunks (cut at :func:`cut_points`: inside
 ``data:``, inside a multi-byte character, between CR and LF), ``piece_gap_s`` apart, with
 TCP_NODELAY; ``Script(status=200, body=obj)`` answers one ``application/json`` body;
-``Script(headers={...})`` adds response headers (``Retry-After``). ``loading_for = N`` makes
+``Script(headers={...})`` adds response headers (``Retry-After``; a ``Content-Type`` there
+replaces ``text/event-stream``, a ``Content-Encoding`` is sent as it is — the steps' bytes are
+not encoded: what a proxy that relabels does). ``loading_for = N`` makes
 the next N chat requests, and ``/health`` meanwhile, answer llama.cpp's 503 ``Loading model``.
 
 Side endpoints: ``/health`` (200, or 503 once dead), ``/version`` (``{"version": ...}``, as
@@ -251,7 +253,8 @@ class ReplayServer:
                 server.spec_counters["draft_tokens"] += 70
                 server.spec_counters["accepted"] += 20
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                if "Content-Type" not in script.headers:
+                    self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 for k, v in script.headers.items():
                     self.send_header(k, v)

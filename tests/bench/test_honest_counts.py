@@ -36,7 +36,8 @@ def test_estimated_run_against_a_usage_baseline_is_not_comparable_never_a_fail()
     base = {"context": dict(CTX), "_file": "base.json",
             "workloads": {"chat-greedy": workload([118, 118, 118], "usage")}}
     v = verdict("chat-greedy", workload([47, 47, 48], "chunk-estimate"), CTX, [base])
-    assert v == {"verdict": "not comparable", "baseline": "base.json", "reasons": [
+    assert v == {"verdict": "not comparable", "baseline": "base.json",
+                 "baseline_why": "given (--baseline or bench.baseline)", "reasons": [
         "decode not compared: this run's completion tokens are a chunk-count estimate (the "
         "server sent no usage), the baseline's are counted (usage); an estimate is neither a "
         "slowdown nor a speed-up"]}
@@ -127,9 +128,9 @@ def test_a_warning_repeated_per_request_is_printed_once_with_a_count(replay, tmp
     assert summary["warnings"] == [f"{CHUNK_ESTIMATE_WARNING} (4 of 4 requests)"]
     assert summary["workloads"]["chat-greedy"]["counts"] == "estimate"
     assert any(ln.startswith("chat-greedy: n=4 · prompt n/a · decode ~") and
-               "(ESTIMATE: chunks counted, no usage)" in ln for ln in result.stdout.splitlines())
+               "(ESTIMATE: chunks counted; the server sent no usage)" in ln for ln in result.stdout.splitlines())
     assert ("  completion tokens: 4 per request (median), 16 in total ESTIMATED by counting "
-            "chunks (no usage, no timings); a chunk count would say 16 · 1.00 tokens/chunk") \
+            "chunks (the server sent no usage); a chunk count would say 16 · 1.00 tokens/chunk") \
         in result.stdout.splitlines()
 
 
@@ -191,7 +192,7 @@ def test_host_bench_defaults_are_the_rig_presets_and_leave_the_small_preset_alon
 def test_not_run_workload_verdict_is_not_run_and_exit_stays_0():
     s = summarize_workload("quoting", [], not_run="too small", skipped=True)
     assert verdict("quoting", s, CTX, []) == {"verdict": "NOT-RUN", "reasons": ["too small"],
-                                             "baseline": None}
+                                             "baseline": None, "baseline_why": None}
 
 
 def _sse(*objs):

@@ -21,6 +21,9 @@ from rigkit.host.bench.runner import send_patiently
 
 from .replay import Script, chunk, usage_chunk, vllm_stream
 
+#: The end of a stream whose one token-carrying chunk came before: finish, usage (1 token), [DONE].
+ONE_TOKEN_END = [("event", chunk({}, finish="stop")), ("event", usage_chunk(100, 1)), ("done",)]
+
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 
 
@@ -91,7 +94,7 @@ def test_crlf_split_between_cr_and_lf_and_inside_a_character_reads_whole(replay)
 def test_empty_data_lines_comments_and_other_fields_are_read_to_the_specification(replay):
     steps = [("raw", b": ping\n\nevent: message\nid: 7\nretry: 100\ndata:\n\n"),
              ("raw", b'id: 8\ndata: {"choices":[{"index":0,"delta":\ndata: {"content":"ok"}}]}\n\n'),
-             *vllm_stream(answer=[], usage=True)[1:]]
+             *ONE_TOKEN_END]
     r = chat(replay, Script(steps))
     assert (r.ok, r.answer, r.pings, r.token_chunks) == (True, "ok", 1, 1), r.error
 
@@ -107,7 +110,7 @@ def test_llama_cpp_error_line_before_done_fails_quoting_its_message(replay):
 
 def test_invalid_utf8_becomes_replacement_characters_not_a_failure(replay):
     steps = [("raw", b'data: {"choices":[{"index":0,"delta":{"content":"caf\xe9!"}}]}\n\n'),
-             *vllm_stream(answer=[])[1:]]
+             *ONE_TOKEN_END]
     r = chat(replay, Script(steps, pieces=3))
     assert (r.ok, r.answer) == (True, "caf\ufffd!")
 

@@ -383,12 +383,27 @@ def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     summary_path = re.search(r"^wrote .*?, (\S+summary\.json), ", passing.stdout, re.M)[1]
     baseline = json.loads((PROJECT / summary_path).read_text())
     for wl in baseline["workloads"].values():
-        med = (wl.get("metrics") or {}).get("decode_tps") or {}
-        if med.get("median"):
-            med["median"] *= 10  # a baseline ten times faster: the smoke is >15% slower, a FAIL verdict
+        decode = (wl.get("metrics") or {}).get("decode_tps") or {}
+        for k in ("median", "min", "max"):
+            if decode.get(k):
+                decode[k] *= 10  # every request of the baseline ten times faster, and a steady baseline
+        if decode:
+            decode["cv"] = 0.0
     (tmp_path / "fast.json").write_text(json.dumps(baseline))
     failing = deploy(host, "--data", f'bench={{"baseline": "{tmp_path / "fast.json"}"}}', smoke=True)
-    assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
-    assert "FAIL" in failing.stdout
-    assert f"post-deploy smoke: {host.name}/strata: FAILED (exit 1)" in failing.stderr
     assert changed(failing) == 0  # the deploy itself had converged
+    smoke_path = re.search(r"^wrote .*?, (\S+summary\.json), ", failing.stdout, re.M)[1]
+    smoke = json.loads((PROJECT / smoke_path).read_text())["workloads"]["chat-greedy"]
+    cv = smoke["metrics"]["decode_tps"]["cv"]
+    print(f"the smoke against a 10x baseline: decode CV {cv} after {smoke['attempts']} attempt(s), exit {failing.returncode}")
+    if cv is not None and cv > 0.10:
+        # Strata on the sandbox's CPU through llama-swap and an SSH forward is often too noisy to compare
+        # (issue 39: CV 125.8%): after its repeats the smoke says WARN unstable with its figures and the
+        # deploy passes, saying so — never a FAIL on a run the bench calls unstable
+        assert failing.returncode == 0, failing.stdout[-3000:] + failing.stderr[-3000:]
+        assert (f"post-deploy smoke: {host.name}/strata: passed (with warnings: chat-greedy WARN — decode "
+                f"unstable after {smoke['attempts']} attempts: this run ") in failing.stderr, failing.stderr[-3000:]
+    else:  # a steady smoke ten times slower than every request of the baseline: a FAIL, the deploy fails
+        assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
+        assert "beyond the noise of both runs" in failing.stdout
+        assert f"post-deploy smoke: {host.name}/strata: FAILED (exit 1)" in failing.stderr

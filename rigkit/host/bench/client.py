@@ -26,6 +26,14 @@ as authoritative as usage); without both the client falls back to counting chunk
 ``tokens_source="chunk-estimate"`` and adds a loud warning (worded once per run: the runner
 counts repeats).
 
+What the bench does not read as a completion, each named in its verdict (issue 39): a response
+that is not an event stream — another Content-Type, an event stream labelled
+``application/json``, or a Content-Encoding though ``identity`` was asked
+(:func:`response_kind`, the one place it is judged: ``not-event-stream``); events of a type
+other than ``message``/``error`` (counted in ``other_events``, WHATWG typed events); a choice
+index other than 0 (``several-choices``: the bench asks for one); counts that cannot be right
+(:func:`check_counts`: ``bad-count``).
+
 Transport: :mod:`http.client` over a :class:`ChatSession` that keeps one connection per
 server open between requests (a connection the server closed is reopened once); no proxy
 support — the bench talks to 127.0.0.1 or an SSH forward.
@@ -85,7 +93,10 @@ class RequestResult:
     ``engine-dead``, ``loading`` (llama.cpp's 503 ``Loading model``), ``rate-limited`` (429),
     ``unavailable`` (503 with ``Retry-After``), ``stream-error``, ``stalled``, ``cut``,
     ``not-streamed`` (one ``application/json`` body where a stream was asked for),
-    ``bad-data``, ``thinking-ate-budget``, ``empty-answer``; ``error`` is the message shown
+    ``not-event-stream`` (another Content-Type, or a Content-Encoding the bench did not ask
+    for: :func:`response_kind`), ``several-choices`` (a choice index other than 0),
+    ``bad-data``, ``bad-count`` (a count that cannot be right: :func:`check_counts`),
+    ``thinking-ate-budget``, ``empty-answer``; ``error`` is the message shown
     to the operator; ``retry_after_s`` the seconds a ``Retry-After`` header asked for.
     ``tokens_source`` is ``usage``, ``timings`` (llama.cpp's ``predicted_n``) or
     ``chunk-estimate``; ``reasoning_tokens`` comes from ``usage.completion_tokens_details``
@@ -93,7 +104,9 @@ class RequestResult:
     tokens by the share of thinking chunks (``"chunk-share"``). ``cut_note`` names the
     reasoning/answer split when thinking used most of the budget and the answer was cut.
     ``answer`` is the answer text (kept in memory for the verbatim check; the JSONL keeps
-    only its length and a short head).
+    only its length and a short head). ``other_events`` counts events of types other than
+    ``message``/``error`` by type (``{"ping": 3}``: not completions, WHATWG typed events);
+    ``usage_keys`` the keys of the usage the server sent (None: it sent none).
     """
 
     ok: bool = True
@@ -123,6 +136,8 @@ class RequestResult:
     reasoning_chars: int = 0
     answer_chars: int = 0
     pings: int = 0
+    other_events: dict[str, int] = field(default_factory=dict)
+    usage_keys: list[str] | None = None
     done: bool = False
     server_timings: dict[str, Any] | None = None
     server_metrics: dict[str, Any] | None = None
@@ -376,18 +391,86 @@ def _request(sess, scheme, host, port, url, path, data, headers, r, clock, conne
             kind = "engine-dead"
         after = (f" (Retry-After {r.retry_after_s:g} s)" if r.retry_after_s is not None else "")
         return fail(kind, f"HTTP {resp.status} from POST {path}: {msg}{after}")
-    ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+    how, _ = response_kind(resp.getheader("Content-Type"), resp.getheader("Content-Encoding"))
     try:
-        if ctype == "application/json":
+        if how == "json":
             out = _not_streamed(resp, r, t0, clock)
-        else:
+        elif how == "stream":
             out = _read_stream(resp, r, t0, clock, stall_timeout_s, on_chunk)
+        else:
+            out = _not_event_stream(resp, r, t0, clock)
     except BaseException:
         sess.drop(scheme, host, port)
         raise
     if not r.ok or resp.will_close or not _drained(resp):
         sess.drop(scheme, host, port)
     return out
+
+
+#: Content-Types read as an event stream: the one the OpenAI API answers ``stream: true`` with, and
+#: none at all (a server that names no type is read, and judged by what it sends).
+EVENT_STREAM_TYPES = ("text/event-stream", "")
+
+
+def _looks_like(head: bytes) -> str:
+    """What the first bytes of a body look like, in words: ``an event stream``, ``a JSON
+    document``, ``an HTML page``, ``gzip data``, ``text``, ``binary data`` or ``empty``."""
+    h = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if not h:
+        return "empty"
+    if h[:2] == b"\x1f\x8b":
+        return "gzip data"
+    low = h[:64].lower()
+    if low.startswith((b"data:", b"event:", b":", b"id:", b"retry:")):
+        return "an event stream"
+    if low.startswith((b"<!doctype html", b"<html", b"<head", b"<body", b"<?xml", b"<")):
+        return "an HTML page"
+    if h[:1] in (b"{", b"["):
+        return "a JSON document"
+    try:
+        h[:256].decode("utf-8")
+        return "text"
+    except UnicodeDecodeError:
+        return "binary data"
+
+
+def response_kind(content_type: str | None, content_encoding: str | None,
+                  head: bytes = b"") -> tuple[str, str | None]:
+    """How to read a 2xx answer to a streamed request, from its headers (and, for a verdict, the
+    first bytes of its body): ``("stream", None)``, ``("json", None)`` (one ``application/json``
+    body: :func:`_not_streamed`), or ``("not-event-stream", message)`` naming what was received.
+
+    The one place the response's type and encoding are judged. Sources: OpenAI API
+    (``stream: true`` answers ``text/event-stream``); RFC 9110 §8.4 / §12.5.3 (the bench sends
+    ``Accept-Encoding: identity``, so any other ``Content-Encoding`` means something between the
+    bench and the server re-encoded the body — a proxy); WHATWG §9.2 (an event stream is
+    ``text/event-stream``). A proxy's login page (``text/html``) or a gzip body used to end as
+    "stream cut before [DONE]"; an event stream labelled ``application/json`` as "not a JSON
+    object".
+    """
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    enc = (content_encoding or "").strip().lower()
+    looks = _looks_like(head) if head else None
+    seen = f"; its body is {looks}" if looks else ""
+    named = ctype or "untyped (no Content-Type)"
+    if enc and enc != "identity":
+        return "not-event-stream", (
+            f"the response came with Content-Encoding {enc} (Content-Type {named}){seen}: the "
+            f"bench asked for identity (Accept-Encoding: identity), so something between it and "
+            f"the server re-encoded the stream (a proxy?); nothing measured")
+    if ctype in EVENT_STREAM_TYPES:
+        return "stream", None
+    if ctype == "application/json":
+        if looks == "an event stream":
+            return "not-event-stream", (
+                "the response is an event stream labelled Content-Type application/json "
+                "(expected text/event-stream): the server or a proxy relabelled it, and a proxy "
+                "that relabels may also buffer it; its timings are not trusted, nothing measured")
+        return "json", None
+    hint = " (a proxy's login or error page?)" if looks == "an HTML page" or ctype == "text/html" else ""
+    return "not-event-stream", (
+        f"the response is Content-Type {ctype}, not an event stream (text/event-stream){seen}"
+        f"{hint}; nothing measured")
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
@@ -472,7 +555,7 @@ class StreamConsumer:
     def __init__(self, result: RequestResult, t0: float, stall_timeout_s: float = 120.0,
                  on_chunk: Callable[[RequestResult], None] | None = None) -> None:
         self.result = result
-        self.parser = SSEParser()
+        self.parser = SSEParser(accept=("message", "error"))
         self.feed, self.end = _consumer(result, self.parser, t0, stall_timeout_s, on_chunk)
 
 
@@ -545,6 +628,7 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
                 raise bad("usage", u, "an object")
             if u:
                 usage = u
+            r.usage_keys = sorted(u)
         if "timings" in obj:
             tm = obj["timings"]
             if tm is not None and type(tm) is not dict:
@@ -565,6 +649,16 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
         for ci, choice in enumerate(choices):
             if type(choice) is not dict:
                 raise bad(f"choices[{ci}]", choice, "an object")
+            index = choice.get("index", 0)
+            if index != 0:
+                if type(index) is not int:
+                    raise bad(f"choices[{ci}].index", index, "an integer")
+                seen = sorted({0, index} | {c.get("index") for c in choices
+                                            if type(c) is dict and type(c.get("index")) is int})
+                return fail("several-choices", (
+                    f"the server sent more than one choice (index {', '.join(map(str, seen))} in "
+                    f"stream event {n_event}) though the bench asks for one (n=1): counted as one "
+                    f"answer their text would mix and decode tok/s would add up; nothing measured"))
             fr = choice.get("finish_reason")
             if fr:
                 if type(fr) is not str:
@@ -629,7 +723,7 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
         nonlocal t_last_data
         if not r.ok or r.done:
             return True
-        comments_before = parser.comments
+        comments_before = parser.comments + sum(parser.ignored.values())
         try:
             payloads = parser.feed_data(data)
             error_text = None
@@ -638,7 +732,8 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
                 payloads = payloads[:max(n_before - (parser.dispatched - len(payloads)), 0)]
             if payloads:
                 t_last_data = t
-            elif parser.comments > comments_before and t - t_last_data > stall_timeout_s:
+            elif (parser.comments + sum(parser.ignored.values()) > comments_before
+                  and t - t_last_data > stall_timeout_s):
                 fail("stalled", f"stalled: only pings, no data for {t - t_last_data:.1f} s "
                                 f"(stall timeout {stall_timeout_s:g} s)")
                 return True
@@ -697,6 +792,7 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
                 return stream_error(_error_message(parser.errors[0][1].encode("utf-8", "replace")))
         r.total_s = t - t0
         r.pings = parser.comments
+        r.other_events = dict(parser.ignored)
         for kind, text in splitter.feed("", final=True):
             if kind == "answer":
                 answer_parts.append(text)
@@ -721,6 +817,9 @@ def _consumer(r: RequestResult, parser: SSEParser, t0: float, stall_timeout_s: f
             _count(r, usage)
         except _BadData as exc_:
             return fail("bad-data", str(exc_))
+        wrong = check_counts(r)
+        if wrong:
+            return fail("bad-count", wrong)
         if not r.answer.strip():
             if r.finish_reason == "length":
                 return fail("thinking-ate-budget",
@@ -748,6 +847,19 @@ def _read_stream(resp, r: RequestResult, t0: float, clock, stall_timeout_s: floa
     return c.end(clock())
 
 
+def _not_event_stream(resp, r: RequestResult, t0: float, clock) -> RequestResult:
+    """A 2xx answer that is not an event stream (:func:`response_kind`): ``not-event-stream``
+    naming the Content-Type or Content-Encoding received and what its first bytes look like."""
+    try:
+        head = resp.read(4096)
+    except (OSError, http.client.HTTPException):
+        head = b""
+    r.total_s = clock() - t0
+    _, msg = response_kind(resp.getheader("Content-Type"), resp.getheader("Content-Encoding"), head)
+    r.ok, r.error_kind, r.error = False, "not-event-stream", msg
+    return r
+
+
 def _not_streamed(resp, r: RequestResult, t0: float, clock) -> RequestResult:
     """A server that answered one ``application/json`` body where a stream was asked for
     (OpenAI API: ``stream: true`` answers ``text/event-stream``): an error body quotes its
@@ -764,6 +876,10 @@ def _not_streamed(resp, r: RequestResult, t0: float, clock) -> RequestResult:
         r.ok, r.error_kind, r.error = False, kind, message
         return r
 
+    how, msg = response_kind(resp.getheader("Content-Type"), resp.getheader("Content-Encoding"),
+                             raw[:4096])
+    if how == "not-event-stream":
+        return fail("not-event-stream", msg)
     try:
         obj = json.loads(raw.decode("utf-8", errors="replace"))
     except ValueError:
@@ -785,6 +901,32 @@ def _not_streamed(resp, r: RequestResult, t0: float, clock) -> RequestResult:
                                     f"token and decode tok/s cannot be measured from one body")
     return fail("not-streamed", f"server answered application/json where a stream was asked "
                                 f"for, and the body is not a JSON object ({len(raw)} bytes)")
+
+
+def check_counts(r: RequestResult) -> str | None:
+    """Why the server's counts of a finished stream cannot be right, or None. Holds only for a
+    count the server sent (``tokens_source`` ``usage`` or ``timings``):
+
+    - no completion tokens after token-carrying chunks: each such chunk carries at least one
+      token (a usage all zeros after ten content chunks used to pass as OK with "n/a");
+    - ``reasoning_tokens`` above ``completion_tokens``: reasoning is part of the completion
+      (OpenAI's ``completion_tokens_details``; vLLM, llama.cpp count it in ``completion_tokens``).
+    """
+    if r.tokens_source not in ("usage", "timings"):
+        return None
+    where = ("usage.completion_tokens" if r.tokens_source == "usage"
+             else "llama.cpp's timings.predicted_n")
+    if r.completion_tokens is not None and r.completion_tokens < 1 and r.token_chunks:
+        return (f"wrong count: {where} is {r.completion_tokens} after {r.token_chunks} "
+                f"token-carrying chunks (each carries at least one token): the server's count "
+                f"cannot be right, nothing measured")
+    if (r.reasoning_tokens_source == "usage" and r.reasoning_tokens is not None
+            and r.completion_tokens is not None and r.reasoning_tokens > r.completion_tokens):
+        return (f"wrong count: usage.completion_tokens_details.reasoning_tokens "
+                f"{r.reasoning_tokens} is more than usage.completion_tokens "
+                f"{r.completion_tokens} (reasoning is part of the completion): the server's "
+                f"count cannot be right, nothing measured")
+    return None
 
 
 def _int_field(obj: dict[str, Any], key: str, where: str) -> int | None:

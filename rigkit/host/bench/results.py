@@ -4,14 +4,21 @@ Statistics follow ``notes/bench.md`` §6: median is the verdict statistic; min, 
 coefficient of variation (sample standard deviation / mean) are kept beside it, and the raw
 samples stay in ``requests.jsonl``.
 
-Verdicts (per workload):
+Verdicts (per workload; speed by :func:`compare_speed`, which judges the noise by both runs'
+own spread):
 
-- ``FAIL`` — the workload failed (HTTP 5xx, engine dead, stall, cut stream, thinking ate the
-  budget…), the verbatim check failed, or decode (quoting: also prefill) tok/s median is more
-  than 15% below the baseline's.
-- ``WARN`` — more than 15% above the baseline (a stale baseline or a counting bug: chunk
-  counting produces exactly such jumps), or CV above 10% (unstable: rerun before judging).
+- ``FAIL`` — what is certain: the workload failed (HTTP 5xx, engine dead, stall, cut stream,
+  wrong counts, thinking ate the budget…), the verbatim check failed, or decode (quoting: also
+  prefill) tok/s is more than 15% below the baseline's *beyond the noise of both runs* (both
+  stable, and every request of this run slower than every request of the baseline).
+- ``WARN`` — unstable (either run's CV above 10%: never FAIL nor PASS on speed; the runner
+  first measures an unstable workload again, up to a bound), more than 15% apart within the
+  noise, or more than 15% above beyond it (a stale baseline or a counting bug).
 - ``PASS`` — within the band.
+- The baseline: ``--baseline`` files when given, else the last comparable run of the member in
+  the results folder (:func:`find_baselines`: same context — which holds the power limit —
+  and the same host, member, preset and workload ``max_tokens``, :func:`same_settings`), named
+  in the verdict's ``baseline`` and ``baseline_why``.
 - ``no baseline`` — no baseline given, or its context differs or is unknown
   (:func:`rigkit.host.bench.context.comparable`).
 - ``not comparable`` — a baseline matches, but one side's completion tokens are a chunk-count
@@ -30,6 +37,7 @@ a failed smoke test, even the tiny test model's), else 0.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from typing import Any
 
@@ -80,7 +88,10 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
     would have said), ``server_timings`` (llama.cpp prompt/predicted tok/s stats),
     ``spec_decode``, ``verbatim`` (one entry per quoting run), ``energy``
     (:func:`rigkit.host.bench.energy.summarize_energy`: J, W, tok/J, J/token; None when not
-    measured). ``not_run`` (the reason)
+    measured), ``max_tokens`` (the requests' ``max_tokens``, None when they differ),
+    ``estimate_why`` (why counts are estimated: no usage, or a usage without
+    ``completion_tokens``), ``attempts`` (how many times it was measured; the runner raises it
+    when a run was unstable). ``not_run`` (the reason)
     marks a workload not sent; ``skipped`` says it was left out because it cannot run on this
     target (verdict NOT-RUN) rather than because an earlier failure stopped the run (FAIL).
     """
@@ -108,10 +119,29 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
         "spec_decode": spec_decode,
         "spec_decode_note": spec_decode_note,
         "energy": energy,
+        "max_tokens": _one({r.get("max_tokens") for r in records}),
+        "estimate_why": _one({_estimate_why(r) for r in ok if counts_kind(r.get("tokens_source")) == "estimate"}),
+        "attempts": 1,
     }
     if verbatim is not None:
         out["verbatim"] = verbatim
     return out
+
+
+def _one(values: set[Any]) -> Any:
+    """The single value of ``values`` (None and duplicates ignored); None when none or several."""
+    vals = {v for v in values if v is not None}
+    return next(iter(vals)) if len(vals) == 1 else None
+
+
+def _estimate_why(record: dict[str, Any]) -> str:
+    """Why a request's completion tokens are an estimate, in the server's terms: it sent no
+    usage, or a usage without ``completion_tokens`` (its keys named)."""
+    keys = record.get("usage_keys")
+    if keys is None:
+        return "the server sent no usage"
+    return ("the server's usage had no completion_tokens (it sent "
+            + (", ".join(keys) if keys else "an empty usage object") + ")")
 
 
 def _median(summary: dict[str, Any], metric: str) -> float | None:
@@ -119,29 +149,148 @@ def _median(summary: dict[str, Any], metric: str) -> float | None:
     return s.get("median") if s else None
 
 
+def _spread(s: dict[str, Any]) -> tuple[float, float]:
+    """``(low, high)`` of a metric's stats: its min and max, or its median twice when a
+    hand-written baseline gives only the median."""
+    med = s["median"]
+    lo, hi = s.get("min"), s.get("max")
+    return (med if lo is None else lo, med if hi is None else hi)
+
+
+def _figures(s: dict[str, Any], unit: str = "tok/s") -> str:
+    """``1831.1 tok/s (min 1015.3, max 2230.0, n 3, CV 21.5%)`` — a run's own spread in words."""
+    lo, hi = _spread(s)
+    cv = f", CV {100 * s['cv']:.1f}%" if s.get("cv") is not None else ""
+    return f"{s['median']:.1f} {unit} (min {lo:.1f}, max {hi:.1f}, n {s.get('n', 1)}{cv})"
+
+
+def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode",
+                  attempts: int = 1) -> tuple[str, str | None]:
+    """Judge one throughput metric of this run (``cur``: :func:`stats`) against a baseline's
+    (``base``: :func:`stats`, or a hand-written ``{"median": …}``). Returns ``(label, reason)``,
+    label ``PASS``, ``WARN`` or ``FAIL``; reason None for a plain PASS.
+
+    How the noise is judged — by the two runs' own spread, never by a fixed band alone:
+
+    - **unstable** — either run's CV (sample standard deviation / mean) above :data:`MAX_CV`:
+      the run is too noisy to compare, so the speed says neither PASS nor FAIL: ``WARN``
+      with both runs' figures (``attempts``: how many times this run was measured).
+    - **a regression** (``FAIL``) — both stable, this run's median more than 15% below the
+      baseline's (:data:`SLOWER`) *and* every request of this run slower than every request of
+      the baseline (this run's max below the baseline's min): beyond the noise of both runs.
+    - **faster beyond the noise** (``WARN``: a stale baseline or a counting bug) — the mirror
+      image: more than 15% above (:data:`FASTER`) and this run's min above the baseline's max.
+    - **within the noise** (``WARN``) — more than 15% apart but the spreads overlap: not
+      certain either way, rerun to tell.
+    - ``PASS`` — within 15%.
+
+    So the verdict of A against B and of B against A never disagree as FAIL and PASS: a FAIL
+    one way is the faster-beyond-the-noise WARN the other (a property test holds it).
+    """
+    label_cur = "this run"
+    if cur.get("cv") is not None and cur["cv"] > MAX_CV:
+        again = f" after {attempts} attempts" if attempts > 1 else ""
+        return "WARN", (f"{unit} unstable{again}: this run {_figures(cur)} has CV above "
+                        f"{100 * MAX_CV:.0f}%, too noisy to compare with baseline "
+                        f"{_figures(base)}: neither PASS nor FAIL, rerun on a quiet host")
+    if base.get("cv") is not None and base["cv"] > MAX_CV:
+        return "WARN", (f"{unit} not judged: the baseline {_figures(base)} has CV above "
+                        f"{100 * MAX_CV:.0f}% (an unstable baseline); {label_cur} "
+                        f"{_figures(cur)}")
+    c, b = cur["median"], base["median"]
+    ratio = c / b
+    (c_lo, c_hi), (b_lo, b_hi) = _spread(cur), _spread(base)
+    if ratio < SLOWER:
+        if c_hi < b_lo:
+            held = f"; measured {attempts} times" if attempts > 1 else ""
+            return "FAIL", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline "
+                            f"{b:.1f} tok/s, beyond the noise of both runs (this run "
+                            f"{_figures(cur)}, every request slower than the baseline's "
+                            f"slowest {b_lo:.1f}{held})")
+        return "WARN", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline "
+                        f"{b:.1f} tok/s but within the noise (this run {_figures(cur)} overlaps "
+                        f"the baseline {_figures(base)}): not a certain regression, rerun")
+    if ratio > FASTER:
+        if c_lo > b_hi:
+            return "WARN", (f"{unit} {c:.1f} tok/s is {100 * (ratio - 1):.0f}% above baseline "
+                            f"{b:.1f} tok/s, beyond the noise of both runs (stale baseline or a "
+                            f"counting bug?)")
+        return "WARN", (f"{unit} {c:.1f} tok/s is {100 * (ratio - 1):.0f}% above baseline "
+                        f"{b:.1f} tok/s but within the noise (this run {_figures(cur)} overlaps "
+                        f"the baseline {_figures(base)}): rerun to tell")
+    return "PASS", None
+
+
+#: Settings a default baseline must share with this run, beyond the context
+#: (:data:`rigkit.host.bench.context.CONTEXT_KEYS`, which holds the power limit).
+SETTINGS = ("host", "member", "preset", "max_tokens")
+
+
+def same_settings(name: str, current: dict[str, Any], context: dict[str, Any],
+                  preset: str | None, baseline: dict[str, Any]) -> str | None:
+    """None when ``baseline`` (a loaded summary) ran workload ``name`` with this run's
+    :data:`SETTINGS` — same host and member (or the same ``--url`` target), preset and
+    ``max_tokens`` — else the first difference in words (``max_tokens 48 vs 256``)."""
+    bctx = baseline.get("context") or {}
+    bw = (baseline.get("workloads") or {}).get(name) or {}
+    pairs = [("host", context.get("host"), bctx.get("host")),
+             ("member", context.get("member"), bctx.get("member")),
+             ("preset", preset, baseline.get("preset")),
+             ("max_tokens", current.get("max_tokens"), bw.get("max_tokens"))]
+    if not context.get("host"):
+        pairs.append(("target", context.get("target"), baseline.get("target")))
+    for key, mine, theirs in pairs:
+        if mine != theirs:
+            return f"{key} {mine} vs {theirs}"
+    return None
+
+
 def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
-            baselines: list[dict[str, Any]]) -> dict[str, Any]:
+            baselines: list[dict[str, Any]], preset: str | None = None) -> dict[str, Any]:
     """Verdict for workload ``name``: ``{"verdict": PASS|WARN|FAIL|no baseline|not comparable|
-    NOT-RUN, "reasons": [...], "baseline": file or None}``; a workload that was not run
-    because it cannot run on this target (its summary's ``status`` ``not-run`` with
-    ``skipped`` true) is ``NOT-RUN`` with the reason, never a FAIL. ``baselines`` are loaded summary files
-    (``{"context": …, "workloads": …, "_file": path}``)."""
+    NOT-RUN, "reasons": [...], "baseline": file or None, "baseline_why": words or None}``; a
+    workload that was not run because it cannot run on this target (its summary's ``status``
+    ``not-run`` with ``skipped`` true) is ``NOT-RUN`` with the reason, never a FAIL.
+    ``baselines`` are loaded summary files (``{"context": …, "workloads": …, "_file": path}``),
+    the first that matches wins: given ones (``--baseline``) need the same context; found ones
+    (``"_found": True``, :func:`find_baselines`, newest first) also :func:`same_settings` and
+    a workload that ran ``ok``. Speed is judged by :func:`compare_speed` (unstable: WARN, never
+    FAIL); FAIL stays for what is certain: a failed workload, a verbatim FAIL, a regression
+    beyond the noise of both runs."""
     reasons: list[str] = []
     if current["status"] == "not-run" and current.get("skipped"):
-        return {"verdict": "NOT-RUN", "reasons": [current["error"]], "baseline": None}
+        return {"verdict": "NOT-RUN", "reasons": [current["error"]], "baseline": None,
+                "baseline_why": None}
     if current["status"] != "ok":
-        return {"verdict": "FAIL", "reasons": [current["error"]], "baseline": None}
+        return {"verdict": "FAIL", "reasons": [current["error"]], "baseline": None,
+                "baseline_why": None}
     failed_quotes = [v for v in current.get("verbatim") or [] if not v["passed"]]
     if failed_quotes:
         reasons.append(failed_quotes[0]["message"])
     metrics = ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
-    match, why = None, "none given (--baseline FILE)"
+    match, why = None, "none given (--baseline FILE) and no earlier comparable run in the results folder"
+    found_why, found_mine = None, False  # the difference to name: a run of this member's first
     for b in baselines:
         ok, reason = comparable(context, b.get("context") or {})
-        if ok and name in (b.get("workloads") or {}):
+        bw = (b.get("workloads") or {}).get(name)
+        if b.get("_found"):
+            if ok and bw and bw.get("status", "ok") == "ok":
+                differs = same_settings(name, current, context, preset, b)
+                if differs is None:
+                    match = b
+                    break
+                mine_too = not differs.startswith(("host ", "member ", "target "))
+                if found_why is None or (mine_too and not found_mine):
+                    found_why, found_mine = f"earlier runs differ: {differs}", mine_too
+            elif not ok:
+                found_why = found_why or f"earlier runs' {reason}"
+            continue
+        if ok and bw:
             match = b
             break
         why = reason if not ok else f"baseline has no {name} workload"
+    if match is None and found_why and not any(not b.get("_found") for b in baselines):
+        why = f"none given, and no earlier comparable run in the results folder ({found_why})"
     label = "PASS"
     if match is None:
         reasons.append(f"no baseline: {why}")
@@ -152,42 +301,71 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         theirs = bw.get("counts") or counts_kind(bw.get("tokens_source"))
         if mine and theirs and mine != theirs:
             est, cnt = ("this run", "the baseline") if mine == "estimate" else ("the baseline", "this run")
+            est_why = (current if mine == "estimate" else bw).get("estimate_why") or "the server sent no usage"
             src = bw.get("tokens_source") if mine == "estimate" else current.get("tokens_source")
             reasons.append(f"decode not compared: {est}'s completion tokens are a chunk-count "
-                           f"estimate (the server sent no usage), {cnt}'s are counted "
+                           f"estimate ({est_why}), {cnt}'s are counted "
                            f"({src}); an estimate is neither a slowdown nor a speed-up")
             metrics = [m for m in metrics if m != "decode_tps"]
             label = "not comparable"
+        rank = {"PASS": 0, "WARN": 1, "not comparable": 1, "FAIL": 2}
         for m in metrics:
-            cur, base = _median(current, m), _median(bw, m)
+            cur = (current.get("metrics") or {}).get(m)
+            base = (bw.get("metrics") or {}).get(m)
             unit = "decode" if m == "decode_tps" else "prefill"
-            if cur is None or not base:
+            if not cur or cur.get("median") is None or not base or not base.get("median"):
                 # a missing figure is no evidence of speed: never a PASS
-                which = "this run" if cur is None else "the baseline"
+                which = "this run" if not cur or cur.get("median") is None else "the baseline"
                 reasons.append(f"{unit} not compared: {which} has no {unit} tok/s figure")
                 if label != "FAIL":
                     label = "not comparable"
                 continue
-            ratio = cur / base
-            if ratio < SLOWER:
-                reasons.append(f"{unit} {cur:.1f} tok/s is {100 * (1 - ratio):.0f}% below "
-                               f"baseline {base:.1f} tok/s")
-                label = "FAIL"
-            elif ratio > FASTER:
-                reasons.append(f"{unit} {cur:.1f} tok/s is {100 * (ratio - 1):.0f}% above "
-                               f"baseline {base:.1f} tok/s (stale baseline or a counting bug?)")
-                if label not in ("FAIL", "not comparable"):
-                    label = "WARN"
-    for m in metrics:
-        s = (current.get("metrics") or {}).get(m)
-        if s and s.get("cv") is not None and s["cv"] > MAX_CV:
-            reasons.append(f"{m} CV {100 * s['cv']:.1f}% > {100 * MAX_CV:.0f}%: unstable, rerun")
-            if label in ("PASS", "no baseline"):
+            got, reason = compare_speed(cur, base, unit, attempts=current.get("attempts") or 1)
+            if reason:
+                reasons.append(reason)
+            if rank[got] > rank[label]:
+                label = got
+    if match is None:
+        for m in metrics:
+            s = (current.get("metrics") or {}).get(m)
+            if s and s.get("cv") is not None and s["cv"] > MAX_CV:
+                reasons.append(f"{m} CV {100 * s['cv']:.1f}% > {100 * MAX_CV:.0f}%: unstable, rerun")
                 label = "WARN"
     if failed_quotes:
         label = "FAIL"
+    baseline_why = None
+    if match is not None:
+        baseline_why = ("the last comparable run of this member (same host, preset, workload, "
+                        "max_tokens, power limit) in the results folder" if match.get("_found")
+                        else "given (--baseline or bench.baseline)")
     return {"verdict": label, "reasons": reasons,
-            "baseline": match.get("_file") if match else None}
+            "baseline": match.get("_file") if match else None, "baseline_why": baseline_why}
+
+
+def find_baselines(results_dir: str, exclude: str | None = None) -> list[dict[str, Any]]:
+    """Every ``summary.json`` under ``results_dir`` (earlier runs of ``rigkit bench``), newest
+    first by its ``timestamp``, each loaded as :func:`load_baseline` does and marked
+    ``"_found": True`` — the candidates for a default baseline (:func:`verdict` keeps the
+    first with the same context and :func:`same_settings`). ``exclude``: this run's own folder.
+    Unreadable or foreign files are skipped; a missing folder gives ``[]``."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    skip = os.path.realpath(exclude) if exclude else None
+    if not os.path.isdir(results_dir):
+        return []
+    for root, _dirs, files in os.walk(results_dir):
+        if "summary.json" not in files or (skip and os.path.realpath(root) == skip):
+            continue
+        path = os.path.join(root, "summary.json")
+        try:
+            b = load_baseline(path)
+        except ValueError:
+            continue
+        if not isinstance(b.get("timestamp"), str):
+            continue
+        b["_found"] = True
+        out.append((b["timestamp"], b))
+    out.sort(key=lambda tb: tb[0], reverse=True)
+    return [b for _, b in out]
 
 
 def speedups(summary_workloads: dict[str, Any], baselines: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -62,12 +62,19 @@ class SSEParser:
     + ``errors``: ``[(n_before, message)]`` — each ``error:`` line (llama.cpp) or
       ``event: error`` event, with the number of data events dispatched before it.
     + ``dispatched``: data events dispatched so far (returned by ``feed``/``feed_data``).
+    + ``accept``: event types to return (None: all); an event of another type is counted in
+      ``ignored`` (``{type: n}``) and not returned — a client that reads completions takes
+      ``("message", "error")``, as the specification's ``onmessage`` sees only ``message``
+      events (sse-starlette's ``event: ping`` keep-alives, whose data is a timestamp, are not
+      completions).
 
     Never raises on malformed input: invalid UTF-8 becomes U+FFFD (the specification's
     decoding), unknown fields are ignored.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, accept: tuple[str, ...] | None = None) -> None:
+        self._accept = accept
+        self.ignored: dict[str, int] = {}
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buf = ""
         self._data: list[str] = []
@@ -196,6 +203,9 @@ class SSEParser:
             return None
         ev = SSEEvent(data="\n".join(self._data), event=self._event or "message", id=self._last_id)
         self._data, self._event = [], ""
+        if self._accept is not None and ev.event not in self._accept:
+            self.ignored[ev.event] = self.ignored.get(ev.event, 0) + 1
+            return None
         if ev.event == "error":
             self.errors.append((self.dispatched, ev.data))
         self.dispatched += 1
