@@ -55,12 +55,14 @@ def kind_of(metadata: list[Any] | tuple[Any, ...]) -> Kind | None:
 EMPTY_REFUSED = "empty: give a value, or leave the key out for its default (only an optional value may be left empty: unset)"
 
 
-def _rule(check: Any) -> AfterValidator:
+def _rule(check: Any, *, empty_ok: bool = False) -> AfterValidator:
     """An after-validator from ``check(value) -> str | None`` (why the value is refused); an empty
-    string is refused with :data:`EMPTY_REFUSED` (an optional field's ``""`` became None before)."""
+    string is refused with :data:`EMPTY_REFUSED` (an optional field's ``""`` became None before)
+    unless ``empty_ok`` (a kind whose consumer gives ``""`` a meaning of its own, such as an
+    environment value: ``NAME=`` sets NAME to the empty string)."""
 
     def validate(value: Any) -> Any:
-        why = EMPTY_REFUSED if value == "" else check(value)
+        why = EMPTY_REFUSED if value == "" and not empty_ok else check(value)
         if why:
             raise ValueError(why)
         return value
@@ -362,7 +364,8 @@ def _env_value_problem(value: str) -> str | None:
 
 
 #: A value written into a ``.env`` file (compose-go's dotenv must read it back).
-EnvValue = Annotated[str, _rule(_env_value_problem), Kind("env value", "a value a .env file can hold")]
+EnvValue = Annotated[str, _rule(_env_value_problem, empty_ok=True),
+                     Kind("env value", "a value a .env file can hold (empty included: NAME= is set and empty)")]
 #: A member's ``env`` item, ``NAME=value`` (llama-swap's schema pattern).
 EnvItem = Annotated[str, _pattern(r"^[A-Z_][A-Z0-9_]*=", "NAME=value with NAME upper-case letters, digits and _ (llama-swap's schema)"),
                     Kind("env item", "NAME=value")]

@@ -55,6 +55,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from rigkit import hints
+
 #: The cache types llama.cpp's ``--cache-type-k/-v`` accept (``common/arg.cpp`` ``kv_cache_types``).
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 GIB = 1 << 30
@@ -497,7 +499,7 @@ def _llamacpp_fit(mid: str, key: str, server: Any, entry: dict[str, Any] | None,
     header = ((entry or {}).get("gguf") or {}).get(server.model_file or "")
     if header is None:
         return MemberFit(mid, declared, None, f"no GGUF header for {server.model_file!r} in the lock "
-                                              "(re-lock with `rigkit models lock`)")
+                                              f"(re-lock with `{hints.command('models lock')}`)")
     try:
         from rigkit.paths import PLACEHOLDER_PREFIX
 
@@ -531,7 +533,7 @@ def _hyperqwen_fit(mid: str, spec: Any, models: dict[str, Any], declared: float)
     missing = [name for name, e in parts if not e.get("config")]
     if missing:
         return MemberFit(mid, declared, None, f"no config.json summary for {', '.join(missing)} in the lock "
-                                              "(re-lock with `rigkit models lock`)")
+                                              f"(re-lock with `{hints.command('models lock')}`)")
     pairs = [(e["config"], sum(f["size"] for f in e["files"] if f["path"].endswith(".safetensors"))) for _, e in parts]
     num_spec = hq.dflash_tokens if draft_on else 0
     budget = int(hq.gpu_memory_utilization * spec.gpu_vram_gib * GIB)
