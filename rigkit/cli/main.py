@@ -144,6 +144,14 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             for key in keys:
                 err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
         sys.exit(exitcodes.INVALID)
+    from rigkit.spec.riglock import with_lock
+
+    # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
+    lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in with_lock(hs.spec, inventory or default_inventory())[2]]
+    if lock_refusals:
+        for line in lock_refusals:
+            err.print(f"[red]error:[/] {line}", markup=False)
+        sys.exit(exitcodes.INVALID)
     from rigkit.spec.validate import spec_warnings
 
     for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
@@ -253,8 +261,10 @@ from rigkit.cli.bench import bench  # noqa: E402
 cli.add_command(bench)
 
 from rigkit.cli.models import models  # noqa: E402
+from rigkit.cli.lock import lock  # noqa: E402
 
 cli.add_command(models)
+cli.add_command(lock)
 
 from rigkit.cli.drift import drift  # noqa: E402
 from rigkit.cli.report import report  # noqa: E402

@@ -73,7 +73,14 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
         src = entry["source"]
         what = f"{src['repo_id']}@{src['revision']} → {entry['commit']}" if "repo_id" in src else src["url"]
         err.print(f"{name}: {what}, {len(entry['files'])} file(s), {_human(entry['total_bytes'])}", markup=False)
-    path = write_lock(result, lock_path_for(inventory or default_inventory()))
+    target = lock_path_for(inventory or default_inventory())
+    try:  # the other sections of the lock (rigkit lock's pins, images, release) stay as they are
+        from rigkit.spec.modellock import load_lock
+
+        result = {**load_lock(target), "models": result["models"]}
+    except (OSError, ValueError):
+        pass
+    path = write_lock(result, target)
     err.print(f"wrote {path}")
     sys.exit(exitcodes.OK)
 

@@ -127,15 +127,11 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
 
 
 def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
-    """What ``rigkit check`` reports but accepts: each unset operator value once, images pinned
-    by tag rather than digest."""
+    """What ``rigkit check`` reports but accepts: each unset operator value once (a tag is no longer
+    warned about: ``rigkit lock`` resolves it to the digest the deploy pulls, and check reports what the
+    lock has not resolved)."""
     warnings = [SpecWarning(key=key, message=f"unset — {description}. Where to find it: {where}")
                 for key, description, where in unset_operator_fields(spec)]
-    for key, image in _images(spec):
-        if image.ref and not DIGEST_RE.match(image.ref):
-            warnings.append(SpecWarning(
-                key=f"{key}.ref",
-                message=f"{image.ref!r} is a tag, not a digest; pin sha256:<64 hex> so the image cannot move"))
     hq = spec.hyperqwen
     if hq.allow_unsafe_spec and _unsafe_speculation(spec):
         warnings.append(SpecWarning(
@@ -381,10 +377,6 @@ def _check_images(spec: RigSpec) -> list[SpecProblem]:
             continue
         if ref.startswith("sha256:") and not DIGEST_RE.match(ref):
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref), allowed="a digest is sha256: followed by 64 lower-case hex digits"))
-        elif ref in {"latest", "main", "master", "edge", "nightly"} or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
-            out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
-                                   allowed="a moving tag is not a pin; pin the image's sha256:<digest> (`docker buildx imagetools "
-                                           "inspect REPOSITORY:TAG` prints it)"))
         elif not ref.startswith("sha256:") and not IMAGE_TAG_RE.match(ref):
             out.append(SpecProblem(key=f"{key}.ref", value=repr(ref),
                                    allowed="a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or "
