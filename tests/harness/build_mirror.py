@@ -323,10 +323,47 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
     arch = out / "archive" / "packages" / name[0] / name
     arch.mkdir(parents=True, exist_ok=True)
     (arch / fname).write_bytes(data)
+    day = archive_date(pkg)  # the date the archive's listing shows, and the dated database that lists it
+    os.utime(arch / fname, (day, day))
     if pkg.get("repo"):
         repo = out / pkg["repo"] / "os" / "x86_64"
         repo.mkdir(parents=True, exist_ok=True)
         (repo / fname).write_bytes(data)
+
+
+def archive_date(pkg: dict) -> int:
+    """The package file's date in the archive (epoch seconds, midnight UTC): ``pkg["date"]``
+    (YYYY-MM-DD), default the build date :data:`EPOCH`."""
+    import datetime as dt
+
+    if not pkg.get("date"):
+        return EPOCH
+    return int(dt.datetime.strptime(pkg["date"], "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp())
+
+
+def dated_repos(out: Path, packages: list[dict]) -> None:
+    """The archive's dated repository databases: ``archive/repos/YYYY/MM/DD/<repo>/os/x86_64/<repo>.db``
+    listing each package file dated that day (:func:`archive_date`), written by ``repo-add`` as the Arch
+    Linux Archive's are (its ``%SHA256SUM%`` is what ``rigkit lock`` records). One version per name per
+    day, as a snapshot of a repository has."""
+    import datetime as dt
+
+    days: dict[tuple[str, str], list[Path]] = {}
+    for pkg in packages:
+        day = dt.datetime.fromtimestamp(archive_date(pkg), dt.timezone.utc).strftime("%Y/%m/%d")
+        repo = pkg.get("repo") or pkg.get("archive_repo") or "extra"
+        folder = out / "archive" / "packages" / pkg["name"][0] / pkg["name"]
+        f = next(p for v in (pkg.get("real_version"), pkg["version"]) if v
+                 for p in [folder / f"{pkg['name']}-{v}-x86_64.pkg.tar.zst"] if p.is_file())
+        days.setdefault((day, repo), []).append(f)
+    for (day, repo), files in sorted(days.items()):
+        names = [f.name.rsplit("-", 3)[0] for f in files]
+        if len(set(names)) != len(names):
+            raise SystemExit(f"mirror.json: two versions of one package dated {day} in {repo}")
+        d = out / "archive" / "repos" / day / repo / "os" / "x86_64"
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["repo-add", "-q", str(d / f"{repo}.db.tar.gz"), *map(str, sorted(files))], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def build(out: Path) -> None:
@@ -352,6 +389,7 @@ def build(out: Path) -> None:
             pkgs = sorted(x.name for x in d.glob("*.pkg.tar.zst"))
             subprocess.run(["repo-add", "-q", f"{repo}.db.tar.gz", *pkgs], cwd=d, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dated_repos(tmp, manifest["packages"])
         (tmp / "mirror.json").write_text((HERE / "mirror.json").read_text())
         if out.exists():
             shutil.rmtree(out)

@@ -107,6 +107,8 @@ def key() -> str:
         f = www / fixture
         h.update(fixture.encode() + b"\0" + (hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"-"))
     h.update(hostctl.mirror_dir().name.encode() + hostctl.rootfs_tarball().name.encode())
+    lock = hostctl.STATE / "sandbox.lock.json"  # what the deploy fetches (sandbox_lock)
+    h.update(b"lock\0" + (lock.read_bytes() if lock.is_file() else b"-"))
     return h.hexdigest()[:16]
 
 
@@ -119,6 +121,23 @@ BEFORE_FIRST_DEPLOY = (
     "printf '[Unit]\\nDescription=legacy Strata\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
     "[Install]\\nWantedBy=multi-user.target\\n' > /etc/systemd/system/strata.service && "
     "systemctl daemon-reload && systemctl enable --now strata.service")
+
+
+def sandbox_lock() -> Path:
+    """``rigkit lock -i inventory/sandbox.py``: the sandbox's pins, image digests and llama-swap tarball
+    resolved from this run's fixtures (the archive's listings and dated databases, the registry, the
+    release server) into ``$STATE/sandbox.lock.json`` — seeded with the committed model lock
+    (``inventory/sandbox.lock.json``) so its models are not asked of the hub again. A second run changes
+    nothing. Raises RuntimeError with rigkit's output when it fails."""
+    target = hostctl.STATE / "sandbox.lock.json"
+    if not target.is_file():
+        shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", target)
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
+    if proc.returncode != 0:
+        raise RuntimeError(f"rigkit lock -i inventory/sandbox.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return target
 
 
 def _deploy(name: str, *args: str) -> dict:
@@ -181,6 +200,7 @@ def ensure(prefix: str | None = None, rebuild: bool = False) -> Golden:
     with open(hostctl.STATE / "golden.lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         hostctl.fixtures_up_locked()
+        sandbox_lock()  # the deploy uses only the lock
         k = key()
         d = GOLDEN / k
         if not rebuild and (d / "deploys.json").is_file() and (d / "root").is_dir():
