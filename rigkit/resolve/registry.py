@@ -56,18 +56,21 @@ def bearer_challenge(header: str) -> dict[str, str] | None:
 
 
 class Registry:
-    """Look-ups in OCI registries through a ``requests.Session`` (its ``verify`` may name a CA bundle)."""
+    """Look-ups in OCI registries through a ``requests.Session``; ``verify``: a CA bundle path (or True
+    for the system's), passed with every request — a session's own ``verify`` loses to
+    ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` in requests' merge of settings (psf/requests#3829)."""
 
-    def __init__(self, session: Any):
+    def __init__(self, session: Any, verify: str | bool = True):
         self.http = session
+        self.verify = verify
 
-    def _head(self, entry: str, url: str, headers: dict[str, str]) -> Any:
+    def _send(self, entry: str, method: str, url: str, headers: dict[str, str]) -> Any:
         import requests
 
         try:
-            return self.http.head(url, headers=headers, timeout=30, allow_redirects=True)
+            return self.http.request(method, url, headers=headers, timeout=30, allow_redirects=True, verify=self.verify)
         except requests.RequestException as exc:
-            raise ResolveError(f"{entry}: {url}: unreachable ({type(exc).__name__})") from None
+            raise ResolveError(f"{entry}: {url}: unreachable ({type(exc).__name__}: {exc})"[:400]) from None
 
     def _token(self, entry: str, challenge: dict[str, str], name: str) -> str:
         import requests
@@ -77,7 +80,7 @@ class Registry:
             raise ResolveError(f"{entry}: the registry's Bearer challenge names no realm")
         params = {"service": challenge.get("service", ""), "scope": challenge.get("scope") or f"repository:{name}:pull"}
         try:
-            resp = self.http.get(realm, params=params, timeout=30)
+            resp = self.http.get(realm, params=params, timeout=30, verify=self.verify)
         except requests.RequestException as exc:
             raise ResolveError(f"{entry}: token endpoint {realm}: unreachable ({type(exc).__name__})") from None
         if resp.status_code != 200:
@@ -94,14 +97,14 @@ class Registry:
         when challenged; raises :class:`ResolveError` for anything but 200."""
         url = f"{base.rstrip('/')}/v2/{name}/manifests/{ref}"
         headers = {"Accept": ACCEPT}
-        resp = self._head(entry, url, headers) if method == "HEAD" else self.http.get(url, headers=headers, timeout=30)
+        resp = self._send(entry, method, url, headers)
         if resp.status_code == 401:
             challenge = bearer_challenge(resp.headers.get("WWW-Authenticate", ""))
             if challenge is None:
                 raise ResolveError(f"{entry}: {url}: HTTP 401 without a Bearer challenge; the registry wants "
                                    "credentials rigkit does not send")
             headers["Authorization"] = f"Bearer {self._token(entry, challenge, name)}"
-            resp = self._head(entry, url, headers) if method == "HEAD" else self.http.get(url, headers=headers, timeout=30)
+            resp = self._send(entry, method, url, headers)
         if resp.status_code == 404:
             raise ResolveError(f"{entry}: {base}: no manifest {name}:{ref} (HTTP 404): no such tag or digest")
         if resp.status_code in (401, 403):

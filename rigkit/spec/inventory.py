@@ -35,6 +35,9 @@ class HostSpec:
     spec: RigSpec
     connection: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
+    #: What the lock lacks or records for something else (:func:`rigkit.spec.riglock.lock_problems`), when
+    #: loaded with ``resolve_lock``: the deploy refuses while any is left.
+    lock_problems: list[str] = field(default_factory=list)
 
 
 def default_inventory() -> str:
@@ -181,12 +184,14 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         except SpecError as exc:
             problems += [p.model_copy(update={"key": f"{host.name}: {p.key}"}) for p in exc.problems]
             continue
+        lock_problems: list[str] = []
         if resolve_lock:  # what the lock resolved (pins, digests, the release's sha256) in place of the intent
             from rigkit.spec.riglock import with_lock
 
-            spec = with_lock(spec, path)[0]
+            spec, _lock, lock_problems = with_lock(spec, path)
         out.append(HostSpec(name=host.name, spec=spec, connection=connection,
-                            groups=[str(g) for g in getattr(host, "groups", [])]))
+                            groups=[str(g) for g in getattr(host, "groups", [])],
+                            lock_problems=lock_problems))
     if problems:
         raise SpecError(problems, source=f"inventory {path}")
     return out

@@ -95,7 +95,7 @@ class ImageSpec(StrictModel):
     ref: str | None = operator_value(
         "the image's tag (rigkit lock resolves it to a digest) or sha256:<64 hex> digest",
         "the image's registry page (the tag you tested)")
-    registry: str | None = Field(default=None, pattern=r"^https?://[^/\s]+$")
+    registry: str | None = None
     registry_ca: str | None = None
 
     def reference(self) -> str:

@@ -39,12 +39,12 @@ def relock() -> str:
 
 
 def declared_pins(spec: Any) -> dict[str, tuple[str, str]]:
-    """``{package: (what is wanted, the spec key declaring it)}``: the operator's exact ``pacman_pins``
-    when given, else each driver package at ``nvidia_driver_version`` and ``cuda`` at ``cuda_version``."""
-    if spec.pacman_pins:
-        return {p: (v, f"pacman_pins.{p}") for p, v in sorted(spec.pacman_pins.items())}
+    """``{package: (what is wanted, the spec key declaring it)}``: each driver package at
+    ``nvidia_driver_version`` and ``cuda`` at ``cuda_version``, except where ``pacman_pins`` names a
+    package's exact version (the operator's value wins; a package it adds is pinned too)."""
     out = {p: (spec.nvidia_driver_version, "nvidia_driver_version") for p in (spec.driver_flavour, *DRIVER_PACKAGES)}
     out["cuda"] = (spec.cuda_version, "cuda_version")
+    out.update({p: (v, f"pacman_pins.{p}") for p, v in (spec.pacman_pins or {}).items()})
     return dict(sorted(out.items()))
 
 
@@ -181,9 +181,8 @@ class Resolver:
         """Resolve one image (:meth:`rigkit.resolve.registry.Registry.resolve`)."""
         from rigkit.resolve.registry import Registry
 
-        if image.registry_ca:
-            self.http.verify = image.registry_ca
-        entry = Registry(self.http).resolve(f"images.{name}", image.repository, image.ref, image.registry)
+        registry = Registry(self.http, verify=image.registry_ca or True)
+        entry = registry.resolve(f"images.{name}", image.repository, image.ref, image.registry)
         return entry | {"registry": image.registry}
 
     def release(self, spec: Any) -> dict[str, Any]:

@@ -268,11 +268,7 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
         if not isinstance(ver, str) or not PACMAN_VERSION_RE.match(ver):
             out.append(SpecProblem(key=f"pacman_pins.{pkg}", value=repr(ver),
                                    allowed="a full pacman version [epoch:]pkgver-pkgrel, e.g. '610.57.04-1' (pkgrel cannot be guessed)"))
-    required = [spec.driver_flavour, *DRIVER_PACKAGES, "cuda"]
-    for pkg in required:
-        if pkg not in pins:
-            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value="missing",
-                                   allowed=f"the pins must cover {', '.join(required)} (installed together with pacman -U)"))
+    # a package not named here is pinned by its series (rigkit lock: nvidia_driver_version, cuda_version)
     # one rule for driver versions (rigkit.host.versions): the spec may name the series (610.57) or the
     # full version (610.57.04); the pins name the full version the archive has, and all name one driver
     driver = spec.nvidia_driver_version
@@ -372,6 +368,9 @@ def _check_images(spec: RigSpec) -> list[SpecProblem]:
         why = _repository_problem(image.repository)
         if why:
             out.append(SpecProblem(key=f"{key}.repository", value=repr(image.repository), allowed=why))
+        if image.registry is not None and not re.match(r"^https?://[^/\s]+$", image.registry):
+            out.append(SpecProblem(key=f"{key}.registry", value=repr(image.registry),
+                                   allowed="the registry's base URL, https://HOST[:PORT] (its v2 API is under /v2/)"))
         ref = image.ref
         if ref is None:
             continue

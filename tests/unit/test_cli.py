@@ -272,8 +272,9 @@ def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
     assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
     assert "passed, 0 rejected, 0 could not run" in proc.stdout
     # no other warning: every operator value is set; the one left says there is no model lock yet
-    assert proc.stderr == ("  warn  models_lock: no model lock (inventory/lab.lock.json does not exist); the deploy "
-                           "refuses without one: `rigkit models lock -i inventory/lab.py` writes it\n")
+    assert proc.stderr == ("  warn  models_lock: no lock (inventory/lab.lock.json does not exist); the deploy "
+                           "refuses without one: `rigkit lock -i inventory/lab.py` resolves the pins, images, llama-swap "
+                           "release and models into it\n")
 
 
 def _pyinfra_parse_cli_arg():
