@@ -19,7 +19,7 @@ import click
 from rich.markup import escape
 
 from rigkit import exitcodes
-from rigkit.cli.common import err, host_option, inventory_option, load_or_exit
+from rigkit.cli.common import err, host_option, inventory_option, load_or_exit, parse_data
 
 
 def _one_declaration(host_specs) -> None:
@@ -57,8 +57,11 @@ def _describe(section: str, name: str, entry: dict) -> str:
 @host_option
 @click.option("--update", is_flag=True, help="ask the sources again for NAME… (all when none) and show old → new")
 @click.option("--write", is_flag=True, help="with --update: write the newer versions")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data "
+              "(lock a variant; give the same --data to the deploy, and models_lock=PATH to keep its lock apart)")
 @click.argument("names", nargs=-1)
-def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, names: tuple[str, ...]) -> None:
+def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, data: tuple[str, ...],
+         names: tuple[str, ...]) -> None:
     """Resolve the pins, images, llama-swap release and models into <inventory>.lock.json."""
     from rigkit.resolve import ResolveError
     from rigkit.spec.inventory import default_inventory
@@ -72,7 +75,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         err.print("[red]error:[/] --write is for --update (rigkit lock alone always writes)")
         sys.exit(exitcodes.INVALID)
     inv = inventory or default_inventory()
-    host_specs = load_or_exit(inventory, hosts, resolve_lock=False)
+    host_specs = load_or_exit(inventory, hosts, parse_data(data), resolve_lock=False)
     _one_declaration(host_specs)
     spec = host_specs[0].spec
     known = {*declared_pins(spec), *declared_images(spec), "llama_swap"}

@@ -140,6 +140,22 @@ def sandbox_lock() -> Path:
     return target
 
 
+def variant_lock(tag: str, *data: str) -> list[str]:
+    """Lock a variant of the sandbox's spec (``data``: ``--data KEY=VALUE`` arguments, e.g. other pins)
+    into ``$STATE/sandbox-<tag>.lock.json``, a copy of :func:`sandbox_lock`'s lock re-locked with ``rigkit
+    lock`` — the deploy uses only a lock that resolves what it is told. Returns ``data`` plus the
+    ``--data models_lock=…`` the deploy (and every command of that variant) needs."""
+    target = hostctl.STATE / f"sandbox-{tag}.lock.json"
+    shutil.copyfile(sandbox_lock(), target)
+    args = [*data, "--data", f"models_lock={json.dumps(str(target))}"]
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
+    if proc.returncode != 0:
+        raise RuntimeError(f"rigkit lock of the variant {tag} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return args
+
+
 def _deploy(name: str, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=name, HF_TOKEN=hostctl.hub_token())
