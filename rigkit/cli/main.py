@@ -148,12 +148,6 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             for key in keys:
                 err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
         sys.exit(exitcodes.INVALID)
-    # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
-    lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
-    if lock_refusals:
-        for line in lock_refusals:
-            err.print(f"[red]error:[/] {line}", markup=False)
-        sys.exit(exitcodes.INVALID)
     from rigkit.spec.validate import spec_warnings
 
     for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
@@ -162,6 +156,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")
+    # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
+    lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
+    if lock_refusals:
+        for line in lock_refusals:
+            err.print(f"[red]error:[/] {line}", markup=False)
+        sys.exit(exitcodes.INVALID)
     from rigkit.cli.deployrun import print_plan, run_pyinfra, smoke
 
     inv = inventory or default_inventory()

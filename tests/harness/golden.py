@@ -127,11 +127,19 @@ def sandbox_lock() -> Path:
     """``rigkit lock -i inventory/sandbox.py``: the sandbox's pins, image digests and llama-swap tarball
     resolved from this run's fixtures (the archive's listings and dated databases, the registry, the
     release server) into ``$STATE/sandbox.lock.json`` — seeded with the committed model lock
-    (``inventory/sandbox.lock.json``) so its models are not asked of the hub again. A second run changes
-    nothing. Raises RuntimeError with rigkit's output when it fails."""
+    (``inventory/sandbox.lock.json``) so its models are not asked of the hub again, afresh whenever the
+    fixtures it was resolved from changed (the mirror's key, the images, the tarball). A second run
+    changes nothing. Raises RuntimeError with rigkit's output when it fails."""
     target = hostctl.STATE / "sandbox.lock.json"
-    if not target.is_file():
+    # the fixtures it was resolved from: another mirror build (its packages are other bytes), other images or
+    # another tarball re-seed it — a lock resolved from fixtures that are gone would refuse every package
+    www = hostctl.fixtures_www()
+    sources = json.dumps([hostctl.mirror_dir().name, *(hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "-"
+                          for f in (www / "images.json", www / "releases" / "llama-swap_250_linux_amd64.tar.gz"))])
+    marker = target.with_suffix(".sources")
+    if not target.is_file() or not marker.is_file() or marker.read_text() != sources:
         shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", target)
+        marker.write_text(sources)
     rigkit = str(Path(sys.executable).parent / "rigkit")
     proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
