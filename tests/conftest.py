@@ -44,6 +44,8 @@ MODULE_ORDER = (
     "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
     "tests/unit/test_owner_corpus.py",         # 17 s (bash runs mkinitcpio's loading per case)
     "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
+    "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
+    "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s
