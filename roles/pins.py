@@ -24,7 +24,7 @@ def pins(spec: RigSpec, rendered: dict[str, RenderedFile]):
     pacman_include(name="Hold the pinned packages: Include rigkit's pins file from [options]")
     synced_packages(name="Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)",
                     packages=list(REPO_PACKAGES))
-    return pacman_pins(name="Install the pinned packages from the archive, each checked against the lock's sha256",
+    return pacman_pins(name="Install the pinned packages from the archive",
                        pins=spec.pacman_pins, archive=spec.arch_archive_url, locked=locked_pins(spec))
 
 
