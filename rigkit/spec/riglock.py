@@ -241,7 +241,12 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             if a.get(name) != b.get(name):
                 before = show[section](a[name]) if name in a else "(none)"
                 after = show[section](b[name]) if name in b else "(none)"
-                out.append(f"{section}.{name}: {before} → {after}")
+                if before == after:  # the same version elsewhere, or another file under its name: say what moved
+                    moved = [f"{k} {a[name].get(k)} → {b[name].get(k)}" for k in sorted(set(a[name]) | set(b[name]))
+                             if a[name].get(k) != b[name].get(k)]
+                    out.append(f"{section}.{name}: {before}: " + "; ".join(moved))
+                else:
+                    out.append(f"{section}.{name}: {before} → {after}")
     a, b = old.get("llama_swap"), new.get("llama_swap")
     if a != b:
         fmt = (lambda e: f"{e.get('version')} {e.get('sha256')}" if e else "(none)")

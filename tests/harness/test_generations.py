@@ -119,7 +119,8 @@ def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
     assert lines[1].split()[0] == "1" and lines[1].endswith("rig  deploy: first generation")
     assert lines[2].startswith("*    2 ") and lines[2].endswith(
         "rig  deploy: files: /etc/llama-swap/config.staged.yaml, /etc/llama-swap/config.yaml, "
-        "/opt/rigkit/hyperqwen/.env; pins: cuda 13.3.2-1 -> 13.3.1-1; members: gguf-baseline")
+        "/opt/rigkit/hyperqwen/.env, /var/lib/rigkit/models.lock.json; pins: cuda 13.3.2-1 -> 13.3.1-1; "
+        "members: gguf-baseline")  # B's lock (its own pins.cuda entry) is the host's lock too
     d = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name, "--diff", "1", "2", "--json")
     assert d.returncode == 0, d.stderr
     diff = json.loads(d.stdout)
@@ -128,7 +129,7 @@ def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
                             "pacman_pins.cuda": ["13.3.2-1", "13.3.1-1"]}
     assert diff["pins"] == {"cuda": ["13.3.2-1", "13.3.1-1"]} and diff["members"] == {"gguf-baseline.ttl": [600, 300]}
     assert [f["path"] for f in diff["files"]] == ["/etc/llama-swap/config.staged.yaml", "/etc/llama-swap/config.yaml",
-                                                  "/opt/rigkit/hyperqwen/.env"]
+                                                  "/opt/rigkit/hyperqwen/.env", "/var/lib/rigkit/models.lock.json"]
     env = diff["files"][2]["diff"]
     assert [ln for ln in env.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))] == \
         ["-DFLASH_TOKENS=7", "+DFLASH_TOKENS=5"]

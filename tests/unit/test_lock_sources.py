@@ -398,3 +398,10 @@ def test_lock_format_v2_is_validated_and_v1_still_read(tmp_path, archive):
     with pytest.raises(LockFormatError) as exc:
         load_lock(p)
     assert exc.value.problems == [f"{p}: pins.cuda.sha256: 64 lower-case hex digits ('XYZ')"]
+
+
+def test_an_update_that_moves_an_entry_but_not_its_version_says_what_moved():
+    a = {"pins": {"cuda": {"want": "13.3", "version": "13.3.2-1", "url": "http://a/c.pkg.tar.zst", "sha256": "1" * 64}}}
+    b = {"pins": {"cuda": {"want": "13.3", "version": "13.3.2-1", "url": "http://a/c.pkg.tar.zst", "sha256": "2" * 64}}}
+    assert diff(a, b) == [f"pins.cuda: 13.3.2-1: sha256 {'1' * 64} → {'2' * 64}"]
+    assert diff(a, a) == [] and diff({}, a) == ["pins.cuda: (none) → 13.3.2-1"]
