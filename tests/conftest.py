@@ -55,6 +55,7 @@ MODULE_ORDER = (
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
+    "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
 )
 
