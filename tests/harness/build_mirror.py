@@ -313,9 +313,12 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
         os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
     members = sorted(x.name for x in d.iterdir() if x.name not in (".PKGINFO", ".MTREE"))
     env = dict(os.environ, LANG="C")
+    # no build time in the .MTREE's gzip header (libarchive's gzip:!timestamp): the same manifest makes the same
+    # package bytes, so a lock resolved from one mirror build still names another's files (rigkit lock)
     subprocess.run(["bsdtar", "-czf", ".MTREE", "--format=mtree",
-                    "--options=!all,use-set,type,uid,gid,mode,time,size,md5,sha256,link", ".PKGINFO", *members],
+                    "--options=!all,use-set,type,uid,gid,mode,time,size,md5,sha256,link,gzip:!timestamp", ".PKGINFO", *members],
                    cwd=d, check=True, env=env)
+    os.utime(d / ".MTREE", (EPOCH, EPOCH))  # written after the others: its own date too
     fname = f"{name}-{version}-x86_64.pkg.tar.zst"
     tar = subprocess.run(["bsdtar", "--uid", "0", "--gid", "0", "-cf", "-", ".PKGINFO", ".MTREE", *members],
                          cwd=d, check=True, env=env, stdout=subprocess.PIPE).stdout
