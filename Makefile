@@ -44,6 +44,7 @@ sandbox-fixtures: venv harness
 # deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.
 demo: sandbox-fixtures
 	bash tests/harness/host.sh up demo >/dev/null
+	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests/harness"); import golden; print(golden.sandbox_lock())'
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
 	@echo "the demo host stays up until 'make demo-clean'; reach it with:"

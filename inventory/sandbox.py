@@ -4,11 +4,12 @@ pyinfra inventory (``pyinfra inventory/sandbox.py deploy.py`` or ``rigkit deploy
 inventory/sandbox.py``). Connection data and the mirror come from the harness' own records, so
 this file needs no editing: the host named ``$RIGKIT_SANDBOX_HOST`` (default ``demo``) must be up
 (``bash tests/harness/host.sh up demo``, as ``make demo`` does). The operator-supplied values are the sandbox's
-own: its mirror's pins, its fixtures server's llama-swap tarball (sha256 read from the file the
-harness serves), its fake images and tiny models.
+own, and only the intent: the driver and CUDA series, the images' tags and the llama-swap release; `rigkit lock
+-i inventory/sandbox.py` resolves them from the fixtures (the archive's listings and dated databases, the
+registry, the release server) into ``$RIGKIT_HARNESS_STATE/sandbox.lock.json``, seeded with the committed
+model lock ``inventory/sandbox.lock.json`` (the harness and ``make demo`` run it before the deploy).
 """
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -29,16 +30,12 @@ _TARBALL = _STATE / "fixtures-www" / "releases" / "llama-swap_250_linux_amd64.ta
 _FIXTURES = _MIRROR["url"]
 
 
-# the sandbox registry's images (tests/harness/images.py, pushed by hostctl registry_up): their
-# manifest digests, pinned like the rig's; absent while hosts run the docker stand-in
-_IMAGES_PATH = _STATE / "fixtures-www" / "images.json"
-_IMAGES = json.loads(_IMAGES_PATH.read_text()) if _IMAGES_PATH.is_file() else {}
-_HQ_REF = _IMAGES.get("ghcr.io/syv-ai/hyperqwen", "sha256:" + "0" * 63 + "1")
-_LLAMA_REF = _IMAGES.get("ghcr.io/ggml-org/llama.cpp", "sha256:" + "0" * 63 + "2")
-
-
-def _sha256(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+# the sandbox registry (tests/harness/images.py, pushed by hostctl registry_up) answers for ghcr.io at the
+# fixtures address, with the harness' test CA; rigkit lock resolves the tags below to their digests there
+_REGISTRY = {"registry": f"https://{_netcfg.FIX_ADDR}", "registry_ca": str(_STATE / "registry" / "tls" / "ca.crt")}
+# the lock: the hub's tiny repos (committed, inventory/sandbox.lock.json) plus what `rigkit lock` resolves from
+# this run's fixtures (pins, digests, the tarball's sha256), so it lives in the harness state
+_LOCK = _STATE / "sandbox.lock.json"
 
 
 _connection = {
@@ -54,7 +51,6 @@ _connection = {
 
 _sandbox_data = {
     **{k: v for k, v in _connection.items() if v is not None},
-    "pacman_pins": _MIRROR["pins"],
     "arch_archive_url": _MIRROR["archive_url"],
     "nvidia_driver_version": _MIRROR["nvidia_driver_version"],
     "cuda_version": _MIRROR["cuda_version"],
@@ -65,22 +61,19 @@ _sandbox_data = {
     # the hub stand-in serves plain http on the harness' own network (a veth pair into the fixtures
     # namespace, nothing else on it); the HF token may cross it in clear (notes/spec-types.md)
     "trusted_http_hosts": [urlsplit(_FIXTURES).hostname],
-    "models_lock": str(Path(__file__).with_suffix(".lock.json")),
+    "models_lock": str(_LOCK),
     "lock_files": [],
-    # the sandbox registry's images (or the docker stand-in's fake digests) and its hub's tiny repos (tests/hub)
-    "hyperqwen": {"image": {"ref": _HQ_REF}},
-    "strata": {"image": {"ref": _LLAMA_REF}, "model_file": "strata-coder-Q4_K_M.gguf",
+    # the sandbox registry's tags (resolved by rigkit lock) and its hub's tiny repos (tests/hub)
+    "hyperqwen": {"image": {"ref": "sandbox", **_REGISTRY}},
+    "strata": {"image": {"ref": "server-cuda", **_REGISTRY}, "model_file": "strata-coder-Q4_K_M.gguf",
                "args": ["--threads", "1"]},
-    "gguf_baseline": {"image": {"ref": _LLAMA_REF}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
+    "gguf_baseline": {"image": {"ref": "server-cuda", **_REGISTRY}, "model_file": "Qwen3.8-27B-Q4_K_M.gguf"},
     "models": {
         "hyperqwen-dflash2": {"repo_id": "rigkit-test/Qwen3.8-27B-DFlash2-W4A16"},
         "gguf-baseline": {"repo_id": "rigkit-test/Qwen3.8-27B-GGUF"},
         "strata": {"repo_id": "rigkit-test/Strata-Coder-GGUF"},
     },
-    "llama_swap": {
-        "release_url": f"{_FIXTURES}/releases/{_TARBALL.name}",
-        "release_sha256": _sha256(_TARBALL),
-    },
+    "llama_swap": {"release_url": f"{_FIXTURES}/releases/{_TARBALL.name}"},
 }
 
 

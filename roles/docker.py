@@ -12,6 +12,8 @@ from rigkit import paths
 from rigkit.agentcmd import locked_command
 from rigkit.render.declared_state import CDI_REFRESH, CDI_REFRESH_FILE, DAEMON_JSON_KEYS, accounts
 from rigkit.operations.config import json_keys
+from rigkit.operations.images import image_pulled
+from rigkit.spec.riglock import declared_images
 from rigkit.spec.model import RigSpec
 
 
@@ -39,4 +41,10 @@ def docker(spec: RigSpec):
     if host.get_fact(File, path=CDI_REFRESH_FILE):
         systemd.service(name="Enable the CDI refresh the toolkit ships", service=CDI_REFRESH,
                         running=True, enabled=True)
+    seen = set()
+    for name, image in declared_images(spec).items():  # by the locked digest (the spec is the lock's, source_for)
+        if image.reference() not in seen:
+            seen.add(image.reference())
+            image_pulled(name=f"Pull the {name} image by its locked digest", entry=f"images.{name}",
+                         reference=image.reference())
     return restart

@@ -24,5 +24,18 @@ def pins(spec: RigSpec, rendered: dict[str, RenderedFile]):
     pacman_include(name="Hold the pinned packages: Include rigkit's pins file from [options]")
     synced_packages(name="Install docker, compose, buildx and the NVIDIA container toolkit (pacman -Syu --needed)",
                     packages=list(REPO_PACKAGES))
-    return pacman_pins(name="Install the pinned packages from the archive", pins=spec.pacman_pins,
-                       archive=spec.arch_archive_url)
+    return pacman_pins(name="Install the pinned packages from the archive",
+                       pins=spec.pacman_pins, archive=spec.arch_archive_url, locked=locked_pins(spec))
+
+
+def locked_pins(spec: RigSpec) -> dict[str, dict]:
+    """The lock's ``pins`` entries for ``spec`` (:func:`rigkit.spec.riglock.lock_file_for`); empty when the
+    lock has none (a generation's spec from before the lock: its pins come from the archive's URLs)."""
+    from rigkit import hints
+    from rigkit.spec.modellock import load_lock
+    from rigkit.spec.riglock import lock_file_for
+
+    try:
+        return load_lock(lock_file_for(spec, hints.inventory())).get("pins") or {}
+    except (OSError, ValueError):
+        return {}

@@ -47,6 +47,8 @@ MODULE_ORDER = (
     "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
     "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
     "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
+    "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
+    "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
     "tests/harness/test_generations.py",       # 170 s
@@ -56,6 +58,7 @@ MODULE_ORDER = (
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
+    "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
     "tests/models/test_check_vram.py",         # 6 s: two `rigkit check` runs (issue 46)
 )

@@ -29,14 +29,16 @@ def host_option(f):
     return click.option("--host", "hosts", metavar="NAME", multiple=True, help="only this host (repeatable)")(f)
 
 
-def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None):
-    """Load the inventory's hosts (``overrides``: ``--data``), or print every problem and exit 2
-    (nothing touched)."""
+def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None,
+                 resolve_lock: bool = True):
+    """Load the inventory's hosts (``overrides``: ``--data``; ``resolve_lock``: each spec as its lock
+    resolves it, :func:`rigkit.spec.inventory.load_hosts`), or print every problem and exit 2 (nothing
+    touched)."""
     from rigkit.spec.inventory import InventoryError, load_hosts
     from rigkit.spec.problems import SpecError
 
     try:
-        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None)
+        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None, resolve_lock=resolve_lock)
     except InventoryError as exc:
         err.print(f"[red]error:[/] {exc}")
     except SpecError as exc:

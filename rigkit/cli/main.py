@@ -80,6 +80,9 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
                       f"or the host's data in {inv}; README \"On the real rig\")", markup=False)
         print_verdicts(hs.name, results, out, verbose)
         codes.append(verdict_code(results))
+        for problem in hs.lock_problems:  # pins, images, the release: what `rigkit lock` has still to resolve
+            if "no lock yet" not in problem:  # a missing lock is said once, below
+                err.print("  [yellow]warn[/]  " + escape(problem), markup=True)
         lock_file, lock_problems = lock_problems_for(hs.spec, inv)
         for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
             err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem}')}", markup=True)
@@ -90,9 +93,10 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
             codes.append(_print_fits(hs, lock_file))
         else:
             path = hs.spec.models_lock or lock_path_for(inv)
-            relock = hints.command("models lock")
-            err.print("  [yellow]warn[/]  " + escape(f"models_lock: no model lock ({path} does not exist); the deploy "
-                                                    f"refuses without one: `{relock}` writes it"), markup=True)
+            relock = hints.command("lock")
+            err.print("  [yellow]warn[/]  " + escape(f"models_lock: no lock ({path} does not exist); the deploy "
+                                                    f"refuses without one: `{relock}` resolves the pins, images, "
+                                                    "llama-swap release and models into it"), markup=True)
     source = hf_token_source()
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
@@ -181,6 +185,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     validate_or_exit(host_specs, console=err, what="the deploy")
+    # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
+    lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
+    if lock_refusals:
+        for line in lock_refusals:
+            err.print(f"[red]error:[/] {line}", markup=False)
+        sys.exit(exitcodes.INVALID)
     from rigkit.cli.deployrun import print_plan, run_pyinfra, smoke
 
     inv = inventory or default_inventory()
@@ -282,8 +292,10 @@ from rigkit.cli.bench import bench  # noqa: E402
 cli.add_command(bench)
 
 from rigkit.cli.models import models  # noqa: E402
+from rigkit.cli.lock import lock  # noqa: E402
 
 cli.add_command(models)
+cli.add_command(lock)
 
 from rigkit.cli.drift import drift  # noqa: E402
 from rigkit.cli.report import report  # noqa: E402

@@ -76,7 +76,14 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
         if entry.get("header_bytes_fetched") is not None:  # the GGUF headers, by range requests
             err.print(f"  {name}: GGUF header(s) read with {_human(entry['header_bytes_fetched'])} of "
                       f"{_human(entry['total_bytes'])}", markup=False)
-    path = write_lock(result, lock_path_for(inventory or default_inventory()))
+    target = lock_path_for(inventory or default_inventory())
+    try:  # the other sections of the lock (rigkit lock's pins, images, release) stay as they are
+        from rigkit.spec.modellock import load_lock
+
+        result = {**load_lock(target), "models": result["models"]}
+    except (OSError, ValueError):
+        pass
+    path = write_lock(result, target)
     err.print(f"wrote {path}")
     sys.exit(exitcodes.OK)
 

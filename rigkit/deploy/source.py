@@ -31,12 +31,21 @@ REASON_ENV = "RIGKIT_DEPLOY_REASON"
 
 
 def spec_for(host: Any) -> RigSpec:
-    """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged). Raises
-    ``DeployError`` listing every problem, so pyinfra stops before any operation."""
+    """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged), as its lock resolves it
+    (:func:`rigkit.spec.riglock.with_lock`: the locked pins, image digests and release sha256). Raises
+    ``DeployError`` listing every problem — of the spec, or an entry the lock lacks or records for
+    something else — so pyinfra stops before any operation."""
+    from rigkit import hints
+    from rigkit.spec.riglock import with_lock
+
     try:
-        return spec_from_layers(data_layers(host), source=f"spec of host {host.name}")
+        spec = spec_from_layers(data_layers(host), source=f"spec of host {host.name}")
     except SpecError as exc:
         raise DeployError(str(exc)) from None
+    spec, _lock, problems = with_lock(spec, hints.inventory())
+    if problems:  # the deploy uses only the lock: pins, images and the release all resolved there
+        raise DeployError("the lock does not resolve what the spec declares:\n  " + "\n  ".join(problems))
+    return spec
 
 
 def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:

@@ -179,6 +179,9 @@ COVERAGE: tuple[Coverage, ...] = (
       restore="systemctl disable --now nvidia-cdi-refresh.path 2>/dev/null; rm -f /usr/lib/systemd/system/nvidia-cdi-refresh.path"
               " && systemctl daemon-reload",
       findings=(("unit", "nvidia-cdi-refresh.path"),), plan=("Docker | Enable the CDI refresh*",), alone=True),
+    C("docker", "Pull the {name} image by its locked digest", "plan-only",
+      "an image the engine no longer has (docker rmi): the plan shows its pull; the probe lists no images — a "
+      "member that runs it pulls it again, by the same digest"),
     # power
     C("power", "Install gpu-power-limit.service", "probe", "content, mode, owner",
       **_chmod(_unit("gpu-power-limit.service"), "600", "644", "file-mode", "Power limit | Install gpu-power-limit.service")),

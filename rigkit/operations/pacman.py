@@ -12,7 +12,9 @@ from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
 from rigkit import paths
 from rigkit.host.pacman import options_include
 from rigkit.operations.config import _backup
-from rigkit.operations.shell import argv
+from pyinfra.api import StringCommand
+
+from rigkit.operations.shell import argv, script
 
 
 def archive_url(base: str, package: str, version: str, arch: str = "x86_64") -> str:
@@ -22,12 +24,37 @@ def archive_url(base: str, package: str, version: str, arch: str = "x86_64") -> 
     return f"{base.rstrip('/')}/{package[0]}/{package}/{package}-{version}-{arch}.pkg.tar.zst"
 
 
+#: Where the pins' package files are downloaded and checked before ``pacman -U`` installs them.
+PKG_CACHE = "/var/cache/rigkit/pkgs"
+
+
+def verified_fetch(package: str, entry: dict, cache: str = PKG_CACHE) -> StringCommand:
+    """The command that downloads one locked package file (``entry``: the lock's ``pins.<package>``,
+    :class:`rigkit.spec.modellock.LockedPin`) into ``cache`` and checks it against the locked sha256 —
+    a file already there and matching is not downloaded again; a mismatch removes the file and fails
+    naming the lock entry, the file and both hashes. What rigkit adds to pacman: ``pacman -U`` of a
+    file or URL checks the package's signature (``LocalFileSigLevel``/``RemoteFileSigLevel``) but no
+    checksum, since no sync database is consulted for it (pacman(8), ``-U``; the ``%SHA256SUM%`` of a
+    sync database is checked only for ``-S``): the lock's sha256 is the archive's dated database's."""
+    return script(
+        'f={cache}/{file}; if ! echo "{sha}  $f" | sha256sum -c --quiet --status 2>/dev/null; then '
+        'curl -fsSL --retry 2 -o "$f.part" {url} && mv -f "$f.part" "$f"; fi; '
+        'got=$(sha256sum "$f" 2>/dev/null | cut -d" " -f1); if [ "$got" != {sha} ]; then rm -f "$f"; '
+        'echo "lock entry pins.{pkg}: {file} has sha256 ${{got:-(not downloaded)}}, the lock says {sha}; refusing to '
+        'install it" >&2; exit 1; fi',
+        cache=cache, file=entry["file"], sha=entry["sha256"], url=entry["url"], pkg=package)
+
+
 @operation()
-def pacman_pins(pins: dict[str, str], archive: str):
+def pacman_pins(pins: dict[str, str], archive: str, locked: dict[str, dict] | None = None):
     """Install pinned package versions together from the archive with ``pacman -U``.
 
     + pins: ``{package: "[epoch:]pkgver-pkgrel"}``
     + archive: base URL laid out like the Arch Linux Archive (``.../packages``)
+    + locked: the lock's ``pins`` entries (URL, file, sha256): each pin whose locked version is the one
+      asked is downloaded to :data:`PKG_CACHE` and checked against the lock's sha256 first
+      (:func:`verified_fetch`), then installed from there; a pin without one is installed from its
+      archive URL as pacman fetches it
 
     Compares ``pacman -Q`` with the pins; when any differs, installs every pin in one
     transaction (coupled packages such as ``nvidia-utils``/``opencl-nvidia``/``cuda`` must move
@@ -54,7 +81,20 @@ def pacman_pins(pins: dict[str, str], archive: str):
         # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...); never
         # `-Sy` alone (a partial upgrade, unsupported on Arch): sync and upgrade, the pins held
         yield "pacman -Syu --noconfirm"
-    yield argv("pacman", "-U", "--noconfirm", "--needed", *(archive_url(archive, p, v) for p, v in sorted(pins.items())))
+    sources = []
+    for p, v in sorted(pins.items()):
+        entry = (locked or {}).get(p)
+        if entry is not None and entry.get("version") == v:
+            sources.append(f"{PKG_CACHE}/{entry['file']}")
+        else:
+            sources.append(archive_url(archive, p, v))
+    if any(s.startswith(PKG_CACHE) for s in sources):
+        yield argv("install", "-d", "-m", "0755", PKG_CACHE)
+        for p, v in sorted(pins.items()):
+            entry = (locked or {}).get(p)
+            if entry is not None and entry.get("version") == v:
+                yield verified_fetch(p, entry)
+    yield argv("pacman", "-U", "--noconfirm", "--needed", *sources)
 
 
 @operation()

@@ -4,8 +4,10 @@ Defaults live here, in the models. ``group_data`` and host data only hold overri
 :mod:`rigkit.spec.layers` merges over these defaults and validates against the models (pyinfra's
 own keys pass through; every other unknown key is an error with a did-you-mean).
 
-Values only the operator knows (pins, image digests, hub repos, the llama-swap tarball's
-sha256, Strata's model and arguments, timer names, lock files) default to ``None``, "unset":
+Values only the operator knows (hub repos, Strata's model and arguments, timer names, lock files)
+default to ``None``, "unset" — what an index knows (the pins' full versions, image digests, the
+llama-swap tarball's sha256) is resolved by ``rigkit lock`` from the series, tags and version declared
+here (:mod:`rigkit.spec.riglock`):
 :func:`unset_operator_values` names them so ``rigkit check`` warns once per value and
 ``rigkit deploy`` refuses to start.
 
@@ -25,7 +27,7 @@ from rigkit.spec.types import (
     DIGEST_RE, EMPTY_REFUSED, URL, BindAddress, Command, Count,
     CudaVersion, DriverVersion, EnvItem, EnvName, EnvValue, Folder, Fraction, GiB, Glob, GpuUuid, HostFile,
     HostName, HttpPath, HubRepoId, HubRevision, ImageRef, ImageRepository, LlamaSwapSeconds, LocalFile, MemberId,
-    MemberURL, MiB, ModelName, PackageName, PacmanVersion, Port, RelativePath, ReleaseTag, ReserveGiB, SecretURL,
+    MemberURL, MiB, ModelName, PackageName, PacmanVersion, Port, RelativePath, RegistryURL, ReleaseTag, ReserveGiB, SecretURL,
     Seconds, Sha256, StopSeconds, Temperature, Text, TimerName, Tokens, UnitName, UserName, Watts, Word,
 )
 
@@ -77,13 +79,18 @@ def operator_value(description: str, where: str, **kwargs: Any) -> Any:
 
 
 class ImageSpec(StrictModel):
-    """A container image, pinned: ``repository`` plus ``ref``, an immutable tag (e.g.
-    ``sha-1a2b3c4``) or a digest ``sha256:<64 hex>``. ``ref`` is operator-supplied."""
+    """A container image: ``repository`` plus ``ref``, the tag the operator wants (``rigkit lock``
+    resolves it to the digest the deploy pulls, :mod:`rigkit.spec.riglock`) or a digest
+    ``sha256:<64 hex>`` (verified by ``rigkit lock`` to exist). ``registry``: the registry's base URL for
+    its v2 API when it is not ``https://<first component of repository>`` (a mirror, the sandbox's);
+    ``registry_ca``: a CA bundle (PEM path on the control machine) for that URL."""
 
     repository: ImageRepository
     ref: ImageRef | None = operator_value(
-        "the image's sha256 digest (sha256:<64 hex>; an immutable tag is accepted, with a warning)",
-        "the registry, for the tag you tested: `docker buildx imagetools inspect REPOSITORY:TAG` prints its Digest")
+        "the image's tag (rigkit lock resolves it to a digest) or sha256:<64 hex> digest",
+        "the image's registry page (the tag you tested)")
+    registry: RegistryURL | None = None
+    registry_ca: LocalFile | None = None
 
     def reference(self) -> str:
         """The pull reference, ``repo@sha256:…`` or ``repo:tag``; a visible placeholder when unset."""
@@ -110,7 +117,7 @@ class HyperQwenSpec(StrictModel):
 
     port: Port = 18020
     bind: BindAddress = "127.0.0.1"
-    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/syv-ai/hyperqwen"))
+    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/syv-ai/hyperqwen", ref="latest"))
     served_model_name: ModelName = "qwen3.8-27b"
     spec: Literal["dflash2", "mtp"] = "dflash2"
     prefix_cache: bool = True
@@ -133,7 +140,7 @@ class LlamaCppSpec(StrictModel):
     server image, serving ``/srv/models/<model>/<model_file>`` on 127.0.0.1:``port``."""
 
     port: Port
-    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/ggml-org/llama.cpp"))
+    image: ImageSpec = Field(default_factory=lambda: ImageSpec(repository="ghcr.io/ggml-org/llama.cpp", ref="server-cuda"))
     model: MemberId = Field(description="key in `models`: the weights served")
     model_file: RelativePath | None = operator_value(
         "the GGUF file served, by name inside /srv/models/<model>/",
@@ -251,9 +258,9 @@ class LlamaSwapSpec(StrictModel):
 
     version: ReleaseTag = "v250"
     release_url: URL = "https://github.com/mostlygeek/llama-swap/releases/download/v250/llama-swap_250_linux_amd64.tar.gz"
-    release_sha256: Sha256 | None = operator_value(
-        "sha256 of the pinned llama-swap release tarball (release_url), 64 hex digits",
-        "the release's checksums file on GitHub beside the tarball, or sha256sum of the tarball you downloaded")
+    release_sha256: Sha256 | None = Field(default=None, description="sha256 of the release tarball (release_url), 64 hex "
+                                          "digits: rigkit lock reads it from the release's checksums file; a value given "
+                                          "here must agree with it")
     schema_url: URL = "https://raw.githubusercontent.com/mostlygeek/llama-swap/v250/config-schema.json"
     schema_sha256: Sha256 = "85c0101dbc8a4461bd4c751bc98b3441651a83a8ba855d0473ef6c8f4c2c5666"
     port: Port = 8080
@@ -291,11 +298,10 @@ class RigSpec(StrictModel):
                                                                       "rigkit.host.versions.agrees")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
     cuda_version: CudaVersion = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
-    pacman_pins: dict[PackageName, PacmanVersion] | None = operator_value(
-        "full pacman versions ([epoch:]pkgver-pkgrel) of the driver flavour, nvidia-utils, opencl-nvidia and cuda, "
-        "agreeing with nvidia_driver_version and cuda_version",
-        "the Arch Linux Archive (arch_archive_url: .../packages/n/nvidia-utils/ and so on), or pacman -Q on a box "
-        "that runs them")
+    pacman_pins: dict[PackageName, PacmanVersion] | None = Field(
+        default=None, description="exact pacman versions ([epoch:]pkgver-pkgrel) of the driver flavour, nvidia-utils, "
+        "opencl-nvidia and cuda, when the operator wants exactly those; unset: rigkit lock resolves each from the "
+        "series nvidia_driver_version and cuda_version in the archive (the newest of the series)")
     arch_archive_url: URL = "https://archive.archlinux.org/packages"
     gpu_power_limit_w: Watts = 420
     gpu_power_range_w: PowerRange | None = None

@@ -48,7 +48,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rigkit import hints
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2
+#: Lock versions still read: 1 is the models-only lock; it lacks the sections rigkit lock adds.
+READ_VERSIONS = (1, 2)
 _SHA256 = r"^[0-9a-f]{64}$"
 _GIT_SHA1 = r"^[0-9a-f]{40}$"
 
@@ -174,16 +176,62 @@ class LockEntry(_LockModel):
         return self
 
 
-class LockDocument(_LockModel):
-    """The whole lock file (``version`` 1, ``models`` by name)."""
+class LockedPin(_LockModel):
+    """``pins.<package>``: resolved from ``want`` (a series, or the operator's exact version) to the
+    archive's ``version``, its package ``file`` at ``url`` with its ``sha256`` (and compressed size
+    ``csize``, bytes) from the dated database ``repo_db``, and its signature ``sig_url`` (None when the
+    archive has none) — :mod:`rigkit.resolve.archive`."""
 
-    version: Literal[1]
+    want: str = Field(min_length=1)
+    version: str = Field(pattern=r"^(?:\d+:)?[A-Za-z0-9._+~]+-\d+(?:\.\d+)?$")
+    file: str = Field(pattern=r"^[^/]+\.pkg\.tar\.(?:zst|xz|gz)$")
+    url: str = Field(pattern=r"^(?:https?|file)://\S+$")
+    sha256: str = Field(pattern=_SHA256)
+    csize: int = Field(ge=0)
+    sig_url: str | None = None
+    repo_db: str
+
+
+class LockedImage(_LockModel):
+    """``images.<name>``: ``repository`` at ``ref`` (the spec's tag or digest; ``registry`` its URL
+    override) resolved to ``digest``, an ``index`` or a ``manifest`` (``media_type``); ``amd64`` the
+    linux/amd64 manifest's digest of an index — :mod:`rigkit.resolve.registry`."""
+
+    repository: str
+    ref: str
+    registry: str | None = None
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    kind: Literal["index", "manifest"]
+    media_type: str
+    amd64: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+
+
+class LockedRelease(_LockModel):
+    """``llama_swap``: the release ``version``, its tarball ``url`` and ``sha256``, read ``from`` the
+    release's checksums file (or the tarball hashed) — :mod:`rigkit.resolve.release`."""
+
+    version: str
+    url: str = Field(pattern=r"^(?:https?|file)://\S+$")
+    sha256: str = Field(pattern=_SHA256)
+    from_: str = Field(alias="from")
+
+
+class LockDocument(_LockModel):
+    """The whole lock file: ``version`` 2 (1: a models-only lock of ``rigkit models lock`` before
+    ``rigkit lock``, still read; its other sections are missing, which ``rigkit check`` and the deploy
+    report as unresolved), ``models`` by name, and ``pins``, ``images``, ``llama_swap``
+    (:mod:`rigkit.spec.riglock`)."""
+
+    version: Literal[1, 2]
     models: dict[str, LockEntry]
+    pins: dict[str, LockedPin] | None = None
+    images: dict[str, LockedImage] | None = None
+    llama_swap: LockedRelease | None = None
 
 
 _TYPE_WORDS = {"model_type": "expected a mapping", "dict_type": "expected a mapping", "list_type": "expected a list",
                "int_type": "expected an integer", "string_type": "expected a string",
-               "literal_error": f"expected {LOCK_VERSION}"}
+               "literal_error": f"expected {' or '.join(map(str, READ_VERSIONS))}"}
 
 
 def _lock_problems(exc: ValidationError) -> list[str]:
@@ -407,8 +455,8 @@ def load_lock(path: str | os.PathLike) -> dict[str, Any]:
         raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); {relock()}"]) from None
     except json.JSONDecodeError as exc:
         raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); " + relock()]) from None
-    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION:
-        raise LockFormatError(path, [f"not a rigkit model lock (version {LOCK_VERSION}); {relock()}"])
+    if not isinstance(lock, dict) or lock.get("version") not in READ_VERSIONS:
+        raise LockFormatError(path, [f"not a rigkit lock (version {LOCK_VERSION}, or 1: models only); {relock()}"])
     try:
         LockDocument.model_validate(lock)
     except ValidationError as exc:

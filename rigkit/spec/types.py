@@ -389,7 +389,6 @@ _DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
 REGISTRY_RE = re.compile(rf"^(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]+)?$")
 IMAGE_PATH_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
 IMAGE_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
-_MOVING_TAGS = {"latest", "main", "master", "edge", "nightly"}
 
 
 def _repository_problem(repository: str) -> str | None:
@@ -407,9 +406,6 @@ def _repository_problem(repository: str) -> str | None:
 def _image_ref_problem(ref: str) -> str | None:
     if ref.startswith("sha256:"):
         return None if DIGEST_RE.match(ref) else "a digest is sha256: followed by 64 lower-case hex digits"
-    if ref in _MOVING_TAGS or ref.startswith("server-cuda") and not any(c.isdigit() for c in ref):
-        return ("a moving tag is not a pin; pin the image's sha256:<digest> (`docker buildx imagetools inspect "
-                "REPOSITORY:TAG` prints it)")
     if not IMAGE_TAG_RE.match(ref):
         return ("a bare tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127}, the OCI distribution spec) or sha256:<digest> "
                 "(the repository is image.repository)")
@@ -418,8 +414,20 @@ def _image_ref_problem(ref: str) -> str | None:
 
 #: An image repository, without tag or digest.
 ImageRepository = Annotated[str, _rule(_repository_problem), Kind("image repository", "[registry[:port]/]path")]
-#: An image's pin: a digest ``sha256:<64 hex>`` or an immutable tag.
-ImageRef = Annotated[str, _rule(_image_ref_problem), Kind("image ref", "sha256:<64 hex> or an immutable tag")]
+#: An image's ref: a tag (``rigkit lock`` resolves it to the digest the deploy pulls, so a moving tag
+#: such as ``latest`` is a declared intent, not a pin) or a digest ``sha256:<64 hex>``.
+ImageRef = Annotated[str, _rule(_image_ref_problem), Kind("image ref", "a tag (rigkit lock resolves it) or sha256:<64 hex>")]
+
+
+def _registry_problem(value: str) -> str | None:
+    if not re.match(r"^https?://[^/\s]+$", value):
+        return "the registry's base URL, https://HOST[:PORT] (its v2 API is under /v2/)"
+    return _url_problem(value, ("https", "http"))
+
+
+#: A registry's base URL for its v2 API (``https://HOST[:PORT]``; no path). Anonymous pulls carry no
+#: secret, so plain http is allowed (a local mirror).
+RegistryURL = Annotated[str, _rule(_registry_problem), Kind("registry URL", "https://HOST[:PORT]")]
 
 
 def _hub_repo_problem(value: str) -> str | None:

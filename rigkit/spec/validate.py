@@ -21,11 +21,11 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.host import versions
 from rigkit.host.gpu import power_limit_problem
-from rigkit.spec.model import ImageSpec, RigSpec, unset_operator_fields, unset_operator_values
+from rigkit.spec.model import ImageSpec, RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
 from rigkit.spec.types import (
-    DIGEST_RE, PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
+    PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
 )
 from rigkit.spec.layers import validate_dict, validate_layers
 from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
@@ -96,15 +96,11 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
 
 
 def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
-    """What ``rigkit check`` reports but accepts: each unset operator value once, images pinned
-    by tag rather than digest."""
+    """What ``rigkit check`` reports but accepts: each unset operator value once (a tag is no longer
+    warned about: ``rigkit lock`` resolves it to the digest the deploy pulls, and check reports what the
+    lock has not resolved)."""
     warnings = [SpecWarning(key=key, message=f"unset — {description}. Where to find it: {where}")
                 for key, description, where in unset_operator_fields(spec)]
-    for key, image in _images(spec):
-        if image.ref and not DIGEST_RE.match(image.ref):
-            warnings.append(SpecWarning(
-                key=f"{key}.ref",
-                message=f"{image.ref!r} is a tag, not a digest; pin sha256:<64 hex> so the image cannot move"))
     hq = spec.hyperqwen
     if hq.allow_unsafe_spec and _unsafe_speculation(spec):
         warnings.append(SpecWarning(
@@ -218,11 +214,8 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     if pins is None:
         return []
     out = []
-    required = [spec.driver_flavour, *compat.DRIVER_PACKAGES, "cuda"]
-    for pkg in required:
-        if pkg not in pins:
-            out.append(SpecProblem(key=f"pacman_pins.{pkg}", value="missing",
-                                   allowed=f"the pins must cover {', '.join(required)} (installed together with pacman -U)"))
+    # a package not named here is pinned by its series (rigkit lock: nvidia_driver_version, cuda_version);
+    # names and versions are typed (rigkit.spec.types: PackageName, PacmanVersion)
     # one rule for driver versions (rigkit.host.versions): the spec may name the series (610.57) or the
     # full version (610.57.04); the pins name the full version the archive has, and all name one driver
     driver = spec.nvidia_driver_version

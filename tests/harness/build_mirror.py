@@ -313,9 +313,12 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
         os.utime(p, (EPOCH, EPOCH), follow_symlinks=False)
     members = sorted(x.name for x in d.iterdir() if x.name not in (".PKGINFO", ".MTREE"))
     env = dict(os.environ, LANG="C")
+    # no build time in the .MTREE's gzip header (libarchive's gzip:!timestamp): the same manifest makes the same
+    # package bytes, so a lock resolved from one mirror build still names another's files (rigkit lock)
     subprocess.run(["bsdtar", "-czf", ".MTREE", "--format=mtree",
-                    "--options=!all,use-set,type,uid,gid,mode,time,size,md5,sha256,link", ".PKGINFO", *members],
+                    "--options=!all,use-set,type,uid,gid,mode,time,size,md5,sha256,link,gzip:!timestamp", ".PKGINFO", *members],
                    cwd=d, check=True, env=env)
+    os.utime(d / ".MTREE", (EPOCH, EPOCH))  # written after the others: its own date too
     fname = f"{name}-{version}-x86_64.pkg.tar.zst"
     tar = subprocess.run(["bsdtar", "--uid", "0", "--gid", "0", "-cf", "-", ".PKGINFO", ".MTREE", *members],
                          cwd=d, check=True, env=env, stdout=subprocess.PIPE).stdout
@@ -323,10 +326,47 @@ def build_pkg(pkg: dict, work: Path, out: Path) -> None:
     arch = out / "archive" / "packages" / name[0] / name
     arch.mkdir(parents=True, exist_ok=True)
     (arch / fname).write_bytes(data)
+    day = archive_date(pkg)  # the date the archive's listing shows, and the dated database that lists it
+    os.utime(arch / fname, (day, day))
     if pkg.get("repo"):
         repo = out / pkg["repo"] / "os" / "x86_64"
         repo.mkdir(parents=True, exist_ok=True)
         (repo / fname).write_bytes(data)
+
+
+def archive_date(pkg: dict) -> int:
+    """The package file's date in the archive (epoch seconds, midnight UTC): ``pkg["date"]``
+    (YYYY-MM-DD), default the build date :data:`EPOCH`."""
+    import datetime as dt
+
+    if not pkg.get("date"):
+        return EPOCH
+    return int(dt.datetime.strptime(pkg["date"], "%Y-%m-%d").replace(tzinfo=dt.timezone.utc).timestamp())
+
+
+def dated_repos(out: Path, packages: list[dict]) -> None:
+    """The archive's dated repository databases: ``archive/repos/YYYY/MM/DD/<repo>/os/x86_64/<repo>.db``
+    listing each package file dated that day (:func:`archive_date`), written by ``repo-add`` as the Arch
+    Linux Archive's are (its ``%SHA256SUM%`` is what ``rigkit lock`` records). One version per name per
+    day, as a snapshot of a repository has."""
+    import datetime as dt
+
+    days: dict[tuple[str, str], list[Path]] = {}
+    for pkg in packages:
+        day = dt.datetime.fromtimestamp(archive_date(pkg), dt.timezone.utc).strftime("%Y/%m/%d")
+        repo = pkg.get("repo") or pkg.get("archive_repo") or "extra"
+        folder = out / "archive" / "packages" / pkg["name"][0] / pkg["name"]
+        f = next(p for v in (pkg.get("real_version"), pkg["version"]) if v
+                 for p in [folder / f"{pkg['name']}-{v}-x86_64.pkg.tar.zst"] if p.is_file())
+        days.setdefault((day, repo), []).append(f)
+    for (day, repo), files in sorted(days.items()):
+        names = [f.name.rsplit("-", 3)[0] for f in files]
+        if len(set(names)) != len(names):
+            raise SystemExit(f"mirror.json: two versions of one package dated {day} in {repo}")
+        d = out / "archive" / "repos" / day / repo / "os" / "x86_64"
+        d.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["repo-add", "-q", str(d / f"{repo}.db.tar.gz"), *map(str, sorted(files))], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def build(out: Path) -> None:
@@ -352,6 +392,7 @@ def build(out: Path) -> None:
             pkgs = sorted(x.name for x in d.glob("*.pkg.tar.zst"))
             subprocess.run(["repo-add", "-q", f"{repo}.db.tar.gz", *pkgs], cwd=d, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dated_repos(tmp, manifest["packages"])
         (tmp / "mirror.json").write_text((HERE / "mirror.json").read_text())
         if out.exists():
             shutil.rmtree(out)

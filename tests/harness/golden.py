@@ -107,6 +107,8 @@ def key() -> str:
         f = www / fixture
         h.update(fixture.encode() + b"\0" + (hashlib.sha256(f.read_bytes()).digest() if f.is_file() else b"-"))
     h.update(hostctl.mirror_dir().name.encode() + hostctl.rootfs_tarball().name.encode())
+    lock = hostctl.STATE / "sandbox.lock.json"  # what the deploy fetches (sandbox_lock)
+    h.update(b"lock\0" + (lock.read_bytes() if lock.is_file() else b"-"))
     return h.hexdigest()[:16]
 
 
@@ -119,6 +121,47 @@ BEFORE_FIRST_DEPLOY = (
     "printf '[Unit]\\nDescription=legacy Strata\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
     "[Install]\\nWantedBy=multi-user.target\\n' > /etc/systemd/system/strata.service && "
     "systemctl daemon-reload && systemctl enable --now strata.service")
+
+
+def sandbox_lock() -> Path:
+    """``rigkit lock -i inventory/sandbox.py``: the sandbox's pins, image digests and llama-swap tarball
+    resolved from this run's fixtures (the archive's listings and dated databases, the registry, the
+    release server) into ``$STATE/sandbox.lock.json`` — seeded with the committed model lock
+    (``inventory/sandbox.lock.json``) so its models are not asked of the hub again, afresh whenever the
+    fixtures it was resolved from changed (the mirror's key, the images, the tarball). A second run
+    changes nothing. Raises RuntimeError with rigkit's output when it fails."""
+    target = hostctl.STATE / "sandbox.lock.json"
+    # the fixtures it was resolved from: another mirror build (its packages are other bytes), other images or
+    # another tarball re-seed it — a lock resolved from fixtures that are gone would refuse every package
+    www = hostctl.fixtures_www()
+    sources = json.dumps([hostctl.mirror_dir().name, *(hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "-"
+                          for f in (www / "images.json", www / "releases" / "llama-swap_250_linux_amd64.tar.gz"))])
+    marker = target.with_suffix(".sources")
+    if not target.is_file() or not marker.is_file() or marker.read_text() != sources:
+        shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", target)
+        marker.write_text(sources)
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
+    if proc.returncode != 0:
+        raise RuntimeError(f"rigkit lock -i inventory/sandbox.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return target
+
+
+def variant_lock(tag: str, *data: str) -> list[str]:
+    """Lock a variant of the sandbox's spec (``data``: ``--data KEY=VALUE`` arguments, e.g. other pins)
+    into ``$STATE/sandbox-<tag>.lock.json``, a copy of :func:`sandbox_lock`'s lock re-locked with ``rigkit
+    lock`` — the deploy uses only a lock that resolves what it is told. Returns ``data`` plus the
+    ``--data models_lock=…`` the deploy (and every command of that variant) needs."""
+    target = hostctl.STATE / f"sandbox-{tag}.lock.json"
+    shutil.copyfile(sandbox_lock(), target)
+    args = [*data, "--data", f"models_lock={json.dumps(str(target))}"]
+    rigkit = str(Path(sys.executable).parent / "rigkit")
+    proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
+    if proc.returncode != 0:
+        raise RuntimeError(f"rigkit lock of the variant {tag} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return args
 
 
 def _deploy(name: str, *args: str) -> dict:
@@ -181,6 +224,7 @@ def ensure(prefix: str | None = None, rebuild: bool = False) -> Golden:
     with open(hostctl.STATE / "golden.lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         hostctl.fixtures_up_locked()
+        sandbox_lock()  # the deploy uses only the lock
         k = key()
         d = GOLDEN / k
         if not rebuild and (d / "deploys.json").is_file() and (d / "root").is_dir():

@@ -3,7 +3,7 @@ real docker engine, llama-swap, pacman with the sandbox archive).
 
 One host for the module; the tests run in file order on it, as an operator would: deploy A (and a
 re-run that records nothing), deploy B (HyperQwen's ``dflash_tokens``, a member's ttl and the ``cuda``
-pin moved to 13.3.2-1, an archive-only package of the sandbox mirror), list and diff the two, a rollback
+pin moved to 13.3.1-1 from 13.3.2-1, the newest of the series, both archive-only packages of the sandbox mirror), list and diff the two, a rollback
 refused while another actor holds the lock, the rollback to 1 (under the lock: other actors refused and
 the keeper standing down meanwhile), drift against the held generation, a deploy that keeps the hold, the
 release and B again (the rollback with its post-deploy smoke through :8080, every request answered, and
@@ -13,6 +13,7 @@ taken) that puts the host back where it started.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -26,6 +27,7 @@ import pytest
 pytestmark = pytest.mark.harness
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import golden  # noqa: E402
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 from test_wirein import SUMMARY, changed, complete, running  # noqa: E402
@@ -33,8 +35,17 @@ from test_wirein import SUMMARY, changed, complete, running  # noqa: E402
 PROJECT = sandbox_project.cwd()
 TOKEN = hostctl.hub_token()
 AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
-B = ["--data", 'hyperqwen={"dflash_tokens": 5}', "--data", 'llama_swap={"members": {"gguf-baseline": {"ttl": 300}}}',
-     "--data", 'pacman_pins={"cuda": "13.3.2-1"}']
+B_DATA = ["--data", 'hyperqwen={"dflash_tokens": 5}', "--data", 'llama_swap={"members": {"gguf-baseline": {"ttl": 300}}}',
+          "--data", 'pacman_pins={"cuda": "13.3.1-1"}']
+
+
+@functools.cache
+def b() -> list[str]:
+    """B's ``--data`` arguments with its own lock (golden.variant_lock): the deploy uses only a lock that
+    resolves what it is told, and B pins cuda at another version than the sandbox's series resolves to."""
+    return golden.variant_lock("generations-b", *B_DATA)
+
+
 ACTIVATE_STEP = "llama-swap | Activate the declared live llama-swap config (on the host)"
 
 
@@ -68,8 +79,8 @@ def state(host) -> dict:
     return {"cuda": cuda, "dflash_tokens": dflash, "gguf_ttl": ttl}
 
 
-A_STATE = {"cuda": "13.3.1-1", "dflash_tokens": "7", "gguf_ttl": "600"}
-B_STATE = {"cuda": "13.3.2-1", "dflash_tokens": "5", "gguf_ttl": "300"}
+A_STATE = {"cuda": "13.3.2-1", "dflash_tokens": "7", "gguf_ttl": "600"}  # cuda: the newest of the 13.3 series
+B_STATE = {"cuda": "13.3.1-1", "dflash_tokens": "5", "gguf_ttl": "300"}  # B pins cuda exactly (its own lock)
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +106,10 @@ def test_a_deploy_records_generation_1_and_a_converged_rerun_records_nothing(hos
 
 
 def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
-    dry = deploy(host, "--dry", *B)
+    dry = deploy(host, "--dry", *b())
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "generation 1 (" in dry.stderr and "is replaced by generation 2 (deploy)" in dry.stderr
-    proc = deploy(host, *B)
+    proc = deploy(host, *b())
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert state(host) == B_STATE
     listing = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name)
@@ -108,16 +119,17 @@ def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
     assert lines[1].split()[0] == "1" and lines[1].endswith("rig  deploy: first generation")
     assert lines[2].startswith("*    2 ") and lines[2].endswith(
         "rig  deploy: files: /etc/llama-swap/config.staged.yaml, /etc/llama-swap/config.yaml, "
-        "/opt/rigkit/hyperqwen/.env; pins: cuda 13.3.1-1 -> 13.3.2-1; members: gguf-baseline")
+        "/opt/rigkit/hyperqwen/.env, /var/lib/rigkit/models.lock.json; pins: cuda 13.3.2-1 -> 13.3.1-1; "
+        "members: gguf-baseline")  # B's lock (its own pins.cuda entry) is the host's lock too
     d = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name, "--diff", "1", "2", "--json")
     assert d.returncode == 0, d.stderr
     diff = json.loads(d.stdout)
     assert set(diff) == {"a", "b", "spec", "pins", "members", "files"}, diff.keys()
     assert diff["spec"] == {"hyperqwen.dflash_tokens": [7, 5], "llama_swap.members.gguf-baseline.ttl": [600, 300],
-                            "pacman_pins.cuda": ["13.3.1-1", "13.3.2-1"]}
-    assert diff["pins"] == {"cuda": ["13.3.1-1", "13.3.2-1"]} and diff["members"] == {"gguf-baseline.ttl": [600, 300]}
+                            "pacman_pins.cuda": ["13.3.2-1", "13.3.1-1"]}
+    assert diff["pins"] == {"cuda": ["13.3.2-1", "13.3.1-1"]} and diff["members"] == {"gguf-baseline.ttl": [600, 300]}
     assert [f["path"] for f in diff["files"]] == ["/etc/llama-swap/config.staged.yaml", "/etc/llama-swap/config.yaml",
-                                                  "/opt/rigkit/hyperqwen/.env"]
+                                                  "/opt/rigkit/hyperqwen/.env", "/var/lib/rigkit/models.lock.json"]
     env = diff["files"][2]["diff"]
     assert [ln for ln in env.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))] == \
         ["-DFLASH_TOKENS=7", "+DFLASH_TOKENS=5"]
@@ -198,18 +210,18 @@ def test_drift_reports_the_hold_and_no_drift_against_the_held_generation(host):
 
 
 def test_a_deploy_under_the_hold_keeps_the_held_generation_until_released(host):
-    held = deploy(host, *B)
+    held = deploy(host, *b())
     assert held.returncode == 0, held.stderr[-3000:]
     assert "held at generation 3 (rollback to 1" in held.stderr and "NOT the spec" in held.stderr
     assert changed(held) == 0 and state(host) == A_STATE and index(host)["current"] == 3
     rel = rollback(host, "--release")
     assert rel.returncode == 0 and "released the hold at generation 3" in rel.stderr
-    again = deploy(host, *B)
+    again = deploy(host, *b())
     assert again.returncode == 0, again.stderr[-3000:]
     assert state(host) == B_STATE
     idx = index(host)
     assert idx["current"] == 4 and idx["generations"][-1]["reason"] == "deploy" and idx["hold"] is None
-    rerun = deploy(host, *B)
+    rerun = deploy(host, *b())
     assert changed(rerun) == 0 and index(host)["current"] == 4
 
 
@@ -251,5 +263,5 @@ def test_a_rollback_whose_activation_fails_restores_the_generation_it_started_fr
     refused = rollback(host, "--to", "5")
     assert refused.returncode == 2 and "is a failed change that was put back" in refused.stderr
     assert complete(host, "strata").stdout == "200"
-    again = deploy(host, *B).stderr
+    again = deploy(host, *b()).stderr
     assert SUMMARY.search(again)["changed"] == "0", again[-4000:]

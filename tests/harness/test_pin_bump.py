@@ -21,6 +21,7 @@ import pytest
 pytestmark = pytest.mark.harness
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import golden  # noqa: E402
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 from test_wirein import complete, running  # noqa: E402
@@ -41,8 +42,10 @@ def test_a_pin_bump_that_fails_its_confirmation_goes_back_to_the_previous_pins_a
     host.run("mkdir -p /etc/fake-gpu && echo 610.60.02 > /etc/fake-gpu/broken_drivers")
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token())
+    bump = golden.variant_lock("pin-bump", "--data", f"pacman_pins={json.dumps(BUMP)}",
+                               "--data", 'nvidia_driver_version="610.60"')  # the deploy uses only its lock
     proc = subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--reboot", "--confirm-budget",
-                           "90", "--data", f"pacman_pins={json.dumps(BUMP)}", "--data", 'nvidia_driver_version="610.60"'],
+                           "90", *bump],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=1500)
     err = proc.stderr
     assert proc.returncode == 1, err[-6000:]

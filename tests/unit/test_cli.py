@@ -83,11 +83,14 @@ def test_check_warns_once_per_field_with_its_description_and_where_to_find_it():
         assert line == f"  warn  {key}: unset — {description}. Where to find it: {where}"
     texts = [ln.split(": ", 1)[1] for ln in lines if ln.startswith("  warn  ")]
     by_model = {(d, w) for _, d, w in fields}
-    assert len(by_model) >= 9  # one text per kind of field (the three images share the image's)
+    assert len(by_model) >= 6  # one text per kind of field (the three models share the source's)
     assert sum("RIGKIT-UNSET placeholder" in ln for ln in lines) == 1
     assert f"  {len(fields)} operator value(s) unset: " in proc.stderr
     assert "server-cuda-b6123" not in proc.stderr + proc.stdout  # no tag suggested that check then warns about
-    assert RigSpec.model_fields["pacman_pins"].description in proc.stderr
+    # what an index knows is not asked of the operator (issue #43): rigkit lock resolves it
+    assert not {"pacman_pins", "hyperqwen.image.ref", "strata.image.ref", "gguf_baseline.image.ref",
+                "llama_swap.release_sha256"} & {k for k, _, _ in fields}
+    assert RigSpec.model_fields["operator_user"].description in proc.stderr
 
 
 def test_check_piped_into_a_reader_that_stops_early_keeps_its_exit_code():
@@ -272,8 +275,9 @@ def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
     assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
     assert "passed, 0 rejected, 0 could not run" in proc.stdout
     # no other warning: every operator value is set; the one left says there is no model lock yet
-    assert proc.stderr == ("  warn  models_lock: no model lock (inventory/lab.lock.json does not exist); the deploy "
-                           "refuses without one: `rigkit models lock -i inventory/lab.py` writes it\n")
+    assert proc.stderr == ("  warn  models_lock: no lock (inventory/lab.lock.json does not exist); the deploy "
+                           "refuses without one: `rigkit lock -i inventory/lab.py` resolves the pins, images, llama-swap "
+                           "release and models into it\n")
 
 
 def _pyinfra_parse_cli_arg():

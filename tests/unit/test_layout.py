@@ -18,7 +18,7 @@ RIGKIT = ROOT / "rigkit"
 #: agent, the control machine's download cache).
 SHARED = {"__init__.py", "__main__.py", "paths.py", "exitcodes.py", "remote.py", "agentcmd.py", "cache.py",
           "hints.py"}
-FOLDERS = {"cli", "spec", "render", "deploy", "operations", "drift", "bench", "report", "host"}
+FOLDERS = {"cli", "spec", "render", "deploy", "operations", "drift", "bench", "report", "host", "resolve"}
 
 
 def test_the_root_holds_only_what_every_folder_shares():

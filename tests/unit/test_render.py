@@ -147,7 +147,11 @@ def test_compose_keeps_upstream_services_with_image_pinned_and_no_restart():
 
 def test_unset_values_render_as_visible_placeholders():
     text = files_for()[paths.LLAMA_SWAP_CONFIG].text
-    assert "RIGKIT-UNSET-strata-model-file" in text and "llama.cpp:RIGKIT-UNSET-image-ref" in text
+    assert "RIGKIT-UNSET-strata-model-file" in text
+    # an image's tag is declared by default (rigkit lock resolves it to the digest the deploy renders)
+    assert "llama.cpp:server-cuda" in text
+    unset_ref = render(spec_from_dict({"strata": {"image": {"ref": ""}}}))[paths.LLAMA_SWAP_CONFIG].text
+    assert "llama.cpp:RIGKIT-UNSET-image-ref" in unset_ref
 
 
 def test_render_is_deterministic():

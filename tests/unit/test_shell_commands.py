@@ -17,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILDERS = {"argv", "script"}
+#: Functions that return one ``script(<constant template>, ...)`` (checked below: they are builders too).
+SCRIPT_FUNCTIONS = {"verified_fetch": "rigkit/operations/pacman.py"}
 AGENT_BUILDERS = {"locked_command", "activate_command", "record_command"}
 PYINFRA_COMMANDS = {"FunctionCommand", "FileUploadCommand"}
 QUOTING = {"quote", "join", "int"}
@@ -48,7 +50,7 @@ def command_problem(node: ast.expr) -> str | None:
             if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
                 return "script() with a template that is not a constant string"
             return None
-        if name in BUILDERS | AGENT_BUILDERS | PYINFRA_COMMANDS:
+        if name in BUILDERS | AGENT_BUILDERS | PYINFRA_COMMANDS | set(SCRIPT_FUNCTIONS):
             return None
         if name in ("StringCommand", "AgentCommand") and len(node.args) == 1 and isinstance(node.args[0], ast.Call) \
                 and _name(node.args[0].func) in AGENT_BUILDERS:
@@ -148,3 +150,14 @@ def test_argv_and_script_keep_any_value_one_literal_word():
         assert shlex.split(script("x {v} && y", v=value).get_raw_value()) == ["x", value, "&&", "y"]
 
     check()
+
+
+@pytest.mark.parametrize("name,path", sorted(SCRIPT_FUNCTIONS.items()))
+def test_a_script_function_returns_one_script_of_a_constant_template(name, path):
+    """What lets :data:`SCRIPT_FUNCTIONS` count as builders: the function's only return is ``script(...)`` of
+    a constant template (its values quoted by ``script``)."""
+    tree = ast.parse((ROOT / path).read_text())
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    assert len(returns) == 1 and command_problem(returns[0].value) is None
+    assert _name(returns[0].value.func) == "script"

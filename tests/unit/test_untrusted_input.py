@@ -285,9 +285,9 @@ def test_an_empty_string_is_unset_and_an_empty_list_a_declared_none():
                            "operator_user": "", "lock_files": [], "paused_timers": [],
                            "models": {"hyperqwen": {"repo_id": ""}}})
     unset = unset_operator_values(spec)
-    for key in ("strata.model_file", "strata.image.ref", "llama_swap.release_sha256", "operator_user",
-                "models.hyperqwen.repo_id"):
+    for key in ("strata.model_file", "strata.image.ref", "operator_user", "models.hyperqwen.repo_id"):
         assert key in unset
+    assert spec.llama_swap.release_sha256 is None  # unset too, and rigkit lock's to resolve: never asked
     assert "lock_files" not in unset and "paused_timers" not in unset
     assert "RIGKIT-UNSET-strata-model-file" in render(spec)[paths.LLAMA_SWAP_CONFIG].text
 

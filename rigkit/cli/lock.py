@@ -1,0 +1,127 @@
+"""``rigkit lock``: resolve everything the rig fetches into ``<inventory>.lock.json``
+(:mod:`rigkit.spec.riglock`; the models through :mod:`rigkit.spec.modellock`, as ``rigkit models lock``).
+
+- ``rigkit lock [-i PATH] [--host NAME]`` resolves what the lock lacks or records for something the spec
+  no longer declares, keeps every other entry as it is (a second run changes nothing) and writes the
+  lock. Exit 0 written; 1 a source failed (nothing written); 2 invalid inventory, or hosts declaring one
+  entry differently.
+- ``rigkit lock --update [NAME…]`` asks the sources again for the named entries (a pin's package, an
+  image's section ``hyperqwen``/``strata``/``gguf_baseline``, ``llama_swap``; none named: all of them)
+  and prints what would change, ``old → new`` per entry; ``--write`` writes it. Exit 0 nothing newer or
+  written; 3 newer versions shown, not written.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.markup import escape
+
+from rigkit import exitcodes
+from rigkit.cli.common import err, host_option, inventory_option, load_or_exit, parse_data
+
+
+def _one_declaration(host_specs) -> None:
+    """Exit 2 when two hosts of the inventory declare one lock entry differently (one lock per inventory)."""
+    from rigkit.spec.riglock import _image_source, declared_images, declared_pins
+
+    def declared(spec):
+        return {**{f"pins.{p}": w[0] for p, w in declared_pins(spec).items()},
+                **{f"images.{n}": _image_source(i) for n, i in declared_images(spec).items()},
+                "llama_swap": (spec.llama_swap.version, spec.llama_swap.release_url, spec.llama_swap.release_sha256),
+                "arch_archive_url": spec.arch_archive_url}
+
+    first = host_specs[0]
+    for hs in host_specs[1:]:
+        a, b = declared(first.spec), declared(hs.spec)
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                err.print(f"[red]error:[/] {key}: hosts {first.name} and {hs.name} declare it differently; one lock "
+                          "per inventory needs one declaration per entry")
+                sys.exit(exitcodes.INVALID)
+
+
+def _describe(section: str, name: str, entry: dict) -> str:
+    if section == "pins":
+        sig = "signature " + ("beside it" if entry.get("sig_url") else "none in the archive")
+        return f"pins.{name}: {entry['want']} → {entry['version']} (sha256 {entry['sha256'][:12]}… from {entry['repo_db']}; {sig})"
+    if section == "images":
+        extra = f", linux/amd64 {entry['amd64']}" if entry.get("amd64") else ""
+        return f"images.{name}: {entry['repository']}:{entry['ref']} → {entry['digest']} ({entry['kind']}{extra})"
+    return f"llama_swap: {entry['version']} → sha256 {entry['sha256']} (from {entry['from']})"
+
+
+@click.command("lock")
+@inventory_option
+@host_option
+@click.option("--update", is_flag=True, help="ask the sources again for NAME… (all when none) and show old → new")
+@click.option("--write", is_flag=True, help="with --update: write the newer versions")
+@click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data "
+              "(lock a variant; give the same --data to the deploy, and models_lock=PATH to keep its lock apart)")
+@click.argument("names", nargs=-1)
+def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, data: tuple[str, ...],
+         names: tuple[str, ...]) -> None:
+    """Resolve the pins, images, llama-swap release and models into <inventory>.lock.json."""
+    from rigkit.resolve import ResolveError
+    from rigkit.spec.inventory import default_inventory
+    from rigkit.spec.modellock import LockError, LockFormatError, check_lock, load_lock, lock_models, write_lock
+    from rigkit.spec.riglock import declared_images, declared_pins, diff, lock_file_for, lock_sections
+
+    if names and not update:
+        err.print("[red]error:[/] NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
+        sys.exit(exitcodes.INVALID)
+    if write and not update:
+        err.print("[red]error:[/] --write is for --update (rigkit lock alone always writes)")
+        sys.exit(exitcodes.INVALID)
+    inv = inventory or default_inventory()
+    host_specs = load_or_exit(inventory, hosts, parse_data(data), resolve_lock=False)
+    _one_declaration(host_specs)
+    spec = host_specs[0].spec
+    known = {*declared_pins(spec), *declared_images(spec), "llama_swap"}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        err.print(f"[red]error:[/] --update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
+        sys.exit(exitcodes.INVALID)
+    path = lock_file_for(spec, inv)
+    try:
+        current = load_lock(path)
+    except FileNotFoundError:
+        current = {"version": 2, "models": {}}
+    except LockFormatError as exc:
+        for p in exc.problems:
+            err.print(f"[red]error:[/] {escape(p)}")
+        sys.exit(exitcodes.INVALID)
+    from rigkit.cli.models import _models_of
+
+    wanted = _models_of(host_specs)
+    try:
+        sections = lock_sections(spec, current, update=list(names) if update else None)
+        models = current.get("models", {})
+        if check_lock(wanted, current):  # a model missing or stale: the models are re-locked as `models lock` does
+            models = lock_models(wanted, endpoint=spec.hf_endpoint)[0]["models"]
+    except (ResolveError, LockError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        sys.exit(exitcodes.FAILED)
+    new = {"version": 2, "models": models, **sections}
+    for section in ("pins", "images"):
+        for name, entry in new[section].items():
+            err.print(_describe(section, name, entry), markup=False)
+    err.print(_describe("llama_swap", "", new["llama_swap"]), markup=False)
+    changes = diff(current, new)
+    if update:
+        for line in changes:
+            out_line = f"  {line}"
+            err.print(out_line, markup=False)
+        if not changes:
+            err.print(f"{path}: nothing newer")
+            sys.exit(exitcodes.OK)
+        if not write:
+            err.print(f"{len(changes)} entr{'y' if len(changes) == 1 else 'ies'} would change; `--write` writes them")
+            sys.exit(exitcodes.FINDINGS)
+    if new == current:
+        err.print(f"{path}: unchanged")
+        sys.exit(exitcodes.OK)
+    write_lock(new, path)
+    err.print(f"wrote {path}" + (f" ({len(changes)} entr{'y' if len(changes) == 1 else 'ies'} changed)" if changes else ""))
+    sys.exit(exitcodes.OK)
