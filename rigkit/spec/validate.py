@@ -21,7 +21,7 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.host import versions
 from rigkit.host.gpu import power_limit_problem
-from rigkit.spec.model import ImageSpec, RigSpec, unset_operator_fields
+from rigkit.spec.model import RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
 from rigkit.spec.types import (
@@ -269,11 +269,6 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"operator_units[{i}]", value=repr(path),
                                    allowed="a unit rigkit renders itself"))
     return out
-
-
-def _images(spec: RigSpec) -> list[tuple[str, ImageSpec]]:
-    return [("hyperqwen.image", spec.hyperqwen.image), ("strata.image", spec.strata.image),
-            ("gguf_baseline.image", spec.gguf_baseline.image)]
 
 
 def _check_members(spec: RigSpec) -> list[SpecProblem]:

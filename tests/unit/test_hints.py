@@ -124,7 +124,7 @@ def test_every_hint_names_the_inventory_and_the_host():
         argv = shlex.split(hint)
         assert argv[0] == "rigkit", (where, hint)
         assert argv[argv.index("-i") + 1] == INVENTORY, (where, hint)
-        if argv[1] != "models":  # a model lock is the inventory's, for all its hosts
+        if argv[1] not in ("models", "lock"):  # a lock is the inventory's, for all its hosts
             assert argv[argv.index("--host") + 1] == HOST, (where, hint)
 
 
@@ -155,12 +155,55 @@ def _run(hint: str, project: Path, state: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, 1 if RETRYING in "".join(said) else code, out, "".join(said))
 
 
+#: Writes ``$RIGKIT_HARNESS_STATE/sandbox.lock.json`` for the sandbox spec as the hints run it, with no
+#: source reachable: the committed models section, and pins, images and the release "resolved" by a
+#: resolver that answers from the spec alone (versions of the declared series, digests and sha256 of
+#: zeros) — enough for a deploy to get past its lock and reach for the host, as the hints must.
+_OFFLINE_LOCK = r"""
+import json, sys
+from pathlib import Path
+from rigkit.spec import riglock
+from rigkit.spec.inventory import load_hosts
+from rigkit.spec.modellock import write_lock
+
+class Offline(riglock.Resolver):
+    def __init__(self):
+        pass
+    def pins(self, spec, names=None):
+        out = {}
+        for pkg, (want, _key) in riglock.declared_pins(spec).items():
+            version = want if "-" in want else f"{want}.1-1"
+            file = f"{pkg}-{version}-x86_64.pkg.tar.zst"
+            out[pkg] = {"want": want, "version": version, "file": file, "url": f"http://127.0.0.1:9/{file}",
+                        "sha256": "0" * 64, "csize": 0, "sig_url": None, "repo_db": "offline"}
+        return out
+    def image(self, name, image):
+        return {"repository": image.repository, "ref": image.ref, "registry": image.registry,
+                "digest": "sha256:" + "0" * 64, "kind": "manifest",
+                "media_type": "application/vnd.oci.image.manifest.v1+json"}
+    def release(self, spec):
+        ls = spec.llama_swap
+        return {"version": ls.version, "url": ls.release_url, "sha256": ls.release_sha256 or "0" * 64,
+                "from": "offline"}
+
+(hs,) = load_hosts("inventory/sandbox.py", resolve_lock=False)
+lock = {"version": 2, "models": json.loads(Path("inventory/sandbox.lock.json").read_text())["models"],
+        **riglock.lock_sections(hs.spec, {}, resolver=Offline())}
+write_lock(lock, Path(sys.argv[1]))
+"""
+
+
 def test_every_hint_runs_as_printed_against_the_sandbox_inventory(tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "harness"))
     import sandbox_project
 
     project = sandbox_project.make(tmp_path / "project")
     (tmp_path / "state").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("RIGKIT_INVENTORY", "HF_TOKEN")}
+    env.update(RIGKIT_HARNESS_STATE=str(tmp_path / "state"), RIGKIT_SANDBOX_HOST=HOST,
+               RIGKIT_SANDBOX_DATA=json.dumps({"llama_swap": {"release_sha256": "0" * 64}}))
+    subprocess.run([sys.executable, "-c", _OFFLINE_LOCK, str(tmp_path / "state" / "sandbox.lock.json")],
+                   cwd=project, env=env, check=True, timeout=120)
     unique = sorted({h for _, h in FOUND})
     with ThreadPoolExecutor(max_workers=3) as pool:
         procs = dict(zip(unique, pool.map(lambda h: _run(h, project, tmp_path / "state"), unique)))
