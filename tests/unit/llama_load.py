@@ -33,9 +33,37 @@ def main(argv: list[str]) -> int:
     p.cache_type_v = getattr(xlc.ggml_type, "GGML_TYPE_" + cache_type.upper())
     p.flash_attn_type = getattr(xlc.llama_flash_attn_type, "LLAMA_FLASH_ATTN_TYPE_" + flash.upper())
     server = xlc.Server(p)  # noqa: F841 - held until os._exit, never destroyed (its destructor can hang)
+    _wait_for_the_log()
     print("loaded", flush=True)
     sys.stderr.flush()
     os._exit(0)  # the server's threads would keep the process alive
+
+
+#: What llama-server's init logs once the model is loaded (``tools/server/server.cpp``: ``"model
+#: loaded"``), queued after every line of the load (the fit probe's and the real one's).
+LOADED = "init: model loaded"
+
+
+def _wait_for_the_log(limit_s: float = 120.0) -> None:
+    """llama.cpp's log is written by a worker thread of its own (``common/log.cpp``: entries queued,
+    written asynchronously), so the load can return before its last lines reach stderr — and
+    ``os._exit`` would drop them. When stderr is a file (the test gives one), wait until :data:`LOADED`
+    is in it: the log writes its queue in order, so every line of the load is there before it —
+    evidence, not a pause. Gives up after ``limit_s``."""
+    import time
+
+    import stat
+
+    if not stat.S_ISREG(os.fstat(2).st_mode):
+        return
+    path = "/proc/self/fd/2"  # the file itself, even unlinked (the test's TemporaryFile)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with open(path, errors="replace") as f:
+            log = f.read()
+        if LOADED in log:
+            return
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -132,16 +133,22 @@ def write_tiny_gemma3(path: Path, n_layer: int = 7, d: int = 128, n_head: int = 
 
 def llama_report(model: Path, n_ctx: int, n_parallel: int, cache: str, flash: str, unified: bool) -> dict:
     """llama.cpp's own figures from its load log (the last load: the first is its fit probe)."""
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.llama_load", str(model), str(n_ctx), str(n_parallel),
-                           cache, flash, "1" if unified else "0"], capture_output=True, text=True, errors="replace",
-                          timeout=120, cwd=ROOT)
-    log = proc.stdout + proc.stderr
+    # stderr into a file: the helper waits until llama.cpp's asynchronous log has written the load's last
+    # needed line there (tests/unit/llama_load.py), so no line is lost to the process' exit
+    with tempfile.TemporaryFile("w+", errors="replace") as err:
+        proc = subprocess.run([sys.executable, "-m", "tests.unit.llama_load", str(model), str(n_ctx), str(n_parallel),
+                               cache, flash, "1" if unified else "0"], stdout=subprocess.PIPE, stderr=err, text=True,
+                              errors="replace", timeout=180, cwd=ROOT)
+        err.seek(0)
+        log = proc.stdout + err.read()
     assert proc.returncode == 0 and "loaded" in proc.stdout, log[-3000:]
     last = log[log.rindex("load_tensors:"):]  # the real load
     weights = re.findall(r"load_tensors:\s+CPU model buffer size =\s+([\d.]+) MiB", log)[-1]
     caches = re.findall(r"llama_kv_cache: size =\s+([\d.]+) MiB \(\s*(\d+) cells,\s+(\d+) layers,\s+(\d+)/\d+ seqs\), "
                         r"K \((\w+)\):\s+([\d.]+) MiB, V \((\w+)\):\s+([\d.]+) MiB", last)
-    compute = re.findall(r"sched_reserve:\s+CPU compute buffer size =\s+([\d.]+) MiB", last)[-1]
+    compute = re.findall(r"sched_reserve:\s+CPU compute buffer size =\s+([\d.]+) MiB", last)
+    assert caches and compute, "llama.cpp's load log lacks the KV cache or compute buffer line:\n" + last[-4000:]
+    compute = compute[-1]
     # a model with sliding-window layers has two caches (llama_kv_cache_iswa: non-SWA, then SWA)
     return {"weights": float(weights), "cells": [int(c[1]) for c in caches], "k_type": caches[0][4],
             "k": sum(float(c[5]) for c in caches), "v_type": caches[0][6], "v": sum(float(c[7]) for c in caches),
