@@ -132,10 +132,12 @@ def sandbox_lock() -> Path:
     changes nothing. Raises RuntimeError with rigkit's output when it fails."""
     target = hostctl.STATE / "sandbox.lock.json"
     # the fixtures it was resolved from: another mirror build (its packages are other bytes), other images or
-    # another tarball re-seed it — a lock resolved from fixtures that are gone would refuse every package
+    # another tarball re-seed it — a lock resolved from fixtures that are gone would refuse every package;
+    # so does another committed model lock (the hub's repos changed: their commits are other ones)
     www = hostctl.fixtures_www()
     sources = json.dumps([hostctl.mirror_dir().name, *(hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "-"
-                          for f in (www / "images.json", www / "releases" / "llama-swap_250_linux_amd64.tar.gz"))])
+                          for f in (www / "images.json", www / "releases" / "llama-swap_250_linux_amd64.tar.gz",
+                                    ROOT / "inventory" / "sandbox.lock.json"))])
     marker = target.with_suffix(".sources")
     if not target.is_file() or not marker.is_file() or marker.read_text() != sources:
         shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", target)

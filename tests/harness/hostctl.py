@@ -262,10 +262,17 @@ def hub_up() -> None:
     """The test hub (tests/hub/server.py) in the fixtures namespace on FIX_ADDR:8000 (its CDN on
     :8001), serving the sandbox's tiny repos privately (token: :func:`hub_token`); it needs the
     project's venv (gguf, numpy)."""
-    pidf = STATE / "hub.pid"
+    pidf, keyf = STATE / "hub.pid", STATE / "hub.key"
     pid = int(pidf.read_text()) if pidf.exists() else None
+    key = hub_key()
     if pid_alive(pid):
-        return
+        if keyf.is_file() and keyf.read_text() == key:
+            return
+        # a hub started from other sources (another checkout, or tests/hub changed since: its repos'
+        # commits are other ones, and a lock resolved against this checkout's hub would meet 404s)
+        log("hub: started from other sources; restarting it")
+        kill_group(pid)
+        pidf.unlink(missing_ok=True)
     venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
     if not venv_python.exists():
         log("hub: no project venv yet (make venv); the test hub is not started")
@@ -278,7 +285,17 @@ def hub_up() -> None:
                              cwd=str(HERE.parent.parent), start_new_session=True, stdin=subprocess.DEVNULL,
                              stdout=open(STATE / "hub.log", "a"), stderr=subprocess.STDOUT)
         pidf.write_text(str(p.pid))
+        keyf.write_text(key)
         wait_tcp(FIX_ADDR, HUB_PORT, 60, what="test hub")
+
+
+def hub_key() -> str:
+    """What the running hub was started from: this checkout's path and the sha256 of tests/hub's
+    sources (its repos and their commits are generated from them)."""
+    h = hashlib.sha256(str(HERE.parent.parent.resolve()).encode())
+    for f in sorted((HERE.parent / "hub").glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def fixtures_down() -> None:
