@@ -146,7 +146,10 @@ def test_two_healers_at_once_set_the_limit_once(rig):
     assert pl_calls(rig).count("--id=0 --power-limit=420") == 1, (pl_calls(rig), outs)
     said = "".join(o for o, _ in outs)
     assert said.count("re-applied 420 W") == 1, said
-    assert "standing down" in said or "as declared (set meanwhile)" in said, said
+    # the other one stood down (the lock held), found it set meanwhile, or — started after the first
+    # had finished (a loaded machine starts processes late) — found it as declared: never a second set
+    assert ("standing down" in said or "as declared (set meanwhile)" in said
+            or said.count("enforces 420 W as declared") == 1), said
     st = json.loads((rig["tmp"] / "power.json").read_text())
     assert st["reapplies"] == 1 and st["last_reapply"]["ok"] is True and enforced() == 420.0
 
