@@ -9,6 +9,7 @@ limit with readings near the limit and ask that all of them agree with the one r
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.host import powerlimit
+from tests.unit.test_hints import _docstrings
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py"), ROOT / "deploy.py"])
@@ -27,20 +29,15 @@ def _rel(p: Path) -> str:
     return str(p.relative_to(ROOT))
 
 
-def _trees():
-    for p in SOURCES:
-        if p.exists():
-            yield _rel(p), ast.parse(p.read_text(), str(p))
+@functools.lru_cache(maxsize=1)
+def _trees() -> tuple[tuple[str, ast.Module], ...]:
+    """``(path from the root, its AST)`` for every source file, parsed once for the module."""
+    return tuple((_rel(p), ast.parse(p.read_text(), str(p))) for p in SOURCES if p.exists())
 
 
 def _string_parts(tree: ast.AST):
     """Every literal string piece of code (constants and f-string parts), docstrings excluded."""
-    docs = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docs.add(id(first.value))
+    docs = _docstrings(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             yield node, node.value
