@@ -47,8 +47,8 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     + apply: sets a limit (default :func:`rigkit.host.powerlimit.set_limit`)
 
     Nothing is done while both ``enforced.power.limit`` and ``power.limit`` are the declared limit
-    (:func:`rigkit.host.powerlimit.limit_agrees`), while a window is open or the host lock is held (it says who holds
-    it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
+    (:func:`rigkit.host.powerlimit.limit_agrees`), while a window is open or the host lock is held
+    (it says who holds it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
     it). Otherwise, under the host lock and after reading the GPU again (whoever held the lock may have
     set it meanwhile): set the declared limit and read back ``enforced.power.limit``.
 
