@@ -72,3 +72,26 @@ class Remote:
 
         env = ["env", f"{LEASE_ENV}={lease}"] if lease else []
         return self.run(" ".join(map(shlex.quote, [*env, paths.AGENT_BIN, *args])), stdin=stdin, timeout=timeout)
+
+
+class HostReadError(RuntimeError):
+    """A file on the host could not be read over SSH (the connection, sudo or ``cat`` failed): the
+    message names the host, the file and what ssh said. Never read as "absent"."""
+
+
+def read_holds(remote: Remote) -> dict[str, dict[str, Any]]:
+    """The host's holds (``paths.HOLDS_FILE``, :func:`rigkit.host.holds.parse`) over SSH: the one
+    control-side reader (``rigkit wire-in``, ``rigkit generations``; tests/unit/test_one_piece.py).
+
+    Returns ``{name: record}`` (``{}`` when the file is absent). Raises :class:`HostReadError` when
+    the command fails (exit != 0: no connection, sudo refused, the file unreadable: a hold is a safety
+    record, so a failed read is never "no hold") and :class:`rigkit.host.holds.HoldsError` when the
+    file is not a JSON object of hold records."""
+    from rigkit.host import holds
+
+    path = shlex.quote(paths.HOLDS_FILE)
+    proc = remote.run(f"sh -c {shlex.quote(f'if [ -e {path} ]; then cat {path}; fi')}")
+    if proc.returncode != 0:
+        raise HostReadError(f"{remote.name}: cannot read {paths.HOLDS_FILE} (ssh exit {proc.returncode}): "
+                            f"{' '.join(proc.stderr.split())[:300]}")
+    return holds.parse(proc.stdout, paths.HOLDS_FILE)

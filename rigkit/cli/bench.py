@@ -63,7 +63,7 @@ def _read_key_file(path: str) -> str:
         raise BenchAbort(exitcodes.INVALID, f"--api-key-file: {exc}") from None
 
 
-def check_member_running(base_url: str, member: str, headers: dict[str, str]) -> str | None:
+def check_member_running(base_url: str, member: str, api_key: str | None) -> str | None:
     """Whether llama-swap's ``GET /running`` lists ``member`` in state ``ready``
     (notes/llama-swap.md: ``{"running": [{"model", "state"}]}``, no side effects): None when
     it does, else the sentence saying why it is not benched (a request through :8080 would
@@ -71,9 +71,10 @@ def check_member_running(base_url: str, member: str, headers: dict[str, str]) ->
     answer."""
     import requests
 
+    from rigkit.host import llama_swap
+
     try:
-        resp = requests.get(base_url.rstrip("/") + "/running", headers=headers, timeout=10)
-        running = resp.json().get("running") or [] if resp.status_code == 200 else None
+        running = llama_swap.running(base_url, timeout_s=10, api_key=api_key)
     except (requests.RequestException, ValueError, AttributeError):
         running = None
     if running is None:
@@ -259,8 +260,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
         else:
             console.print(f"[yellow]warning:[/] could not read {KEY_NAME} from "
                           f"{host}:{REMOTE_KEY_FILE}; sending no API key")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    not_ready = check_member_running(fwd.url, member, headers)
+    not_ready = check_member_running(fwd.url, member, api_key)
     if not_ready:
         ctx["not_running"] = not_ready
     try:

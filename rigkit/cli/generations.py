@@ -52,18 +52,19 @@ def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
 
 
 def _holds(remote) -> dict:
-    """The host's holds (:func:`rigkit.host.holds.parse`); exits 1 naming the file when it is not a
-    JSON object of hold records (a hold is a safety record: never read as "no hold")."""
-    from rigkit import paths
-    from rigkit.host import holds
+    """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); exits 1 naming the host
+    and the file when it cannot be read over SSH or is not a JSON object of hold records (a hold is a
+    safety record: never read as "no hold")."""
+    from rich.markup import escape
 
-    proc = remote.run(f"cat {paths.HOLDS_FILE} 2>/dev/null || true")
+    from rigkit.host.holds import HoldsError
+    from rigkit.remote import HostReadError, read_holds
+
     try:
-        return holds.parse(proc.stdout, paths.HOLDS_FILE)
-    except holds.HoldsError as exc:
-        from rich.markup import escape
-
-        err.print(f"[red]error:[/] {escape(f'{remote.name}: {exc}')}", markup=True, highlight=False)
+        return read_holds(remote)
+    except (HostReadError, HoldsError) as exc:
+        msg = str(exc) if isinstance(exc, HostReadError) else f"{remote.name}: {exc}"
+        err.print(f"[red]error:[/] {escape(msg)}", markup=True, highlight=False)
         sys.exit(exitcodes.FAILED)
 
 

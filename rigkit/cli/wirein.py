@@ -56,18 +56,16 @@ def live_config(hs) -> str | None:
 
 
 def host_holds(hs) -> dict:
-    """The host's holds (:func:`rigkit.host.holds.parse` of ``/var/lib/rigkit/holds.json``); raises
-    _Fail (exit 1) when the host cannot be read or the file is not a JSON object of hold records."""
-    from rigkit import paths
-    from rigkit.host import holds
+    """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); raises _Fail (exit 1)
+    when the host cannot be read or the file is not a JSON object of hold records."""
+    from rigkit.host.holds import HoldsError
+    from rigkit.remote import HostReadError, Remote, read_holds
 
-    path = shlex.quote(paths.HOLDS_FILE)
-    p = _run(hs, f"sh -c 'cat {path} 2>/dev/null || true'")
-    if p.returncode != 0:
-        raise _Fail(f"{hs.name}: cannot read {paths.HOLDS_FILE}: {p.stderr.strip()[:300]}")
     try:
-        return holds.parse(p.stdout, paths.HOLDS_FILE)
-    except holds.HoldsError as exc:
+        return read_holds(Remote(hs.name, hs.connection))
+    except HostReadError as exc:
+        raise _Fail(str(exc)) from None
+    except HoldsError as exc:
         raise _Fail(f"{hs.name}: {exc}") from None
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rigkit import __version__, paths
+from rigkit.render import declared_state
 from rigkit.render.declared_state import DAEMON_JSON_KEYS, PREPARED_MODELS
-from rigkit.render.files import AGENT_TIMERS, RenderedFile, render_host_config
+from rigkit.render.files import RenderedFile, render_host_config
 from rigkit.spec.model import RigSpec
 
 #: Spec keys that say how this run goes, not what the host holds: taken from the run, never
@@ -49,12 +50,10 @@ def spec_hash(spec: RigSpec) -> str:
 
 
 def declared_units(spec: RigSpec) -> dict[str, list[str]]:
-    """``{"enabled": [unit], "disabled": [unit]}``: what the deploy enables (llama-swap, the power
-    limit, docker, persistenced, the agent's timers, the operator's timers) and leaves disabled
+    """``{"enabled": [unit], "disabled": [unit]}``: what the deploy enables
+    (:func:`rigkit.render.declared_state.enabled_units`) and leaves disabled
     (the legacy units, HyperQwen's unit, started on demand)."""
-    enabled = {"llama-swap.service", "gpu-power-limit.service", "docker.service", "nvidia-persistenced.service"}
-    enabled |= {f"{stem}.timer" for stem in AGENT_TIMERS}
-    enabled |= {Path(p).name for p in spec.operator_units if p.endswith(".timer")}
+    enabled = set(declared_state.enabled_units(spec))
     disabled = set(spec.legacy_units) | {"hyperqwen.service"}
     return {"enabled": sorted(enabled), "disabled": sorted(disabled)}
 

@@ -52,7 +52,6 @@ _SECRET_ASSIGN = re.compile(
     r"(?i)(\b[A-Z0-9_.-]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|APIKEY)[A-Z0-9_.-]*[\"']?\s*[=:]\s*[\"']?)([^\s\"',}]+)")
 _SECRET_FLAG = re.compile(r"(?i)(--(?:api-key|token|hf-token|password)[= ])(\S+)")
 _BEARER = re.compile(r"(?i)(\bBearer\s+)(\S+)")
-_HF_TOKEN_SHAPE = re.compile(r"\bhf_[A-Za-z0-9]{16,}\b")
 
 
 def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | None:
@@ -60,8 +59,9 @@ def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | N
     HF token at hand), then the value of any assignment (``KEY=v``, ``key: v``) whose name the spec
     calls a secret's (:func:`rigkit.spec.secrets.secret_name`: ``HF_TOKEN``, ``VLLM_API_KEY``, not
     ``DFLASH_TOKENS`` or ``max_tokens``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
-    hf-token-shaped words. An ``${...}`` reference is kept (it names, not holds, a secret)."""
-    from rigkit.spec.secrets import secret_name
+    hf-token-shaped words (:data:`rigkit.spec.secrets.HF_TOKEN_RE`, the one shape). An ``${...}``
+    reference is kept (it names, not holds, a secret)."""
+    from rigkit.spec.secrets import HF_TOKEN_RE, secret_name
 
     if text is None:
         return None
@@ -82,7 +82,7 @@ def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | N
     text = _SECRET_ASSIGN.sub(keep_named, text)
     text = _SECRET_FLAG.sub(keep_refs, text)
     text = _BEARER.sub(keep_refs, text)
-    return _HF_TOKEN_SHAPE.sub(MASK, text)
+    return HF_TOKEN_RE.sub(MASK, text)
 
 
 def _short(sha: str | None) -> str:
@@ -225,12 +225,15 @@ def compare_reboot(host: str, reasons: list[str]) -> list[Finding]:
 
 
 def compare_power(host: str, watts: int, smi: dict[str, Any]) -> list[Finding]:
-    """``enforced.power.limit`` (and the requested ``power.limit``) vs ``gpu_power_limit_w``, in W."""
+    """``enforced.power.limit`` (and the requested ``power.limit``) vs ``gpu_power_limit_w``, in W;
+    a reading is the declared limit as :func:`rigkit.host.powerlimit.limit_agrees` judges it."""
+    from rigkit.host.powerlimit import limit_agrees
+
     out = []
     for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
         for key, label in (("power_enforced_w", "enforced.power.limit"), ("power_limit_w", "power.limit")):
             got = gpu.get(key)
-            if got is None or abs(got - watts) > 0.5:
+            if not limit_agrees(got, watts):
                 out.append(Finding(host, "power", f"GPU {gpu['index']} {label}", f"{watts} W",
                                    f"{got:g} W" if got is not None else "unknown"))
     return out

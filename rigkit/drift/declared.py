@@ -74,7 +74,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     on the control machine (:func:`rigkit.spec.secrets.read_hf_token`) or None. ``files`` replaces the
     rendered spec (a held ``generation``'s stored files, :func:`rigkit.deploy.generations.source_from_bundle`)."""
     from rigkit.render import declared_state
-    from rigkit.render.files import AGENT_TIMERS, RenderedFile, render
+    from rigkit.render.files import RenderedFile, render
     from rigkit.spec import members as members_mod
 
     files = render(spec) if files is None else files
@@ -93,16 +93,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     else:  # not at hand: presence is not required, owner and mode are checked when it is there
         secrets[paths.HF_TOKEN_FILE] = (*owner_mode(declared_secrets[paths.HF_TOKEN_FILE]), "")
     units: dict[str, dict[str, bool | None]] = {
-        "llama-swap.service": {"enabled": True, "active": True},
-        "gpu-power-limit.service": {"enabled": True, "active": None},
-        "docker.service": {"enabled": True, "active": True},
-        "nvidia-persistenced.service": {"enabled": True, "active": True},
-    }
-    for stem in AGENT_TIMERS:
-        units[f"{stem}.timer"] = {"enabled": True, "active": True}
-    for local in spec.operator_units:  # the operator's timers: enabled and started by the deploy
-        if local.endswith(".timer"):
-            units[Path(local).name] = {"enabled": True, "active": True}
+        unit: {"enabled": True, "active": active} for unit, active in declared_state.enabled_units(spec).items()}
     try:
         member_ids = list(members_mod.resolve_members(spec))
     except Exception:  # noqa: BLE001 - an unresolvable member is the spec's problem, reported by check

@@ -9,7 +9,7 @@ A generation is *confirmed* when, within a budget (s):
    docker, the power limit, persistenced) is ``active`` (``systemctl is-active``), waiting while one
    is ``activating``;
 2. the GPU enforces the generation's power limit (``nvidia-smi --query-gpu=enforced.power.limit``,
-   :func:`rigkit.host.gpu.query`; within :data:`rigkit.host.power.TOLERANCE_W`);
+   :func:`rigkit.host.gpu.query`; as :func:`rigkit.host.powerlimit.limit_agrees` judges it);
 3. every file the generation declares has its declared sha256, mode and owner on disk (what drift
    checks of the files the change touched: all rendered files and the model lock);
 4. llama-swap answers ``/health``, then a real chat completion through it (:func:`completion`,
@@ -220,10 +220,10 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
         add(f"unit {unit}", state == "active", state)
     want_w = spec.get("gpu_power_limit_w")
     if want_w is not None:
-        from rigkit.host.power import TOLERANCE_W
+        from rigkit.host.powerlimit import limit_agrees
 
         enforced, why = probe.enforced_w(power_index)
-        ok = enforced is not None and abs(enforced - float(want_w)) <= TOLERANCE_W
+        ok = limit_agrees(enforced, float(want_w))
         add("power limit", ok, f"enforced {enforced:g} W, declared {float(want_w):g} W" if enforced is not None
             else f"unread ({why}), declared {float(want_w):g} W")
     if files:

@@ -10,7 +10,8 @@ from typing import Any
 
 
 def headers(api_key: str | None) -> dict[str, str]:
-    """``Authorization: Bearer`` when there is a key (never logged)."""
+    """``{"Authorization": "Bearer <api_key>"}`` when there is a key, else ``{}`` (never logged):
+    the one place the header is built (tests/unit/test_one_piece.py)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -32,12 +33,14 @@ def complete(base: str, model: str, api_key: str | None = None, timeout_s: float
     return resp
 
 
-def running(base: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    """llama-swap's ``GET /running`` list: ``[{model, state, proxy, ...}]``; raises
-    ``requests.RequestException`` (HTTP errors included)."""
+def running(base: str, timeout_s: float = 30.0, api_key: str | None = None) -> list[dict[str, Any]]:
+    """llama-swap's ``GET /running`` list: ``[{model, state, proxy, ...}]`` (the one reader of it:
+    tests/unit/test_one_piece.py); ``api_key`` is sent as :func:`headers`. Raises
+    ``requests.RequestException`` (HTTP errors included) and ``ValueError`` when the body is not
+    JSON."""
     import requests
 
-    resp = requests.get(f"{base.rstrip('/')}/running", timeout=timeout_s)
+    resp = requests.get(f"{base.rstrip('/')}/running", headers=headers(api_key), timeout=timeout_s)
     resp.raise_for_status()
     return resp.json().get("running", []) or []
 

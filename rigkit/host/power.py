@@ -23,42 +23,19 @@ re-application.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from typing import Any, Callable
 
-from rigkit.host import gpu, standdown
+from rigkit.host import gpu, powerlimit, standdown
 from rigkit.host.config import HostConfig
 from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
 
 JOB = "power"
-#: Two limits closer than this (W) are the same: nvidia-smi prints two decimals, NVML counts mW.
-TOLERANCE_W = 0.5
-
-
-def _same(a: float | None, b: float) -> bool:
-    return a is not None and abs(a - b) <= TOLERANCE_W
 
 
 def _w(value: float | None) -> str:
     return f"{value:g} W" if value is not None else "unknown"
-
-
-def set_limit(index: int, watts: float, timeout_s: float = 30.0) -> tuple[bool, str]:
-    """``nvidia-smi --id=<index> --power-limit=<watts>`` (W; the deploy's own command,
-    :mod:`rigkit.operations.gpu`). Returns ``(True, its output)`` on exit 0, else ``(False, why)``."""
-    argv = ["nvidia-smi", f"--id={index}", f"--power-limit={watts:g}"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except FileNotFoundError:
-        return False, "nvidia-smi not found"
-    except subprocess.TimeoutExpired:
-        return False, f"nvidia-smi did not answer within {timeout_s:g} s"
-    text = " ".join((proc.stdout + proc.stderr).split())
-    if proc.returncode:
-        return False, f"`{' '.join(argv)}` exited {proc.returncode}: {text}"
-    return True, text
 
 
 def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
@@ -67,11 +44,11 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     """Keep GPU ``power.index``'s enforced limit at the host config's ``power.limit_w`` (W).
 
     + query: reads the GPUs (default :func:`rigkit.host.gpu.query`, ``nvidia-smi --query-gpu=...``)
-    + apply: sets a limit (default :func:`set_limit`)
+    + apply: sets a limit (default :func:`rigkit.host.powerlimit.set_limit`)
 
     Nothing is done while both ``enforced.power.limit`` and ``power.limit`` are the declared limit
-    (within :data:`TOLERANCE_W`), while a window is open or the host lock is held (it says who holds
-    it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
+    (:func:`rigkit.host.powerlimit.limit_agrees`), while a window is open or the host lock is held
+    (it says who holds it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
     it). Otherwise, under the host lock and after reading the GPU again (whoever held the lock may have
     set it meanwhile): set the declared limit and read back ``enforced.power.limit``.
 
@@ -80,7 +57,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     (the unit shows failed: a human should look). The record goes to ``paths.power_state``.
     """
     query = query or gpu.query
-    apply = apply or set_limit
+    apply = apply or powerlimit.set_limit
     now = now or time.time
     want = float(cfg.get("power", "limit_w"))
     index = int(cfg.get("power", "index"))
@@ -113,7 +90,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     if card is None:
         return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit (`rigkit drift` says why)", None, 0)
     enforced = card.get("power_enforced_w")
-    if _same(enforced, want) and _same(card.get("power_limit_w"), want):
+    if powerlimit.limit_agrees(enforced, want) and powerlimit.limit_agrees(card.get("power_limit_w"), want):
         return done("as declared", f"{JOB}: GPU {index} enforces {want:g} W as declared", enforced, 0)
     problem = gpu.power_limit_problem(want, card.get("power_min_w"), card.get("power_max_w"), f"GPU {index}")
     if problem:
@@ -126,7 +103,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
         if card is None:
             return done("unread", f"{JOB}: {why}; cannot read GPU {index}'s limit", None, 0)
         before = card.get("power_enforced_w")
-        if _same(before, want) and _same(card.get("power_limit_w"), want):
+        if powerlimit.limit_agrees(before, want) and powerlimit.limit_agrees(card.get("power_limit_w"), want):
             return done("as declared", f"{JOB}: GPU {index} enforces {want:g} W as declared (set meanwhile)", before, 0)
         t = now()
         ok, detail = apply(index, want)
@@ -134,9 +111,9 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
         if ok:
             card, why = gpu.card(query(), index)
             after = card.get("power_enforced_w") if card else None
-            if not _same(after, want):
-                ok, detail = False, (f"set to {want:g} W but enforced.power.limit reads {_w(after)}"
-                                     + (f" ({why})" if why else ""))
+            problem = powerlimit.read_back_problem(index, want, after, why)
+            if problem:
+                ok, detail = False, problem
         if ok:
             message = (f"{JOB}: GPU {index} enforced {_w(before)}, declared {want:g} W (a driver reload, an Xid "
                        f"reset or someone's nvidia-smi -pl); re-applied {want:g} W: enforced {_w(after)}")

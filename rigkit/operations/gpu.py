@@ -6,18 +6,20 @@ from pyinfra import host, state
 from pyinfra.api import FunctionCommand, OperationError, operation
 
 from rigkit.host.gpu import card, power_limit_problem
+from rigkit.host.powerlimit import GPU_INDEX, limit_agrees, read_back_problem, set_argv
 from rigkit.operations.facts import NvidiaSmi
 from rigkit.operations.shell import argv
 
 
 @operation()
-def gpu_power_limit(watts: int, index: int = 0):
+def gpu_power_limit(watts: int, index: int = GPU_INDEX):
     """Set GPU ``index``'s power limit to ``watts`` W now and read it back.
 
     + watts: the limit in W; must lie within the card's ``power.min_limit``..``power.max_limit``
     + index: the GPU index
 
-    No change when ``power.limit`` and ``enforced.power.limit`` already equal ``watts``. When
+    No change when ``power.limit`` and ``enforced.power.limit`` already agree with ``watts``
+    (:func:`rigkit.host.powerlimit.limit_agrees`, the one tolerance). When
     ``nvidia-smi`` cannot answer, the plan (``--dry``) predicts the change (an earlier operation may
     restore the driver it needs) and a real run fails naming why. After
     ``nvidia-smi --power-limit`` the enforced limit is read back: open modules on some GPUs
@@ -41,22 +43,22 @@ def gpu_power_limit(watts: int, index: int = 0):
         # operation restores (a driver upgraded past it: "Driver/library version mismatch"); predict
         # the change instead of failing the whole plan. Run for real, it is an error as before.
         host.noop(f"GPU {index}: nvidia-smi cannot answer now ({why}); the run sets {watts} W once it does")
-        yield argv("nvidia-smi", f"--id={index}", f"--power-limit={watts}")
+        yield argv(*set_argv(index, watts))
         return
     if gpu is None:
         raise OperationError(why)
     problem = power_limit_problem(watts, gpu["power_min_w"], gpu["power_max_w"], f"GPU {index}")
     if problem:
         raise OperationError(problem)
-    if gpu["power_limit_w"] == watts and gpu["power_enforced_w"] == watts:
+    if limit_agrees(gpu["power_limit_w"], watts) and limit_agrees(gpu["power_enforced_w"], watts):
         host.noop(f"GPU {index} power limit is {watts} W")
         return
-    yield argv("nvidia-smi", f"--id={index}", f"--power-limit={watts}")
+    yield argv(*set_argv(index, watts))
 
     def read_back(state, host):  # noqa: F811
-        g, _ = card(host.get_fact(NvidiaSmi), index)
-        if g is None or g["power_enforced_w"] != watts:
-            enforced = g["power_enforced_w"] if g else "unknown"
-            raise OperationError(f"GPU {index}: power limit set to {watts} W but enforced.power.limit reads {enforced}")
+        g, why = card(host.get_fact(NvidiaSmi), index)
+        problem = read_back_problem(index, watts, g["power_enforced_w"] if g else None, why)
+        if problem:
+            raise OperationError(problem)
 
     yield FunctionCommand(read_back, (), {})

@@ -20,6 +20,14 @@ DAEMON_JSON_KEYS = {
     "exec-opts": ["native.cgroupdriver=cgroupfs"],
 }
 
+#: Timers of the host agent: unit stem -> (description, agent sub-command, period in s).
+AGENT_TIMERS = {
+    "hyperqwen-watchdog": ("HyperQwen watchdog: restart a member that answers 500", "watchdog", 60),
+    "rigkit-keeper": ("rigkit keeper: bring the resident member back when none is loaded", "keeper", 60),
+    "rigkit-power": ("rigkit power: re-apply the declared GPU power limit when the enforced one differs", "power", 30),
+}
+
+
 #: Models rewritten in place by HyperQwen's ``prepare``: after it, their record (not the lock) is
 #: the reference.
 PREPARED_MODELS = frozenset({"hyperqwen"})
@@ -124,3 +132,19 @@ LEGACY_BACKUP_DIR = f"{paths.STATE_DIR}/legacy-units"
 #: Path unit the NVIDIA toolkit ships; enabled by the deploy when the package installed it.
 CDI_REFRESH = "nvidia-cdi-refresh.path"
 CDI_REFRESH_FILE = f"/usr/lib/systemd/system/{CDI_REFRESH}"
+
+
+def enabled_units(spec: Any) -> dict[str, bool | None]:
+    """The units the deploy enables, the one list (a generation's ``units.enabled``:
+    :func:`rigkit.deploy.generations.declared_units`; drift's units: :func:`rigkit.drift.declared.declared`):
+    ``{unit name: whether it must be active}`` (None: a oneshot, not checked). llama-swap, the power
+    limit (``gpu-power-limit.service``, a oneshot), docker, nvidia-persistenced, the agent's timers
+    (:data:`AGENT_TIMERS`) and the operator's timers (``spec.operator_units``
+    ending ``.timer``), each enabled and started by its role (``roles/``)."""
+    from pathlib import Path
+
+    units: dict[str, bool | None] = {"llama-swap.service": True, "gpu-power-limit.service": None,
+                                     "docker.service": True, "nvidia-persistenced.service": True}
+    units.update({f"{stem}.timer": True for stem in AGENT_TIMERS})
+    units.update({Path(p).name: True for p in spec.operator_units if p.endswith(".timer")})
+    return units

@@ -21,6 +21,8 @@ import yaml
 from rigkit.spec import members as members_mod
 from rigkit import paths
 from rigkit.host.envfile import dotenv_value
+from rigkit.render.declared_state import AGENT_TIMERS
+from rigkit.host import powerlimit
 from rigkit.host.pacman import pins_conf
 from rigkit.spec.model import RigSpec
 
@@ -43,14 +45,6 @@ class RenderedFile:
     def sha256(self) -> str:
         """Hex sha256 of the UTF-8 text."""
         return hashlib.sha256(self.text.encode()).hexdigest()
-
-
-#: Timers of the host agent: unit stem -> (description, agent sub-command, period in s).
-AGENT_TIMERS = {
-    "hyperqwen-watchdog": ("HyperQwen watchdog: restart a member that answers 500", "watchdog", 60),
-    "rigkit-keeper": ("rigkit keeper: bring the resident member back when none is loaded", "keeper", 60),
-    "rigkit-power": ("rigkit power: re-apply the declared GPU power limit when the enforced one differs", "power", 30),
-}
 
 
 def _yaml(value: object, style: str | None = None) -> str:
@@ -199,8 +193,9 @@ def render_host_config(spec: RigSpec) -> str:
         "watchdog": {"members": watched, "failures": 3, "backoff_after": 2, "backoff_s": 900.0,
                      "backoff_max_s": 86400.0, "timeout_s": 60.0},
         "keeper": {"timeout_s": float(ls.health_check_timeout_s) + 30},
-        "power": {"limit_w": spec.gpu_power_limit_w, "index": 0},  # the index gpu-power-limit.service sets
-        "vram": {"idle_mib": spec.vram_idle_mib, "release_timeout_s": spec.vram_release_timeout_s, "index": 0},
+        "power": {"limit_w": spec.gpu_power_limit_w, "index": powerlimit.GPU_INDEX},  # the card the unit sets
+        "vram": {"idle_mib": spec.vram_idle_mib, "release_timeout_s": spec.vram_release_timeout_s,
+                 "index": powerlimit.GPU_INDEX},
         "paused_timers": list(spec.paused_timers or []),
         "lock_files": list(spec.lock_files or []),
         "own_units": sorted([f"{stem}.service" for stem in AGENT_TIMERS] + list(AGENT_TRANSIENT_UNITS)),
@@ -260,7 +255,9 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     out[paths.NOUVEAU_BLACKLIST] = RenderedFile(env.get_template("boot/blacklist-nouveau.conf.j2").render(
         flavour=spec.driver_flavour, driver=spec.nvidia_driver_version), "0644", "root:root")
     out[f"{unit}/gpu-power-limit.service"] = RenderedFile(env.get_template("systemd/gpu-power-limit.service.j2").render(
-        power_w=spec.gpu_power_limit_w, nvidia_smi=paths.NVIDIA_SMI_BIN), "0644", "root:root")
+        power_w=spec.gpu_power_limit_w,
+        exec_start=shlex.join(powerlimit.set_argv(powerlimit.GPU_INDEX, spec.gpu_power_limit_w, paths.NVIDIA_SMI_BIN))),
+        "0644", "root:root")
     for stem, (description, command, every_s) in AGENT_TIMERS.items():
         out[f"{unit}/{stem}.service"] = RenderedFile(env.get_template("systemd/agent.service.j2").render(
             description=description, agent=paths.AGENT_BIN, command=command), "0644", "root:root")

@@ -63,7 +63,12 @@ def read_hf_token(env: Mapping[str, str] | None = None) -> str | None:
 
 
 
-#: A Hugging Face user access token (``hf_`` + letters and digits), anywhere in a string or a key.
+#: A Hugging Face user access token (``hf_`` + letters and digits), anywhere in a string or a key: the
+#: one shape, for refusing a token in the spec and masking one in drift's output. The Hub issues
+#: ``hf_`` + 34 letters (the secret scanners' rule: gitleaks ``hugging-face-access-token`` and
+#: detect-secrets ``HuggingFaceDetector``, ``hf_[a-zA-Z]{34}``; huggingface_hub itself checks no
+#: shape); 20 or more letters and digits keeps every issued token with room for a longer one, and
+#: stays clear of short words such as ``hf_home``.
 HF_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{20,}")
 #: A URL carrying a password (``scheme://user:password@host``). The match starts at ``://`` (the scheme's
 #: last character looked behind), so a long value is scanned once: a pattern that starts with the

@@ -83,7 +83,9 @@ def test_rigkit_generations_exits_1_on_a_corrupt_holds_file(capsys):
 def test_wire_in_fails_on_a_corrupt_holds_file(monkeypatch):
     from rigkit.cli import wirein as wirein_cli
 
-    monkeypatch.setattr(wirein_cli, "_run", lambda hs, cmd, **kw: subprocess.CompletedProcess(cmd, 0, "[1]", ""))
+    from rigkit import remote
+
+    monkeypatch.setattr(remote.Remote, "run", lambda self, cmd, **kw: subprocess.CompletedProcess(cmd, 0, "[1]", ""))
     hs = SimpleNamespace(name="h1", connection={})
     with pytest.raises(wirein_cli._Fail) as exc:
         wirein_cli.host_holds(hs)

@@ -158,8 +158,8 @@ def test_a_limit_that_does_not_hold_fails_the_unit_naming_what_it_reads(rig, cap
     """Open modules on some GPUs report success and change nothing (open-gpu-kernel-modules#483)."""
     reload_driver(rig)
     assert power.heal(rig["cfg"], apply=lambda index, watts: (True, "All done.")) == 1
-    assert ("power: re-applying 420 W to GPU 0 (enforced 350 W) failed: set to 420 W but enforced.power.limit "
-            "reads 350 W") in capsys.readouterr().err
+    assert ("power: re-applying 420 W to GPU 0 (enforced 350 W) failed: GPU 0: power limit set to 420 W but "
+            "enforced.power.limit reads 350 W") in capsys.readouterr().err
     st = json.loads((rig["tmp"] / "power.json").read_text())
     assert st["last_reapply"]["ok"] is False and st["last_check"]["result"] == "failed"
     assert not host_lock.state(rig["tmp"] / "rig.lock")["held"]

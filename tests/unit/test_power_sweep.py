@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from rigkit.bench.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
                                 table_lines, write_result)
-from rigkit.host import gpu
+from rigkit.host import gpu, powerlimit
 from rigkit.host.window.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
 from tests.unit.stand_in_unit import StandInUnit
 
@@ -245,14 +245,14 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
         monkeypatch.setattr(mod, "sh", unit.sh)
         monkeypatch.setattr(mod, "unit_state", unit.state)
     healer: list[str] = []
-    real_set = power.set_limit
+    real_set = powerlimit.set_limit
 
     def set_limit(index, watts, timeout_s=30.0):  # the healer runs at every limit the sweep sets, and in restore
         rc = power.heal(cfg)
         healer.append(f"{watts:g}: rc {rc}, {json.loads((tmp / 'power.json').read_text())['last_check']['result']}")
         return real_set(index, watts, timeout_s)
 
-    monkeypatch.setattr(sweep_mod.power, "set_limit", set_limit)
+    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", set_limit)
     (tmp / "key.env").write_text("")
     sp = plan_sweep(spec_from_dict({}), "power_limit", [100, 350, 420], [4096], ["chat-greedy"], runs=2, max_tokens=96,
                     max_minutes=None, resume=False)
@@ -300,7 +300,7 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
     assert sweep_mod.restore_power(j) == "the GPU power limit untouched (no limit was set)"
     # a limit that cannot be put back fails the restore step, naming it; the record stays for --restore
     data["changed"]["power_limit"] = {"index": 0, "declared_w": 420.0, "enforced_before_w": 420.0}
-    monkeypatch.setattr(sweep_mod.power, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
+    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
     with pytest.raises(StepFailed, match="putting the declared 420 W back on GPU 0 failed: `nvidia-smi` exited 4"):
         sweep_mod.restore_power(j)
     assert data["changed"]["power_limit"] is not None

@@ -117,7 +117,7 @@ def test_hyperqwen_unit_is_installable_but_never_enabled():
 
 def test_power_limit_unit_uses_the_declared_watts():
     unit = files_for({"gpu_power_limit_w": 390})[f"{UNITS}/gpu-power-limit.service"].text
-    assert "ExecStart=/usr/bin/nvidia-smi --id=0 --power-limit=390" in unit
+    assert "ExecStart=/usr/bin/nvidia-smi --id=0 --power-limit=390" in unit  # powerlimit.set_argv(GPU_INDEX, 390)
     assert "After=nvidia-persistenced.service" in unit and "Type=oneshot" in unit
 
 

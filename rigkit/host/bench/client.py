@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from rigkit.host import llama_swap
 from rigkit.host.bench.sse import SSEParser
 
 #: Delta fields that carry thinking, in the order servers adopted them (vLLM ``reasoning``,
@@ -311,8 +312,7 @@ def stream_chat(
     # identity: the stream must arrive as the server sends it, never compressed on the way
     headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity",
                "Content-Type": "application/json", "Content-Length": str(len(data))}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+    headers.update(llama_swap.headers(api_key))
     own = session is None
     sess = session or ChatSession()
     r = RequestResult()

@@ -44,7 +44,9 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         """HTTP headers for side requests (the bearer key when there is one)."""
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        from rigkit.host.llama_swap import headers
+
+        return headers(self.api_key)
 
 
 def _get_json(url: str, headers: dict[str, str], timeout_s: float = 5.0) -> Any | None:

@@ -11,7 +11,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, envfile, gpu, net
+from rigkit.host import atomic, busy, envfile, gpu, llama_swap, net
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
@@ -211,7 +211,7 @@ class Window:
         p = self.plan
         base = f"http://127.0.0.1:{p['tenant_port']}"
         key = envfile.read_value(p["api_key_file"], "VLLM_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = llama_swap.headers(key)
         timeout = float(p["timeouts"].get("warmup_s", 600))
         rng = random.Random(7)
         words = "the of and to in is was for on with as by at from that this it be are".split()
@@ -363,7 +363,7 @@ class Window:
         last = "not listed"
         while time.monotonic() - t0 < timeout:
             try:
-                running = requests.get(f"{base}/running", timeout=10).json().get("running", [])
+                running = llama_swap.running(base, timeout_s=10)
                 st = next((m.get("state") for m in running if m.get("model") == p["resident"]), None)
                 if st == "ready":
                     return f"{p['resident']} ready after {time.monotonic() - t0:.1f} s"

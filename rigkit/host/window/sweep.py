@@ -11,7 +11,7 @@ whatever happens.
 
 ``power_limit`` (issue 31): the tenant is started clean once on its deployed ``.env`` and warmed up,
 the card's idle draw is measured, then for each limit (W) ``nvidia-smi --id=N --power-limit=W``
-(:func:`rigkit.host.power.set_limit`, the healer's own command) and ``enforced.power.limit`` read
+(:func:`rigkit.host.powerlimit.set_limit`, the healer's own command) and ``enforced.power.limit`` read
 back, and the same cells measured. Every limit was checked against the card's range by the
 window's preflight (:func:`preflight_problem`) before anything changed. Before the first limit is
 set the journal records ``changed.power_limit`` (``{"index", "declared_w", "enforced_before_w"}``:
@@ -51,7 +51,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from rigkit.host import atomic, envfile, gpu, power
+from rigkit.host import atomic, envfile, gpu, powerlimit
 from rigkit.host.bench.client import ChatSession, stream_chat
 from rigkit.host.bench.energy import EnergyMeter, summarize_energy
 from rigkit.host.nvml import EnergyReader
@@ -160,19 +160,19 @@ def preflight_problem(plan: dict[str, Any]) -> str | None:
 
 def restore_power(j: Journal) -> str:
     """The restore's ``restore-power`` step: set the declared limit recorded in ``changed.power_limit``
-    again (:func:`rigkit.host.power.set_limit`) and read ``enforced.power.limit`` back; clears the
+    again (:func:`rigkit.host.powerlimit.set_limit`) and read ``enforced.power.limit`` back; clears the
     record when it holds. Raises StepFailed when it cannot be set or does not read back."""
     rec = j.data["changed"].get("power_limit")
     if not rec:
         return "the GPU power limit untouched (no limit was set)"
     index, want = int(rec["index"]), float(rec["declared_w"])
-    ok, detail = power.set_limit(index, want)
+    ok, detail = powerlimit.set_limit(index, want)
     if not ok:
         raise StepFailed(f"putting the declared {want:g} W back on GPU {index} failed: {detail}")
     enforced, why = gpu.enforced_w(index)
-    if enforced is None or abs(enforced - want) > power.TOLERANCE_W:
-        raise StepFailed(f"set GPU {index} to the declared {want:g} W but enforced.power.limit reads "
-                         f"{enforced if enforced is not None else why}")
+    problem = powerlimit.read_back_problem(index, want, enforced, why)
+    if problem:
+        raise StepFailed(f"putting the declared limit back: {problem}")
     j.data["changed"]["power_limit"] = None
     j.save()
     return (f"GPU {index} enforces the declared {want:g} W again (enforced.power.limit read back; "
@@ -333,15 +333,15 @@ class Sweep:
             changed["power_limit"] = {"index": index, "declared_w": float(self.plan["power_limit_w"]),
                                       "enforced_before_w": before}
             self.j.save()
-        ok, detail = power.set_limit(index, value)
+        ok, detail = powerlimit.set_limit(index, value)
         if not ok:
             raise StepFailed(f"setting GPU {index} to {value} W failed: {detail}")
         enforced, why = gpu.enforced_w(index)
         self.data["limits"][str(value)] = {"set_w": value, "enforced_w": enforced, "at": now_iso()}
         self.j.save()
-        if enforced is None or abs(enforced - value) > power.TOLERANCE_W:
-            raise StepFailed(f"set GPU {index} to {value} W but enforced.power.limit reads "
-                             f"{enforced if enforced is not None else why}")
+        problem = powerlimit.read_back_problem(index, value, enforced, why)
+        if problem:
+            raise StepFailed(problem)
         self.enforced = enforced
         return f"GPU {index} enforces {enforced:g} W"
 

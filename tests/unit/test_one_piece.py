@@ -1,0 +1,321 @@
+"""One piece for each job (issue #44): the power limit is set, read back and judged in one module
+(rigkit/host/powerlimit.py), the holds file is read over SSH by one function
+(:func:`rigkit.remote.read_holds`), the Bearer header is built once and llama-swap's ``/running``
+is read once (rigkit/host/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
+units listed once (rigkit/render/declared_state.py). Each rule is read from the source tree (AST),
+so a second definition coming back fails here; the property tests drive every consumer of the power
+limit with readings near the limit and ask that all of them agree with the one rule."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rigkit.host import powerlimit
+from tests.unit.test_hints import _docstrings
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sorted([*(ROOT / "rigkit").rglob("*.py"), *(ROOT / "roles").rglob("*.py"), ROOT / "deploy.py"])
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
+@functools.lru_cache(maxsize=1)
+def _trees() -> tuple[tuple[str, ast.Module], ...]:
+    """``(path from the root, its AST)`` for every source file, parsed once for the module."""
+    return tuple((_rel(p), ast.parse(p.read_text(), str(p))) for p in SOURCES if p.exists())
+
+
+def _string_parts(tree: ast.AST):
+    """Every literal string piece of code (constants and f-string parts), docstrings excluded."""
+    docs = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node, node.value
+
+
+def _where(pred) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for rel, tree in _trees():
+        for node, text in _string_parts(tree):
+            if pred(text):
+                out.setdefault(rel, []).append(node.lineno)
+    return out
+
+
+# --- the power limit ---------------------------------------------------------------------------
+
+#: Every consumer of "enforced equals declared", and what it must call.
+POWER_CONSUMERS = {
+    "rigkit/operations/gpu.py": {"limit_agrees", "read_back_problem", "set_argv"},
+    "rigkit/host/power.py": {"limit_agrees", "read_back_problem", "set_limit"},
+    "rigkit/host/window/sweep.py": {"read_back_problem", "set_limit"},
+    "rigkit/host/confirm.py": {"limit_agrees"},
+    "rigkit/drift/compare.py": {"limit_agrees"},
+    "rigkit/render/files.py": {"set_argv", "GPU_INDEX"},
+}
+
+
+def test_one_tolerance_one_set_command_one_card():
+    """``TOLERANCE_W`` and a power-limit comparison live in powerlimit.py only; ``--power-limit=`` is
+    spelled there only (the operation, the healer, the sweep and the boot unit take its argv); the
+    unit template names no card of its own."""
+    tolerance, compares, set_cmd = [], [], _where(lambda s: "--power-limit=" in s)
+    for rel, tree in _trees():
+        if rel == "rigkit/host/powerlimit.py":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and "TOLERANCE" in t.id for t in targets):
+                    tolerance.append(f"{rel}:{node.lineno}")
+            if isinstance(node, ast.Compare):
+                text = ast.unparse(node)
+                limit = any(k in text for k in ("power_enforced_w", "power_limit_w", "enforced", "watts", "want"))
+                if limit and ("abs(" in text or any(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+                              and ("power_enforced_w" in text or "power_limit_w" in text)):
+                    compares.append(f"{rel}:{node.lineno}: {text}")
+    assert not tolerance, f"a second tolerance: {tolerance}"
+    assert not compares, f"a power limit judged outside rigkit.host.powerlimit: {compares}"
+    assert set(set_cmd) <= {"rigkit/host/powerlimit.py"}, f"a second --power-limit command: {set_cmd}"
+    unit = (ROOT / "templates/systemd/gpu-power-limit.service.j2").read_text()
+    assert "--id" not in unit and "--power-limit" not in unit, "the unit's command is powerlimit.set_argv's"
+
+
+def test_every_power_limit_consumer_uses_the_one_api():
+    for rel, names in POWER_CONSUMERS.items():
+        tree = ast.parse((ROOT / rel).read_text())
+        used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+               {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        assert names <= used, f"{rel} no longer uses {sorted(names - used)} of rigkit.host.powerlimit"
+
+
+def test_the_unit_sets_the_limit_with_the_one_command_on_the_one_card():
+    from rigkit import paths
+    from rigkit.render.files import render
+    from rigkit.spec.validate import spec_from_layers
+
+    spec = spec_from_layers([{"gpu_power_limit_w": 390}])
+    unit = render(spec)[f"{paths.UNIT_DIR}/gpu-power-limit.service"].text
+    want = " ".join(powerlimit.set_argv(powerlimit.GPU_INDEX, 390, paths.NVIDIA_SMI_BIN))
+    assert f"ExecStart={want}\n" in unit
+
+
+#: Readings as nvidia-smi prints them (two decimals, from NVML's mW) near a whole-watt limit.
+near = st.tuples(st.integers(100, 500), st.integers(-150, 150)).map(lambda t: (t[0], round(t[0] + t[1] / 100, 2)))
+
+
+def _smi(reading: float, limit: float | None = None) -> dict:
+    return {"state": "ok", "message": "", "gpus": [{"index": 0, "power_enforced_w": reading,
+                                                    "power_limit_w": reading if limit is None else limit,
+                                                    "power_min_w": 100.0, "power_max_w": 600.0}]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(near)
+def test_every_consumer_agrees_for_every_reading_near_the_limit(tmp_path, monkeypatch, case):
+    """For a declared limit W and a reading r within 1.5 W of it: the deploy's operation (no change,
+    and its read-back), the healer (no re-application), the sweep's restore, the confirmation and
+    drift all call r the declared limit exactly when :func:`powerlimit.limit_agrees` does."""
+    from rigkit.drift.compare import compare_power
+    from rigkit.host import confirm as confirm_mod
+    from rigkit.host import power
+    from rigkit.host.config import HostConfig
+    from rigkit.host.journal import StepFailed
+    from rigkit.host.window import sweep as sweep_mod
+    from rigkit.operations import gpu as op_mod
+    from rigkit.render.files import render_host_config
+    from rigkit.spec.validate import spec_from_layers
+
+    declared, reading = case
+    want = powerlimit.limit_agrees(reading, declared)
+    assert want == (abs(reading - declared) <= 0.5)
+    verdicts: dict[str, bool] = {}
+
+    # drift
+    verdicts["drift"] = not compare_power("h", declared, _smi(reading))
+
+    # the deploy's operation: a no-op when it agrees; else its read-back judges the reading after setting
+    fake_host = SimpleNamespace(get_fact=lambda fact, **kw: _smi(reading), noop=lambda msg: None)
+    monkeypatch.setattr(op_mod, "host", fake_host)
+    monkeypatch.setattr(op_mod, "state", SimpleNamespace(is_executing=True))
+    cmds = list(op_mod.gpu_power_limit._inner(watts=declared))
+    verdicts["operation (no change)"] = not cmds
+    if cmds:
+        assert str(cmds[0]) == " ".join(powerlimit.set_argv(0, declared))
+        try:
+            cmds[1].function(None, fake_host)
+            verdicts["operation (read-back)"] = True
+        except op_mod.OperationError:
+            verdicts["operation (read-back)"] = False
+    else:
+        verdicts["operation (read-back)"] = True
+
+    # the healer
+    data = __import__("json").loads(render_host_config(spec_from_layers([{"gpu_power_limit_w": declared}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"),
+                         power_state=str(tmp_path / "power.json"))
+    applied: list[float] = []
+    rc = power.heal(HostConfig(data, str(tmp_path / "host.json")), query=lambda: _smi(reading),
+                    apply=lambda i, w: (applied.append(w) or True, "ok"))
+    verdicts["healer"] = not applied
+    assert rc == (0 if want else 1)  # after setting, the reading is the same r: held iff it agrees
+
+    # the sweep's restore
+    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (True, ""))
+    monkeypatch.setattr(sweep_mod.gpu, "enforced_w", lambda i: (reading, None))
+    j = SimpleNamespace(data={"changed": {"power_limit": {"index": 0, "declared_w": float(declared)}}},
+                        save=lambda: None)
+    try:
+        sweep_mod.restore_power(j)
+        verdicts["sweep restore"] = True
+    except StepFailed:
+        verdicts["sweep restore"] = False
+
+    # the confirmation
+    probe = SimpleNamespace(unit_state=lambda u: "active", enforced_w=lambda i: (reading, None),
+                            file_problems=lambda f: [], health=lambda: True, complete=lambda m, t: "1 token(s)")
+    result = confirm_mod.confirm({"n": 1, "spec": {"gpu_power_limit_w": declared}, "units": {"enabled": []}},
+                                 [], probe, 5, 0, lambda line: None, files=False)
+    verdicts["confirm"] = next(c["ok"] for c in result["checks"] if c["check"] == "power limit")
+
+    assert verdicts == {k: want for k in verdicts}, (declared, reading, verdicts)
+
+
+def test_the_tolerance_is_half_the_specs_resolution():
+    """Whole watts declared: every reading agrees with at most one of them, and a whole-watt reading
+    only with itself."""
+    assert powerlimit.limit_agrees(419.9, 420) and powerlimit.limit_agrees(420.01, 420)
+    assert not powerlimit.limit_agrees(419.4, 420) and not powerlimit.limit_agrees(None, 420)
+    for r in (419.49, 419.51, 420.0, 420.49):
+        assert sum(powerlimit.limit_agrees(r, w) for w in range(410, 431)) == 1
+
+
+# --- the holds file over SSH ---------------------------------------------------------------------
+
+def test_one_holds_reader_over_ssh():
+    """Outside the host side, the holds text is parsed by :func:`rigkit.remote.read_holds` (direct SSH)
+    and the pyinfra fact (rigkit/operations/facts.py, the deploy's and drift's probe) only."""
+    callers = []
+    for rel, tree in _trees():
+        if rel.startswith("rigkit/host/"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "holds":
+                callers.append(rel)
+    assert sorted(set(callers)) == ["rigkit/operations/facts.py", "rigkit/remote.py"], callers
+
+
+class _LocalRemote:
+    """:class:`rigkit.remote.Remote`'s ``run`` through a real local shell (``sh -c``), or a failed ssh."""
+
+    name = "box"
+
+    def __init__(self, fail: bool = False):
+        self.fail = fail
+
+    def run(self, command, stdin=None, timeout=60):
+        if self.fail:
+            return subprocess.CompletedProcess(command, 255, "", "ssh: connect to host box port 22: Connection refused")
+        return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_holds_reader_tells_a_failed_read_from_no_hold(tmp_path, monkeypatch):
+    from rigkit import paths, remote
+    from rigkit.host.holds import HoldsError
+
+    f = tmp_path / "holds.json"
+    monkeypatch.setattr(paths, "HOLDS_FILE", str(f))
+    assert remote.read_holds(_LocalRemote()) == {}  # absent: no hold
+    f.write_text('{"generation": {"generation": 3, "since": "x"}}')
+    assert remote.read_holds(_LocalRemote()) == {"generation": {"generation": 3, "since": "x"}}
+    with pytest.raises(remote.HostReadError, match=r"box: cannot read .*holds.json \(ssh exit 255\): ssh: connect"):
+        remote.read_holds(_LocalRemote(fail=True))
+    f.write_text("[1]")
+    with pytest.raises(HoldsError):
+        remote.read_holds(_LocalRemote())
+    f.unlink()
+    f.mkdir()  # present but cannot be read: cat fails, never "no hold"
+    with pytest.raises(remote.HostReadError, match="holds.json"):
+        remote.read_holds(_LocalRemote())
+
+
+def test_rigkit_generations_exits_1_when_the_holds_cannot_be_read(capsys):
+    """The bug of issue #44: ``_holds`` read an SSH failure as "no hold"."""
+    from rigkit import exitcodes
+    from rigkit.cli import generations
+
+    with pytest.raises(SystemExit) as exc:
+        generations._holds(_LocalRemote(fail=True))
+    assert exc.value.code == exitcodes.FAILED
+    assert "box: cannot read /var/lib/rigkit/holds.json (ssh exit 255)" in capsys.readouterr().err.replace("\n", "")
+
+
+# --- llama-swap: the Bearer header and /running ------------------------------------------------
+
+def test_one_bearer_header_and_one_running_reader():
+    bearer = _where(lambda s: s.startswith("Bearer"))
+    auth = _where(lambda s: s == "Authorization")
+    running = _where(lambda s: s == "/running" or s.endswith("/running") and s.startswith(("/", "http")))
+    assert set(bearer) == {"rigkit/host/llama_swap.py"}, bearer
+    assert set(auth) == {"rigkit/host/llama_swap.py"}, auth
+    assert set(running) == {"rigkit/host/llama_swap.py"}, running
+
+
+def test_the_running_reader_sends_the_key(monkeypatch):
+    import requests
+
+    from rigkit.host import llama_swap
+
+    seen = {}
+
+    class Resp:
+        def raise_for_status(self):
+            pass
+
+        def json(self):
+            return {"running": [{"model": "coder", "state": "ready"}]}
+
+    monkeypatch.setattr(requests, "get", lambda url, headers, timeout: seen.update(url=url, headers=headers) or Resp())
+    assert llama_swap.running("http://h:8080/", api_key="k")[0]["state"] == "ready"
+    assert seen == {"url": "http://h:8080/running", "headers": {"Authorization": "Bearer k"}}
+    assert llama_swap.headers(None) == {} and llama_swap.headers("") == {}
+
+
+# --- one secret shape, one list of enabled units -------------------------------------------------
+
+def test_one_hf_token_shape():
+    shapes = _where(lambda s: "hf_[" in s)
+    assert set(shapes) == {"rigkit/spec/secrets.py"}, shapes
+
+
+@given(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", min_size=0, max_size=40))
+def test_what_the_spec_refuses_as_a_token_drift_masks(tail):
+    from rigkit.drift.compare import mask
+    from rigkit.spec.secrets import HF_TOKEN_RE
+
+    text = f"HF_HOME=/x hf_{tail} end"
+    assert bool(HF_TOKEN_RE.search(text)) == (len(tail) >= 20)
+    assert (f"hf_{tail}" not in mask(text)) == (len(tail) >= 20)
+
+
+def test_the_enabled_units_are_listed_once():
+    from rigkit.deploy.generations import declared_units
+    from rigkit.render.declared_state import enabled_units
+    from rigkit.spec.validate import spec_from_layers
+
+    lists = _where(lambda s: s == "nvidia-persistenced.service")
+    roles = {r for r in lists if r.startswith("roles/")}
+    assert set(lists) - roles - {"rigkit/drift/coverage.py"} == {"rigkit/render/declared_state.py"}, lists
+    spec = spec_from_layers([{}])
+    assert declared_units(spec)["enabled"] == sorted(enabled_units(spec))
