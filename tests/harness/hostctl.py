@@ -273,6 +273,9 @@ def hub_up() -> None:
         log("hub: started from other sources; restarting it")
         kill_group(pid)
         pidf.unlink(missing_ok=True)
+    if not (keyf.is_file() and keyf.read_text() == key):
+        # the server writes its repos into an empty --root only: repos written from other sources stay
+        shutil.rmtree(STATE / "hub", ignore_errors=True)
     venv_python = HERE.parent.parent / ".venv" / "bin" / "python"
     if not venv_python.exists():
         log("hub: no project venv yet (make venv); the test hub is not started")
@@ -290,10 +293,10 @@ def hub_up() -> None:
 
 
 def hub_key() -> str:
-    """What the running hub was started from: this checkout's path and the sha256 of tests/hub's
-    sources (its repos and their commits are generated from them)."""
+    """What the running hub was started from: this checkout's path and the sha256 of the sources its
+    repos and their commits are generated from (tests/hub, and tests/bench/tiny_gguf.py for the GGUFs)."""
     h = hashlib.sha256(str(HERE.parent.parent.resolve()).encode())
-    for f in sorted((HERE.parent / "hub").glob("*.py")):
+    for f in [*sorted((HERE.parent / "hub").glob("*.py")), HERE.parent / "bench" / "tiny_gguf.py"]:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 
