@@ -317,9 +317,13 @@ def largest_llamacpp_ctx(h: dict[str, Any], a: LlamaArgs, budget_bytes: int) -> 
     streams = 1 if a.kv_unified else (a.n_parallel or 4)
     step = N_CTX_PAD * streams
 
-    def fits(n: int) -> bool:
-        return llamacpp_estimate(h, replace(a, n_ctx=n)).gpu_total <= budget_bytes
+    return largest_fitting(lambda n: llamacpp_estimate(h, replace(a, n_ctx=n)).gpu_total <= budget_bytes, step)
 
+
+def largest_fitting(fits: Any, step: int) -> int:
+    """The largest multiple of ``step`` (tokens) for which ``fits(tokens)`` holds, 0 when ``step``
+    does not fit; ``fits`` must be monotonic (more tokens never fit where fewer did not). Doubling,
+    then bisection: O(log n) estimates, up to ``step`` × 2**24."""
     if not fits(step):
         return 0
     lo, hi = 1, 2
@@ -457,18 +461,8 @@ def vllm_estimate(models: list[tuple[dict[str, Any], int]], max_model_len: int, 
 def largest_vllm_len(models: list[tuple[dict[str, Any], int]], budget: int, kv_cache_dtype: str = "auto",
                      num_spec: int = 0, step: int = 1024, prefix_cache: bool = False) -> int:
     """The largest ``max_model_len`` (a multiple of ``step``) whose weights + KV cache fit ``budget``."""
-    def fits(n: int) -> bool:
-        return vllm_estimate(models, n, budget, kv_cache_dtype, num_spec, prefix_cache).total <= budget
-
-    if not fits(step):
-        return 0
-    lo, hi = 1, 2
-    while fits(hi * step) and hi < 1 << 24:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid * step) else (lo, mid)
-    return lo * step
+    return largest_fitting(
+        lambda n: vllm_estimate(models, n, budget, kv_cache_dtype, num_spec, prefix_cache).total <= budget, step)
 
 
 # ------------------------------------------------------------------------------------ the members

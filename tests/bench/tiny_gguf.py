@@ -125,6 +125,18 @@ def build_vocab():
     return tokens, types, merges, word_ids, index
 
 
+def add_tokenizer(w, tokens, types, merges, index) -> None:
+    """Write :func:`build_vocab`'s byte-level BPE tokenizer into GGUFWriter ``w`` (gpt2 model, gpt-2
+    pre-tokenizer, bos ``<|bos|>``, eos ``<|end|>``), as llama.cpp's loader reads it."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(index["<|bos|>"])
+    w.add_eos_token_id(index["<|end|>"])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
@@ -192,13 +204,7 @@ def main(argv=None) -> int:
     w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(index["<|bos|>"])
-    w.add_eos_token_id(index["<|end|>"])
+    add_tokenizer(w, tokens, types, merges, index)
     w.add_eot_token_id(index["<|end|>"])
     w.add_pad_token_id(index["<|pad|>"])
     w.add_add_bos_token(False)

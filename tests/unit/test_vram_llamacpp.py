@@ -85,7 +85,7 @@ def write_tiny_gemma3(path: Path, n_layer: int = 7, d: int = 128, n_head: int = 
     import gguf
     import numpy as np
 
-    from tests.bench.tiny_gguf import build_vocab
+    from tests.bench.tiny_gguf import add_tokenizer, build_vocab
 
     tokens, types, merges, _words, index = build_vocab()
     w = gguf.GGUFWriter(str(path), "gemma3")
@@ -100,13 +100,7 @@ def write_tiny_gemma3(path: Path, n_layer: int = 7, d: int = 128, n_head: int = 
     w.add_layer_norm_rms_eps(1e-6)
     w.add_sliding_window(window)
     w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(index["<|bos|>"])
-    w.add_eos_token_id(index["<|end|>"])
+    add_tokenizer(w, tokens, types, merges, index)
     rng = np.random.default_rng(0)
 
     def rnd(*shape):
