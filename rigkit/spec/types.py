@@ -261,14 +261,18 @@ def folder_key(path: str) -> str:
     return posixpath.normpath(path) if path else path
 
 
-def _path_problem(value: str, absolute: bool) -> str | None:
+def _path_problem(value: str, absolute: bool, compose: bool = True) -> str | None:
+    """Why ``value`` is not a path of its kind, or None. ``compose``: the path reaches a compose file or
+    a command line (a volume, a served file), so only the characters that survive it are allowed; a
+    lock file is only tested by the preflight (quoted), so any character (control characters are
+    refused for every value, by the raw scan: :mod:`rigkit.spec.secrets`)."""
     if absolute != value.startswith("/"):
         return "an absolute path (starting with /)" if absolute else "a relative path (no leading /)"
     if ".." in value.split("/"):
         return "a path without .."
     if GLOB_CHARS & set(value):
         return "a path without glob characters (* ? [ ]): the preflight tests the path itself, a glob never matches"
-    if not _PATH_CHARS.match(value):
+    if compose and not _PATH_CHARS.match(value):
         return ("letters, digits and . _ - + @ / only (compose interpolates the path into a volume, which ':' or "
                 "a space would split)")
     if "//" in value or (value != "/" and folder_key(value) != value):
@@ -289,8 +293,9 @@ def _folder_problem(value: str) -> str | None:
 
 #: A folder on the host: absolute, normalised, neither a system folder nor an ancestor of one.
 Folder = Annotated[str, _rule(_folder_problem), Kind("folder", "an absolute, normalised folder that is not a system folder")]
-#: A file on the host (a lock file): absolute, normalised, no glob (the preflight tests the path itself).
-HostFile = Annotated[str, _rule(lambda v: _path_problem(v, absolute=True)),
+#: A file on the host (a lock file): absolute, normalised, no glob (the preflight tests the path itself,
+#: quoted: spaces and shell characters are carried literally — tests/harness/test_safety.py).
+HostFile = Annotated[str, _rule(lambda v: _path_problem(v, absolute=True, compose=False)),
                      Kind("host file", "an absolute, normalised path without .. or glob characters")]
 
 
