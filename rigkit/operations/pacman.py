@@ -81,20 +81,15 @@ def pacman_pins(pins: dict[str, str], archive: str, locked: dict[str, dict] | No
         # a host that never synced cannot resolve the pins' dependencies (dkms, libglvnd...); never
         # `-Sy` alone (a partial upgrade, unsupported on Arch): sync and upgrade, the pins held
         yield "pacman -Syu --noconfirm"
-    sources = []
-    for p, v in sorted(pins.items()):
-        entry = (locked or {}).get(p)
-        if entry is not None and entry.get("version") == v:
-            sources.append(f"{PKG_CACHE}/{entry['file']}")
-        else:
-            sources.append(archive_url(archive, p, v))
-    if any(s.startswith(PKG_CACHE) for s in sources):
+    # the pins whose locked file is the version asked: fetched and checked first, installed from the cache
+    checked = {p: e for p, e in (locked or {}).items() if p in pins and e.get("version") == pins[p]}
+    if checked:
         yield argv("install", "-d", "-m", "0755", PKG_CACHE)
-        for p, v in sorted(pins.items()):
-            entry = (locked or {}).get(p)
-            if entry is not None and entry.get("version") == v:
-                yield verified_fetch(p, entry)
-    yield argv("pacman", "-U", "--noconfirm", "--needed", *sources)
+        for p, entry in sorted(checked.items()):
+            yield verified_fetch(p, entry)
+    yield argv("pacman", "-U", "--noconfirm", "--needed",
+               *(f"{PKG_CACHE}/{checked[p]['file']}" if p in checked else archive_url(archive, p, v)
+                 for p, v in sorted(pins.items())))
 
 
 @operation()

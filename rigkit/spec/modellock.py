@@ -47,11 +47,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rigkit import hints
+from rigkit.spec.types import PACMAN_VERSION_RE, SHA256_RE
 
 LOCK_VERSION = 2
 #: Lock versions still read: 1 is the models-only lock; it lacks the sections rigkit lock adds.
 READ_VERSIONS = (1, 2)
-_SHA256 = r"^[0-9a-f]{64}$"
+_SHA256 = SHA256_RE.pattern
 _GIT_SHA1 = r"^[0-9a-f]{40}$"
 
 
@@ -183,7 +184,7 @@ class LockedPin(_LockModel):
     archive has none) — :mod:`rigkit.resolve.archive`."""
 
     want: str = Field(min_length=1)
-    version: str = Field(pattern=r"^(?:\d+:)?[A-Za-z0-9._+~]+-\d+(?:\.\d+)?$")
+    version: str = Field(pattern=PACMAN_VERSION_RE.pattern)
     file: str = Field(pattern=r"^[^/]+\.pkg\.tar\.(?:zst|xz|gz)$")
     url: str = Field(pattern=r"^(?:https?|file)://\S+$")
     sha256: str = Field(pattern=_SHA256)
@@ -438,9 +439,10 @@ def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
     return atomic.write_text(path, dumps_lock(lock), make_parents=False)
 
 
-def relock() -> str:
-    """What every lock problem ends with: re-lock, as a complete command (:mod:`rigkit.hints`)."""
-    return f"re-lock with `{hints.command('models lock')}`"
+def relock(whole: bool = False) -> str:
+    """What every lock problem ends with: re-lock, as a complete command (:mod:`rigkit.hints`):
+    ``rigkit models lock`` for the models, ``rigkit lock`` (``whole``) for the pins, images and release."""
+    return f"re-lock with `{hints.command('lock') if whole else hints.command('models lock')}`"
 
 
 def load_lock(path: str | os.PathLike) -> dict[str, Any]:

@@ -26,16 +26,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from rigkit import hints
+from rigkit.spec.compat import DRIVER_PACKAGES
+from rigkit.spec.modellock import relock
 
 #: The lock sections this module owns (``models`` is :mod:`rigkit.spec.modellock`'s).
 SECTIONS = ("pins", "images", "llama_swap")
 IMAGE_KEYS = ("hyperqwen", "strata", "gguf_baseline")
-DRIVER_PACKAGES = ("nvidia-utils", "opencl-nvidia")
-
-
-def relock() -> str:
-    """What a stale or missing entry's message ends with: the complete command."""
-    return f"re-lock with `{hints.command('lock')}`"
 
 
 def declared_pins(spec: Any) -> dict[str, tuple[str, str]]:
@@ -61,7 +57,7 @@ def lock_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") 
     """What the lock lacks for ``spec``, or records for something else: one line per entry, naming it
     (``pins.cuda``), what the spec declares and what to run. Empty = the deploy can use the lock."""
     out = []
-    fix = relock()
+    fix = relock(whole=True)
     pins = lock.get("pins") or {}
     for pkg, (want, key) in declared_pins(spec).items():
         entry = pins.get(pkg)
