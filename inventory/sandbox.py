@@ -63,6 +63,9 @@ _sandbox_data = {
     "trusted_http_hosts": [urlsplit(_FIXTURES).hostname],
     "models_lock": str(_LOCK),
     "lock_files": [],
+    # the folder the sandbox's real node_exporter (Debian's prometheus-node-exporter, started by
+    # tests/harness/test_metrics.py as the operator would have installed it) reads *.prom files from
+    "metrics_textfile_dir": "/var/lib/prometheus/node-exporter",
     # the sandbox registry's tags (resolved by rigkit lock) and its hub's tiny repos (tests/hub)
     "hyperqwen": {"image": {"ref": "sandbox", **_REGISTRY}},
     "strata": {"image": {"ref": "server-cuda", **_REGISTRY}, "model_file": "strata-coder-Q4_K_M.gguf",

@@ -18,7 +18,8 @@ from typing import Any
 
 import click
 
-from rigkit import exitcodes, paths
+from rigkit import exitcodes, fleetmetrics, paths
+from rigkit.fleetmetrics import metrics_option
 from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
                                          build_workloads, make_document, mark_unrunnable,
                                          quoting_sizes)
@@ -366,9 +367,10 @@ def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
               help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
                    "model) or asks to retry later (429/503 Retry-After) before the workload "
                    "fails as loading/rate-limited (never as a dead engine).")
+@metrics_option("bench")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
           results_dir, repeat_unstable, context_file, model, api_key_file, preset, quoting_tokens,
-          max_tokens, stall_timeout, no_energy, health_budget):
+          max_tokens, stall_timeout, no_energy, health_budget, metrics_file):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
 
     Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
@@ -387,7 +389,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
                     quoting_tokens, max_tokens, stall_timeout, health_budget, no_energy,
-                    results_dir, repeat_unstable)
+                    results_dir, repeat_unstable, metrics_file=metrics_file)
     except BenchAbort as exc:
         click.echo(f"rigkit bench: {exc}", err=True)
         sys.exit(exc.code)
@@ -425,7 +427,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
          stall_timeout, health_budget=120.0, no_energy=False, results_dir="results",
-         repeat_unstable=2) -> int:
+         repeat_unstable=2, metrics_file=None) -> int:
     import requests
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
@@ -575,4 +577,6 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")
+    if metrics_file:
+        click.echo(f"wrote {fleetmetrics.write(metrics_file, fleetmetrics.bench_families(summary, host, member))}")
     return summary["exit_code"]

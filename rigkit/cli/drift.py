@@ -25,7 +25,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rigkit import exitcodes
+from rigkit import exitcodes, fleetmetrics
+from rigkit.fleetmetrics import metrics_option
 from rigkit.cli.common import host_option, inventory_option, load_or_exit
 
 SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
@@ -103,8 +104,9 @@ class DriftCommand(click.Command):
 @click.option("--plan/--no-plan", "with_plan", default=False, show_default=True,
               help="also run pyinfra's own plan (`pyinfra deploy.py --dry`, several seconds per host): a second "
                    "opinion on every operation, including any the probe cannot see (named above)")
+@metrics_option("drift")
 def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bool, show_diff: bool,
-          with_plan: bool) -> None:
+          with_plan: bool, metrics_file: str | None) -> None:
     """Report what differs from the declared state on each host: rendered files, secret files,
     pins, driver/CUDA versions, reboot, power limit, daemon.json, the host agent, units, the
     llama-swap config, model files — one probe per host (one SSH round trip), every host at once.
@@ -121,6 +123,8 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     inv = inventory or default_inventory()
     states: dict = {}
     findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=with_plan, states=states)
+    if metrics_file:
+        fleetmetrics.write(metrics_file, fleetmetrics.drift_families(findings, codes))
     if as_json:
         from rigkit.drift.run import document, dumps_document
 

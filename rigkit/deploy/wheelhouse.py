@@ -19,8 +19,10 @@ from rigkit.cache import cache_dir
 
 #: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
 #: model fetch, rigkit.host.fetch; nvidia-ml-py: NVIDIA's NVML binding ``pynvml``, pure Python over the
-#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.host.nvml).
-AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0", "nvidia-ml-py==13.615.71")
+#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.host.nvml; prometheus-client: the
+#: rig's metrics in node_exporter's textfile format, pure Python, rigkit.host.promfile).
+AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0", "nvidia-ml-py==13.615.71",
+                      "prometheus-client==0.26.0")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -105,6 +105,18 @@ def _hold(cfg, what: str, lease: str) -> int:
         lock.release()
 
 
+def _publish(cfg, *parts: str) -> None:
+    """Write this host's metrics ``parts`` (:func:`rigkit.host.promfile.publish`; nothing when the host
+    config names no textfile folder; ``cfg`` None: read it now). Never raises: metrics do not change a
+    job's exit code."""
+    try:
+        from rigkit.host import promfile
+
+        promfile.publish(cfg if cfg is not None else load_config(), *parts)
+    except Exception as exc:  # noqa: BLE001 - an unexpected reader failure is said, never fatal
+        print(f"metrics: not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,version} ...``."""
     from rigkit import __version__
@@ -144,23 +156,29 @@ def main(argv: list[str] | None = None) -> None:
         if job == "generation":
             from rigkit.host.generations import main as generation_main
 
-            sys.exit(generation_main(argv[1:]))
+            rc = generation_main(argv[1:])
+            if argv[1:2] and argv[1] in ("record", "fail", "hold", "release"):
+                _publish(None, "state")
+            sys.exit(rc)
         if job == "confirm":
             from rigkit.host.confirm import main as confirm_main
 
             sys.exit(confirm_main(argv[1:]))
         cfg = load_config()
-        if job == "keeper":
-            from rigkit.host.keeper import keeper
+        try:
+            if job == "keeper":
+                from rigkit.host.keeper import keeper
 
-            sys.exit(keeper(cfg))
-        if job == "power":
-            from rigkit.host import power
+                sys.exit(keeper(cfg))
+            if job == "power":
+                from rigkit.host import power
 
-            sys.exit(power.main(cfg, argv[1:]))
-        from rigkit.host import watchdog
+                sys.exit(power.main(cfg, argv[1:]))
+            from rigkit.host import watchdog
 
-        sys.exit(watchdog.main(cfg, argv[1:]))
+            sys.exit(watchdog.main(cfg, argv[1:]))
+        finally:  # each timer job writes the rig's state, the healer its own figures too (rigkit.host.promfile)
+            _publish(cfg, *(("power", "state") if job == "power" else ("state",)))
     except ConfigError as exc:
         print(f"{job}: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -17,6 +17,7 @@ Its shape (``version`` 1)::
      "keeper": {"timeout_s": s},
      "power": {"limit_w": W (gpu_power_limit_w), "index": GPU index},
      "vram": {"idle_mib": MiB (vram_idle_mib), "release_timeout_s": s (vram_release_timeout_s), "index": GPU index},
+     "metrics": {"textfile_dir": node_exporter's textfile folder | null (nothing written), rigkit.host.promfile},
      "paused_timers": [unit], "lock_files": [path], "own_units": [unit],
      "paths": {"state_dir", "lock", "window_journal", "windows_dir", "holds", "activate_log",
                "watchdog_state", "power_state", "models_root", "generations", "hf_token_file", "api_key_file", "agent_bin"}}

@@ -196,6 +196,7 @@ def render_host_config(spec: RigSpec) -> str:
         "power": {"limit_w": spec.gpu_power_limit_w, "index": powerlimit.GPU_INDEX},  # the card the unit sets
         "vram": {"idle_mib": spec.vram_idle_mib, "release_timeout_s": spec.vram_release_timeout_s,
                  "index": powerlimit.GPU_INDEX},
+        "metrics": {"textfile_dir": spec.metrics_textfile_dir},
         "paused_timers": list(spec.paused_timers or []),
         "lock_files": list(spec.lock_files or []),
         "own_units": sorted([f"{stem}.service" for stem in AGENT_TIMERS] + list(AGENT_TRANSIENT_UNITS)),

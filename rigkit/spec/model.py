@@ -342,6 +342,10 @@ class RigSpec(StrictModel):
     models_lock: LocalFile | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
     reboot: bool = Field(default=False, strict=False)
     force: bool = Field(default=False, strict=False)
+    metrics_textfile_dir: Folder | None = Field(
+        default=None, description="node_exporter's textfile collector folder (its --collector.textfile.directory): "
+        "the agent's timers and the generation commands write the rig's metrics there, one rigkit_<part>.prom file "
+        "each (notes/metrics.md); unset: no metrics are written. rigkit does not install node_exporter")
     generations_keep: Annotated[Count, Field(ge=2, le=1000)] = Field(default=10,
                                   description="generations kept on the host (rigkit generations); the current one "
                                               "and the one before it are never pruned")

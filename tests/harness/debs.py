@@ -59,7 +59,14 @@ IMAGE_DEBS = {
     "libpython3.11-stdlib": "3.11.2-6+deb12u9",
     "media-types": "10.0.0",
 }
-SETS = {"engine": DEBS, "image": IMAGE_DEBS}
+# issue 47: the real node_exporter the sandbox host runs (its textfile collector reads rigkit's *.prom files)
+# and promtool, taken from Debian's ``prometheus`` package and run on the control side only (``promtool check
+# metrics`` / ``check rules``), never installed as a service
+METRICS_DEBS = {
+    "prometheus-node-exporter": "1.5.0-1+b6",
+    "prometheus": "2.42.0+ds-5+deb12u1",
+}
+SETS = {"engine": DEBS, "image": IMAGE_DEBS, "metrics": METRICS_DEBS}
 
 
 def cache_dir() -> Path:

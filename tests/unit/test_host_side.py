@@ -26,8 +26,9 @@ from rigkit.host.journal import expected_deviations, is_open, read_journal
 ROOT = Path(__file__).resolve().parents[2]
 HOST = ROOT / "rigkit" / "host"
 #: What a host module may import besides the standard library and rigkit.host itself: the agent's
-#: wheelhouse (rigkit.deploy.wheelhouse.AGENT_REQUIREMENTS; pynvml is nvidia-ml-py, issue 41).
-HOST_THIRD_PARTY = {"requests", "yaml", "huggingface_hub", "pynvml"}
+#: wheelhouse (rigkit.deploy.wheelhouse.AGENT_REQUIREMENTS; pynvml is nvidia-ml-py, issue 41;
+#: prometheus_client is prometheus-client, issue 47).
+HOST_THIRD_PARTY = {"requests", "yaml", "huggingface_hub", "pynvml", "prometheus_client"}
 
 
 def _imports(path: Path) -> list[str]:
@@ -52,7 +53,7 @@ def test_the_allowed_libraries_are_the_agents_wheelhouse():
     assert {d.lower().replace("_", "-") for m in HOST_THIRD_PARTY for d in dists[m]} == pinned
 
 
-def test_host_modules_import_only_the_stdlib_their_four_libraries_and_rigkit_host():
+def test_host_modules_import_only_the_stdlib_their_five_libraries_and_rigkit_host():
     bad = []
     for path in sorted(HOST.rglob("*.py")):
         for mod in _imports(path):

@@ -1,0 +1,134 @@
+"""The fleet's figures as Prometheus metrics on the control side (issue 47): ``rigkit drift --metrics
+FILE`` and ``rigkit bench --metrics FILE`` write what they found into FILE, in node_exporter's textfile
+format, atomically (:func:`rigkit.host.promfile.write`: the one writer; its docstring has the conventions
+and the part each file holds). Point the control machine's node_exporter at FILE's folder
+(``--collector.textfile.directory``) and name FILE ``rigkit_drift.prom`` / ``rigkit_bench.prom``
+(``*.prom``: the collector reads nothing else). notes/metrics.md has the scrape config and alerts.
+
+Labels come only from names the spec validates or rigkit's own words: ``host`` (the inventory's host
+name), ``member`` and ``workload`` (spec and workload names), ``kind`` and ``severity`` (drift's fixed
+vocabulary, :mod:`rigkit.drift.severity`), ``verdict`` (the bench's verdict words). prometheus-client
+escapes every label value, so a name with odd characters stays one value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from rigkit.host import promfile
+
+#: The bench's verdict words (:func:`rigkit.host.bench.results.verdict`), one series each.
+VERDICTS = ("PASS", "WARN", "FAIL", "no baseline", "not comparable", "NOT-RUN")
+#: A workload's figures: (metric name, summary metric, help). Medians of the run's requests.
+BENCH_FIGURES = (
+    ("rigkit_bench_decode_tokens_per_second", "decode_tps", "Median decode rate of the last smoke (tok/s, tokens from usage)."),
+    ("rigkit_bench_prefill_tokens_per_second", "prefill_tps", "Median prefill rate of the last smoke (tok/s)."),
+    ("rigkit_bench_ttft_seconds", "ttft_s", "Median time to first token of the last smoke (s)."),
+)
+
+
+def drift_families(findings: Iterable[Any], codes: dict[str, int], when: float | None = None) -> list[Metric]:
+    """Drift's figures per host.
+
+    + findings: :class:`rigkit.drift.compare.Finding` (``host``, ``kind``, ``severity``)
+    + codes: ``{host: exit code}`` (0 clean, 3 drift, 1 not checked; every host checked)
+    + when: the probe's time (Unix time, s; default now)
+
+    ``rigkit_drift_findings{host,kind,severity}`` (findings of that kind and severity),
+    ``rigkit_drift_found{host}`` (all findings; 0 for a clean host, so the series exists before drift
+    does), ``rigkit_drift_exit_code{host}`` and ``rigkit_drift_timestamp_seconds{host}``."""
+    when = time.time() if when is None else when
+    found = GaugeMetricFamily("rigkit_drift_findings", "Drift findings of the last probe, by kind and severity.",
+                              labels=["host", "kind", "severity"])
+    by = Counter((f.host, f.kind, f.severity) for f in findings)
+    for (host, kind, severity), n in sorted(by.items()):
+        found.add_metric([host, kind, severity], float(n))
+    total = GaugeMetricFamily("rigkit_drift_found", "All drift findings of the last probe on the host.", labels=["host"])
+    code = GaugeMetricFamily("rigkit_drift_exit_code", "The last probe's exit code for the host (0 clean, 3 drift, "
+                             "1 not checked, 2 invalid input).", labels=["host"])
+    at = GaugeMetricFamily("rigkit_drift_timestamp_seconds", "When the host was last probed (Unix time, s).",
+                           labels=["host"])
+    for host in sorted(codes):
+        total.add_metric([host], float(sum(n for (h, _k, _s), n in by.items() if h == host)))
+        code.add_metric([host], float(codes[host]))
+        at.add_metric([host], float(when))
+    return [found, total, code, at]
+
+
+def bench_families(summary: dict[str, Any], host: str | None, member: str | None) -> list[Metric]:
+    """The last smoke's figures per workload, from a bench ``summary.json`` object
+    (:func:`rigkit.host.bench.runner.build_summary`: ``timestamp`` ISO 8601, ``workloads`` {name:
+    {metrics: {decode_tps: {median…}, …}, energy: {j_per_token, …}}}, ``verdicts`` {name: {verdict}}),
+    labelled ``host``/``member`` (the inventory host and llama-swap member benched; ``""`` for a bare
+    ``--url``: a URL is not a label) and ``workload``.
+
+    :data:`BENCH_FIGURES`, ``rigkit_bench_energy_joules_per_token`` (J/token from the card's counter or
+    sampled power.draw; absent when not measured), ``rigkit_bench_verdict{verdict}`` (1 for the
+    workload's verdict, 0 for the other :data:`VERDICTS`) and ``rigkit_bench_timestamp_seconds``."""
+    host, member = host or "", member or ""
+    labels = ["host", "member", "workload"]
+    fams = {name: GaugeMetricFamily(name, doc, labels=labels) for name, _m, doc in BENCH_FIGURES}
+    jpt = GaugeMetricFamily("rigkit_bench_energy_joules_per_token", "Energy per generated token of the last smoke "
+                            "(J/token).", labels=labels)
+    verdict = GaugeMetricFamily("rigkit_bench_verdict", "The last smoke's verdict (1 for the one it was).",
+                                labels=labels + ["verdict"])
+    at = GaugeMetricFamily("rigkit_bench_timestamp_seconds", "When the last smoke ran (Unix time, s).", labels=labels)
+    try:
+        when = datetime.fromisoformat(str(summary.get("timestamp"))).timestamp()
+    except ValueError:
+        when = None
+    verdicts = summary.get("verdicts") or {}
+    for wl in sorted(summary.get("workloads") or {}):
+        w = summary["workloads"][wl]
+        key = [host, member, wl]
+        for name, metric, _doc in BENCH_FIGURES:
+            stats = (w.get("metrics") or {}).get(metric)
+            if stats and stats.get("median") is not None:
+                fams[name].add_metric(key, float(stats["median"]))
+        j = (w.get("energy") or {}).get("j_per_token")
+        if j is not None:
+            jpt.add_metric(key, float(j))
+        word = (verdicts.get(wl) or {}).get("verdict")
+        for v in VERDICTS:
+            verdict.add_metric(key + [v], 1.0 if v == word else 0.0)
+        if when is not None:
+            at.add_metric(key, when)
+    return [*fams.values(), jpt, verdict, at]
+
+
+def check_path(_ctx: Any, param: Any, value: str | None) -> str | None:
+    """click callback of ``--metrics FILE``: FILE must end in ``.prom`` (node_exporter's textfile collector
+    reads nothing else) and its folder must exist; else a usage error (exit 2) naming the option, the
+    value and what is allowed, before any host is touched."""
+    import click
+
+    if value is None:
+        return None
+    if not value.endswith(".prom"):
+        raise click.BadParameter(f"{value!r}: a file name ending in .prom (node_exporter's textfile collector "
+                                 "reads only *.prom files), e.g. /var/lib/prometheus/node-exporter/rigkit_drift.prom",
+                                 param=param)
+    if not Path(value).absolute().parent.is_dir():
+        raise click.BadParameter(f"{value!r}: its folder {str(Path(value).absolute().parent)!r} does not exist "
+                                 "(the textfile collector's folder)", param=param)
+    return value
+
+
+def metrics_option(part: str):
+    """The ``--metrics FILE`` option of ``rigkit {part}``."""
+    import click
+
+    return click.option("--metrics", "metrics_file", metavar="FILE", callback=check_path,
+                        help=f"also write the figures as Prometheus metrics to FILE (*.prom, atomically; "
+                             f"node_exporter's textfile folder, e.g. rigkit_{part}.prom; notes/metrics.md)")
+
+
+def write(path: str, families: list[Metric]) -> Path:
+    """Write ``families`` to ``path`` (:func:`rigkit.host.promfile.write`: atomic, 0644). Raises OSError."""
+    return promfile.write(path, families)
