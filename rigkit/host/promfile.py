@@ -199,7 +199,7 @@ def state_families(lock: dict[str, Any], window_open: bool, index: dict[str, Any
     last_failed = max(failed, key=lambda g: g.get("n") or 0) if failed else None
     hold = holds.get("generation") or None
     out = [
-        _gauge("rigkit_lock_held", "Whether the host lock (/var/lib/rigkit/rig.lock) is held.", 1.0 if held else 0.0),
+        _gauge("rigkit_lock_held", "Whether the host lock (the host config's paths.lock) is held.", 1.0 if held else 0.0),
         _gauge("rigkit_lock_holder_info", "The kind of actor holding the host lock.", 1.0 if held else None,
                {"kind": lock_kind(holder.get("what"))}),
         _gauge("rigkit_lock_held_since_timestamp_seconds", "Since when the host lock is held (Unix time, s).",

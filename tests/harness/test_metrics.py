@@ -1,0 +1,209 @@
+"""The rig on the operator's dashboard (issue 47), scraped from the real node_exporter over HTTP.
+
+A copy of the run's converged host (nspawn lane; the sandbox inventory declares
+``metrics_textfile_dir: /var/lib/prometheus/node-exporter``) runs Debian's real node_exporter 1.5.0
+(``prometheus-node-exporter``, tests/harness/promtool.py), put there by this module's fixture as the
+rig's operator would have installed it — rigkit does not install node_exporter — and started as a
+transient unit running as ``nobody`` (the files must be readable by the exporter's own user) with its
+textfile collector on that folder, listening on the host's own address (a Prometheus server scrapes it
+over the network). The control machine's node_exporter (the same binary, on 127.0.0.1 of the CI machine,
+its textfile folder a tmp dir) reads what ``rigkit drift --metrics`` and ``rigkit bench --metrics`` write.
+
+Each test scrapes before and after its event and finds the metric changed: a drift finding, a driver
+reload healed by the agent's healer (its service started by the test, its timer stopped meanwhile), a
+failed deploy put back, a smoke. Every ``*.prom`` file the module saw is ``promtool check metrics``
+clean and node_exporter reports no textfile error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = pytest.mark.harness
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
+import promtool  # noqa: E402
+import sandbox_project  # noqa: E402
+
+RIGKIT = str(Path(sys.executable).parent / "rigkit")
+PROJECT = sandbox_project.cwd()
+TOKEN = hostctl.hub_token()
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # inventory/sandbox.py's metrics_textfile_dir
+EXPORTER = "/usr/local/bin/prometheus-node-exporter"
+ENV_FILE = "/opt/rigkit/hyperqwen/.env"
+
+
+def rigkit(host, *args, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
+    return subprocess.run([RIGKIT, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """``{(sample name, sorted labels): value}`` of one scrape of ``url`` (node_exporter's /metrics)."""
+    resp = requests.get(url, timeout=10)
+    resp.raise_for_status()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(resp.text) for s in fam.samples}
+
+
+def wait_up(url: str, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout  # bounds a hang; the event awaited is the exporter answering
+    while True:
+        try:
+            requests.get(url, timeout=2).raise_for_status()
+            return
+        except requests.RequestException:
+            if time.monotonic() > end or (proc is not None and proc.poll() is not None):
+                raise
+            time.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def host(make_module_host):
+    h = make_module_host("m1", converged=True)
+    dest = h.root / EXPORTER.lstrip("/")
+    shutil.copy2(promtool.node_exporter(), dest)
+    h.run(f"systemd-run --unit=prometheus-node-exporter -p User=nobody {EXPORTER} --collector.disable-defaults "
+          f"--collector.textfile --collector.textfile.directory={TEXTFILE_DIR} "
+          f"--web.listen-address={h.ssh_hostname}:9100")
+    h.url = f"http://{h.ssh_hostname}:9100/metrics"
+    wait_up(h.url)
+    yield h
+    h.run("systemctl stop prometheus-node-exporter", check=False)
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory):
+    """The control machine's node_exporter: its textfile folder is where ``--metrics`` writes."""
+    folder = tmp_path_factory.mktemp("control-textfile")
+    port = free_port()
+    proc = subprocess.Popen([str(promtool.node_exporter()), "--collector.disable-defaults", "--collector.textfile",
+                             f"--collector.textfile.directory={folder}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_up(url, proc)
+        yield folder, url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):
+    folder, url = control
+    prom = folder / "rigkit_drift.prom"
+    clean = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, "--metrics", str(prom))
+    assert clean.returncode == 0, clean.stdout + clean.stderr[-3000:]
+    before = scrape(url)
+    assert before[("rigkit_drift_found", (("host", host.name),))] == 0.0
+    assert before[("rigkit_drift_exit_code", (("host", host.name),))] == 0.0
+    mode = (("host", host.name), ("kind", "file-mode"), ("severity", "drift"))
+    assert ("rigkit_drift_findings", mode) not in before
+    host.run(f"chmod 0644 {ENV_FILE}")
+    try:
+        found = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, "--metrics", str(prom))
+    finally:
+        host.run(f"chmod 0640 {ENV_FILE}")
+    assert found.returncode == 3, found.stdout + found.stderr[-3000:]
+    after = scrape(url)
+    assert after[("rigkit_drift_findings", mode)] == 1.0
+    assert after[("rigkit_drift_found", (("host", host.name),))] >= 1.0
+    assert after[("rigkit_drift_exit_code", (("host", host.name),))] == 3.0
+    stamp = ("rigkit_drift_timestamp_seconds", (("host", host.name),))
+    assert after[stamp] >= before[stamp]
+    assert after[("node_textfile_scrape_error", ())] == 0.0
+
+
+def test_a_driver_reload_healed_by_the_agent_counts_one_re_application(host):
+    """The healer's timer is stopped and its service started by the test: first to have a reading, then
+    after the fake driver's reload (``/run/fake-gpu/driver_reload``: the limit back at the board's 350 W)."""
+    host.quiet_automatic_jobs()  # no keeper holding the lock: the healer would stand down for it
+    host.run("systemctl stop rigkit-power.timer")
+    try:
+        host.run("systemctl start rigkit-power.service")  # a oneshot: returns once it ran
+        before = scrape(host.url)
+        n = before[("rigkit_power_limit_reapplies_total", ())]
+        assert before[("rigkit_power_check_result", (("result", "as declared"),))] == 1.0
+        assert before[("rigkit_power_limit_enforced_watts", ())] == 420.0
+        host.run("touch /run/fake-gpu/driver_reload")
+        host.run("systemctl start rigkit-power.service")
+        after = scrape(host.url)
+    finally:
+        host.run("systemctl start rigkit-power.timer hyperqwen-watchdog.timer rigkit-keeper.timer")
+    assert after[("rigkit_power_limit_reapplies_total", ())] == n + 1
+    assert after[("rigkit_power_check_result", (("result", "re-applied"),))] == 1.0
+    assert after[("rigkit_power_reapply_ok", ())] == 1.0
+    assert after[("rigkit_power_limit_declared_watts", ())] == after[("rigkit_power_limit_enforced_watts", ())] == 420.0
+    assert after[("rigkit_power_reapply_timestamp_seconds", ())] > before.get(("rigkit_power_reapply_timestamp_seconds", ()), 0)
+    # the healer's run wrote the state part too: the lock it took is free again
+    assert after[("rigkit_lock_held", ())] == 0.0 and after[("rigkit_window_open", ())] == 0.0
+    assert after[("node_textfile_scrape_error", ())] == 0.0
+
+
+def test_a_failed_deploy_put_back_is_a_failed_generation(host):
+    """A typo in ``strata.args`` (the sandbox's llama-server refuses it as llama.cpp's does): the deploy
+    records the attempt as a failed generation and puts the one it started from back
+    (tests/harness/test_wirein.py holds the deploy's side); the generation command's run writes the state."""
+    host.run("systemctl start rigkit-power.service")  # a timer job: writes the state part
+    before = scrape(host.url)
+    current = before[("rigkit_generation_current", ())]
+    failed = before[("rigkit_generations_failed", ())]
+    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--data",
+                  'strata={"args": ["--threads", "1", "--no-such-flag"]}')
+    assert proc.returncode == 1, proc.stderr[-4000:]
+    assert f"reverted to generation {int(current)}, confirmed" in proc.stderr, proc.stderr[-4000:]
+    after = scrape(host.url)
+    assert after[("rigkit_generations_failed", ())] == failed + 1
+    assert after[("rigkit_generation_current", ())] == current
+    assert after[("rigkit_generation_last_failed", ())] > current
+    assert after[("rigkit_generation_last_failed_timestamp_seconds", ())] >= \
+        before.get(("rigkit_generation_last_failed_timestamp_seconds", ()), 0)
+    assert after[("rigkit_generation_hold", ())] == 0.0
+
+
+def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_path):
+    folder, url = control
+    key = (("host", host.name), ("member", "strata"), ("workload", "chat-greedy"))
+    assert ("rigkit_bench_decode_tokens_per_second", key) not in scrape(url)
+    proc = rigkit(host, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "strata",
+                  "--workload", "chat-greedy", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+                  "--metrics", str(folder / "rigkit_bench.prom"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    w = summary["workloads"]["chat-greedy"]
+    after = scrape(url)
+    assert after[("rigkit_bench_decode_tokens_per_second", key)] == pytest.approx(w["metrics"]["decode_tps"]["median"])
+    assert after[("rigkit_bench_ttft_seconds", key)] == pytest.approx(w["metrics"]["ttft_s"]["median"])
+    assert after[("rigkit_bench_energy_joules_per_token", key)] == pytest.approx(w["energy"]["j_per_token"])
+    verdict = summary["verdicts"]["chat-greedy"]["verdict"]
+    assert after[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", verdict),))))] == 1.0
+    assert after[("node_textfile_scrape_error", ())] == 0.0
+
+
+def test_every_file_written_is_promtool_clean_and_0644(host, control):
+    folder, _url = control
+    files = sorted((host.root / TEXTFILE_DIR.lstrip("/")).glob("*.prom")) + sorted(folder.glob("*.prom"))
+    assert {f.name for f in files} == {"rigkit_power.prom", "rigkit_state.prom", "rigkit_drift.prom",
+                                       "rigkit_bench.prom"}
+    for f in files:
+        rc, out = promtool.check_metrics(f.read_text())
+        assert rc == 0, f"{f}: promtool check metrics exit {rc}: {out}"
+        assert f.stat().st_mode & 0o777 == 0o644, f
+    print(f"\npromtool check metrics: {len(files)} files clean: {', '.join(f.name for f in files)}")
