@@ -18,8 +18,9 @@ from typing import Any
 
 import click
 
-from rigkit import exitcodes, fleetmetrics, paths
-from rigkit.fleetmetrics import metrics_option
+from rigkit import exitcodes, paths
+from rigkit.report import prometheus
+from rigkit.report.prometheus import metrics_option
 from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
                                          build_workloads, make_document, mark_unrunnable,
                                          quoting_sizes)
@@ -578,5 +579,5 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
         click.echo(line)
     click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")
     if metrics_file:
-        click.echo(f"wrote {fleetmetrics.write(metrics_file, fleetmetrics.bench_families(summary, host, member))}")
+        click.echo(f"wrote {prometheus.write(metrics_file, prometheus.bench_families(summary, host, member))}")
     return summary["exit_code"]

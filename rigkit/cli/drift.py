@@ -25,8 +25,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from rigkit import exitcodes, fleetmetrics
-from rigkit.fleetmetrics import metrics_option
+from rigkit import exitcodes
+from rigkit.report import prometheus
+from rigkit.report.prometheus import metrics_option
 from rigkit.cli.common import host_option, inventory_option, load_or_exit
 
 SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
@@ -124,7 +125,7 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     states: dict = {}
     findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=with_plan, states=states)
     if metrics_file:
-        fleetmetrics.write(metrics_file, fleetmetrics.drift_families(findings, codes))
+        prometheus.write(metrics_file, prometheus.drift_families(findings, codes))
     if as_json:
         from rigkit.drift.run import document, dumps_document
 

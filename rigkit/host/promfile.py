@@ -15,7 +15,7 @@ file                          written by                                        
 ``rigkit_bench.prom``         ``rigkit bench --metrics FILE`` (control side)               bench
 ============================  ==========================================================  ===========
 
-(the control side's two go to the FILE given; :mod:`rigkit.fleetmetrics` builds them with this module's
+(the control side's two go to the FILE given; :mod:`rigkit.report.prometheus` builds them with this module's
 :func:`write`). Every file is written with ``prometheus_client.write_to_textfile`` (prometheus-client
 0.26.0, ``prometheus_client/exposition.py``: the text goes to ``<path>.<pid>.<thread id>`` in the same
 folder, then ``os.rename`` onto ``<path>`` — atomic, and a temp name that does not end in ``.prom`` is

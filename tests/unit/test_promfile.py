@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from rigkit import fleetmetrics
+from rigkit.report import prometheus
 from rigkit.drift.compare import Finding
 from rigkit.host import promfile
 from rigkit.host.config import HostConfig
@@ -177,8 +177,8 @@ def test_any_spec_name_ends_escaped_one_label_value_and_promtool_clean(host, mem
                "workloads": {workload: {"metrics": {"decode_tps": {"median": 41.5}, "ttft_s": {"median": 0.25}},
                                         "energy": {"j_per_token": 2.5}}},
                "verdicts": {workload: {"verdict": "PASS"}}}
-    bench = promfile.text(fleetmetrics.bench_families(summary, host, member))
-    drift = promfile.text(fleetmetrics.drift_families([Finding(host, kind, "item", "a", "b")], {host: 3}, 1.0))
+    bench = promfile.text(prometheus.bench_families(summary, host, member))
+    drift = promfile.text(prometheus.drift_families([Finding(host, kind, "item", "a", "b")], {host: 3}, 1.0))
     for text in (bench, drift):
         clean(text)
     got = samples(bench)
@@ -196,7 +196,7 @@ def test_the_bench_part_per_member_and_workload():
                "workloads": {"chat": {"metrics": {"decode_tps": {"median": 118.0}, "prefill_tps": None,
                                                   "ttft_s": {"median": 0.4}}, "energy": None}},
                "verdicts": {"chat": {"verdict": "WARN"}}}
-    text = promfile.text(fleetmetrics.bench_families(summary, "rig", "hyperqwen"))
+    text = promfile.text(prometheus.bench_families(summary, "rig", "hyperqwen"))
     clean(text)
     got = samples(text)
     key = (("host", "rig"), ("member", "hyperqwen"), ("workload", "chat"))
@@ -210,7 +210,7 @@ def test_the_bench_part_per_member_and_workload():
 
 
 def test_a_clean_host_has_zero_findings_before_drift_does():
-    got = samples(promfile.text(fleetmetrics.drift_families([], {"rig": 0}, 5.0)))
+    got = samples(promfile.text(prometheus.drift_families([], {"rig": 0}, 5.0)))
     assert got == {("rigkit_drift_found", (("host", "rig"),)): 0.0, ("rigkit_drift_exit_code", (("host", "rig"),)): 0.0,
                    ("rigkit_drift_timestamp_seconds", (("host", "rig"),)): 5.0}
 
