@@ -252,3 +252,13 @@ def test_the_healer_run_writes_its_part_and_the_state(tmp_path, monkeypatch):
     for f in (tmp_path / "tf").iterdir():
         clean(f.read_text())
     assert iso_utc(0) == "1970-01-01T00:00:00Z" and promfile.epoch(iso_utc(0)) == 0.0
+
+
+def test_the_example_alerts_are_valid_and_fire_only_after_their_event():
+    """notes/metrics.rules.yml: ``promtool check rules`` and ``promtool test rules`` (each alert quiet
+    before its event, firing with its labels and annotations after)."""
+    rc, out = promtool.check_rules(ROOT / "notes" / "metrics.rules.yml")
+    assert rc == 0 and "SUCCESS: 3 rules found" in out, out
+    proc = subprocess.run([str(promtool.promtool()), "test", "rules", "metrics.rules.test.yml"],
+                          cwd=ROOT / "tests" / "unit" / "data", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
