@@ -262,3 +262,35 @@ def test_the_example_alerts_are_valid_and_fire_only_after_their_event():
     proc = subprocess.run([str(promtool.promtool()), "test", "rules", "metrics.rules.test.yml"],
                           cwd=ROOT / "tests" / "unit" / "data", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_generation_command_writes_the_state_part(tmp_path):
+    """``rigkit-agent generation hold N`` then ``release`` (the agent's entry point): each run writes
+    ``rigkit_state.prom`` at once, the hold there and then gone; ``list`` (it changes nothing) writes none."""
+    from rigkit.host import generations
+
+    cfg = _host_config(tmp_path, "/var/lib/prometheus/node-exporter")
+    cfg.data["metrics"]["textfile_dir"] = str(tmp_path / "tf")
+    root = cfg.path("generations")
+    root.mkdir()
+    (root / "1.json").write_text(json.dumps({"n": 1}))
+    (root / "index.json").write_text(json.dumps({"current": 1, "previous": None, "generations": [
+        {"n": 1, "time": "2026-12-02T03:04:05Z", "operator": "rig", "reason": "deploy", "key": "k"}]}))
+    (tmp_path / "host.json").write_text(json.dumps(cfg.data))
+    env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+    prom = tmp_path / "tf" / "rigkit_state.prom"
+
+    def agent(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "rigkit.host", "generation", *args], env=env, capture_output=True,
+                       check=True)
+
+    agent("list")
+    assert not prom.exists()
+    agent("hold", "1", "--why", "a failed revert")
+    held = samples(prom.read_text())
+    assert held[("rigkit_generation_hold", ())] == 1.0 and held[("rigkit_generation_held", ())] == 1.0
+    assert held[("rigkit_generation_current", ())] == 1.0
+    agent("release")
+    assert samples(prom.read_text())[("rigkit_generation_hold", ())] == 0.0
+    clean(prom.read_text())
+    assert generations.read_index(root)["current"] == 1
