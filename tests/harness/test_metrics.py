@@ -129,6 +129,9 @@ def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):
     stamp = ("rigkit_drift_timestamp_seconds", (("host", host.name),))
     assert after[stamp] >= before[stamp]
     assert after[("node_textfile_scrape_error", ())] == 0.0
+    print(f"\ndrift: rigkit_drift_found{{host}} {before[('rigkit_drift_found', (('host', host.name),))]:g} -> "
+          f"{after[('rigkit_drift_found', (('host', host.name),))]:g}, rigkit_drift_findings{{kind=file-mode,"
+          f"severity=drift}} absent -> {after[('rigkit_drift_findings', mode)]:g}, exit code 0 -> 3")
 
 
 def test_a_driver_reload_healed_by_the_agent_counts_one_re_application(host):
@@ -152,6 +155,8 @@ def test_a_driver_reload_healed_by_the_agent_counts_one_re_application(host):
     assert after[("rigkit_power_reapply_ok", ())] == 1.0
     assert after[("rigkit_power_limit_declared_watts", ())] == after[("rigkit_power_limit_enforced_watts", ())] == 420.0
     assert after[("rigkit_power_reapply_timestamp_seconds", ())] > before.get(("rigkit_power_reapply_timestamp_seconds", ()), 0)
+    print(f"\nhealer: rigkit_power_limit_reapplies_total {n:g} -> {after[('rigkit_power_limit_reapplies_total', ())]:g}, "
+          f"rigkit_power_check_result{{result=re-applied}} 0 -> 1")
     # the healer's run wrote the state part too: the lock it took is free again
     assert after[("rigkit_lock_held", ())] == 0.0 and after[("rigkit_window_open", ())] == 0.0
     assert after[("node_textfile_scrape_error", ())] == 0.0
@@ -176,6 +181,9 @@ def test_a_failed_deploy_put_back_is_a_failed_generation(host):
     assert after[("rigkit_generation_last_failed_timestamp_seconds", ())] >= \
         before.get(("rigkit_generation_last_failed_timestamp_seconds", ()), 0)
     assert after[("rigkit_generation_hold", ())] == 0.0
+    print(f"\nput back: rigkit_generations_failed {failed:g} -> {after[('rigkit_generations_failed', ())]:g}, "
+          f"rigkit_generation_last_failed -> {after[('rigkit_generation_last_failed', ())]:g}, "
+          f"rigkit_generation_current {current:g} -> {after[('rigkit_generation_current', ())]:g}")
 
 
 def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_path):
@@ -194,6 +202,10 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
     assert after[("rigkit_bench_energy_joules_per_token", key)] == pytest.approx(w["energy"]["j_per_token"])
     verdict = summary["verdicts"]["chat-greedy"]["verdict"]
     assert after[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", verdict),))))] == 1.0
+    print(f"\nsmoke: rigkit_bench_decode_tokens_per_second{{strata,chat-greedy}} absent -> "
+          f"{after[('rigkit_bench_decode_tokens_per_second', key)]:.2f}, ttft "
+          f"{after[('rigkit_bench_ttft_seconds', key)]:.3f} s, J/token "
+          f"{after[('rigkit_bench_energy_joules_per_token', key)]:.3f}, verdict {verdict}")
     assert after[("node_textfile_scrape_error", ())] == 0.0
 
 
