@@ -55,11 +55,11 @@ MODULE_ORDER = (
     "tests/harness/test_sweep.py",             # 115 s
     "tests/harness/test_safety.py",            # 111 s
     "tests/harness/test_drift.py",             # 68 s
-    "tests/harness/test_metrics.py",           # 75 s (issue 47): two drifts, a failed deploy put back, a bench
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
+    "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
     "tests/models/test_check_vram.py",         # 6 s: two `rigkit check` runs (issue 46)
 )

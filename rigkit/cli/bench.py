@@ -397,7 +397,8 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
     sys.exit(code)
 
 
-def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, preset_name) -> int:
+def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, preset_name,
+                 metrics=(None, None, None)) -> int:
     """Every workload NOT-RUN because the member is not loaded: no request reaches it (any
     ``/upstream/<member>`` request would make llama-swap load it). Writes the results folder
     all the same (the report shows the attempt) and returns 0."""
@@ -422,6 +423,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {written['requests']}, {written['summary']}, {written['chart']}")
+    _write_metrics(summary, *metrics)
     return summary["exit_code"]
 
 
@@ -465,7 +467,7 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             where = f"{host} (its agent over SSH)"
             if host_ctx.get("not_running"):
                 return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
-                                    preset_name)
+                                    preset_name, metrics=(metrics_file, host, member))
         stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s") or 120.0
         sampled_temperature = _getattr_path(spec_bench, "sampled_temperature")
         sampled_temperature = 0.7 if sampled_temperature is None else sampled_temperature
@@ -578,6 +580,11 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")
+    _write_metrics(summary, metrics_file, host, member)
+    return summary["exit_code"]
+
+
+def _write_metrics(summary, metrics_file, host, member) -> None:
+    """``--metrics FILE``: the run's figures per host, member and workload (:mod:`rigkit.report.prometheus`)."""
     if metrics_file:
         click.echo(f"wrote {prometheus.write(metrics_file, prometheus.bench_families(summary, host, member))}")
-    return summary["exit_code"]

@@ -207,13 +207,24 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
           f"{after[('rigkit_bench_ttft_seconds', key)]:.3f} s, J/token "
           f"{after[('rigkit_bench_energy_joules_per_token', key)]:.3f}, verdict {verdict}")
     assert after[("node_textfile_scrape_error", ())] == 0.0
+    # a member that is not loaded: no request sent, every workload NOT-RUN, said in its own file
+    idle = rigkit(host, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "gguf-baseline",
+                  "--workload", "chat-greedy", "--out", str(tmp_path / "idle"), "--results", str(tmp_path / "results"),
+                  "--metrics", str(folder / "rigkit_bench_gguf-baseline.prom"))
+    assert idle.returncode == 0, idle.stdout + idle.stderr[-3000:]
+    key = (("host", host.name), ("member", "gguf-baseline"), ("workload", "chat-greedy"))
+    got = scrape(url)
+    assert got[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", "NOT-RUN"),))))] == 1.0
+    assert ("rigkit_bench_decode_tokens_per_second", key) not in got  # nothing measured: no figure
+    assert got[("rigkit_bench_decode_tokens_per_second", (("host", host.name), ("member", "strata"),
+                                                          ("workload", "chat-greedy")))] > 0  # strata's file kept
 
 
 def test_every_file_written_is_promtool_clean_and_0644(host, control):
     folder, _url = control
     files = sorted((host.root / TEXTFILE_DIR.lstrip("/")).glob("*.prom")) + sorted(folder.glob("*.prom"))
     assert {f.name for f in files} == {"rigkit_power.prom", "rigkit_state.prom", "rigkit_drift.prom",
-                                       "rigkit_bench.prom"}
+                                       "rigkit_bench.prom", "rigkit_bench_gguf-baseline.prom"}
     for f in files:
         rc, out = promtool.check_metrics(f.read_text())
         assert rc == 0, f"{f}: promtool check metrics exit {rc}: {out}"
