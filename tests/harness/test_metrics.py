@@ -38,7 +38,6 @@ import sandbox_project  # noqa: E402
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 PROJECT = sandbox_project.cwd()
 TOKEN = hostctl.hub_token()
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # inventory/sandbox.py's metrics_textfile_dir
 EXPORTER = "/usr/local/bin/prometheus-node-exporter"
 ENV_FILE = "/opt/rigkit/hyperqwen/.env"
 
@@ -78,10 +77,13 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def host(make_module_host):
     h = make_module_host("m1", converged=True)
+    # the folder the sandbox inventory declares (metrics_textfile_dir), as the deploy rendered it for the agent
+    h.textfile_dir = json.loads(h.run("cat /etc/rigkit/host.json").stdout)["metrics"]["textfile_dir"]
+    assert h.textfile_dir == "/var/lib/prometheus/node-exporter", h.textfile_dir
     dest = h.root / EXPORTER.lstrip("/")
     shutil.copy2(promtool.node_exporter(), dest)
     h.run(f"systemd-run --unit=prometheus-node-exporter -p User=nobody {EXPORTER} --collector.disable-defaults "
-          f"--collector.textfile --collector.textfile.directory={TEXTFILE_DIR} "
+          f"--collector.textfile --collector.textfile.directory={h.textfile_dir} "
           f"--web.listen-address={h.ssh_hostname}:9100")
     h.url = f"http://{h.ssh_hostname}:9100/metrics"
     wait_up(h.url)
@@ -222,7 +224,7 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
 
 def test_every_file_written_is_promtool_clean_and_0644(host, control):
     folder, _url = control
-    files = sorted((host.root / TEXTFILE_DIR.lstrip("/")).glob("*.prom")) + sorted(folder.glob("*.prom"))
+    files = sorted((host.root / host.textfile_dir.lstrip("/")).glob("*.prom")) + sorted(folder.glob("*.prom"))
     assert {f.name for f in files} == {"rigkit_power.prom", "rigkit_state.prom", "rigkit_drift.prom",
                                        "rigkit_bench.prom", "rigkit_bench_gguf-baseline.prom"}
     for f in files:
