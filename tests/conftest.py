@@ -61,6 +61,7 @@ MODULE_ORDER = (
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
     "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
+    "tests/unit/test_promfile.py",             # 8-13 s (issue 47): promtool on 40 generated files, the agent run thrice
     "tests/models/test_check_vram.py",         # 6 s: two `rigkit check` runs (issue 46)
 )
 
