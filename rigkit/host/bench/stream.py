@@ -97,6 +97,9 @@ class StreamConsumer:
     the server's message.
     """
 
+    __slots__ = ("result", "parser", "t0", "stall_timeout_s", "on_chunk", "splitter", "answer_parts",
+                 "_append_answer", "reasoning_chars", "usage", "t_last_data", "t_last_token", "n_event")
+
     def __init__(self, result: RequestResult, t0: float, stall_timeout_s: float = 120.0,
                  on_chunk: Callable[[RequestResult], None] | None = None) -> None:
         self.result = result
@@ -106,6 +109,7 @@ class StreamConsumer:
         self.on_chunk = on_chunk
         self.splitter = ThinkSplitter()
         self.answer_parts: list[str] = []
+        self._append_answer = self.answer_parts.append
         self.reasoning_chars = 0
         self.usage: dict[str, Any] | None = None
         self.t_last_data = t0
@@ -149,38 +153,37 @@ class StreamConsumer:
             msg = error_object_message(obj)
             if msg is not None:
                 return self._stream_error(msg)
-        bad = self._bad
         u = obj.get("usage")
         if u is not None:
             if type(u) is not dict:
-                raise bad("usage", u, "an object")
+                raise self._bad("usage", u, "an object")
             if u:
                 self.usage = u
             r.usage_keys = sorted(u)
         if "timings" in obj:
             tm = obj["timings"]
             if tm is not None and type(tm) is not dict:
-                raise bad("timings", tm, "an object")
+                raise self._bad("timings", tm, "an object")
             r.server_timings = tm or r.server_timings
         if "metrics" in obj:
             mt = obj["metrics"]
             if mt is not None and type(mt) is not dict:
-                raise bad("metrics", mt, "an object")
+                raise self._bad("metrics", mt, "an object")
             r.server_metrics = mt or r.server_metrics
         choices = obj.get("choices")
         if not choices:
             if choices is not None and type(choices) is not list:
-                raise bad("choices", choices, "a list")
+                raise self._bad("choices", choices, "a list")
             return None
         if type(choices) is not list:
-            raise bad("choices", choices, "a list")
+            raise self._bad("choices", choices, "a list")
         for ci, choice in enumerate(choices):
             if type(choice) is not dict:
-                raise bad(f"choices[{ci}]", choice, "an object")
+                raise self._bad(f"choices[{ci}]", choice, "an object")
             index = choice.get("index", 0)
             if index != 0:
                 if type(index) is not int:
-                    raise bad(f"choices[{ci}].index", index, "an integer")
+                    raise self._bad(f"choices[{ci}].index", index, "an integer")
                 seen = sorted({0, index} | {c.get("index") for c in choices
                                             if type(c) is dict and type(c.get("index")) is int})
                 return failed(r, Happened("choice"), (
@@ -190,15 +193,15 @@ class StreamConsumer:
             fr = choice.get("finish_reason")
             if fr:
                 if type(fr) is not str:
-                    raise bad(f"choices[{ci}].finish_reason", fr, "a string")
+                    raise self._bad(f"choices[{ci}].finish_reason", fr, "a string")
                 r.finish_reason = fr
             delta = choice.get("delta")
             if not delta:
                 if delta is not None and type(delta) is not dict:
-                    raise bad(f"choices[{ci}].delta", delta, "an object")
+                    raise self._bad(f"choices[{ci}].delta", delta, "an object")
                 continue
             if type(delta) is not dict:
-                raise bad(f"choices[{ci}].delta", delta, "an object")
+                raise self._bad(f"choices[{ci}].delta", delta, "an object")
             carried = False
             thinking = False
             content = delta.get("content")
@@ -207,7 +210,7 @@ class StreamConsumer:
                     val = delta.get(fname)
                     if val:
                         if type(val) is not str:
-                            raise bad(f"choices[{ci}].delta.{fname}", val, "a string")
+                            raise self._bad(f"choices[{ci}].delta.{fname}", val, "a string")
                         self.reasoning_chars += len(val)
                         r.reasoning_source = r.reasoning_source or fname
                         carried = thinking = True
@@ -216,11 +219,11 @@ class StreamConsumer:
                     carried = True
             if content:
                 if type(content) is not str:
-                    raise bad(f"choices[{ci}].delta.content", content, "a string")
+                    raise self._bad(f"choices[{ci}].delta.content", content, "a string")
                 carried = True
                 splitter = self.splitter
                 if not splitter.pending and not splitter.in_think and "<" not in content:
-                    self.answer_parts.append(content)  # the common case, without the tag splitter
+                    self._append_answer(content)  # the common case, without the tag splitter
                     if r.ttft_answer_s is None:
                         r.ttft_answer_s = t - self.t0
                 else:
