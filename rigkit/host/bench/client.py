@@ -49,13 +49,14 @@ from typing import Any, Callable
 from urllib.parse import urlsplit
 
 from rigkit.host import llama_swap
-from rigkit.host.bench.result import (CHUNK_ESTIMATE_WARNING, CUT_BY_THINKING_WARNING, KINDS,
-                                      THINKING_MOST, USAGE_WITHOUT_COUNT_WARNING, RequestResult,
-                                      check_counts, failure_kind)
+from rigkit.host.bench.result import (CHUNK_ESTIMATE_WARNING, CUT_BY_THINKING_WARNING,
+                                      EVENT_STREAM_TYPES, KINDS, THINKING_MOST,
+                                      USAGE_WITHOUT_COUNT_WARNING, RequestResult, check_counts,
+                                      failure_kind, response_kind)
 from rigkit.host.bench.stream import (NO_DONE_WARNING, REASONING_FIELDS, StreamConsumer,
                                       consume)
-from rigkit.host.bench.transport import (EVENT_STREAM_TYPES, ChatSession, proxy_lost_the_request,
-                                         request, response_kind, retry_after_seconds)
+from rigkit.host.bench.transport import (ChatSession, proxy_lost_the_request, request,
+                                         retry_after_seconds)
 
 __all__ = ["CHUNK_ESTIMATE_WARNING", "CUT_BY_THINKING_WARNING", "EVENT_STREAM_TYPES", "KINDS",
            "NO_DONE_WARNING", "REASONING_FIELDS", "THINKING_MOST", "USAGE_WITHOUT_COUNT_WARNING",

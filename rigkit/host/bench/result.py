@@ -91,6 +91,72 @@ class Happened:
     finish_reason: str | None = None
 
 
+#: Content-Types read as an event stream: the one the OpenAI API answers ``stream: true`` with, and
+#: none at all (a server that names no type is read, and judged by what it sends).
+EVENT_STREAM_TYPES = ("text/event-stream", "")
+
+
+def _looks_like(head: bytes) -> str:
+    """What the first bytes of a body look like, in words: ``an event stream``, ``a JSON
+    document``, ``an HTML page``, ``gzip data``, ``text``, ``binary data`` or ``empty``."""
+    h = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if not h:
+        return "empty"
+    if h[:2] == b"\x1f\x8b":
+        return "gzip data"
+    low = h[:64].lower()
+    if low.startswith((b"data:", b"event:", b":", b"id:", b"retry:")):
+        return "an event stream"
+    if low.startswith((b"<!doctype html", b"<html", b"<head", b"<body", b"<?xml", b"<")):
+        return "an HTML page"
+    if h[:1] in (b"{", b"["):
+        return "a JSON document"
+    try:
+        h[:256].decode("utf-8")
+        return "text"
+    except UnicodeDecodeError:
+        return "binary data"
+
+
+def response_kind(content_type: str | None, content_encoding: str | None,
+                  head: bytes = b"") -> tuple[str, str | None]:
+    """How to read a 2xx answer to a streamed request, from its headers (and, for a verdict, the
+    first bytes of its body): ``("stream", None)``, ``("json", None)`` (one ``application/json``
+    body: :func:`_not_streamed`), or ``("not-event-stream", message)`` naming what was received.
+
+    The one place the response's type and encoding are judged. Sources: OpenAI API
+    (``stream: true`` answers ``text/event-stream``); RFC 9110 §8.4 / §12.5.3 (the bench sends
+    ``Accept-Encoding: identity``, so any other ``Content-Encoding`` means something between the
+    bench and the server re-encoded the body — a proxy); WHATWG §9.2 (an event stream is
+    ``text/event-stream``). A proxy's login page (``text/html``) or a gzip body used to end as
+    "stream cut before [DONE]"; an event stream labelled ``application/json`` as "not a JSON
+    object".
+    """
+    ctype = (content_type or "").split(";")[0].strip().lower()
+    enc = (content_encoding or "").strip().lower()
+    looks = _looks_like(head) if head else None
+    seen = f"; its body is {looks}" if looks else ""
+    named = ctype or "untyped (no Content-Type)"
+    if enc and enc != "identity":
+        return "not-event-stream", (
+            f"the response came with Content-Encoding {enc} (Content-Type {named}){seen}: the "
+            f"bench asked for identity (Accept-Encoding: identity), so something between it and "
+            f"the server re-encoded the stream (a proxy?); nothing measured")
+    if ctype in EVENT_STREAM_TYPES:
+        return "stream", None
+    if ctype == "application/json":
+        if looks == "an event stream":
+            return "not-event-stream", (
+                "the response is an event stream labelled Content-Type application/json "
+                "(expected text/event-stream): the server or a proxy relabelled it, and a proxy "
+                "that relabels may also buffer it; its timings are not trusted, nothing measured")
+        return "json", None
+    hint = " (a proxy's login or error page?)" if looks == "an HTML page" or ctype == "text/html" else ""
+    return "not-event-stream", (
+        f"the response is Content-Type {ctype}, not an event stream (text/event-stream){seen}"
+        f"{hint}; nothing measured")
+
+
 def looks_engine_dead(message: str) -> bool:
     """Whether a server's message says its engine died (vLLM's ``EngineDeadError``, ``EngineCore``)."""
     m = message.lower()
