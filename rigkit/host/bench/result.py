@@ -122,7 +122,7 @@ def response_kind(content_type: str | None, content_encoding: str | None,
                   head: bytes = b"") -> tuple[str, str | None]:
     """How to read a 2xx answer to a streamed request, from its headers (and, for a verdict, the
     first bytes of its body): ``("stream", None)``, ``("json", None)`` (one ``application/json``
-    body: :func:`_not_streamed`), or ``("not-event-stream", message)`` naming what was received.
+    body: :func:`rigkit.host.bench.transport.not_streamed`), or ``("not-event-stream", message)`` naming what was received.
 
     The one place the response's type and encoding are judged. Sources: OpenAI API
     (``stream: true`` answers ``text/event-stream``); RFC 9110 §8.4 / §12.5.3 (the bench sends
