@@ -143,8 +143,8 @@ class BenchSession:
     run_id: str = field(default_factory=new_run_id)
     say: Callable[[str], None] | None = None
     #: set by :meth:`prepare`: the workloads to send and the summary's context
-    planned: list[Workload] = field(default_factory=list)
-    measured_context: dict[str, Any] = field(default_factory=dict)
+    planned: list[Workload] = field(default_factory=list, init=False)
+    measured_context: dict[str, Any] = field(default_factory=dict, init=False)
 
     def _say(self, text: str) -> None:
         if self.say is not None:
@@ -217,7 +217,11 @@ class BenchSession:
           over SSH) for :class:`rigkit.host.bench.energy.EnergyMeter` (``where``: the words for
           it); None: energy not measured, ``energy_unavailable`` saying why.
         + progress(workload, done, total), warn(text): as :func:`rigkit.host.bench.runner.run_workloads`.
+
+        Raises RuntimeError before :meth:`prepare`.
         """
+        if not self.measured_context:
+            raise RuntimeError("BenchSession.run before prepare(): nothing planned")
         meter = None
         energy: dict[str, Any] | None = {"method": None, "unavailable": energy_unavailable or "no reader"}
         if read_energy is not None:
