@@ -87,8 +87,10 @@ def before():
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"the client before the split ({BEFORE}) is not in this checkout's git: {exc}")
-    src = src.replace("from rigkit.host import llama_swap\n", "").replace(
-        "from rigkit.host.bench.sse import SSEParser\n", "")
+    # its two imports of the project (llama_swap, SSEParser) become today's, wherever they live now
+    ours = [line for line in src.splitlines() if line.startswith("from rigkit")]
+    assert len(ours) == 2 and all(line.endswith((" llama_swap", " SSEParser")) for line in ours), ours
+    src = "\n".join(line for line in src.splitlines() if not line.startswith("from rigkit"))
     mod = types.ModuleType("client_before_split")
     mod.__dict__.update(llama_swap=llama_swap, SSEParser=SSEParser)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
