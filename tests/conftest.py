@@ -47,6 +47,7 @@ MODULE_ORDER = (
     "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
     "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
     "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
+    "tests/bench/test_failure_kinds.py",       # 5 s: hypothesis, the client before the split (from git) beside today's
     "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
     "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/harness/test_window.py",            # 229 s

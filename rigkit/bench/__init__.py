@@ -8,7 +8,11 @@ Modules, one concern each:
 - :mod:`rigkit.host.bench.sse` — Server-Sent Events parser (WHATWG HTML "Server-sent events",
   §9.2.6 "Interpreting an event stream"), incremental UTF-8.
 - :mod:`rigkit.host.bench.client` — one streamed OpenAI-compatible chat completion, timed on a
-  monotonic clock; token counts from the server's ``usage``.
+  monotonic clock; token counts from the server's ``usage``. In three parts: ``transport``
+  (http.client), ``stream`` (the events' state machine), ``result`` (the record, the counts and
+  the one failure classifier).
+- :mod:`rigkit.host.bench.session` — one bench run from the target to the summary, for
+  ``rigkit bench`` and the window alike.
 - :mod:`rigkit.host.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
   ``quoting``) and the verbatim check.
 - :mod:`rigkit.host.bench.results` — JSONL records, per-workload summaries, verdicts.

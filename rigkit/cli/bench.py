@@ -9,7 +9,6 @@ the llama-swap member is not already running; 2 bad arguments, inventory or inpu
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -21,9 +20,7 @@ import click
 from rigkit import exitcodes, paths
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
-from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt,
-                                         build_workloads, make_document, mark_unrunnable,
-                                         quoting_sizes)
+from rigkit.host.bench.workloads import PRESETS, WORKLOAD_NAMES
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
 # pyinfra_cli gevent-patches sockets (rigkit.cli.main.main), and nothing may import urllib3 first.
@@ -294,29 +291,6 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     return target, ctx, _getattr_path(hs.spec, "bench"), reader
 
 
-#: BenchSpec fields that size the workloads; their defaults are the rig preset's figures.
-PRESET_SETTINGS = ("quoting_prompt_tokens", "max_tokens", "reasoning_effort")
-
-
-def host_bench_settings(spec_bench: Any, preset_name: str) -> dict[str, Any]:
-    """The host's ``spec.bench`` sizing settings (:data:`PRESET_SETTINGS`) that apply to
-    ``preset_name``: all of them for ``rig`` (their defaults are that preset's figures), only
-    those that differ from BenchSpec's defaults for any other preset (the spec materialises its
-    defaults, so a value equal to the default is the rig's figure, not a choice for a small
-    server), so a small server is not sent the rig's 29k-token prompt and 8192-token budgets.
-    ``{}`` without a spec. Command-line flags still win over what this returns."""
-    if spec_bench is None:
-        return {}
-    fields = getattr(type(spec_bench), "model_fields", {})
-    out = {}
-    for k in PRESET_SETTINGS:
-        value = getattr(spec_bench, k, None)
-        default = fields[k].default if k in fields else None
-        if preset_name == "rig" or value != default:
-            out[k] = value
-    return out
-
-
 @click.command("bench")
 @click.option("--url", help="Base URL of an OpenAI-compatible server (e.g. http://127.0.0.1:18020).")
 @click.option("-i", "--inventory", envvar="RIGKIT_INVENTORY", default="inventory/rig.py",
@@ -402,23 +376,18 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
     """Every workload NOT-RUN because the member is not loaded: no request reaches it (any
     ``/upstream/<member>`` request would make llama-swap load it). Writes the results folder
     all the same (the report shows the attempt) and returns 0."""
+    from rigkit.host.bench.runner import new_run_id, report_lines
+    from rigkit.host.bench.session import not_run_summary, workload_names
     from rigkit.report.chart import write_outputs
-    from rigkit.host.bench.results import summarize_workload
-    from rigkit.host.bench.runner import build_summary, new_run_id, report_lines
 
     why = host_ctx.pop("not_running")
-    names = (["warmup"] if not no_warmup else []) + (workloads or list(WORKLOAD_NAMES[1:]))
     run_id = new_run_id()
     out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, "requests.jsonl"), "a", encoding="utf-8").close()
-    summaries = {}
-    for n in names:
-        summaries[n] = summarize_workload(n, [], not_run=why, skipped=True)
-        summaries[n]["discarded"] = n == "warmup"
     console.print(f"[yellow]NOT-RUN[/]: {why}", highlight=False)
-    summary = build_summary(run_id, target, dict(host_ctx), summaries, [], [],
-                            preset_name if preset_name != "auto" else "none")
+    summary = not_run_summary(target, host_ctx, workload_names(workloads, not no_warmup), why,
+                              preset_name, run_id=run_id)
     written = write_outputs(out_dir, summary, [])
     for line in report_lines(summary):
         click.echo(line)
@@ -431,17 +400,14 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
          stall_timeout, health_budget=120.0, no_energy=False, results_dir="results",
          repeat_unstable=2, metrics_file=None) -> int:
-    import requests
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    from rigkit.host.bench.context import (Target, load_context_file, measure_chars_per_token,
-                                      probe_engine)
-    from rigkit.host.bench.energy import EnergyMeter
+    from rigkit.host.bench.context import Target, load_context_file
     from rigkit.host.bench.results import find_baselines, load_baseline
+    from rigkit.host.bench.runner import report_lines
+    from rigkit.host.bench.session import BenchSession, TargetUnreachable
     from rigkit.report.chart import write_outputs
-    from rigkit.host.bench.runner import (build_summary, new_run_id, regression_doubt,
-                                          report_lines, run_workloads)
 
     try:
         baselines = [load_baseline(p) for p in baseline_files]
@@ -468,95 +434,36 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             if host_ctx.get("not_running"):
                 return _not_running(console, target, host_ctx, workloads, no_warmup, out_dir,
                                     preset_name, metrics=(metrics_file, host, member))
-        stall_timeout = stall_timeout or _getattr_path(spec_bench, "stall_timeout_s") or 120.0
-        sampled_temperature = _getattr_path(spec_bench, "sampled_temperature")
-        sampled_temperature = 0.7 if sampled_temperature is None else sampled_temperature
         if spec_bench is not None and not baselines and _getattr_path(spec_bench, "baseline"):
             try:
                 baselines = [load_baseline(spec_bench.baseline)]
             except ValueError as exc:
                 raise BenchAbort(exitcodes.INVALID, f"bench.baseline: {exc}") from None
-        engine = probe_engine(target)
-        if engine["model"] is None and engine["engine"] is None:
-            try:
-                requests.get(target.aux_base + "/v1/models", timeout=5)
-            except requests.RequestException as exc:
-                raise BenchAbort(exitcodes.FAILED, f"{target.label}: not reachable "
-                                                   f"({type(exc).__name__})") from None
         if model:
             target.model = model
-        elif target.model is None:
-            target.model = engine["model"]
-        n_ctx = engine.get("n_ctx")
-        if preset_name == "auto":
-            preset_name = "rig" if (n_ctx or 0) >= PRESETS["rig"].min_context_tokens else "small"
-            console.print(f"preset: {preset_name} (server context "
-                          f"{n_ctx or 'unknown'} tokens per request; the rig preset needs "
-                          f"{PRESETS['rig'].min_context_tokens})")
-        # The preset first, then the host's bench settings on top: the settings' defaults are
-        # the rig preset's own figures, so another preset takes only what the operator set.
-        preset = PRESETS[preset_name]
-        for key, value in host_bench_settings(spec_bench, preset_name).items():
-            if key == "quoting_prompt_tokens":
-                quoting_tokens = quoting_tokens or value
-            elif key == "max_tokens":
-                max_tokens = max_tokens or value
-            elif key == "reasoning_effort":
-                preset = dataclasses.replace(preset, extra_body={
-                    "chat_template_kwargs": {"reasoning_effort": value}} if value else {})
-        cpt, cpt_source = measure_chars_per_token(target, "".join(make_document(2000, 3)))
-        names = (workloads or list(WORKLOAD_NAMES[1:]))
-        quoting_cpt = cpt
-        if "quoting" in names and cpt_source == "tokenize":
-            # calibrate on the quoting prompt itself (its instructions tokenise differently)
-            n_tok, quote_tok = quoting_sizes(preset, quoting_tokens)
-            probe = build_quoting_prompt("calibration", n_tok, quote_tok, cpt)[0]
-            quoting_cpt, _ = measure_chars_per_token(target, probe)
-        if not no_warmup:
-            names = ["warmup", *names]
-        run_id = new_run_id()
-        out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
-        if not baselines:  # the last comparable run of this member, per workload (verdict)
-            baselines = find_baselines(results_dir, exclude=out_dir)
-        wls = build_workloads(preset, names, model=target.model, nonce=run_id,
-                              chars_per_token=cpt, chat_max_tokens=max_tokens,
-                              quoting_tokens=quoting_tokens,
-                              sampled_temperature=sampled_temperature,
-                              quoting_chars_per_token=quoting_cpt)
-        mark_unrunnable(wls, n_ctx=n_ctx, n_params=engine.get("n_params"),
-                        chars_per_token=cpt, quoting_chars_per_token=quoting_cpt)
-        for wl in wls:
-            if wl.not_run:
-                console.print(f"[yellow]{wl.name}: NOT-RUN[/] — {wl.not_run}", markup=True,
-                              highlight=False)
-        context = {k: engine.get(k) for k in ("engine", "engine_version", "model", "model_path",
-                                              "quantization", "n_ctx", "speculative")}
-        context["model"] = context["model"] or target.model
-        context.update({k: v for k, v in host_ctx.items() if v is not None})
+        context = {k: v for k, v in host_ctx.items() if v is not None}
         if url:
             context["target"] = target.label  # a bare --url: its runs are compared by URL
         context.update(extra_ctx)
-        context.update({"chars_per_token": round(cpt, 3), "chars_per_token_source": cpt_source,
-                        "quoting_chars_per_token": round(quoting_cpt, 3),
-                        "gpu": context.get("gpu"), "driver": context.get("driver"),
-                        "power_limit_w": context.get("power_limit_w")})
-        console.print(f"bench {target.label} · run {run_id} · results in {out_dir}")
-        meter = None
+        session = BenchSession(
+            target, settings=spec_bench.model_dump() if spec_bench is not None else None,
+            preset=preset_name, workloads=workloads, warmup=not no_warmup,
+            quoting_tokens=quoting_tokens, max_tokens=max_tokens, stall_timeout_s=stall_timeout,
+            health_budget_s=health_budget, repeat_unstable=repeat_unstable, baselines=baselines,
+            context=context, say=lambda text: console.print(text, highlight=False, markup=False))
+        out_dir = out_dir or os.path.join("results", f"bench-{session.run_id}")
+        if not baselines:  # the last comparable run of this member, per workload (verdict)
+            session.baselines = find_baselines(results_dir, exclude=out_dir)
+        try:
+            session.prepare()
+        except TargetUnreachable as exc:
+            raise BenchAbort(exitcodes.FAILED, str(exc)) from None
+        console.print(f"bench {target.label} · run {session.run_id} · results in {out_dir}")
         if no_energy:
-            energy = {"method": None, "unavailable": "not asked (--no-energy)"}
-        elif read_energy is None:
-            energy = {"method": None, "unavailable": where}
-        else:
-            meter = EnergyMeter(read_energy, where=where)
-            if meter.start():
-                why = f"; no counter: {meter.counter_unavailable}" if meter.counter_unavailable else ""
-                console.print(f"energy: {meter.method} ({meter.source}){why}; measuring the idle draw first",
-                              highlight=False, markup=False)
-            energy = None
-        total = sum(len(w.requests) for w in wls)
+            read_energy, where = None, "not asked (--no-energy)"
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as prog:
-            task = prog.add_task("requests", total=total)
+            task = prog.add_task("requests", total=session.total_requests)
             done_before: dict[str, int] = {}
 
             def progress(name: str, done: int, n: int) -> None:
@@ -567,16 +474,9 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             def warn(text: str) -> None:
                 console.print(f"[bold yellow]{text}[/]")
 
-            summaries, warnings = run_workloads(target, wls, run_id=run_id, out_dir=out_dir,
-                                                stall_timeout_s=stall_timeout,
-                                                health_budget_s=health_budget,
-                                                progress=progress, warn=warn, meter=meter,
-                                                repeat_unstable=repeat_unstable,
-                                                doubt=regression_doubt(context, baselines,
-                                                                       preset_name))
-        summary = build_summary(run_id, target, context, summaries, baselines, warnings,
-                                preset_name, energy=meter.describe() if meter else energy)
-        paths = write_outputs(out_dir, summary, baselines)
+            summary = session.run(out_dir, read_energy=read_energy, where=where,
+                                  energy_unavailable=where, progress=progress, warn=warn)
+        paths = write_outputs(out_dir, summary, session.baselines)
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")

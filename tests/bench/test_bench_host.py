@@ -12,6 +12,7 @@ import rigkit.bench.tunnel as tunnel
 import rigkit.spec.inventory
 from rigkit.cli.bench import bench
 from rigkit.bench.tunnel import SSHForward, TunnelError
+from rigkit.spec.model import BenchSpec
 
 from .replay import Script, vllm_stream
 
@@ -26,9 +27,8 @@ def host_spec():
     spec = SimpleNamespace(
         llama_swap=SimpleNamespace(port=8080, members=members),
         hyperqwen=SimpleNamespace(port=18020, spec="dflash2", dflash_tokens=7),
-        bench=SimpleNamespace(baseline=None, quoting_prompt_tokens=400, max_tokens=48,
-                              reasoning_effort="medium", sampled_temperature=0.7,
-                              stall_timeout_s=5.0))
+        bench=BenchSpec(baseline=None, quoting_prompt_tokens=400, max_tokens=48,
+                        reasoning_effort="medium", sampled_temperature=0.7, stall_timeout_s=5.0))
     return SimpleNamespace(name="rig", spec=spec, connection=dict(CONNECTION))
 
 

@@ -7,9 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rigkit.cli.bench import bench, host_bench_settings
+from rigkit.cli.bench import bench
 from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
 from rigkit.host.bench.results import stats, summarize_workload, verdict
+from rigkit.host.bench.session import applied_settings
 from rigkit.host.bench.workloads import PRESETS, build_workloads, mark_unrunnable
 from rigkit.spec.model import BenchSpec
 
@@ -183,10 +184,10 @@ def test_quoting_is_not_run_on_a_model_too_small_to_follow_it_and_runs_when_unkn
 
 
 def test_host_bench_defaults_are_the_rig_presets_and_leave_the_small_preset_alone():
-    assert host_bench_settings(BenchSpec(), "small") == {}
-    assert host_bench_settings(BenchSpec(), "rig") == {
+    assert applied_settings(BenchSpec().model_dump(), "small") == {}
+    assert applied_settings(BenchSpec().model_dump(), "rig") == {
         "quoting_prompt_tokens": 29000, "max_tokens": 8192, "reasoning_effort": "medium"}
-    assert host_bench_settings(BenchSpec(max_tokens=256), "small") == {"max_tokens": 256}
+    assert applied_settings(BenchSpec(max_tokens=256).model_dump(), "small") == {"max_tokens": 256}
 
 
 def test_not_run_workload_verdict_is_not_run_and_exit_stays_0():

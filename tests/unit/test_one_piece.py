@@ -323,3 +323,98 @@ def test_the_enabled_units_are_listed_once():
     assert set(lists) - roles - {"rigkit/drift/coverage.py"} == {"rigkit/render/declared_state.py"}, lists
     spec = spec_from_layers([{}])
     assert declared_units(spec)["enabled"] == sorted(enabled_units(spec))
+
+
+# --- one bench session, one failure classifier (items 3 and 5) ---------------------------------
+
+def _module_rel(module) -> str:
+    return _rel(Path(module.__file__))
+
+
+def _calls(tree: ast.AST, names: set[str]) -> list[tuple[str, int]]:
+    """``(name, line)`` of every call of a function named in ``names`` (``f(...)`` or ``x.f(...)``)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in names:
+                out.append((name, node.lineno))
+    return out
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """Every module a file imports (``import a.b`` → ``a.b``; ``from a import b`` → ``a`` and ``a.b``)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+#: What a bench session does: only the session calls these (the runner defines the first two).
+SESSION_STEPS = {"run_workloads", "build_summary", "build_workloads", "mark_unrunnable", "probe_engine",
+                 "summarize_workload"}
+
+
+def test_one_bench_session():
+    from rigkit.cli import bench as cli_bench
+    from rigkit.host.bench import runner, session
+    from rigkit.host.window import bench as window_bench
+
+    home = _module_rel(session)
+    allowed = {home: SESSION_STEPS, _module_rel(runner): {"summarize_workload"}}  # the runner's workload loop
+    found = {}
+    for rel, tree in _trees():
+        steps = {n for n, _ in _calls(tree, SESSION_STEPS)} - allowed.get(rel, set())
+        if steps:
+            found[rel] = sorted(steps)
+    assert found == {}, f"a bench step called outside {home}: {found}"
+    trees = dict(_trees())
+    for caller in (cli_bench, window_bench):
+        assert session.__name__ in _imports(trees[_module_rel(caller)]), f"{caller.__name__} does not use the session"
+    # one rule for the host's settings: nothing but the session reads the sizing out of spec.bench
+    # (the spec defines the field; ``max_tokens``/``reasoning_effort`` are also request fields)
+    sizing = _where(lambda s: s == "quoting_prompt_tokens")
+    sizing.update({rel: [n.lineno] for rel, tree in _trees() for n in ast.walk(tree)
+                   if isinstance(n, ast.Attribute) and n.attr == "quoting_prompt_tokens"})
+    assert set(sizing) == {home}, sizing
+
+
+def test_the_failure_kind_is_decided_in_one_module():
+    from rigkit.host.bench import client, result, stream, transport
+
+    home = _module_rel(result)
+    stores = {rel: lines for rel, tree in _trees()
+              if (lines := [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                            and n.attr == "error_kind" and isinstance(n.ctx, ast.Store)])}
+    assert set(stores) == {home}, stores
+    kinds = _where(lambda s: s in result.KINDS)
+    # the client's parts never name a kind; everywhere else a kind is only read (compared, in a set)
+    for part in (client, stream, transport):
+        assert _module_rel(part) not in kinds, kinds
+    trees = dict(_trees())
+    for rel, lines in kinds.items():
+        if rel == home:
+            continue
+        for node in ast.walk(trees[rel]):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in result.KINDS:
+                raise AssertionError(f"{rel}:{node.lineno}: a kind assigned outside {home}")
+            if isinstance(node, ast.keyword) and node.arg and "kind" in node.arg \
+                    and isinstance(node.value, ast.Constant) and node.value.value in result.KINDS:
+                raise AssertionError(f"{rel}:{node.value.lineno}: a kind passed outside {home}")
+    # every failure goes through the classifier: failed(r, Happened(...), message)
+    for rel, tree in _trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "failed":
+                assert isinstance(node.args[1], ast.Call) and node.args[1].func.id == "Happened", (rel, node.lineno)
+
+
+def test_every_kind_named_in_the_tree_is_a_documented_kind():
+    from rigkit.host.bench.result import ABORT_KINDS, KINDS, WAIT_KINDS
+    from rigkit.host.window.sweepgrid import CRASH_KINDS
+
+    assert set(ABORT_KINDS) | set(WAIT_KINDS) | set(CRASH_KINDS) <= set(KINDS)
+    assert set(WAIT_KINDS) <= set(ABORT_KINDS)

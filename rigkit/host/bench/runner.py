@@ -35,19 +35,12 @@ import requests
 
 from rigkit.host.bench import metrics as spec_metrics
 from rigkit.host.bench.client import ChatSession, RequestResult, stream_chat
+from rigkit.host.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
 from rigkit.host.bench.context import Target
 from rigkit.host.bench.energy import IDLE_S, EnergyMeter, summarize_energy
 from rigkit.host.bench.results import (MAX_CV, SCHEMA_VERSION, exit_code, speedups,
                                        summarize_workload, verdict)
 from rigkit.host.bench.workloads import Workload, verbatim_check
-
-ABORT_KINDS = {"connection", "http-5xx", "engine-dead", "stalled", "cut", "stream-error",
-               "bad-data", "loading", "rate-limited", "unavailable", "not-streamed",
-               "not-event-stream", "several-choices", "bad-count"}
-#: Kinds that say "not yet" rather than "broken": waited on within the health budget.
-WAIT_KINDS = {"loading": "still loading", "rate-limited": "rate-limited (HTTP 429)",
-              "unavailable": "unavailable (HTTP 503 with Retry-After)"}
-
 
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
 #: unstable (its ``--repeat-unstable`` default).
@@ -238,10 +231,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                     if not r.ok:
                         error, kind = r.error, r.error_kind
                         health = probe_health(target)
-                        if kind == "http-5xx" and health.endswith(" 503"):
-                            kind = "engine-dead"  # vLLM's /health after EngineDeadError
-                        elif kind == "http-5xx" and health.endswith(" 503 Loading model"):
-                            kind = "loading"
+                        # a 5xx judged again with /health (vLLM's 503 after EngineDeadError)
+                        kind = failure_kind(Happened("health", kind=kind, health=health))
                         error = f"{error}; {health}"
                         if kind == "engine-dead":
                             error += " (engine dead)"

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from rigkit.host import atomic, busy, envfile, gpu, llama_swap, net
+from rigkit.host.bench.session import TargetUnreachable
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
@@ -250,7 +251,10 @@ class Window:
         if state != "active":  # it died during the warm-up or an earlier preset
             raise StepFailed(f"{self.plan['tenant_unit']} is {state} before bench {preset_name} "
                              f"(the engine exited; see journalctl -u {self.plan['tenant_unit']})")
-        summary = run_bench(self.plan, preset_name, self.j.data, self.checkpoint)
+        try:
+            summary = run_bench(self.plan, preset_name, self.j.data, self.checkpoint)
+        except TargetUnreachable as exc:
+            raise StepFailed(f"bench {preset_name}: {exc}") from None
         out = Path(self.j.data["results_dir"]) / f"bench-{preset_name}"
         verdicts = {n: v["verdict"] for n, v in summary["verdicts"].items()}
         ordered = [("warmup", summary.get("warmup")), *summary["workloads"].items()]
