@@ -58,7 +58,7 @@ def live_config(hs) -> str | None:
 def host_holds(hs) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); raises _Fail (exit 1)
     when the host cannot be read or the file is not a JSON object of hold records."""
-    from rigkit.host.holds import HoldsError
+    from rigkit.common.holds import HoldsError
     from rigkit.remote import HostReadError, Remote, read_holds
 
     try:
@@ -81,7 +81,7 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
     from rigkit import paths
     from rigkit.host.swapconfig import member_diff, parse_config
-    from rigkit.host.holds import LLAMA_SWAP
+    from rigkit.common.holds import LLAMA_SWAP
     from rigkit.render.files import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)

@@ -19,7 +19,7 @@ from rigkit.cache import cache_dir
 
 #: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
 #: model fetch, rigkit.host.fetch; nvidia-ml-py: NVIDIA's NVML binding ``pynvml``, pure Python over the
-#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.host.nvml).
+#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.bench.nvml).
 AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0", "nvidia-ml-py==13.615.71")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rigkit import hints, paths
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.drift.severity import EXPECTED, severity_of
@@ -180,7 +180,7 @@ def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, st
     the loaded module (``/sys/module/nvidia/version``) and ``nvidia-smi`` each report it, vs
     ``driver`` (:func:`rigkit.render.declared_state.pinned_driver`: the pin's full version, or
     ``nvidia_driver_version``, a series or a full version), each by
-    :func:`rigkit.host.versions.agrees` (``610.57`` agrees with ``610.57.04``); an nvidia-smi that
+    :func:`rigkit.common.versions.agrees` (``610.57`` agrees with ``610.57.04``); an nvidia-smi that
     cannot answer (mismatch, no GPU) is a finding."""
     out = []
     for pkg in ("nvidia-utils", flavour):
@@ -202,8 +202,8 @@ def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, st
 def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cuda: str | None,
                  smi_ok: bool) -> list[Finding]:
     """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x-<pkgrel>``,
-    :func:`rigkit.host.versions.agrees`) and the driver's CUDA level (nvidia-smi's header,
-    :func:`rigkit.host.gpu.driver_cuda`) at least the declared one (:func:`rigkit.host.versions.supports`)."""
+    :func:`rigkit.common.versions.agrees`) and the driver's CUDA level (nvidia-smi's header,
+    :func:`rigkit.host.gpu.driver_cuda`) at least the declared one (:func:`rigkit.common.versions.supports`)."""
     out = []
     got = installed.get("cuda")
     if not versions.agrees(cuda, got):
@@ -328,7 +328,7 @@ def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding
     the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
     naming its own config or a configuration that does not load is a finding (the deploy refuses
     them); no ``/etc/mkinitcpio.conf``: nothing to check, as the deploy."""
-    from rigkit.host.mkinitcpio import KMS, refusal
+    from rigkit.common.mkinitcpio import KMS, refusal
 
     if not loaded or not loaded.get("present"):
         return []
@@ -554,7 +554,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
     activated): its finding says what the deploy does with it — back it up as
     ``<live>.bak-<UTC stamp>`` and activate the declared one — or, under a hold, that the deploy
     leaves it. ``findings`` is changed in place and returned."""
-    from rigkit.host.holds import LLAMA_SWAP
+    from rigkit.common.holds import LLAMA_SWAP
 
     held = isinstance((holds.get("data") or {}).get(LLAMA_SWAP), dict)
     for f in findings:
@@ -567,7 +567,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
 
 def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
     """The generation hold in the probe's ``holds`` (``{"generation": n, ...}``) or None."""
-    from rigkit.host.holds import GENERATION
+    from rigkit.common.holds import GENERATION
 
     hold = ((facts.get("holds") or {}).get("data") or {}).get(GENERATION)
     return hold if isinstance(hold, dict) and hold.get("generation") else None
@@ -667,7 +667,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
-    from rigkit.host.holds import GENERATION as GENERATION_HOLD
+    from rigkit.common.holds import GENERATION as GENERATION_HOLD
 
     if holds.get("error"):
         return [Finding(host, "unreadable", paths.HOLDS_FILE, "a JSON object", holds["error"])]

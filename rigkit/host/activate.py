@@ -17,7 +17,7 @@ rolled-back or refused config left there would read as a change the deploy would
 
 Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
-and does not re-activate; drift reports it (:mod:`rigkit.host.holds`) until :func:`release`.
+and does not re-activate; drift reports it (:mod:`rigkit.common.holds`) until :func:`release`.
 
 Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only. The config's pure
 reading (the resident, the member diff, the probe order, backups) is :mod:`rigkit.host.swapconfig`,
@@ -43,10 +43,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, envfile, standdown
-from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
-from rigkit.host.holds import read_holds, write_holds
-from rigkit.host.jsonfile import iso_utc
+from rigkit.common import atomic, envfile
+from rigkit.host import standdown
+from rigkit.common.holds import LLAMA_SWAP as HOLD_KEY
+from rigkit.common.holds import read_holds, write_holds
+from rigkit.common.jsonfile import iso_utc
 from rigkit.host.lock import LockHeld
 from rigkit.host.swapconfig import backups, member_diff, parse_config, probe_order, resident, sha256_text, utc_stamp
 

@@ -42,7 +42,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import envfile, gpu, llama_swap
+from rigkit.common import envfile
+from rigkit.host import gpu
+from rigkit.bench import llama_swap
 
 #: Seconds added to the asked members' cold boots (llama-swap's restart, /health, the requests).
 MARGIN_S = 60.0
@@ -56,7 +58,7 @@ class ConfirmError(RuntimeError):
 
 def completion(base: str, member: str, api_key: str | None, timeout_s: float) -> str:
     """One real chat completion to ``member`` through llama-swap at ``base`` (``http://127.0.0.1:<port>``,
-    :func:`rigkit.host.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"HTTP 200, N token(s) in
+    :func:`rigkit.bench.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"HTTP 200, N token(s) in
     S s"``; raises ConfirmError on no answer within ``timeout_s`` s, a non-200 answer (with the
     member's own last log lines, which say why a server refused to start), or an answer without
     ``usage.completion_tokens`` > 0. The API key is a bearer token, masked in every message."""
@@ -259,8 +261,8 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
 
 def _live_state(cfg: Any, log: Callable[[str], None]) -> tuple[set[str] | None, dict[str, str]]:
     """``(the live llama-swap config's member ids or None when unreadable, {path: why} of files a hold
-    keeps)``: a ``llama-swap`` hold (:mod:`rigkit.host.holds`) keeps the live config it restored."""
-    from rigkit.host.holds import LLAMA_SWAP, read_holds
+    keeps)``: a ``llama-swap`` hold (:mod:`rigkit.common.holds`) keeps the live config it restored."""
+    from rigkit.common.holds import LLAMA_SWAP, read_holds
     from rigkit.host.swapconfig import parse_config
 
     live = Path(cfg.get("llama_swap", "config"))

@@ -109,8 +109,8 @@ def parse_query(text: str, rc: int | None = 0) -> dict[str, Any]:
     return {"state": "ok", "message": "", "gpus": gpus}
 
 
-#: The energy query: the draw (W), sampled and integrated by the bench (rigkit.host.bench.energy) when the
-#: card has no counter NVML can read (rigkit.host.nvml). A query of its own, of fields every captured
+#: The energy query: the draw (W), sampled and integrated by the bench (rigkit.bench.energy) when the
+#: card has no counter NVML can read (rigkit.bench.nvml). A query of its own, of fields every captured
 #: driver lists in ``--help-query-gpu`` (610.57.04, 595.71.05, 590.48.01): none lists an energy counter,
 #: and ``total_energy_consumption`` made the real tool refuse the whole query (exit 2), the draw with it.
 ENERGY_FIELDS = ("index", "power.draw")
@@ -131,7 +131,7 @@ def driver_cuda(text: str) -> str | None:
     """The CUDA level the driver supports (``"13.3"``) from ``nvidia-smi``'s header, ``nvidia-smi -q`` or
     ``nvidia-smi --version`` (:data:`CUDA_LEVEL`, every spelling; the first match), or None when none is
     there. Not the toolkit's version (that is ``pacman -Q cuda``); compared with ``cuda_version`` by
-    :func:`rigkit.host.versions.supports`."""
+    :func:`rigkit.common.versions.supports`."""
     m = CUDA_LEVEL.search(text)
     return m.group(1) if m else None
 

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host.jsonfile import read_object, write_atomic
+from rigkit.common.jsonfile import read_object, write_atomic
 
 CLOSED_STATES = ("closed", "restored")
 JOURNAL_VERSION = 1

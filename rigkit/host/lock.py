@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.jsonfile import iso_utc
+from rigkit.common.jsonfile import iso_utc
 
 LEASE_ENV = "RIGKIT_LOCK_LEASE"
 

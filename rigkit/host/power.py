@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from rigkit.host import gpu, powerlimit, standdown
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
+from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 JOB = "power"
 

@@ -14,7 +14,8 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import busy, gpu, mkinitcpio, pacman
+from rigkit.host import busy, gpu, pacman
+from rigkit.common import mkinitcpio
 from rigkit.host import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
@@ -96,8 +97,8 @@ class PacmanIgnorePkg(FactBase):
 
 class MkinitcpioHooks(FactBase):
     """mkinitcpio's effective HOOKS as mkinitcpio v41 loads its configuration, now and with rigkit's
-    drop-in as declared: :func:`rigkit.host.mkinitcpio.parse_load` of ``bash -c``
-    :func:`rigkit.host.mkinitcpio.load_script` (the main file, the drop-ins sorted, sourced by bash,
+    drop-in as declared: :func:`rigkit.common.mkinitcpio.parse_load` of ``bash -c``
+    :func:`rigkit.common.mkinitcpio.load_script` (the main file, the drop-ins sorted, sourced by bash,
     a string HOOKS made an array): ``{"present", "presets", "dropins", "hooks", "with_rigkit", "error"}``."""
 
     def command(self) -> str:
@@ -140,12 +141,12 @@ class JsonFile(FactBase):
 
 class Holds(JsonFile):
     """The holds file (``/var/lib/rigkit/holds.json``) read by its one parser,
-    :func:`rigkit.host.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
+    :func:`rigkit.common.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
     (``data`` ``{}`` when absent; ``error`` — the parser's message — when it is not a JSON object of
     hold records: a caller refuses, never reads it as "no hold"). Command: ``cat PATH``."""
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        from rigkit.host import holds
+        from rigkit.common import holds
 
         lines, rc = _split_rc(output)
         if rc == 404:
@@ -204,7 +205,7 @@ _DKMS = re.compile(r"^(?P<module>[^/,\s]+)/(?P<version>[^,\s]+), (?P<kernel>[^,\
 class DkmsStatus(FactBase):
     """``dkms status`` as ``[{"module", "version", "kernel", "arch", "status"}]`` (dkms(8):
     lines ``nvidia/610.57.04, 6.12.60-1-lts, x86_64: installed``: the full driver version, compared with the
-    declared one by :func:`rigkit.host.versions.agrees`); empty without dkms."""
+    declared one by :func:`rigkit.common.versions.agrees`); empty without dkms."""
 
     def requires_command(self, *args, **kwargs) -> str:
         return "dkms"

@@ -20,7 +20,7 @@ import yaml
 
 from rigkit.spec import members as members_mod
 from rigkit import paths
-from rigkit.host.envfile import dotenv_value
+from rigkit.common.envfile import dotenv_value
 from rigkit.render.declared_state import AGENT_TIMERS
 from rigkit.host import powerlimit
 from rigkit.host.pacman import pins_conf

@@ -12,7 +12,7 @@ import pytest
 from rigkit.spec.layers import validate_layers
 from rigkit import agentcmd
 from rigkit.host import activate as act
-from rigkit.host.holds import read_holds
+from rigkit.common.holds import read_holds
 from rigkit.host import swapconfig
 
 OLD = """healthCheckTimeout: 60

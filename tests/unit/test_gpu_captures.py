@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import gpu, versions
+from rigkit.host import gpu
+from rigkit.common import versions
 from rigkit.operations.facts import RC_MARK, NvidiaSmi
 from rigkit.render.declared_state import reboot_reasons
 
@@ -182,7 +183,7 @@ def test_a_refused_field_reads_as_a_failed_query_never_as_readings(path):
 @pytest.mark.parametrize("phase", PHASES)
 def test_the_energy_query_reads_the_draw_and_the_meter_samples_it(path, phase):
     """What a real card allows: its draw (``power.draw``), sampled and integrated by the bench's meter."""
-    from rigkit.host.bench.energy import EnergyMeter
+    from rigkit.bench.energy import EnergyMeter
 
     cap = Capture(path)
     text = cap.body(phase, "query-gpu")

@@ -1,4 +1,4 @@
-"""The holds file has one name, one parser, one reader and one writer (rigkit.host.holds), and a
+"""The holds file has one name, one parser, one reader and one writer (rigkit.common.holds), and a
 corrupt one is an error for every caller, never "no hold" (issue #26)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from pyinfra.api import DeployError
 
 from rigkit.operations.facts import RC_MARK, Holds
-from rigkit.host import holds
+from rigkit.common import holds
 
 ROOT = Path(__file__).resolve().parents[2]
 ADVICE = ("; it records rollbacks the deploy must respect, so it is not read as \"no hold\": fix it, or remove it "

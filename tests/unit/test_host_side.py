@@ -18,7 +18,8 @@ from types import SimpleNamespace
 import pytest
 
 from rigkit.spec.layers import validate_layers
-from rigkit.host import busy, envfile, gpu, jsonfile, net
+from rigkit.host import busy, gpu, net
+from rigkit.common import envfile, jsonfile
 from rigkit.host import lock as host_lock
 from rigkit.host.config import ConfigError, HostConfig, load
 from rigkit.host.journal import expected_deviations, is_open, read_journal

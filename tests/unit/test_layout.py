@@ -49,10 +49,10 @@ def test_each_split_concern_has_one_home():
         "split_command": "rigkit/spec/cmdline.py", "container_command": "rigkit/spec/cmdline.py",
         "parse_config": "rigkit/host/swapconfig.py", "probe_order": "rigkit/host/swapconfig.py",
         "holds_text": "rigkit/host/swapconfig.py", "refusals": "rigkit/deploy/preflight.py",
-        "remote_command": "rigkit/agentcmd.py", "dotenv_value": "rigkit/host/envfile.py",
+        "remote_command": "rigkit/agentcmd.py", "dotenv_value": "rigkit/common/envfile.py",
         "hash_file": "rigkit/host/modelrecords.py", "compare": "rigkit/host/modelrecords.py",
         "status": "rigkit/host/modelrecords.py", "is_open": "rigkit/host/journal.py",
-        "agrees": "rigkit/host/versions.py", "supports": "rigkit/host/versions.py",  # one driver/CUDA version rule
+        "agrees": "rigkit/common/versions.py", "supports": "rigkit/common/versions.py",  # one driver/CUDA version rule
     }
     defined = defaultdict(list)
     for p in sorted([*RIGKIT.rglob("*.py"), *(ROOT / "roles").rglob("*.py")]):

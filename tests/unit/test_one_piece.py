@@ -1,7 +1,7 @@
 """One piece for each job (issue #44): the power limit is set, read back and judged in one module
 (rigkit/host/powerlimit.py), the holds file is read over SSH by one function
 (:func:`rigkit.remote.read_holds`), the Bearer header is built once and llama-swap's ``/running``
-is read once (rigkit/host/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
+is read once (rigkit/bench/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
 units listed once (rigkit/render/declared_state.py). Each rule is read from the source tree (AST),
 so a second definition coming back fails here; the property tests drive every consumer of the power
 limit with readings near the limit and ask that all of them agree with the one rule."""
@@ -232,7 +232,7 @@ class _LocalRemote:
 
 def test_the_holds_reader_tells_a_failed_read_from_no_hold(tmp_path, monkeypatch):
     from rigkit import paths, remote
-    from rigkit.host.holds import HoldsError
+    from rigkit.common.holds import HoldsError
 
     f = tmp_path / "holds.json"
     monkeypatch.setattr(paths, "HOLDS_FILE", str(f))
@@ -270,16 +270,16 @@ def test_one_bearer_header_and_one_running_reader():
     # the one other Bearer: a registry's anonymous token in the OCI distribution token flow (rigkit lock's
     # image look-ups) — another credential for another server, built once there
     other = {"rigkit/resolve/registry.py"}
-    assert set(bearer) - other == {"rigkit/host/llama_swap.py"}, bearer
-    assert set(auth) - other == {"rigkit/host/llama_swap.py"}, auth
+    assert set(bearer) - other == {"rigkit/bench/llama_swap.py"}, bearer
+    assert set(auth) - other == {"rigkit/bench/llama_swap.py"}, auth
     assert all(len(bearer.get(f, [])) <= 1 and len(auth.get(f, [])) <= 1 for f in other), (bearer, auth)
-    assert set(running) == {"rigkit/host/llama_swap.py"}, running
+    assert set(running) == {"rigkit/bench/llama_swap.py"}, running
 
 
 def test_the_running_reader_sends_the_key(monkeypatch):
     import requests
 
-    from rigkit.host import llama_swap
+    from rigkit.bench import llama_swap
 
     seen = {}
 

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.bench.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
-                                table_lines, write_result)
+from rigkit.report.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
+                                 table_lines, write_result)
 from rigkit.host import gpu, powerlimit
-from rigkit.host.window.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
+from rigkit.common.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
 from tests.unit.stand_in_unit import StandInUnit
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 outside the proxy, then always come back to *steady*.
 
 Runs in the host agent (``rigkit-agent window ...``): standard library and ``requests`` only,
-plus the bench client (:mod:`rigkit.host.bench.client`, ``workloads``, ``results``, ``context``;
+plus the bench client (:mod:`rigkit.bench.client`, ``workloads``, ``results``, ``context``;
 the chart is drawn on the control machine, see :func:`_bench_runner`). The control side
 (:mod:`rigkit.cli.window`) builds a *plan* from the spec and hands it to ``window start``.
 

@@ -1,4 +1,4 @@
-"""The bench inside a window: the bench's measuring core (:mod:`rigkit.host.bench`) run against the
+"""The bench inside a window: the bench's measuring core (:mod:`rigkit.bench`) run against the
 tenant on ``127.0.0.1:<tenant_port>``, as ``rigkit bench`` runs it (the chart is drawn on the control
 side: the agent has no matplotlib)."""
 
@@ -9,13 +9,14 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from rigkit.host import envfile, gpu
-from rigkit.host.bench import runner
-from rigkit.host.bench.context import Target, measure_chars_per_token, probe_engine
-from rigkit.host.bench.energy import EnergyMeter
-from rigkit.host.nvml import EnergyReader
-from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt, build_workloads,
-                                         make_document, quoting_sizes)
+from rigkit.common import envfile
+from rigkit.host import gpu
+from rigkit.bench import runner
+from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
+from rigkit.bench.energy import EnergyMeter
+from rigkit.bench.nvml import EnergyReader
+from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_prompt, build_workloads, make_document,
+                                    quoting_sizes)
 
 
 def host_context() -> dict:
@@ -25,10 +26,10 @@ def host_context() -> dict:
 
 
 def run_bench(plan: dict, preset_name: str, journal: dict, checkpoint: Callable[[], None]) -> dict:
-    """Run the bench preset ``preset_name`` (:data:`rigkit.host.bench.workloads.PRESETS`) against the
+    """Run the bench preset ``preset_name`` (:data:`rigkit.bench.workloads.PRESETS`) against the
     tenant on ``127.0.0.1:tenant_port``, the way ``rigkit bench`` does (warm-up workload first,
     tokens from usage), with the host context and this GPU's energy (idle draw first, then per
-    request: :class:`rigkit.host.bench.energy.EnergyMeter` over :class:`rigkit.host.nvml.EnergyReader`: the card's counter, else sampled power.draw). Writes ``requests.jsonl`` and ``summary.json``
+    request: :class:`rigkit.bench.energy.EnergyMeter` over :class:`rigkit.bench.nvml.EnergyReader`: the card's counter, else sampled power.draw). Writes ``requests.jsonl`` and ``summary.json``
     to ``<results_dir>/bench-<preset>/`` and returns the summary (``rigkit bench``'s format)."""
     settings = plan.get("bench_settings") or {}
     base = f"http://127.0.0.1:{plan['tenant_port']}"

@@ -11,7 +11,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, envfile, gpu, llama_swap, net
+from rigkit.common import atomic, envfile
+from rigkit.host import busy, gpu, net
+from rigkit.bench import llama_swap
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power

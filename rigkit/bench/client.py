@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from rigkit.host import llama_swap
-from rigkit.host.bench.sse import SSEParser
+from rigkit.bench import llama_swap
+from rigkit.bench.sse import SSEParser
 
 #: Delta fields that carry thinking, in the order servers adopted them (vLLM ``reasoning``,
 #: llama.cpp/SGLang/old vLLM ``reasoning_content``, others ``thinking``).
