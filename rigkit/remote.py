@@ -68,7 +68,7 @@ class Remote:
               lease: str | None = None) -> subprocess.CompletedProcess:
         """``rigkit-agent ARGS`` on the host (:meth:`run`); with ``lease`` it joins the host lock held
         under that lease (``RIGKIT_LOCK_LEASE``, :mod:`rigkit.host.lock`)."""
-        from rigkit.host.lock import LEASE_ENV
+        from rigkit.common.lock import LEASE_ENV
 
         env = ["env", f"{LEASE_ENV}={lease}"] if lease else []
         return self.run(" ".join(map(shlex.quote, [*env, paths.AGENT_BIN, *args])), stdin=stdin, timeout=timeout)

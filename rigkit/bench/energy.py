@@ -3,8 +3,8 @@ watts, tok/J and J/token beside tok/s (issue 31; DESIGN.md "Versions and units o
 
 Source: :class:`rigkit.bench.nvml.EnergyReader` — the card's counter through NVML
 (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded), else ``nvidia-smi
---query-gpu=index,power.draw --format=csv,noheader,nounits`` (:data:`rigkit.host.gpu.ENERGY_QUERY`,
-parsed by :func:`rigkit.host.gpu.parse_energy`). Two methods, chosen by the first reading:
+--query-gpu=index,power.draw --format=csv,noheader,nounits`` (:data:`rigkit.common.gpu.ENERGY_QUERY`,
+parsed by :func:`rigkit.common.gpu.parse_energy`). Two methods, chosen by the first reading:
 
 - ``counter``: the card's cumulative energy counter (J), read right before and right after each
   request; the request's joules are the difference. nvidia-smi has no field for it (every driver
@@ -34,7 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from rigkit.host import gpu
+from rigkit.common import gpu
 
 #: How long :meth:`EnergyMeter.idle` measures by default (s).
 IDLE_S = 2.0
@@ -87,7 +87,7 @@ class Span:
 class EnergyMeter:
     """Reads the GPU's energy around each request.
 
-    + read: returns :func:`rigkit.host.gpu.parse_energy`'s dict (never raises), optionally with
+    + read: returns :func:`rigkit.common.gpu.parse_energy`'s dict (never raises), optionally with
       ``source`` (what measured it) and ``counter_unavailable`` (why not the counter), as
       :class:`rigkit.bench.nvml.EnergyReader` gives them.
     + where: words for the operator naming where the readings come from (``rig over SSH``).

@@ -218,7 +218,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
     energy reader (:class:`AgentEnergyReader`, closed with ``stack``); raises :class:`BenchAbort`."""
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
-    from rigkit.host import gpu
+    from rigkit.common import gpu
     from rigkit.bench.context import Target
     try:
         from rigkit.spec.inventory import load_hosts

@@ -158,7 +158,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     not verified (named); exit 2 for a generation that is not kept or is a failed one."""
     from rich.markup import escape
 
-    from rigkit.host.lock import LEASE_ENV
+    from rigkit.common.lock import LEASE_ENV
     from rigkit.cli.deployrun import run_pyinfra, smoke
     from rigkit.deploy.source import GENERATION_ENV, REASON_ENV
     from rigkit.spec.inventory import default_inventory

@@ -259,7 +259,7 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
     measure (the result is printed, no window is opened)."""
     from rigkit.report.sweep import (SweepArgError, check_power_limits, parse_contexts, parse_sweep, parse_workloads,
                                      plan_sweep)
-    from rigkit.host.gpu import QUERY_COMMAND, parse_query
+    from rigkit.common.gpu import QUERY_COMMAND, parse_query
 
     try:
         key, values = parse_sweep(sweep)
@@ -286,7 +286,7 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
             err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
-        from rigkit.host.journal import is_open
+        from rigkit.common.journal import is_open
 
         if is_open(last):
             err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "

@@ -79,8 +79,10 @@ def describe_hold(hold: dict) -> str:
 
 def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
+    import yaml
+
     from rigkit import paths
-    from rigkit.host.swapconfig import member_diff, parse_config
+    from rigkit.common.swapconfig import member_diff, parse_config
     from rigkit.common.holds import LLAMA_SWAP
     from rigkit.render.files import render_llama_swap
 
@@ -97,7 +99,8 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
                                 tofile=f"{paths.LLAMA_SWAP_CONFIG} (declared)")
     sys.stdout.writelines(diff)
     try:
-        members = member_diff(parse_config(live, "live") if live else None, parse_config(declared, "declared"))
+        members = member_diff(parse_config(live, "live", yaml) if live else None,
+                              parse_config(declared, "declared", yaml))
     except ValueError:
         members = {}
     summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"

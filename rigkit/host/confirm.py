@@ -9,7 +9,7 @@ A generation is *confirmed* when, within a budget (s):
    docker, the power limit, persistenced) is ``active`` (``systemctl is-active``), waiting while one
    is ``activating``;
 2. the GPU enforces the generation's power limit (``nvidia-smi --query-gpu=enforced.power.limit``,
-   :func:`rigkit.host.gpu.query`; as :func:`rigkit.host.powerlimit.limit_agrees` judges it);
+   :func:`rigkit.common.gpu.query`; as :func:`rigkit.common.powerlimit.limit_agrees` judges it);
 3. every file the generation declares has its declared sha256, mode and owner on disk (what drift
    checks of the files the change touched: all rendered files and the model lock);
 4. llama-swap answers ``/health``, then a real chat completion through it (:func:`completion`,
@@ -107,16 +107,6 @@ def budget_for(spec: dict[str, Any], asked: list[str]) -> float:
     members = (spec.get("llama_swap") or {}).get("members") or {}
     total = sum(float((members.get(m) or {}).get("cold_boot_s") or 0) for m in asked)
     return max(MIN_BUDGET_S, total + MARGIN_S)
-
-
-def touched_members(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """The member ids whose definition differs between two spec snapshots (``llama_swap.members``;
-    one missing from either counts), sorted; every member of ``new`` without ``old``."""
-    om = ((old or {}).get("llama_swap") or {}).get("members") or {}
-    nm = (new.get("llama_swap") or {}).get("members") or {}
-    if old is None:
-        return sorted(nm)
-    return sorted(m for m in set(om) | set(nm) if om.get(m) != nm.get(m))
 
 
 def _unit_state(unit: str) -> str:
@@ -222,7 +212,7 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
         add(f"unit {unit}", state == "active", state)
     want_w = spec.get("gpu_power_limit_w")
     if want_w is not None:
-        from rigkit.host.powerlimit import limit_agrees
+        from rigkit.common.powerlimit import limit_agrees
 
         enforced, why = probe.enforced_w(power_index)
         ok = limit_agrees(enforced, float(want_w))
@@ -262,12 +252,14 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
 def _live_state(cfg: Any, log: Callable[[str], None]) -> tuple[set[str] | None, dict[str, str]]:
     """``(the live llama-swap config's member ids or None when unreadable, {path: why} of files a hold
     keeps)``: a ``llama-swap`` hold (:mod:`rigkit.common.holds`) keeps the live config it restored."""
+    import yaml
+
     from rigkit.common.holds import LLAMA_SWAP, read_holds
-    from rigkit.host.swapconfig import parse_config
+    from rigkit.common.swapconfig import parse_config
 
     live = Path(cfg.get("llama_swap", "config"))
     try:
-        members: set[str] | None = set(parse_config(live.read_text(), str(live))["models"])
+        members: set[str] | None = set(parse_config(live.read_text(), str(live), yaml)["models"])
     except (OSError, ValueError) as exc:
         log(f"note the live config is unreadable ({exc}); every touched member is asked")
         members = None

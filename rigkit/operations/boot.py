@@ -17,7 +17,7 @@ from rigkit.agentcmd import locked_command
 from rigkit.operations.config import _backup
 from rigkit.operations.facts import DkmsStatus, KernelState, MkinitcpioHooks, RigBusy
 from rigkit.common import mkinitcpio
-from rigkit.host import busy as rig_busy
+from rigkit.common import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
 from rigkit.operations.shell import script
 

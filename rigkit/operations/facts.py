@@ -14,9 +14,9 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import busy, gpu, pacman
+from rigkit.common import busy, gpu, pacman
 from rigkit.common import mkinitcpio
-from rigkit.host import lock as host_lock
+from rigkit.common import lock as host_lock
 
 RC_MARK = "__RIGKIT_RC__="
 #: The host's Python as the agent's wheelhouse is built for it (``"3.13"``): the deploy's ``Command``
@@ -38,8 +38,8 @@ def _split_rc(output: list[str]) -> tuple[list[str], int | None]:
 
 
 class NvidiaSmi(FactBase):
-    """The GPUs as ``nvidia-smi`` reports them, or why it cannot: :func:`rigkit.host.gpu.parse_query`
-    of ``nvidia-smi --query-gpu=<rigkit.host.gpu.FIELDS> --format=csv,noheader,nounits`` (the host
+    """The GPUs as ``nvidia-smi`` reports them, or why it cannot: :func:`rigkit.common.gpu.parse_query`
+    of ``nvidia-smi --query-gpu=<rigkit.common.gpu.FIELDS> --format=csv,noheader,nounits`` (the host
     side reads the GPU with the same parser). ``missing`` means no ``nvidia-smi`` on PATH.
     """
 
@@ -62,7 +62,7 @@ class PacmanVersions(FactBase):
     """Installed versions of the named packages: ``{name: "[epoch:]pkgver-pkgrel" | None}``.
 
     Command: ``pacman -Q NAME...`` (lines ``name version``; ``error: package 'x' was not found``
-    for a missing one), parsed by :func:`rigkit.host.pacman.parse_query` (the host side's one reader).
+    for a missing one), parsed by :func:`rigkit.common.pacman.parse_query` (the host side's one reader).
     Unlike pyinfra's ``PacmanPackages`` it keys by the exact names asked for.
     """
 
@@ -83,10 +83,10 @@ class PacmanVersions(FactBase):
 
 class PacmanIgnorePkg(FactBase):
     """The effective ``IgnorePkg`` as pacman reads it, every ``Include`` followed:
-    :func:`rigkit.host.pacman.parse_ignorepkg` of ``pacman-conf IgnorePkg``
-    (:data:`rigkit.host.pacman.IGNOREPKG_COMMAND`): ``{"entries": [...], "rc", "messages", "error"}``;
+    :func:`rigkit.common.pacman.parse_ignorepkg` of ``pacman-conf IgnorePkg``
+    (:data:`rigkit.common.pacman.IGNOREPKG_COMMAND`): ``{"entries": [...], "rc", "messages", "error"}``;
     ``error`` set (pacman-conf exited non-zero: a missing ``Include`` target, no pacman.conf) is a
-    finding for the caller, not a crash. Whether a pin is held: :func:`rigkit.host.pacman.ignored_by`."""
+    finding for the caller, not a crash. Whether a pin is held: :func:`rigkit.common.pacman.ignored_by`."""
 
     def command(self) -> str:
         return pacman.IGNOREPKG_COMMAND
@@ -270,7 +270,7 @@ class ModelStatus(FactBase):
 
 
 class RigBusy(FactBase):
-    """Is the rig busy (:func:`rigkit.host.busy.facts`, the one answer the window uses too):
+    """Is the rig busy (:func:`rigkit.common.busy.facts`, the one answer the window uses too):
     ``{"port", "clients": [peer address:port], "locks": [declared lock files present]}``, rigkit's
     own requests (processes in ``own_units``) left out of the clients. Command: ``cat /proc/net/tcp
     /proc/net/tcp6``, the socket inodes of processes whose ``/proc/<pid>/cgroup`` names one of
@@ -312,7 +312,7 @@ class RigBusy(FactBase):
 
 
 class RigLockState(FactBase):
-    """The host lock's state (DESIGN.md "One host lock"): :func:`rigkit.host.lock.parse_state` of
+    """The host lock's state (DESIGN.md "One host lock"): :func:`rigkit.common.lock.parse_state` of
     whether ``flock -n -s PATH true`` (util-linux) fails — someone holds it — and the holder record
     the file holds. Returns ``{"held": bool, "holder": record|None, "stale": record|None}``."""
 

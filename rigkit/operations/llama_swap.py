@@ -10,7 +10,7 @@ from pyinfra.facts.files import Sha256File
 from rigkit import hints, paths
 from rigkit.operations.facts import Holds
 from rigkit.agentcmd import activate_command
-from rigkit.host import swapconfig
+from rigkit.common import swapconfig
 from rigkit.common.holds import LLAMA_SWAP
 
 

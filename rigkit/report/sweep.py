@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.gpu import card, power_limit_problem
+from rigkit.common.gpu import card, power_limit_problem
 from rigkit.common.sweepgrid import SPEED_FLOOR, frontier, latest, pending, recommend
 from rigkit.spec.validate import POWER_LIMIT_SANITY_W
 
@@ -147,7 +147,7 @@ def setting_env(spec: Any, key: str, value: int) -> str:
 
 def check_power_limits(values: list[int], smi: dict[str, Any], index: int = 0) -> None:
     """Each power limit (W) of a ``power_limit`` sweep within GPU ``index``'s ``power.min_limit``..
-    ``power.max_limit`` as read from the card (``smi``: :func:`rigkit.host.gpu.parse_query` of the
+    ``power.max_limit`` as read from the card (``smi``: :func:`rigkit.common.gpu.parse_query` of the
     host's ``nvidia-smi``; the host checks again before it sets the first one). Raises SweepArgError
     naming the first value outside, or RuntimeError when the card's range cannot be read (a host
     problem, not bad input)."""

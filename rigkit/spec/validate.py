@@ -20,7 +20,7 @@ from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.common import versions
-from rigkit.host.gpu import power_limit_problem
+from rigkit.common.gpu import power_limit_problem
 from rigkit.spec.model import RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat

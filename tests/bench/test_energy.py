@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rigkit.cli.bench import bench, local_energy_reader
-from rigkit.host import gpu
+from rigkit.common import gpu
 from rigkit.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
 from rigkit.report.chart import samples_from_jsonl, write_chart
 

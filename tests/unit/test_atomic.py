@@ -12,7 +12,7 @@ import pytest
 from rigkit.common import atomic
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITER = ROOT / "rigkit" / "host" / "atomic.py"
+WRITER = ROOT / "rigkit" / "common" / "atomic.py"
 FORBIDDEN = {"replace", "rename", "renames", "fsync", "fdatasync"}
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from rigkit.bench.tunnel import free_port
-from rigkit.host import gpu
+from rigkit.common import gpu
 from rigkit.bench.client import stream_chat
 from rigkit.bench.energy import EnergyMeter
 

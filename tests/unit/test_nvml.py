@@ -88,7 +88,7 @@ def resolved_names() -> set[str]:
 
 def test_the_stand_in_exports_exactly_what_pynvml_resolves_for_rigkits_calls(lib):
     # the calls rigkit makes are the ones listed (rigkit.bench.nvml's pynvml.<name> calls)
-    tree = ast.parse((ROOT / "rigkit" / "host" / "nvml.py").read_text())
+    tree = ast.parse((ROOT / "rigkit" / "bench" / "nvml.py").read_text())
     used = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             and isinstance(n.func.value, ast.Name) and n.func.value.id == "pynvml"}
     assert used == set(CALLS) - {"nvmlErrorString"}  # nvmlErrorString: only inside pynvml, to word a code
@@ -214,7 +214,7 @@ def test_both_methods_give_a_power_limit_sweep_the_same_figures_on_the_fakes_mod
     (engine["control"] / "chunk_s").write_text("0.1\n")  # 20 chunks: 2 s busy at full speed
 
     def sampled():
-        from rigkit.host import gpu
+        from rigkit.common import gpu
 
         return gpu.parse_energy(smi(*gpu.ENERGY_QUERY[1:]), 0)
 
@@ -343,7 +343,7 @@ def test_a_closed_reader_samples_and_says_so(counter_reader, tmp_path, monkeypat
     env = fake_env(tmp_path, None)
     for k in ("RIGKIT_FAKE_GPU_DIR", "RIGKIT_FAKE_GPU_BOARD"):
         monkeypatch.setenv(k, env[k])
-    from rigkit.host import gpu
+    from rigkit.common import gpu
 
     reader = counter_reader(lambda: gpu.parse_energy("0, 21.50\n", 0))
     assert reader()["method"] == "counter"

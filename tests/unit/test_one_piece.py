@@ -1,5 +1,5 @@
 """One piece for each job (issue #44): the power limit is set, read back and judged in one module
-(rigkit/host/powerlimit.py), the holds file is read over SSH by one function
+(rigkit/common/powerlimit.py), the holds file is read over SSH by one function
 (:func:`rigkit.remote.read_holds`), the Bearer header is built once and llama-swap's ``/running``
 is read once (rigkit/bench/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
 units listed once (rigkit/render/declared_state.py). Each rule is read from the source tree (AST),
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host import powerlimit
+from rigkit.common import powerlimit
 from tests.unit.test_hints import _docstrings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_one_tolerance_one_set_command_one_card():
     unit template names no card of its own."""
     tolerance, compares, set_cmd = [], [], _where(lambda s: "--power-limit=" in s)
     for rel, tree in _trees():
-        if rel == "rigkit/host/powerlimit.py":
+        if rel == "rigkit/common/powerlimit.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -85,8 +85,8 @@ def test_one_tolerance_one_set_command_one_card():
                               and ("power_enforced_w" in text or "power_limit_w" in text)):
                     compares.append(f"{rel}:{node.lineno}: {text}")
     assert not tolerance, f"a second tolerance: {tolerance}"
-    assert not compares, f"a power limit judged outside rigkit.host.powerlimit: {compares}"
-    assert set(set_cmd) <= {"rigkit/host/powerlimit.py"}, f"a second --power-limit command: {set_cmd}"
+    assert not compares, f"a power limit judged outside rigkit.common.powerlimit: {compares}"
+    assert set(set_cmd) <= {"rigkit/common/powerlimit.py"}, f"a second --power-limit command: {set_cmd}"
     unit = (ROOT / "templates/systemd/gpu-power-limit.service.j2").read_text()
     assert "--id" not in unit and "--power-limit" not in unit, "the unit's command is powerlimit.set_argv's"
 
@@ -96,7 +96,7 @@ def test_every_power_limit_consumer_uses_the_one_api():
         tree = ast.parse((ROOT / rel).read_text())
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
                {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        assert names <= used, f"{rel} no longer uses {sorted(names - used)} of rigkit.host.powerlimit"
+        assert names <= used, f"{rel} no longer uses {sorted(names - used)} of rigkit.common.powerlimit"
 
 
 def test_the_unit_sets_the_limit_with_the_one_command_on_the_one_card():
@@ -171,8 +171,8 @@ def test_every_consumer_agrees_for_every_reading_near_the_limit(tmp_path, monkey
     assert rc == (0 if want else 1)  # after setting, the reading is the same r: held iff it agrees
 
     # the sweep's restore
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (True, ""))
-    monkeypatch.setattr(sweep_mod.gpu, "enforced_w", lambda i: (reading, None))
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", lambda i, w, t=30.0: (True, ""))
+    monkeypatch.setattr(sweep_mod.host_gpu, "enforced_w", lambda i: (reading, None))
     j = SimpleNamespace(data={"changed": {"power_limit": {"index": 0, "declared_w": float(declared)}}},
                         save=lambda: None)
     try:

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.common import mkinitcpio
-from rigkit.host import pacman
+from rigkit.common import pacman
 from rigkit.operations.pacman import include_argv
 
 ROOT = Path(__file__).resolve().parents[2]

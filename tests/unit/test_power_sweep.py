@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from rigkit.report.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
                                  table_lines, write_result)
-from rigkit.host import gpu, powerlimit
+from rigkit.common import gpu
+from rigkit.host import powerlimit
 from rigkit.common.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
 from tests.unit.stand_in_unit import StandInUnit
 
@@ -50,7 +51,7 @@ def cells_of(grid: dict) -> list[dict]:
 
 # ------------------------------------------------------------------------------ arguments and the card's range
 def smi_text(lo: float = 100.0, hi: float = 450.0, enforced: float = 420.0) -> str:
-    """``rigkit.host.gpu.QUERY``'s output for a 3090 (NVIDIA's documented csv, nounits)."""
+    """``rigkit.common.gpu.QUERY``'s output for a 3090 (NVIDIA's documented csv, nounits)."""
     return (f"0, NVIDIA GeForce RTX 3090, GPU-3c1f, 610.57, 24576, 1, 350.00, {enforced:.2f}, {enforced:.2f}, "
             f"{lo:.2f}, {hi:.2f}\n")
 
@@ -150,7 +151,7 @@ def test_the_power_result_table_frontier_line_chart_and_report(tmp_path):
 
 def test_an_open_power_sweep_explains_the_limit_to_drift():
     from rigkit.drift.compare import Finding, apply_window
-    from rigkit.host.journal import expected_deviations
+    from rigkit.common.journal import expected_deviations
 
     j = {"id": "W2", "state": "open", "plan": {"tenant": "hyperqwen"},
          "changed": {"timers": [], "proxy_stopped": False, "tenant_started": False,

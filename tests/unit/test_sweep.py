@@ -321,7 +321,7 @@ def test_the_stand_in_engine_dies_at_20k_tokens_above_7_drafts_and_takes_two_res
 
 def test_an_open_sweep_explains_its_env_to_drift():
     from rigkit.drift.compare import Finding, apply_window
-    from rigkit.host.journal import expected_deviations
+    from rigkit.common.journal import expected_deviations
 
     env = "/opt/rigkit/hyperqwen/.env"
     j = {"id": "W1", "state": "open", "plan": {"tenant": "hyperqwen"},

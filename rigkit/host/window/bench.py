@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from rigkit.common import envfile
-from rigkit.host import gpu
+from rigkit.common import gpu
 from rigkit.bench import runner
 from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
 from rigkit.bench.energy import EnergyMeter
@@ -20,7 +20,7 @@ from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, build_quoting_promp
 
 
 def host_context() -> dict:
-    """GPU context of this host (:func:`rigkit.host.gpu.bench_context` of :func:`rigkit.host.gpu.query`):
+    """GPU context of this host (:func:`rigkit.common.gpu.bench_context` of :func:`rigkit.common.gpu.query`):
     ``gpu``, ``driver``, ``power_limit_w`` (W), ``memory_total_gib`` (GiB), ``gpu_count``; {} when it fails."""
     return gpu.bench_context(gpu.query())
 

@@ -52,7 +52,9 @@ from pathlib import Path
 from typing import Any
 
 from rigkit.common import atomic, envfile
-from rigkit.host import gpu, powerlimit
+from rigkit.common import gpu, powerlimit
+from rigkit.host import gpu as host_gpu
+from rigkit.host import powerlimit as host_powerlimit
 from rigkit.bench.client import ChatSession, stream_chat
 from rigkit.bench.energy import EnergyMeter, summarize_energy
 from rigkit.bench.nvml import EnergyReader
@@ -138,7 +140,7 @@ def preflight_problem(plan: dict[str, Any]) -> str | None:
     """Why a ``power_limit`` sweep must not open its window (the window's preflight refuses it,
     nothing touched), or None: the host config names no declared limit, the card's range cannot be
     read, or a limit lies outside ``power.min_limit``..``power.max_limit``
-    (:func:`rigkit.host.gpu.power_limit_problem`). None for any other plan."""
+    (:func:`rigkit.common.gpu.power_limit_problem`). None for any other plan."""
     sp = plan.get("sweep") or {}
     if sp.get("param") != "power_limit":
         return None
@@ -166,10 +168,10 @@ def restore_power(j: Journal) -> str:
     if not rec:
         return "the GPU power limit untouched (no limit was set)"
     index, want = int(rec["index"]), float(rec["declared_w"])
-    ok, detail = powerlimit.set_limit(index, want)
+    ok, detail = host_powerlimit.set_limit(index, want)
     if not ok:
         raise StepFailed(f"putting the declared {want:g} W back on GPU {index} failed: {detail}")
-    enforced, why = gpu.enforced_w(index)
+    enforced, why = host_gpu.enforced_w(index)
     problem = powerlimit.read_back_problem(index, want, enforced, why)
     if problem:
         raise StepFailed(f"putting the declared limit back: {problem}")
@@ -329,14 +331,14 @@ class Sweep:
         index = int(self.plan.get("power_index") or 0)
         changed = self.j.data["changed"]
         if not changed.get("power_limit"):
-            before, _ = gpu.enforced_w(index)
+            before, _ = host_gpu.enforced_w(index)
             changed["power_limit"] = {"index": index, "declared_w": float(self.plan["power_limit_w"]),
                                       "enforced_before_w": before}
             self.j.save()
-        ok, detail = powerlimit.set_limit(index, value)
+        ok, detail = host_powerlimit.set_limit(index, value)
         if not ok:
             raise StepFailed(f"setting GPU {index} to {value} W failed: {detail}")
-        enforced, why = gpu.enforced_w(index)
+        enforced, why = host_gpu.enforced_w(index)
         self.data["limits"][str(value)] = {"set_w": value, "enforced_w": enforced, "at": now_iso()}
         self.j.save()
         problem = powerlimit.read_back_problem(index, value, enforced, why)
