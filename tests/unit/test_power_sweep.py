@@ -253,7 +253,7 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
         healer.append(f"{watts:g}: rc {rc}, {json.loads((tmp / 'power.json').read_text())['last_check']['result']}")
         return real_set(index, watts, timeout_s)
 
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", set_limit)
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", set_limit)
     (tmp / "key.env").write_text("")
     sp = plan_sweep(spec_from_dict({}), "power_limit", [100, 350, 420], [4096], ["chat-greedy"], runs=2, max_tokens=96,
                     max_minutes=None, resume=False)
@@ -301,7 +301,7 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
     assert sweep_mod.restore_power(j) == "the GPU power limit untouched (no limit was set)"
     # a limit that cannot be put back fails the restore step, naming it; the record stays for --restore
     data["changed"]["power_limit"] = {"index": 0, "declared_w": 420.0, "enforced_before_w": 420.0}
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
     with pytest.raises(StepFailed, match="putting the declared 420 W back on GPU 0 failed: `nvidia-smi` exited 4"):
         sweep_mod.restore_power(j)
     assert data["changed"]["power_limit"] is not None
