@@ -13,6 +13,7 @@ level included; the agent's wheel ships exactly the host side and what it shares
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from collections import defaultdict
@@ -201,11 +202,11 @@ def test_the_agent_wheel_ships_the_host_side_and_what_it_shares(tmp_path):
             if module.startswith("rigkit") and module not in modules and module.rpartition(".")[0] not in modules:
                 missing.append(f"{rel}:{line}: {module}")
     assert not missing, missing
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import rigkit.host.__main__ as m, rigkit.common.gpu, "
-             "rigkit.common.holds, rigkit.bench.sse; print(sorted({getattr(v, '__file__', '') or '' for k, v in "
-             "sys.modules.items() if k.split('.')[0] == 'rigkit'}))")
+    probe = ("import json, sys; sys.path.insert(0, sys.argv[1]); import rigkit.host.__main__, rigkit.common.gpu, "
+             "rigkit.common.holds, rigkit.bench.sse; print(json.dumps(sorted({getattr(v, '__file__', '') or '' "
+             "for k, v in sys.modules.items() if k.split('.')[0] == 'rigkit'})))")
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(staged)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
-    loaded = eval(proc.stdout)  # a printed list of file names
+    loaded = json.loads(proc.stdout)
     assert loaded and all(f.startswith(str(staged)) for f in loaded), loaded
