@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rigkit import paths
 from rigkit.common import busy as rig_busy
-from rigkit.common import lock as host_lock
+from rigkit.common.lock import describe
 from rigkit.common.gpu import power_limit_problem
 from rigkit.common.journal import is_open
 from rigkit.common.swapconfig import holds_text
@@ -44,7 +44,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, disruptive: list[str] | Non
     ours = bool(lease and holder.get("lease") == lease)  # rigkit rollback's own lock: this run is part of it
     if disruptive and (rig_lock or {}).get("held") and not ours:
         out.append(f"this run would interrupt service ({'; '.join(disruptive)}) but the rig is locked by "
-                   f"{host_lock.describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
+                   f"{describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
     refused = rig_busy.refusal(busy or {}, f"this run would interrupt service ({'; '.join(disruptive or [])})")
     if disruptive and not spec.force and refused:
         out.append(refused)

@@ -14,9 +14,8 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.common import busy, gpu, pacman
-from rigkit.common import mkinitcpio
-from rigkit.common import lock as host_lock
+from rigkit.common import busy, gpu, mkinitcpio, pacman
+from rigkit.common.lock import parse_state
 
 RC_MARK = "__RIGKIT_RC__="
 #: The host's Python as the agent's wheelhouse is built for it (``"3.13"``): the deploy's ``Command``
@@ -323,10 +322,10 @@ class RigLockState(FactBase):
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return host_lock.parse_state(False, "")
+        return parse_state(False, "")
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return host_lock.parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))
+        return parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))
 
 
 class GenerationBundle(FactBase):

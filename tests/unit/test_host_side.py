@@ -21,8 +21,7 @@ from rigkit.spec.layers import validate_layers
 from rigkit.common import busy, net
 from rigkit.host import busy as host_busy
 from rigkit.host import net as host_net
-from rigkit.common import gpu
-from rigkit.common import envfile, jsonfile
+from rigkit.common import envfile, gpu, jsonfile
 from rigkit.common import lock as lock_record
 from rigkit.host import lock as host_lock
 from rigkit.host.config import ConfigError, HostConfig, load

@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from rigkit.common import envfile
-from rigkit.common import gpu
+from rigkit.common import envfile, gpu
 from rigkit.bench import runner
 from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
 from rigkit.bench.energy import EnergyMeter

@@ -51,8 +51,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from rigkit.common import atomic, envfile
-from rigkit.common import gpu, powerlimit
+from rigkit.common import atomic, envfile, gpu, powerlimit
 from rigkit.host import gpu as host_gpu
 from rigkit.host import powerlimit as host_powerlimit
 from rigkit.bench.client import ChatSession, stream_chat
