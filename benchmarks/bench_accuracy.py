@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "bench"))
 
 from tiny_gguf import write_tiny_gguf  # noqa: E402
 
-from rigkit.host.bench.client import stream_chat  # noqa: E402
+from rigkit.bench.client import stream_chat  # noqa: E402
 from rigkit.bench.tunnel import free_port  # noqa: E402
-from rigkit.host.bench.workloads import make_document  # noqa: E402
+from rigkit.bench.workloads import make_document  # noqa: E402
 
 
 def main() -> None:

@@ -34,8 +34,8 @@ import socket
 import statistics
 import time
 
-from rigkit.host.bench.client import ChatSession, stream_chat
-from rigkit.host.bench.sse import SSEParser
+from rigkit.bench.client import ChatSession, stream_chat
+from rigkit.bench.sse import SSEParser
 
 CHUNK = json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
                     "model": "qwen3.8-27b", "choices": [{"index": 0, "delta": {"content": " tok"},

@@ -5,7 +5,7 @@ Not a test (its figures are this machine's timing): prints one line per pair and
 writes them as JSON (``--json``). Each pair gets a fresh results folder, so its first run has no
 earlier run to compare with and its second compares with the first **by default** (no
 ``--baseline``: the last comparable run in ``--results``); the script checks the second named the
-first. It also judges the first against the second (``rigkit.host.bench.results.verdict`` on the
+first. It also judges the first against the second (``rigkit.bench.results.verdict`` on the
 two summaries, the roles swapped), so a pair "disagrees" when one direction says FAIL and the
 other PASS. The runs are the post-deploy smoke's: ``--workload chat-greedy --preset small
 --max-tokens 256`` through llama-swap against Strata (llama.cpp on the sandbox's CPU), the warm-up
@@ -36,7 +36,7 @@ import conftest as harness  # noqa: E402  (tests/harness/conftest.py: _up, the h
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 
-from rigkit.host.bench.results import load_baseline, verdict  # noqa: E402
+from rigkit.bench.results import load_baseline, verdict  # noqa: E402
 
 SMOKE = ["--workload", "chat-greedy", "--preset", "small", "--max-tokens", "256"]
 

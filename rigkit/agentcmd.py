@@ -15,8 +15,8 @@ import shlex
 from pathlib import Path
 
 from rigkit import paths
-from rigkit.host.activate import UNIT
-from rigkit.host.lock import LEASE_ENV
+from rigkit.common.activate import UNIT
+from rigkit.common.lock import LEASE_ENV
 
 
 #: Set by ``rigkit deploy --no-revert`` (and ``wire-in --activate --no-revert``): the activations it

@@ -11,7 +11,7 @@ from urllib.request import url2pathname
 
 import requests
 
-from rigkit.host import atomic
+from rigkit.common import atomic
 
 
 class ArtefactUnavailable(RuntimeError):

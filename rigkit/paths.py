@@ -6,7 +6,7 @@ validators agree. Nothing here touches the host.
 
 from __future__ import annotations
 
-from rigkit.host.holds import FILE_NAME as _HOLDS_NAME
+from rigkit.common.holds import FILE_NAME as _HOLDS_NAME
 
 AGENT_DIR = "/opt/rigkit"
 AGENT_VENV = f"{AGENT_DIR}/venv"
@@ -31,7 +31,7 @@ MODELS_ROOT = "/srv/models"
 STATE_DIR = "/var/lib/rigkit"
 WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
 WINDOWS_DIR = f"{STATE_DIR}/windows"
-HOLDS_FILE = f"{STATE_DIR}/{_HOLDS_NAME}"  # rigkit.host.holds: its one reader and writer
+HOLDS_FILE = f"{STATE_DIR}/{_HOLDS_NAME}"  # rigkit.common.holds: its one reader and writer
 GENERATIONS_DIR = f"{STATE_DIR}/generations"  # root 0700: rigkit.host.generations
 MODELS_LOCK = f"{STATE_DIR}/models.lock.json"  # the model lock the deploy installed
 RIG_LOCK = f"{STATE_DIR}/rig.lock"  # the one host lock (flock + holder record), rigkit.host.lock
@@ -45,7 +45,7 @@ UNIT_DIR = "/etc/systemd/system"
 NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-nouveau.conf"
 # the operator's mkinitcpio.conf (read through mkinitcpio's loading, never edited) and rigkit's drop-in
 # taking kms out of whatever HOOKS is in effect
-from rigkit.host.mkinitcpio import CONF as MKINITCPIO_CONF, DROPIN as MKINITCPIO_DROPIN  # noqa: E402
+from rigkit.common.mkinitcpio import CONF as MKINITCPIO_CONF, DROPIN as MKINITCPIO_DROPIN  # noqa: E402
 PACMAN_CONF = "/etc/pacman.conf"  # the operator's: rigkit adds one Include line to [options], nothing else
 PINS_CONF = "/etc/pacman.d/rigkit-pins.conf"  # rigkit's: IgnorePkg = the pins (Include'd from [options])
 DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"

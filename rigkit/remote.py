@@ -68,7 +68,7 @@ class Remote:
               lease: str | None = None) -> subprocess.CompletedProcess:
         """``rigkit-agent ARGS`` on the host (:meth:`run`); with ``lease`` it joins the host lock held
         under that lease (``RIGKIT_LOCK_LEASE``, :mod:`rigkit.host.lock`)."""
-        from rigkit.host.lock import LEASE_ENV
+        from rigkit.common.lock import LEASE_ENV
 
         env = ["env", f"{LEASE_ENV}={lease}"] if lease else []
         return self.run(" ".join(map(shlex.quote, [*env, paths.AGENT_BIN, *args])), stdin=stdin, timeout=timeout)
@@ -80,14 +80,14 @@ class HostReadError(RuntimeError):
 
 
 def read_holds(remote: Remote) -> dict[str, dict[str, Any]]:
-    """The host's holds (``paths.HOLDS_FILE``, :func:`rigkit.host.holds.parse`) over SSH: the one
+    """The host's holds (``paths.HOLDS_FILE``, :func:`rigkit.common.holds.parse`) over SSH: the one
     control-side reader (``rigkit wire-in``, ``rigkit generations``; tests/unit/test_one_piece.py).
 
     Returns ``{name: record}`` (``{}`` when the file is absent). Raises :class:`HostReadError` when
     the command fails (exit != 0: no connection, sudo refused, the file unreadable: a hold is a safety
-    record, so a failed read is never "no hold") and :class:`rigkit.host.holds.HoldsError` when the
+    record, so a failed read is never "no hold") and :class:`rigkit.common.holds.HoldsError` when the
     file is not a JSON object of hold records."""
-    from rigkit.host import holds
+    from rigkit.common import holds
 
     path = shlex.quote(paths.HOLDS_FILE)
     proc = remote.run(f"sh -c {shlex.quote(f'if [ -e {path} ]; then cat {path}; fi')}")

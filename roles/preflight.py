@@ -9,10 +9,10 @@ from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
-from rigkit.host import mkinitcpio
+from rigkit.common import mkinitcpio
 from rigkit.operations.facts import Holds, JsonFile, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions, RigBusy, RigLockState
 from rigkit.deploy.preflight import disruptive_steps, refusals
-from rigkit.host.holds import LLAMA_SWAP
+from rigkit.common.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages
 from rigkit.render.declared_state import REPO_PACKAGES
 from rigkit.render.files import own_units

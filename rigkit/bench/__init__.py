@@ -1,28 +1,30 @@
-"""Smoke benchmarks that count right (`rigkit bench`, `rigkit window --sweep`): the control side's own
-parts are the SSH forward (:mod:`rigkit.bench.tunnel`) and the sweep's arguments and frontier
-(:mod:`rigkit.bench.sweep`); the command is :mod:`rigkit.cli.bench`, the charts :mod:`rigkit.report.chart`.
+"""The bench (`rigkit bench`, the window's bench, `rigkit window --sweep`), run by both sides: by
+``rigkit bench`` on the control machine through an SSH forward, and by the window on the host; it ships
+in the agent's wheel. Standard library, ``requests`` (and ``pynvml`` inside :mod:`rigkit.bench.nvml`'s functions)
+and :mod:`rigkit.common` only
+(tests/unit/test_layout.py). Modules, one concern each:
 
-The measuring core lives in :mod:`rigkit.host.bench` (the window on the host imports it too).
-Modules, one concern each:
-
-- :mod:`rigkit.host.bench.sse` — Server-Sent Events parser (WHATWG HTML "Server-sent events",
+- :mod:`rigkit.bench.sse` — Server-Sent Events parser (WHATWG HTML "Server-sent events",
   §9.2.6 "Interpreting an event stream"), incremental UTF-8.
-- :mod:`rigkit.host.bench.client` — one streamed OpenAI-compatible chat completion, timed on a
+- :mod:`rigkit.bench.client` — one streamed OpenAI-compatible chat completion, timed on a
   monotonic clock; token counts from the server's ``usage``. In three parts: ``transport``
   (http.client), ``stream`` (the events' state machine), ``result`` (the record, the counts and
   the one failure classifier).
-- :mod:`rigkit.host.bench.session` — one bench run from the target to the summary, for
+- :mod:`rigkit.bench.session` — one bench run from the target to the summary, for
   ``rigkit bench`` and the window alike.
-- :mod:`rigkit.host.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
+- :mod:`rigkit.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
   ``quoting``) and the verbatim check.
-- :mod:`rigkit.host.bench.results` — JSONL records, per-workload summaries, verdicts.
-- :mod:`rigkit.host.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
-- :mod:`rigkit.host.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
-- :mod:`rigkit.report.chart` — the PNG chart (matplotlib, Agg canvas) and ``write_outputs``.
-- :mod:`rigkit.bench.tunnel` — SSH local forward to the rig's 127.0.0.1.
-- :mod:`rigkit.bench.sweep` — the draft-length sweep's control side.
-- :mod:`rigkit.host.bench.runner` — runs the workloads against a target.
-- :mod:`rigkit.cli.bench` — the ``rigkit bench`` click command.
+- :mod:`rigkit.bench.results` — JSONL records, per-workload summaries, verdicts.
+- :mod:`rigkit.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
+- :mod:`rigkit.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
+- :mod:`rigkit.bench.energy` — the energy of each request, from :mod:`rigkit.bench.nvml`'s readings
+  (the card's counter through NVML, else sampled ``power.draw``).
+- :mod:`rigkit.bench.llama_swap` — the one client of llama-swap (a completion, ``/running``, the
+  key's header, unload, a member's log).
+- :mod:`rigkit.bench.runner` — runs the workloads against a target.
 
-Nothing here touches pyinfra state at import time.
+Not the bench, still here: :mod:`rigkit.bench.tunnel` — the control side's SSH local forward (issue
+44c folds it into :mod:`rigkit.remote`; the agent's wheel leaves it out). The command is
+:mod:`rigkit.cli.bench`, the charts :mod:`rigkit.report.chart`, the sweep's control side
+:mod:`rigkit.report.sweep`.
 """

@@ -20,7 +20,7 @@ import click
 from rigkit import exitcodes, paths
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
-from rigkit.host.bench.workloads import PRESETS, WORKLOAD_NAMES
+from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
 # pyinfra_cli gevent-patches sockets (rigkit.cli.main.main), and nothing may import urllib3 first.
@@ -38,10 +38,10 @@ class BenchAbort(Exception):
 
 
 def parse_key_file(text: str, source: str) -> str:
-    """The API key from an env file (``VLLM_API_KEY=...``, read by :func:`rigkit.host.envfile.parse_env_text`,
+    """The API key from an env file (``VLLM_API_KEY=...``, read by :func:`rigkit.common.envfile.parse_env_text`,
     the host side's reader) or a file holding only the key. Raises ValueError naming the key and
     ``source`` — never the value."""
-    from rigkit.host.envfile import parse_env_text
+    from rigkit.common.envfile import parse_env_text
 
     value = parse_env_text(text).get(KEY_NAME)
     if value:
@@ -70,7 +70,7 @@ def check_member_running(base_url: str, member: str, api_key: str | None) -> str
     answer."""
     import requests
 
-    from rigkit.host import llama_swap
+    from rigkit.bench import llama_swap
 
     try:
         running = llama_swap.running(base_url, timeout_s=10, api_key=api_key)
@@ -97,8 +97,8 @@ def _getattr_path(obj: Any, *names: str) -> Any:
 
 
 class AgentEnergyReader:
-    """A reader for :class:`rigkit.host.bench.energy.EnergyMeter` that reads the host's GPU through its
-    agent: one ``rigkit-agent energy --serve`` session over SSH (:mod:`rigkit.host.nvml`) kept open for
+    """A reader for :class:`rigkit.bench.energy.EnergyMeter` that reads the host's GPU through its
+    agent: one ``rigkit-agent energy --serve`` session over SSH (:mod:`rigkit.bench.nvml`) kept open for
     the whole bench, a line sent per reading and a JSON line back — the card's counter through NVML, or
     sampled ``power.draw`` where the card has none, as the reading says. NVML cannot be reached over a
     plain SSH command, and a session rather than an agent call per reading keeps each reading to one
@@ -198,12 +198,12 @@ class AgentEnergyReader:
 
 def local_energy_reader(base_url: str):
     """``(reader, where)`` for a bare ``--url``: this machine's GPU
-    (:class:`rigkit.host.nvml.EnergyReader`: the counter, else sampled power.draw) when the URL's host is
+    (:class:`rigkit.bench.nvml.EnergyReader`: the counter, else sampled power.draw) when the URL's host is
     a loopback address (the server runs here), else ``(None, why)``: another machine's GPU cannot be
     read from here."""
     from urllib.parse import urlsplit
 
-    from rigkit.host.nvml import EnergyReader
+    from rigkit.bench.nvml import EnergyReader
 
     hostname = (urlsplit(base_url).hostname or "").lower()
     if hostname in ("localhost", "::1") or hostname.startswith("127."):
@@ -218,8 +218,8 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
     energy reader (:class:`AgentEnergyReader`, closed with ``stack``); raises :class:`BenchAbort`."""
     from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
-    from rigkit.host import gpu
-    from rigkit.host.bench.context import Target
+    from rigkit.common import gpu
+    from rigkit.bench.context import Target
     try:
         from rigkit.spec.inventory import load_hosts
     except ImportError as exc:
@@ -376,8 +376,8 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
     """Every workload NOT-RUN because the member is not loaded: no request reaches it (any
     ``/upstream/<member>`` request would make llama-swap load it). Writes the results folder
     all the same (the report shows the attempt) and returns 0."""
-    from rigkit.host.bench.runner import new_run_id, report_lines
-    from rigkit.host.bench.session import not_run_summary, workload_names
+    from rigkit.bench.runner import new_run_id, report_lines
+    from rigkit.bench.session import not_run_summary, workload_names
     from rigkit.report.chart import write_outputs
 
     why = host_ctx.pop("not_running")
@@ -403,10 +403,10 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
-    from rigkit.host.bench.context import Target, load_context_file
-    from rigkit.host.bench.results import find_baselines, load_baseline
-    from rigkit.host.bench.runner import report_lines
-    from rigkit.host.bench.session import BenchSession, TargetUnreachable
+    from rigkit.bench.context import Target, load_context_file
+    from rigkit.bench.results import find_baselines, load_baseline
+    from rigkit.bench.runner import report_lines
+    from rigkit.bench.session import BenchSession, TargetUnreachable
     from rigkit.report.chart import write_outputs
 
     try:

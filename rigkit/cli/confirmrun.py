@@ -239,7 +239,7 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
     returns 1 (the change failed either way). On a failed revert the host is held at ``ch.start``."""
     from rigkit.cli.deployrun import failed_operations, run_pyinfra
     from rigkit.deploy.source import GENERATION_ENV
-    from rigkit.host.lock import LEASE_ENV
+    from rigkit.common.lock import LEASE_ENV
 
     if ch.start is None:
         ch.say(f"{ch.what} FAILED ({why}) and there is no earlier generation to go back to (nothing was "
@@ -282,7 +282,7 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
     failed generation when the run failed before recording one). Returns 0 confirmed (or nothing
     changed), 1 failed (reverted, left by ``--no-revert``, or not revertable)."""
     from rigkit.cli.deployrun import host_result
-    from rigkit.host.confirm import touched_members
+    from rigkit.common.confirm import touched_members
 
     failed_ops, changed, ran = host_result(proc, ch.name)
     host_failed = proc.returncode != 0 and failed_ops is not None

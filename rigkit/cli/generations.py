@@ -57,7 +57,7 @@ def _holds(remote) -> dict:
     safety record: never read as "no hold")."""
     from rich.markup import escape
 
-    from rigkit.host.holds import HoldsError
+    from rigkit.common.holds import HoldsError
     from rigkit.remote import HostReadError, read_holds
 
     try:
@@ -96,7 +96,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
     from rigkit.drift.compare import mask
     from rigkit.deploy.generations import diff, diff_text
-    from rigkit.host.holds import GENERATION
+    from rigkit.common.holds import GENERATION
     from rigkit.spec.secrets import read_hf_token
 
     hs = _one_host(inventory, host)
@@ -158,7 +158,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     not verified (named); exit 2 for a generation that is not kept or is a failed one."""
     from rich.markup import escape
 
-    from rigkit.host.lock import LEASE_ENV
+    from rigkit.common.lock import LEASE_ENV
     from rigkit.cli.deployrun import run_pyinfra, smoke
     from rigkit.deploy.source import GENERATION_ENV, REASON_ENV
     from rigkit.spec.inventory import default_inventory

@@ -202,7 +202,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
 
     from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import lock_text, manifest
-    from rigkit.host.lock import LEASE_ENV
+    from rigkit.common.lock import LEASE_ENV
     from rigkit.remote import Remote
     from rigkit.render.files import render
 

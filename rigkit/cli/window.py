@@ -7,7 +7,7 @@ over SSH (the connection settings pyinfra uses, :class:`rigkit.remote.Remote`), 
 and, at the end, copies ``/var/lib/rigkit/windows/<id>/`` back (journal, bench results with the
 host context; ``chart.png`` is drawn here, where matplotlib is).
 
-``--sweep`` runs a sweep inside the window (:mod:`rigkit.bench.sweep` on this side,
+``--sweep`` runs a sweep inside the window (:mod:`rigkit.report.sweep` on this side,
 :mod:`rigkit.host.window.sweep` on the host): HyperQwen's draft length (``dflash_tokens``; a crash it
 finds is a result, not a failure) or the GPU's power limit (``power_limit``, each limit checked
 against the card's range read over SSH before anything changes; the declared limit put back at
@@ -198,7 +198,7 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
     for preset, b in (journal.get("bench") or {}).items():
         summary_path = dest / f"bench-{preset}" / "summary.json" if dest else None
         if summary_path and summary_path.is_file():
-            from rigkit.host.bench.runner import report_lines
+            from rigkit.bench.runner import report_lines
 
             summary = json.loads(summary_path.read_text())
             click.echo(f"bench {preset} (window {wid}):")
@@ -238,7 +238,7 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
 def _sweep_report(host: str, journal: dict, folder: Path) -> None:
     """Print the sweep's table, frontier and recommendation and write them (``sweep.json``,
     ``sweep.txt``, ``sweep.svg``) into the window's copied folder."""
-    from rigkit.bench.sweep import result, table_lines, write_result
+    from rigkit.report.sweep import result, table_lines, write_result
 
     plan = journal.get("plan") or {}
     res = result(journal["sweep"], int((plan.get("sweep") or {}).get("max_model_len") or
@@ -257,9 +257,9 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
     """The plan's ``sweep`` from the options (exit 2 on bad input, before the host is touched but
     for a read of its journal with ``--resume``); None when ``--resume`` finds nothing left to
     measure (the result is printed, no window is opened)."""
-    from rigkit.bench.sweep import (SweepArgError, check_power_limits, parse_contexts, parse_sweep, parse_workloads,
-                                    plan_sweep)
-    from rigkit.host.gpu import QUERY_COMMAND, parse_query
+    from rigkit.report.sweep import (SweepArgError, check_power_limits, parse_contexts, parse_sweep, parse_workloads,
+                                     plan_sweep)
+    from rigkit.common.gpu import QUERY_COMMAND, parse_query
 
     try:
         key, values = parse_sweep(sweep)
@@ -278,15 +278,15 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
         err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
         sys.exit(exitcodes.FAILED)
     if resume:
-        from rigkit.host.window.sweepgrid import pending
-        from rigkit.bench.sweep import grid_of, result, table_lines
+        from rigkit.common.sweepgrid import pending
+        from rigkit.report.sweep import grid_of, result, table_lines
 
         proc = remote.agent("status")
         if proc.returncode != 0:
             err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
-        from rigkit.host.journal import is_open
+        from rigkit.common.journal import is_open
 
         if is_open(last):
             err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
@@ -355,13 +355,13 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     and resume exactly the timers that were active. With --sweep dflash_tokens=N,...: inside the
     same window, each draft length's .env (rendered here, guard lifted on purpose) is installed, the
     tenant started clean and each workload measured at each context from the shortest up, a crash
-    ending that setting (rigkit.bench.sweep; the deployed .env is put back at restore). With --sweep
+    ending that setting (rigkit.report.sweep; the deployed .env is put back at restore). With --sweep
     power_limit=W,...: each limit checked against the card's range first, then the tenant started once
     and measured at each limit (decode tok/s, tok/J, J/token), the best tok/J keeping >= 95% of the
     best decode tok/s recommended as a gpu_power_limit_w line; the declared limit is put back at
     restore, whatever happens. Exit 0 done, 1 failed/refused/aborted, 2 invalid input.
     """
-    from rigkit.host.bench.workloads import PRESETS
+    from rigkit.bench.workloads import PRESETS
     from rigkit.cli.common import parse_data
     from rigkit.spec.inventory import InventoryError, load_hosts
     from rigkit.spec.problems import SpecError

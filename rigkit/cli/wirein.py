@@ -58,7 +58,7 @@ def live_config(hs) -> str | None:
 def host_holds(hs) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); raises _Fail (exit 1)
     when the host cannot be read or the file is not a JSON object of hold records."""
-    from rigkit.host.holds import HoldsError
+    from rigkit.common.holds import HoldsError
     from rigkit.remote import HostReadError, Remote, read_holds
 
     try:
@@ -79,9 +79,11 @@ def describe_hold(hold: dict) -> str:
 
 def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
+    import yaml
+
     from rigkit import paths
-    from rigkit.host.swapconfig import member_diff, parse_config
-    from rigkit.host.holds import LLAMA_SWAP
+    from rigkit.common.swapconfig import member_diff, parse_config
+    from rigkit.common.holds import LLAMA_SWAP
     from rigkit.render.files import render_llama_swap
 
     declared = render_llama_swap(hs.spec, staged=False)
@@ -97,7 +99,8 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
                                 tofile=f"{paths.LLAMA_SWAP_CONFIG} (declared)")
     sys.stdout.writelines(diff)
     try:
-        members = member_diff(parse_config(live, "live") if live else None, parse_config(declared, "declared"))
+        members = member_diff(parse_config(live, "live", yaml) if live else None,
+                              parse_config(declared, "declared", yaml))
     except ValueError:
         members = {}
     summary = "; ".join(f"{k}: {', '.join(v)}" for k, v in members.items() if v) or "no member definition differs"

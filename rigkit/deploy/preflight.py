@@ -5,11 +5,11 @@ not start (:func:`refusals`; DESIGN.md "Disruption and reboots")."""
 from __future__ import annotations
 
 from rigkit import paths
-from rigkit.host import busy as rig_busy
-from rigkit.host import lock as host_lock
-from rigkit.host.gpu import power_limit_problem
-from rigkit.host.journal import is_open
-from rigkit.host.swapconfig import holds_text
+from rigkit.common import busy as rig_busy
+from rigkit.common.lock import describe
+from rigkit.common.gpu import power_limit_problem
+from rigkit.common.journal import is_open
+from rigkit.common.swapconfig import holds_text
 from rigkit.spec.model import RigSpec, unset_operator_values
 
 
@@ -20,7 +20,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, disruptive: list[str] | Non
     + window: the ``JsonFile`` fact of ``/var/lib/rigkit/window.json``
     + smi: the ``NvidiaSmi`` fact (the power range is checked only when it is readable)
     + disruptive: steps of this run that will interrupt service (restart llama-swap or docker)
-    + busy: the ``RigBusy`` fact (:func:`rigkit.host.busy.facts`): declared lock files present and
+    + busy: the ``RigBusy`` fact (:func:`rigkit.common.busy.facts`): declared lock files present and
       client connections to llama-swap right now (rigkit's own left out)
     + rig_lock: the ``RigLockState`` fact: a disruptive run is refused while someone holds the host
       lock (a window, an activation, a rollback, another deploy's step), naming the holder —
@@ -44,7 +44,7 @@ def refusals(spec: RigSpec, window: dict, smi: dict, disruptive: list[str] | Non
     ours = bool(lease and holder.get("lease") == lease)  # rigkit rollback's own lock: this run is part of it
     if disruptive and (rig_lock or {}).get("held") and not ours:
         out.append(f"this run would interrupt service ({'; '.join(disruptive)}) but the rig is locked by "
-                   f"{host_lock.describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
+                   f"{describe(rig_lock.get('holder'))} ({paths.RIG_LOCK}); run again when it is released")
     refused = rig_busy.refusal(busy or {}, f"this run would interrupt service ({'; '.join(disruptive or [])})")
     if disruptive and not spec.force and refused:
         out.append(refused)

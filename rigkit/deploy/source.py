@@ -55,7 +55,7 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     for an invalid spec, a generation the host cannot show, or a stored spec no longer valid."""
     from rigkit import paths
     from rigkit.operations.facts import GenerationBundle, Holds
-    from rigkit.host.holds import GENERATION
+    from rigkit.common.holds import GENERATION
     from rigkit.render.files import render
 
     spec = spec_for(host)

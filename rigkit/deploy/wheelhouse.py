@@ -2,8 +2,12 @@
 deploy installs the agent with ``pip --no-index`` (DESIGN.md "The host side": no package
 index on the host, exact versions pinned).
 
-The agent's own wheel, ``rigkit_host``, holds only :mod:`rigkit.host` (and ``rigkit/__init__.py``
-for the version): none of the control side's modules or dependencies reach the host."""
+The agent's own wheel, ``rigkit_host``, holds :mod:`rigkit.host` (what runs on the rig), and beside it
+what the host side shares with the control side: :mod:`rigkit.common` (parsers, record formats, names
+of host files and units; standard library only) and :mod:`rigkit.bench` (the bench, which the window
+runs on the host), plus ``rigkit/__init__.py`` for the version. None of the control side's modules or
+dependencies reach the host (tests/unit/test_layout.py holds the import boundary and the staged
+project)."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from rigkit.cache import cache_dir
 
 #: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
 #: model fetch, rigkit.host.fetch; nvidia-ml-py: NVIDIA's NVML binding ``pynvml``, pure Python over the
-#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.host.nvml; prometheus-client: the
+#: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.bench.nvml; prometheus-client: the
 #: rig's metrics in node_exporter's textfile format, pure Python, rigkit.host.promfile).
 AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0", "nvidia-ml-py==13.615.71",
                       "prometheus-client==0.26.0")
@@ -30,8 +34,12 @@ class WheelhouseError(RuntimeError):
     """pip could not build or download a wheel; the message carries pip's output."""
 
 
-HOST_PACKAGE = PROJECT_ROOT / "rigkit" / "host"
-#: The agent wheel's project file: the host package alone, one console script.
+#: The packages the agent's wheel ships (folders under ``rigkit/``, each with its subfolders).
+HOST_PACKAGES = ("common", "bench", "host")
+#: Files of those packages that are the control side's and stay off the host: the SSH forward
+#: (issue 44c folds it into rigkit/remote.py; then this is empty).
+NOT_SHIPPED = ("rigkit/bench/tunnel.py",)
+#: The agent wheel's project file: the host side and what it shares, one console script.
 HOST_PYPROJECT = """[build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -47,17 +55,23 @@ dependencies = [{requirements}]
 rigkit-agent = "rigkit.host.__main__:main"
 
 [tool.setuptools.packages.find]
-include = ["rigkit", "rigkit.host", "rigkit.host.*"]
+include = ["rigkit", "rigkit.common", "rigkit.common.*", "rigkit.bench", "rigkit.bench.*", "rigkit.host",
+           "rigkit.host.*"]
 """
 
 
 def _host_sources() -> list[Path]:
-    return sorted([PROJECT_ROOT / "rigkit" / "__init__.py", *HOST_PACKAGE.rglob("*.py")])
+    """The files the agent's wheel is built from: ``rigkit/__init__.py`` and every ``.py`` of
+    :data:`HOST_PACKAGES` but :data:`NOT_SHIPPED`, sorted."""
+    files = [p for pkg in HOST_PACKAGES for p in (PROJECT_ROOT / "rigkit" / pkg).rglob("*.py")
+             if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_SHIPPED]
+    return sorted([PROJECT_ROOT / "rigkit" / "__init__.py", *files])
 
 
 def stage_host_project(dest: Path) -> Path:
-    """Lay out the agent wheel's project under ``dest``: ``pyproject.toml`` (:data:`HOST_PYPROJECT`),
-    ``rigkit/__init__.py`` and ``rigkit/host/**.py``. Returns ``dest``."""
+    """Lay out the agent wheel's project under ``dest``: ``pyproject.toml`` (:data:`HOST_PYPROJECT`)
+    and :func:`_host_sources` at their paths (``rigkit/__init__.py``, ``rigkit/{common,bench,host}/**.py``).
+    Returns ``dest``."""
     from rigkit import __version__
 
     for src in _host_sources():

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rigkit import hints, paths
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.drift.severity import EXPECTED, severity_of
@@ -152,9 +152,9 @@ def compare_pins(host: str, pins: dict[str, str] | None, installed: dict[str, st
                  ignorepkg: dict[str, Any] | None) -> list[Finding]:
     """Each pin installed at its full version, and held: an entry of the effective ``IgnorePkg``
     (``pacman-conf IgnorePkg``, :class:`~rigkit.operations.facts.PacmanIgnorePkg`) matches it as
-    libalpm matches (:func:`rigkit.host.pacman.ignored_by`). pacman-conf failing (a missing
+    libalpm matches (:func:`rigkit.common.pacman.ignored_by`). pacman-conf failing (a missing
     ``Include`` target, no pacman.conf) is one finding naming its error."""
-    from rigkit.host.pacman import ignored_by
+    from rigkit.common.pacman import ignored_by
 
     out = []
     for pkg, want in sorted((pins or {}).items()):
@@ -180,7 +180,7 @@ def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, st
     the loaded module (``/sys/module/nvidia/version``) and ``nvidia-smi`` each report it, vs
     ``driver`` (:func:`rigkit.render.declared_state.pinned_driver`: the pin's full version, or
     ``nvidia_driver_version``, a series or a full version), each by
-    :func:`rigkit.host.versions.agrees` (``610.57`` agrees with ``610.57.04``); an nvidia-smi that
+    :func:`rigkit.common.versions.agrees` (``610.57`` agrees with ``610.57.04``); an nvidia-smi that
     cannot answer (mismatch, no GPU) is a finding."""
     out = []
     for pkg in ("nvidia-utils", flavour):
@@ -202,8 +202,8 @@ def compare_driver(host: str, driver: str, flavour: str, installed: dict[str, st
 def compare_cuda(host: str, cuda: str, installed: dict[str, str | None], smi_cuda: str | None,
                  smi_ok: bool) -> list[Finding]:
     """The ``cuda`` package in the declared series (``13.3`` → ``13.3.x-<pkgrel>``,
-    :func:`rigkit.host.versions.agrees`) and the driver's CUDA level (nvidia-smi's header,
-    :func:`rigkit.host.gpu.driver_cuda`) at least the declared one (:func:`rigkit.host.versions.supports`)."""
+    :func:`rigkit.common.versions.agrees`) and the driver's CUDA level (nvidia-smi's header,
+    :func:`rigkit.common.gpu.driver_cuda`) at least the declared one (:func:`rigkit.common.versions.supports`)."""
     out = []
     got = installed.get("cuda")
     if not versions.agrees(cuda, got):
@@ -226,8 +226,8 @@ def compare_reboot(host: str, reasons: list[str]) -> list[Finding]:
 
 def compare_power(host: str, watts: int, smi: dict[str, Any]) -> list[Finding]:
     """``enforced.power.limit`` (and the requested ``power.limit``) vs ``gpu_power_limit_w``, in W;
-    a reading is the declared limit as :func:`rigkit.host.powerlimit.limit_agrees` judges it."""
-    from rigkit.host.powerlimit import limit_agrees
+    a reading is the declared limit as :func:`rigkit.common.powerlimit.limit_agrees` judges it."""
+    from rigkit.common.powerlimit import limit_agrees
 
     out = []
     for gpu in smi.get("gpus", []) if smi.get("state") == "ok" else []:
@@ -328,7 +328,7 @@ def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding
     the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
     naming its own config or a configuration that does not load is a finding (the deploy refuses
     them); no ``/etc/mkinitcpio.conf``: nothing to check, as the deploy."""
-    from rigkit.host.mkinitcpio import KMS, refusal
+    from rigkit.common.mkinitcpio import KMS, refusal
 
     if not loaded or not loaded.get("present"):
         return []
@@ -554,7 +554,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
     activated): its finding says what the deploy does with it — back it up as
     ``<live>.bak-<UTC stamp>`` and activate the declared one — or, under a hold, that the deploy
     leaves it. ``findings`` is changed in place and returned."""
-    from rigkit.host.holds import LLAMA_SWAP
+    from rigkit.common.holds import LLAMA_SWAP
 
     held = isinstance((holds.get("data") or {}).get(LLAMA_SWAP), dict)
     for f in findings:
@@ -567,7 +567,7 @@ def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Fin
 
 def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
     """The generation hold in the probe's ``holds`` (``{"generation": n, ...}``) or None."""
-    from rigkit.host.holds import GENERATION
+    from rigkit.common.holds import GENERATION
 
     hold = ((facts.get("holds") or {}).get("data") or {}).get(GENERATION)
     return hold if isinstance(hold, dict) and hold.get("generation") else None
@@ -598,7 +598,7 @@ def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:
     """The host lock (``/var/lib/rigkit/rig.lock``, :mod:`rigkit.host.lock`): who holds it now (a
     ``warn``: something is changing the serving state), or the record a holder that died left behind
     (a ``warn``: the next command reclaims it; what it did may be half done)."""
-    from rigkit.host.lock import describe
+    from rigkit.common.lock import describe
 
     if state.get("held"):
         return [Finding(host, "lock", paths.RIG_LOCK, "free", f"held by {describe(state.get('holder'))}")]
@@ -630,8 +630,8 @@ def compare_power_healer(host: str, record: Any) -> list[Finding]:
 
 
 def window_open(facts: dict[str, Any]) -> bool:
-    """True when the probe found an open window journal (:func:`rigkit.host.journal.is_open`)."""
-    from rigkit.host.journal import is_open
+    """True when the probe found an open window journal (:func:`rigkit.common.journal.is_open`)."""
+    from rigkit.common.journal import is_open
 
     return is_open((facts.get("window") or {}).get("data"))
 
@@ -639,8 +639,8 @@ def window_open(facts: dict[str, Any]) -> bool:
 def apply_window(host: str, findings: list[Finding], journal: dict | None) -> list[Finding]:
     """While a window is open: report it (``warn``), and mark the findings it explains — its
     tenant swapped in, the proxy down, the paused timers, a sweep's .env, a power-limit sweep's limit — as ``expected`` (not drift), from
-    :func:`rigkit.host.journal.expected_deviations`. Without an open window, ``findings`` unchanged."""
-    from rigkit.host.journal import expected_deviations, is_open
+    :func:`rigkit.common.journal.expected_deviations`. Without an open window, ``findings`` unchanged."""
+    from rigkit.common.journal import expected_deviations, is_open
 
     if not is_open(journal):
         return findings
@@ -667,7 +667,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     :mod:`rigkit.host.activate`): the declared llama-swap config is held back until released
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
-    from rigkit.host.holds import GENERATION as GENERATION_HOLD
+    from rigkit.common.holds import GENERATION as GENERATION_HOLD
 
     if holds.get("error"):
         return [Finding(host, "unreadable", paths.HOLDS_FILE, "a JSON object", holds["error"])]

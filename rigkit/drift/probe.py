@@ -14,7 +14,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import gpu
+from rigkit.common import gpu
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
@@ -73,7 +73,7 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
     sections.append(("kernel", KernelState().command()))
     sections.append(("dkms", "command -v dkms >/dev/null 2>&1 && " + DkmsStatus().command()))
     sections.append(("smi", NvidiaSmi().command()))
-    # the header line that names the driver's CUDA level (rigkit.host.gpu.driver_cuda reads both spellings)
+    # the header line that names the driver's CUDA level (rigkit.common.gpu.driver_cuda reads both spellings)
     sections.append(("smi-cuda", "nvidia-smi | grep -m 1 'CUDA'"))
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))

@@ -18,7 +18,7 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``probe [LOCK_B64 DEEP PREPARED]`` — drift's host-side checks in one process: the ``version`` line,
   then, given a lock, the model-files check's JSON line (:func:`rigkit.host.modelcheck.probe`).
 - ``energy [--serve] [--index N]`` — the GPU's energy readings as JSON lines: the card's counter through
-  NVML, else sampled power.draw (:mod:`rigkit.host.nvml`); reads no host config.
+  NVML, else sampled power.draw (:mod:`rigkit.bench.nvml`); reads no host config.
 - ``version``.
 
 Exit codes: 0 nothing to do or done, 1 the action failed or was refused, 2 invalid input.
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(probe(argv[1:]))
         sys.exit(0)
     if job == "energy":
-        from rigkit.host.nvml import main as energy_main
+        from rigkit.bench.nvml import main as energy_main
 
         sys.exit(energy_main(argv[1:]))
     if job in ("fetch", "record", "status"):

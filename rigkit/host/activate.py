@@ -17,10 +17,10 @@ rolled-back or refused config left there would read as a change the deploy would
 
 Rollback (:func:`rollback`): the newest backup that differs from the live config goes back in through
 the same path, and a *hold* is recorded in ``/var/lib/rigkit/holds.json``; the deploy reports a hold
-and does not re-activate; drift reports it (:mod:`rigkit.host.holds`) until :func:`release`.
+and does not re-activate; drift reports it (:mod:`rigkit.common.holds`) until :func:`release`.
 
 Runs in the agent's venv: the standard library, ``requests`` and ``yaml`` only. The config's pure
-reading (the resident, the member diff, the probe order, backups) is :mod:`rigkit.host.swapconfig`,
+reading (the resident, the member diff, the probe order, backups) is :mod:`rigkit.common.swapconfig`,
 which the control side imports too; the command the control side runs this by is
 :func:`rigkit.agentcmd.activation_command`. Paths, the port and the unit come from the host config
 (:mod:`rigkit.host.config`). An activation, a rollback and a release hold the host lock
@@ -43,14 +43,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, envfile, standdown
-from rigkit.host.holds import LLAMA_SWAP as HOLD_KEY
-from rigkit.host.holds import read_holds, write_holds
-from rigkit.host.jsonfile import iso_utc
-from rigkit.host.lock import LockHeld
-from rigkit.host.swapconfig import backups, member_diff, parse_config, probe_order, resident, sha256_text, utc_stamp
+import yaml
 
-UNIT = "rigkit-activate"  # the transient unit the activation runs in (one at a time, by name)
+from rigkit.common import atomic, envfile
+from rigkit.host import standdown
+from rigkit.common.holds import LLAMA_SWAP as HOLD_KEY
+from rigkit.common.holds import read_holds, write_holds
+from rigkit.common.jsonfile import iso_utc
+from rigkit.host.lock import LockHeld
+from rigkit.common.swapconfig import backups, member_diff, parse_config, probe_order, resident, sha256_text, utc_stamp
+
 DEFAULT_OWNER = "root:llama-swap"
 DEFAULT_MODE = 0o640
 
@@ -184,7 +186,7 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
     """
     log = host.log
     try:
-        new = parse_config(new_text, "the new config")
+        new = parse_config(new_text, "the new config", yaml)
     except ValueError as exc:
         log(f"error: {exc}")
         return 2
@@ -201,7 +203,7 @@ def activate(new_text: str, live: Path, host: Host, holds_path: Path,
     old = None
     if old_text is not None:
         try:
-            old = parse_config(old_text, str(live))
+            old = parse_config(old_text, str(live), yaml)
         except ValueError as exc:
             log(f"warning: {exc}; every member counts as changed")
     timeout_s = host.completion_timeout_s or float(new.get("healthCheckTimeout") or 120) + 30
@@ -268,7 +270,7 @@ def _recover(host: Host, live: Path, backup: Path | None, old_text: str | None, 
         elif live.read_text() != old_text:  # same text re-probed (force_restart): nothing to restore
             raise ActivationError("no backup was taken")
         log(f"restored the previous config from {source or live}")
-        old = parse_config(old_text, "the previous config")
+        old = parse_config(old_text, "the previous config", yaml)
         host.restart()
         host.wait_health()
         res = resident(old)
@@ -312,7 +314,8 @@ def rollback(live: Path, host: Host, holds_path: Path, by: str = "rigkit wire-in
         return rc
     held_copy = next(iter(sorted(set(backups(live)) - before)), None)
     try:
-        cur, back = parse_config(source.read_text(), str(source)), parse_config(current, "the replaced config")
+        cur = parse_config(source.read_text(), str(source), yaml)
+        back = parse_config(current, "the replaced config", yaml)
     except ValueError:
         cur = back = None
     holds[HOLD_KEY] = {

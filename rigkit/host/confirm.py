@@ -9,7 +9,7 @@ A generation is *confirmed* when, within a budget (s):
    docker, the power limit, persistenced) is ``active`` (``systemctl is-active``), waiting while one
    is ``activating``;
 2. the GPU enforces the generation's power limit (``nvidia-smi --query-gpu=enforced.power.limit``,
-   :func:`rigkit.host.gpu.query`; as :func:`rigkit.host.powerlimit.limit_agrees` judges it);
+   :func:`rigkit.common.gpu.query`; as :func:`rigkit.common.powerlimit.limit_agrees` judges it);
 3. every file the generation declares has its declared sha256, mode and owner on disk (what drift
    checks of the files the change touched: all rendered files and the model lock);
 4. llama-swap answers ``/health``, then a real chat completion through it (:func:`completion`,
@@ -42,7 +42,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import envfile, gpu, llama_swap
+from rigkit.common import envfile
+from rigkit.host import gpu
+from rigkit.bench import llama_swap
 
 #: Seconds added to the asked members' cold boots (llama-swap's restart, /health, the requests).
 MARGIN_S = 60.0
@@ -56,7 +58,7 @@ class ConfirmError(RuntimeError):
 
 def completion(base: str, member: str, api_key: str | None, timeout_s: float) -> str:
     """One real chat completion to ``member`` through llama-swap at ``base`` (``http://127.0.0.1:<port>``,
-    :func:`rigkit.host.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"HTTP 200, N token(s) in
+    :func:`rigkit.bench.llama_swap.complete`: ``max_tokens`` 1, not streamed). Returns ``"HTTP 200, N token(s) in
     S s"``; raises ConfirmError on no answer within ``timeout_s`` s, a non-200 answer (with the
     member's own last log lines, which say why a server refused to start), or an answer without
     ``usage.completion_tokens`` > 0. The API key is a bearer token, masked in every message."""
@@ -105,16 +107,6 @@ def budget_for(spec: dict[str, Any], asked: list[str]) -> float:
     members = (spec.get("llama_swap") or {}).get("members") or {}
     total = sum(float((members.get(m) or {}).get("cold_boot_s") or 0) for m in asked)
     return max(MIN_BUDGET_S, total + MARGIN_S)
-
-
-def touched_members(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
-    """The member ids whose definition differs between two spec snapshots (``llama_swap.members``;
-    one missing from either counts), sorted; every member of ``new`` without ``old``."""
-    om = ((old or {}).get("llama_swap") or {}).get("members") or {}
-    nm = (new.get("llama_swap") or {}).get("members") or {}
-    if old is None:
-        return sorted(nm)
-    return sorted(m for m in set(om) | set(nm) if om.get(m) != nm.get(m))
 
 
 def _unit_state(unit: str) -> str:
@@ -220,7 +212,7 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
         add(f"unit {unit}", state == "active", state)
     want_w = spec.get("gpu_power_limit_w")
     if want_w is not None:
-        from rigkit.host.powerlimit import limit_agrees
+        from rigkit.common.powerlimit import limit_agrees
 
         enforced, why = probe.enforced_w(power_index)
         ok = limit_agrees(enforced, float(want_w))
@@ -259,13 +251,15 @@ def confirm(record: dict[str, Any], touched: list[str], probe: Probe, budget_s: 
 
 def _live_state(cfg: Any, log: Callable[[str], None]) -> tuple[set[str] | None, dict[str, str]]:
     """``(the live llama-swap config's member ids or None when unreadable, {path: why} of files a hold
-    keeps)``: a ``llama-swap`` hold (:mod:`rigkit.host.holds`) keeps the live config it restored."""
-    from rigkit.host.holds import LLAMA_SWAP, read_holds
-    from rigkit.host.swapconfig import parse_config
+    keeps)``: a ``llama-swap`` hold (:mod:`rigkit.common.holds`) keeps the live config it restored."""
+    import yaml
+
+    from rigkit.common.holds import LLAMA_SWAP, read_holds
+    from rigkit.common.swapconfig import parse_config
 
     live = Path(cfg.get("llama_swap", "config"))
     try:
-        members: set[str] | None = set(parse_config(live.read_text(), str(live))["models"])
+        members: set[str] | None = set(parse_config(live.read_text(), str(live), yaml)["models"])
     except (OSError, ValueError) as exc:
         log(f"note the live config is unreadable ({exc}); every touched member is asked")
         members = None

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rigkit.host import atomic
+from rigkit.common import atomic
 from rigkit.host.modelrecords import (
     PARTIAL_DIR,
     RECORD_VERSION,
@@ -89,7 +89,7 @@ from rigkit.host.modelrecords import (
     status,
     write_record,
 )
-from rigkit.host.envfile import parse_env_text
+from rigkit.common.envfile import parse_env_text
 
 
 

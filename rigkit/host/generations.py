@@ -51,10 +51,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit.host import atomic, pacman
-from rigkit.host.holds import GENERATION as HOLD_KEY
-from rigkit.host.holds import read_holds, write_holds
-from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
+from rigkit.common import atomic
+from rigkit.host import pacman
+from rigkit.common.holds import GENERATION as HOLD_KEY
+from rigkit.common.holds import read_holds, write_holds
+from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 DEFAULT_KEEP = 10
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from rigkit.host import llama_swap, standdown
+from rigkit.bench import llama_swap
+from rigkit.host import standdown
 from rigkit.host.config import HostConfig
 
 

@@ -14,6 +14,9 @@ keeps the lock for its whole run with ``rigkit-agent lock hold --lease ID`` (the
 ``lease``), and the commands it runs meanwhile (the deploy's activation, its docker restart, the
 generation record) run with ``RIGKIT_LOCK_LEASE=ID`` in their environment: they *join* the
 holder instead of being refused by it. Anyone else is refused as usual.
+
+The record's format and the lease variable are :mod:`rigkit.common.lock` (the control side reads them
+too); this module takes, holds and releases the lock.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.jsonfile import iso_utc
+from rigkit.common.jsonfile import iso_utc
 
-LEASE_ENV = "RIGKIT_LOCK_LEASE"
+from rigkit.common.lock import LEASE_ENV, describe, parse_record, parse_state
 
 
 class LockHeld(RuntimeError):
@@ -37,31 +40,6 @@ class LockHeld(RuntimeError):
     def __init__(self, path: Path, holder: dict[str, Any]) -> None:
         self.path, self.holder = path, holder
         super().__init__(f"the rig is locked by {describe(holder)} ({path}); refused")
-
-
-def describe(holder: dict[str, Any] | None) -> str:
-    """``"window 2026…-ab12cd (pid 812, since 2026-12-01T10:00:00Z: rigkit-agent window run)"``."""
-    if not holder:
-        return "an unknown holder (no record)"
-    cmd = holder.get("command")
-    return (f"{holder.get('what', '?')} (pid {holder.get('pid', '?')}, since {holder.get('since', '?')}"
-            + (f": {cmd}" if cmd else "") + ")")
-
-
-def parse_record(text: str) -> dict[str, Any] | None:
-    """The holder record in the lock file's text; None when empty or not a JSON object."""
-    try:
-        data = json.loads(text) if text.strip() else None
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def parse_state(held: bool, text: str) -> dict[str, Any]:
-    """``{"held": bool, "holder": record|None, "stale": record|None}`` from whether the flock is
-    taken and the file's text (a record in an unlocked file is ``stale``: its holder died)."""
-    record = parse_record(text)
-    return {"held": held, "holder": record if held else None, "stale": None if held else record}
 
 
 def pid_alive(pid: Any) -> bool:

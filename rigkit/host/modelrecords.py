@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.jsonfile import write_atomic
+from rigkit.common.jsonfile import write_atomic
 
 PARTIAL_DIR = ".rigkit-partial"
 RECORD_VERSION = 1

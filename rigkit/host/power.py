@@ -27,9 +27,11 @@ import sys
 import time
 from typing import Any, Callable
 
-from rigkit.host import gpu, powerlimit, standdown
+from rigkit.common import gpu, powerlimit
+from rigkit.host import standdown
+from rigkit.host.powerlimit import set_limit
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
+from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 JOB = "power"
 
@@ -43,11 +45,11 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
          now: Callable[[], float] | None = None) -> int:
     """Keep GPU ``power.index``'s enforced limit at the host config's ``power.limit_w`` (W).
 
-    + query: reads the GPUs (default :func:`rigkit.host.gpu.query`, ``nvidia-smi --query-gpu=...``)
+    + query: reads the GPUs (default :func:`rigkit.common.gpu.query`, ``nvidia-smi --query-gpu=...``)
     + apply: sets a limit (default :func:`rigkit.host.powerlimit.set_limit`)
 
     Nothing is done while both ``enforced.power.limit`` and ``power.limit`` are the declared limit
-    (:func:`rigkit.host.powerlimit.limit_agrees`), while a window is open or the host lock is held
+    (:func:`rigkit.common.powerlimit.limit_agrees`), while a window is open or the host lock is held
     (it says who holds it), or when nvidia-smi cannot be read (a driver/library mismatch until the reboot: drift reports
     it). Otherwise, under the host lock and after reading the GPU again (whoever held the lock may have
     set it meanwhile): set the declared limit and read back ``enforced.power.limit``.
@@ -57,7 +59,7 @@ def heal(cfg: HostConfig, query: Callable[[], dict[str, Any]] | None = None,
     (the unit shows failed: a human should look). The record goes to ``paths.power_state``.
     """
     query = query or gpu.query
-    apply = apply or powerlimit.set_limit
+    apply = apply or set_limit
     now = now or time.time
     want = float(cfg.get("power", "limit_w"))
     index = int(cfg.get("power", "index"))

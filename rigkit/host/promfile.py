@@ -112,7 +112,7 @@ def textfile_dir(cfg: Any) -> Path | None:
 
 def epoch(iso: str | None) -> float | None:
     """Seconds since the epoch of the host records' UTC time (``2026-12-02T03:04:05Z``,
-    :func:`rigkit.host.jsonfile.iso_utc`); None for None or another shape."""
+    :func:`rigkit.common.jsonfile.iso_utc`); None for None or another shape."""
     if not iso:
         return None
     try:
@@ -183,7 +183,7 @@ def state_families(lock: dict[str, Any], window_open: bool, index: dict[str, Any
     + window_open: whether a window's journal says one is open (:func:`rigkit.host.standdown.window_reason`)
     + index: the generations index (:func:`rigkit.host.generations.read_index`: ``current``, ``generations``
       [{n, time, failed?}])
-    + holds: :func:`rigkit.host.holds.read_holds` (``generation`` {generation, since} when held)
+    + holds: :func:`rigkit.common.holds.read_holds` (``generation`` {generation, since} when held)
 
     ``rigkit_lock_held`` (0/1), ``rigkit_lock_holder_info{kind}`` (1, while held),
     ``rigkit_lock_held_since_timestamp_seconds``, ``rigkit_window_open`` (0/1), ``rigkit_generation_current``
@@ -223,8 +223,9 @@ def state_families(lock: dict[str, Any], window_open: bool, index: dict[str, Any
 def read_state(cfg: Any) -> list[Metric]:
     """:func:`state_families` from this host's files, each through its one reader (the lock's
     :func:`rigkit.host.lock.state`, :func:`rigkit.host.standdown.window_reason`, the generations index,
-    :func:`rigkit.host.holds.read_holds`)."""
-    from rigkit.host import generations, holds, lock, standdown
+    :func:`rigkit.common.holds.read_holds`)."""
+    from rigkit.host import generations, lock, standdown
+    from rigkit.common import holds
 
     return state_families(lock.state(cfg.path("lock")), standdown.window_reason(cfg, "metrics") is not None,
                           generations.read_index(cfg.path("generations")), holds.read_holds(cfg.path("holds")))
@@ -232,7 +233,7 @@ def read_state(cfg: Any) -> list[Metric]:
 
 def read_power(cfg: Any) -> list[Metric]:
     """:func:`power_families` from the healer's record (``paths.power_state``)."""
-    from rigkit.host.jsonfile import read_object
+    from rigkit.common.jsonfile import read_object
 
     return power_families(read_object(cfg.path("power_state")))
 

@@ -5,9 +5,10 @@ window is open."""
 
 from __future__ import annotations
 
+from rigkit.common.lock import describe
 from rigkit.host import lock as host_lock
 from rigkit.host.config import HostConfig
-from rigkit.host.journal import is_open, read_journal
+from rigkit.common.journal import is_open, read_journal
 
 
 class WindowOpen(RuntimeError):
@@ -69,7 +70,7 @@ def lock_reason(cfg: HostConfig, job: str) -> str | None:
     """``"<job>: the rig is locked by ...; standing down"`` when the host lock is held, else None."""
     st = host_lock.state(cfg.path("lock"))
     if st["held"]:
-        return f"{job}: the rig is locked by {host_lock.describe(st['holder'])}; standing down"
+        return f"{job}: the rig is locked by {describe(st['holder'])}; standing down"
     return None
 
 

@@ -13,9 +13,11 @@ import sys
 import time
 from typing import Callable
 
-from rigkit.host import llama_swap, envfile, standdown
+from rigkit.bench import llama_swap
+from rigkit.common import envfile
+from rigkit.host import standdown
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import iso_utc, read_object, write_atomic
+from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 
 def probe(member: dict, model: str, api_key: str | None, timeout_s: float) -> str | None:

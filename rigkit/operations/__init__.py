@@ -17,6 +17,6 @@ which is what makes a converged run report 0 changes). One module per concern; t
 The pure helpers (:func:`~rigkit.operations.pacman.archive_url`,
 :func:`~rigkit.operations.pacman.include_argv`, :func:`~rigkit.operations.config.merge_json`) are
 unit tested alone; the operator's pacman.conf and mkinitcpio files are read through their owners
-(``pacman-conf``, mkinitcpio v41's loading: :mod:`rigkit.host.pacman`, :mod:`rigkit.host.mkinitcpio`);
+(``pacman-conf``, mkinitcpio v41's loading: :mod:`rigkit.host.pacman`, :mod:`rigkit.common.mkinitcpio`);
 the operations are proven against the sandbox host. Nothing here touches pyinfra state at import time.
 """

@@ -16,8 +16,8 @@ from rigkit import paths
 from rigkit.agentcmd import locked_command
 from rigkit.operations.config import _backup
 from rigkit.operations.facts import DkmsStatus, KernelState, MkinitcpioHooks, RigBusy
-from rigkit.host import mkinitcpio
-from rigkit.host import busy as rig_busy
+from rigkit.common import mkinitcpio
+from rigkit.common import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
 from rigkit.operations.shell import script
 
@@ -25,13 +25,13 @@ from rigkit.operations.shell import script
 @operation()
 def mkinitcpio_without_kms():
     """Keep the ``kms`` hook out of the initramfs through rigkit's drop-in
-    (:data:`rigkit.paths.MKINITCPIO_DROPIN`, :data:`rigkit.host.mkinitcpio.DROPIN_TEXT`), never by
+    (:data:`rigkit.paths.MKINITCPIO_DROPIN`, :data:`rigkit.common.mkinitcpio.DROPIN_TEXT`), never by
     editing the operator's files; rebuild the initramfs (``mkinitcpio -P``) only when the effective
     HOOKS change.
 
     Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
     the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
-    nothing to do. Raises ``OperationError`` (:func:`rigkit.host.mkinitcpio.refusal`) when a preset
+    nothing to do. Raises ``OperationError`` (:func:`rigkit.common.mkinitcpio.refusal`) when a preset
     names its own config (no drop-in would be read) or kms would stay in effect; preflight refuses the
     same before anything is touched. When the drop-in changes the effective HOOKS it is installed and
     the initramfs rebuilt in one step; a failed rebuild puts the previous drop-in back (so the next
@@ -135,7 +135,7 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
     """Stop the deploy before the GPU steps while a reboot is pending, or reboot when allowed.
 
     + driver_version: the pinned driver (:func:`rigkit.render.declared_state.pinned_driver`: the
-      pin's full version, or ``nvidia_driver_version``; the module agrees by :func:`rigkit.host.versions.agrees`)
+      pin's full version, or ``nvidia_driver_version``; the module agrees by :func:`rigkit.common.versions.agrees`)
     + flavour: the driver package (``driver_flavour``)
     + allow_reboot: the spec's ``reboot`` switch (``--data reboot=true``)
     + lock_files/proxy_port/force: a reboot is refused while a declared lock file exists or the

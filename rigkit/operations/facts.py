@@ -14,8 +14,8 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from rigkit import paths
-from rigkit.host import busy, gpu, mkinitcpio, pacman
-from rigkit.host import lock as host_lock
+from rigkit.common import busy, gpu, mkinitcpio, pacman
+from rigkit.common.lock import parse_state
 
 RC_MARK = "__RIGKIT_RC__="
 #: The host's Python as the agent's wheelhouse is built for it (``"3.13"``): the deploy's ``Command``
@@ -37,8 +37,8 @@ def _split_rc(output: list[str]) -> tuple[list[str], int | None]:
 
 
 class NvidiaSmi(FactBase):
-    """The GPUs as ``nvidia-smi`` reports them, or why it cannot: :func:`rigkit.host.gpu.parse_query`
-    of ``nvidia-smi --query-gpu=<rigkit.host.gpu.FIELDS> --format=csv,noheader,nounits`` (the host
+    """The GPUs as ``nvidia-smi`` reports them, or why it cannot: :func:`rigkit.common.gpu.parse_query`
+    of ``nvidia-smi --query-gpu=<rigkit.common.gpu.FIELDS> --format=csv,noheader,nounits`` (the host
     side reads the GPU with the same parser). ``missing`` means no ``nvidia-smi`` on PATH.
     """
 
@@ -61,7 +61,7 @@ class PacmanVersions(FactBase):
     """Installed versions of the named packages: ``{name: "[epoch:]pkgver-pkgrel" | None}``.
 
     Command: ``pacman -Q NAME...`` (lines ``name version``; ``error: package 'x' was not found``
-    for a missing one), parsed by :func:`rigkit.host.pacman.parse_query` (the host side's one reader).
+    for a missing one), parsed by :func:`rigkit.common.pacman.parse_query` (the host side's one reader).
     Unlike pyinfra's ``PacmanPackages`` it keys by the exact names asked for.
     """
 
@@ -82,10 +82,10 @@ class PacmanVersions(FactBase):
 
 class PacmanIgnorePkg(FactBase):
     """The effective ``IgnorePkg`` as pacman reads it, every ``Include`` followed:
-    :func:`rigkit.host.pacman.parse_ignorepkg` of ``pacman-conf IgnorePkg``
-    (:data:`rigkit.host.pacman.IGNOREPKG_COMMAND`): ``{"entries": [...], "rc", "messages", "error"}``;
+    :func:`rigkit.common.pacman.parse_ignorepkg` of ``pacman-conf IgnorePkg``
+    (:data:`rigkit.common.pacman.IGNOREPKG_COMMAND`): ``{"entries": [...], "rc", "messages", "error"}``;
     ``error`` set (pacman-conf exited non-zero: a missing ``Include`` target, no pacman.conf) is a
-    finding for the caller, not a crash. Whether a pin is held: :func:`rigkit.host.pacman.ignored_by`."""
+    finding for the caller, not a crash. Whether a pin is held: :func:`rigkit.common.pacman.ignored_by`."""
 
     def command(self) -> str:
         return pacman.IGNOREPKG_COMMAND
@@ -96,8 +96,8 @@ class PacmanIgnorePkg(FactBase):
 
 class MkinitcpioHooks(FactBase):
     """mkinitcpio's effective HOOKS as mkinitcpio v41 loads its configuration, now and with rigkit's
-    drop-in as declared: :func:`rigkit.host.mkinitcpio.parse_load` of ``bash -c``
-    :func:`rigkit.host.mkinitcpio.load_script` (the main file, the drop-ins sorted, sourced by bash,
+    drop-in as declared: :func:`rigkit.common.mkinitcpio.parse_load` of ``bash -c``
+    :func:`rigkit.common.mkinitcpio.load_script` (the main file, the drop-ins sorted, sourced by bash,
     a string HOOKS made an array): ``{"present", "presets", "dropins", "hooks", "with_rigkit", "error"}``."""
 
     def command(self) -> str:
@@ -140,12 +140,12 @@ class JsonFile(FactBase):
 
 class Holds(JsonFile):
     """The holds file (``/var/lib/rigkit/holds.json``) read by its one parser,
-    :func:`rigkit.host.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
+    :func:`rigkit.common.holds.parse`: ``{"exists": bool, "data": {name: record}, "error": str | None}``
     (``data`` ``{}`` when absent; ``error`` — the parser's message — when it is not a JSON object of
     hold records: a caller refuses, never reads it as "no hold"). Command: ``cat PATH``."""
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        from rigkit.host import holds
+        from rigkit.common import holds
 
         lines, rc = _split_rc(output)
         if rc == 404:
@@ -204,7 +204,7 @@ _DKMS = re.compile(r"^(?P<module>[^/,\s]+)/(?P<version>[^,\s]+), (?P<kernel>[^,\
 class DkmsStatus(FactBase):
     """``dkms status`` as ``[{"module", "version", "kernel", "arch", "status"}]`` (dkms(8):
     lines ``nvidia/610.57.04, 6.12.60-1-lts, x86_64: installed``: the full driver version, compared with the
-    declared one by :func:`rigkit.host.versions.agrees`); empty without dkms."""
+    declared one by :func:`rigkit.common.versions.agrees`); empty without dkms."""
 
     def requires_command(self, *args, **kwargs) -> str:
         return "dkms"
@@ -269,7 +269,7 @@ class ModelStatus(FactBase):
 
 
 class RigBusy(FactBase):
-    """Is the rig busy (:func:`rigkit.host.busy.facts`, the one answer the window uses too):
+    """Is the rig busy (:func:`rigkit.common.busy.facts`, the one answer the window uses too):
     ``{"port", "clients": [peer address:port], "locks": [declared lock files present]}``, rigkit's
     own requests (processes in ``own_units``) left out of the clients. Command: ``cat /proc/net/tcp
     /proc/net/tcp6``, the socket inodes of processes whose ``/proc/<pid>/cgroup`` names one of
@@ -311,7 +311,7 @@ class RigBusy(FactBase):
 
 
 class RigLockState(FactBase):
-    """The host lock's state (DESIGN.md "One host lock"): :func:`rigkit.host.lock.parse_state` of
+    """The host lock's state (DESIGN.md "One host lock"): :func:`rigkit.common.lock.parse_state` of
     whether ``flock -n -s PATH true`` (util-linux) fails — someone holds it — and the holder record
     the file holds. Returns ``{"held": bool, "holder": record|None, "stale": record|None}``."""
 
@@ -322,10 +322,10 @@ class RigLockState(FactBase):
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return host_lock.parse_state(False, "")
+        return parse_state(False, "")
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return host_lock.parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))
+        return parse_state(bool(output) and output[0] == "HELD", "\n".join(output[1:]))
 
 
 class GenerationBundle(FactBase):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyinfra import host, state
 from pyinfra.api import FunctionCommand, OperationError, operation
 
-from rigkit.host.gpu import card, power_limit_problem
-from rigkit.host.powerlimit import GPU_INDEX, limit_agrees, read_back_problem, set_argv
+from rigkit.common.gpu import card, power_limit_problem
+from rigkit.common.powerlimit import GPU_INDEX, limit_agrees, read_back_problem, set_argv
 from rigkit.operations.facts import NvidiaSmi
 from rigkit.operations.shell import argv
 
@@ -19,7 +19,7 @@ def gpu_power_limit(watts: int, index: int = GPU_INDEX):
     + index: the GPU index
 
     No change when ``power.limit`` and ``enforced.power.limit`` already agree with ``watts``
-    (:func:`rigkit.host.powerlimit.limit_agrees`, the one tolerance). When
+    (:func:`rigkit.common.powerlimit.limit_agrees`, the one tolerance). When
     ``nvidia-smi`` cannot answer, the plan (``--dry``) predicts the change (an earlier operation may
     restore the driver it needs) and a real run fails naming why. After
     ``nvidia-smi --power-limit`` the enforced limit is read back: open modules on some GPUs

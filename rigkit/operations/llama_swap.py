@@ -10,8 +10,8 @@ from pyinfra.facts.files import Sha256File
 from rigkit import hints, paths
 from rigkit.operations.facts import Holds
 from rigkit.agentcmd import activate_command
-from rigkit.host import swapconfig
-from rigkit.host.holds import LLAMA_SWAP
+from rigkit.common import swapconfig
+from rigkit.common.holds import LLAMA_SWAP
 
 
 #: The agent's log lines the deploy's output repeats as warnings (the rest stays in the activation log):

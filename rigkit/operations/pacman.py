@@ -10,7 +10,7 @@ from pyinfra.facts.files import FileContents
 
 from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
 from rigkit import paths
-from rigkit.host.pacman import options_include
+from rigkit.common.pacman import options_include
 from rigkit.operations.config import _backup
 from pyinfra.api import StringCommand
 
@@ -130,7 +130,7 @@ def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF
     operator's file, right after the first ``[options]`` header (``sed -i``: every other byte stays), the
     file backed up first and the backup named in the deploy's output.
 
-    + include: rigkit's pins file (:func:`rigkit.host.pacman.pins_conf`), installed before this runs
+    + include: rigkit's pins file (:func:`rigkit.common.pacman.pins_conf`), installed before this runs
     + path: pacman.conf
 
     The operator's ``IgnorePkg`` lines (globs, several lines, their own ``Include`` files) are left as
@@ -164,7 +164,7 @@ def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF
 
 def include_argv(include: str, path: str) -> list[str]:
     """The command adding ``Include = <include>`` right after the first ``[options]`` header of
-    pacman.conf ``path`` (the header :func:`rigkit.host.pacman.options_include` finds: the line
+    pacman.conf ``path`` (the header :func:`rigkit.common.pacman.options_include` finds: the line
     stripped is ``[options]``), every other byte left as it is (GNU ``sed -i``, ``a`` command)."""
     header = r"^[[:space:]]*\[options\][[:space:]]*$"
     return ["sed", "-i", "-e", f"0,/{header}/{{/{header}/a Include = {include}", "-e", "}", path]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rigkit import paths
-from rigkit.host import versions
+from rigkit.common import versions
 
 #: What rigkit owns in ``/etc/docker/daemon.json``: the nvidia runtime exactly as ``nvidia-ctk
 #: runtime configure --runtime=docker`` writes it, and NVIDIA's documented mitigation for
@@ -41,7 +41,7 @@ def pinned_driver(spec) -> str:
     epoch and pkgrel — the full version the deploy installs (``610.57.04-1`` → ``610.57.04``) — when
     pinned and in the declared series, else ``nvidia_driver_version`` itself (the series ``610.57`` or a
     full version). A pin bump within one series (``550.54.14-1`` → ``550.54.15-1`` under ``550.54``)
-    thus still needs its reboot. Compared with what runs by :func:`rigkit.host.versions.agrees`."""
+    thus still needs its reboot. Compared with what runs by :func:`rigkit.common.versions.agrees`."""
     pin = (spec.pacman_pins or {}).get(spec.driver_flavour)
     if isinstance(pin, str) and versions.agrees(spec.nvidia_driver_version, pin):
         return versions.release(pin) or spec.nvidia_driver_version
@@ -60,7 +60,7 @@ def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour:
     ``nvidia`` module must be the pinned driver; with a DKMS flavour the module must also be built
     for every installed kernel (so whichever boots has it). The module and DKMS report the full
     version (``610.57.04``); ``610.57`` agrees with it, ``610.60.02`` does not
-    (:func:`rigkit.host.versions.agrees`). Each reason names both versions.
+    (:func:`rigkit.common.versions.agrees`). Each reason names both versions.
     """
     reasons = []
     kernels = sorted(kernel.get("installed_kernels", []))

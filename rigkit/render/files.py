@@ -20,10 +20,10 @@ import yaml
 
 from rigkit.spec import members as members_mod
 from rigkit import paths
-from rigkit.host.envfile import dotenv_value
+from rigkit.common.envfile import dotenv_value
 from rigkit.render.declared_state import AGENT_TIMERS
-from rigkit.host import powerlimit
-from rigkit.host.pacman import pins_conf
+from rigkit.common import powerlimit
+from rigkit.common.pacman import pins_conf
 from rigkit.spec.model import RigSpec
 
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 
 PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"),
           ("tok_per_j", "tok/J (GPU energy)"))
-#: Figures read from a workload's ``energy`` object (rigkit.host.bench.energy), not its ``metrics``.
+#: Figures read from a workload's ``energy`` object (rigkit.bench.energy), not its ``metrics``.
 ENERGY_METRICS = ("tok_per_j", "j_per_token", "avg_w")
 RUN_COLOUR, BASE_COLOUR, FAIL_COLOUR, MUTED = "#2b6cb0", "#a0aec0", "#c53030", "#718096"
 

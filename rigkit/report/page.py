@@ -8,7 +8,7 @@ coverage.py's and pytest-html's reports: one folder).
 Per host: the drift state now (run live with :func:`rigkit.drift.check`, every host at once
 through pyinfra's own parallel connections, or read from a saved ``rigkit drift --json``
 document, :func:`rigkit.drift.run.read_document`), the GPU's power limit and driver/CUDA as the
-host enforces them, llama-swap's live members and any hold, the last window's journal, the last sweep of each key (:mod:`rigkit.bench.sweep`: table, frontier,
+host enforces them, llama-swap's live members and any hold, the last window's journal, the last sweep of each key (:mod:`rigkit.report.sweep`: table, frontier,
 recommendation, chart). Per
 member: its bench history from the results folder (every ``summary.json`` whose context names
 that host and member: ``rigkit bench --host``, the deploy's smoke), decode and prefill tok/s,
@@ -112,7 +112,7 @@ def find_runs(results_dir: str) -> dict[tuple[str, str], list[Run]]:
 def _baseline(path: str | None) -> tuple[dict[str, dict[str, float]], str | None]:
     if not path:
         return {}, None
-    from rigkit.host.bench.results import load_baseline
+    from rigkit.bench.results import load_baseline
 
     try:
         b = load_baseline(path)
@@ -132,7 +132,7 @@ def _compared_with(runs: list[Run]) -> tuple[dict[str, dict[str, float]], str | 
     ``bench.baseline`` is set: per series (:func:`rigkit.report.chart.series_key`), the baseline
     file the series' latest run's verdict names (``rigkit bench``'s default: the last comparable
     run), read again; ``({metric: {series: median}}, note)``, ``({}, None)`` when none did."""
-    from rigkit.host.bench.results import load_baseline
+    from rigkit.bench.results import load_baseline
     from rigkit.report.chart import series_key
 
     out: dict[str, dict[str, float]] = {}
@@ -226,7 +226,7 @@ def verdict_cells(run: Run) -> list[tuple[str, str, str]]:
 
 
 def energy_cells(run: Run) -> list[tuple[str, str, str]]:
-    """``[(label, text, title)]`` of a run's energy (rigkit.host.bench.energy): the idle draw
+    """``[(label, text, title)]`` of a run's energy (rigkit.bench.energy): the idle draw
     first (``idle``, ``32.0 W``: measured apart, never subtracted), then per measured workload
     ``0.52 tok/J · 1.92 J/token · 118 W``, or ``tok/J n/a — not power-modelled`` with the draw
     when it stayed at the idle level (the joules are not the engine's work); ``[]`` for a run
@@ -365,14 +365,14 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 
 
 def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_tokens") -> dict[str, Any] | None:
-    """The last ``param`` sweep of ``host`` in ``results_dir`` (:func:`rigkit.bench.sweep.find_results`) for
+    """The last ``param`` sweep of ``host`` in ``results_dir`` (:func:`rigkit.report.sweep.find_results`) for
     the page: the table (decode tok/s or CRASH per setting × workload × context), the frontier (a draft
     length's longest context survived; a power limit's decode tok/s, tok/J, J/token, average and
     enforced W), the recommendation, its group_data line and warning, the chart (inline SVG, also
     written to ``out_dir/charts/<host>-sweep-<param>.svg``); None when the host has no such sweep."""
     from matplotlib import rc_context
 
-    from rigkit.bench.sweep import cell_text, find_results, write_chart
+    from rigkit.report.sweep import cell_text, find_results, write_chart
 
     found = [r for r in find_results(results_dir).get(host) or [] if r["grid"]["param"] == param]
     if not found:
@@ -406,8 +406,8 @@ def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_t
 
 
 def sweep_views(host: str, results_dir: str, out_dir: str) -> list[dict[str, Any]]:
-    """The last sweep of each key (:data:`rigkit.bench.sweep.SWEEPABLE`) of ``host``, as :func:`sweep_view`."""
-    from rigkit.bench.sweep import SWEEPABLE
+    """The last sweep of each key (:data:`rigkit.report.sweep.SWEEPABLE`) of ``host``, as :func:`sweep_view`."""
+    from rigkit.report.sweep import SWEEPABLE
 
     return [v for v in (sweep_view(host, results_dir, out_dir, k) for k in SWEEPABLE) if v]
 

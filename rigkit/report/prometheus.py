@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from rigkit.host import promfile
 
-#: The bench's verdict words (:func:`rigkit.host.bench.results.verdict`), one series each.
+#: The bench's verdict words (:func:`rigkit.bench.results.verdict`), one series each.
 VERDICTS = ("PASS", "WARN", "FAIL", "no baseline", "not comparable", "NOT-RUN")
 #: A workload's figures: (metric name, summary metric, help). Medians of the run's requests.
 BENCH_FIGURES = (
@@ -63,7 +63,7 @@ def drift_families(findings: Iterable[Any], codes: dict[str, int], when: float |
 
 def bench_families(summary: dict[str, Any], host: str | None, member: str | None) -> list[Metric]:
     """The last smoke's figures per workload, from a bench ``summary.json`` object
-    (:func:`rigkit.host.bench.runner.build_summary`: ``timestamp`` ISO 8601, ``workloads`` {name:
+    (:func:`rigkit.bench.runner.build_summary`: ``timestamp`` ISO 8601, ``workloads`` {name:
     {metrics: {decode_tps: {median…}, …}, energy: {j_per_token, …}}}, ``verdicts`` {name: {verdict}}),
     labelled ``host``/``member`` (the inventory host and llama-swap member benched; ``""`` for a bare
     ``--url``: a URL is not a label) and ``workload``.

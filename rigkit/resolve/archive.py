@@ -16,7 +16,7 @@ Sources and their formats:
 
 Versions are ordered as pacman orders them: :func:`vercmp` is libalpm's ``alpm_pkg_vercmp``
 (``lib/libalpm/version.c``), held to pacman's own ``vercmp`` tool by a test. The series rule is
-:func:`rigkit.host.versions.agrees` (``610.57`` covers ``610.57.04-1``, not ``610.60.02-1``).
+:func:`rigkit.common.versions.agrees` (``610.57`` covers ``610.57.04-1``, not ``610.60.02-1``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from html.parser import HTMLParser
 from typing import Any
 
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.resolve import ResolveError
 
 #: The repositories a package of the archive may be in, in the order the dated databases are tried.

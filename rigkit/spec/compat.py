@@ -14,12 +14,12 @@
   ``lib32-opencl-nvidia``; ``nvidia-settings``), which carry the driver version
   (notes/nvidia-arch.md §1, "a module and a library of two drivers: Driver/library version mismatch").
 
-Versions are compared through :mod:`rigkit.host.versions`, the one version function.
+Versions are compared through :mod:`rigkit.common.versions`, the one version function.
 """
 
 from __future__ import annotations
 
-from rigkit.host import versions
+from rigkit.common import versions
 
 #: CUDA major → the lowest driver branch (first version component) that runs it (NVIDIA release notes, Table 2).
 CUDA_MAJOR_MIN_DRIVER: dict[int, int] = {13: 580, 12: 525, 11: 450}
@@ -41,7 +41,7 @@ DRIVER_COMPANIONS = ("lib32-nvidia-utils", "lib32-opencl-nvidia", "nvidia-settin
 def highest_cuda_major(driver: str) -> int | None:
     """The highest CUDA major ``driver`` (``"610.57"``, ``"610.57.04"``) runs, from
     :data:`CUDA_MAJOR_MIN_DRIVER`; None below the table's lowest branch. Raises
-    :class:`rigkit.host.versions.VersionError` for a version that is not dotted numbers."""
+    :class:`rigkit.common.versions.VersionError` for a version that is not dotted numbers."""
     branch = versions.components(driver)[0]
     fits = [major for major, lowest in CUDA_MAJOR_MIN_DRIVER.items() if branch >= lowest]
     return max(fits) if fits else None

@@ -295,7 +295,7 @@ class RigSpec(StrictModel):
 
     nvidia_driver_version: DriverVersion = Field(default="610.57", description="the driver: the series the seeds name (610.57) "
                                                                       "or the full version (610.57.04); compared by "
-                                                                      "rigkit.host.versions.agrees")
+                                                                      "rigkit.common.versions.agrees")
     driver_flavour: Literal["nvidia-open-dkms", "nvidia-open", "nvidia-open-lts"] = "nvidia-open-dkms"
     cuda_version: CudaVersion = Field(default="13.3", description="the cuda toolkit package's series (13.3 → 13.3.x)")
     pacman_pins: dict[PackageName, PacmanVersion] | None = Field(

@@ -433,8 +433,8 @@ def dumps_lock(lock: dict[str, Any]) -> str:
 
 
 def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Write :func:`dumps_lock` to ``path`` atomically (:func:`rigkit.host.atomic.write_text`); return the path."""
-    from rigkit.host import atomic
+    """Write :func:`dumps_lock` to ``path`` atomically (:func:`rigkit.common.atomic.write_text`); return the path."""
+    from rigkit.common import atomic
 
     return atomic.write_text(path, dumps_lock(lock), make_parents=False)
 

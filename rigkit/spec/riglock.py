@@ -148,7 +148,7 @@ class Resolver:
     def pins(self, spec: Any, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """Resolve the declared pins (only ``names`` when given). Driver packages declared by one series
         resolve to the newest version all of them have. Raises :class:`~rigkit.resolve.ResolveError`."""
-        from rigkit.host import versions
+        from rigkit.common import versions
         from rigkit.resolve import ResolveError
 
         archive = self.archive(spec.arch_archive_url)

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field
 
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.spec.llama_swap_schema import GO_INT_MAX
 
 
@@ -359,7 +359,7 @@ EnvName = Annotated[str, _pattern(r"^[A-Z_][A-Z0-9_]*$", "environment names are 
 
 
 def _env_value_problem(value: str) -> str | None:
-    from rigkit.host.envfile import dotenv_value
+    from rigkit.common.envfile import dotenv_value
 
     try:
         dotenv_value(value)
@@ -475,9 +475,9 @@ def _version_problem(most: int) -> Any:
     return check
 
 
-#: The driver as the operator declares it: series or full version (:func:`rigkit.host.versions.declared`).
+#: The driver as the operator declares it: series or full version (:func:`rigkit.common.versions.declared`).
 DriverVersion = Annotated[str, _rule(_version_problem(3)), Kind("driver version", "the series (610.57) or the full version (610.57.04)")]
-#: The CUDA toolkit series (:func:`rigkit.host.versions.declared`).
+#: The CUDA toolkit series (:func:`rigkit.common.versions.declared`).
 CudaVersion = Annotated[str, _rule(_version_problem(2)), Kind("cuda version", "the series, e.g. 13.3")]
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
-from rigkit.host import versions
-from rigkit.host.gpu import power_limit_problem
+from rigkit.common import versions
+from rigkit.common.gpu import power_limit_problem
 from rigkit.spec.model import RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
@@ -216,7 +216,7 @@ def _check_pins(spec: RigSpec) -> list[SpecProblem]:
     out = []
     # a package not named here is pinned by its series (rigkit lock: nvidia_driver_version, cuda_version);
     # names and versions are typed (rigkit.spec.types: PackageName, PacmanVersion)
-    # one rule for driver versions (rigkit.host.versions): the spec may name the series (610.57) or the
+    # one rule for driver versions (rigkit.common.versions): the spec may name the series (610.57) or the
     # full version (610.57.04); the pins name the full version the archive has, and all name one driver
     driver = spec.nvidia_driver_version
     full = driver.count(".") >= 2

@@ -22,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def no_local_gpu(monkeypatch):
     """This machine's nvidia-smi reads as missing (``rigkit bench --url`` on 127.0.0.1 reads the
     local GPU's energy), so a machine with a GPU runs these tests as one without does; a test
-    that wants readings sets ``rigkit.host.gpu.query_energy`` itself."""
-    from rigkit.host import gpu
+    that wants readings sets ``rigkit.common.gpu.query_energy`` itself."""
+    from rigkit.common import gpu
 
     monkeypatch.setattr(gpu, "query_energy", lambda timeout_s=10.0: gpu.parse_energy("", 127))
 

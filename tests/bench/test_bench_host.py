@@ -98,7 +98,7 @@ def test_ready_member_is_benched_through_the_forward_with_host_context(rig, tmp_
     assert result.exit_code == 0, result.output
     assert rig.calls["load"] == [("inventory/lab.py", ["rig"])]
     assert rig.calls["forward"] == [("rig", CONNECTION, 8080)]
-    from rigkit.host.gpu import QUERY_COMMAND
+    from rigkit.common.gpu import QUERY_COMMAND
 
     assert QUERY_COMMAND in rig.calls["ssh"]
     assert {r["model"] for r in rig.replay.requests_seen} == {"hyperqwen"}

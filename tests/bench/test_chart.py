@@ -6,7 +6,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rigkit.report.chart import draw_run, samples_from_jsonl, write_history_svg
-from rigkit.host.bench.results import stats
+from rigkit.bench.results import stats
 
 
 def ok(decode, prefill=None, ttft=None, counts="counted"):

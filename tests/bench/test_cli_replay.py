@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from rigkit.cli.bench import bench
-from rigkit.host.bench.workloads import QUOTE_END, QUOTE_START
+from rigkit.bench.workloads import QUOTE_END, QUOTE_START
 
 from .replay import ENGINE_DEAD_BODY, Script, vllm_stream
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, NO_DONE_WARNING, stream_chat
+from rigkit.bench.client import CHUNK_ESTIMATE_WARNING, NO_DONE_WARNING, stream_chat
 from .replay import Script, chunk, usage_chunk, vllm_stream
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}

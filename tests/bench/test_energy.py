@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rigkit.cli.bench import bench, local_energy_reader
-from rigkit.host import gpu
-from rigkit.host.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
+from rigkit.common import gpu
+from rigkit.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
 from rigkit.report.chart import samples_from_jsonl, write_chart
 
 from .replay import Script, vllm_stream
@@ -141,7 +141,7 @@ def test_workload_figures_and_the_idle_level_mark():
 
 def test_a_remote_url_reads_no_gpu_here():
     assert local_energy_reader("http://10.0.0.5:18020")[0] is None
-    from rigkit.host.nvml import EnergyReader
+    from rigkit.bench.nvml import EnergyReader
 
     assert isinstance(local_energy_reader("http://127.0.0.1:18020")[0], EnergyReader)  # the counter, else sampled
 
@@ -149,7 +149,7 @@ def test_a_remote_url_reads_no_gpu_here():
 def test_bench_prints_tok_per_joule_and_writes_it_to_jsonl_summary_and_chart(replay, tmp_path, monkeypatch):
     """nvidia-smi's power.draw, sampled: 33 W while the idle draw is measured, 250 W while the requests
     run; each request's joules are 250 W times its measured seconds."""
-    from rigkit.host.bench.energy import EnergyMeter
+    from rigkit.bench.energy import EnergyMeter
 
     state = {"idle": False}
     real_idle = EnergyMeter.idle

@@ -1,4 +1,4 @@
-"""Issue 44, item 5: one failure classifier (:func:`rigkit.host.bench.result.failure_kind`).
+"""Issue 44, item 5: one failure classifier (:func:`rigkit.bench.result.failure_kind`).
 
 Every shape of failure it is handed maps to exactly one documented kind (:data:`KINDS`); and the
 four places that decided the kind before the client was split — the request (connection, HTTP
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host import llama_swap
-from rigkit.host.bench import result, transport
-from rigkit.host.bench.client import consume
-from rigkit.host.bench.result import AT, KINDS, Happened, RequestResult, failure_kind
-from rigkit.host.bench.sse import SSEParser
-from rigkit.host.bench.stream import StreamConsumer
+from rigkit.bench import llama_swap
+from rigkit.bench import result, transport
+from rigkit.bench.client import consume
+from rigkit.bench.result import AT, KINDS, Happened, RequestResult, failure_kind
+from rigkit.bench.sse import SSEParser
+from rigkit.bench.stream import StreamConsumer
 
 from .streams import DIALECTS, ENDINGS, LLAMA_CPP_RECORDED, build
 
@@ -83,7 +83,7 @@ def test_every_documented_kind_is_reached():
 def before():
     """The client module at :data:`BEFORE`, its SSE parser and llama-swap client today's."""
     try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:rigkit/host/bench/client.py"],
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:rigkit/bench/client.py"],
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"the client before the split ({BEFORE}) is not in this checkout's git: {exc}")
@@ -95,7 +95,7 @@ def before():
     mod.__dict__.update(llama_swap=llama_swap, SSEParser=SSEParser)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     try:
-        exec(compile(src, f"{BEFORE}:rigkit/host/bench/client.py", "exec"), mod.__dict__)
+        exec(compile(src, f"{BEFORE}:rigkit/bench/client.py", "exec"), mod.__dict__)
         yield mod
     finally:
         sys.modules.pop(mod.__name__, None)
@@ -333,7 +333,7 @@ def test_every_connection_failure_reads_the_same_before_and_after(before, connec
 # --- the runner: a 5xx judged again with /health -------------------------------------------------
 
 def _runner_before(kind: str, health: str) -> str:
-    """The runner's rule at 67c32c2 (rigkit/host/bench/runner.py, run_workloads), as it was written."""
+    """The runner's rule at 67c32c2 (rigkit/bench/runner.py, run_workloads), as it was written."""
     if kind == "http-5xx" and health.endswith(" 503"):
         kind = "engine-dead"  # vLLM's /health after EngineDeadError
     elif kind == "http-5xx" and health.endswith(" 503 Loading model"):

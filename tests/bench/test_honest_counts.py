@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from rigkit.cli.bench import bench
-from rigkit.host.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
-from rigkit.host.bench.results import stats, summarize_workload, verdict
-from rigkit.host.bench.session import applied_settings
-from rigkit.host.bench.workloads import PRESETS, build_workloads, mark_unrunnable
+from rigkit.bench.client import CHUNK_ESTIMATE_WARNING, stream_chat
+from rigkit.bench.results import stats, summarize_workload, verdict
+from rigkit.bench.session import applied_settings
+from rigkit.bench.workloads import PRESETS, build_workloads, mark_unrunnable
 from rigkit.spec.model import BenchSpec
 
 from .replay import Script, chunk, usage_chunk, vllm_stream

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from rigkit.cli.bench import bench
-from rigkit.host.bench.client import stream_chat
+from rigkit.bench.client import stream_chat
 
 pytestmark = pytest.mark.slow
 THINK = "Let me think about it"

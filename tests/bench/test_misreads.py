@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host.bench.client import consume, response_kind, stream_chat
-from rigkit.host.bench.results import summarize_workload
+from rigkit.bench.client import consume, response_kind, stream_chat
+from rigkit.bench.results import summarize_workload
 
 from .replay import Script, chunk, usage_chunk, vllm_stream
 

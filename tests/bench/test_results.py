@@ -2,10 +2,10 @@
 
 import pytest
 
-from rigkit.host.bench.context import comparable, quantization_from
-from rigkit.host.bench.metrics import parse_counters, spec_delta
-from rigkit.host.bench.results import exit_code, speedups, stats, verdict
-from rigkit.host.bench.workloads import verbatim_check
+from rigkit.bench.context import comparable, quantization_from
+from rigkit.bench.metrics import parse_counters, spec_delta
+from rigkit.bench.results import exit_code, speedups, stats, verdict
+from rigkit.bench.workloads import verbatim_check
 
 CTX = {"gpu": "NVIDIA GeForce RTX 3090", "driver": "610.57", "power_limit_w": 420.0,
        "engine": "vllm", "engine_version": "0.19.1", "model": "qwen3.8-27b",

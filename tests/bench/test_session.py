@@ -1,5 +1,5 @@
 """Issue 44, item 3: one bench session for ``rigkit bench`` and the window
-(:mod:`rigkit.host.bench.session`), with ``rigkit bench``'s rule for the host's bench settings:
+(:mod:`rigkit.bench.session`), with ``rigkit bench``'s rule for the host's bench settings:
 a setting applies to any preset when it is not the rig preset's own figure."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rigkit.cli.bench import bench
-from rigkit.host import gpu
-from rigkit.host.bench.session import SIZING, applied_settings, sized_preset
-from rigkit.host.bench.workloads import PRESETS
+from rigkit.common import gpu
+from rigkit.bench.session import SIZING, applied_settings, sized_preset
+from rigkit.bench.workloads import PRESETS
 from rigkit.host.window.bench import run_bench
 from rigkit.spec.model import BenchSpec
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host.bench.client import consume
-from rigkit.host.bench.sse import SSEParser
+from rigkit.bench.client import consume
+from rigkit.bench.sse import SSEParser
 
 from .streams import DIALECTS, ENDINGS, RECORDED, build
 

@@ -1,6 +1,6 @@
 """The SSE parser follows the WHATWG event-stream rules."""
 
-from rigkit.host.bench.sse import SSEEvent, SSEParser
+from rigkit.bench.sse import SSEEvent, SSEParser
 
 
 def test_multibyte_character_split_across_reads_is_reassembled():

@@ -12,12 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from rigkit.cli.bench import bench
-from rigkit.host.bench.client import (CHUNK_ESTIMATE_WARNING, USAGE_WITHOUT_COUNT_WARNING,
-                                      retry_after_seconds, stream_chat)
-from rigkit.host.bench.context import CONTEXT_KEYS
-from rigkit.host.bench.results import verdict
-from rigkit.host.bench import runner
-from rigkit.host.bench.runner import send_patiently
+from rigkit.bench.client import CHUNK_ESTIMATE_WARNING, USAGE_WITHOUT_COUNT_WARNING, retry_after_seconds, stream_chat
+from rigkit.bench.context import CONTEXT_KEYS
+from rigkit.bench.results import verdict
+from rigkit.bench import runner
+from rigkit.bench.runner import send_patiently
 
 from .replay import Script, chunk, usage_chunk, vllm_stream
 

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rigkit.cli.bench import bench
-from rigkit.host.bench.results import (FASTER, MAX_CV, SLOWER, compare_speed, find_baselines,
-                                       stats, verdict)
+from rigkit.bench.results import FASTER, MAX_CV, SLOWER, compare_speed, find_baselines, stats, verdict
 from rigkit.report.chart import samples_from_jsonl
 
 from .replay import Script, vllm_stream

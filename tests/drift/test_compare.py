@@ -528,7 +528,7 @@ def test_a_hold_is_reported_with_what_it_holds_back():
 
 def test_the_host_lock_held_or_left_by_a_dead_holder_is_reported_not_counted():
     from rigkit.drift.compare import compare_rig_lock
-    from rigkit.host.lock import parse_state
+    from rigkit.common.lock import parse_state
 
     assert compare_rig_lock("rig", parse_state(False, "")) == []
     held = compare_rig_lock("rig", parse_state(True, '{"what": "window w1", "pid": 7, "since": "T"}'))

@@ -151,7 +151,7 @@ def test_release_binary_missing_or_from_another_tarball():
 
 
 def test_mkinitcpio_kms_hook_read_as_the_deploy_reads_it():
-    from rigkit.host.mkinitcpio import parse_load
+    from rigkit.common.mkinitcpio import parse_load
 
     assert compare.compare_mkinitcpio("h", None) == []
     assert compare.compare_mkinitcpio("h", parse_load(["main absent"])) == []

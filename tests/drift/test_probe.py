@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.drift import HostProbe, probe
-from rigkit.host import gpu, modelcheck
+from rigkit.common import gpu
+from rigkit.host import modelcheck
 
 #: What a fact's command may do besides printing: leave the script (FolderFiles and NvidiaSmi
 #: `exit 0` when their folder or tool is missing), fail, move the working directory, print nothing.

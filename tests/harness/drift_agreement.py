@@ -20,7 +20,7 @@ sys.path.insert(0, str(HERE))
 import hostctl  # noqa: E402
 
 from rigkit.drift import coverage  # noqa: E402
-from rigkit.host.lock import LEASE_ENV  # noqa: E402
+from rigkit.common.lock import LEASE_ENV  # noqa: E402
 
 LEASE = "t-cov"  # coverage.LOCK_HOLDER's lease: the plan's preflight treats the held lock as its own
 

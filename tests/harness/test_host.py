@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import versions
+from rigkit.common import versions
 
 HERE = Path(__file__).resolve().parent
 from netcfg import BLOCK, FIX_URL, manifest  # noqa: E402  (conftest puts tests/harness on sys.path)

@@ -21,8 +21,8 @@ sys.path.insert(0, str(ROOT / "tests" / "harness"))
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 
-from rigkit.host.gpu import ENERGY_QUERY_COMMAND  # noqa: E402
-from rigkit.host.nvml import COUNTER_SOURCE  # noqa: E402
+from rigkit.common.gpu import ENERGY_QUERY_COMMAND  # noqa: E402
+from rigkit.bench.nvml import COUNTER_SOURCE  # noqa: E402
 
 PROJECT = sandbox_project.cwd()
 NAME = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-") + "rp1"

@@ -210,7 +210,7 @@ def test_every_accepted_shell_payload_is_carried_literally_and_runs_nowhere(host
         live = yaml.safe_load(host.run("cat /etc/llama-swap/config.yaml").stdout)
         assert live["models"]["strata"]["description"] == PAYLOAD
         assert f"RIGKIT_NOTE={PAYLOAD}" in live["models"]["strata"]["env"]
-        from rigkit.host.envfile import parse_env_text
+        from rigkit.common.envfile import parse_env_text
 
         assert parse_env_text(host.run("cat /opt/rigkit/hyperqwen/.env").stdout)["RIGKIT_NOTE"] == PAYLOAD
         strata_answers(host)  # the member started with the payload in its environment, as one value

@@ -33,7 +33,7 @@ from test_window import deploy_with_dummy_timers  # noqa: E402
 
 PROJECT = sandbox_project.cwd()
 
-from rigkit.host.journal import expected_deviations, is_open  # noqa: E402
+from rigkit.common.journal import expected_deviations, is_open  # noqa: E402
 
 TIMERS = ["agent-a.timer", "agent-b.timer"]
 CONTROL = hostctl.HQ_CONTROL

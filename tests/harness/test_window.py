@@ -33,7 +33,7 @@ import sandbox_project  # noqa: E402
 
 PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
-from rigkit.host.journal import expected_deviations, is_open, read_journal  # noqa: E402
+from rigkit.common.journal import expected_deviations, is_open, read_journal  # noqa: E402
 
 TIMERS = ["agent-a.timer", "agent-b.timer", "agent-c.timer"]
 LOCK = "/run/agent-session.lock"

@@ -31,7 +31,7 @@ import sandbox_project  # noqa: E402
 PROJECT = sandbox_project.cwd()  # the tests' own group_data, never the operator's (sandbox_project.py)
 
 from rigkit.agentcmd import activate_command  # noqa: E402
-from rigkit.host.holds import read_holds  # noqa: E402
+from rigkit.common.holds import read_holds  # noqa: E402
 
 TOKEN = hostctl.hub_token()
 SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d+) changed, (?P<unchanged>\d+) unchanged, "

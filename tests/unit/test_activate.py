@@ -8,12 +8,13 @@ import json
 import os
 
 import pytest
+import yaml
 
 from rigkit.spec.layers import validate_layers
 from rigkit import agentcmd
 from rigkit.host import activate as act
-from rigkit.host.holds import read_holds
-from rigkit.host import swapconfig
+from rigkit.common.holds import read_holds
+from rigkit.common import swapconfig
 
 OLD = """healthCheckTimeout: 60
 models:
@@ -63,7 +64,7 @@ def completions(host):
 
 
 def test_changed_members_and_probe_order_put_the_resident_last():
-    old, new = swapconfig.parse_config(OLD, "old"), swapconfig.parse_config(NEW, "new")
+    old, new = swapconfig.parse_config(OLD, "old", yaml), swapconfig.parse_config(NEW, "new", yaml)
     assert swapconfig.changed_members(old, new) == ["hyperqwen"]
     assert swapconfig.probe_order(old, new) == ["hyperqwen", "strata"]
     assert swapconfig.probe_order(None, new) == ["hyperqwen", "gguf-baseline", "strata"]  # first activation: all
@@ -73,9 +74,9 @@ def test_changed_members_and_probe_order_put_the_resident_last():
 
 def test_parse_config_refuses_what_is_not_a_llama_swap_config():
     with pytest.raises(ValueError, match=r"^x: not a llama-swap config \(no `models` mapping\)$"):
-        swapconfig.parse_config("a: 1\n", "x")
+        swapconfig.parse_config("a: 1\n", "x", yaml)
     with pytest.raises(ValueError, match=r"^x: not valid YAML"):
-        swapconfig.parse_config("a: [\n", "x")
+        swapconfig.parse_config("a: [\n", "x", yaml)
 
 
 def test_activation_backs_up_installs_restarts_and_probes_changed_members_then_strata(live, tmp_path):
@@ -179,7 +180,7 @@ def test_remote_command_runs_the_agent_in_a_unit_of_its_own_and_prints_its_log(t
 
 
 def test_rigkits_own_units_include_their_instances():
-    from rigkit.host.net import is_own_unit
+    from rigkit.common.net import is_own_unit
 
     own = ["rigkit-activate.service", "rigkit-keeper.service"]
     assert is_own_unit("rigkit-activate-1733051234000000000-42.service", own)

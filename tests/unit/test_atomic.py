@@ -1,4 +1,4 @@
-"""One atomic writer (rigkit.host.atomic): write + fsync + rename with an owner and mode, used by every
+"""One atomic writer (rigkit.common.atomic): write + fsync + rename with an owner and mode, used by every
 module that replaces a file; no other module renames or fsyncs (issue #26)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import atomic
+from rigkit.common import atomic
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITER = ROOT / "rigkit" / "host" / "atomic.py"
+WRITER = ROOT / "rigkit" / "common" / "atomic.py"
 FORBIDDEN = {"replace", "rename", "renames", "fsync", "fdatasync"}
 
 
@@ -37,7 +37,7 @@ def test_no_module_but_the_atomic_writer_renames_or_fsyncs():
     for path in sorted((ROOT / "rigkit").rglob("*.py")) + sorted((ROOT / "roles").rglob("*.py")) + [ROOT / "deploy.py"]:
         if path != WRITER:
             offenders += [f"{path.relative_to(ROOT)}:{c}" for c in os_calls(path)]
-    assert not offenders, "use rigkit.host.atomic:\n" + "\n".join(offenders)
+    assert not offenders, "use rigkit.common.atomic:\n" + "\n".join(offenders)
     assert os_calls(WRITER), "the check no longer sees the writer's own calls"
 
 

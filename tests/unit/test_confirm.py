@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rigkit.common.confirm import touched_members
 from rigkit.host import confirm as c
 
 IDS = st.sampled_from(["strata", "gguf-baseline", "hyperqwen", "coder", "x-1"])
@@ -46,11 +47,11 @@ def test_asked_members_are_the_touched_live_ones_then_the_resident_once_and_neve
 @given(st.dictionaries(IDS, st.integers(0, 3)), st.dictionaries(IDS, st.integers(0, 3)))
 def test_touched_members_are_exactly_those_whose_definition_differs(old, new):
     a, b = spec({k: {"v": v} for k, v in old.items()}), spec({k: {"v": v} for k, v in new.items()})
-    got = c.touched_members(a, b)
+    got = touched_members(a, b)
     assert got == sorted(m for m in set(old) | set(new) if old.get(m) != new.get(m))
-    assert got == c.touched_members(b, a)
-    assert c.touched_members(a, a) == []
-    assert c.touched_members(None, b) == sorted(new)
+    assert got == touched_members(b, a)
+    assert touched_members(a, a) == []
+    assert touched_members(None, b) == sorted(new)
 
 
 class FakeProbe:

@@ -101,9 +101,9 @@ def test_no_second_ignorepkg_parser():
     root = Path(__file__).resolve().parents[2]
     offenders = []
     for path in sorted((root / "rigkit").rglob("*.py")) + sorted((root / "roles").rglob("*.py")):
-        if path == root / "rigkit" / "host" / "pacman.py":
+        if path == root / "rigkit" / "common" / "pacman.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value == "IgnorePkg":
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
-    assert not offenders, "read IgnorePkg with rigkit.host.pacman (pacman-conf IgnorePkg):\n" + "\n".join(offenders)
+    assert not offenders, "read IgnorePkg with rigkit.common.pacman (pacman-conf IgnorePkg):\n" + "\n".join(offenders)

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from rigkit.bench.tunnel import free_port
-from rigkit.host import gpu
-from rigkit.host.bench.client import stream_chat
-from rigkit.host.bench.energy import EnergyMeter
+from rigkit.common import gpu
+from rigkit.bench.client import stream_chat
+from rigkit.bench.energy import EnergyMeter
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "tests" / "harness" / "stubs"

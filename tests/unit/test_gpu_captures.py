@@ -8,7 +8,7 @@ header and units, as captured; and without either), the compute apps, the header
 ``--version`` — and what they read is checked against what that phase's ``-q`` says, read here by a
 small reader of its own (:func:`q_entries`), never by rigkit's code.
 
-rigkit asks ``--query-gpu=<rigkit.host.gpu.FIELDS>`` in its own order; the capture asked every field
+rigkit asks ``--query-gpu=<rigkit.common.gpu.FIELDS>`` in its own order; the capture asked every field
 the driver lists. The tool prints each field's value the same whichever others are asked, so the line
 rigkit would get is the capture's columns picked in rigkit's order (:func:`project`); ``nounits``
 prints the same numbers without the unit the header names (``memory.total [MiB]``)."""
@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import gpu, versions
+from rigkit.common import gpu
+from rigkit.host.gpu import PARSED
+from rigkit.common import versions
 from rigkit.operations.facts import RC_MARK, NvidiaSmi
 from rigkit.render.declared_state import reboot_reasons
 
@@ -160,7 +162,7 @@ def test_every_field_rigkit_asks_is_one_the_captured_driver_lists(path):
     deprecates it for ``kmd_version``, which the 590 capture does not list), save the known ones."""
     cap = Capture(path)
     assert "driver_version" in gpu.FIELDS and "kmd_version" not in gpu.FIELDS
-    for name, (argv, _parse) in gpu.PARSED.items():
+    for name, (argv, _parse) in PARSED.items():
         kind, fields = query_fields(argv)
         unlisted = [f for f in fields if f not in cap.listed(kind) and f not in KNOWN_UNLISTED]
         assert not unlisted, f"{name} ({' '.join(argv)}) asks fields {path.name} does not list: {unlisted}"
@@ -182,7 +184,7 @@ def test_a_refused_field_reads_as_a_failed_query_never_as_readings(path):
 @pytest.mark.parametrize("phase", PHASES)
 def test_the_energy_query_reads_the_draw_and_the_meter_samples_it(path, phase):
     """What a real card allows: its draw (``power.draw``), sampled and integrated by the bench's meter."""
-    from rigkit.host.bench.energy import EnergyMeter
+    from rigkit.bench.energy import EnergyMeter
 
     cap = Capture(path)
     text = cap.body(phase, "query-gpu")

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rigkit.host import gpu
+from rigkit.common import gpu
+from rigkit.host import gpu as host_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTERS = ("-pl", "--power-limit", "-pm", "--persistence-mode", "-lgc", "-rgc", "-ac", "-rac", "-r",
@@ -33,10 +34,10 @@ def test_gpu_facts_runs_every_parsed_query_read_only_and_prints_each_reading(tmp
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     ran = log.read_text().splitlines()
-    wanted = [" ".join(argv[1:]) for argv, _ in gpu.PARSED.values()] + [" ".join(a[1:]) for a in gpu.RAW.values()]
+    wanted = [" ".join(argv[1:]) for argv, _ in host_gpu.PARSED.values()] + [" ".join(a[1:]) for a in host_gpu.RAW.values()]
     assert ran == wanted  # exactly rigkit's queries, nothing else
     assert not [a for line in ran for a in line.split() if a.split("=")[0] in SETTERS]
-    for name in [*gpu.PARSED, *gpu.RAW]:
+    for name in [*host_gpu.PARSED, *host_gpu.RAW]:
         assert (out / f"{name}.out").exists() and (out / f"{name}.rc").exists()
     lines = r.stdout.splitlines()
     i = lines.index(f"--- what rigkit's parsers read ({sys.executable}) ---")

@@ -1,4 +1,4 @@
-"""The holds file has one name, one parser, one reader and one writer (rigkit.host.holds), and a
+"""The holds file has one name, one parser, one reader and one writer (rigkit.common.holds), and a
 corrupt one is an error for every caller, never "no hold" (issue #26)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from pyinfra.api import DeployError
 
 from rigkit.operations.facts import RC_MARK, Holds
-from rigkit.host import holds
+from rigkit.common import holds
 
 ROOT = Path(__file__).resolve().parents[2]
 ADVICE = ("; it records rollbacks the deploy must respect, so it is not read as \"no hold\": fix it, or remove it "
@@ -106,7 +106,7 @@ def test_only_the_holds_module_names_the_file_and_its_keys():
     """No second ``HOLD_KEY``, no ``"holds.json"`` in code elsewhere, no other json.loads of it."""
     offenders = []
     for path in sorted((ROOT / "rigkit").rglob("*.py")) + sorted((ROOT / "roles").rglob("*.py")):
-        if path == ROOT / "rigkit" / "host" / "holds.py":
+        if path == ROOT / "rigkit" / "common" / "holds.py":
             continue
         src = path.read_text()
         for node in ast.walk(ast.parse(src)):
@@ -118,7 +118,7 @@ def test_only_the_holds_module_names_the_file_and_its_keys():
 
 
 def test_the_lease_variable_is_named_once():
-    """``RIGKIT_LOCK_LEASE`` is used as a name in one place, rigkit.host.lock.LEASE_ENV: no other
+    """``RIGKIT_LOCK_LEASE`` is used as a name in one place, rigkit.common.lock.LEASE_ENV: no other
     string in the package is that name or sets it (``RIGKIT_LOCK_LEASE=``); prose may mention it."""
     import ast
     from pathlib import Path
@@ -137,7 +137,7 @@ def test_the_lease_variable_is_named_once():
                 if isinstance(part, ast.Constant) and isinstance(part.value, str) and (
                         part.value == "RIGKIT_LOCK_LEASE" or "RIGKIT_LOCK_LEASE=" in part.value):
                     hits.append((path.name, getattr(node, "lineno", 0)))
-    lock_py = Path(__file__).resolve().parents[2] / "rigkit" / "host" / "lock.py"
+    lock_py = Path(__file__).resolve().parents[2] / "rigkit" / "common" / "lock.py"
     assignment = next(n.lineno for n in ast.parse(lock_py.read_text()).body if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == "LEASE_ENV" for t in n.targets))
     assert hits == [("lock.py", assignment)]  # the one place: the assignment of LEASE_ENV

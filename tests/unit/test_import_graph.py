@@ -1,9 +1,9 @@
 """rigkit's import graph is one-way: no module under ``rigkit/`` (the host side ``rigkit/host/``
-included; what it may import at all is test_host_side.py's business) imports, at module level or
+included; what each side may import at all is test_layout.py's business) imports, at module level or
 inside a function, a ``rigkit`` module that imports it back, directly or through others. At folder
 (subpackage) level the same is asked with no exception: the control side's folders (``cli`` → ``report``,
 ``bench``, ``drift`` → ``deploy``, ``operations`` → ``render`` → ``spec`` → the shared ``rigkit`` modules →
-``host``) and the host side's (``host.window``, ``host.bench`` → ``host``) import one way."""
+``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_the_whole_package_has_no_import_cycle_between_modules():
 def test_no_import_cycle_between_folders():
     edges = folder_graph()
     assert {"rigkit", "rigkit.__init__", "rigkit.cli", "rigkit.spec", "rigkit.render", "rigkit.deploy", "rigkit.host",
-            "rigkit.host.window", "rigkit.host.bench", "rigkit.host.__main__"} <= set(edges)
+            "rigkit.host.window", "rigkit.bench", "rigkit.common", "rigkit.host.__main__"} <= set(edges)
     cyclic = sorted(cyclic_edges(edges))
     assert not cyclic, "folder-level import cycle through: " + ", ".join(f"{a} -> {b}" for a, b in cyclic)
 

@@ -536,8 +536,9 @@ def test_a_member_that_refuses_its_command_line_is_named_with_what_its_server_sa
     """llama-swap answers a member that exits at start with ``upstream command exited prematurely``
     only; what the server said (llama.cpp's ``error: invalid argument: FLAG``) is in the member's
     own log, ``GET /logs/stream/<id>``. The activation's failure message quotes it
-    (rigkit.host.llama_swap.member_log), so a typo in ``strata.args`` is named where the operator reads."""
-    from rigkit.host import activate, llama_swap
+    (rigkit.bench.llama_swap.member_log), so a typo in ``strata.args`` is named where the operator reads."""
+    from rigkit.host import activate
+    from rigkit.bench import llama_swap
 
     refuse = tmp_path / "refuse.py"  # llama-server's answer to an unknown flag (common/arg.cpp), exit 1
     refuse.write_text("import sys\nprint('error: invalid argument: --no-such-flag', file=sys.stderr)\nsys.exit(1)\n")

@@ -4,7 +4,7 @@ here with gcc as the mirror builds it), whose counter is the fake nvidia-smi's o
 
 - The stand-in exports exactly the names pynvml resolves for the calls rigkit makes (read from pynvml's
   own source), and words every code as pynvml does.
-- ``rigkit-agent energy`` (rigkit.host.nvml) loads the library as pynvml does (by soname, through the
+- ``rigkit-agent energy`` (rigkit.bench.nvml) loads the library as pynvml does (by soname, through the
   dynamic loader): the counter and its method; no library → LibraryNotFound → sampled; a board without
   a counter → 3 → sampled; a mismatch → 18; no driver loaded → 9; ``--serve`` a reading per line.
 - Both methods measure the same thing: on the fake's model at two power limits, the counter and the
@@ -28,8 +28,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigkit.host import nvml
-from rigkit.host.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
+from rigkit.bench import nvml
+from rigkit.bench.energy import EnergyMeter, summarize_energy, trapezoid_j
 
 ROOT = Path(__file__).resolve().parents[2]
 STUBS = ROOT / "tests" / "harness" / "stubs"
@@ -38,7 +38,7 @@ import build_mirror  # noqa: E402
 
 from tests.unit.test_fake_gpu_power import chat, engine, idle, load  # noqa: E402,F401  (engine: a fixture)
 
-#: The pynvml functions rigkit.host.nvml calls.
+#: The pynvml functions rigkit.bench.nvml calls.
 CALLS = ("nvmlInit", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetTotalEnergyConsumption", "nvmlShutdown",
          "nvmlErrorString")
 
@@ -87,8 +87,8 @@ def resolved_names() -> set[str]:
 
 
 def test_the_stand_in_exports_exactly_what_pynvml_resolves_for_rigkits_calls(lib):
-    # the calls rigkit makes are the ones listed (rigkit.host.nvml's pynvml.<name> calls)
-    tree = ast.parse((ROOT / "rigkit" / "host" / "nvml.py").read_text())
+    # the calls rigkit makes are the ones listed (rigkit.bench.nvml's pynvml.<name> calls)
+    tree = ast.parse((ROOT / "rigkit" / "bench" / "nvml.py").read_text())
     used = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             and isinstance(n.func.value, ast.Name) and n.func.value.id == "pynvml"}
     assert used == set(CALLS) - {"nvmlErrorString"}  # nvmlErrorString: only inside pynvml, to word a code
@@ -183,7 +183,7 @@ def test_a_mismatch_and_an_unloaded_driver_answer_nvmls_codes(lib, tmp_path):
 
 @pytest.fixture
 def counter_reader(private_lib, monkeypatch):
-    """An :class:`rigkit.host.nvml.EnergyReader` in this process whose pynvml talks to the stand-in
+    """An :class:`rigkit.bench.nvml.EnergyReader` in this process whose pynvml talks to the stand-in
     (:func:`private_lib`) handed to pynvml as the library it loaded (``pynvml.nvmlLib``). Restored
     afterwards."""
     import pynvml
@@ -214,7 +214,7 @@ def test_both_methods_give_a_power_limit_sweep_the_same_figures_on_the_fakes_mod
     (engine["control"] / "chunk_s").write_text("0.1\n")  # 20 chunks: 2 s busy at full speed
 
     def sampled():
-        from rigkit.host import gpu
+        from rigkit.common import gpu
 
         return gpu.parse_energy(smi(*gpu.ENERGY_QUERY[1:]), 0)
 
@@ -343,7 +343,7 @@ def test_a_closed_reader_samples_and_says_so(counter_reader, tmp_path, monkeypat
     env = fake_env(tmp_path, None)
     for k in ("RIGKIT_FAKE_GPU_DIR", "RIGKIT_FAKE_GPU_BOARD"):
         monkeypatch.setenv(k, env[k])
-    from rigkit.host import gpu
+    from rigkit.common import gpu
 
     reader = counter_reader(lambda: gpu.parse_energy("0, 21.50\n", 0))
     assert reader()["method"] == "counter"

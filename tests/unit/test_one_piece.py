@@ -1,7 +1,7 @@
 """One piece for each job (issue #44): the power limit is set, read back and judged in one module
-(rigkit/host/powerlimit.py), the holds file is read over SSH by one function
+(rigkit/common/powerlimit.py), the holds file is read over SSH by one function
 (:func:`rigkit.remote.read_holds`), the Bearer header is built once and llama-swap's ``/running``
-is read once (rigkit/host/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
+is read once (rigkit/bench/llama_swap.py), one HF-token shape (rigkit/spec/secrets.py), the enabled
 units listed once (rigkit/render/declared_state.py). Each rule is read from the source tree (AST),
 so a second definition coming back fails here; the property tests drive every consumer of the power
 limit with readings near the limit and ask that all of them agree with the one rule."""
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host import powerlimit
+from rigkit.common import powerlimit
 from tests.unit.test_hints import _docstrings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def test_one_tolerance_one_set_command_one_card():
     unit template names no card of its own."""
     tolerance, compares, set_cmd = [], [], _where(lambda s: "--power-limit=" in s)
     for rel, tree in _trees():
-        if rel == "rigkit/host/powerlimit.py":
+        if rel == "rigkit/common/powerlimit.py":
             continue
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -85,8 +85,8 @@ def test_one_tolerance_one_set_command_one_card():
                               and ("power_enforced_w" in text or "power_limit_w" in text)):
                     compares.append(f"{rel}:{node.lineno}: {text}")
     assert not tolerance, f"a second tolerance: {tolerance}"
-    assert not compares, f"a power limit judged outside rigkit.host.powerlimit: {compares}"
-    assert set(set_cmd) <= {"rigkit/host/powerlimit.py"}, f"a second --power-limit command: {set_cmd}"
+    assert not compares, f"a power limit judged outside rigkit.common.powerlimit: {compares}"
+    assert set(set_cmd) <= {"rigkit/common/powerlimit.py"}, f"a second --power-limit command: {set_cmd}"
     unit = (ROOT / "templates/systemd/gpu-power-limit.service.j2").read_text()
     assert "--id" not in unit and "--power-limit" not in unit, "the unit's command is powerlimit.set_argv's"
 
@@ -96,7 +96,7 @@ def test_every_power_limit_consumer_uses_the_one_api():
         tree = ast.parse((ROOT / rel).read_text())
         used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
                {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        assert names <= used, f"{rel} no longer uses {sorted(names - used)} of rigkit.host.powerlimit"
+        assert names <= used, f"{rel} no longer uses {sorted(names - used)} of rigkit.common.powerlimit"
 
 
 def test_the_unit_sets_the_limit_with_the_one_command_on_the_one_card():
@@ -171,8 +171,8 @@ def test_every_consumer_agrees_for_every_reading_near_the_limit(tmp_path, monkey
     assert rc == (0 if want else 1)  # after setting, the reading is the same r: held iff it agrees
 
     # the sweep's restore
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (True, ""))
-    monkeypatch.setattr(sweep_mod.gpu, "enforced_w", lambda i: (reading, None))
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", lambda i, w, t=30.0: (True, ""))
+    monkeypatch.setattr(sweep_mod.host_gpu, "enforced_w", lambda i: (reading, None))
     j = SimpleNamespace(data={"changed": {"power_limit": {"index": 0, "declared_w": float(declared)}}},
                         save=lambda: None)
     try:
@@ -232,7 +232,7 @@ class _LocalRemote:
 
 def test_the_holds_reader_tells_a_failed_read_from_no_hold(tmp_path, monkeypatch):
     from rigkit import paths, remote
-    from rigkit.host.holds import HoldsError
+    from rigkit.common.holds import HoldsError
 
     f = tmp_path / "holds.json"
     monkeypatch.setattr(paths, "HOLDS_FILE", str(f))
@@ -270,16 +270,16 @@ def test_one_bearer_header_and_one_running_reader():
     # the one other Bearer: a registry's anonymous token in the OCI distribution token flow (rigkit lock's
     # image look-ups) — another credential for another server, built once there
     other = {"rigkit/resolve/registry.py"}
-    assert set(bearer) - other == {"rigkit/host/llama_swap.py"}, bearer
-    assert set(auth) - other == {"rigkit/host/llama_swap.py"}, auth
+    assert set(bearer) - other == {"rigkit/bench/llama_swap.py"}, bearer
+    assert set(auth) - other == {"rigkit/bench/llama_swap.py"}, auth
     assert all(len(bearer.get(f, [])) <= 1 and len(auth.get(f, [])) <= 1 for f in other), (bearer, auth)
-    assert set(running) == {"rigkit/host/llama_swap.py"}, running
+    assert set(running) == {"rigkit/bench/llama_swap.py"}, running
 
 
 def test_the_running_reader_sends_the_key(monkeypatch):
     import requests
 
-    from rigkit.host import llama_swap
+    from rigkit.bench import llama_swap
 
     seen = {}
 
@@ -361,7 +361,7 @@ SESSION_STEPS = {"run_workloads", "build_summary", "build_workloads", "mark_unru
 
 def test_one_bench_session():
     from rigkit.cli import bench as cli_bench
-    from rigkit.host.bench import runner, session
+    from rigkit.bench import runner, session
     from rigkit.host.window import bench as window_bench
 
     home = _module_rel(session)
@@ -384,7 +384,7 @@ def test_one_bench_session():
 
 
 def test_the_failure_kind_is_decided_in_one_module():
-    from rigkit.host.bench import client, result, stream, transport
+    from rigkit.bench import client, result, stream, transport
 
     home = _module_rel(result)
     stores = {rel: lines for rel, tree in _trees()
@@ -413,8 +413,8 @@ def test_the_failure_kind_is_decided_in_one_module():
 
 
 def test_every_kind_named_in_the_tree_is_a_documented_kind():
-    from rigkit.host.bench.result import ABORT_KINDS, KINDS, WAIT_KINDS
-    from rigkit.host.window.sweepgrid import CRASH_KINDS
+    from rigkit.bench.result import ABORT_KINDS, KINDS, WAIT_KINDS
+    from rigkit.common.sweepgrid import CRASH_KINDS
 
     assert set(ABORT_KINDS) | set(WAIT_KINDS) | set(CRASH_KINDS) <= set(KINDS)
     assert set(WAIT_KINDS) <= set(ABORT_KINDS)

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.host import mkinitcpio, pacman
+from rigkit.common import mkinitcpio, pacman
 from rigkit.operations.pacman import include_argv
 
 ROOT = Path(__file__).resolve().parents[2]

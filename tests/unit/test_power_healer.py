@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import gpu
+from rigkit.common import gpu
 from rigkit.host import lock as host_lock
 from rigkit.host import power
 from rigkit.host.config import HostConfig

@@ -21,10 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rigkit.bench.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
-                                table_lines, write_result)
-from rigkit.host import gpu, powerlimit
-from rigkit.host.window.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
+from rigkit.report.sweep import (SweepArgError, check_power_limits, group_data_line, parse_sweep, plan_sweep, result,
+                                 table_lines, write_result)
+from rigkit.common import gpu
+from rigkit.host import powerlimit
+from rigkit.common.sweepgrid import SPEED_FLOOR, frontier, pending, recommend
 from tests.unit.stand_in_unit import StandInUnit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def cells_of(grid: dict) -> list[dict]:
 
 # ------------------------------------------------------------------------------ arguments and the card's range
 def smi_text(lo: float = 100.0, hi: float = 450.0, enforced: float = 420.0) -> str:
-    """``rigkit.host.gpu.QUERY``'s output for a 3090 (NVIDIA's documented csv, nounits)."""
+    """``rigkit.common.gpu.QUERY``'s output for a 3090 (NVIDIA's documented csv, nounits)."""
     return (f"0, NVIDIA GeForce RTX 3090, GPU-3c1f, 610.57, 24576, 1, 350.00, {enforced:.2f}, {enforced:.2f}, "
             f"{lo:.2f}, {hi:.2f}\n")
 
@@ -150,7 +151,7 @@ def test_the_power_result_table_frontier_line_chart_and_report(tmp_path):
 
 def test_an_open_power_sweep_explains_the_limit_to_drift():
     from rigkit.drift.compare import Finding, apply_window
-    from rigkit.host.journal import expected_deviations
+    from rigkit.common.journal import expected_deviations
 
     j = {"id": "W2", "state": "open", "plan": {"tenant": "hyperqwen"},
          "changed": {"timers": [], "proxy_stopped": False, "tenant_started": False,
@@ -252,7 +253,7 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
         healer.append(f"{watts:g}: rc {rc}, {json.loads((tmp / 'power.json').read_text())['last_check']['result']}")
         return real_set(index, watts, timeout_s)
 
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", set_limit)
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", set_limit)
     (tmp / "key.env").write_text("")
     sp = plan_sweep(spec_from_dict({}), "power_limit", [100, 350, 420], [4096], ["chat-greedy"], runs=2, max_tokens=96,
                     max_minutes=None, resume=False)
@@ -300,7 +301,7 @@ def test_the_runner_measures_each_limit_the_healer_stands_down_throughout_and_re
     assert sweep_mod.restore_power(j) == "the GPU power limit untouched (no limit was set)"
     # a limit that cannot be put back fails the restore step, naming it; the record stays for --restore
     data["changed"]["power_limit"] = {"index": 0, "declared_w": 420.0, "enforced_before_w": 420.0}
-    monkeypatch.setattr(sweep_mod.powerlimit, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
+    monkeypatch.setattr(sweep_mod.host_powerlimit, "set_limit", lambda i, w, t=30.0: (False, "`nvidia-smi` exited 4: nope"))
     with pytest.raises(StepFailed, match="putting the declared 420 W back on GPU 0 failed: `nvidia-smi` exited 4"):
         sweep_mod.restore_power(j)
     assert data["changed"]["power_limit"] is not None

@@ -21,7 +21,7 @@ from rigkit.report import prometheus
 from rigkit.drift.compare import Finding
 from rigkit.host import promfile
 from rigkit.host.config import HostConfig
-from rigkit.host.jsonfile import iso_utc
+from rigkit.common.jsonfile import iso_utc
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "harness"))

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rigkit.host import llama_swap
-from rigkit.host.bench.client import proxy_lost_the_request, stream_chat
+from rigkit.bench import llama_swap
+from rigkit.bench.client import proxy_lost_the_request, stream_chat
 
 
 class _Proxy(BaseHTTPRequestHandler):

@@ -4,7 +4,7 @@ driver ``610.60.02-1``), and what they install says it as the Arch archive and t
 driver file the fake ``nvidia-smi`` reads, the DKMS source's ``PACKAGE_VERSION`` (``dkms status``:
 ``nvidia/610.57.04, …``) and the prebuilt module's version. The sandbox inventory's pins are the
 mirror's, its ``nvidia_driver_version`` the series the seeds name (``610.57``): they agree by
-:func:`rigkit.host.versions.agrees`, the spec validates, and the boot gate has no reason to reboot a host
+:func:`rigkit.common.versions.agrees`, the spec validates, and the boot gate has no reason to reboot a host
 that runs what the packages install. Read here without a sandbox host: the manifest, the packages'
 payloads (tests/harness/build_mirror.py) and the fake run on this machine."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.operations.facts import DkmsStatus
 from rigkit.render.declared_state import pinned_driver, reboot_reasons
 from rigkit.spec.validate import check_spec, spec_from_dict

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from rigkit.host.envfile import parse_env_text
+from rigkit.common.envfile import parse_env_text
 from rigkit.render.files import render
 from rigkit.spec.cmdline import split_command
 from rigkit.spec.model import RigSpec

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.host.bench.client import RequestResult, stream_chat
+from rigkit.bench.client import RequestResult, stream_chat
 from rigkit.host.window.sweep import cell_payload, summarize_cell
-from rigkit.host.window.sweepgrid import classify, crash_point, frontier, pending, recommend
-from rigkit.bench.sweep import (SweepArgError, group_data_line, parse_contexts, parse_sweep, parse_workloads,
-                          result, setting_env, table_lines, write_result)
+from rigkit.common.sweepgrid import classify, crash_point, frontier, pending, recommend
+from rigkit.report.sweep import (SweepArgError, group_data_line, parse_contexts, parse_sweep, parse_workloads,
+                                 result, setting_env, table_lines, write_result)
 from tests.unit.stand_in_unit import StandInUnit, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,7 +321,7 @@ def test_the_stand_in_engine_dies_at_20k_tokens_above_7_drafts_and_takes_two_res
 
 def test_an_open_sweep_explains_its_env_to_drift():
     from rigkit.drift.compare import Finding, apply_window
-    from rigkit.host.journal import expected_deviations
+    from rigkit.common.journal import expected_deviations
 
     env = "/opt/rigkit/hyperqwen/.env"
     j = {"id": "W1", "state": "open", "plan": {"tenant": "hyperqwen"},
@@ -356,7 +356,7 @@ def runner(tmp_path, monkeypatch):
     from rigkit.host.window import sweep as sweep_mod
     from rigkit.host.journal import Journal
     from rigkit.render.files import render
-    from rigkit.bench.sweep import plan_sweep
+    from rigkit.report.sweep import plan_sweep
     from rigkit.spec.validate import spec_from_dict
     from rigkit import paths
 

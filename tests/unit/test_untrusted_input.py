@@ -14,7 +14,7 @@ import yaml
 
 from rigkit import paths
 from rigkit.spec.cmdline import split_command, unwrap
-from rigkit.host.envfile import dotenv_value
+from rigkit.common.envfile import dotenv_value
 from rigkit.render.files import render, yaml_block, yaml_quoted, yaml_scalar
 from rigkit.spec.model import unset_operator_values
 from rigkit.spec.problems import SpecError
@@ -153,7 +153,7 @@ def test_docker_compose_reads_back_exactly_the_declared_env_values(tmp_path):
     got = {k: v.replace("$$", "$") for k, v in environment.items()}
     assert {k: got[k] for k in ENV_VALUES} == ENV_VALUES
     assert got["DFLASH_TOKENS"] == "7" and "VLLM_API_KEY" not in got
-    from rigkit.host.envfile import parse_env_text  # the host side's reader agrees
+    from rigkit.common.envfile import parse_env_text  # the host side's reader agrees
 
     assert {k: parse_env_text(files[paths.HYPERQWEN_ENV].text)[k] for k in ENV_VALUES} == ENV_VALUES
 

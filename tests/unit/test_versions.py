@@ -1,4 +1,4 @@
-"""One rule for driver and CUDA versions (issue 37, :mod:`rigkit.host.versions`): the spec names the
+"""One rule for driver and CUDA versions (issue 37, :mod:`rigkit.common.versions`): the spec names the
 series (``610.57``) or the full version (``610.57.04``), a real driver reports the full version
 everywhere (``data/gpu-captures/``), the Arch package adds a pkgrel and maybe an epoch. Properties of
 the rule over generated versions, then the boot gate, drift and the spec's check with the spec saying
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rigkit.drift import compare
-from rigkit.host import versions
+from rigkit.common import versions
 from rigkit.render.declared_state import pinned_driver, reboot_reasons
 from rigkit.spec.validate import spec_from_dict
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rigkit.common.gpu import APPS_QUERY_COMMAND, parse_apps
 from rigkit.host import gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def test_the_compute_apps_parser_reads_nvidias_csv_with_na_fields_and_names_with
             f"{UUID}, 63488, [N/A], [Not Found]\n"  # a process the tool cannot account or resolve
             f"{UUID}, 77, 256, llama-server, the big one\n"  # the name is last: it may hold a comma
             f"{UUID}, [N/A], 300, [Not Found]\n")
-    assert gpu.parse_apps(text, 0) == {"state": "ok", "message": "", "apps": [
+    assert parse_apps(text, 0) == {"state": "ok", "message": "", "apps": [
         {"gpu_uuid": UUID, "pid": 4242, "used_mib": 21600.0, "name": "/usr/bin/python3"},
         {"gpu_uuid": UUID, "pid": 63488, "used_mib": None, "name": "[Not Found]"},
         {"gpu_uuid": UUID, "pid": 77, "used_mib": 256.0, "name": "llama-server, the big one"},
@@ -43,11 +44,11 @@ def test_the_compute_apps_parser_reads_nvidias_csv_with_na_fields_and_names_with
     # with the header and the units (no noheader/nounits): the same apps
     with_units = ("gpu_uuid, pid, used_gpu_memory [MiB], process_name\n"
                   f"{UUID}, 4242, 21600 MiB, /usr/bin/python3\n{UUID}, 63488, [N/A], [Not Found]\n")
-    assert [(a["pid"], a["used_mib"]) for a in gpu.parse_apps(with_units, 0)["apps"]] == [(4242, 21600.0), (63488, None)]
-    assert gpu.parse_apps("", 0) == {"state": "ok", "message": "", "apps": []}  # nothing runs: nothing printed
-    assert gpu.parse_apps("Failed to initialize NVML: Driver/library version mismatch", 18)["state"] == "mismatch"
-    assert gpu.parse_apps("", 127) == {"state": "missing", "message": "nvidia-smi not found", "apps": []}
-    assert gpu.APPS_QUERY_COMMAND == ("nvidia-smi --query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name "
+    assert [(a["pid"], a["used_mib"]) for a in parse_apps(with_units, 0)["apps"]] == [(4242, 21600.0), (63488, None)]
+    assert parse_apps("", 0) == {"state": "ok", "message": "", "apps": []}  # nothing runs: nothing printed
+    assert parse_apps("Failed to initialize NVML: Driver/library version mismatch", 18)["state"] == "mismatch"
+    assert parse_apps("", 127) == {"state": "missing", "message": "nvidia-smi not found", "apps": []}
+    assert APPS_QUERY_COMMAND == ("nvidia-smi --query-compute-apps=gpu_uuid,pid,used_gpu_memory,process_name "
                                       "--format=csv,noheader,nounits")
 
 
@@ -63,7 +64,7 @@ def test_every_listing_nvidia_smi_can_print_reads_back_as_its_apps(apps, units):
     rows = [f"{UUID}, {'[N/A]' if pid is None else pid}, "
             f"{'[N/A]' if mib is None else str(mib) + (' MiB' if units else '')}, {name}" for pid, mib, name in apps]
     text = ("gpu_uuid, pid, used_gpu_memory [MiB], process_name\n" if units else "") + "\n".join(rows)
-    got = gpu.parse_apps(text, 0)
+    got = parse_apps(text, 0)
     assert [(a["pid"], a["used_mib"], a["name"]) for a in got["apps"]] == \
         [(pid, None if mib is None else float(mib), name) for pid, mib, name in apps]
 

@@ -2,7 +2,7 @@
 outside the proxy, then always come back to *steady*.
 
 Runs in the host agent (``rigkit-agent window ...``): standard library and ``requests`` only,
-plus the bench (:mod:`rigkit.host.bench.session`, the session ``rigkit bench`` runs too;
+plus the bench (:mod:`rigkit.bench.session`, the session ``rigkit bench`` runs too;
 the chart is drawn on the control machine, see :func:`_bench_runner`). The control side
 (:mod:`rigkit.cli.window`) builds a *plan* from the spec and hands it to ``window start``.
 
@@ -54,7 +54,7 @@ tenant's memory to be released (``vram-released``, before ``start-proxy`` starts
 
 The window is *open* (keeper and watchdog stand down, the deploy refuses) while ``state`` is
 anything but ``closed`` (preflight refused, nothing touched) or ``restored``. ``changed`` says
-what the window did that restore has not undone yet: the source of :func:`rigkit.host.journal.expected_deviations`.
+what the window did that restore has not undone yet: the source of :func:`rigkit.common.journal.expected_deviations`.
 """
 
 from rigkit.host.window.commands import main  # noqa: E402,F401  (``rigkit-agent window``)

@@ -1,4 +1,4 @@
-"""The bench inside a window: :class:`rigkit.host.bench.session.BenchSession` — the session ``rigkit
+"""The bench inside a window: :class:`rigkit.bench.session.BenchSession` — the session ``rigkit
 bench`` runs — against the tenant on ``127.0.0.1:<tenant_port>`` (the chart is drawn on the control
 side: the agent has no matplotlib)."""
 
@@ -8,25 +8,25 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from rigkit.host import envfile, gpu
-from rigkit.host.bench.context import Target
-from rigkit.host.bench.session import BenchSession
-from rigkit.host.nvml import EnergyReader
+from rigkit.common import envfile, gpu
+from rigkit.bench.context import Target
+from rigkit.bench.session import BenchSession
+from rigkit.bench.nvml import EnergyReader
 
 
 def host_context() -> dict:
-    """GPU context of this host (:func:`rigkit.host.gpu.bench_context` of :func:`rigkit.host.gpu.query`):
+    """GPU context of this host (:func:`rigkit.common.gpu.bench_context` of :func:`rigkit.common.gpu.query`):
     ``gpu``, ``driver``, ``power_limit_w`` (W), ``memory_total_gib`` (GiB), ``gpu_count``; {} when it fails."""
     return gpu.bench_context(gpu.query())
 
 
 def run_bench(plan: dict, preset_name: str, journal: dict, checkpoint: Callable[[], None]) -> dict:
-    """Run the bench preset ``preset_name`` (:data:`rigkit.host.bench.workloads.PRESETS`) against the
+    """Run the bench preset ``preset_name`` (:data:`rigkit.bench.workloads.PRESETS`) against the
     tenant on ``127.0.0.1:tenant_port`` through the bench session (every workload, the warm-up first,
     the host's ``bench_settings`` applied by ``rigkit bench``'s rules), with the host context and this
-    GPU's energy (:class:`rigkit.host.nvml.EnergyReader`: the card's counter, else sampled power.draw).
+    GPU's energy (:class:`rigkit.bench.nvml.EnergyReader`: the card's counter, else sampled power.draw).
     Writes ``requests.jsonl`` and ``summary.json`` to ``<results_dir>/bench-<preset>/`` and returns the
-    summary (``rigkit bench``'s format). Raises :class:`rigkit.host.bench.session.TargetUnreachable`
+    summary (``rigkit bench``'s format). Raises :class:`rigkit.bench.session.TargetUnreachable`
     when the tenant answers nothing."""
     base = f"http://127.0.0.1:{plan['tenant_port']}"
     target = Target(chat_url=f"{base}/v1/chat/completions", aux_base=base, model=plan["tenant_model"],

@@ -14,7 +14,8 @@ from pathlib import Path
 from rigkit.host.config import ConfigError, HostConfig
 from rigkit.host.config import load as load_config
 from rigkit.host.lock import LockHeld, RigLock
-from rigkit.host.journal import JOURNAL_VERSION, Journal, is_open, now_iso, read_journal
+from rigkit.host.journal import Journal, now_iso
+from rigkit.common.journal import JOURNAL_VERSION, is_open, read_journal
 from rigkit.host.window.steps import Window, boot_id
 from rigkit.host.window.system import sh, unit_state
 

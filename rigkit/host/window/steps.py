@@ -11,8 +11,12 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rigkit.host import atomic, busy, envfile, gpu, llama_swap, net
-from rigkit.host.bench.session import TargetUnreachable
+from rigkit.common import atomic, busy, envfile, gpu
+from rigkit.host import busy as host_busy
+from rigkit.host import gpu as host_gpu
+from rigkit.host import net
+from rigkit.bench import llama_swap
+from rigkit.bench.session import TargetUnreachable
 from rigkit.host.window.bench import run_bench
 from rigkit.host.journal import Interrupted, Journal, Refused, StepFailed, now_iso
 from rigkit.host.window.sweep import Sweep, preflight_problem, restore_power
@@ -28,7 +32,7 @@ def boot_id() -> str:
 
 
 def gpu_memory_mib() -> tuple[float, float]:
-    """``(used, total)`` MiB of GPU 0 (:func:`rigkit.host.gpu.query`). Raises StepFailed when
+    """``(used, total)`` MiB of GPU 0 (:func:`rigkit.common.gpu.query`). Raises StepFailed when
     nvidia-smi fails."""
     smi = gpu.query()
     if smi["state"] != "ok":
@@ -66,7 +70,7 @@ class Window:
     # the steps -------------------------------------------------------------------------
     def preflight(self) -> str:
         p = self.plan
-        state = busy.read(int(p["proxy_port"]), p.get("own_units") or (), p.get("lock_files") or ())
+        state = host_busy.read(int(p["proxy_port"]), p.get("own_units") or (), p.get("lock_files") or ())
         refused = busy.refusal(state)
         if refused and p.get("force"):
             self.j.note("preflight overridden by --force: " + "; ".join(busy.reasons(state)))
@@ -136,8 +140,8 @@ class Window:
         ``vram_idle.<label>``. Returns the step's detail; raises StepFailed with the wait's message."""
         v = self.plan["vram_idle"]  # the deploy refuses while a window is open: no journal predates it
         try:
-            seen = gpu.wait_idle(float(v["timeout_s"]), float(v["idle_mib"]), self.j.note, index=int(v["index"]))
-        except gpu.VramBusy as exc:
+            seen = host_gpu.wait_idle(float(v["timeout_s"]), float(v["idle_mib"]), self.j.note, index=int(v["index"]))
+        except host_gpu.VramBusy as exc:
             self.j.data.setdefault("vram_idle", {})[label] = exc.seen
             self.j.save()
             raise StepFailed(str(exc)) from None

@@ -3,7 +3,7 @@
 ``dflash_tokens``: for each draft length, install the tenant's ``.env`` rendered for it on the
 control side (the plan carries them; the host renders nothing), start the tenant clean, warm it
 up, and measure each workload at each context size from the shortest up, journalling every cell
-(:mod:`rigkit.host.window.sweepgrid` has the grid's rules). An engine that dies on a cell is that
+(:mod:`rigkit.common.sweepgrid` has the grid's rules). An engine that dies on a cell is that
 setting's crash point: the tenant is torn down, the next start is probed with a real completion and
 restarted while it still answers 500 (up to :data:`STARTS` starts), and the sweep goes on with the
 next setting. The deployed ``.env`` is kept in the window's folder and put back by the restore,
@@ -20,11 +20,11 @@ step (:func:`restore_power`) sets the declared limit again and reads it back, wh
 crash, ``--abort``, a killed unit then ``--restore``. The power healer stands down meanwhile: the
 window holds the host lock and its journal is open (:mod:`rigkit.host.standdown`).
 
-A power-limit sweep measures every request's energy (:class:`rigkit.host.bench.energy.EnergyMeter`,
+A power-limit sweep measures every request's energy (:class:`rigkit.bench.energy.EnergyMeter`,
 the card's counter or sampled ``power.draw``, the idle draw once before the first cell); a
 draft-length sweep's cells carry no energy (``energy_note`` "not measured").
 
-The plan's ``sweep`` (built by :func:`rigkit.bench.sweep.plan_sweep`)::
+The plan's ``sweep`` (built by :func:`rigkit.report.sweep.plan_sweep`)::
 
     {"param": "dflash_tokens" | "power_limit",
      "settings": [{"value": 9, "env": ".env text"}] | [{"value": 300}],
@@ -34,11 +34,11 @@ The plan's ``sweep`` (built by :func:`rigkit.bench.sweep.plan_sweep`)::
      "max_minutes": float | None, "resume": bool, "guard": str (said once: what the sweep changes)}
 
 and the journal's ``sweep``: the grid (``param``, ``settings`` as values, ``contexts``,
-``workloads``), ``cells`` (:mod:`rigkit.host.window.sweepgrid`), ``starts`` (``{setting:
+``workloads``), ``cells`` (:mod:`rigkit.common.sweepgrid`), ``starts`` (``{setting:
 [{"attempt", "healthy_s", "probe"}]}``), ``current`` (the cell being measured: ``setting``,
 ``workload``, ``context``, ``started``; None between cells), ``resumed_from`` (window id or None),
 ``stopped`` (why it ended before the grid was done, or None), ``energy`` (the meter:
-:meth:`~rigkit.host.bench.energy.EnergyMeter.describe`, the idle draw), ``declared_w`` (W) and
+:meth:`~rigkit.bench.energy.EnergyMeter.describe`, the idle draw), ``declared_w`` (W) and
 ``limits`` (``{"300": {"set_w", "enforced_w", "at"}}``: each limit as read back).
 """
 
@@ -51,15 +51,16 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from rigkit.host import atomic, envfile, gpu, powerlimit
-from rigkit.host.bench.client import ChatSession, stream_chat
-from rigkit.host.bench.energy import EnergyMeter, summarize_energy
-from rigkit.host.nvml import EnergyReader
-from rigkit.host.bench.context import Target, measure_chars_per_token
-from rigkit.host.bench.workloads import (CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document,
-                                         verbatim_check)
+from rigkit.common import atomic, envfile, gpu, powerlimit
+from rigkit.host import gpu as host_gpu
+from rigkit.host import powerlimit as host_powerlimit
+from rigkit.bench.client import ChatSession, stream_chat
+from rigkit.bench.energy import EnergyMeter, summarize_energy
+from rigkit.bench.nvml import EnergyReader
+from rigkit.bench.context import Target, measure_chars_per_token
+from rigkit.bench.workloads import CHAT_PROMPTS, TEMPLATE_TOKENS, build_quoting_prompt, make_document, verbatim_check
 from rigkit.host.journal import Journal, StepFailed, now_iso
-from rigkit.host.window.sweepgrid import classify, crash_point, pending
+from rigkit.common.sweepgrid import classify, crash_point, pending
 from rigkit.host.window.system import sh, unit_state
 
 #: Starts of the tenant per setting before it is given up: the first, and two restarts while a
@@ -103,10 +104,10 @@ def cell_payload(workload: str, context: int, max_tokens: int, chars_per_token: 
 def summarize_cell(setting: int, workload: str, context: int, results: list, expected: list,
                    tenant_active: bool, window_id: str, energy: dict[str, Any] | None = None,
                    enforced_w: float | None = None) -> dict[str, Any]:
-    """The journal cell (:mod:`rigkit.host.window.sweepgrid`) of ``results``
-    (:class:`rigkit.host.bench.client.RequestResult`, in order; the first failed one ends the cell):
-    medians of the answered requests, status by :func:`~rigkit.host.window.sweepgrid.classify`;
-    ``energy`` is :func:`rigkit.host.bench.energy.summarize_energy` of its requests (None: not
+    """The journal cell (:mod:`rigkit.common.sweepgrid`) of ``results``
+    (:class:`rigkit.bench.client.RequestResult`, in order; the first failed one ends the cell):
+    medians of the answered requests, status by :func:`~rigkit.common.sweepgrid.classify`;
+    ``energy`` is :func:`rigkit.bench.energy.summarize_energy` of its requests (None: not
     measured), ``enforced_w`` the power limit read back before it (W)."""
     ok = [r for r in results if r.ok]
     bad = next((r for r in results if not r.ok), None)
@@ -138,7 +139,7 @@ def preflight_problem(plan: dict[str, Any]) -> str | None:
     """Why a ``power_limit`` sweep must not open its window (the window's preflight refuses it,
     nothing touched), or None: the host config names no declared limit, the card's range cannot be
     read, or a limit lies outside ``power.min_limit``..``power.max_limit``
-    (:func:`rigkit.host.gpu.power_limit_problem`). None for any other plan."""
+    (:func:`rigkit.common.gpu.power_limit_problem`). None for any other plan."""
     sp = plan.get("sweep") or {}
     if sp.get("param") != "power_limit":
         return None
@@ -166,10 +167,10 @@ def restore_power(j: Journal) -> str:
     if not rec:
         return "the GPU power limit untouched (no limit was set)"
     index, want = int(rec["index"]), float(rec["declared_w"])
-    ok, detail = powerlimit.set_limit(index, want)
+    ok, detail = host_powerlimit.set_limit(index, want)
     if not ok:
         raise StepFailed(f"putting the declared {want:g} W back on GPU {index} failed: {detail}")
-    enforced, why = gpu.enforced_w(index)
+    enforced, why = host_gpu.enforced_w(index)
     problem = powerlimit.read_back_problem(index, want, enforced, why)
     if problem:
         raise StepFailed(f"putting the declared limit back: {problem}")
@@ -208,7 +209,7 @@ class Sweep:
         self.enforced: float | None = None  # power_limit: the limit read back for the cells now measured
         # energy is what a power-limit sweep is for; a draft-length sweep measures speed and survival only
         # (two readings per request added 13 s to the sandbox's draft-length tests); NVML stays open for
-        # the sweep's process (rigkit.host.nvml.EnergyReader)
+        # the sweep's process (rigkit.bench.nvml.EnergyReader)
         self.meter = (EnergyMeter(EnergyReader(), where=f"{self.plan.get('host')} (this host's GPU)")
                       if self.grid["param"] == "power_limit" else None)
         self.j.save()
@@ -329,14 +330,14 @@ class Sweep:
         index = int(self.plan.get("power_index") or 0)
         changed = self.j.data["changed"]
         if not changed.get("power_limit"):
-            before, _ = gpu.enforced_w(index)
+            before, _ = host_gpu.enforced_w(index)
             changed["power_limit"] = {"index": index, "declared_w": float(self.plan["power_limit_w"]),
                                       "enforced_before_w": before}
             self.j.save()
-        ok, detail = powerlimit.set_limit(index, value)
+        ok, detail = host_powerlimit.set_limit(index, value)
         if not ok:
             raise StepFailed(f"setting GPU {index} to {value} W failed: {detail}")
-        enforced, why = gpu.enforced_w(index)
+        enforced, why = host_gpu.enforced_w(index)
         self.data["limits"][str(value)] = {"set_w": value, "enforced_w": enforced, "at": now_iso()}
         self.j.save()
         problem = powerlimit.read_back_problem(index, value, enforced, why)

@@ -5,7 +5,7 @@
 - ``power_limit`` (issue 31): per GPU power limit (W, each within the card's ``power.min_limit``..
   ``power.max_limit`` as read from the GPU before the window opens: :func:`check_power_limits`), the
   tenant's decode tok/s and its tokens per joule, and the limit to declare
-  (:func:`rigkit.host.window.sweepgrid.recommend_power` states the rule). The tenant runs its deployed
+  (:func:`rigkit.common.sweepgrid.recommend_power` states the rule). The tenant runs its deployed
   ``.env``; the host sets each limit with ``nvidia-smi --power-limit`` and the window's restore puts
   the declared one back, whatever happens.
 
@@ -14,7 +14,7 @@ setting rendered by the one renderer (:func:`rigkit.render.files.render`) from t
 ``dflash_tokens=N`` and ``allow_unsafe_spec: true`` — the guard is lifted on purpose, and said once —
 shipped in the window's plan (the host installs them and puts the deployed one back:
 :mod:`rigkit.host.window.sweep`); then the result from the journal's cells: the table (setting ×
-workload × context), the frontier and the recommendation (:mod:`rigkit.host.window.sweepgrid`),
+workload × context), the frontier and the recommendation (:mod:`rigkit.common.sweepgrid`),
 the chart, all written into the window's results folder as ``sweep.json``, ``sweep.txt`` and
 ``sweep.svg``. Nothing is applied: the recommendation is printed as the group_data line to paste.
 """
@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.gpu import card, power_limit_problem
-from rigkit.host.window.sweepgrid import SPEED_FLOOR, frontier, latest, pending, recommend
+from rigkit.common.gpu import card, power_limit_problem
+from rigkit.common.sweepgrid import SPEED_FLOOR, frontier, latest, pending, recommend
 from rigkit.spec.validate import POWER_LIMIT_SANITY_W
 
 #: What ``--sweep`` may vary: per key its allowed range (before the card's own, for power), what
@@ -147,7 +147,7 @@ def setting_env(spec: Any, key: str, value: int) -> str:
 
 def check_power_limits(values: list[int], smi: dict[str, Any], index: int = 0) -> None:
     """Each power limit (W) of a ``power_limit`` sweep within GPU ``index``'s ``power.min_limit``..
-    ``power.max_limit`` as read from the card (``smi``: :func:`rigkit.host.gpu.parse_query` of the
+    ``power.max_limit`` as read from the card (``smi``: :func:`rigkit.common.gpu.parse_query` of the
     host's ``nvidia-smi``; the host checks again before it sets the first one). Raises SweepArgError
     naming the first value outside, or RuntimeError when the card's range cannot be read (a host
     problem, not bad input)."""

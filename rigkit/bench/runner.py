@@ -33,14 +33,13 @@ from typing import Any, Callable
 
 import requests
 
-from rigkit.host.bench import metrics as spec_metrics
-from rigkit.host.bench.client import ChatSession, RequestResult, stream_chat
-from rigkit.host.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
-from rigkit.host.bench.context import Target
-from rigkit.host.bench.energy import IDLE_S, EnergyMeter, summarize_energy
-from rigkit.host.bench.results import (MAX_CV, SCHEMA_VERSION, exit_code, speedups,
-                                       summarize_workload, verdict)
-from rigkit.host.bench.workloads import Workload, verbatim_check
+from rigkit.bench import metrics as spec_metrics
+from rigkit.bench.client import ChatSession, RequestResult, stream_chat
+from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
+from rigkit.bench.context import Target
+from rigkit.bench.energy import IDLE_S, EnergyMeter, summarize_energy
+from rigkit.bench.results import MAX_CV, SCHEMA_VERSION, exit_code, speedups, summarize_workload, verdict
+from rigkit.bench.workloads import Workload, verbatim_check
 
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
 #: unstable (its ``--repeat-unstable`` default).
@@ -146,13 +145,13 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     Each request is sent through :func:`send_patiently` (``health_budget_s``, ``poll_s``:
     seconds; a loading or rate-limited server is waited for, not called dead).
 
-    With a ``meter`` (:class:`rigkit.host.bench.energy.EnergyMeter`) the card's idle draw is
+    With a ``meter`` (:class:`rigkit.bench.energy.EnergyMeter`) the card's idle draw is
     measured first for ``idle_s`` seconds (nothing sent), then each request's energy: its record
     carries ``energy_j`` (J), ``energy_s`` (s) and ``avg_w`` (W), and each workload's summary an
-    ``energy`` object (:func:`rigkit.host.bench.energy.summarize_energy`).
+    ``energy`` object (:func:`rigkit.bench.energy.summarize_energy`).
 
     A measured workload whose compared figures are unstable (:func:`unstable_metrics`: CV above
-    :data:`rigkit.host.bench.results.MAX_CV`) is measured again, up to ``repeat_unstable`` more
+    :data:`rigkit.bench.results.MAX_CV`) is measured again, up to ``repeat_unstable`` more
     times (``rigkit bench``: :data:`REPEAT_UNSTABLE` unless told; 0 here: a window's bench spends
     the window's time and judges against no baseline, so it is measured once); its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
     ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}, doubt}]``) — the verdict then says
@@ -274,7 +273,7 @@ def build_summary(run_id: str, target: Target, context: dict[str, Any],
                   energy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``summary.json`` object: ``schema_version``, ``run_id``, ``timestamp`` (UTC),
     ``target`` (label, never the key), ``preset``, ``context`` (with ``warmup_done``),
-    ``energy`` (:meth:`rigkit.host.bench.energy.EnergyMeter.describe`: method, source, idle
+    ``energy`` (:meth:`rigkit.bench.energy.EnergyMeter.describe`: method, source, idle
     draw; None when not measured), ``workloads`` (measured ones; the warm-up is kept under
     ``warmup``; each with its ``energy``), ``verdicts``, ``speedups``, ``warnings``,
     ``exit_code``."""

@@ -1,6 +1,6 @@
 """The sweep's grid, pure (no I/O): which cells are left to measure, the frontier and the
 recommendation. The host's sweep runner (:mod:`rigkit.host.window.sweep`) and the control side
-(:mod:`rigkit.bench.sweep`) both read the journal's cells through these functions, so "what is left",
+(:mod:`rigkit.report.sweep`) both read the journal's cells through these functions, so "what is left",
 "how far did it survive" and "what to recommend" have one meaning.
 
 A *grid* is ``{"param": "dflash_tokens" | "power_limit", "settings": [int] (draft lengths, or
@@ -17,7 +17,7 @@ measured (setting, workload, context)::
      "error": str | None, "window": window id, "measured": UTC ISO}
 
 Figures are medians over the cell's runs; the energy ones are sums over its measured requests
-(:func:`rigkit.host.bench.energy.summarize_energy`: completion tokens over the joules the card's
+(:func:`rigkit.bench.energy.summarize_energy`: completion tokens over the joules the card's
 counter advanced while they ran).
 
 The two keys share what is left, the crash point and the frontier's survival; they differ in what
@@ -34,7 +34,7 @@ import math
 from typing import Any, Iterable
 
 #: Where a crash comes from, by the bench client's ``error_kind``
-#: (:class:`rigkit.host.bench.client.RequestResult`): the engine, not the request.
+#: (:class:`rigkit.bench.client.RequestResult`): the engine, not the request.
 CRASH_KINDS = frozenset({"engine-dead", "http-5xx", "connection", "cut", "stalled", "stream-error"})
 
 

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rigkit.host.jsonfile import write_atomic
+from rigkit.common.jsonfile import write_atomic
 
 FILE_NAME = "holds.json"
 LLAMA_SWAP = "llama-swap"

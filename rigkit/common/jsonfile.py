@@ -1,4 +1,4 @@
-"""JSON files on the host, one way: read an object, write atomically (:mod:`rigkit.host.atomic`: temp
+"""JSON files on the host, one way: read an object, write atomically (:mod:`rigkit.common.atomic`: temp
 file in the same folder, fsync, rename), so a reader never sees half a file. Used for the window journal, holds, the
 watchdog's state, model records and the lock's holder record's readers."""
 
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rigkit.host import atomic
+from rigkit.common import atomic
 
 
 def iso_utc(t: float | None = None) -> str:

@@ -12,7 +12,7 @@ the runner's policy over them (README "What the bench does with each stream", ``
 
 Token counts (:func:`count`, :func:`check_counts`): from the server's ``usage``; without it from
 llama.cpp's ``timings.predicted_n``; without both, from the chunks, with a loud warning (the
-client's module doc, :mod:`rigkit.host.bench.client`, gives the definitions and sources).
+client's module doc, :mod:`rigkit.bench.client`, gives the definitions and sources).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def response_kind(content_type: str | None, content_encoding: str | None,
                   head: bytes = b"") -> tuple[str, str | None]:
     """How to read a 2xx answer to a streamed request, from its headers (and, for a verdict, the
     first bytes of its body): ``("stream", None)``, ``("json", None)`` (one ``application/json``
-    body: :func:`rigkit.host.bench.transport.not_streamed`), or ``("not-event-stream", message)`` naming what was received.
+    body: :func:`rigkit.bench.transport.not_streamed`), or ``("not-event-stream", message)`` naming what was received.
 
     The one place the response's type and encoding are judged. Sources: OpenAI API
     (``stream: true`` answers ``text/event-stream``); RFC 9110 §8.4 / §12.5.3 (the bench sends

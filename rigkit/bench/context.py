@@ -44,7 +44,7 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         """HTTP headers for side requests (the bearer key when there is one)."""
-        from rigkit.host.llama_swap import headers
+        from rigkit.bench.llama_swap import headers
 
         return headers(self.api_key)
 

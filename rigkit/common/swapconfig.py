@@ -1,5 +1,5 @@
-"""llama-swap's config as the activation reads it, pure (no host touched; the control side imports it
-too): the config parsed (:func:`parse_config`), its resident member, which members changed between
+"""llama-swap's config as the activation reads it, pure (no host touched; both sides
+import it): the config parsed (:func:`parse_config`), its resident member, which members changed between
 two configs and in which order an activation asks them (:func:`probe_order`), the live config's
 backups, and the UTC stamp of backups, holds and failed configs. Source for the keys: llama-swap
 v250's ``config.example.yaml`` (``models``, ``hooks.on_startup.preload``)."""
@@ -22,11 +22,12 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def parse_config(text: str, source: str) -> dict[str, Any]:
+def parse_config(text: str, source: str, yaml: Any) -> dict[str, Any]:
     """A llama-swap config as data; raises ValueError naming ``source`` when it is not YAML, not a
-    mapping, or has no ``models`` mapping."""
-    import yaml
-
+    mapping, or has no ``models`` mapping. ``yaml`` is the PyYAML module (its ``safe_load`` reads,
+    its ``YAMLError`` is a text it cannot read), handed in by the caller: this package is standard
+    library only, and both sides have the one pinned PyYAML (the agent's wheelhouse, the control
+    side's dependencies)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

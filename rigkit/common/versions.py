@@ -16,7 +16,7 @@ Shapes, and where each comes from:
   ``1:610.57.04-2``, ``13.3.1-1``, a pkgrel may be ``1.1``; the epoch and the pkgrel never change
   which driver or toolkit it is (:func:`release` drops them).
 - the driver's CUDA level: ``CUDA Version: 13.1`` (to driver 59x), ``CUDA UMD Version: 13.3``
-  (from 610), always major.minor (:func:`rigkit.host.gpu.driver_cuda` reads it).
+  (from 610), always major.minor (:func:`rigkit.common.gpu.driver_cuda` reads it).
 
 The rule: versions compare by their dotted numeric components (numbers, so ``04`` is 4), and a
 declared version agrees with a reported one when its components are the first components of the

@@ -20,7 +20,7 @@ def complete(base: str, model: str, api_key: str | None = None, timeout_s: float
     (``http://127.0.0.1:<port>``). Returns the ``requests.Response``; raises
     ``requests.RequestException`` when nothing answers within ``timeout_s`` s.
     A ``502`` with an empty body (llama-swap's proxy found the member's kept connection closed and never
-    had an answer: :func:`rigkit.host.bench.client.proxy_lost_the_request`) is sent once more.
+    had an answer: :func:`rigkit.bench.client.proxy_lost_the_request`) is sent once more.
     """
     import requests
 

@@ -1,12 +1,12 @@
 """The stream: the bytes of one streamed chat completion, as they arrive, turned into a
-:class:`~rigkit.host.bench.result.RequestResult` — apart from the network (:mod:`.transport`).
+:class:`~rigkit.bench.result.RequestResult` — apart from the network (:mod:`.transport`).
 
 :class:`StreamConsumer` is the state machine: each read's bytes go through the SSE parser
 (:mod:`.sse`), each event's JSON is read for tokens (answer, reasoning in any of
 :data:`REASONING_FIELDS`, inline ``<think>`` split by :class:`ThinkSplitter`), usage, llama.cpp's
 ``timings`` and vLLM's ``metrics``; the end judges what arrived. Failures are recorded through
-the one classifier (:func:`rigkit.host.bench.result.failed`). Definitions of the times and
-counts, and the sources of each rule: :mod:`rigkit.host.bench.client`.
+the one classifier (:func:`rigkit.bench.result.failed`). Definitions of the times and
+counts, and the sources of each rule: :mod:`rigkit.bench.client`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from rigkit.host.bench.result import (BadData, Happened, RequestResult, check_counts, count,
-                                      error_message, error_object_message, failed, has_count,
-                                      kind_of)
-from rigkit.host.bench.sse import SSEParser
+from rigkit.bench.result import (BadData, Happened, RequestResult, check_counts, count, error_message,
+                                 error_object_message, failed, has_count, kind_of)
+from rigkit.bench.sse import SSEParser
 
 #: Delta fields that carry thinking, in the order servers adopted them (vLLM ``reasoning``,
 #: llama.cpp/SGLang/old vLLM ``reasoning_content``, others ``thinking``).
@@ -377,7 +376,7 @@ class StreamConsumer:
 def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0) -> RequestResult:
     """The :class:`RequestResult` of a stream given as ``reads``: an iterable of
     ``(bytes, t)`` pairs (``t`` in seconds, the clock when each read returned), ending cleanly
-    after the last. For tests and replays; :func:`rigkit.host.bench.client.stream_chat` feeds
+    after the last. For tests and replays; :func:`rigkit.bench.client.stream_chat` feeds
     the same consumer from the network."""
     c = StreamConsumer(RequestResult(status=200), t0, stall_timeout_s)
     t = t0

@@ -4,15 +4,15 @@
 Given a target, the host's bench settings (``spec.bench`` as a dict), the preset and workloads,
 and an energy reader, a :class:`BenchSession`:
 
-1. :meth:`~BenchSession.prepare`: probes the engine (:func:`rigkit.host.bench.context.probe_engine`;
+1. :meth:`~BenchSession.prepare`: probes the engine (:func:`rigkit.bench.context.probe_engine`;
    nothing answering at all is :class:`TargetUnreachable`), picks the preset (``auto``: ``rig``
    when the server's context fits it), sizes it with the host's settings (:func:`applied_settings`;
    command-line values win), measures characters per token (on the quoting prompt too, when
    quoting runs and the server tokenizes), builds the workloads, marks those the server cannot run
-   (:func:`rigkit.host.bench.workloads.mark_unrunnable`: NOT-RUN, not FAIL) and gathers the context;
-2. :meth:`~BenchSession.run`: runs them (:func:`rigkit.host.bench.runner.run_workloads`, the
+   (:func:`rigkit.bench.workloads.mark_unrunnable`: NOT-RUN, not FAIL) and gathers the context;
+2. :meth:`~BenchSession.run`: runs them (:func:`rigkit.bench.runner.run_workloads`, the
    energy meter over the reader: idle draw first) into ``requests.jsonl`` and returns the
-   summary (:func:`rigkit.host.bench.runner.build_summary`).
+   summary (:func:`rigkit.bench.runner.build_summary`).
 
 :func:`not_run_summary` is the summary of a session that sends nothing (the member is not loaded).
 The callers only find the target and write what the session returns (the control side draws
@@ -32,13 +32,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from rigkit.host.bench.context import Target, measure_chars_per_token, probe_engine
-from rigkit.host.bench.energy import EnergyMeter
-from rigkit.host.bench.results import summarize_workload
-from rigkit.host.bench.runner import build_summary, new_run_id, regression_doubt, run_workloads
-from rigkit.host.bench.workloads import (PRESETS, WORKLOAD_NAMES, Preset, Workload,
-                                         build_quoting_prompt, build_workloads, make_document,
-                                         mark_unrunnable, quoting_sizes)
+from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
+from rigkit.bench.energy import EnergyMeter
+from rigkit.bench.results import summarize_workload
+from rigkit.bench.runner import build_summary, new_run_id, regression_doubt, run_workloads
+from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, Preset, Workload, build_quoting_prompt, build_workloads,
+                                    make_document, mark_unrunnable, quoting_sizes)
 
 #: The host's bench settings (``spec.bench``) that size the workloads, each with the rig
 #: preset's own figure for it (``BenchSpec``'s defaults are these figures; a unit test holds
@@ -49,7 +48,7 @@ SIZING: dict[str, Callable[[Preset], Any]] = {
     "reasoning_effort": lambda p: (p.extra_body.get("chat_template_kwargs") or {}).get("reasoning_effort"),
 }
 
-#: Context keys taken from the engine's probe (:func:`rigkit.host.bench.context.probe_engine`).
+#: Context keys taken from the engine's probe (:func:`rigkit.bench.context.probe_engine`).
 ENGINE_KEYS = ("engine", "engine_version", "model", "model_path", "quantization", "n_ctx", "speculative")
 
 #: Temperature of the sampled chat workload when the settings name none.
@@ -84,7 +83,7 @@ def sized_preset(preset_name: str, settings: Mapping[str, Any] | None, *,
     """``(preset, quoting_tokens, max_tokens)``: :data:`PRESETS` ``[preset_name]`` with the
     settings that apply (:func:`applied_settings`) — ``reasoning_effort`` in its ``extra_body``
     (none: no ``chat_template_kwargs``), the token figures (tokens) returned for
-    :func:`rigkit.host.bench.workloads.build_workloads`, the command line's own (not None) first."""
+    :func:`rigkit.bench.workloads.build_workloads`, the command line's own (not None) first."""
     preset = PRESETS[preset_name]
     for key, value in applied_settings(settings, preset_name).items():
         if key == "quoting_prompt_tokens":
@@ -104,7 +103,7 @@ def _setting(settings: Mapping[str, Any] | None, key: str, default: Any) -> Any:
 
 def workload_names(names: list[str] | None, warmup: bool = True) -> list[str]:
     """The workloads to run, in order: ``names`` (None or empty: every measured one of
-    :data:`rigkit.host.bench.workloads.WORKLOAD_NAMES`), after the discarded warm-up unless
+    :data:`rigkit.bench.workloads.WORKLOAD_NAMES`), after the discarded warm-up unless
     ``warmup`` is False."""
     return (["warmup"] if warmup else []) + list(names or WORKLOAD_NAMES[1:])
 
@@ -116,11 +115,11 @@ class BenchSession:
     + settings: the host's ``spec.bench`` as a dict (``BenchSpec.model_dump()``; None: a bare
       URL, no host): sizing (:func:`applied_settings`), ``sampled_temperature`` (default
       :data:`SAMPLED_TEMPERATURE`), ``stall_timeout_s`` (s, default :data:`STALL_TIMEOUT_S`).
-    + preset: a :data:`rigkit.host.bench.workloads.PRESETS` name or ``auto``.
+    + preset: a :data:`rigkit.bench.workloads.PRESETS` name or ``auto``.
     + workloads, warmup: what to run (:func:`workload_names`).
     + quoting_tokens, max_tokens (tokens), stall_timeout_s (s): the command line's values, over
       the settings (None: not given).
-    + health_budget_s (s), repeat_unstable: :func:`rigkit.host.bench.runner.run_workloads`'s.
+    + health_budget_s (s), repeat_unstable: :func:`rigkit.bench.runner.run_workloads`'s.
     + baselines: summaries to judge against (``[]``: none; the window judges against none).
     + context: the caller's context (host, GPU, window…), over the engine's and under the
       measured characters per token.
@@ -211,12 +210,12 @@ class BenchSession:
             progress: Callable[[str, int, int], None] | None = None,
             warn: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Run the prepared workloads (:meth:`prepare` first) into ``out_dir/requests.jsonl``
-        and return the summary (:func:`rigkit.host.bench.runner.build_summary`).
+        and return the summary (:func:`rigkit.bench.runner.build_summary`).
 
-        + read_energy: the GPU's reader (:class:`rigkit.host.nvml.EnergyReader`, or the agent's
-          over SSH) for :class:`rigkit.host.bench.energy.EnergyMeter` (``where``: the words for
+        + read_energy: the GPU's reader (:class:`rigkit.bench.nvml.EnergyReader`, or the agent's
+          over SSH) for :class:`rigkit.bench.energy.EnergyMeter` (``where``: the words for
           it); None: energy not measured, ``energy_unavailable`` saying why.
-        + progress(workload, done, total), warn(text): as :func:`rigkit.host.bench.runner.run_workloads`.
+        + progress(workload, done, total), warn(text): as :func:`rigkit.bench.runner.run_workloads`.
 
         Raises RuntimeError before :meth:`prepare`.
         """

@@ -38,7 +38,7 @@ In three parts under this entry point: :mod:`.transport` (:mod:`http.client` ove
 :class:`ChatSession` that keeps one connection per server open between requests; no proxy
 support — the bench talks to 127.0.0.1 or an SSH forward), :mod:`.stream` (the event → state
 machine, :class:`StreamConsumer`) and :mod:`.result` (:class:`RequestResult`, the counts, and
-the one failure classifier :func:`~rigkit.host.bench.result.failure_kind`).
+the one failure classifier :func:`~rigkit.bench.result.failure_kind`).
 """
 
 from __future__ import annotations
@@ -48,15 +48,12 @@ import time
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from rigkit.host import llama_swap
-from rigkit.host.bench.result import (CHUNK_ESTIMATE_WARNING, CUT_BY_THINKING_WARNING,
-                                      EVENT_STREAM_TYPES, KINDS, THINKING_MOST,
-                                      USAGE_WITHOUT_COUNT_WARNING, RequestResult, check_counts,
-                                      failure_kind, response_kind)
-from rigkit.host.bench.stream import (NO_DONE_WARNING, REASONING_FIELDS, StreamConsumer,
-                                      consume)
-from rigkit.host.bench.transport import (ChatSession, proxy_lost_the_request, request,
-                                         retry_after_seconds)
+from rigkit.bench import llama_swap
+from rigkit.bench.result import (CHUNK_ESTIMATE_WARNING, CUT_BY_THINKING_WARNING, EVENT_STREAM_TYPES, KINDS,
+                                 THINKING_MOST, USAGE_WITHOUT_COUNT_WARNING, RequestResult, check_counts,
+                                 failure_kind, response_kind)
+from rigkit.bench.stream import NO_DONE_WARNING, REASONING_FIELDS, StreamConsumer, consume
+from rigkit.bench.transport import ChatSession, proxy_lost_the_request, request, retry_after_seconds
 
 __all__ = ["CHUNK_ESTIMATE_WARNING", "CUT_BY_THINKING_WARNING", "EVENT_STREAM_TYPES", "KINDS",
            "NO_DONE_WARNING", "REASONING_FIELDS", "THINKING_MOST", "USAGE_WITHOUT_COUNT_WARNING",

@@ -1,10 +1,10 @@
 """The GPU's energy while the bench runs: joules per request, then per workload joules, average
 watts, tok/J and J/token beside tok/s (issue 31; DESIGN.md "Versions and units of measure").
 
-Source: :class:`rigkit.host.nvml.EnergyReader` — the card's counter through NVML
+Source: :class:`rigkit.bench.nvml.EnergyReader` — the card's counter through NVML
 (``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded), else ``nvidia-smi
---query-gpu=index,power.draw --format=csv,noheader,nounits`` (:data:`rigkit.host.gpu.ENERGY_QUERY`,
-parsed by :func:`rigkit.host.gpu.parse_energy`). Two methods, chosen by the first reading:
+--query-gpu=index,power.draw --format=csv,noheader,nounits`` (:data:`rigkit.common.gpu.ENERGY_QUERY`,
+parsed by :func:`rigkit.common.gpu.parse_energy`). Two methods, chosen by the first reading:
 
 - ``counter``: the card's cumulative energy counter (J), read right before and right after each
   request; the request's joules are the difference. nvidia-smi has no field for it (every driver
@@ -23,7 +23,7 @@ subtracted from a workload's joules. A request's joules include its prefill: J/t
 completion token of the whole request.
 
 The readings come from a callable, so the same meter reads this host's GPU (the window's bench and
-sweeps, :class:`rigkit.host.nvml.EnergyReader`) or the rig's through its agent over SSH (``rigkit bench
+sweeps, :class:`rigkit.bench.nvml.EnergyReader`) or the rig's through its agent over SSH (``rigkit bench
 --host``: one ``rigkit-agent energy --serve`` session, rigkit.cli.bench).
 """
 
@@ -34,7 +34,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from rigkit.host import gpu
+from rigkit.common import gpu
 
 #: How long :meth:`EnergyMeter.idle` measures by default (s).
 IDLE_S = 2.0
@@ -87,9 +87,9 @@ class Span:
 class EnergyMeter:
     """Reads the GPU's energy around each request.
 
-    + read: returns :func:`rigkit.host.gpu.parse_energy`'s dict (never raises), optionally with
+    + read: returns :func:`rigkit.common.gpu.parse_energy`'s dict (never raises), optionally with
       ``source`` (what measured it) and ``counter_unavailable`` (why not the counter), as
-      :class:`rigkit.host.nvml.EnergyReader` gives them.
+      :class:`rigkit.bench.nvml.EnergyReader` gives them.
     + where: words for the operator naming where the readings come from (``rig over SSH``).
     + interval_s: seconds between ``power.draw`` samples (method ``sampled`` only).
     + gpu_index: the GPU to read (the rig has one).
@@ -119,7 +119,7 @@ class EnergyMeter:
     def reading(self) -> tuple[float, float | None, float | None, str | None]:
         """One reading: ``(t_s, energy_j, power_draw_w, error)``; the figures None where the card has
         none or the query failed. ``t_s`` is the middle of the call on :attr:`clock`, except for a
-        counter reading that carries the reader's own stamp (``t_s``: :class:`rigkit.host.nvml.EnergyReader`
+        counter reading that carries the reader's own stamp (``t_s``: :class:`rigkit.bench.nvml.EnergyReader`
         stamps the host's monotonic clock as the counter is read): the seconds between two such
         stamps are the stretch the counter's difference covers, whatever the transport's latency
         (an SSH round trip) adds to the call."""
@@ -230,7 +230,7 @@ class EnergyMeter:
                 "where": self.where, "unavailable": self.unavailable, "idle": idle}
 
     def close(self) -> None:
-        """Close the reader when it can be (:meth:`rigkit.host.nvml.EnergyReader.close`)."""
+        """Close the reader when it can be (:meth:`rigkit.bench.nvml.EnergyReader.close`)."""
         close = getattr(self._read, "close", None)
         if callable(close):
             close()

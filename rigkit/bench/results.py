@@ -20,7 +20,7 @@ own spread):
   and the same host, member, preset and workload ``max_tokens``, :func:`same_settings`), named
   in the verdict's ``baseline`` and ``baseline_why``.
 - ``no baseline`` — no baseline given, or its context differs or is unknown
-  (:func:`rigkit.host.bench.context.comparable`).
+  (:func:`rigkit.bench.context.comparable`).
 - ``not comparable`` — a baseline matches, but one side's completion tokens are a chunk-count
   estimate (the server sent no usage) and the other's are counted (``usage`` or llama.cpp's
   ``timings.predicted_n``): decode tok/s from an estimate is neither a slowdown nor a speed-up
@@ -41,7 +41,7 @@ import os
 import statistics
 from typing import Any
 
-from rigkit.host.bench.context import comparable
+from rigkit.bench.context import comparable
 
 SCHEMA_VERSION = 1
 METRICS = ("decode_tps", "prefill_tps", "ttft_s", "ttft_answer_s", "e2e_s",
@@ -78,7 +78,7 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
                        not_run: str | None = None, skipped: bool = False,
                        energy: dict[str, Any] | None = None) -> dict[str, Any]:
     """Summary of one workload from its successful request records (dicts from
-    :meth:`rigkit.host.bench.client.RequestResult.to_record`).
+    :meth:`rigkit.bench.client.RequestResult.to_record`).
 
     Keys: ``status`` (``ok`` / ``failed`` / ``not-run``), ``error``, ``error_kind``, ``n``,
     ``metrics`` (name → :func:`stats`), ``tokens_source`` (``usage``, ``timings``,
@@ -87,7 +87,7 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
     cut by max_tokens after thinking used most of it), ``completion_tokens_total``, ``chunk_estimate_total`` (what chunk counting
     would have said), ``server_timings`` (llama.cpp prompt/predicted tok/s stats),
     ``spec_decode``, ``verbatim`` (one entry per quoting run), ``energy``
-    (:func:`rigkit.host.bench.energy.summarize_energy`: J, W, tok/J, J/token; None when not
+    (:func:`rigkit.bench.energy.summarize_energy`: J, W, tok/J, J/token; None when not
     measured), ``max_tokens`` (the requests' ``max_tokens``, None when they differ),
     ``estimate_why`` (why counts are estimated: no usage, or a usage without
     ``completion_tokens``), ``attempts`` (how many times it was measured; the runner raises it
@@ -222,7 +222,7 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
 
 
 #: Settings a default baseline must share with this run, beyond the context
-#: (:data:`rigkit.host.bench.context.CONTEXT_KEYS`, which holds the power limit).
+#: (:data:`rigkit.bench.context.CONTEXT_KEYS`, which holds the power limit).
 SETTINGS = ("host", "member", "preset", "max_tokens")
 
 

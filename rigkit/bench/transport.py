@@ -5,8 +5,8 @@ its timeouts, and the answers that are not a stream.
 connection the server closed is reopened once; an empty 502 from llama-swap's proxy is sent
 once more: :func:`proxy_lost_the_request`). :func:`request` sends one request, reads an error
 status, judges the answer's type (:func:`response_kind`) and hands an event stream to
-:class:`rigkit.host.bench.stream.StreamConsumer`. Every failure goes through the one classifier
-(:func:`rigkit.host.bench.result.failed`). No proxy support — the bench talks to 127.0.0.1 or
+:class:`rigkit.bench.stream.StreamConsumer`. Every failure goes through the one classifier
+(:func:`rigkit.bench.result.failed`). No proxy support — the bench talks to 127.0.0.1 or
 an SSH forward.
 """
 
@@ -18,9 +18,8 @@ import socket
 import time
 from typing import Any, Callable
 
-from rigkit.host.bench.result import (Happened, RequestResult, error_message,
-                                      error_object_message, failed, response_kind)
-from rigkit.host.bench.stream import StreamConsumer
+from rigkit.bench.result import Happened, RequestResult, error_message, error_object_message, failed, response_kind
+from rigkit.bench.stream import StreamConsumer
 
 
 class ChatSession:
@@ -84,10 +83,10 @@ def request(sess: ChatSession, scheme: str, host: str, port: int, url: str, path
             connect_timeout_s: float, stall_timeout_s: float,
             on_chunk: Callable[[RequestResult], None] | None) -> RequestResult:
     """POST ``data`` to ``path`` on ``(scheme, host, port)`` over ``sess`` and read the answer into
-    ``r`` (see :func:`rigkit.host.bench.client.stream_chat`, which builds the body and headers).
+    ``r`` (see :func:`rigkit.bench.client.stream_chat`, which builds the body and headers).
     The clock starts just before the request's bytes go out; ``connect_timeout_s`` bounds the
     connect, ``stall_timeout_s`` (s) every later wait. Returns ``r``; failures are recorded in
-    it (:func:`rigkit.host.bench.result.failed`), never raised."""
+    it (:func:`rigkit.bench.result.failed`), never raised."""
     for attempt in (0, 1):
         try:
             conn, reused = sess.connection(scheme, host, port, connect_timeout_s)

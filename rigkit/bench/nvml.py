@@ -11,9 +11,9 @@ binding has no words for. Zeus/ML.ENERGY read the card's energy the same way.
 
 Without a counter — no library (``pynvml.NVMLError_LibraryNotFound``: no driver installed), no NVML
 (driver not loaded, code 9; driver/library version mismatch until a reboot, 18), a card without one
-(``NVML_ERROR_NOT_SUPPORTED``, 3) — the reading is :func:`rigkit.host.gpu.query_energy`'s: ``power.draw``
+(``NVML_ERROR_NOT_SUPPORTED``, 3) — the reading is :func:`rigkit.common.gpu.query_energy`'s: ``power.draw``
 in a query of its own, asking only fields every captured driver lists in ``--help-query-gpu``, sampled
-and integrated by the meter (:mod:`rigkit.host.bench.energy`). Each reading names its method and source,
+and integrated by the meter (:mod:`rigkit.bench.energy`). Each reading names its method and source,
 and why the counter is not used.
 
 ``rigkit-agent energy [--serve] [--index N]`` prints readings as JSON lines (:func:`main`): ``rigkit bench
@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from rigkit.host import gpu
+from rigkit.common import gpu
 
 #: Where a counter reading comes from (the summary's ``energy.source``).
 COUNTER_SOURCE = ("NVML nvmlDeviceGetTotalEnergyConsumption (nvidia-ml-py, the driver's libnvidia-ml.so.1; "
@@ -41,16 +41,16 @@ def _why(exc: Exception) -> str:
 
 
 class EnergyReader:
-    """The energy reader of :class:`rigkit.host.bench.energy.EnergyMeter` on this host: a callable that
-    returns one reading (never raises) shaped as :func:`rigkit.host.gpu.parse_energy`'s
+    """The energy reader of :class:`rigkit.bench.energy.EnergyMeter` on this host: a callable that
+    returns one reading (never raises) shaped as :func:`rigkit.common.gpu.parse_energy`'s
     (``{"state", "message", "gpus": [{"index", "energy_j", "power_draw_w"}]}``) plus ``method``
     (``counter``/``sampled``), ``source`` (the call or the nvidia-smi command) and
     ``counter_unavailable`` (why not the counter, None when it is read); a counter reading also
     ``t_s``, this host's monotonic clock (s) as the counter is read, so that the meter's seconds are
-    the stretch the counter covers (:meth:`rigkit.host.bench.energy.EnergyMeter.reading`).
+    the stretch the counter covers (:meth:`rigkit.bench.energy.EnergyMeter.reading`).
 
     + index: the GPU (NVML and nvidia-smi number the cards alike).
-    + sampled: the fallback reader (default :func:`rigkit.host.gpu.query_energy`).
+    + sampled: the fallback reader (default :func:`rigkit.common.gpu.query_energy`).
 
     NVML is opened on the first reading and kept open (``nvmlInit`` costs up to seconds on a card
     without persistence mode: each reading a fresh init would widen the bracket around every request);
