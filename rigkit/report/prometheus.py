@@ -1,7 +1,8 @@
 """The fleet's figures as Prometheus metrics on the control side (issue 47): ``rigkit drift --metrics
 FILE`` and ``rigkit bench --metrics FILE`` write what they found into FILE, in node_exporter's textfile
-format, atomically (:func:`rigkit.host.promfile.write`: the one writer; its docstring has the conventions
-and the part each file holds). Point the control machine's node_exporter at FILE's folder
+format, atomically through prometheus-client's own ``write_to_textfile`` (temp file + rename), as the
+agent writes the rig's parts on the host (:mod:`rigkit.host.promfile`, which the control side does not
+import: its docstring has the conventions and the part each file holds). Point the control machine's node_exporter at FILE's folder
 (``--collector.textfile.directory``) and name FILE ``rigkit_drift.prom`` / ``rigkit_bench.prom``
 (``*.prom``: the collector reads nothing else). notes/metrics.md has the scrape config and alerts.
 
@@ -19,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-
-from rigkit.host import promfile
+from prometheus_client.exposition import write_to_textfile
 
 #: The bench's verdict words (:func:`rigkit.bench.results.verdict`), one series each.
 VERDICTS = ("PASS", "WARN", "FAIL", "no baseline", "not comparable", "NOT-RUN")
@@ -130,5 +131,11 @@ def metrics_option(part: str):
 
 
 def write(path: str, families: list[Metric]) -> Path:
-    """Write ``families`` to ``path`` (:func:`rigkit.host.promfile.write`: atomic, 0644). Raises OSError."""
-    return promfile.write(path, families)
+    """Write ``families`` to ``path`` with prometheus-client's ``write_to_textfile`` (a temp file in the
+    same folder renamed over it: a scrape never sees half a file) from a registry of their own (never
+    the process-global one). Returns the path. Raises OSError when it cannot be written."""
+    fixed = list(families)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(type("Families", (), {"collect": lambda self: iter(fixed)})())
+    write_to_textfile(str(path), reg)
+    return Path(path)
