@@ -34,6 +34,8 @@ from .streams import DIALECTS, ENDINGS, LLAMA_CPP_RECORDED, build
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "67c32c2"  # main before the split (issue 44b)
+#: Where the client lived at :data:`BEFORE` (rigkit/bench/ since the layout of issue 44 item 1).
+BEFORE_PATH = "rigkit/host/bench/client.py"
 
 EXCEPTIONS = (TimeoutError("timed out"), ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe"),
               ConnectionRefusedError(111, "refused"), OSError(113, "no route"),
@@ -83,7 +85,7 @@ def test_every_documented_kind_is_reached():
 def before():
     """The client module at :data:`BEFORE`, its SSE parser and llama-swap client today's."""
     try:
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:rigkit/bench/client.py"],
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:{BEFORE_PATH}"],
                              capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         pytest.skip(f"the client before the split ({BEFORE}) is not in this checkout's git: {exc}")
@@ -95,7 +97,7 @@ def before():
     mod.__dict__.update(llama_swap=llama_swap, SSEParser=SSEParser)
     sys.modules[mod.__name__] = mod  # dataclasses look their module up
     try:
-        exec(compile(src, f"{BEFORE}:rigkit/bench/client.py", "exec"), mod.__dict__)
+        exec(compile(src, f"{BEFORE}:{BEFORE_PATH}", "exec"), mod.__dict__)
         yield mod
     finally:
         sys.modules.pop(mod.__name__, None)
@@ -333,7 +335,7 @@ def test_every_connection_failure_reads_the_same_before_and_after(before, connec
 # --- the runner: a 5xx judged again with /health -------------------------------------------------
 
 def _runner_before(kind: str, health: str) -> str:
-    """The runner's rule at 67c32c2 (rigkit/bench/runner.py, run_workloads), as it was written."""
+    """The runner's rule at 67c32c2 (rigkit/host/bench/runner.py, run_workloads), as it was written."""
     if kind == "http-5xx" and health.endswith(" 503"):
         kind = "engine-dead"  # vLLM's /health after EngineDeadError
     elif kind == "http-5xx" and health.endswith(" 503 Loading model"):

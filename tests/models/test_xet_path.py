@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ from huggingface_hub import ModelInfo
 from rigkit.host.fetch import HUB_ENV
 from rigkit.spec.modellock import LockError, LockFormatError, load_lock, lock_hub_model
 from tests.hub import repos
-from tests.hub.server import xet_hash
+from tests.hub.server import XET_TOKEN_TTL, xet_hash
 
 from .helpers import TOKEN, bridge_path, repo_bytes, xet_requests
 
@@ -102,11 +103,15 @@ def test_the_xet_token_route_answers_huggingface_hub_and_hf_xet_alike(hub, lock)
 
     commit = lock["models"]["strata"]["commit"]
     route = f"{hub.endpoint}/api/models/{repos.STRATA}/xet-read-token/{commit}"
+    t0 = int(time.time())
     info = refresh_xet_connection_info(file_data=XetFileData("0" * 64, route), headers=build_hf_headers(token=TOKEN))
     body = httpx2.get(route, headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    t1 = int(time.time())
     assert set(body) == {"casUrl", "exp", "accessToken"}
     assert info.endpoint == body["casUrl"] == f"http://127.0.0.1:{hub.cdn.server_address[1]}/cas"
-    assert info.expiration_unix_epoch == body["exp"] and info.access_token.startswith("xet_")
+    # each answer's expiry is its own second + the TTL: the two requests may straddle a second
+    assert all(t0 + XET_TOKEN_TTL <= exp <= t1 + XET_TOKEN_TTL for exp in (info.expiration_unix_epoch, body["exp"]))
+    assert info.access_token.startswith("xet_")
     assert TOKEN not in json.dumps(body)
     assert httpx2.get(route).status_code == 401  # a private hub: no token, no Xet token either
     hub.hub.log.clear()  # the token route was this test's point
