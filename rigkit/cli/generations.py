@@ -94,7 +94,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     """List the generations recorded on a host (number, time, operator, what changed), or with
     ``--diff A B`` what differs between two: files as diffs (secrets masked), pins, units,
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
     from rigkit.deploy.generations import diff, diff_text
     from rigkit.host.holds import GENERATION
     from rigkit.spec.secrets import read_hf_token

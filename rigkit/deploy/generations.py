@@ -169,7 +169,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lamb
     "units": {"enabled"/"disabled": [a, b]}, "members": {"<id>.<key>": [a, b]}, "llama_swap_release": [a, b],
     "daemon_json": [a, b], "models": {name: [a, b]}, "spec": {"<dotted key>": [a, b]}}`` — empty
     sections dropped; file diffs are unified diffs passed through ``mask`` (the caller's secret
-    masking, :func:`rigkit.drift.compare.mask`)."""
+    masking, :func:`rigkit.drift.masking.mask`)."""
     ra, rb = a["record"], b["record"]
     ca, cb = a.get("contents") or {}, b.get("contents") or {}
     out: dict[str, Any] = {"a": ra["n"], "b": rb["n"]}

@@ -18,13 +18,15 @@ and ``severity`` (so a reader of finding records can filter the others out):
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
 from rigkit.drift import severity
-from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, spec_is_generation, window_open
+from rigkit.drift.compare import Finding, compare_host, generation_hold, spec_is_generation, window_open
+from rigkit.drift.masking import masked
 from rigkit.drift.declared import declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
 from rigkit.drift.probe import connect_and_probe
@@ -53,6 +55,22 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
         decl.lock_note = f"held generation {n} unreadable ({why}); compared with the spec"
         return decl
     return declared_for(decl.host, source.spec, inventory, token, files=source.rendered, generation=n)
+
+
+@functools.lru_cache(maxsize=8)
+def built_wheelhouse(python: str) -> dict[str, str] | str:
+    """The agent's wheelhouse this checkout builds for Python ``python`` (``"3.13"``;
+    :func:`rigkit.deploy.wheelhouse.build`, what the deploy syncs) as ``{file name: sha256}``
+    (:func:`rigkit.operations.wheels.local_sums`), or why it cannot be built here (the error's text;
+    drift says so and does not compare). Once per process: every host of a fleet on the same Python
+    compares with the same build."""
+    from rigkit.deploy import wheelhouse
+    from rigkit.operations.wheels import local_sums
+
+    try:
+        return local_sums(wheelhouse.build(python))
+    except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
+        return str(exc) or type(exc).__name__
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -95,7 +113,9 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         if facts is None:
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why)]
         else:
-            host_findings = compare_host(decl, facts, diff=diff, token_source=source)
+            python = (facts.get("wheels") or {}).get("python")
+            host_findings = compare_host(decl, facts, diff=diff, token_source=source,
+                                         wheelhouse=built_wheelhouse(python) if python else None)
             if plan and window_open(facts):
                 host_findings.append(Finding(decl.host, "not-compared", "pyinfra --dry --json", "a plan",
                                              "skipped: the deploy refuses while a window is open"))
@@ -105,11 +125,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
                     host_findings.append(Finding(decl.host, "plan-failed", "pyinfra --dry --json", "a plan", plan_err))
                 else:
                     host_findings += plan_findings(decl.host, plan_json)
-        for f in host_findings:
-            f.declared = mask(f.declared, decl.secret_values)
-            f.actual = mask(f.actual, decl.secret_values)
-            f.item = mask(f.item, decl.secret_values)
-        findings += host_findings
+        findings += masked(host_findings, decl.secret_values)  # the one place findings are masked
         codes[decl.host] = exit_code(host_findings)
     return findings, codes
 

@@ -321,7 +321,7 @@ def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():
 
 
 def test_drift_masks_secret_names_only():
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
 
     assert mask("DFLASH_TOKENS=7\nHF_TOKEN=abcdefg\nVLLM_API_KEY: xyz123\nmax_tokens: 5") == \
         "DFLASH_TOKENS=7\nHF_TOKEN=***\nVLLM_API_KEY: ***\nmax_tokens: 5"

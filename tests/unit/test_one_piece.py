@@ -305,7 +305,7 @@ def test_one_hf_token_shape():
 
 @given(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", min_size=0, max_size=40))
 def test_what_the_spec_refuses_as_a_token_drift_masks(tail):
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
     from rigkit.spec.secrets import HF_TOKEN_RE
 
     text = f"HF_HOME=/x hf_{tail} end"
