@@ -1,6 +1,6 @@
 """Smoke benchmarks that count right (`rigkit bench`, `rigkit window --sweep`): the control side's own
-parts are the SSH forward (:mod:`rigkit.bench.tunnel`) and the sweep's arguments and frontier
-(:mod:`rigkit.bench.sweep`); the command is :mod:`rigkit.cli.bench`, the charts :mod:`rigkit.report.chart`.
+part is the sweep's arguments and frontier (:mod:`rigkit.bench.sweep`; the SSH forward is
+:class:`rigkit.remote.SSHForward`); the command is :mod:`rigkit.cli.bench`, the charts :mod:`rigkit.report.chart`.
 
 The measuring core lives in :mod:`rigkit.host.bench` (the window on the host imports it too).
 Modules, one concern each:
@@ -15,7 +15,6 @@ Modules, one concern each:
 - :mod:`rigkit.host.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
 - :mod:`rigkit.host.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
 - :mod:`rigkit.report.chart` — the PNG chart (matplotlib, Agg canvas) and ``write_outputs``.
-- :mod:`rigkit.bench.tunnel` — SSH local forward to the rig's 127.0.0.1.
 - :mod:`rigkit.bench.sweep` — the draft-length sweep's control side.
 - :mod:`rigkit.host.bench.runner` — runs the workloads against a target.
 - :mod:`rigkit.cli.bench` — the ``rigkit bench`` click command.

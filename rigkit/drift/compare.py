@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rigkit import hints, paths
-from rigkit.host import gpu, versions
+from rigkit.host import versions
+from rigkit.host.gpu import parse_query
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.drift.severity import EXPECTED, severity_of
@@ -449,7 +450,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     spec = decl.spec
     host = decl.host
     installed = facts.get("pacman") or {}
-    smi = facts.get("smi") or gpu.parse_query("", 127)  # not read: NvidiaSmi's default
+    smi = facts.get("smi") or parse_query("", 127)  # not read: NvidiaSmi's default
     kernel = facts.get("kernel") or {}
     out: list[Finding] = []
     out += compare_files(host, decl.files, facts.get("files", {}), diff=diff)
@@ -511,23 +512,10 @@ def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
 
 def compare_generation(host: str, index: dict[str, Any]) -> list[Finding]:
     """The generations index (``/var/lib/rigkit/generations/index.json``): an ``error`` when it cannot
-    be read. What it says otherwise is state, not a finding (:func:`spec_is_generation`)."""
+    be read. What it says otherwise is state, not a finding (:func:`rigkit.drift.run.spec_is_generation`)."""
     if index.get("error"):
         return [Finding(host, "unreadable", f"{paths.GENERATIONS_DIR}/index.json", "a JSON object", index["error"])]
     return []
-
-
-def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
-    """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
-    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
-    :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
-    from rigkit.deploy.generations import lock_text, manifest
-
-    try:
-        key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
-    except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
-        return None
-    return entry.get("key") == key
 
 
 def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:

@@ -25,9 +25,9 @@ from typing import Any
 
 from rigkit import exitcodes
 from rigkit.drift import severity
-from rigkit.drift.compare import Finding, compare_host, generation_hold, spec_is_generation, window_open
+from rigkit.drift.compare import Finding, compare_host, generation_hold, window_open
 from rigkit.drift.masking import masked
-from rigkit.drift.declared import declared_for
+from rigkit.drift.declared import Declared, declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
 from rigkit.drift.probe import connect_and_probe
 
@@ -41,10 +41,14 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
     from pathlib import Path
 
     from rigkit.deploy.generations import source_from_bundle
-    from rigkit.remote import Remote
+    from rigkit.remote import Remote, RemoteError
 
     n = generation_hold(facts)["generation"]
-    proc = Remote(decl.host, connection).agent("generation", "show", str(n), "--files", timeout=120)
+    try:
+        proc = Remote(decl.host, connection).agent("generation", "show", str(n), "--files", timeout=120)
+    except RemoteError as exc:  # the host lost since the probe: said in the note, compared with the spec
+        decl.lock_note = f"held generation {n} unreadable ({str(exc)[-200:]}); compared with the spec"
+        return decl
     try:
         bundle = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
         source = source_from_bundle(bundle, decl.spec, Path(tempfile.mkdtemp(prefix="rigkit-drift-"))) if bundle else None
@@ -71,6 +75,19 @@ def built_wheelhouse(python: str) -> dict[str, str] | str:
         return local_sums(wheelhouse.build(python))
     except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
         return str(exc) or type(exc).__name__
+
+
+def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
+    """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
+    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
+    :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
+    from rigkit.deploy.generations import lock_text, manifest
+
+    try:
+        key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
+    except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
+        return None
+    return entry.get("key") == key
 
 
 def exit_code(findings: list[Finding]) -> int:
