@@ -116,7 +116,7 @@ class Change:
     start_record: dict[str, Any] | None = None
     hold: LockHold | None = None
     lock_what: str = ""
-    out: run.Output = field(default=None, kw_only=True)  # type: ignore[assignment] - begin always sets it
+    out: run.Output = field(kw_only=True)
 
     @property
     def name(self) -> str:
