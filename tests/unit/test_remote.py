@@ -127,8 +127,8 @@ def test_a_host_read_that_fails_on_the_host_is_a_read_error(sshd):
 
 def test_no_answer_within_the_timeout_is_a_remote_timeout(sshd):
     sshd.status = None  # the server takes the command and never answers
-    with pytest.raises(RemoteTimeout, match=r"^box: 'sleep forever' did not finish within 2 s"):
-        Remote("box", _connection(sshd.port, sshd.known_hosts)).run("sleep forever", as_root=False, timeout=2)
+    with pytest.raises(RemoteTimeout, match=r"^box: 'sleep forever' did not finish within 1 s"):
+        Remote("box", _connection(sshd.port, sshd.known_hosts)).run("sleep forever", as_root=False, timeout=1)
 
 
 def test_the_lock_hold_on_a_host_not_reached_raises_instead_of_refusing(tmp_path):
