@@ -9,7 +9,7 @@ the control side relays them (:meth:`rigkit.remote.Remote.agent`, the deploy's o
 ``tests/unit/test_hints.py`` collects every hint from the code and runs each as printed.
 
 The inventory is the one the running command was given: its ``-i`` (the ``inventory`` parameter
-of the click command running now), else ``$RIGKIT_INVENTORY`` (which :func:`rigkit.cli.deployrun.run_pyinfra`
+of the click command running now), else ``$RIGKIT_INVENTORY`` (which :func:`rigkit.deploy.run.run_pyinfra`
 sets for the pyinfra run a command starts, so the deploy's own output names the same), else the CLI's
 default.
 """

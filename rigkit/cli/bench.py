@@ -128,10 +128,9 @@ class AgentEnergyReader:
 
         from rigkit.remote import Remote
 
-        argv = Remote(self.host_name, {**self.connection, "_sudo": False}).argv(
-            shlex.join([paths.AGENT_BIN, "energy", "--serve"]))
-        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._proc = Remote(self.host_name, self.connection).popen(
+            shlex.join([paths.AGENT_BIN, "energy", "--serve"]), as_root=False, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
         self._lines = queue.Queue()
         proc, lines = self._proc, self._lines
 
@@ -217,7 +216,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
     host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
     energy reader (:class:`AgentEnergyReader`, closed with ``stack``); raises :class:`BenchAbort`."""
-    from rigkit.bench.tunnel import SSHForward, TunnelError, run_ssh
+    from rigkit.remote import Remote, RemoteError, SSHForward
     from rigkit.common import gpu
     from rigkit.bench.context import Target
     try:
@@ -242,15 +241,17 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     ctx: dict[str, Any] = {"host": host, "member": member}
     try:
         fwd = stack.enter_context(SSHForward(hs.name, hs.connection, port))
-    except TunnelError as exc:
+    except RemoteError as exc:
         raise BenchAbort(exitcodes.FAILED, str(exc)) from None
+    remote = Remote(hs.name, hs.connection)
     api_key = _read_key_file(api_key_file) if api_key_file else None
     is_hq = _getattr_path(members[member], "service") == "hyperqwen" or member == "hyperqwen"
     if api_key is None and is_hq:
         try:
-            rc, out, _err = run_ssh(hs.name, hs.connection, f"cat {REMOTE_KEY_FILE}", as_root=True)
-        except TunnelError:
-            rc, out = 1, ""
+            key_file = remote.run(f"cat {REMOTE_KEY_FILE}", as_root=True, timeout=30)
+        except RemoteError as exc:  # not "no key": the host was not reached
+            raise BenchAbort(exitcodes.FAILED, str(exc)) from None
+        rc, out = key_file.returncode, key_file.stdout
         if rc == 0:
             try:
                 api_key = parse_key_file(out, f"{host}:{REMOTE_KEY_FILE}")
@@ -263,14 +264,18 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     if not_ready:
         ctx["not_running"] = not_ready
     try:
-        rc, out, err = run_ssh(hs.name, hs.connection, gpu.QUERY_COMMAND)
+        smi_proc = remote.run(gpu.QUERY_COMMAND, as_root=False, timeout=30)
+    except RemoteError as exc:  # not "GPU context unknown": the host was not reached
+        raise BenchAbort(exitcodes.FAILED, str(exc)) from None
+    try:
+        rc, out, err = smi_proc.returncode, smi_proc.stdout, smi_proc.stderr
         smi = gpu.parse_query(out if rc == 0 else out + err, rc)
         if smi["state"] == "ok":
             ctx.update(gpu.bench_context(smi))
         else:
             console.print(f"[yellow]warning:[/] nvidia-smi on {host} failed (exit {rc}): "
                           f"{err.strip()[:200]}; GPU context unknown")
-    except (TunnelError, ValueError) as exc:
+    except ValueError as exc:
         console.print(f"[yellow]warning:[/] GPU context of {host} unknown: {exc}")
     mspec = members[member]
     for key, names in (("quantization", ("quantization",)),):

@@ -123,3 +123,25 @@ def parse_data(items: tuple[str, ...]) -> dict:
             raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--data")
         out[key] = parse_cli_arg(value)
     return out
+
+
+def exits_when_unreachable(command):
+    """Decorate a command's function: a host it could not reach or read over SSH
+    (:class:`rigkit.remote.RemoteError`, raised by :meth:`rigkit.remote.Remote.run`: the message names
+    the host and what ssh said) is one error line and exit 1 — never read as "nothing there".
+    Cleanup (``finally``: the host lock's release) has run by then."""
+    import functools
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        from rich.markup import escape
+
+        from rigkit.remote import RemoteError
+
+        try:
+            return command(*args, **kwargs)
+        except RemoteError as exc:
+            err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+            sys.exit(exitcodes.FAILED)
+
+    return wrapper

@@ -19,7 +19,7 @@ import sys
 import click
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import err, inventory_option, load_or_exit, out
+from rigkit.cli.common import err, exits_when_unreachable, inventory_option, load_or_exit, out
 
 
 def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
@@ -37,11 +37,11 @@ def _remote(hs):
 
 
 def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
-    """``rigkit-agent ARGS`` → its JSON stdout (:func:`rigkit.cli.confirmrun.agent_json`); exits 1
+    """``rigkit-agent ARGS`` → its JSON stdout (:func:`rigkit.deploy.transaction.agent_json`); exits 1
     naming the host and the agent's error."""
     from rich.markup import escape
 
-    from rigkit.cli.confirmrun import agent_json
+    from rigkit.deploy.transaction import agent_json
 
     data, why = agent_json(remote, *args, timeout=timeout)
     if data is None:
@@ -53,8 +53,8 @@ def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
 
 def _holds(remote) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); exits 1 naming the host
-    and the file when it cannot be read over SSH or is not a JSON object of hold records (a hold is a
-    safety record: never read as "no hold")."""
+    and the file when it cannot be read over SSH (a failed connection: :func:`exits_when_unreachable`)
+    or is not a JSON object of hold records (a hold is a safety record: never read as "no hold")."""
     from rich.markup import escape
 
     from rigkit.common.holds import HoldsError
@@ -73,7 +73,7 @@ def list_lines(index: dict, hold: dict | None) -> list[str]:
     failed change (never current) says ``(FAILED, put back: why)`` after its reason, or ``(FAILED,
     left as it failed: why)`` when ``--no-revert`` left it;
     ``n  time  operator  reason: what changed``."""
-    from rigkit.cli.confirmrun import LEFT
+    from rigkit.deploy.transaction import LEFT
 
     lines = []
     for g in index.get("generations", []):
@@ -90,11 +90,12 @@ def list_lines(index: dict, hold: dict | None) -> list[str]:
 @click.option("--host", "host", required=True, metavar="NAME", help="the host")
 @click.option("--diff", "diff_pair", nargs=2, type=int, metavar="A B", help="what differs from generation A to B")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout (the index, or the diff)")
+@exits_when_unreachable
 def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | None, as_json: bool) -> None:
     """List the generations recorded on a host (number, time, operator, what changed), or with
     ``--diff A B`` what differs between two: files as diffs (secrets masked), pins, units,
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
     from rigkit.deploy.generations import diff, diff_text
     from rigkit.common.holds import GENERATION
     from rigkit.spec.secrets import read_hf_token
@@ -145,12 +146,13 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
 @click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
               help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity")
+@exits_when_unreachable
 def rollback(inventory: str | None, host: str, to: int | None, release: bool, force: bool, reboot: bool,
              no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> None:
     """Bring back generation N on a host under the host lock, then hold it there: files, units, pins
     (pacman -U from the archive), llama-swap's config (through the activation path), daemon.json's
     keys, recorded as a new generation "rollback to N" with a hold; then confirmed by inference
-    (rigkit.cli.confirmrun) and the smoke, still under the lock (a failing smoke is exit 1, the
+    (rigkit.deploy.transaction) and the smoke, still under the lock (a failing smoke is exit 1, the
     rollback itself stays done). The next deploy keeps the host at it until ``--release``. A rollback
     that fails part-way or does not confirm is recorded as a failed generation and put back to the
     generation it started from (exit 1, "reverted to generation M"; --no-revert leaves it). Refused
@@ -159,7 +161,8 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     from rich.markup import escape
 
     from rigkit.common.lock import LEASE_ENV
-    from rigkit.cli.deployrun import run_pyinfra, smoke
+    from rigkit.cli.deployout import Console
+    from rigkit.deploy.run import run_pyinfra, smoke
     from rigkit.deploy.source import GENERATION_ENV, REASON_ENV
     from rigkit.spec.inventory import default_inventory
 
@@ -201,13 +204,14 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         for m in missing:
             err.print(f"  {m}", markup=False)
         sys.exit(exitcodes.FAILED)
-    from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
+    from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import manifest_of_record
 
     inv = inventory or default_inventory()
     lease = pysecrets.token_hex(8)
+    out = Console(verbose)
     try:
-        ch = begin(hs, remote, f"rollback to generation {to}", lease, f"rollback to generation {to}")
+        ch = begin(hs, remote, f"rollback to generation {to}", lease, f"rollback to generation {to}", out)
     except ChangeRefused as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
         sys.exit(exitcodes.FAILED)
@@ -215,7 +219,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
               markup=False)
     try:
         env = {GENERATION_ENV: str(to), REASON_ENV: f"rollback to {to}", LEASE_ENV: lease}
-        proc, run_env = run_pyinfra(inv, [hs.name], overrides, verbose=verbose, extra_env=env)
+        proc, run_env = run_pyinfra(inv, [hs.name], overrides, verbose=verbose, extra_env=env, out=out)
         attempt = manifest_of_record(_agent_json(remote, "generation", "show", str(to))["record"], f"rollback to {to}")
         code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
         if code == exitcodes.OK:
@@ -224,7 +228,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
                       f"held: the next deploy keeps this host there until `{hints.command('rollback', '--release', host=hs.name)}`",
                       markup=False)
             # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
-            code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env)
+            code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env, out)
             if code:
                 err.print(f"[red]error:[/] {hs.name}: the rollback to generation {to} is done, confirmed and "
                           f"recorded (generation {after.get('current')}, held), but its post-deploy smoke FAILED "

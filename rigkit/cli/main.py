@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from rigkit import __version__, exitcodes
-from rigkit.cli.common import (check_hosts, err, host_option, inventory_option, load_or_exit, out, parse_data,
+from rigkit.cli.common import (check_hosts, err, exits_when_unreachable, host_option, inventory_option, load_or_exit, out, parse_data,
                             print_verdicts, validate_or_exit)
 
 
@@ -143,6 +143,7 @@ def _print_fits(hs, lock_file: str) -> int:
 @click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
               help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
+@exits_when_unreachable
 def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
            dry: bool, no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> None:
     """Converge the hosts to the declared rig with pyinfra (deploy.py), confirmed by inference or put back.
@@ -151,7 +152,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
     when such a validator could not run or the host lock is held (a window, a rollback).
 
-    The whole deploy holds each host's lock. A host it changed is then confirmed (rigkit.cli.confirmrun:
+    The whole deploy holds each host's lock. A host it changed is then confirmed (rigkit.deploy.transaction:
     services active, power limit read back, files as declared, a real completion through llama-swap to
     each live member it touched and to the resident); a host whose deploy or confirmation failed is
     put back to the generation it started from, confirmed again, and the deploy exits 1 saying
@@ -191,27 +192,29 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         for line in lock_refusals:
             err.print(f"[red]error:[/] {line}", markup=False)
         sys.exit(exitcodes.INVALID)
-    from rigkit.cli.deployrun import print_plan, run_pyinfra, smoke
+    from rigkit.cli.deployout import Console, print_plan
+    from rigkit.deploy.run import run_pyinfra, smoke
 
     inv = inventory or default_inventory()
+    out = Console(verbose)
     if dry:  # pyinfra's plan, then rigkit's own summary of it per host
-        proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose)
+        proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, out=out)
         print_plan(proc.stdout, [hs.name for hs in host_specs])
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     import secrets as pysecrets
 
-    from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
+    from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import lock_text, manifest
     from rigkit.common.lock import LEASE_ENV
-    from rigkit.remote import Remote
+    from rigkit.remote import Remote, RemoteError
     from rigkit.render.files import render
 
     lease = pysecrets.token_hex(8)
     changes = []
     try:
         for hs in host_specs:
-            changes.append(begin(hs, Remote(hs.name, hs.connection), "the deploy", lease, "rigkit deploy"))
-    except ChangeRefused as exc:
+            changes.append(begin(hs, Remote(hs.name, hs.connection), "the deploy", lease, "rigkit deploy", out))
+    except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched
         for ch in changes:
             end(ch)
         from rich.markup import escape
@@ -223,12 +226,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         from rigkit.agentcmd import NO_REVERT_ENV
 
         proc, env = run_pyinfra(inv, hosts, overrides, dry, verbose,
-                                extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})})
+                                extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})}, out=out)
         for ch in changes:
             attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
             if code == exitcodes.OK and not no_smoke:
-                code = smoke(ch.hs, inv, env)  # still under the lock: nothing changes the rig in between
+                code = smoke(ch.hs, inv, env, out)  # still under the lock: nothing changes the rig in between
             codes.append(code)
     finally:
         for ch in changes:

@@ -36,8 +36,8 @@ from typing import Any
 import click
 
 from rigkit import exitcodes, hints, paths
-from rigkit.remote import Remote
-from rigkit.cli.common import err, host_option, inventory_option
+from rigkit.remote import Remote, RemoteError
+from rigkit.cli.common import err, exits_when_unreachable, host_option, inventory_option
 
 TENANTS = ("hyperqwen",)
 #: Following the journal survives SSH drops shorter than this (s).
@@ -107,8 +107,8 @@ class WindowRemote(Remote):
         """Copy ``/var/lib/rigkit/windows/<id>/`` into ``dest`` (tar over SSH). Returns the folder."""
         WINDOWS_DIR = paths.WINDOWS_DIR
 
-        proc = subprocess.run(self.argv(f"tar -C {WINDOWS_DIR} -cf - {shlex.quote(window_id)}"),
-                              capture_output=True, timeout=300)
+        proc = self.run(f"tar -C {WINDOWS_DIR} -cf - {shlex.quote(window_id)}", as_root=True, timeout=300,
+                        text=False)
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr.decode(errors="replace").strip()[-300:] or f"tar exited {proc.returncode}")
         dest.mkdir(parents=True, exist_ok=True)
@@ -144,8 +144,8 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
     interrupted = 0
     lost_since: float | None = None
     while True:
-        proc = subprocess.Popen(remote.argv(f"{paths.AGENT_BIN} window follow"), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = remote.popen(f"{paths.AGENT_BIN} window follow", as_root=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             for line in proc.stdout:
                 lost_since = None
@@ -193,7 +193,7 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
         try:
             dest = remote.fetch(wid, out or Path("results"))
             err.print(f"window {wid}: journal and results copied to {dest}")
-        except (RuntimeError, OSError, subprocess.TimeoutExpired, tarfile.TarError) as exc:
+        except (RuntimeError, OSError, tarfile.TarError) as exc:  # RemoteError too: the window is over
             err.print(f"[yellow]warning:[/] copying the results of window {wid} failed: {exc}")
     for preset, b in (journal.get("bench") or {}).items():
         summary_path = dest / f"bench-{preset}" / "summary.json" if dest else None
@@ -268,12 +268,14 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
         sp = plan_sweep(hs.spec, key, values, ctx, wls, runs=runs, max_tokens=max_tokens,
                         max_minutes=max_minutes, resume=resume)
         if key == "power_limit":  # the card's own range, read (only read) before anything changes
-            proc = remote.run(QUERY_COMMAND, timeout=60)
+            proc = remote.run(QUERY_COMMAND, as_root=False, timeout=60)  # raises when the host is not reached
             check_power_limits(values, parse_query(proc.stdout if proc.returncode == 0 else
                                                    (proc.stdout + proc.stderr), proc.returncode))
     except SweepArgError as exc:
         err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
         sys.exit(exitcodes.INVALID)
+    except RemoteError:
+        raise  # the host not reached: said by the command (exits_when_unreachable)
     except RuntimeError as exc:
         err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
         sys.exit(exitcodes.FAILED)
@@ -344,6 +346,7 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
 @click.option("--max-minutes", type=click.FloatRange(min=0, min_open=True),
               help="with --sweep: stop cleanly between cells after this many minutes (resume with --resume)")
 @click.option("--resume", is_flag=True, help="with --sweep: keep the last sweep's cells and measure only the rest")
+@exits_when_unreachable
 def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_dir, mode, sweep, contexts,
            workloads, runs, max_tokens, max_minutes, resume) -> None:
     """Swap the tenant in on one host for measuring, then always restore steady state.
@@ -427,7 +430,11 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     def on_interrupt() -> None:
         err.print("[yellow]Ctrl-C: asking the host to end the window early; it restores steady state "
                   "(Ctrl-C again to leave it to the host)[/]")
-        r = remote.agent("abort")
+        try:
+            r = remote.agent("abort")
+        except RemoteError as exc:  # the host not reached now: following goes on (it reconnects)
+            err.print(f"[red]error:[/] abort failed: {exc}")
+            return
         if r.returncode != 0:
             err.print(f"[red]error:[/] abort failed: {(r.stderr or r.stdout).strip()[-300:]}")
 

@@ -27,16 +27,20 @@ import sys
 import click
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import inventory_option
+from rigkit.cli.common import exits_when_unreachable, inventory_option
 
 
 def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
     """Run ``command`` (a shell string) on the host as root (``sudo -n`` when the inventory says
-    ``_sudo``) through :class:`rigkit.remote.Remote`, the one SSH path; a timeout is exit 255 with
-    ``ssh: timed out after N s`` on stderr."""
-    from rigkit.remote import Remote
+    ``_sudo``) through :meth:`rigkit.remote.Remote.run`, the one SSH path: the command's own exit
+    status; raises _Fail (exit 1, the host named) when the host is not reached or does not answer
+    within ``timeout_s``."""
+    from rigkit.remote import Remote, RemoteError
 
-    return Remote(hs.name, hs.connection).run(command, stdin=stdin, timeout=timeout_s)
+    try:
+        return Remote(hs.name, hs.connection).run(command, as_root=True, stdin=stdin, timeout=timeout_s)
+    except RemoteError as exc:
+        raise _Fail(str(exc)) from None
 
 
 class _Fail(click.ClickException):
@@ -51,7 +55,7 @@ def live_config(hs) -> str | None:
     path = shlex.quote(paths.LLAMA_SWAP_CONFIG)
     p = _run(hs, f"sh -c 'if [ -e {path} ]; then cat {path}; else echo __RIGKIT_NONE__; fi'")
     if p.returncode != 0:
-        raise _Fail(f"{hs.name}: cannot read {paths.LLAMA_SWAP_CONFIG} (ssh exit {p.returncode}): {p.stderr.strip()[:300]}")
+        raise _Fail(f"{hs.name}: cannot read {paths.LLAMA_SWAP_CONFIG} (exit {p.returncode}): {p.stderr.strip()[:300]}")
     return None if p.stdout == "__RIGKIT_NONE__\n" else p.stdout
 
 
@@ -59,11 +63,11 @@ def host_holds(hs) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); raises _Fail (exit 1)
     when the host cannot be read or the file is not a JSON object of hold records."""
     from rigkit.common.holds import HoldsError
-    from rigkit.remote import HostReadError, Remote, read_holds
+    from rigkit.remote import Remote, RemoteError, read_holds
 
     try:
         return read_holds(Remote(hs.name, hs.connection))
-    except HostReadError as exc:
+    except RemoteError as exc:
         raise _Fail(str(exc)) from None
     except HoldsError as exc:
         raise _Fail(f"{hs.name}: {exc}") from None
@@ -155,7 +159,7 @@ def install_declared_companions(hs, declared_spec) -> None:
 
 def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
     """Upload the live config of ``hs.spec`` (declared data plus ``--data``) to the host's staging path
-    and activate it there, under the host lock for the whole run (:mod:`rigkit.cli.confirmrun`); on
+    and activate it there, under the host lock for the whole run (:mod:`rigkit.deploy.transaction`); on
     success install the declared review copy and host config (:func:`install_declared_companions`,
     from ``declared_spec``, default ``hs.spec``). An activation that fails is put back by the
     activation path itself (the previous config, the resident asked again; not with ``no_revert``),
@@ -166,14 +170,16 @@ def activate_host(hs, declared_spec=None, no_revert: bool = False) -> int:
     import secrets as pysecrets
 
     from rigkit.cli.common import err
-    from rigkit.cli.confirmrun import ChangeRefused, begin, confirm, end, record_failed
+    from rigkit.cli.deployout import Console
+    from rigkit.deploy.transaction import ChangeRefused, begin, confirm, end, record_failed
     from rigkit.deploy.generations import lock_text, manifest
     from rigkit.remote import Remote
     from rigkit.render.files import render
 
     lease = pysecrets.token_hex(8)
     try:
-        ch = begin(hs, Remote(hs.name, hs.connection), "the wire-in activation", lease, "rigkit wire-in --activate")
+        ch = begin(hs, Remote(hs.name, hs.connection), "the wire-in activation", lease, "rigkit wire-in --activate",
+                   Console())
     except ChangeRefused as exc:
         raise _Fail(str(exc)) from None
     try:
@@ -233,6 +239,7 @@ def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tup
 @click.option("--rollback", "action", flag_value="rollback", help="activate the newest backup and record a hold")
 @click.option("--release", "action", flag_value="release", help="remove the hold (the next deploy activates again)")
 @click.option("--no-revert", is_flag=True, help="with --activate: leave a config that failed live (said)")
+@exits_when_unreachable
 def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None,
             no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""

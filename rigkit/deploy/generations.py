@@ -103,7 +103,7 @@ def manifest_of_record(record: dict[str, Any], reason: str) -> dict[str, Any]:
     """The manifest that would record generation ``record`` again (``rigkit-agent generation show N``'s
     record): its declared files (``declared_sha256`` where the record found another), secret paths,
     keyed fields and spec, with ``reason`` and no hold — what a failed attempt to bring it back
-    declared (:mod:`rigkit.cli.confirmrun`)."""
+    declared (:mod:`rigkit.deploy.transaction`)."""
     files = {p: {"sha256": m.get("declared_sha256") or m.get("sha256"), "mode": m.get("mode"), "owner": m.get("owner")}
              for p, m in (record.get("files") or {}).items()}
     observed = ("n", "time", "operator", "warnings", "installed", "unit_state", "llama_swap_binary",
@@ -169,7 +169,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lamb
     "units": {"enabled"/"disabled": [a, b]}, "members": {"<id>.<key>": [a, b]}, "llama_swap_release": [a, b],
     "daemon_json": [a, b], "models": {name: [a, b]}, "spec": {"<dotted key>": [a, b]}}`` — empty
     sections dropped; file diffs are unified diffs passed through ``mask`` (the caller's secret
-    masking, :func:`rigkit.drift.compare.mask`)."""
+    masking, :func:`rigkit.drift.masking.mask`)."""
     ra, rb = a["record"], b["record"]
     ca, cb = a.get("contents") or {}, b.get("contents") or {}
     out: dict[str, Any] = {"a": ra["n"], "b": rb["n"]}

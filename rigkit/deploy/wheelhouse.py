@@ -36,9 +36,6 @@ class WheelhouseError(RuntimeError):
 
 #: The packages the agent's wheel ships (folders under ``rigkit/``, each with its subfolders).
 HOST_PACKAGES = ("common", "bench", "host")
-#: Files of those packages that are the control side's and stay off the host: the SSH forward
-#: (issue 44c folds it into rigkit/remote.py; then this is empty).
-NOT_SHIPPED = ("rigkit/bench/tunnel.py",)
 #: The agent wheel's project file: the host side and what it shares, one console script.
 HOST_PYPROJECT = """[build-system]
 requires = ["setuptools>=68"]
@@ -62,9 +59,8 @@ include = ["rigkit", "rigkit.common", "rigkit.common.*", "rigkit.bench", "rigkit
 
 def _host_sources() -> list[Path]:
     """The files the agent's wheel is built from: ``rigkit/__init__.py`` and every ``.py`` of
-    :data:`HOST_PACKAGES` but :data:`NOT_SHIPPED`, sorted."""
-    files = [p for pkg in HOST_PACKAGES for p in (PROJECT_ROOT / "rigkit" / pkg).rglob("*.py")
-             if p.relative_to(PROJECT_ROOT).as_posix() not in NOT_SHIPPED]
+    :data:`HOST_PACKAGES`, sorted."""
+    files = [p for pkg in HOST_PACKAGES for p in (PROJECT_ROOT / "rigkit" / pkg).rglob("*.py")]
     return sorted([PROJECT_ROOT / "rigkit" / "__init__.py", *files])
 
 

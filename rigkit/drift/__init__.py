@@ -22,20 +22,23 @@ the control machine per host, ten times the probe.
 
 The comparison functions (``compare_*``) are pure: declared values and parsed facts in, findings
 out; they are what the unit tests pin. Secrets: the HF token is compared by hash only, never
-sent or shown; every string that leaves the package passes :func:`mask`.
+sent or shown; every string that leaves the package passes :func:`mask`, in one place
+(:func:`rigkit.drift.masking.masked`, where :func:`check` hands the findings out).
 
 The rooms:
 
 - :mod:`rigkit.drift.declared`: what is declared for a host (:class:`Declared`, :func:`declared_for`, :func:`lock_file_for`)
 - :mod:`rigkit.drift.probe`: the probe (sections, script, :class:`HostProbe`, :func:`parse_probe`, reaching the hosts)
-- :mod:`rigkit.drift.compare`: :class:`Finding`, :func:`mask` and the pure ``compare_*``
+- :mod:`rigkit.drift.compare`: :class:`Finding` and the pure ``compare_*``
+- :mod:`rigkit.drift.masking`: :func:`mask` (one string) and :func:`~rigkit.drift.masking.masked` (findings)
 - :mod:`rigkit.drift.plan`: pyinfra's ``--dry --json`` plan (start, finish, findings)
 - :mod:`rigkit.drift.run`: :func:`check` (every host) and :func:`exit_code`
 - :mod:`rigkit.drift.coverage`: each deploy operation and what the probe reports when what it manages
   breaks (:data:`~rigkit.drift.coverage.COVERAGE`; notes/drift-coverage.md is its table)
 """
 
-from rigkit.drift.compare import Finding, mask
+from rigkit.drift.compare import Finding
+from rigkit.drift.masking import mask
 from rigkit.drift.declared import Declared, declared_for
 from rigkit.drift.probe import HostProbe
 from rigkit.drift.run import check, exit_code

@@ -1,24 +1,23 @@
-"""Comparisons: declared values and parsed facts in, :class:`Finding` s out. Pure (they are what
-the unit tests pin); every string that leaves the drift check passes :func:`mask`."""
+"""Comparisons: declared values and parsed facts in, :class:`Finding` s out. Pure: no host, no
+pyinfra, no operation, no build here (what compare needs that must be made or read elsewhere comes
+in as data: the wheelhouse built here as its sums, :func:`compare_host`'s ``wheelhouse``); the
+findings carry what was compared as it is, and :func:`rigkit.drift.masking.masked` masks every
+string of them where they leave the drift check (tests/unit/test_one_piece.py holds both)."""
 
 from __future__ import annotations
 
 import difflib
-import functools
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rigkit import hints, paths
 from rigkit.common import versions
+from rigkit.common.gpu import parse_query
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
 from rigkit.drift.severity import EXPECTED, severity_of
-from rigkit.operations.facts import NvidiaSmi
-from rigkit.operations.config import merge_json
 
-MASK = "***"
 ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked", "linked-runtime")
 #: Dependencies that tie one unit's lifetime to another's (systemd.unit(5)).
 TIGHT_DEPS = ("Requires", "BindsTo", "Requisite", "PartOf")
@@ -48,43 +47,6 @@ class Finding:
             out.pop("diff")
         return out
 
-_SECRET_ASSIGN = re.compile(
-    r"(?i)(\b[A-Z0-9_.-]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|APIKEY)[A-Z0-9_.-]*[\"']?\s*[=:]\s*[\"']?)([^\s\"',}]+)")
-_SECRET_FLAG = re.compile(r"(?i)(--(?:api-key|token|hf-token|password)[= ])(\S+)")
-_BEARER = re.compile(r"(?i)(\bBearer\s+)(\S+)")
-
-
-def mask(text: str | None, secrets: list[str] | tuple[str, ...] = ()) -> str | None:
-    """``text`` with secret values replaced by ``***``: each known value in ``secrets`` (e.g. the
-    HF token at hand), then the value of any assignment (``KEY=v``, ``key: v``) whose name the spec
-    calls a secret's (:func:`rigkit.spec.secrets.secret_name`: ``HF_TOKEN``, ``VLLM_API_KEY``, not
-    ``DFLASH_TOKENS`` or ``max_tokens``), ``--api-key v``/``--token v`` flags, ``Bearer v`` and
-    hf-token-shaped words (:data:`rigkit.spec.secrets.HF_TOKEN_RE`, the one shape). An ``${...}``
-    reference is kept (it names, not holds, a secret)."""
-    from rigkit.spec.secrets import HF_TOKEN_RE, secret_name
-
-    if text is None:
-        return None
-    for value in secrets:
-        if value and len(value) >= 4:
-            text = text.replace(value, MASK)
-
-    def keep_refs(m: re.Match) -> str:
-        value = m.group(2)
-        if value.startswith("${") or value.startswith("$") or value == MASK:
-            return m.group(0)
-        return m.group(1) + MASK
-
-    def keep_named(m: re.Match) -> str:
-        name = m.group(1).rstrip(" \t\"'=:")
-        return keep_refs(m) if secret_name(name) else m.group(0)
-
-    text = _SECRET_ASSIGN.sub(keep_named, text)
-    text = _SECRET_FLAG.sub(keep_refs, text)
-    text = _BEARER.sub(keep_refs, text)
-    return HF_TOKEN_RE.sub(MASK, text)
-
-
 def _short(sha: str | None) -> str:
     return f"sha256:{sha[:12]}" if sha else "unknown"
 
@@ -96,10 +58,10 @@ def _mode(value: str | None) -> str:
         return value or "?"
 
 
-def compare_files(host: str, files: dict[str, Any], actual: dict[str, Any], diff: bool = False,
-                  secrets: list[str] | tuple[str, ...] = ()) -> list[Finding]:
+def compare_files(host: str, files: dict[str, Any], actual: dict[str, Any], diff: bool = False) -> list[Finding]:
     """Rendered files vs the host's: presence, content (sha256), mode, owner; one finding each.
-    With ``diff`` a masked unified diff (declared → host) rides on the content finding."""
+    With ``diff`` a unified diff (declared → host) rides on the content finding (unmasked here: it is
+    masked with the rest where findings leave the check, :func:`rigkit.drift.masking.masked`)."""
     out = []
     for path, f in sorted(files.items()):
         st = actual.get(path)
@@ -113,7 +75,6 @@ def compare_files(host: str, files: dict[str, Any], actual: dict[str, Any], diff
                 text_diff = "".join(difflib.unified_diff(
                     f.text.splitlines(keepends=True), host_text.splitlines(keepends=True),
                     fromfile=f"declared {path}", tofile=f"{host} {path}"))
-                text_diff = mask(text_diff, secrets)
             out.append(Finding(host, "file", path, f"content {_short(f.sha256)}",
                                f"content {_short(st.get('sha256'))} ({st.get('size')} bytes)", diff=text_diff))
         if st.get("mode") is not None and _mode(st["mode"]) != _mode(f.mode):
@@ -242,7 +203,7 @@ def compare_power(host: str, watts: int, smi: dict[str, Any]) -> list[Finding]:
 def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]) -> list[Finding]:
     """The keys rigkit owns in ``/etc/docker/daemon.json``, compared as JSON: a key differs when
     merging rigkit's value into the host's would change it (the deploy's own
-    :func:`~rigkit.operations.config.merge_json`). Keys rigkit does not own are never drift."""
+    :func:`~rigkit.render.declared_state.merge_json`). Keys rigkit does not own are never drift."""
     path = paths.DOCKER_DAEMON_JSON
     if not actual.get("exists"):
         return [Finding(host, "daemon.json", path, "present with " + ", ".join(sorted(owned)), "missing")]
@@ -251,7 +212,7 @@ def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]
     data = actual.get("data") or {}
     out = []
     for key, want in sorted(owned.items()):
-        if key not in data or merge_json(data[key], want) != data[key]:
+        if key not in data or declared_state.merge_json(data[key], want) != data[key]:
             out.append(Finding(host, "daemon.json", key, json.dumps(want, sort_keys=True),
                                json.dumps(data[key], sort_keys=True) if key in data else "absent"))
     return out
@@ -304,9 +265,7 @@ def compare_accounts(host: str, declared: dict[str, dict[str, Any]], actual: dic
 def compare_repo_packages(host: str, packages: list[str], installed: dict[str, str | None]) -> list[Finding]:
     """What ``pacman -Syu --needed`` installs (:data:`rigkit.render.declared_state.REPO_PACKAGES`):
     installed, at any version (the deploy does not upgrade an installed one)."""
-    from rigkit.operations.pacman import missing_packages
-
-    return [Finding(host, "package", p, "installed", "not installed") for p in missing_packages(installed, packages)]
+    return [Finding(host, "package", p, "installed", "not installed") for p in declared_state.missing_packages(installed, packages)]
 
 
 def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]) -> list[Finding]:
@@ -348,25 +307,19 @@ def compare_legacy_backups(host: str, backups: dict[str, bool]) -> list[Finding]
             for unit, backed in sorted(backups.items()) if not backed]
 
 
-def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> list[Finding]:
-    """The agent's wheelhouse on the host (``/opt/rigkit/wheels``) is the one this checkout builds
-    for the host's Python (:func:`rigkit.deploy.wheelhouse.build`, cached; what the deploy syncs):
-    the same files by sha256, root 0644. ``build`` (tests) replaces the builder: ``version -> folder``.
-    A wheelhouse that cannot be built here is a ``warn`` (not compared)."""
-    from pathlib import Path
-
+def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, want: dict[str, str] | str | None) -> list[Finding]:
+    """The agent's wheelhouse on the host (``/opt/rigkit/wheels``, ``wheels``: the probe's
+    ``{"python": version, "files": FolderFiles}``) is ``want``, the wheelhouse this checkout builds
+    for the host's Python (``{name: sha256}``, :func:`rigkit.drift.run.built_wheelhouse`: what the
+    deploy syncs): the same files by sha256, root 0644. ``want`` a string: why it could not be built
+    here (a ``warn``, not compared)."""
     if not wheels or not wheels.get("python"):
         return [Finding(host, "not-compared", paths.AGENT_DIR + "/wheels", "the agent's wheelhouse",
                         "the host has no python3")]
-    try:
-        folder = Path((build or _built)(wheels["python"]))
-    except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
+    if not isinstance(want, dict):
         return [Finding(host, "not-compared", paths.AGENT_DIR + "/wheels", f"built for Python {wheels['python']}",
-                        f"cannot build it here ({str(exc).splitlines()[0][:200]}); not compared")]
-    from rigkit.operations.wheels import differences
-
-    want = dict(_sums(str(folder)))
-    diff = differences(want, wheels.get("files"))
+                        f"cannot build it here ({(want or 'not built').splitlines()[0][:200]}); not compared")]
+    diff = declared_state.wheel_differences(want, wheels.get("files"))
     if not any(diff.values()):
         return []
     parts = ([f"missing or different: {', '.join(diff['missing'])}"] if diff["missing"] else []) + \
@@ -374,24 +327,6 @@ def compare_wheelhouse(host: str, wheels: dict[str, Any] | None, build=None) -> 
         ([f"not root 0644: {', '.join(diff['wrong'])}"] if diff["wrong"] else [])
     return [Finding(host, "agent-wheelhouse", paths.AGENT_DIR + "/wheels",
                     f"{len(want)} files built here for Python {wheels['python']}", "; ".join(parts))]
-
-
-@functools.lru_cache(maxsize=8)
-def _built(python: str) -> str:
-    """The wheelhouse for ``python`` (:func:`rigkit.deploy.wheelhouse.build`), once per process:
-    every host of a fleet on the same Python compares with the same folder."""
-    from rigkit.deploy import wheelhouse
-
-    return str(wheelhouse.build(python))
-
-
-@functools.lru_cache(maxsize=8)
-def _sums(folder: str) -> tuple[tuple[str, str], ...]:
-    """:func:`rigkit.operations.wheels.local_sums` of ``folder``, once per process (a built
-    wheelhouse never changes: a new build is a new folder)."""
-    from rigkit.operations.wheels import local_sums
-
-    return tuple(sorted(local_sums(folder).items()))
 
 
 def compare_agent(host: str, agent: dict[str, Any]) -> list[Finding]:
@@ -507,17 +442,19 @@ def without_pacman_unanswered(found: list[Finding], ignorepkg: dict[str, Any] | 
     return [f for f in found if not (f.actual == "not installed" and f.kind in ("package", "pin", "driver", "cuda"))]
 
 
-def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None) -> list[Finding]:
-    """Every comparison for one host's parsed probe."""
+def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None,
+                 wheelhouse: dict[str, str] | str | None = None) -> list[Finding]:
+    """Every comparison for one host's parsed probe (``facts``, :func:`rigkit.drift.probe.parse_probe`)
+    against ``decl``; ``wheelhouse``: the agent's wheelhouse built here (:func:`compare_wheelhouse`'s
+    ``want``), compared when the probe read the host's. Findings unmasked (module docstring)."""
     spec = decl.spec
     host = decl.host
-    secrets = decl.secret_values
     installed = facts.get("pacman") or {}
-    smi = facts.get("smi") or NvidiaSmi.default()
+    smi = facts.get("smi") or parse_query("", 127)  # not read: NvidiaSmi's default
     kernel = facts.get("kernel") or {}
     out: list[Finding] = []
-    out += compare_files(host, decl.files, facts.get("files", {}), diff=diff, secrets=secrets)
-    out += compare_files(host, decl.uploads, facts.get("files", {}), diff=diff, secrets=secrets)
+    out += compare_files(host, decl.files, facts.get("files", {}), diff=diff)
+    out += compare_files(host, decl.uploads, facts.get("files", {}), diff=diff)
     out += compare_directories(host, decl.directories, facts.get("dirs") or {})
     out += compare_accounts(host, decl.accounts, facts.get("accounts") or {})
     out += compare_repo_packages(host, decl.repo_packages, installed)
@@ -525,7 +462,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_mkinitcpio(host, facts.get("mkinitcpio"))
     out += compare_legacy_backups(host, facts.get("legacy_backup") or {})
     if "wheels" in facts:
-        out += compare_wheelhouse(host, facts.get("wheels"))
+        out += compare_wheelhouse(host, facts.get("wheels"), wheelhouse)
     out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     driver = declared_state.pinned_driver(spec)
@@ -575,23 +512,10 @@ def generation_hold(facts: dict[str, Any]) -> dict[str, Any] | None:
 
 def compare_generation(host: str, index: dict[str, Any]) -> list[Finding]:
     """The generations index (``/var/lib/rigkit/generations/index.json``): an ``error`` when it cannot
-    be read. What it says otherwise is state, not a finding (:func:`spec_is_generation`)."""
+    be read. What it says otherwise is state, not a finding (:func:`rigkit.drift.run.spec_is_generation`)."""
     if index.get("error"):
         return [Finding(host, "unreadable", f"{paths.GENERATIONS_DIR}/index.json", "a JSON object", index["error"])]
     return []
-
-
-def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
-    """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
-    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
-    :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
-    from rigkit.deploy.generations import lock_text, manifest
-
-    try:
-        key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
-    except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
-        return None
-    return entry.get("key") == key
 
 
 def compare_rig_lock(host: str, state: dict[str, Any]) -> list[Finding]:

@@ -18,14 +18,16 @@ and ``severity`` (so a reader of finding records can filter the others out):
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timezone
 from typing import Any
 
 from rigkit import exitcodes
 from rigkit.drift import severity
-from rigkit.drift.compare import Finding, compare_host, generation_hold, mask, spec_is_generation, window_open
-from rigkit.drift.declared import declared_for
+from rigkit.drift.compare import Finding, compare_host, generation_hold, window_open
+from rigkit.drift.masking import masked
+from rigkit.drift.declared import Declared, declared_for
 from rigkit.drift.plan import finish_plan, plan_findings, start_plan
 from rigkit.drift.probe import connect_and_probe
 
@@ -39,10 +41,14 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
     from pathlib import Path
 
     from rigkit.deploy.generations import source_from_bundle
-    from rigkit.remote import Remote
+    from rigkit.remote import Remote, RemoteError
 
     n = generation_hold(facts)["generation"]
-    proc = Remote(decl.host, connection).agent("generation", "show", str(n), "--files", timeout=120)
+    try:
+        proc = Remote(decl.host, connection).agent("generation", "show", str(n), "--files", timeout=120)
+    except RemoteError as exc:  # the host lost since the probe: said in the note, compared with the spec
+        decl.lock_note = f"held generation {n} unreadable ({str(exc)[-200:]}); compared with the spec"
+        return decl
     try:
         bundle = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
         source = source_from_bundle(bundle, decl.spec, Path(tempfile.mkdtemp(prefix="rigkit-drift-"))) if bundle else None
@@ -53,6 +59,35 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
         decl.lock_note = f"held generation {n} unreadable ({why}); compared with the spec"
         return decl
     return declared_for(decl.host, source.spec, inventory, token, files=source.rendered, generation=n)
+
+
+@functools.lru_cache(maxsize=8)
+def built_wheelhouse(python: str) -> dict[str, str] | str:
+    """The agent's wheelhouse this checkout builds for Python ``python`` (``"3.13"``;
+    :func:`rigkit.deploy.wheelhouse.build`, what the deploy syncs) as ``{file name: sha256}``
+    (:func:`rigkit.operations.wheels.local_sums`), or why it cannot be built here (the error's text;
+    drift says so and does not compare). Once per process: every host of a fleet on the same Python
+    compares with the same build."""
+    from rigkit.deploy import wheelhouse
+    from rigkit.operations.wheels import local_sums
+
+    try:
+        return local_sums(wheelhouse.build(python))
+    except Exception as exc:  # noqa: BLE001 - a build failure here is reported, never a crash
+        return str(exc) or type(exc).__name__
+
+
+def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
+    """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
+    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
+    :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
+    from rigkit.deploy.generations import lock_text, manifest
+
+    try:
+        key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]
+    except Exception:  # noqa: BLE001 - a spec the manifest cannot describe is check's business
+        return None
+    return entry.get("key") == key
 
 
 def exit_code(findings: list[Finding]) -> int:
@@ -95,7 +130,9 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         if facts is None:
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why)]
         else:
-            host_findings = compare_host(decl, facts, diff=diff, token_source=source)
+            python = (facts.get("wheels") or {}).get("python")
+            host_findings = compare_host(decl, facts, diff=diff, token_source=source,
+                                         wheelhouse=built_wheelhouse(python) if python else None)
             if plan and window_open(facts):
                 host_findings.append(Finding(decl.host, "not-compared", "pyinfra --dry --json", "a plan",
                                              "skipped: the deploy refuses while a window is open"))
@@ -105,11 +142,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
                     host_findings.append(Finding(decl.host, "plan-failed", "pyinfra --dry --json", "a plan", plan_err))
                 else:
                     host_findings += plan_findings(decl.host, plan_json)
-        for f in host_findings:
-            f.declared = mask(f.declared, decl.secret_values)
-            f.actual = mask(f.actual, decl.secret_values)
-            f.item = mask(f.item, decl.secret_values)
-        findings += host_findings
+        findings += masked(host_findings, decl.secret_values)  # the one place findings are masked
         codes[decl.host] = exit_code(host_findings)
     return findings, codes
 

@@ -1,7 +1,7 @@
 """The one confirmation of a change to what serves (DESIGN.md "Confirmed, or put back"), run ON THE
 HOST (``rigkit-agent confirm``): after a deploy that changed something, a rollback, a wire-in
 activation or a revert, the host is confirmed against the generation it should now be at — or the
-command that changed it puts it back (:mod:`rigkit.cli.confirmrun` on the control side).
+command that changed it puts it back (:mod:`rigkit.deploy.transaction` on the control side).
 
 A generation is *confirmed* when, within a budget (s):
 

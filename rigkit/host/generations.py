@@ -26,7 +26,7 @@ current one or the one before it; objects no kept generation names are removed w
 A rollback records its generation with a *hold* (``holds.json``'s ``generation`` key): the deploy
 keeps the host at the held generation instead of the spec until ``rigkit rollback --release``.
 
-A change that failed its confirmation and was put back (:mod:`rigkit.cli.confirmrun`) stays in the
+A change that failed its confirmation and was put back (:mod:`rigkit.deploy.transaction`) stays in the
 list as *failed* (``"failed": why`` in its entry and record): it has a number, it never becomes
 current, ``rigkit rollback --to`` it is refused, and pruning counts it like any other.
 
@@ -189,7 +189,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     records the hold. Raises GenerationError for a manifest without files or a declared file missing.
 
     With ``failed`` (why: ``"deploy failed at: …"``) the manifest is a change that failed and was put
-    back (:mod:`rigkit.cli.confirmrun`): it gets a number and a record (``"failed"`` in both), is
+    back (:mod:`rigkit.deploy.transaction`): it gets a number and a record (``"failed"`` in both), is
     recorded whatever the current key, never becomes current and records no hold; a declared file
     the failed change never wrote is recorded as missing (``"sha256": None``)."""
     root = _root(cfg)
@@ -378,7 +378,7 @@ def check(cfg: Any, n: int) -> list[str]:
 
 def hold(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Hold the host at generation ``n`` (the caller holds the host lock): a change and its revert both
-    failed (:mod:`rigkit.cli.confirmrun`), so the next deploy must not apply the spec that broke it but
+    failed (:mod:`rigkit.deploy.transaction`), so the next deploy must not apply the spec that broke it but
     generation ``n`` until ``rigkit rollback --release``. Returns the hold. Raises GenerationError
     when there is no generation ``n``."""
     read_record(_root(cfg), n)

@@ -1,5 +1,5 @@
 """Config files: some keys of a JSON file owned by rigkit (:func:`json_keys`, merged with the pure
-:func:`merge_json`), and a rendered file (:func:`rendered_file`) — both keep a timestamped backup of
+:func:`rigkit.render.declared_state.merge_json`), and a rendered file (:func:`rendered_file`) — both keep a timestamped backup of
 a file they replace that rigkit did not write, and name it in the deploy's output."""
 
 from __future__ import annotations
@@ -16,20 +16,8 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.operations.facts import JsonFile
+from rigkit.render.declared_state import merge_json  # the one definition (drift compares with it too)
 from rigkit.operations.shell import argv, script
-
-
-def merge_json(current: Any, wanted: Any) -> Any:
-    """``wanted`` merged into ``current``: objects key by key (recursively), lists as a union
-    keeping ``current``'s order, anything else replaced. Keys rigkit does not own are kept."""
-    if isinstance(current, dict) and isinstance(wanted, dict):
-        out = dict(current)
-        for key, value in wanted.items():
-            out[key] = merge_json(current[key], value) if key in current else value
-        return out
-    if isinstance(current, list) and isinstance(wanted, list):
-        return current + [item for item in wanted if item not in current]
-    return wanted
 
 
 @operation()

@@ -11,6 +11,7 @@ from pyinfra.facts.files import FileContents
 from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
 from rigkit import paths
 from rigkit.common.pacman import options_include
+from rigkit.render.declared_state import missing_packages  # the one definition (drift's too)
 from rigkit.operations.config import _backup
 from pyinfra.api import StringCommand
 
@@ -117,11 +118,6 @@ def synced_packages(packages: list[str]):
         host.noop("installed: " + ", ".join(packages))
         return
     yield argv("pacman", "-Syu", "--noconfirm", "--needed", *missing)
-
-
-def missing_packages(installed: dict[str, str | None], packages: list[str]) -> list[str]:
-    """The names of ``packages`` the ``PacmanVersions`` fact says are not installed (pure)."""
-    return [p for p in packages if not installed.get(p)]
 
 
 @operation()

@@ -5,32 +5,21 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.operations import files
 
 from rigkit.operations.facts import FolderFiles
+from rigkit.render import declared_state
 
-#: Owner and mode of each synced wheel (and of the folder: 0755).
-OWNER, MODE, DIR_MODE = ("root", "root"), "644", "755"
+# the owner and modes of the synced wheels and what differs: one definition with drift's
+OWNER, MODE, DIR_MODE = declared_state.WHEEL_OWNER, declared_state.WHEEL_MODE, declared_state.WHEEL_DIR_MODE
 
 
 def local_sums(folder: str | Path) -> dict[str, str]:
     """``{file name: sha256}`` of the plain files directly in ``folder`` (dot files too)."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
-
-
-def differences(want: dict[str, str], got: dict[str, dict[str, Any]] | None) -> dict[str, list[str]]:
-    """What keeps the host's folder (``got``: :class:`~rigkit.operations.facts.FolderFiles`) from
-    being ``want`` (:func:`local_sums`) as ``files.sync(..., delete=True)`` leaves it: ``{"missing"
-    (absent or other content), "extra" (not in ``want``), "wrong" (not root 0644)}`` of file names;
-    all empty when they agree. ``got`` None (no folder): every wanted file is missing."""
-    got = got or {}
-    return {"missing": sorted(n for n in want if n not in got or got[n]["sha256"] != want[n]),
-            "extra": sorted(n for n in got if n not in want),
-            "wrong": sorted(n for n in got if n in want and (got[n]["mode"], (got[n]["user"], got[n]["group"])) != (MODE, OWNER))}
 
 
 @operation()
@@ -50,7 +39,7 @@ def wheelhouse_synced(src: str, dest: str):
                           dest="/opt/rigkit/wheels")
     """
     got = host.get_fact(FolderFiles, path=dest)
-    if got is not None and not any(differences(local_sums(src), got).values()):
+    if got is not None and not any(declared_state.wheel_differences(local_sums(src), got).values()):
         host.noop(f"{dest} holds the wheelhouse")
         return
     yield from files.sync._inner(src=src, dest=dest, user=OWNER[0], group=OWNER[1], mode=MODE, dir_mode=DIR_MODE,

@@ -148,3 +148,41 @@ def enabled_units(spec: Any) -> dict[str, bool | None]:
     units.update({f"{stem}.timer": True for stem in AGENT_TIMERS})
     units.update({Path(p).name: True for p in spec.operator_units if p.endswith(".timer")})
     return units
+
+
+def merge_json(current: Any, wanted: Any) -> Any:
+    """``wanted`` merged into ``current``: objects key by key (recursively), lists as a union
+    keeping ``current``'s order, anything else replaced. Keys rigkit does not own are kept. What
+    the deploy writes into a JSON file it owns keys of (:func:`rigkit.operations.config.json_keys`,
+    ``/etc/docker/daemon.json`` with :data:`DAEMON_JSON_KEYS`) and what drift expects there."""
+    if isinstance(current, dict) and isinstance(wanted, dict):
+        out = dict(current)
+        for key, value in wanted.items():
+            out[key] = merge_json(current[key], value) if key in current else value
+        return out
+    if isinstance(current, list) and isinstance(wanted, list):
+        return current + [item for item in wanted if item not in current]
+    return wanted
+
+
+def missing_packages(installed: dict[str, str | None], packages: list[str] | tuple[str, ...]) -> list[str]:
+    """The names of ``packages`` the ``PacmanVersions`` fact (``{name: version | None}``) says are not
+    installed, at any version (:data:`REPO_PACKAGES`: the deploy installs them, drift reports them)."""
+    return [p for p in packages if not installed.get(p)]
+
+
+#: Owner and mode of each wheel in the agent's wheelhouse on the host (and of the folder: 0755).
+WHEEL_OWNER, WHEEL_MODE, WHEEL_DIR_MODE = ("root", "root"), "644", "755"
+
+
+def wheel_differences(want: dict[str, str], got: dict[str, dict[str, Any]] | None) -> dict[str, list[str]]:
+    """What keeps the host's wheelhouse folder (``got``: :class:`~rigkit.operations.facts.FolderFiles`,
+    ``{name: {mode, user, group, size, sha256}}``) from being ``want`` (``{name: sha256}`` of the
+    wheelhouse built here) as ``files.sync(..., delete=True)`` leaves it: ``{"missing" (absent or
+    other content), "extra" (not in ``want``), "wrong" (not root 0644)}`` of file names; all empty
+    when they agree. ``got`` None (no folder): every wanted file is missing."""
+    got = got or {}
+    return {"missing": sorted(n for n in want if n not in got or got[n]["sha256"] != want[n]),
+            "extra": sorted(n for n in got if n not in want),
+            "wrong": sorted(n for n in got if n in want
+                            and (got[n]["mode"], (got[n]["user"], got[n]["group"])) != (WHEEL_MODE, WHEEL_OWNER))}

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from rigkit.bench.tunnel import free_port
+from rigkit.remote import free_port
 from .replay import ReplayServer
 from .tiny_gguf import write_tiny_gguf
 

@@ -8,10 +8,12 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-import rigkit.bench.tunnel as tunnel
+import subprocess
+
+import rigkit.remote as remote
 import rigkit.spec.inventory
 from rigkit.cli.bench import bench
-from rigkit.bench.tunnel import SSHForward, TunnelError
+from rigkit.remote import ForwardError, SSHForward
 from rigkit.spec.model import BenchSpec
 
 from .replay import Script, vllm_stream
@@ -52,18 +54,18 @@ def rig(monkeypatch, replay):
         def __exit__(self, *exc):
             pass
 
-    def run_ssh(host_name, connection, command, timeout_s=30.0, as_root=False):
+    def run(self, command, *, as_root, stdin=None, timeout=60, text=True):
         calls["ssh"].append(command)
         if command.startswith("nvidia-smi"):
-            return 0, ("0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 21000, 350.00, 420.00, 420.00, 100.00, "
-                       "450.00\n"), ""
+            return subprocess.CompletedProcess(command, 0, "0, NVIDIA GeForce RTX 3090, GPU-1, 610.57, 24576, 21000, "
+                                               "350.00, 420.00, 420.00, 100.00, 450.00\n", "")
         if command == "cat /etc/rigkit/secrets/hyperqwen.env" and as_root:
-            return 0, f"VLLM_API_KEY={SECRET}\n", ""
-        return 127, "", "not found"
+            return subprocess.CompletedProcess(command, 0, f"VLLM_API_KEY={SECRET}\n", "")
+        return subprocess.CompletedProcess(command, 127, "", "not found")
 
     monkeypatch.setattr(rigkit.spec.inventory, "load_hosts", load_hosts)
-    monkeypatch.setattr(tunnel, "SSHForward", FakeForward)
-    monkeypatch.setattr(tunnel, "run_ssh", run_ssh)
+    monkeypatch.setattr(remote, "SSHForward", FakeForward)
+    monkeypatch.setattr(remote.Remote, "run", run)
     replay.default = Script(vllm_stream(answer=["abc"] * 4))
     return SimpleNamespace(replay=replay, calls=calls)
 
@@ -145,7 +147,7 @@ def test_forward_uses_pyinfra_connection_settings_in_batch_mode():
 def test_forward_that_ssh_cannot_open_raises_with_ssh_own_message(tmp_path):
     conn = {"ssh_hostname": "127.0.0.1", "ssh_port": 9, "ssh_known_hosts_file": "/dev/null",
             "ssh_strict_host_key_checking": False}
-    with pytest.raises(TunnelError, match=r"^rig: SSH forward to 127.0.0.1:8080 failed "
+    with pytest.raises(ForwardError, match=r"^rig: SSH forward to 127.0.0.1:8080 failed "
                                           r"\(ssh exit 255\): .*Connection refused"):
         with SSHForward("rig", conn, 8080, ready_timeout_s=10):
             pass

@@ -173,7 +173,7 @@ def test_repo_packages_installed_at_any_version():
     assert [(f.kind, f.item) for f in got] == [("package", "docker-buildx")]
 
 
-def test_wheelhouse_compared_file_by_file(tmp_path):
+def test_wheelhouse_compared_file_by_file(tmp_path, monkeypatch):
     house = tmp_path / "house"
     house.mkdir()
     (house / "a-1-py3-none-any.whl").write_bytes(b"a")
@@ -183,18 +183,27 @@ def test_wheelhouse_compared_file_by_file(tmp_path):
              + [f"{s}  ./{n}" for n, s in sums.items()] + [f"{RC_MARK}0"])
     wheels = probe.parse_probe({"wheels": lines}, [])["wheels"]
     assert wheels["python"] == "3.11" and set(wheels["files"]) == set(sums)
-    assert compare.compare_wheelhouse("h", wheels, build=lambda v: house) == []
+    from rigkit.operations.wheels import local_sums
+
+    assert compare.compare_wheelhouse("h", wheels, local_sums(house)) == []
     other = tmp_path / "other"  # another build (a built wheelhouse never changes in place)
     other.mkdir()
     (other / "a-1-py3-none-any.whl").write_bytes(b"changed")
     (other / ".complete").write_text("a-1-py3-none-any.whl\n")
-    [f] = compare.compare_wheelhouse("h", wheels, build=lambda v: other)
+    [f] = compare.compare_wheelhouse("h", wheels, local_sums(other))
     assert (f.kind, f.actual) == ("agent-wheelhouse", "missing or different: a-1-py3-none-any.whl")
 
     def fails(version):
         raise RuntimeError("pip download failed\nmore")
 
-    [f] = compare.compare_wheelhouse("h", wheels, build=fails)
+    monkeypatch.setattr("rigkit.deploy.wheelhouse.build", fails)
+    from rigkit.drift.run import built_wheelhouse
+
+    built_wheelhouse.cache_clear()
+    try:
+        [f] = compare.compare_wheelhouse("h", wheels, built_wheelhouse("3.11"))
+    finally:
+        built_wheelhouse.cache_clear()
     assert f.severity == "warn" and "pip download failed" in f.actual
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from rigkit.cli.deployrun import QuietLog, plan_summary, print_plan
+from rigkit.cli.deployout import QuietLog, plan_summary, print_plan
 from rigkit.cli.drift import findings_table, plain_console, repair_hint
 from rigkit.drift.compare import Finding
 from rigkit.drift.severity import KINDS

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.harness
 ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import golden  # noqa: E402
 import hostctl  # noqa: E402
 import mkinitcpio_v41  # noqa: E402
 import sandbox_project  # noqa: E402
@@ -56,6 +57,7 @@ def test_a_pending_reboot_stops_the_deploy_and_under_a_declared_lock_only_force_
     """One fresh host, three runs: without ``--reboot`` the deploy stops at the pending reboot; with it
     but a declared lock file present, the reboot is refused at the gate; ``--force`` goes through (and
     converges the host)."""
+    golden.sandbox_lock()  # the deploy uses only the lock; in a fresh state folder nothing has made it yet
     host = make_host("d2")
     proc = deploy(host)
     assert proc.returncode == 1

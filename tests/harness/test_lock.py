@@ -142,7 +142,7 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
     slow_hyperqwen(host, 12)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
-        # the wire-in holds the lock for its whole run (rigkit.cli.confirmrun); its activation joins the lease
+        # the wire-in holds the lock for its whole run (rigkit.deploy.transaction); its activation joins the lease
         rec = held_by(host, r"^rigkit wire-in --activate$", act)
         assert rec.get("lease")
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
@@ -185,7 +185,7 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
 
 def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
     """The deploy holds the host lock from before its first operation to the end of its confirmation
-    (rigkit.cli.confirmrun); a window started meanwhile is refused naming it."""
+    (rigkit.deploy.transaction); a window started meanwhile is refused naming it."""
     slow_hyperqwen(host, 12)
     try:
         dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP), popen=True)

@@ -304,7 +304,7 @@ def _pyinfra_parse_cli_arg():
 def test_a_data_override_reaches_pyinfra_as_the_value_it_is(value):
     """rigkit passes each --data override on to pyinfra; pyinfra's own parser must read back exactly
     that value (a string "610.60" stayed text and pyinfra made it the float 610.6: the spec refused it)."""
-    from rigkit.cli.deployrun import data_text
+    from rigkit.deploy.run import data_text
 
     back = _pyinfra_parse_cli_arg()(data_text(value))
     assert back == value and type(back) is type(value)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.bench.tunnel import free_port
+from rigkit.remote import free_port
 from rigkit.common import gpu
 from rigkit.bench.client import stream_chat
 from rigkit.bench.energy import EnergyMeter

@@ -306,7 +306,7 @@ def test_the_preflight_lets_the_rollbacks_own_lock_through():
 
 
 def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():
-    from rigkit.cli.deployrun import failed_operations, ran_operations
+    from rigkit.deploy.run import failed_operations, ran_operations
 
     log = ("--> Beginning operation run...\n--> Starting operation: Pins | Install the pinned packages\n"
            "--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host)\n"
@@ -321,7 +321,7 @@ def test_the_failed_step_comes_from_pyinfras_log_when_it_wrote_no_results():
 
 
 def test_drift_masks_secret_names_only():
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
 
     assert mask("DFLASH_TOKENS=7\nHF_TOKEN=abcdefg\nVLLM_API_KEY: xyz123\nmax_tokens: 5") == \
         "DFLASH_TOKENS=7\nHF_TOKEN=***\nVLLM_API_KEY: ***\nmax_tokens: 5"

@@ -73,7 +73,7 @@ def test_the_deploy_refuses_a_corrupt_holds_file_instead_of_ignoring_a_generatio
 def test_rigkit_generations_exits_1_on_a_corrupt_holds_file(capsys):
     from rigkit.cli import generations as generations_cli
 
-    remote = SimpleNamespace(name="h1", run=lambda cmd: subprocess.CompletedProcess(cmd, 0, "{", ""))
+    remote = SimpleNamespace(name="h1", run=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, "{", ""))
     with pytest.raises(SystemExit) as exc:
         generations_cli._holds(remote)
     assert exc.value.code == 1

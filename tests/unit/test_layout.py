@@ -74,10 +74,6 @@ def test_each_split_concern_has_one_home():
 
 # --- where code runs: the import boundary (issue #44) ------------------------------------------
 
-#: Control-side files that still sit in a both-sides folder, each with why: the SSH forward
-#: (issue 44c folds it into rigkit/remote.py; then this is empty). The agent's wheel leaves them out
-#: (rigkit.deploy.wheelhouse.NOT_SHIPPED, held equal below).
-CONTROL_IN_SHARED = {"rigkit/bench/tunnel.py"}
 #: What the bench may import besides the standard library and rigkit.common/rigkit.bench: ``requests``
 #: (the HTTP client; both sides pin the same version) and ``pynvml`` (nvidia-ml-py, the card's energy
 #: counter read by rigkit.bench.nvml, imported inside its functions; both sides pin it too).
@@ -101,7 +97,7 @@ def agent_import_names() -> frozenset[str]:
 def side(rel: str) -> str:
     """``common``, ``bench``, ``host`` or ``control``: where the file at ``rel`` (``rigkit/...``) runs."""
     parts = rel.split("/")
-    if rel in CONTROL_IN_SHARED or len(parts) < 3 or parts[1] not in ("common", "bench", "host"):
+    if len(parts) < 3 or parts[1] not in ("common", "bench", "host"):
         return "control"
     return parts[1]
 
@@ -182,17 +178,15 @@ def test_the_boundary_check_names_the_file_the_line_and_the_module(tmp_path):
 
 
 def test_the_agent_wheel_ships_the_host_side_and_what_it_shares(tmp_path):
-    """The staged project holds exactly rigkit/__init__.py and rigkit/{common,bench,host}/ (less the
-    control-side files left in them); every rigkit module a staged file imports is staged too, and
+    """The staged project holds exactly rigkit/__init__.py and rigkit/{common,bench,host}/ ; every rigkit module a staged file imports is staged too, and
     the agent's entry point imports from the staged copy alone (``python -I -S``: no site-packages,
     only that folder on the path)."""
     from rigkit.deploy import wheelhouse
 
-    assert set(wheelhouse.NOT_SHIPPED) == CONTROL_IN_SHARED
     staged = wheelhouse.stage_host_project(tmp_path / "src")
     files = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}
     want = {p.relative_to(ROOT).as_posix() for pkg in ("common", "bench", "host") for p in (RIGKIT / pkg).rglob("*.py")
-            if "__pycache__" not in p.parts} - CONTROL_IN_SHARED
+            if "__pycache__" not in p.parts}
     assert files == want | {"rigkit/__init__.py", "pyproject.toml"}
     assert {p.split("/")[1] for p in files if p.count("/") > 1} == {"common", "bench", "host"}
     modules = {p[:-3].replace("/", ".").removesuffix(".__init__") for p in files if p.endswith(".py")}

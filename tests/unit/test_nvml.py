@@ -298,8 +298,8 @@ def test_the_bench_reads_through_one_agent_session_restarted_when_it_dies(lib, t
         monkeypatch.setenv(k, env[k])  # for the agent: a child process reads them at its start
     argvs = []
 
-    def argv(self, command):
-        argvs.append((command, self.connection.get("_sudo")))
+    def argv(self, command, as_root):
+        argvs.append((command, as_root))
         return [sys.executable, "-m", "rigkit.host", "energy", "--serve"]
 
     monkeypatch.setattr(Remote, "argv", argv)

@@ -217,16 +217,20 @@ def test_one_holds_reader_over_ssh():
 
 
 class _LocalRemote:
-    """:class:`rigkit.remote.Remote`'s ``run`` through a real local shell (``sh -c``), or a failed ssh."""
+    """:class:`rigkit.remote.Remote`'s ``run`` through a real local shell (``sh -c``), or a failed ssh
+    (raised as :meth:`rigkit.remote.Remote.run` raises it)."""
 
     name = "box"
 
     def __init__(self, fail: bool = False):
         self.fail = fail
 
-    def run(self, command, stdin=None, timeout=60):
+    def run(self, command, *, as_root, stdin=None, timeout=60):
+        from rigkit.remote import HostUnreachable
+
         if self.fail:
-            return subprocess.CompletedProcess(command, 255, "", "ssh: connect to host box port 22: Connection refused")
+            raise HostUnreachable("box: cannot reach the host over SSH (ssh exit 255): ssh: connect to host box "
+                                  "port 22: Connection refused")
         return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout)
 
 
@@ -239,7 +243,7 @@ def test_the_holds_reader_tells_a_failed_read_from_no_hold(tmp_path, monkeypatch
     assert remote.read_holds(_LocalRemote()) == {}  # absent: no hold
     f.write_text('{"generation": {"generation": 3, "since": "x"}}')
     assert remote.read_holds(_LocalRemote()) == {"generation": {"generation": 3, "since": "x"}}
-    with pytest.raises(remote.HostReadError, match=r"box: cannot read .*holds.json \(ssh exit 255\): ssh: connect"):
+    with pytest.raises(remote.HostUnreachable, match=r"box: cannot reach the host over SSH \(ssh exit 255\)"):
         remote.read_holds(_LocalRemote(fail=True))
     f.write_text("[1]")
     with pytest.raises(HoldsError):
@@ -251,14 +255,184 @@ def test_the_holds_reader_tells_a_failed_read_from_no_hold(tmp_path, monkeypatch
 
 
 def test_rigkit_generations_exits_1_when_the_holds_cannot_be_read(capsys):
-    """The bug of issue #44: ``_holds`` read an SSH failure as "no hold"."""
+    """The bug of issue #44: ``_holds`` read an SSH failure as "no hold"; now the failed connection
+    raises through it and the command says so (exit 1)."""
     from rigkit import exitcodes
     from rigkit.cli import generations
+    from rigkit.cli.common import exits_when_unreachable
 
+    for command in (generations.generations, generations.rollback):
+        assert command.callback.__wrapped__  # the command turns a host not reached into exit 1
     with pytest.raises(SystemExit) as exc:
-        generations._holds(_LocalRemote(fail=True))
+        exits_when_unreachable(generations._holds)(_LocalRemote(fail=True))
     assert exc.value.code == exitcodes.FAILED
-    assert "box: cannot read /var/lib/rigkit/holds.json (ssh exit 255)" in capsys.readouterr().err.replace("\n", "")
+    assert "box: cannot reach the host over SSH (ssh exit 255)" in capsys.readouterr().err.replace("\n", "")
+
+
+# --- one SSH runner ----------------------------------------------------------------------------
+
+REMOTE = "rigkit/remote.py"
+
+
+def _ssh_builders(tree: ast.AST) -> list[int]:
+    """Lines where an ssh argv is built or ssh is started: a list or tuple starting with ``"ssh"``,
+    a call whose first argument is ``"ssh"``, ``ssh_base_args`` or a ``.argv(``/``.popen(`` of a
+    Remote used, ``"sudo -n"`` prefixed to a command."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute, ast.alias)) and "ssh_base_args" in (
+                getattr(node, "id", None), getattr(node, "attr", None), getattr(node, "name", None)):
+            out.append(getattr(node, "lineno", 0))
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                and node.elts[0].value == "ssh":
+            out.append(node.lineno)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and node.args[0].value == "ssh":
+            out.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "argv":
+            out.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sudo -n"):
+            out.append(node.lineno)
+    return out
+
+
+def test_one_ssh_runner():
+    """No module but rigkit/remote.py builds an ssh argv or starts ssh (its ``run`` raises on a
+    failed connection; ``popen`` hands a session to the caller); the exceptions are defined there
+    once; sudo is explicit (``as_root``, keyword, no default)."""
+    import inspect
+
+    from rigkit.remote import HostReadError, HostUnreachable, Remote, RemoteError, RemoteTimeout
+
+    offenders = {rel: _ssh_builders(tree) for rel, tree in _trees() if rel != REMOTE and _ssh_builders(tree)}
+    assert not offenders, f"an ssh argv built outside {REMOTE}: {offenders}"
+    assert _ssh_builders(dict(_trees())[REMOTE])  # the check sees the one that exists
+    assert not (ROOT / "rigkit" / "bench" / "tunnel.py").exists()
+    errors = {"RemoteError", "HostUnreachable", "RemoteTimeout", "HostReadError", "ForwardError", "TunnelError"}
+    defined = sorted((rel, node.name) for rel, tree in _trees() for node in ast.walk(tree)
+                     if isinstance(node, ast.ClassDef) and node.name in errors)
+    assert defined == sorted((REMOTE, n) for n in errors - {"TunnelError"}), defined
+    assert all(issubclass(e, RemoteError) for e in (HostUnreachable, RemoteTimeout, HostReadError))
+    for method in (Remote.run, Remote.popen, Remote.argv):
+        p = inspect.signature(method).parameters["as_root"]
+        assert p.default is inspect.Parameter.empty, method
+
+
+def test_every_caller_of_the_runner_handles_the_raise():
+    """A module that reaches the host through :class:`rigkit.remote.Remote` (or the holds reader)
+    names what it does when the host is not reached: it catches :class:`rigkit.remote.RemoteError`
+    (or a subclass) or its command is :func:`rigkit.cli.common.exits_when_unreachable`."""
+    handles = {"RemoteError", "HostUnreachable", "RemoteTimeout", "exits_when_unreachable"}
+    unhandled = []
+    for rel, tree in _trees():
+        if rel == REMOTE:
+            continue
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+                {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        uses = {"Remote", "read_holds"} & {a.name for n in ast.walk(tree)
+                                           if isinstance(n, ast.ImportFrom) and n.module == "rigkit.remote"
+                                           for a in n.names}
+        if uses and not (handles & names):
+            unhandled.append((rel, sorted(uses)))
+    assert not unhandled, unhandled
+
+
+# --- the deploy's transaction ------------------------------------------------------------------
+
+#: The transaction's pieces and the pyinfra run: defined in rigkit/deploy/ only.
+TRANSACTION = {"LockHold", "Change", "ChangeRefused", "begin", "settle", "put_back", "relock", "end", "confirm",
+               "record_failed", "mark_failed", "agent_json", "run_pyinfra", "host_result", "failed_operations",
+               "smoke"}
+
+
+def test_the_transaction_is_not_in_cli():
+    where: dict[str, set[str]] = {}
+    for rel, tree in _trees():
+        for node in tree.body:  # module level: what a module defines
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in TRANSACTION:
+                where.setdefault(node.name, set()).add(rel)
+    in_cli = {name: sorted(r for r in rels if r.startswith("rigkit/cli/")) for name, rels in where.items()}
+    assert not any(in_cli.values()), in_cli
+    home = {name: "rigkit/deploy/run.py" if name in ("run_pyinfra", "host_result", "failed_operations", "smoke")
+            else "rigkit/deploy/transaction.py" for name in TRANSACTION}
+    assert all(home[name] in where.get(name, ()) for name in TRANSACTION), where
+    trees = dict(_trees())
+    importers = {rel for rel, tree in trees.items() for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module == "rigkit.deploy.transaction"}
+    assert {"rigkit/cli/main.py", "rigkit/cli/generations.py", "rigkit/cli/wirein.py"} <= importers, importers
+    for rel in ("rigkit/deploy/transaction.py", "rigkit/deploy/run.py"):  # it prints nothing: cli does
+        mods = {n.module for n in ast.walk(trees[rel]) if isinstance(n, ast.ImportFrom)} | \
+               {a.name for n in ast.walk(trees[rel]) if isinstance(n, ast.Import) for a in n.names}
+        assert not {m for m in mods if m and (m.startswith("rigkit.cli") or m.startswith("rich"))}, (rel, mods)
+        calls = {n.func.id for n in ast.walk(trees[rel]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert "print" not in calls, rel
+
+
+def test_the_transaction_says_everything_through_its_output(monkeypatch, capsys):
+    """A confirmed change and a lost host, with an :class:`Output` that records: nothing reaches the
+    terminal but through it."""
+    from rigkit.deploy import transaction
+    from rigkit.remote import HostUnreachable
+
+    class Said:
+        def __init__(self):
+            self.lines = []
+
+        def note(self, text, error=False):
+            self.lines.append((text, error))
+
+        def pyinfra_log(self, line):
+            self.lines.append((line, False))
+
+        def pyinfra_ended(self, proc, dry):
+            pass
+
+    class Lost:
+        name = "box"
+
+        def agent(self, *args, **kw):
+            raise HostUnreachable("box: cannot reach the host over SSH (ssh exit 255): Connection refused")
+
+    said = Said()
+    ch = transaction.Change(SimpleNamespace(name="box"), Lost(), "the deploy", start=2, out=said)
+    ran = subprocess.CompletedProcess([], 0, '{"results": {"operations": [{"name": "x", "success": ["box"]}]}}',
+                                      "--> Beginning operation run\n")
+    assert transaction.settle(ch, ran, "inv.py", {}, 0, "lease", {}, False, None) == 1
+    [(line, error)] = said.lines
+    assert error and line.startswith("box: the deploy: the host was lost (box: cannot reach the host over SSH")
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(HostUnreachable):  # begin: never "no agent yet"
+        transaction.begin(SimpleNamespace(name="box"), Lost(), "the deploy", "lease", "rigkit deploy", said)
+
+
+# --- drift's compare is pure -------------------------------------------------------------------
+
+def test_compare_is_pure_and_findings_are_masked_in_one_place():
+    trees = dict(_trees())
+    tree = trees["rigkit/drift/compare.py"]
+    mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+           {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    impure = ("rigkit.operations", "rigkit.remote", "subprocess", "pyinfra", "rigkit.deploy", "rigkit.drift.masking",
+              "rigkit.spec.secrets", "socket", "requests")
+    assert not {m for m in mods if m and m.startswith(impure)}, mods
+    calls = {rel: [n.lineno for n in ast.walk(t) if isinstance(n, ast.Call) and
+                   getattr(n.func, "id", getattr(n.func, "attr", None)) in ("mask", "masked")]
+             for rel, t in trees.items() if rel.startswith("rigkit/drift/")}
+    assert {rel: len(lines) for rel, lines in calls.items() if lines} == {"rigkit/drift/run.py": 1,
+                                                                        "rigkit/drift/masking.py": 4}, calls
+
+
+@given(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-", min_size=8, max_size=40),
+       st.sampled_from(["item", "declared", "actual", "diff"]))
+def test_a_secret_value_in_any_field_of_a_finding_is_masked_where_findings_leave(secret, where):
+    from rigkit.drift.compare import Finding
+    from rigkit.drift.masking import masked
+
+    f = Finding("h", "file", "/etc/x", "a", "b", diff="")
+    setattr(f, where, f"before {secret} after")
+    [out] = masked([f], [secret])
+    assert all(secret not in (getattr(out, k) or "") for k in ("item", "declared", "actual", "diff"))
+    assert getattr(out, where) == "before *** after"
 
 
 # --- llama-swap: the Bearer header and /running ------------------------------------------------
@@ -305,7 +479,7 @@ def test_one_hf_token_shape():
 
 @given(st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", min_size=0, max_size=40))
 def test_what_the_spec_refuses_as_a_token_drift_masks(tail):
-    from rigkit.drift.compare import mask
+    from rigkit.drift.masking import mask
     from rigkit.spec.secrets import HF_TOKEN_RE
 
     text = f"HF_HOME=/x hf_{tail} end"

@@ -1,4 +1,4 @@
-"""The one revert's decisions (rigkit.cli.confirmrun.settle), against a host whose agent answers
+"""The one revert's decisions (rigkit.deploy.transaction.settle), against a host whose agent answers
 as a test sets and a pyinfra whose runs a test scripts: a converged run asks nothing; a run that
 failed before any operation leaves the host; a failed run or a failed confirmation is recorded as a
 failed generation, the start generation is deployed back and confirmed; --no-revert leaves it; a
@@ -11,8 +11,9 @@ import subprocess
 
 import pytest
 
-from rigkit.cli import confirmrun as cr
-from rigkit.cli import deployrun
+from rigkit.cli.deployout import Console
+from rigkit.deploy import run as deployrun
+from rigkit.deploy import transaction as cr
 
 SPEC_A = {"llama_swap": {"preload": ["strata"], "members": {"strata": {"args": ["a"]}}}}
 SPEC_B = {"llama_swap": {"preload": ["strata"], "members": {"strata": {"args": ["b"]}}}}
@@ -71,7 +72,7 @@ def world(monkeypatch):
         reverts: list = []
         runs: list = []
 
-    def fake_run(inv, hosts, overrides, dry=False, verbose=0, extra_env=None):
+    def fake_run(inv, hosts, overrides, dry=False, verbose=0, extra_env=None, *, out):
         W.runs.append(dict(extra_env or {}))
         return W.reverts.pop(0), {}
 
@@ -81,7 +82,8 @@ def world(monkeypatch):
 
 def change(remote, start=2):
     hs = type("HS", (), {"name": "demo"})()
-    return cr.Change(hs, remote, "the deploy", start=start, start_record=remote.records.get(start), lock_what="x")
+    return cr.Change(hs, remote, "the deploy", start=start, start_record=remote.records.get(start), lock_what="x",
+                     out=Console())
 
 
 def settle(ch, proc, no_revert=False):

@@ -24,6 +24,12 @@ deploy is said to be unrevertable. A deploy that changed nothing asks nothing. A
 while declaring exactly what its start generation declares (same key: the hub refused the token, a
 mirror was down) is not put back — deploying that generation again would be the same run — but the
 start generation is confirmed and the command says whether the host still serves.
+
+The transaction prints nothing: what it says goes to the :class:`rigkit.deploy.run.Output` the
+command hands :func:`begin` (the CLI's :class:`rigkit.cli.deployout.Console`). The host is reached
+through :class:`rigkit.remote.Remote`: a host lost during :func:`settle` (:class:`rigkit.remote.HostUnreachable`)
+is said — nothing can be confirmed or put back — never read as "nothing recorded"; :func:`begin`
+lets it through (the command refuses, nothing touched).
 """
 
 from __future__ import annotations
@@ -32,11 +38,12 @@ import json
 import secrets as pysecrets
 import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import err
+from rigkit.deploy import run
+from rigkit.remote import RemoteError, RemoteTimeout
 
 
 #: Appended to a failed generation's reason when ``--no-revert`` left the host as the change left it.
@@ -57,10 +64,12 @@ class LockHold:
         self.stderr: list[str] = []
 
     def take(self, timeout_s: float = 60) -> str | None:
-        """Take it; None when held, else why not (the holder named)."""
-        self.proc = subprocess.Popen(self.remote.argv(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+        """Take it; None when held, else why not (the holder named). Raises
+        :class:`rigkit.remote.HostUnreachable` when ssh failed (the lock was not asked)."""
+        self.proc = self.remote.popen(self.command, as_root=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+        errors = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
+        errors.start()
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
@@ -70,6 +79,10 @@ class LockHold:
         self.proc.kill()
         self.proc.wait()
         reader.join(2)
+        errors.join(2)
+        lost = self.remote.lost(self.proc.returncode, "".join(self.stderr))
+        if lost is not None:
+            raise lost
         return "; ".join(s.strip() for s in self.stderr if s.strip()) or "the host lock could not be taken"
 
     def alive(self) -> bool:
@@ -92,8 +105,9 @@ class LockHold:
 class Change:
     """One host's part of a change: ``hs`` (:class:`rigkit.spec.inventory.HostSpec`), its ``remote``,
     the generation it started from (``start``, None on a host with none) and that generation's
-    record (``start_record``), the lock (``hold``, its record naming ``lock_what``) and what the
-    change is called in messages (``what``: ``"the deploy"``, ``"the rollback to 3"``)."""
+    record (``start_record``), the lock (``hold``, its record naming ``lock_what``), what the
+    change is called in messages (``what``: ``"the deploy"``, ``"the rollback to 3"``) and where
+    they go (``out``, :class:`rigkit.deploy.run.Output`)."""
 
     hs: Any
     remote: Any
@@ -102,16 +116,15 @@ class Change:
     start_record: dict[str, Any] | None = None
     hold: LockHold | None = None
     lock_what: str = ""
+    out: run.Output = field(kw_only=True)
 
     @property
     def name(self) -> str:
         return self.hs.name
 
     def say(self, text: str, error: bool = False) -> None:
-        """One line on stderr, prefixed with the host's name."""
-        from rich.markup import escape
-
-        err.print(("[red]error:[/] " if error else "") + escape(f"{self.name}: {text}"), markup=True, highlight=False)
+        """One line to ``out``, prefixed with the host's name."""
+        self.out.note(f"{self.name}: {text}", error=error)
 
 
 def agent_json(remote, *args: str, stdin: str | None = None, lease: str | None = None,
@@ -129,13 +142,14 @@ def agent_json(remote, *args: str, stdin: str | None = None, lease: str | None =
         return None, f"not JSON: {lines[-1][:200]!r}"
 
 
-def begin(hs, remote, what: str, lease: str, lock_what: str) -> Change:
+def begin(hs, remote, what: str, lease: str, lock_what: str, out: run.Output) -> Change:
     """The host's :class:`Change` before anything is touched: the current generation and its record
     (none where the agent is not installed yet or nothing is recorded) and the host lock taken under
     ``lease`` where the agent can take it (``lock_what`` names the holder in the lock's record:
-    ``"rigkit deploy"``). Raises ChangeRefused (nothing touched) when the lock is held by someone
-    else or a window is open."""
-    ch = Change(hs, remote, what, lock_what=lock_what)
+    ``"rigkit deploy"``); what the change says goes to ``out``. Raises ChangeRefused (nothing
+    touched) when the lock is held by someone else or a window is open, and
+    :class:`rigkit.remote.RemoteError` when the host is not reached (never read as "no agent yet")."""
+    ch = Change(hs, remote, what, lock_what=lock_what, out=out)
     index, ch.start, ch.start_record = _read_current(remote)
     if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
         return ch
@@ -193,15 +207,20 @@ def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
 def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
             files: bool = True) -> dict[str, Any]:
     """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (:mod:`rigkit.host.confirm`;
-    ``files`` False leaves the files check out); prints each check; returns its result
+    ``files`` False leaves the files check out); says each check (``ch.out``); returns its result
     (``confirmed`` False with the reason when the agent could not be run)."""
     request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s, "files": files})
     ch.say(f"confirming generation {n}: " + (f"the live members of {', '.join(touched)} it touched, then the "
                                               "resident," if touched else "the resident") + " through llama-swap")
-    proc = ch.remote.agent("confirm", stdin=request, timeout=float(budget_s or 0) + 900, lease=lease)
+    timeout = float(budget_s or 0) + 900
+    try:
+        proc = ch.remote.agent("confirm", stdin=request, timeout=timeout, lease=lease)
+    except RemoteTimeout:  # a confirmation that never ends is one that failed (the link was up)
+        return {"confirmed": False, "failed": [f"rigkit-agent confirm did not answer within {timeout:g} s"],
+                "generation": n}
     for line in proc.stderr.splitlines():
         if line.strip():
-            err.print(f"{ch.name}: {line.strip()}", markup=False, highlight=False)
+            ch.out.note(f"{ch.name}: {line.strip()}")
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -237,7 +256,6 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
              budget_s: float | None) -> int:
     """Deploy the host back to ``ch.start`` under the lease, confirm it, and say where the host is;
     returns 1 (the change failed either way). On a failed revert the host is held at ``ch.start``."""
-    from rigkit.cli.deployrun import failed_operations, run_pyinfra
     from rigkit.deploy.source import GENERATION_ENV
     from rigkit.common.lock import LEASE_ENV
 
@@ -249,11 +267,11 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
     from rigkit.deploy.generations import RUN_KEYS
 
     run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}  # the generation's spec, this run's flags
-    back, _ = run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
-                          extra_env={GENERATION_ENV: str(ch.start), LEASE_ENV: lease})
+    back, _ = run.run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
+                              extra_env={GENERATION_ENV: str(ch.start), LEASE_ENV: lease}, out=ch.out)
     relock(ch, lease)
     if back.returncode != 0:
-        state = f"the revert's deploy failed at: {'; '.join(failed_operations(back)) or 'its start'}"
+        state = f"the revert's deploy failed at: {'; '.join(run.failed_operations(back)) or 'its start'}"
     else:
         result = confirm(ch, ch.start, touched, budget_s, lease)
         state = None if result.get("confirmed") else \
@@ -280,11 +298,22 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
     """After the change's pyinfra run ``proc``: confirm what this host now is, or put it back
     (module docstring). ``attempt`` is the manifest of what the change declared (recorded as the
     failed generation when the run failed before recording one). Returns 0 confirmed (or nothing
-    changed), 1 failed (reverted, left by ``--no-revert``, or not revertable)."""
-    from rigkit.cli.deployrun import host_result
+    changed), 1 failed (reverted, left by ``--no-revert``, not revertable, or the host lost: said)."""
+    try:
+        return _settle(ch, proc, inventory, overrides, verbose, lease, attempt, no_revert, budget_s)
+    except RemoteError as exc:
+        ch.say(f"{ch.what}: the host was lost ({exc}); nothing could be confirmed or put back, the host is as "
+               f"the change left it (`{hints.command('drift', host=ch.name, inventory_path=inventory)}` shows how "
+               "it differs once it answers)", error=True)
+        return exitcodes.FAILED
+
+
+def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lease: str, attempt: dict[str, Any],
+            no_revert: bool, budget_s: float | None) -> int:
+    """:func:`settle` on a host that answers (a lost one raises :class:`rigkit.remote.RemoteError`)."""
     from rigkit.common.confirm import touched_members
 
-    failed_ops, changed, ran = host_result(proc, ch.name)
+    failed_ops, changed, ran = run.host_result(proc, ch.name)
     host_failed = proc.returncode != 0 and failed_ops is not None
     if not host_failed and not changed:
         return exitcodes.OK  # a converged host: nothing changed, nothing to confirm
