@@ -23,8 +23,7 @@ and :mod:`rigkit.common` only
   key's header, unload, a member's log).
 - :mod:`rigkit.bench.runner` — runs the workloads against a target.
 
-Not the bench, still here: :mod:`rigkit.bench.tunnel` — the control side's SSH local forward (issue
-44c folds it into :mod:`rigkit.remote`; the agent's wheel leaves it out). The command is
+The SSH forward ``rigkit bench --host`` measures through is :class:`rigkit.remote.SSHForward`. The command is
 :mod:`rigkit.cli.bench`, the charts :mod:`rigkit.report.chart`, the sweep's control side
 :mod:`rigkit.report.sweep`.
 """
