@@ -45,3 +45,27 @@ def cwd() -> Path:
         _MADE.append(path)
         atexit.register(shutil.rmtree, path, ignore_errors=True)
     return _MADE[0]
+
+
+def rigkit(host, *args: str, timeout: float = 900, data: dict | None = None, popen: bool = False):
+    """Run ``rigkit ARGS`` as an operator would against the sandbox host ``host`` (its ``.name``): the
+    venv's console script, in :func:`cwd`, with ``RIGKIT_SANDBOX_HOST`` naming the host, the sandbox
+    hub's token as ``HF_TOKEN`` (never the caller's) and ``data`` (a variant's spec keys) as
+    ``RIGKIT_SANDBOX_DATA``. Returns the finished ``subprocess.CompletedProcess`` (text, captured), or
+    with ``popen`` the running ``subprocess.Popen`` (stdout and stderr piped). Raises
+    ``subprocess.TimeoutExpired`` past ``timeout`` seconds."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import hostctl  # tests/harness, on the path of every harness module
+
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token())
+    if data is not None:
+        env["RIGKIT_SANDBOX_DATA"] = json.dumps(data)
+    argv = [str(Path(sys.executable).parent / "rigkit"), *args]
+    if popen:
+        return subprocess.Popen(argv, cwd=cwd(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(argv, cwd=cwd(), env=env, capture_output=True, text=True, timeout=timeout)

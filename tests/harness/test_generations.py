@@ -49,10 +49,7 @@ def b() -> list[str]:
 ACTIVATE_STEP = "llama-swap | Activate the declared live llama-swap config (on the host)"
 
 
-def rigkit(host, *args, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
-    return subprocess.run([RIGKIT, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
+rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 def deploy(host, *args):

@@ -12,11 +12,10 @@ race against it.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,13 +40,7 @@ SUMMARY = re.compile(r"^(?P<host>\S+): (?P<total>\d+) operations: (?P<changed>\d
 FLIP = 'llama_swap={"port": %d, "members": {"hyperqwen": {"staged": false}}}' % PORT
 
 
-def rigkit(host, *args, timeout: float = 900, popen: bool = False):
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN, RIGKIT_SANDBOX_DATA=json.dumps(BASE_DATA))
-    argv = [RIGKIT, *args]
-    if popen:
-        return subprocess.Popen(argv, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
+rigkit = functools.partial(sandbox_project.rigkit, data=BASE_DATA)  # every command declares the port
 
 
 def inv(*args):

@@ -17,7 +17,6 @@ clean and node_exporter reports no textfile error.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -42,10 +41,7 @@ EXPORTER = "/usr/local/bin/prometheus-node-exporter"
 ENV_FILE = "/opt/rigkit/hyperqwen/.env"
 
 
-def rigkit(host, *args, timeout: float = 900) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
-    return subprocess.run([RIGKIT, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
+rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:

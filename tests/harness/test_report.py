@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,6 @@ import pytest
 pytestmark = pytest.mark.harness
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
-import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 
 from rigkit.common.gpu import ENERGY_QUERY_COMMAND  # noqa: E402
@@ -28,10 +26,7 @@ PROJECT = sandbox_project.cwd()
 NAME = os.environ.get("RIGKIT_HARNESS_PREFIX", "rkt-") + "rp1"
 
 
-def rigkit(host, *args, timeout=600):
-    env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name, "HF_TOKEN": hostctl.hub_token()}
-    return subprocess.run([sys.executable, "-m", "rigkit", *args], cwd=PROJECT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 @pytest.fixture(scope="module")

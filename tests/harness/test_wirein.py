@@ -11,7 +11,6 @@ HyperQwen's stand-in engine is told to fail through ``hostctl.HQ_CONTROL`` (``an
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -44,10 +43,7 @@ FLIP = 'llama_swap={"members": {"hyperqwen": {"staged": false}}}'
 KEY_HEADER = "-H \"Authorization: Bearer $(sed -n 's/^VLLM_API_KEY=//p' /etc/rigkit/secrets/hyperqwen.env)\""
 
 
-def rigkit(host, *args, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=TOKEN)
-    return subprocess.run([RIGKIT, *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
+rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 def deploy(host, *args, smoke: bool = False):
