@@ -5,7 +5,8 @@ one back.
 On the host, under the host config's ``paths.generations`` (``/var/lib/rigkit/generations``, root
 0700: the rendered files include root-only configs)::
 
-    index.json          {"current": n, "previous": m, "generations": [{n, time, operator, reason, key, changed}]}
+    index.json          {"current": n, "previous": m, "generations": [{n, time, operator, reason, key, changed,
+                                                                       rigkit_version, spec_hash}]}
     <n>.json            the record of generation n (below)
     objects/<sha256>    the content of every rendered file a kept generation holds (0600), stored once
 
@@ -65,6 +66,13 @@ class GenerationError(RuntimeError):
 
 def _root(cfg: Any) -> Path:
     return cfg.path("generations")
+
+
+#: What a generation's index entry and record say about how it was made, beside its ``key``: the
+#: rigkit build that recorded it and the hash of the spec it was deployed from
+#: (:func:`rigkit.deploy.generations.manifest`). A deploy whose stamps differ while its key is the
+#: current one's stamps the current generation again (:func:`restamp`).
+STAMP = ("rigkit_version", "spec_hash")
 
 
 def read_index(root: Path) -> dict[str, Any]:
@@ -203,6 +211,8 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     if current is not None:
         cur_entry = next((g for g in index["generations"] if g["n"] == current), None)
         if cur_entry and cur_entry.get("key") == manifest["key"] and not manifest.get("hold") and not failed:
+            if any(cur_entry.get(k) != manifest.get(k) for k in STAMP):
+                return restamp(root, index, cur_entry, manifest, log)
             log(f"generation {current} is current and this deploy left the host alike: nothing recorded")
             return {**cur_entry, "recorded": False}
     n = max([g["n"] for g in index["generations"]] + [0]) + 1
@@ -252,7 +262,8 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     rec["changed"] = changed(prev, rec)
     write_atomic(root / f"{n}.json", rec, mode=0o600)
     entry = {"n": n, "time": rec["time"], "operator": operator, "reason": rec.get("reason", "deploy"),
-             "key": manifest["key"], "changed": rec["changed"], **({"failed": failed} if failed else {})}
+             "key": manifest["key"], "changed": rec["changed"], **{k: manifest.get(k) for k in STAMP},
+             **({"failed": failed} if failed else {})}
     index["generations"].append(entry)
     if not failed:
         index["previous"], index["current"] = current, n
@@ -275,6 +286,29 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
             f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
     return {**entry, "recorded": True}
+
+
+def restamp(root: Path, index: dict[str, Any], entry: dict[str, Any], manifest: dict[str, Any],
+            log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The current generation ``entry`` stamped again with ``manifest``'s :data:`STAMP` (and its spec
+    snapshot): a deploy by another rigkit build, or from a spec that differs only where nothing on
+    the host depends on it, left the host alike (same ``key``), so no generation is recorded, but the
+    current one now says it was this build from this spec — what ``rigkit deploy``'s probe path asks
+    (:mod:`rigkit.drift.converged`). Its record keeps the stamps it replaced under ``restamped``
+    (``[{"time", "rigkit_version", "spec_hash"}]``). Returns the entry with ``"recorded": False,
+    "restamped": True``."""
+    n = entry["n"]
+    rec = read_record(root, n)
+    before = {k: rec.get(k) for k in STAMP}
+    rec.setdefault("restamped", []).append({"time": iso_utc(time.time()), **before})
+    rec.update({k: manifest.get(k) for k in STAMP}, spec=manifest.get("spec", rec.get("spec")))
+    write_atomic(root / f"{n}.json", rec, mode=0o600)
+    entry.update({k: manifest.get(k) for k in STAMP})
+    write_atomic(root / "index.json", index, mode=0o600)
+    log(f"generation {n} is current and this deploy left the host alike: nothing recorded; stamped as made by "
+        f"rigkit {manifest.get('rigkit_version')} from spec {str(manifest.get('spec_hash'))[:12]} "
+        f"(was rigkit {before.get('rigkit_version')}, spec {str(before.get('spec_hash'))[:12]})")
+    return {**entry, "recorded": False, "restamped": True}
 
 
 def fail(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 time (:data:`rigkit.drift.coverage.COVERAGE`): apply the batch under the host lock (the agent's
 timers stand down, so nothing undoes a breakage meanwhile), run ``rigkit drift --json --plan`` once
 (one probe and one ``pyinfra --dry``, at once), put everything back, and judge with
-:func:`rigkit.drift.coverage.agreement`. Used by tests/harness/test_drift.py (a sample) and
+:func:`rigkit.drift.coverage.agreement`, and the deploy's path choice with
+:func:`rigkit.drift.coverage.path_agreement` (every breakage takes the full run, the converged host
+the probe path). Used by tests/harness/test_drift.py (a sample) and
 benchmarks/drift_coverage.py (the whole table)."""
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def run_batch(host, rows: list, project: Path) -> Batch:
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
     out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
+    out.problems += coverage.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
     if any(r["kind"] == "plan-failed" for r in records):
         out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records if r["kind"] == "plan-failed"))
     return out
@@ -99,5 +102,5 @@ def converged(host, project: Path) -> Batch:
     out.seconds = time.monotonic() - t0
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
-    out.problems = coverage.agreement([], out.findings, out.plan_rows)
+    out.problems = coverage.agreement([], out.findings, out.plan_rows) + coverage.path_agreement([], out.findings)
     return out

@@ -56,7 +56,7 @@ def rigkit(host, *args, timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 def deploy(host, *args):
-    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args)
+    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args)
 
 
 def rollback(host, *args):

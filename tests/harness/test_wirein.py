@@ -51,7 +51,7 @@ def rigkit(host, *args, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def deploy(host, *args, smoke: bool = False):
-    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", *([] if smoke else ["--no-smoke"]), *args)
+    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--full", *([] if smoke else ["--no-smoke"]), *args)
 
 
 def wire_in(host, *args):

@@ -97,9 +97,16 @@ def test_the_plan_line_says_which_generation_a_deploy_replaces():
     m = gen.manifest(spec(), render(spec()), None)
     assert plan_line({"data": None}, m) == (True, "no generation recorded yet: this deploy records generation 1 (deploy)")
     index = {"data": {"current": 2, "generations": [{"n": 1, "key": "x"}, {"n": 2, "key": m["key"], "time": "T",
-                                                                              "operator": "rig", "reason": "deploy"}]}}
+                                                                              "operator": "rig", "reason": "deploy",
+                                                                              "rigkit_version": m["rigkit_version"],
+                                                                              "spec_hash": m["spec_hash"]}]}}
     assert plan_line(index, m) == (False, "generation 2 (T, rig, deploy) stays current: this deploy leaves the host as "
                                           "it recorded")
+    # recorded by another rigkit build (or before builds were recorded): the same generation, stamped again
+    index["data"]["generations"][1]["rigkit_version"] = "0.1.0+src.000000000000"
+    assert plan_line(index, m) == (True, "generation 2 (T, rig, deploy) stays current: this deploy leaves the host as "
+                                         f"it recorded; stamped again as made by rigkit {m['rigkit_version']} from spec "
+                                         f"{m['spec_hash'][:12]}")
     index["data"]["generations"][1]["key"] = "y"
     assert plan_line(index, m) == (True, "generation 2 (T, rig, deploy) is replaced by generation 3 (deploy)")
 
