@@ -496,23 +496,10 @@ def test_each_breakage_takes_the_full_run_which_repairs_it_then_the_probe_path(r
     if agent_source_changed(rig):
         pytest.skip("rigkit/ changed since the golden deploy")
     rows = [coverage.row_for(role, op) for role, op in REPAIRED]
-    archive = hostctl.MANIFEST["archive_url"]
-    drift_agreement.hold_lock(rig)  # the agent's timers stand down while the breakages are applied
-    try:
-        for c in rows:
-            rig.run(c.breakage.replace("{archive}", archive))
-    finally:
-        rig.run(coverage.LOCK_RELEASE, check=False)
-    proc = deploy()
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    full = FULL_LINE.search(proc.stderr)
-    assert full and "difference(s) the deploy repairs" in full[1], proc.stderr[-3000:]
-    assert "$ pyinfra" in proc.stderr and PYINFRA_SUMMARY.search(proc.stderr)
-    code, records, out = drift()
-    assert code == 0, out[-3000:]
-    again = deploy()
-    assert again.returncode == 0 and PROBE_LINE.search(again.stderr), again.stderr[-3000:]
-    no_secret(proc.stdout + proc.stderr)
+    r = drift_agreement.repair_batch(rig, rows, PROJECT)
+    assert r.problems == [], "\n".join(r.problems) + "\n" + r.output[-4000:]
+    assert "difference(s) the deploy repairs" in r.path and "$ pyinfra" in r.output and PYINFRA_SUMMARY.search(r.output)
+    no_secret(r.output)
 
 
 def test_another_build_a_changed_spec_or_lock_takes_the_full_run_then_the_probe_path(rig, tmp_path):
