@@ -198,7 +198,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
-    validate_or_exit(host_specs, console=err, what="the deploy")
+    validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
     # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
     lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
     if lock_refusals:

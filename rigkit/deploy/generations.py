@@ -6,7 +6,7 @@ differs between two (:func:`diff`). Nothing here touches a host.
 A generation's ``key`` is the sha256 of what the deploy declares for the host — every rendered
 file (sha256, mode, owner), the model lock, the pins, the units, llama-swap's members and release,
 daemon.json's keys — so two deploys that leave a host alike have one key and the second records
-nothing. The rigkit build (:func:`rigkit_build`), the spec hash, the time and the operator are
+nothing. The rigkit build (:func:`rigkit.build.rigkit_build`), the spec hash, the time and the operator are
 recorded, not keyed;
 secret files are recorded by hash on the host and are not keyed either (a token rotation alone
 records no generation).
@@ -15,14 +15,14 @@ records no generation).
 from __future__ import annotations
 
 import difflib
-import functools
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit import __version__, paths
+from rigkit import paths
+from rigkit.build import rigkit_build
 from rigkit.render import declared_state
 from rigkit.render.declared_state import DAEMON_JSON_KEYS, PREPARED_MODELS
 from rigkit.render.files import RenderedFile, render_host_config
@@ -44,30 +44,6 @@ def spec_snapshot(spec: RigSpec) -> dict[str, Any]:
     for key in RUN_KEYS:
         data.pop(key, None)
     return data
-
-
-#: What of the project decides what the deploy does: its code, roles and templates
-#: (:func:`rigkit_build` hashes them).
-BUILD_PARTS = ("deploy.py", "roles", "rigkit", "templates")
-
-
-@functools.lru_cache(maxsize=1)
-def rigkit_build() -> str:
-    """This rigkit's build: ``"<__version__>+src.<12 hex>"``, the hex a sha256 over every file of
-    :data:`BUILD_PARTS` under the project root (relative path and content, sorted; ``__pycache__``
-    and ``*.pyc`` left out), so any change of the code, the roles or the templates is another build
-    while ``__version__`` stays ``0.1.0``. Recorded in each generation (``rigkit_version``) and asked
-    by the deploy's probe path (:mod:`rigkit.drift.converged`). ~150 files, a few ms."""
-    root = Path(__file__).resolve().parents[2]
-    h = hashlib.sha256()
-    for part in BUILD_PARTS:
-        top = root / part
-        found = [top] if top.is_file() else sorted(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else []
-        for path in found:
-            if "__pycache__" in path.parts or path.suffix == ".pyc":
-                continue
-            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return f"{__version__}+src.{h.hexdigest()[:12]}"
 
 
 def spec_hash(spec: RigSpec) -> str:

@@ -12,7 +12,7 @@ reason, printed on the host's one line (:func:`say`):
 
 - **the stamps** (:func:`stamp_reasons`, from the current generation's record, which
   ``rigkit-agent generation show`` returns to :func:`rigkit.cli.confirmrun.begin`): a generation is
-  recorded, by this rigkit build (:func:`rigkit.deploy.generations.rigkit_build`: the version and a
+  recorded, by this rigkit build (:func:`rigkit.build.rigkit_build`: the version and a
   hash of the code, roles and templates), from this spec (its hash), with this model lock (its
   sha256), declaring what this deploy declares (the generation ``key``: every rendered file, pins,
   units, members, release — the declared state, not Python source);

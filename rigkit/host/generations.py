@@ -33,7 +33,8 @@ current, ``rigkit rollback --to`` it is refused, and pruning counts it like any 
 
 Sub-commands (``rigkit-agent generation ...``): ``record [--failed WHY]`` (manifest JSON on stdin,
 under the host lock), ``fail N --why WHY`` (the current generation failed: the one before it is
-current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``, ``show N [--files]``, ``check N`` (models generation
+current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``,
+``current`` (the index with the current generation's record), ``show N [--files]``, ``check N`` (models generation
 N needs that this host lacks), ``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
 """
 
@@ -372,6 +373,15 @@ def prune(root: Path, keep: int) -> list[int]:
     return drop
 
 
+def current(root: Path) -> dict[str, Any]:
+    """``{"index": read_index(root), "current": n | None, "record": its record | None}``: what a deploy
+    reads before it changes anything (:func:`rigkit.cli.confirmrun.begin`), in one agent call instead
+    of ``list`` then ``show``. Raises ValueError for an unreadable index or record."""
+    index = read_index(root)
+    n = index.get("current")
+    return {"index": index, "current": n, "record": read_record(root, n) if n is not None else None}
+
+
 def show(root: Path, n: int, with_files: bool = False) -> dict[str, Any]:
     """``{"record": ..., "contents": {path: text}}`` of generation ``n`` (contents only with
     ``with_files``; UTF-8 text, which every rendered file is). Raises GenerationError."""
@@ -440,7 +450,7 @@ def release(cfg: Any, log: Callable[[str], None] = print) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``rigkit-agent generation {record,list,show,check,release}`` (module docstring)."""
+    """``rigkit-agent generation {record,list,current,show,check,release}`` (module docstring)."""
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
     from rigkit.host.config import load as load_config
@@ -455,6 +465,7 @@ def main(argv: list[str]) -> int:
     fl.add_argument("n", type=int)
     fl.add_argument("--why", required=True)
     sub.add_parser("list", help="the index as JSON")
+    sub.add_parser("current", help="the index, the current generation and its record as JSON (one read for a deploy)")
     sh = sub.add_parser("show", help="one generation as JSON")
     sh.add_argument("n", type=int)
     sh.add_argument("--files", action="store_true", help="with the stored file contents")
@@ -480,6 +491,9 @@ def main(argv: list[str]) -> int:
             return 0
         if a.cmd == "show":
             print(json.dumps(show(root, a.n, a.files), sort_keys=True))
+            return 0
+        if a.cmd == "current":
+            print(json.dumps(current(root), sort_keys=True))
             return 0
         if a.cmd == "check":
             problems = check(cfg, a.n)

@@ -9,7 +9,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigkit import paths
+from rigkit import build, paths
 from rigkit.drift import converged
 from rigkit.deploy import generations as gen
 from rigkit.drift.compare import Finding
@@ -37,7 +37,7 @@ def _record(want: dict) -> dict:
 def test_a_generation_recorded_by_this_build_from_this_spec_and_lock_has_no_stamp_reason():
     want = _want()
     assert converged.stamp_reasons(3, _record(want), want) == []
-    assert want["rigkit_version"] == gen.rigkit_build() and re.fullmatch(r"0\.1\.0\+src\.[0-9a-f]{12}",
+    assert want["rigkit_version"] == build.rigkit_build() and re.fullmatch(r"0\.1\.0\+src\.[0-9a-f]{12}",
                                                                           want["rigkit_version"])
 
 
@@ -138,22 +138,22 @@ def test_the_build_changes_with_any_file_of_the_code_roles_or_templates(tmp_path
     (root / "deploy.py").write_text("x")
     (root / "roles" / "a.py").write_text("a")
     (root / "templates" / "t.j2").write_text("t")
-    fake = root / "rigkit" / "deploy" / "generations.py"
+    fake = root / "rigkit" / "build.py"
     fake.write_text("g")
-    monkeypatch.setattr(gen, "__file__", str(fake))
-    gen.rigkit_build.cache_clear()
+    monkeypatch.setattr(build, "__file__", str(fake))
+    build.rigkit_build.cache_clear()
     try:
-        first = gen.rigkit_build()
+        first = build.rigkit_build()
         (root / "roles" / "__pycache__").mkdir()
         (root / "roles" / "__pycache__" / "a.cpython-312.pyc").write_bytes(b"\0")
-        gen.rigkit_build.cache_clear()
-        assert gen.rigkit_build() == first  # caches are not the code
+        build.rigkit_build.cache_clear()
+        assert build.rigkit_build() == first  # caches are not the code
         (root / "templates" / "t.j2").write_text("t2")
-        gen.rigkit_build.cache_clear()
-        assert gen.rigkit_build() != first
+        build.rigkit_build.cache_clear()
+        assert build.rigkit_build() != first
     finally:
         monkeypatch.undo()
-        gen.rigkit_build.cache_clear()
+        build.rigkit_build.cache_clear()
 
 
 # ------------------------------------------------------------------------------ on the host
@@ -222,3 +222,67 @@ def test_every_breakage_of_the_coverage_table_sends_the_deploy_to_the_full_run()
         assert coverage.path_agreement([c], findings, "L1") == [], (c.role, c.op)
     assert coverage.path_agreement([], [("lock", paths.RIG_LOCK, "warn")], "L1") == []
     assert coverage.path_agreement([], [("lock", paths.RIG_LOCK, "warn")]) != []
+
+
+def test_the_deploy_remembers_passing_verdicts_only_and_never_for_other_files(tmp_path, monkeypatch):
+    """run_checks(remember=True): passing verdicts are given back for the same files, spec and
+    validators without running them; another file content is another key; a rejection is never
+    remembered (judged afresh each time)."""
+    from rigkit.render import checks
+
+    s = spec()
+    files = render(s)
+    calls: list[str] = []
+    verdict = {"status": "pass"}
+
+    def fake(name):
+        def run(*args, **kwargs):
+            calls.append(name)
+            return [checks.CheckResult(name, "/x", verdict["status"], "")]
+        return run
+
+    for name in ("check_units", "check_compose", "check_llama_swap"):
+        monkeypatch.setattr(checks, name, fake(name))
+    first = checks.run_checks(files, s, cache=tmp_path, remember=True)
+    again = checks.run_checks(files, s, cache=tmp_path, remember=True)
+    assert first == again and len(calls) == 3
+    other = dict(files)
+    path = sorted(other)[0]
+    other[path] = type(other[path])(other[path].text + "# changed\n", other[path].mode, other[path].owner)
+    assert checks.verdict_key(other, s) != checks.verdict_key(files, s)
+    checks.run_checks(other, s, cache=tmp_path, remember=True)
+    assert len(calls) == 6
+    verdict["status"] = "fail"
+    refused = dict(files)
+    refused[path] = type(files[path])(files[path].text + "# refused\n", files[path].mode, files[path].owner)
+    for _ in range(2):
+        assert checks.verdict_code(checks.run_checks(refused, s, cache=tmp_path, remember=True)) == 2
+    assert len(calls) == 12
+    checks.run_checks(files, s, cache=tmp_path)  # rigkit check: always runs them
+    assert len(calls) == 15
+
+
+def test_the_deploy_reads_the_current_generation_in_one_call_and_falls_back_for_an_older_agent():
+    """confirmrun._read_current: ``generation current`` once; an agent without it (exit 2, argparse)
+    is asked ``list`` then ``show N``; no agent at all reads as no index."""
+    import subprocess
+
+    from rigkit.cli import confirmrun
+
+    class Remote:
+        def __init__(self, answers):
+            self.answers, self.asked = answers, []
+
+        def agent(self, *args, **kwargs):
+            self.asked.append(args[1])
+            rc, out = self.answers.get(args[1], (127, ""))
+            return subprocess.CompletedProcess(args, rc, out, "" if rc == 0 else "error")
+
+    index = {"current": 2, "generations": [{"n": 2}]}
+    new = Remote({"current": (0, '{"index": {"current": 2, "generations": [{"n": 2}]}, "current": 2, "record": {"n": 2}}')})
+    assert confirmrun._read_current(new) == (index, 2, {"n": 2}) and new.asked == ["current"]
+    old = Remote({"current": (2, ""), "list": (0, '{"current": 2, "generations": [{"n": 2}]}'),
+                  "show": (0, '{"record": {"n": 2}}')})
+    assert confirmrun._read_current(old) == (index, 2, {"n": 2}) and old.asked == ["current", "list", "show"]
+    none = Remote({})
+    assert confirmrun._read_current(none) == (None, None, None)

@@ -237,6 +237,10 @@ def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
     agent = [sys.executable, "-m", "rigkit.host", "generation"]
     p = subprocess.run(agent + ["list"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and json.loads(p.stdout)["current"] == 1
+    p = subprocess.run(agent + ["current"], capture_output=True, text=True, env=env, cwd=ROOT)  # one read for a deploy
+    both = json.loads(p.stdout)
+    assert p.returncode == 0 and both["current"] == 1 and both["index"] == hostgen.read_index(root / "gen")
+    assert both["record"] == hostgen.read_record(root / "gen", 1)
     p = subprocess.run(agent + ["show", "4"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 1 and "no generation 4 on this host (kept: 1)" in p.stderr
     p = subprocess.run(agent + ["record"], input="not json", capture_output=True, text=True, env=env, cwd=ROOT)
