@@ -99,7 +99,8 @@ def stamp_reasons(n: int | None, record: dict[str, Any] | None, want: dict[str, 
 def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] | None = None,
                   secrets: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Why the probe's ``findings`` (:class:`rigkit.drift.compare.Finding`, of
-    :func:`~rigkit.drift.compare.compare_host`) send the host to the full run, one reason each for a
+    :func:`~rigkit.drift.compare.compare_host`, or anything with its ``kind``, ``item``, ``severity``
+    and ``actual``) send the host to the full run, one reason each for a
     hold, an open window, a pending reboot and the host lock held by another than ``lease``, then one
     for the differences the deploy would repair (``drift``) and one for what could not be checked —
     named by kind and item (masked with ``secrets``), :data:`NAMED` at most. ``[]``: none (only

@@ -425,16 +425,13 @@ def path_agreement(rows: list[Coverage], findings: list[tuple[str, str, str]], l
 
     Returns one line per problem (empty: they agree): on the converged host, any reason for the full
     run; with breakages, a row whose own findings alone would leave the deploy on the probe path."""
-    from rigkit.drift.compare import Finding
+    from types import SimpleNamespace
+
     from rigkit.drift.converged import state_reasons
 
-    found = []
-    for kind, item, sev in findings:
-        if kind.startswith("plan") or item == "pyinfra --dry --json":
-            continue
-        f = Finding("h", kind, item, "", "")
-        f.severity = sev
-        found.append(f)
+    # the findings as drift's document gave them (kind, item, severity: an open window's "expected" kept)
+    found = [SimpleNamespace(kind=kind, item=item, severity=sev, actual="") for kind, item, sev in findings
+             if not kind.startswith("plan") and item != "pyinfra --dry --json"]
     facts = {"rig_lock": {"held": True, "holder": {"lease": lease}}} if lease else None
     if not rows:
         reasons = state_reasons(found, lease, facts)
