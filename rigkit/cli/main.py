@@ -215,10 +215,10 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     import secrets as pysecrets
 
     from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
-    from rigkit.drift.converged import begin_all, choose_paths, say
-    from rigkit.remote import Remote
     from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.drift.converged import begin_all, choose_paths, say
     from rigkit.host.lock import LEASE_ENV
+    from rigkit.remote import Remote
     from rigkit.render.files import render
 
     lease = pysecrets.token_hex(8)
