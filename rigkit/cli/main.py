@@ -216,7 +216,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
 
     from rigkit.cli.confirmrun import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import lock_text, manifest
-    from rigkit.drift.converged import begin_all, choose_paths, say
+    from rigkit.drift.converged import begin_all, choose_paths, restamp_after, say
     from rigkit.host.lock import LEASE_ENV
     from rigkit.remote import Remote
     from rigkit.render.files import render
@@ -248,6 +248,8 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         for ch in changes_full:
             attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
+            if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
+                err.print(line, markup=False, highlight=False)
             if code == exitcodes.OK and not no_smoke:
                 code = smoke(ch.hs, inv, env)  # still under the lock: nothing changes the rig in between
             codes.append(code)

@@ -11,7 +11,7 @@ Under the deploy's host lock (:func:`begin_all`, every host at once), each host'
 reason, printed on the host's one line (:func:`say`):
 
 - **the stamps** (:func:`stamp_reasons`, from the current generation's record, which
-  ``rigkit-agent generation show`` returns to :func:`rigkit.cli.confirmrun.begin`): a generation is
+  ``rigkit-agent generation current`` returns to :func:`rigkit.cli.confirmrun.begin`): a generation is
   recorded, by this rigkit build (:func:`rigkit.build.rigkit_build`: the version and a
   hash of the code, roles and templates), from this spec (its hash), with this model lock (its
   sha256), declaring what this deploy declares (the generation ``key``: every rendered file, pins,
@@ -28,9 +28,10 @@ Otherwise the host takes the **full run**: the deploy exactly as before (pyinfra
 back, smoke), limited to those hosts. ``--full`` takes it on every host without probing. A host
 whose stamps already differ is not probed (its reasons are its stamps).
 
-A full run that changed nothing on a host whose generation was recorded by another rigkit build or
-from a spec that differs only where nothing on the host depends on it stamps that generation again
-(:func:`rigkit.host.generations.restamp`), so the next deploy takes the probe path.
+A full run that ended well on a host whose current generation declares what the run declared but was
+recorded by another rigkit build, or from a spec that differs only where nothing on the host depends
+on it, stamps that generation again afterwards (:func:`restamp_after`, outside pyinfra's operations),
+so the next deploy takes the probe path.
 """
 
 from __future__ import annotations
@@ -218,3 +219,26 @@ def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[
         c.probe = not c.reasons
     return choices
 
+
+
+def restamp_after(ch: Any, attempt: dict[str, Any], lease: str) -> str | None:
+    """After a full run that ended well on ``ch``'s host (:class:`rigkit.cli.confirmrun.Change`): stamp
+    its current generation with ``attempt``'s build and spec hash (``attempt``:
+    :func:`rigkit.deploy.generations.manifest` of this run) when it has ``attempt``'s key and other
+    stamps (``rigkit-agent generation restamp`` under ``lease``, :func:`rigkit.host.generations.restamp`),
+    so the next deploy can take the probe path. Outside pyinfra's operations: their counts stay the
+    deploy's own. Returns the line to print, or None when nothing was stamped (or the agent could not
+    be asked: the next deploy then takes the full run again and says why)."""
+    import json
+
+    proc = ch.remote.agent("generation", "restamp", stdin=json.dumps(attempt, sort_keys=True), lease=lease,
+                           timeout=60)
+    try:
+        entry = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    if not isinstance(entry, dict) or not entry.get("restamped"):
+        return None
+    return (f"{ch.name}: generation {entry.get('n')} stamped again as made by rigkit {attempt.get('rigkit_version')} "
+            f"from spec {str(attempt.get('spec_hash'))[:12]} (nothing else changed): the next deploy can take the "
+            "probe path")

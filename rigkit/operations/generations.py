@@ -13,7 +13,6 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.agentcmd import record_command
-from rigkit.host.generations import STAMP
 from rigkit.operations.facts import JsonFile
 
 #: Where the manifest waits for ``rigkit-agent generation record`` (root 0600; removed after).
@@ -26,19 +25,13 @@ RECORD_OP = "Record the generation this deploy leaves"
 def plan_line(index: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, str]:
     """``(records, what it says)`` for the ``JsonFile`` fact of the generations index: whether this
     deploy records a generation, and which one it replaces — ``generation 2 (time, operator,
-    reason) is replaced by generation 3 (deploy)``, or ``generation 2 (…) stays current`` (recording
-    nothing, or — when the current entry's :data:`~rigkit.host.generations.STAMP` is not this
-    deploy's — stamping it again, :func:`rigkit.host.generations.restamp`)."""
+    reason) is replaced by generation 3 (deploy)``, or ``generation 2 (…) stays current``."""
     data = index.get("data") or {}
     current = data.get("current")
     entry = next((g for g in data.get("generations", []) if g.get("n") == current), None)
     if entry and entry.get("key") == manifest["key"] and not manifest.get("hold"):
-        said = (f"generation {current} ({entry.get('time')}, {entry.get('operator')}, {entry.get('reason')}) "
-                "stays current: this deploy leaves the host as it recorded")
-        if any(entry.get(k) != manifest.get(k) for k in STAMP):  # another rigkit build or spec hash: stamp it again
-            return True, said + (f"; stamped again as made by rigkit {manifest.get('rigkit_version')} from spec "
-                                 f"{str(manifest.get('spec_hash'))[:12]}")
-        return False, said
+        return False, (f"generation {current} ({entry.get('time')}, {entry.get('operator')}, {entry.get('reason')}) "
+                       "stays current: this deploy leaves the host as it recorded")
     nxt = max([g.get("n", 0) for g in data.get("generations", [])] + [0]) + 1
     if entry is None:
         return True, f"no generation recorded yet: this deploy records generation {nxt} ({manifest['reason']})"

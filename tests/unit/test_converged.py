@@ -164,9 +164,11 @@ def test_a_deploy_by_another_build_stamps_the_current_generation_again(host):  #
     first = hostgen.record(host, _manifest(texts, root, rigkit_version="0.1.0+src.aaaaaaaaaaaa", spec_hash="s1",
                                            spec={"a": 1}), "rig", log.append)
     assert first["recorded"] and first["rigkit_version"] == "0.1.0+src.aaaaaaaaaaaa"
-    again = hostgen.record(host, _manifest(texts, root, rigkit_version="0.1.0+src.bbbbbbbbbbbb", spec_hash="s2",
-                                           spec={"a": 2}), "rig", log.append)
-    assert again["recorded"] is False and again["restamped"] is True and again["n"] == 1
+    newer = _manifest(texts, root, rigkit_version="0.1.0+src.bbbbbbbbbbbb", spec_hash="s2", spec={"a": 2})
+    again = hostgen.record(host, newer, "rig", log.append)  # pyinfra's record: the same key, nothing recorded
+    assert again["recorded"] is False and again["rigkit_version"] == "0.1.0+src.aaaaaaaaaaaa"
+    stamped = hostgen.restamp(host, newer, log.append)  # then the deploy's restamp
+    assert stamped["restamped"] is True and stamped["n"] == 1
     index = hostgen.read_index(root / "gen")
     assert index["current"] == 1 and len(index["generations"]) == 1
     assert (index["generations"][0]["rigkit_version"], index["generations"][0]["spec_hash"]) == (
@@ -175,10 +177,10 @@ def test_a_deploy_by_another_build_stamps_the_current_generation_again(host):  #
     assert (rec["rigkit_version"], rec["spec_hash"], rec["spec"]) == ("0.1.0+src.bbbbbbbbbbbb", "s2", {"a": 2})
     assert [(r["rigkit_version"], r["spec_hash"]) for r in rec["restamped"]] == [("0.1.0+src.aaaaaaaaaaaa", "s1")]
     assert "stamped as made by rigkit 0.1.0+src.bbbbbbbbbbbb" in log[-1]
-    same = hostgen.record(host, _manifest(texts, root, rigkit_version="0.1.0+src.bbbbbbbbbbbb", spec_hash="s2",
-                                          spec={"a": 2}), "rig", log.append)
-    assert same["recorded"] is False and "restamped" not in same
-
+    assert hostgen.restamp(host, newer, log.append) == {"restamped": False, "why": "already stamped so", "n": 1}
+    other_key = {**newer, "key": "another"}
+    assert hostgen.restamp(host, other_key, log.append)["restamped"] is False
+    assert hostgen.restamp(host, {**newer, "rigkit_version": "x", "hold": {"g": 1}}, log.append)["restamped"] is False
 
 
 def test_every_host_begins_at_once_and_one_refusal_releases_the_others():
