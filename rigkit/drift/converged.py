@@ -105,16 +105,22 @@ def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] 
     hold, an open window, a pending reboot and the host lock held by another than ``lease``, then one
     for the differences the deploy would repair (``drift``) and one for what could not be checked —
     named by kind and item (masked with ``secrets``), :data:`NAMED` at most. ``[]``: none (only
-    :data:`HARMLESS` findings, the lock held by this deploy). ``facts`` (the parsed probe) tells whose
-    lease holds the lock; without it a ``lock`` finding is a reason."""
+    :data:`HARMLESS` findings, the lock held by this deploy, a dead holder's record that taking the
+    lock reclaims). ``facts`` (the parsed probe) tells whose lease holds the lock; without it a
+    ``lock`` finding whose ``actual`` says the lock is free (a dead holder's record) is no reason, any
+    other is."""
     from rigkit.drift.compare import mask
 
-    holder = ((facts or {}).get("rig_lock") or {}).get("holder") or {}
-    own_lock = bool(lease) and ((facts or {}).get("rig_lock") or {}).get("held") and holder.get("lease") == lease
+    state = (facts or {}).get("rig_lock") or {}
+    holder = state.get("holder") or {}
+    own_lock = bool(lease) and state.get("held") and holder.get("lease") == lease
     out: list[str] = []
     named: dict[str, list[str]] = {"hold": [], "window": [], "reboot": [], "lock": [], "drift": [], "other": []}
     for f in findings:
         if f.kind in HARMLESS or (f.kind == "lock" and own_lock):
+            continue
+        # a dead holder's record (the lock free): the deploy's own take reclaims it (rigkit.host.lock)
+        if f.kind == "lock" and (not state.get("held") if facts else str(f.actual).startswith("free")):
             continue
         text = mask(f"{f.kind} {f.item}", list(secrets)) or f.kind
         if f.kind in ("hold", "window", "reboot", "lock"):

@@ -112,6 +112,16 @@ def test_the_probe_path_is_taken_exactly_when_nothing_but_harmless_findings_stan
         assert f"the probe found {len(drift)} difference(s) the deploy repairs" in text
 
 
+def test_a_dead_holders_lock_record_is_no_reason_a_live_holder_is():
+    """The deploy's own take reclaims a dead holder's record (the lock free): no reason; another
+    live holder is one."""
+    stale = Finding("h", "lock", paths.RIG_LOCK, "free", "free, but test (pid 1) died holding it (…)")
+    held = Finding("h", "lock", paths.RIG_LOCK, "free", "held by rigkit window (pid 2)")
+    assert converged.state_reasons([stale], None) == []
+    assert converged.state_reasons([held], None) == [f"the host lock is not this deploy's ({paths.RIG_LOCK})"]
+    assert converged.state_reasons([stale], "L1", {"rig_lock": {"held": False, "stale": {"pid": 1}}}) == []
+
+
 def test_findings_an_open_window_explains_are_its_reason_not_differences():
     f = _finding("unit", "llama-swap.service")
     f.severity = "expected"
