@@ -466,7 +466,7 @@ def generation_index(rig) -> dict:
 
 def test_a_converged_host_takes_the_probe_path_without_pyinfra(rig):
     """The converged copy: the deploy says ``converged (probe)``, exits 0, runs no pyinfra (no plan, no
-    operation, no per-host counts; sudo on the host ran a handful of commands, a full run ~76), records
+    operation, no per-host counts; sudo on the host ran a handful of commands, a full run ~80), records
     nothing; ``--full`` runs pyinfra and changes nothing either."""
     if agent_source_changed(rig):
         pytest.skip("rigkit/ changed since the golden deploy: the wheelhouse differs (a real difference)")
@@ -485,7 +485,9 @@ def test_a_converged_host_takes_the_probe_path_without_pyinfra(rig):
     assert full.returncode == 0 and re.search(rf"^{re.escape(NAME)}: \d+ operations: 0 changed", full.stderr, re.M), \
         full.stderr[-3000:]
     full_cmds = sudo_commands(rig, t1)
-    assert 1 <= probe_cmds <= 8 and full_cmds >= 40, (probe_cmds, full_cmds)
+    # the probe path: the generation read, the lock hold, the probe (+ the test's own reads, the harness'
+    # serving checks); pyinfra's converged run: ~80
+    assert 1 <= probe_cmds <= 12 and full_cmds >= 5 * probe_cmds, (probe_cmds, full_cmds)
     no_secret(proc.stdout + proc.stderr)
 
 
