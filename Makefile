@@ -41,12 +41,13 @@ sandbox-fixtures: venv harness
 	  $(BIN)/python tests/harness/llama_swap_release.py --out $(RELEASES)
 
 # The main job on the local sandbox host: bring it up (it persists until `make demo-clean`),
-# deploy the rig (rebooting once for the new driver), then deploy again: 0 changes.
+# deploy the rig (rebooting once for the new driver), then deploy again with pyinfra (--full):
+# 0 changes in pyinfra's own results.
 demo: sandbox-fixtures
 	bash tests/harness/host.sh up demo >/dev/null
 	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests/harness"); import golden; print(golden.sandbox_lock())'
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
-	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke
+	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke --full
 	@echo "the demo host stays up until 'make demo-clean'; reach it with:"
 	@echo "  $$(bash tests/harness/host.sh reach demo)"
 	@echo "  e.g. curl 127.0.0.1:8080/running there; .venv/bin/rigkit drift -i inventory/sandbox.py here"

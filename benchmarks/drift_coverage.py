@@ -5,10 +5,14 @@ copy of the converged sandbox host (golden.py), in batches of independent breaka
 default 8; an ``alone`` row in a batch of its own), under the host lock; ``rigkit drift --json
 --plan`` runs once per batch (one probe and one ``pyinfra --dry`` at once); everything is put back;
 :func:`rigkit.drift.coverage.agreement` judges the batch. The converged host is checked first and
-last (both empty). Prints the table as Markdown (notes/drift-coverage.md holds its last output) and,
+last (both empty), and the deploy's path choice with it (:func:`rigkit.drift.coverage.path_agreement`:
+every breakage sends the deploy to the full run, the converged host takes the probe path). With
+``--deploy``, every batch is then applied again and repaired by the deploy itself
+(``drift_agreement.repair_batch``: the full run taken, exit 0, drift clean after, the next deploy on
+the probe path; ``rigkit deploy --reboot``, for the rows whose repair needs one). Prints the table as Markdown (notes/drift-coverage.md holds its last output) and,
 per batch, the wall seconds and what disagreed; exits 1 when anything disagreed.
 
-usage: python benchmarks/drift_coverage.py [--batch 8] [--out FILE] [--keep]
+usage: python benchmarks/drift_coverage.py [--batch 8] [--out FILE] [--keep] [--deploy]
 (root, from the project root; `make sandbox-fixtures` first; RIGKIT_HARNESS_* as for the tests)
 """
 
@@ -56,6 +60,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8, help="independent breakages per probe + plan")
     parser.add_argument("--out", help="also write the table to FILE")
     parser.add_argument("--keep", action="store_true", help="leave the host up")
+    parser.add_argument("--deploy", action="store_true", help="then let the deploy repair every batch (issue 48)")
     args = parser.parse_args()
     project = sandbox_project.cwd()
     t0 = time.monotonic()
@@ -84,6 +89,14 @@ def main() -> int:
         last = drift_agreement.converged(host, project)
         print(f"converged again: {last.seconds:.1f} s, problems: {last.problems or 'none'}", flush=True)
         failed += bool(last.problems)
+        if args.deploy:
+            for n, rows in enumerate(coverage.batches(list(coverage.COVERAGE), args.batch), 1):
+                r = drift_agreement.repair_batch(host, rows, project, "--reboot")
+                print(f"repair {n} ({len(rows)} breakages): deploy {r.seconds:.1f} s, exit {r.exit_code}: {r.path}; "
+                      f"drift after: exit {r.drift_after}; next deploy: {r.next_path}", flush=True)
+                for p in r.problems:
+                    print(f"  - {p}", flush=True)
+                failed += bool(r.problems)
     finally:
         if not args.keep:
             conftest._remove_hosts([host])

@@ -49,7 +49,7 @@ def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict 
 
 
 def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 0, what: str = "",
-                     refuse_unrun: bool = True) -> tuple[list, int]:
+                     refuse_unrun: bool = True, remember: bool = False) -> tuple[list, int]:
     """Run every validator (:func:`rigkit.render.checks.run_checks`) over each host's rendered files, print
     the verdicts that matter on ``console`` (default stdout; passes only with ``verbose``) and a summary
     per host; exit when they forbid going on: 2 when a validator rejected a file (invalid input,
@@ -59,12 +59,13 @@ def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 
     code)`` otherwise.
 
     ``rigkit check`` prints its results with the same function (:func:`print_verdicts`) and decides
-    its exit code itself."""
+    its exit code itself. ``remember``: passing verdicts kept and reused (``rigkit deploy``,
+    :func:`rigkit.render.checks.run_checks`)."""
     from rigkit.render.checks import verdict_code
 
     done = []
     codes = []
-    for hs, files, results in check_hosts(host_specs):
+    for hs, files, results in check_hosts(host_specs, remember=remember):
         code = verdict_code(results)
         if code or verbose:
             print_verdicts(hs.name, results, console or out, verbose)
@@ -82,15 +83,16 @@ def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 
     return done, code
 
 
-def check_hosts(host_specs):
+def check_hosts(host_specs, remember: bool = False):
     """``(host spec, rendered files, verdicts)`` for each host: :func:`rigkit.render.files.render` then
-    :func:`rigkit.render.checks.run_checks`, the one path ``check``, ``render`` and ``deploy`` share."""
+    :func:`rigkit.render.checks.run_checks` (``remember``: its verdict memory), the one path ``check``,
+    ``render`` and ``deploy`` share."""
     from rigkit.render.checks import run_checks
     from rigkit.render.files import render
 
     for hs in host_specs:
         files = render(hs.spec)
-        yield hs, files, run_checks(files, hs.spec)
+        yield hs, files, run_checks(files, hs.spec, remember=remember)
 
 
 def print_verdicts(name: str, results: list, console: Console, verbose: int = 0) -> None:

@@ -3,6 +3,7 @@ codes (:mod:`rigkit.exitcodes`): 0 done, 1 failed, 2 invalid input (nothing touc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -139,13 +140,17 @@ def _print_fits(hs, lock_file: str) -> int:
 @click.option("--force", is_flag=True, help="deploy despite declared lock files (data force=true)")
 @click.option("--dry", is_flag=True, help="show what would change (pyinfra --dry), change nothing")
 @click.option("--no-smoke", is_flag=True, help="skip the post-deploy smoke bench")
+@click.option("--smoke", "smoke_asked", is_flag=True,
+              help="run the smoke on a host the probe found converged too (by default only after a full run)")
+@click.option("--full", is_flag=True, help="run pyinfra's deploy on every host, without the probe path first")
 @click.option("--no-revert", is_flag=True, help="leave a host whose change failed as the change left it (said)")
 @click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
               help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
 @exits_when_unreachable
 def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
-           dry: bool, no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> None:
+           dry: bool, no_smoke: bool, smoke_asked: bool, full: bool, no_revert: bool, confirm_budget: float | None,
+           verbose: int) -> None:
     """Converge the hosts to the declared rig with pyinfra (deploy.py), confirmed by inference or put back.
 
     Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
@@ -159,6 +164,12 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     "reverted to generation N" (the attempt stays in `rigkit generations` as failed). --no-revert
     leaves it as the change left it. Then the post-deploy smoke, still under the lock.
 
+    First, under the lock, each host's current generation and one probe (rigkit.drift.converged): a host
+    whose generation was recorded by this rigkit build from this spec and lock, with no hold, window,
+    pending reboot or other lock holder, where the probe finds nothing the deploy would change, is said
+    "converged (probe)" and left alone — no pyinfra run, no confirmation, no smoke unless --smoke. Every
+    other host takes the full run below, its reasons on one line. --full takes it everywhere.
+
     A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
     says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held
     generation (the spec is not applied; the deploy says so) until ``rigkit rollback --release``.
@@ -166,6 +177,9 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.model import unset_operator_values
 
+    if smoke_asked and no_smoke:
+        err.print("[red]error:[/] --smoke and --no-smoke: choose one", markup=True)
+        sys.exit(exitcodes.INVALID)
     overrides = parse_data(data)
     if reboot:
         overrides["reboot"] = True
@@ -185,7 +199,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
-    validate_or_exit(host_specs, console=err, what="the deploy")
+    checked, _ = validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
     # the deploy uses only the lock: every pin, image and the release resolved there, for what the spec declares
     lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
     if lock_refusals:
@@ -206,17 +220,15 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import lock_text, manifest
     from rigkit.common.lock import LEASE_ENV
+    from rigkit.drift.converged import begin_all, choose_paths, restamp_after, say
     from rigkit.remote import Remote, RemoteError
     from rigkit.render.files import render
 
     lease = pysecrets.token_hex(8)
-    changes = []
     try:
-        for hs in host_specs:
-            changes.append(begin(hs, Remote(hs.name, hs.connection), "the deploy", lease, "rigkit deploy", out))
-    except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched
-        for ch in changes:
-            end(ch)
+        changes = begin_all(host_specs, lambda hs: begin(hs, Remote(hs.name, hs.connection), "the deploy", lease,
+                                                         "rigkit deploy", out), end)  # every host at once
+    except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched (begin_all ended the rest)
         from rich.markup import escape
 
         err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
@@ -225,11 +237,22 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     try:
         from rigkit.agentcmd import NO_REVERT_ENV
 
-        proc, env = run_pyinfra(inv, hosts, overrides, dry, verbose,
+        chosen = {} if full else choose_paths(changes, inv, lease, {hs.name: f for hs, f, _ in checked})  # issue 48
+        for choice in chosen.values():
+            err.print(say(choice), markup=False, highlight=False)
+        converged = [ch for ch in changes if ch.name in chosen and chosen[ch.name].probe]
+        codes += [smoke(ch.hs, inv, dict(os.environ), out) if smoke_asked else exitcodes.OK
+                  for ch in converged]
+        changes_full = [ch for ch in changes if ch not in converged]
+        if not changes_full:
+            sys.exit(exitcodes.combine(*codes))
+        proc, env = run_pyinfra(inv, [ch.name for ch in changes_full], overrides, dry, verbose,
                                 extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})}, out=out)
-        for ch in changes:
+        for ch in changes_full:
             attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
+            if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
+                err.print(line, markup=False, highlight=False)
             if code == exitcodes.OK and not no_smoke:
                 code = smoke(ch.hs, inv, env, out)  # still under the lock: nothing changes the rig in between
             codes.append(code)

@@ -6,7 +6,8 @@ differs between two (:func:`diff`). Nothing here touches a host.
 A generation's ``key`` is the sha256 of what the deploy declares for the host — every rendered
 file (sha256, mode, owner), the model lock, the pins, the units, llama-swap's members and release,
 daemon.json's keys — so two deploys that leave a host alike have one key and the second records
-nothing. The rigkit version, the spec hash, the time and the operator are recorded, not keyed;
+nothing. The rigkit build (:func:`rigkit.build.rigkit_build`), the spec hash, the time and the operator are
+recorded, not keyed;
 secret files are recorded by hash on the host and are not keyed either (a token rotation alone
 records no generation).
 """
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rigkit import __version__, paths
+from rigkit import paths
+from rigkit.build import rigkit_build
 from rigkit.render import declared_state
 from rigkit.render.declared_state import DAEMON_JSON_KEYS, PREPARED_MODELS
 from rigkit.render.files import RenderedFile, render_host_config
@@ -45,8 +47,13 @@ def spec_snapshot(spec: RigSpec) -> dict[str, Any]:
 
 
 def spec_hash(spec: RigSpec) -> str:
-    """sha256 of the canonical JSON of :func:`spec_snapshot`."""
-    return hashlib.sha256(_canonical(spec_snapshot(spec)).encode()).hexdigest()
+    """sha256 of the canonical JSON of :func:`spec_snapshot` without ``models_lock``: where the control
+    machine keeps the lock is no part of what the host is declared to be (a rollback deploys a
+    generation's lock from a temporary file), and the lock's content is keyed (the manifest's
+    ``files``) and checked by its own sha256 (:func:`rigkit.drift.converged.stamp_reasons`)."""
+    data = spec_snapshot(spec)
+    data.pop("models_lock", None)
+    return hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
 def declared_units(spec: RigSpec) -> dict[str, list[str]]:
@@ -94,7 +101,7 @@ def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | 
         "secrets": [paths.HF_TOKEN_FILE, paths.HYPERQWEN_SECRET_FILE],
         "models_lock_path": paths.MODELS_LOCK if lock_text is not None else None,
         "prepared": sorted(PREPARED_MODELS & set(models)),
-        "rigkit_version": __version__, "spec_hash": spec_hash(spec), "spec": spec_snapshot(spec),
+        "rigkit_version": rigkit_build(), "spec_hash": spec_hash(spec), "spec": spec_snapshot(spec),
         "keep": spec.generations_keep,
     }
 

@@ -189,7 +189,11 @@ def end(ch: Change) -> None:
 
 def _read_current(remote) -> tuple[dict[str, Any] | None, int | None, dict[str, Any] | None]:
     """``(the generations index, or None when the agent cannot be asked; the current generation;
-    its record)`` — ``rigkit-agent generation list``, then ``show N``."""
+    its record)`` — ``rigkit-agent generation current`` (one call), or, from an agent older than it,
+    ``generation list`` then ``show N``."""
+    both, _ = agent_json(remote, "generation", "current", timeout=60)
+    if isinstance(both, dict) and isinstance(both.get("index"), dict):
+        return both["index"], both.get("current"), both.get("record")
     index, _ = agent_json(remote, "generation", "list", timeout=60)
     n = (index or {}).get("current")
     if n is None:

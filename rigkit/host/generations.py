@@ -5,7 +5,8 @@ one back.
 On the host, under the host config's ``paths.generations`` (``/var/lib/rigkit/generations``, root
 0700: the rendered files include root-only configs)::
 
-    index.json          {"current": n, "previous": m, "generations": [{n, time, operator, reason, key, changed}]}
+    index.json          {"current": n, "previous": m, "generations": [{n, time, operator, reason, key, changed,
+                                                                       rigkit_version, spec_hash}]}
     <n>.json            the record of generation n (below)
     objects/<sha256>    the content of every rendered file a kept generation holds (0600), stored once
 
@@ -32,7 +33,9 @@ current, ``rigkit rollback --to`` it is refused, and pruning counts it like any 
 
 Sub-commands (``rigkit-agent generation ...``): ``record [--failed WHY]`` (manifest JSON on stdin,
 under the host lock), ``fail N --why WHY`` (the current generation failed: the one before it is
-current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``, ``show N [--files]``, ``check N`` (models generation
+current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``,
+``current`` (the index with the current generation's record), ``restamp`` (the current generation
+stamped with the manifest on stdin's build and spec hash; under the host lock), ``show N [--files]``, ``check N`` (models generation
 N needs that this host lacks), ``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
 """
 
@@ -66,6 +69,13 @@ class GenerationError(RuntimeError):
 
 def _root(cfg: Any) -> Path:
     return cfg.path("generations")
+
+
+#: What a generation's index entry and record say about how it was made, beside its ``key``: the
+#: rigkit build that recorded it and the hash of the spec it was deployed from
+#: (:func:`rigkit.deploy.generations.manifest`). A deploy whose stamps differ while its key is the
+#: current one's stamps the current generation again (:func:`restamp`, asked by the deploy after it).
+STAMP = ("rigkit_version", "spec_hash")
 
 
 def read_index(root: Path) -> dict[str, Any]:
@@ -253,7 +263,8 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     rec["changed"] = changed(prev, rec)
     write_atomic(root / f"{n}.json", rec, mode=0o600)
     entry = {"n": n, "time": rec["time"], "operator": operator, "reason": rec.get("reason", "deploy"),
-             "key": manifest["key"], "changed": rec["changed"], **({"failed": failed} if failed else {})}
+             "key": manifest["key"], "changed": rec["changed"], **{k: manifest.get(k) for k in STAMP},
+             **({"failed": failed} if failed else {})}
     index["generations"].append(entry)
     if not failed:
         index["previous"], index["current"] = current, n
@@ -276,6 +287,38 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
         log(f"hold recorded in {holds_path}: the deploy keeps this host at generation {n} "
             f"(= generation {hold.get('rolled_back_to')}) until `rigkit rollback --release`")
     return {**entry, "recorded": True}
+
+
+def restamp(cfg: Any, manifest: dict[str, Any], log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Stamp the current generation again with ``manifest``'s :data:`STAMP` (and its spec snapshot) when
+    it has ``manifest``'s key and other stamps (the caller holds the host lock): a deploy by another
+    rigkit build, or from a spec that differs only where nothing on the host depends on it, left the
+    host alike, so it recorded no generation, but the current one now says it was this build from this
+    spec — what ``rigkit deploy``'s probe path asks (:mod:`rigkit.drift.converged`; the deploy asks this
+    after a confirmed pyinfra run, outside pyinfra's operations, whose counts stay the deploy's own).
+    Its record keeps the stamps it replaced under ``restamped`` (``[{"time", "rigkit_version",
+    "spec_hash"}]``). Returns the entry with ``"restamped": True``, or ``{"restamped": False, "why"}``
+    (no current generation, another key, a hold in the manifest, or the stamps already these)."""
+    root = _root(cfg)
+    index = read_index(root)
+    current = index["current"]
+    entry = next((g for g in index["generations"] if g["n"] == current), None) if current is not None else None
+    if entry is None or entry.get("key") != manifest.get("key") or manifest.get("hold"):
+        return {"restamped": False, "why": "the current generation is not what this deploy declared"}
+    if all(entry.get(k) == manifest.get(k) for k in STAMP):
+        return {"restamped": False, "why": "already stamped so", "n": current}
+    n = entry["n"]
+    rec = read_record(root, n)
+    before = {k: rec.get(k) for k in STAMP}
+    rec.setdefault("restamped", []).append({"time": iso_utc(time.time()), **before})
+    rec.update({k: manifest.get(k) for k in STAMP}, spec=manifest.get("spec", rec.get("spec")))
+    write_atomic(root / f"{n}.json", rec, mode=0o600)
+    entry.update({k: manifest.get(k) for k in STAMP})
+    write_atomic(root / "index.json", index, mode=0o600)
+    log(f"generation {n} is current and this deploy left the host alike: nothing recorded; stamped as made by "
+        f"rigkit {manifest.get('rigkit_version')} from spec {str(manifest.get('spec_hash'))[:12]} "
+        f"(was rigkit {before.get('rigkit_version')}, spec {str(before.get('spec_hash'))[:12]})")
+    return {**entry, "restamped": True}
 
 
 def fail(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -337,6 +380,15 @@ def prune(root: Path, keep: int) -> list[int]:
         if not obj.name.startswith(".") and obj.name not in referenced:
             obj.unlink()
     return drop
+
+
+def current(root: Path) -> dict[str, Any]:
+    """``{"index": read_index(root), "current": n | None, "record": its record | None}``: what a deploy
+    reads before it changes anything (:func:`rigkit.deploy.transaction.begin`), in one agent call instead
+    of ``list`` then ``show``. Raises ValueError for an unreadable index or record."""
+    index = read_index(root)
+    n = index.get("current")
+    return {"index": index, "current": n, "record": read_record(root, n) if n is not None else None}
 
 
 def show(root: Path, n: int, with_files: bool = False) -> dict[str, Any]:
@@ -407,7 +459,7 @@ def release(cfg: Any, log: Callable[[str], None] = print) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``rigkit-agent generation {record,list,show,check,release}`` (module docstring)."""
+    """``rigkit-agent generation {record,restamp,list,current,show,check,release}`` (module docstring)."""
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
     from rigkit.host.config import load as load_config
@@ -422,6 +474,9 @@ def main(argv: list[str]) -> int:
     fl.add_argument("n", type=int)
     fl.add_argument("--why", required=True)
     sub.add_parser("list", help="the index as JSON")
+    sub.add_parser("current", help="the index, the current generation and its record as JSON (one read for a deploy)")
+    sub.add_parser("restamp", help="stamp the current generation with the manifest on stdin's build and spec hash "
+                                   "when it has its key (under the host lock)")
     sh = sub.add_parser("show", help="one generation as JSON")
     sh.add_argument("n", type=int)
     sh.add_argument("--files", action="store_true", help="with the stored file contents")
@@ -448,11 +503,15 @@ def main(argv: list[str]) -> int:
         if a.cmd == "show":
             print(json.dumps(show(root, a.n, a.files), sort_keys=True))
             return 0
+        if a.cmd == "current":
+            print(json.dumps(current(root), sort_keys=True))
+            return 0
         if a.cmd == "check":
             problems = check(cfg, a.n)
             print(json.dumps({"generation": a.n, "missing": problems}))
             return 0
-        what = {"record": "deploy: record a generation", "fail": "confirmation: mark a failed generation",
+        what = {"record": "deploy: record a generation", "restamp": "deploy: stamp the current generation",
+                "fail": "confirmation: mark a failed generation",
                 "hold": "revert: hold the host at a generation"}.get(
             a.cmd, "rollback: release the generation hold")
         try:
@@ -474,6 +533,9 @@ def main(argv: list[str]) -> int:
             except ValueError as exc:
                 log(f"error: the manifest on stdin is not JSON ({exc})")
                 return 2
+            if a.cmd == "restamp":
+                print(json.dumps(restamp(cfg, manifest, log), sort_keys=True))
+                return 0
             operator = a.by or os.environ.get("SUDO_USER") or pwd.getpwuid(os.getuid()).pw_name
             print(json.dumps(record(cfg, manifest, operator, log, failed=a.failed), sort_keys=True))
             return 0

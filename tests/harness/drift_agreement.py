@@ -2,7 +2,9 @@
 time (:data:`rigkit.drift.coverage.COVERAGE`): apply the batch under the host lock (the agent's
 timers stand down, so nothing undoes a breakage meanwhile), run ``rigkit drift --json --plan`` once
 (one probe and one ``pyinfra --dry``, at once), put everything back, and judge with
-:func:`rigkit.drift.coverage.agreement`. Used by tests/harness/test_drift.py (a sample) and
+:func:`rigkit.drift.coverage.agreement`, and the deploy's path choice with
+:func:`rigkit.drift.coverage.path_agreement` (every breakage takes the full run, the converged host
+the probe path). Used by tests/harness/test_drift.py (a sample) and
 benchmarks/drift_coverage.py (the whole table)."""
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def run_batch(host, rows: list, project: Path) -> Batch:
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
     out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
+    out.problems += coverage.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
     if any(r["kind"] == "plan-failed" for r in records):
         out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records if r["kind"] == "plan-failed"))
     return out
@@ -99,5 +102,73 @@ def converged(host, project: Path) -> Batch:
     out.seconds = time.monotonic() - t0
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
-    out.problems = coverage.agreement([], out.findings, out.plan_rows)
+    out.problems = coverage.agreement([], out.findings, out.plan_rows) + coverage.path_agreement([], out.findings)
+    return out
+
+
+@dataclass
+class Repair:
+    """One batch repaired by the deploy (issue 48): the deploy's exit code and path line (``full run:
+    …`` or ``converged (probe)``), drift's exit code after it, the next deploy's path line, the
+    problems found, wall s of the repairing deploy."""
+
+    rows: list
+    exit_code: int | None = None
+    path: str = ""
+    drift_after: int | None = None
+    next_path: str = ""
+    problems: list = field(default_factory=list)
+    seconds: float = 0.0
+    output: str = ""
+
+
+def deploy(name: str, project: Path, *args: str, inventory: str = "inventory/sandbox.py",
+           timeout: float = 900) -> subprocess.CompletedProcess:
+    """``python -m rigkit deploy --no-smoke ARGS`` for sandbox host ``name`` (the sandbox hub's token)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME")}
+    env.update(RIGKIT_SANDBOX_HOST=name, HF_TOKEN=hostctl.hub_token(), HF_HOME="/nonexistent-hf-home")
+    return subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", inventory, "--no-smoke", *args], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def path_line(name: str, output: str) -> str:
+    """The deploy's path line for host ``name`` (``converged (probe): …`` or ``full run: …``), or ""."""
+    for line in output.splitlines():
+        if line.startswith(f"{name}: converged (probe)") or line.startswith(f"{name}: full run: "):
+            return line[len(name) + 2:]
+    return ""
+
+
+def repair_batch(host, rows: list, project: Path, *deploy_args: str) -> Repair:
+    """Apply ``rows``' breakages on ``host`` under the host lock, release it, and let the deploy repair
+    them: it must take the full run and exit 0, drift must then be clean and the next deploy take the
+    probe path. Each row's restore runs afterwards only when drift still finds something (the
+    deploy did not repair all)."""
+    archive = hostctl.MANIFEST["archive_url"]
+    out = Repair(rows=list(rows))
+    hold_lock(host)
+    try:
+        for c in rows:
+            host.run(c.breakage.replace("{archive}", archive))
+    finally:
+        host.run(coverage.LOCK_RELEASE, check=False)
+    t0 = time.monotonic()
+    proc = deploy(host.name, project, *deploy_args)
+    out.seconds = time.monotonic() - t0
+    out.exit_code, out.output = proc.returncode, proc.stdout + proc.stderr
+    out.path = path_line(host.name, proc.stderr)
+    if not out.path.startswith("full run: "):
+        out.problems.append(f"the deploy did not take the full run: {out.path or 'no path line'}")
+    if proc.returncode != 0:
+        out.problems.append(f"the deploy exited {proc.returncode}")
+    out.drift_after, records, text = drift_json(host.name, project)
+    if out.drift_after != 0:
+        out.problems.append("drift after the deploy: " + "; ".join(f"{r['kind']} {r['item']}" for r in records
+                                                                      if r["severity"] in ("drift", "error")))
+        for c in reversed(rows):
+            host.run(c.restore, check=False)
+    nxt = deploy(host.name, project, *deploy_args)
+    out.next_path = path_line(host.name, nxt.stderr)
+    if not out.next_path.startswith("converged (probe)"):
+        out.problems.append(f"the next deploy did not take the probe path: {out.next_path or nxt.stderr[-500:]}")
     return out

@@ -174,7 +174,7 @@ def _deploy(name: str, *args: str) -> dict:
         env["RIGKIT_LLAMA_SWAP_SCHEMA_URL"] = schema.as_uri()
     rigkit = str(Path(sys.executable).parent / "rigkit")
     t0 = time.monotonic()
-    proc = subprocess.run([rigkit, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args],
+    proc = subprocess.run([rigkit, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args],
                           cwd=sandbox_project.cwd(), env=env, capture_output=True, text=True, timeout=900)
     return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr,
             "seconds": round(time.monotonic() - t0, 1)}

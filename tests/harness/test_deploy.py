@@ -43,7 +43,7 @@ def deploy(host, *args, token: str | None = None, timeout: float = 600) -> subpr
     env.update(RIGKIT_SANDBOX_HOST=host.name)
     if token:
         env["HF_TOKEN"] = token
-    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args], cwd=PROJECT, env=env,
+    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -424,3 +424,123 @@ def test_a_power_limit_the_healer_put_back_shows_in_plain_drift_as_a_warning(rig
     assert (rc, row["severity"]) == (0, "warn"), out
     assert re.fullmatch(r"at \S+Z the healer found 300 W and put back 420 W \(enforced 420 W\); 1 re-apply\(s\) in all",
                         row["actual"]), row
+
+
+# ------------------------------------------------------------------ the deploy's path choice (issue 48)
+# Last in the module: they deploy (a changed spec and lock are left on the host, which the module removes).
+
+PROBE_LINE = re.compile(rf"^{re.escape(NAME)}: converged \(probe\): 0 changed; generation (\d+) stays current", re.M)
+FULL_LINE = re.compile(rf"^{re.escape(NAME)}: full run: (.*)$", re.M)
+PYINFRA_SUMMARY = re.compile(r"^\S+: \d+ operations: \d+ changed", re.M)
+#: The breakages a deploy repairs in the suite: a generated subset would vary the run's length; these
+#: are independent rows of the sample that restart nothing (the whole table: benchmarks/drift_coverage.py --deploy).
+REPAIRED = (
+    ("hyperqwen", "Create HyperQwen's compose directory"),
+    ("llama_swap", "Install the staged llama-swap config for review"),
+    ("secrets", "Generate HyperQwen's VLLM_API_KEY once on the host"),
+    ("agent", "Enable and start {stem}.timer"),
+    ("power", "Enable gpu-power-limit.service"),
+    ("power", "Set the GPU power limit to {spec.gpu_power_limit_w} W"),
+    ("models", "Install the model lock"),
+)
+
+
+def deploy(*args: str) -> subprocess.CompletedProcess:
+    """``rigkit deploy -i inventory/sandbox.py --no-smoke ARGS`` on this module's host."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME")}
+    env.update(RIGKIT_SANDBOX_HOST=NAME, HF_TOKEN=hostctl.hub_token(), HF_HOME="/nonexistent-hf-home")
+    return subprocess.run([sys.executable, "-m", "rigkit", "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def sudo_commands(rig, since: float) -> int:
+    """Commands run through sudo on the host since ``since`` (epoch s): sudo's own journal lines
+    (``COMMAND=``) — every remote command of pyinfra and of rigkit runs through sudo."""
+    out = rig.run(f"journalctl -q -o cat SYSLOG_IDENTIFIER=sudo --since @{int(since)} | grep -c 'COMMAND=' || true").stdout
+    return int(out.strip() or 0)
+
+
+def generation_index(rig) -> dict:
+    return json.loads(rig.run("cat /var/lib/rigkit/generations/index.json").stdout)
+
+
+def test_a_converged_host_takes_the_probe_path_without_pyinfra(rig):
+    """The converged copy: the deploy says ``converged (probe)``, exits 0, runs no pyinfra (no plan, no
+    operation, no per-host counts; sudo on the host ran a handful of commands, a full run ~80), records
+    nothing; ``--full`` runs pyinfra and changes nothing either."""
+    if agent_source_changed(rig):
+        pytest.skip("rigkit/ changed since the golden deploy: the wheelhouse differs (a real difference)")
+    before = generation_index(rig)
+    t0 = float(rig.run("date +%s").stdout) - 1
+    proc = deploy()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = PROBE_LINE.search(proc.stderr)
+    assert m and int(m[1]) == before["current"], proc.stderr[-3000:]
+    assert "$ pyinfra" not in proc.stderr and not PYINFRA_SUMMARY.search(proc.stderr + proc.stdout)
+    probe_cmds = sudo_commands(rig, t0)
+    assert generation_index(rig) == before
+    time.sleep(1.1)
+    t1 = float(rig.run("date +%s").stdout)
+    full = deploy("--full")
+    assert full.returncode == 0 and re.search(rf"^{re.escape(NAME)}: \d+ operations: 0 changed", full.stderr, re.M), \
+        full.stderr[-3000:]
+    full_cmds = sudo_commands(rig, t1)
+    # the probe path: the generation read, the lock hold, the probe (+ the test's own reads, the harness'
+    # serving checks); pyinfra's converged run: ~80
+    assert 1 <= probe_cmds <= 12 and full_cmds >= 5 * probe_cmds, (probe_cmds, full_cmds)
+    no_secret(proc.stdout + proc.stderr)
+
+
+def test_each_breakage_takes_the_full_run_which_repairs_it_then_the_probe_path(rig):
+    """Breakages of the coverage table on the converged copy: the deploy takes the full run naming the
+    differences the probe found, repairs them (drift clean after), and the next deploy takes the probe
+    path."""
+    if agent_source_changed(rig):
+        pytest.skip("rigkit/ changed since the golden deploy")
+    rows = [coverage.row_for(role, op) for role, op in REPAIRED]
+    r = drift_agreement.repair_batch(rig, rows, PROJECT)
+    assert r.problems == [], "\n".join(r.problems) + "\n" + r.output[-4000:]
+    assert "difference(s) the deploy repairs" in r.path and "$ pyinfra" in r.output and PYINFRA_SUMMARY.search(r.output)
+    no_secret(r.output)
+
+
+def test_another_build_a_changed_spec_or_lock_takes_the_full_run_then_the_probe_path(rig, tmp_path):
+    """The stamps: a generation recorded by another rigkit build, the spec changed (``--data``), the model
+    lock changed (the same lock, other bytes): each a full run naming why, after which the same deploy
+    takes the probe path — the build and the spec by the current generation stamped again, the lock by a
+    new generation."""
+    if agent_source_changed(rig):
+        pytest.skip("rigkit/ changed since the golden deploy")
+    other = "0.0.9+src.000000000000"
+    rig.run("python3 -c " + shlex.quote(textwrap.dedent(f"""
+        import json
+        p = '/var/lib/rigkit/generations/index.json'; idx = json.load(open(p))
+        n = idx['current']; r = '/var/lib/rigkit/generations/%d.json' % n; rec = json.load(open(r))
+        rec['rigkit_version'] = {other!r}
+        [e.update(rigkit_version={other!r}) for e in idx['generations'] if e['n'] == n]
+        json.dump(rec, open(r, 'w')); json.dump(idx, open(p, 'w'))
+        """)))
+    n = generation_index(rig)["current"]
+    proc = deploy()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert FULL_LINE.search(proc.stderr)[1].startswith(f"generation {n} was recorded by rigkit {other}, this is 0.1.0+src.")
+    assert "stamped again" in proc.stderr or "stamped as made by" in proc.stderr, proc.stderr[-3000:]
+    assert generation_index(rig)["current"] == n
+    assert PROBE_LINE.search(deploy().stderr)
+    # the spec: a key nothing on the host depends on (generations_keep)
+    proc = deploy("--data", "generations_keep=9")
+    assert proc.returncode == 0 and FULL_LINE.search(proc.stderr)[1].startswith(
+        f"the spec changed since generation {n}"), proc.stderr[-3000:]
+    again = deploy("--data", "generations_keep=9")
+    assert PROBE_LINE.search(again.stderr), again.stderr[-3000:]
+    # the model lock: the same entries, other bytes (indented otherwise)
+    import golden
+
+    lock = tmp_path / "models.lock.json"
+    lock.write_text(json.dumps(json.loads(golden.sandbox_lock().read_text()), indent=1, sort_keys=True) + "\n")
+    data = ("--data", "generations_keep=9", "--data", f"models_lock={json.dumps(str(lock))}")
+    proc = deploy(*data)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"the model lock changed since generation {n}" in FULL_LINE.search(proc.stderr)[1]
+    assert generation_index(rig)["current"] == n + 1
+    assert PROBE_LINE.search(deploy(*data).stderr)

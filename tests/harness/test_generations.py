@@ -53,7 +53,7 @@ rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 def deploy(host, *args):
-    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args)
+    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args)
 
 
 def rollback(host, *args):

@@ -102,9 +102,9 @@ def window_args(*extra):
 @pytest.fixture(scope="module")
 def host(make_module_host):
     h = make_module_host("lk", converged=True)
-    first = rigkit(h, "deploy", *inv("--no-smoke"))  # the converged copy moved to this module's port
+    first = rigkit(h, "deploy", *inv("--no-smoke", "--full"))  # the converged copy moved to this module's port
     assert first.returncode == 0, first.stderr[-4000:]
-    second = rigkit(h, "deploy", *inv("--no-smoke"))
+    second = rigkit(h, "deploy", *inv("--no-smoke", "--full"))
     assert second.returncode == 0, second.stderr[-4000:]
     h.second = second
     h.quiet_automatic_jobs()
@@ -164,7 +164,7 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
         assert act.returncode == 1, act.stdout[-2000:]
         assert re.search(r"the wire-in activation refused, nothing touched: .*the rig is locked by window \S+ "
                          r"\(hyperqwen\)", act.stderr), act.stderr[-2000:]
-        dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP))
+        dep = rigkit(host, "deploy", *inv("--no-smoke", "--full", "--data", FLIP))
         assert dep.returncode == 1
         assert re.search(r"the deploy refused, nothing touched: .*the rig is locked by window \S+ \(hyperqwen\)",
                          dep.stderr), dep.stderr[-3000:]
@@ -181,7 +181,7 @@ def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
     (rigkit.deploy.transaction); a window started meanwhile is refused naming it."""
     slow_hyperqwen(host, 12)
     try:
-        dep = rigkit(host, "deploy", *inv("--no-smoke", "--data", FLIP), popen=True)
+        dep = rigkit(host, "deploy", *inv("--no-smoke", "--full", "--data", FLIP), popen=True)
         rec = held_by(host, "^rigkit deploy$", dep, timeout=300)
         assert rec.get("lease")
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
@@ -191,7 +191,7 @@ def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
         assert dep.returncode == 0, err[-4000:]
     finally:
         fast_hyperqwen(host)
-    back = rigkit(host, "deploy", *inv("--no-smoke"))  # the declared data again: hyperqwen staged
+    back = rigkit(host, "deploy", *inv("--no-smoke", "--full"))  # the declared data again: hyperqwen staged
     assert back.returncode == 0, back.stderr[-3000:]
     strata_answers(host)
 

@@ -37,7 +37,7 @@ def host(make_module_host):
 def deploy(host, *args):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token())
-    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args], cwd=PROJECT, env=env,
+    return subprocess.run([RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args], cwd=PROJECT, env=env,
                           capture_output=True, text=True, timeout=900)
 
 

@@ -75,7 +75,7 @@ json.dump(hits, open(out, "w"))
 def deploy(host, *args, token: str = TOKEN, popen: bool = False, timeout: float = 900):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=token)
-    argv = [RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", *args]
+    argv = [RIGKIT, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", *args]
     return subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -47,7 +47,7 @@ rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
 def deploy(host, *args, smoke: bool = False):
-    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", *([] if smoke else ["--no-smoke"]), *args)
+    return rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--full", *([] if smoke else ["--no-smoke"]), *args)
 
 
 def wire_in(host, *args):

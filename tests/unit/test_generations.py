@@ -97,9 +97,14 @@ def test_the_plan_line_says_which_generation_a_deploy_replaces():
     m = gen.manifest(spec(), render(spec()), None)
     assert plan_line({"data": None}, m) == (True, "no generation recorded yet: this deploy records generation 1 (deploy)")
     index = {"data": {"current": 2, "generations": [{"n": 1, "key": "x"}, {"n": 2, "key": m["key"], "time": "T",
-                                                                              "operator": "rig", "reason": "deploy"}]}}
+                                                                              "operator": "rig", "reason": "deploy",
+                                                                              "rigkit_version": m["rigkit_version"],
+                                                                              "spec_hash": m["spec_hash"]}]}}
     assert plan_line(index, m) == (False, "generation 2 (T, rig, deploy) stays current: this deploy leaves the host as "
                                           "it recorded")
+    # recorded by another rigkit build: still nothing for pyinfra to record (the deploy restamps it afterwards)
+    index["data"]["generations"][1]["rigkit_version"] = "0.1.0+src.000000000000"
+    assert plan_line(index, m)[0] is False
     index["data"]["generations"][1]["key"] = "y"
     assert plan_line(index, m) == (True, "generation 2 (T, rig, deploy) is replaced by generation 3 (deploy)")
 
@@ -230,6 +235,10 @@ def test_the_agent_command_lists_shows_and_refuses_bad_input(host, tmp_path):
     agent = [sys.executable, "-m", "rigkit.host", "generation"]
     p = subprocess.run(agent + ["list"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and json.loads(p.stdout)["current"] == 1
+    p = subprocess.run(agent + ["current"], capture_output=True, text=True, env=env, cwd=ROOT)  # one read for a deploy
+    both = json.loads(p.stdout)
+    assert p.returncode == 0 and both["current"] == 1 and both["index"] == hostgen.read_index(root / "gen")
+    assert both["record"] == hostgen.read_record(root / "gen", 1)
     p = subprocess.run(agent + ["show", "4"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 1 and "no generation 4 on this host (kept: 1)" in p.stderr
     p = subprocess.run(agent + ["record"], input="not json", capture_output=True, text=True, env=env, cwd=ROOT)

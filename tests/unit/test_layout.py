@@ -25,9 +25,10 @@ RIGKIT = ROOT / "rigkit"
 
 #: What ``rigkit/`` itself holds: the version, the entry point, and what every folder shares
 #: (the host paths and unit names, the exit codes, SSH to the host, the commands that reach the
-#: agent, the control machine's download cache).
+#: agent, the control machine's download cache, the build of this rigkit that generations record and
+#: the deploy and its validators' verdict memory ask).
 SHARED = {"__init__.py", "__main__.py", "paths.py", "exitcodes.py", "remote.py", "agentcmd.py", "cache.py",
-          "hints.py"}
+          "hints.py", "build.py"}
 FOLDERS = {"cli", "spec", "render", "deploy", "operations", "drift", "bench", "report", "host", "resolve", "common"}
 
 

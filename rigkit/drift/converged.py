@@ -1,0 +1,251 @@
+"""A converged deploy in one round trip (issue 48): ``rigkit deploy`` probes first and runs pyinfra
+only on the hosts where something differs.
+
+It lives with drift because it is drift's probe and comparison put to the deploy's use (the
+control side's folders import one way: ``cli`` → ``drift`` → ``deploy``); ``rigkit/cli/main.py``'s
+deploy calls it in a few lines.
+
+Under the deploy's host lock (:func:`begin_all`, every host at once), each host's path is chosen
+(:func:`choose_paths`). The **probe path** — no pyinfra run, no confirmation, no smoke unless asked
+(``--smoke``) — is taken only when every one of these holds; each one that does not is a named
+reason, printed on the host's one line (:func:`say`):
+
+- **the stamps** (:func:`stamp_reasons`, from the current generation's record, which
+  ``rigkit-agent generation current`` returns to :func:`rigkit.deploy.transaction.begin`): a generation is
+  recorded, by this rigkit build (:func:`rigkit.build.rigkit_build`: the version and a
+  hash of the code, roles and templates), from this spec (its hash), with this model lock (its
+  sha256), declaring what this deploy declares (the generation ``key``: every rendered file, pins,
+  units, members, release — the declared state, not Python source);
+- **the state** (:func:`state_reasons`, from drift's own probe and comparison,
+  :func:`rigkit.drift.probe.connect_and_probe` and :func:`rigkit.drift.compare.compare_host`, one SSH
+  round trip per host, all hosts at once): no hold, no open window, no pending reboot, the host lock
+  held by no one but this deploy, and no finding at all besides the power-limit healer's note — every
+  ``drift`` finding is a change the deploy's plan would make (``notes/drift-coverage.md``: every
+  operation of the deploy is in the probe's coverage, each breakage agreeing with ``pyinfra --dry``),
+  and a finding drift could not check (``error``, ``not-compared``, ``model-lock``) is a reason too.
+
+Otherwise the host takes the **full run**: the deploy exactly as before (pyinfra, confirmation, put
+back, smoke), limited to those hosts. ``--full`` takes it on every host without probing. A host
+whose stamps already differ is not probed (its reasons are its stamps).
+
+A full run that ended well on a host whose current generation declares what the run declared but was
+recorded by another rigkit build, or from a spec that differs only where nothing on the host depends
+on it, stamps that generation again afterwards (:func:`restamp_after`, outside pyinfra's operations),
+so the next deploy takes the probe path.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from rigkit import paths
+
+#: Finding kinds that never send a host to the full run: the power-limit healer's note (the limit is
+#: back; a ``power`` finding says when it is not). The host lock held by this deploy's own lease is
+#: the other exception (:func:`state_reasons`).
+HARMLESS = frozenset({"power-healed"})
+#: How many findings the reason line names before "and N more".
+NAMED = 4
+
+
+@dataclass
+class Choice:
+    """One host's path: ``probe`` True for ``converged (probe)``; ``reasons`` why not (empty exactly
+    when ``probe``); ``generation`` the current generation (None: none recorded); ``findings`` the
+    probe's findings (empty when not probed)."""
+
+    host: str
+    probe: bool
+    reasons: list[str] = field(default_factory=list)
+    generation: int | None = None
+    findings: list[Any] = field(default_factory=list)
+
+
+def _lock_sha(files: dict[str, Any] | None) -> str | None:
+    """The model lock's sha256 in a manifest's or record's ``files`` (a record's as found on disk)."""
+    meta = (files or {}).get(paths.MODELS_LOCK) or {}
+    return meta.get("sha256")
+
+
+def stamp_reasons(n: int | None, record: dict[str, Any] | None, want: dict[str, Any], agent: bool = True) -> list[str]:
+    """Why generation ``n`` (its ``record``: ``rigkit-agent generation show N``'s) is not what this
+    deploy would record (``want``: :func:`rigkit.deploy.generations.manifest` of this run's spec,
+    rendered files and lock): each of the rigkit build, the spec hash, the model lock's sha256 and
+    the key that differs is one reason (``[]``: all four match). ``agent`` False: the host agent is
+    not installed (a first deploy)."""
+    if not agent:
+        return ["the host agent is not installed (a first deploy)"]
+    if n is None or not record:
+        return ["no generation is recorded on the host"]
+    out = []
+    if record.get("rigkit_version") != want.get("rigkit_version"):
+        out.append(f"generation {n} was recorded by rigkit {record.get('rigkit_version') or 'of unknown build'}, "
+                   f"this is {want.get('rigkit_version')}")
+    if record.get("spec_hash") != want.get("spec_hash"):
+        out.append(f"the spec changed since generation {n} (spec hash {str(record.get('spec_hash'))[:12]} -> "
+                   f"{str(want.get('spec_hash'))[:12]})")
+    if _lock_sha(record.get("files")) != _lock_sha(want.get("files")):
+        out.append(f"the model lock changed since generation {n} (sha256 {str(_lock_sha(record.get('files')))[:12]} "
+                   f"-> {str(_lock_sha(want.get('files')))[:12]})")
+    if record.get("key") != want.get("key") and not out:
+        out.append(f"what the deploy declares is not generation {n}'s (key {str(record.get('key'))[:12]} -> "
+                   f"{str(want.get('key'))[:12]})")
+    elif record.get("key") != want.get("key"):
+        out[-1] += "; the declared state differs"
+    return out
+
+
+def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] | None = None,
+                  secrets: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Why the probe's ``findings`` (:class:`rigkit.drift.compare.Finding`, of
+    :func:`~rigkit.drift.compare.compare_host`, or anything with its ``kind``, ``item``, ``severity``
+    and ``actual``) send the host to the full run, one reason each for a
+    hold, an open window, a pending reboot and the host lock held by another than ``lease``, then one
+    for the differences the deploy would repair (``drift``) and one for what could not be checked —
+    named by kind and item (masked with ``secrets``), :data:`NAMED` at most. ``[]``: none (only
+    :data:`HARMLESS` findings, the lock held by this deploy, a dead holder's record that taking the
+    lock reclaims). ``facts`` (the parsed probe) tells whose lease holds the lock; without it a
+    ``lock`` finding whose ``actual`` says the lock is free (a dead holder's record) is no reason, any
+    other is."""
+    from rigkit.drift.masking import mask
+
+    state = (facts or {}).get("rig_lock") or {}
+    holder = state.get("holder") or {}
+    own_lock = bool(lease) and state.get("held") and holder.get("lease") == lease
+    out: list[str] = []
+    named: dict[str, list[str]] = {"hold": [], "window": [], "reboot": [], "lock": [], "drift": [], "other": []}
+    for f in findings:
+        if f.kind in HARMLESS or (f.kind == "lock" and own_lock):
+            continue
+        # a dead holder's record (the lock free): the deploy's own take reclaims it (rigkit.host.lock)
+        if f.kind == "lock" and (not state.get("held") if facts else str(f.actual).startswith("free")):
+            continue
+        text = mask(f"{f.kind} {f.item}", list(secrets)) or f.kind
+        if f.kind in ("hold", "window", "reboot", "lock"):
+            named[f.kind].append(mask(f.item if f.kind != "reboot" else str(f.actual), list(secrets)) or f.kind)
+        elif f.severity == "drift":
+            named["drift"].append(text)
+        elif f.severity == "expected":
+            continue  # explained by an open window, which is its own reason
+        else:
+            named["other"].append(text)
+
+    def some(items: list[str]) -> str:
+        return "; ".join(items[:NAMED]) + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
+
+    if named["hold"]:
+        out.append(f"a hold stands ({some(named['hold'])})")
+    if named["window"]:
+        out.append(f"a window is open ({some(named['window'])})")
+    if named["reboot"]:
+        out.append(f"a reboot is pending ({some(named['reboot'])})")
+    if named["lock"]:
+        out.append(f"the host lock is not this deploy's ({some(named['lock'])})")
+    if named["drift"]:
+        out.append(f"the probe found {len(named['drift'])} difference(s) the deploy repairs: {some(named['drift'])}")
+    if named["other"]:
+        out.append(f"the probe could not check {len(named['other'])} thing(s): {some(named['other'])}")
+    return out
+
+
+def say(choice: Choice) -> str:
+    """The host's one line: ``NAME: converged (probe): …`` on the probe path, ``NAME: full run: REASON;
+    REASON`` otherwise."""
+    if choice.probe:
+        return (f"{choice.host}: converged (probe): 0 changed; generation {choice.generation} stays current — every "
+                "operation's state probed in one round trip, no pyinfra run (--full runs it)")
+    return f"{choice.host}: full run: " + "; ".join(choice.reasons)
+
+
+def begin_all(items: list[Any], begin_one: Callable[[Any], Any], end_one: Callable[[Any], None]) -> list[Any]:
+    """``begin_one(item)`` on every item at once (threads: each is a few SSH commands — the deploy's
+    :func:`rigkit.deploy.transaction.begin`, taking a host's lock), results in ``items``' order. When one
+    raises, ``end_one`` releases every one that began and the first exception (in that order) is
+    raised again."""
+    def one(item):
+        try:
+            return begin_one(item)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after every other lock is released
+            return _Raised(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
+        done = list(pool.map(one, items))
+    raised = [r for r in done if isinstance(r, _Raised)]
+    if raised:
+        for began in done:
+            if not isinstance(began, _Raised):
+                end_one(began)
+        raise raised[0].exc
+    return done
+
+
+@dataclass
+class _Raised:
+    exc: Exception
+
+
+def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[str, dict[str, Any]] | None = None,
+                 connect_timeout: int = 10) -> dict[str, Choice]:
+    """Every host's :class:`Choice` (``changes``: :class:`rigkit.deploy.transaction.Change`, their locks
+    held): the stamps first, then one probe of every host whose stamps match, all at once. Nothing is
+    changed on any host. ``rendered``: ``{host: its rendered files}`` when the caller has them (the
+    deploy's validators rendered them), else rendered here."""
+    from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.drift.compare import compare_host
+    from rigkit.drift.masking import mask
+    from rigkit.drift.declared import declared_for
+    from rigkit.drift.probe import connect_and_probe
+    from rigkit.render.files import render
+    from rigkit.spec.secrets import hf_token_source, read_hf_token
+
+    files = {ch.name: (rendered or {}).get(ch.name) or render(ch.hs.spec) for ch in changes}
+    choices: dict[str, Choice] = {}
+    for ch in changes:
+        want = manifest(ch.hs.spec, files[ch.name], lock_text(ch.hs.spec))
+        reasons = stamp_reasons(ch.start, ch.start_record, want, agent=ch.hold is not None)
+        choices[ch.name] = Choice(ch.name, False, reasons, ch.start)
+    to_probe = [ch for ch in changes if not choices[ch.name].reasons]
+    if not to_probe:
+        return choices
+    token = read_hf_token()
+    source = hf_token_source() if token else None
+    decls = [declared_for(ch.name, ch.hs.spec, inventory, token, files=files[ch.name]) for ch in to_probe]
+    probes = connect_and_probe(decls, {ch.name: ch.hs.connection for ch in to_probe}, connect_timeout=connect_timeout)
+    for decl in decls:
+        facts, why = probes.get(decl.host, (None, "not probed"))
+        c = choices[decl.host]
+        try:
+            if facts is None:
+                raise RuntimeError(why)
+            c.findings = compare_host(decl, facts, token_source=source)
+            c.reasons = state_reasons(c.findings, lease, facts, decl.secret_values)
+        except Exception as exc:  # noqa: BLE001 - a probe that cannot be read is a reason, never a crash
+            c.findings, c.reasons = [], [f"the probe failed: {mask(str(exc), decl.secret_values)}"]
+        c.probe = not c.reasons
+    return choices
+
+
+
+def restamp_after(ch: Any, attempt: dict[str, Any], lease: str) -> str | None:
+    """After a full run that ended well on ``ch``'s host (:class:`rigkit.deploy.transaction.Change`): stamp
+    its current generation with ``attempt``'s build and spec hash (``attempt``:
+    :func:`rigkit.deploy.generations.manifest` of this run) when it has ``attempt``'s key and other
+    stamps (``rigkit-agent generation restamp`` under ``lease``, :func:`rigkit.host.generations.restamp`),
+    so the next deploy can take the probe path. Outside pyinfra's operations: their counts stay the
+    deploy's own. Returns the line to print, or None when nothing was stamped (or the agent could not
+    be asked: the next deploy then takes the full run again and says why)."""
+    import json
+
+    proc = ch.remote.agent("generation", "restamp", stdin=json.dumps(attempt, sort_keys=True), lease=lease,
+                           timeout=60)
+    try:
+        entry = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    if not isinstance(entry, dict) or not entry.get("restamped"):
+        return None
+    return (f"{ch.name}: generation {entry.get('n')} stamped again as made by rigkit {attempt.get('rigkit_version')} "
+            f"from spec {str(attempt.get('spec_hash'))[:12]} (nothing else changed): the next deploy can take the "
+            "probe path")
