@@ -135,14 +135,9 @@ def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] 
     def some(items: list[str]) -> str:
         return "; ".join(items[:NAMED]) + (f" and {len(items) - NAMED} more" if len(items) > NAMED else "")
 
-    if named["hold"]:
-        out.append(f"a hold stands ({some(named['hold'])})")
-    if named["window"]:
-        out.append(f"a window is open ({some(named['window'])})")
-    if named["reboot"]:
-        out.append(f"a reboot is pending ({some(named['reboot'])})")
-    if named["lock"]:
-        out.append(f"the host lock is not this deploy's ({some(named['lock'])})")
+    out += [said.format(some(named[kind])) for kind, said in (
+        ("hold", "a hold stands ({})"), ("window", "a window is open ({})"), ("reboot", "a reboot is pending ({})"),
+        ("lock", "the host lock is not this deploy's ({})")) if named[kind]]
     if named["drift"]:
         out.append(f"the probe found {len(named['drift'])} difference(s) the deploy repairs: {some(named['drift'])}")
     if named["other"]:
