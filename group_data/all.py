@@ -11,15 +11,10 @@ from ``HF_TOKEN`` or hf's token file, the HyperQwen API key is generated on the 
 gpu_power_limit_w = 420
 gpu_vram_gib = 24.0
 
-# Driver 610.57 and CUDA 13.3, pinned. Fill in full pacman versions ([epoch:]pkgver-pkgrel)
-# as the Arch Linux Archive names them; pkgrels cannot be guessed. A real 610.57 is 610.57.04
-# (the package, the module, nvidia-smi); nvidia_driver_version may stay the series "610.57":
-# pacman_pins = {
-#     "nvidia-open-dkms": "610.57.04-1",
-#     "nvidia-utils": "610.57.04-1",
-#     "opencl-nvidia": "610.57.04-1",
-#     "cuda": "13.3.0-1",
-# }
+# Driver 610.57 and CUDA 13.3: the series. `rigkit lock` resolves each to the Arch Linux Archive's
+# full package versions (a real 610.57 is 610.57.04-1) and the deploy installs only what the lock
+# names. An exact pin here wins over the series and is verified by the lock:
+# pacman_pins = {"cuda": "13.3.0-1"}
 nvidia_driver_version = "610.57"
 cuda_version = "13.3"
 
@@ -37,5 +32,5 @@ hyperqwen = {
 # in as a member on demand, uncomment the next line, then
 # `rigkit wire-in -i inventory/rig.py --host rig --show`, then
 # `rigkit wire-in -i inventory/rig.py --host rig --activate`
-# (README "Wiring HyperQwen in"):
+# (docs/operating.md, "Wiring HyperQwen in"):
 # llama_swap = {"members": {"hyperqwen": {"staged": False}}}

@@ -11,7 +11,7 @@ gpu_rigs = [
         {
             "ssh_hostname": "rig.lan",
             "_sudo": True,
-            # written by `rigkit models lock -i inventory/rig.py`; the deploy fetches what it names
+            # written by `rigkit lock -i inventory/rig.py`; the deploy fetches and installs only what it names
             "models_lock": "inventory/rig.lock.json",
         },
     ),

@@ -7,7 +7,7 @@ the stream, an event that is not a completion chunk, a count that cannot be righ
 answer). :func:`failed` records it on the result; the transport (:mod:`.transport`), the stream
 (:mod:`.stream`) and the runner (:mod:`.runner`, which judges an HTTP 5xx again with ``/health``)
 all call it. :data:`KINDS` documents every kind; :data:`ABORT_KINDS` and :data:`WAIT_KINDS` are
-the runner's policy over them (README "What the bench does with each stream", ``notes/bench.md``
+the runner's policy over them (docs/bench.md "What the bench does with each stream", ``notes/bench.md``
 §4.11).
 
 Token counts (:func:`count`, :func:`check_counts`): from the server's ``usage``; without it from

@@ -11,7 +11,7 @@ stream) also ends the run: the remaining workloads are reported ``not-run``. A f
 request's own making (thinking ate the budget, empty answer, HTTP 4xx) moves on to the next
 workload. After any failure ``/health`` is probed and its answer added to the message.
 
-Server states (README "What the bench does with each stream"): a model still loading (llama.cpp answers 503
+Server states (docs/bench.md "What the bench does with each stream"): a model still loading (llama.cpp answers 503
 ``{"error": {"message": "Loading model"}}`` on every endpoint until loaded, its server
 README) or a 503/429 with ``Retry-After`` (RFC 9110 §10.2.3, §15.6.4; OpenAI's rate limits
 answer 429) is not a dead engine: the request is sent again after ``Retry-After`` (else

@@ -89,7 +89,7 @@ class StreamConsumer:
       or with the exception the read raised (``TimeoutError``: stalled; other ``OSError`` or
       :class:`http.client.HTTPException`: cut). Returns the finished result.
 
-    Verdicts at the end (README "What the bench does with each stream" names the sources): ``[DONE]`` → counted and
+    Verdicts at the end (docs/bench.md "What the bench does with each stream" names the sources): ``[DONE]`` → counted and
     checked; a clean end without ``[DONE]`` after a ``finish_reason`` and the server's count
     → counted, with :data:`NO_DONE_WARNING`; any other end before ``[DONE]`` → ``cut``; an
     error event or error object → ``stream-error`` (``engine-dead`` when it says so), quoting

@@ -78,7 +78,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
         if unset:  # what being unset means, said once
             err.print(f"  {len(unset)} operator value(s) unset: the rendered files carry a RIGKIT-UNSET placeholder "
                       "where each is used and the deploy refuses until every one is set (in group_data/all.py, "
-                      f"or the host's data in {inv}; README \"On the real rig\")", markup=False)
+                      f"or the host's data in {inv}; README \"The real rig in three steps\")", markup=False)
         print_verdicts(hs.name, results, out, verbose)
         codes.append(verdict_code(results))
         for problem in hs.lock_problems:  # pins, images, the release: what `rigkit lock` has still to resolve

@@ -1,6 +1,6 @@
 """One severity per kind of drift finding, and what each severity means for the exit code: the
 table ``rigkit drift`` (plain and ``--json``), ``rigkit report`` and the run's counts all read.
-README "Drift: one probe per host" prints the same table (``tests/drift/test_severity.py`` holds
+docs/operating.md "Drift: one probe per host" prints the same table (``tests/drift/test_severity.py`` holds
 the two together, and every finding the comparisons make to it).
 
 A kind names what differs (``file``, ``pin``, ``power`` …); its severity is fixed here, never

@@ -1,6 +1,6 @@
 """Issue 27: one test per kind of stream a real server or proxy sends, against the replay
 server (tests/bench/replay.py) — framing, endings, server states, counting. The verdict each
-kind gets, and its source, is listed in README.md, "What the bench does with each stream"."""
+kind gets, and its source, is listed in docs/bench.md, "What the bench does with each stream"."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One severity per kind of finding (:mod:`rigkit.drift.severity`), the same in the README's table,
+"""One severity per kind of finding (:mod:`rigkit.drift.severity`), the same in docs/operating.md's table,
 in every finding the code makes, in drift's exit codes and counts, and in the report's words."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def readme_table() -> dict[str, tuple[int, bool, set[str]]]:
-    """The README's severity table: ``{severity: (exit code, counted, kinds)}``."""
-    text = (ROOT / "README.md").read_text()
+    """The severity table of docs/operating.md ("Drift: one probe per host"): ``{severity: (exit code, counted, kinds)}``."""
+    text = (ROOT / "docs" / "operating.md").read_text()
     start = text.index("| severity | exit code | counted | kinds | meaning |")
     rows = {}
     for line in text[start:].splitlines()[2:]:
