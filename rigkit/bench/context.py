@@ -11,12 +11,13 @@ A baseline is compared only when every field of :data:`CONTEXT_KEYS` is known an
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+
+from rigkit.common.jsonfile import load_named
 
 CONTEXT_KEYS = ("gpu", "driver", "power_limit_w", "engine", "engine_version", "model",
                 "quantization", "speculative")
@@ -139,13 +140,7 @@ def load_context_file(path: str) -> dict[str, Any]:
     """Read a ``--context`` JSON file: an object whose keys override the measured context
     (e.g. ``{"gpu": "NVIDIA GeForce RTX 3090", "driver": "610.57", "power_limit_w": 420}``).
     Raises ValueError (message names the file) when it is not a JSON object."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            obj = json.load(fh)
-    except OSError as exc:
-        raise ValueError(f"--context {path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"--context {path}: not JSON ({exc})") from None
+    obj = load_named(path, "--context")
     if not isinstance(obj, dict):
         raise ValueError(f"--context {path}: must be a JSON object")
     return obj

@@ -36,12 +36,12 @@ a failed smoke test, even the tiny test model's), else 0.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from typing import Any
 
 from rigkit.bench.context import comparable
+from rigkit.common.jsonfile import load_named
 
 SCHEMA_VERSION = 1
 METRICS = ("decode_tps", "prefill_tps", "ttft_s", "ttft_answer_s", "e2e_s",
@@ -394,13 +394,7 @@ def load_baseline(path: str) -> dict[str, Any]:
     same shape: ``{"context": {...}, "workloads": {name: {"metrics": {"decode_tps":
     {"median": ...}}}}}``). Raises ValueError naming the file when it is unreadable or
     misshapen."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            obj = json.load(fh)
-    except OSError as exc:
-        raise ValueError(f"--baseline {path}: cannot read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise ValueError(f"--baseline {path}: not JSON ({exc})") from None
+    obj = load_named(path, "--baseline")
     if not isinstance(obj, dict) or not isinstance(obj.get("workloads"), dict):
         raise ValueError(f"--baseline {path}: no \"workloads\" object (give a summary.json "
                          f"written by rigkit bench)")

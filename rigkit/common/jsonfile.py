@@ -38,6 +38,19 @@ def read_object(path: str | os.PathLike) -> dict[str, Any] | None:
     return data
 
 
+def load_named(path: str | os.PathLike, name: str) -> Any:
+    """The JSON value in the file an option names (``name``: ``--context``, ``--baseline``). Raises
+    ValueError ``"<name> <path>: cannot read (<why>)"`` or ``"<name> <path>: not JSON (<why>)"``; the
+    caller checks the value's shape."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise ValueError(f"{name} {path}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ValueError(f"{name} {path}: not JSON ({exc})") from None
+
+
 def write_atomic(path: str | os.PathLike, data: Any, mode: int = 0o644, indent: int | None = 2,
                  sort_keys: bool = True) -> Path:
     """Write ``data`` as JSON (trailing newline) to ``path`` atomically with ``mode``; creates the

@@ -192,7 +192,7 @@ def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[
     from rigkit.drift.masking import mask
     from rigkit.drift.declared import declared_for
     from rigkit.drift.probe import connect_and_probe
-    from rigkit.drift.run import built_wheelhouse
+    from rigkit.drift.run import wheelhouse_for
     from rigkit.render.files import render
     from rigkit.spec.secrets import hf_token_source, read_hf_token
 
@@ -215,9 +215,7 @@ def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[
         try:
             if facts is None:
                 raise RuntimeError(why)
-            python = (facts.get("wheels") or {}).get("python")  # the agent's wheelhouse, compared as drift does
-            c.findings = compare_host(decl, facts, token_source=source,
-                                      wheelhouse=built_wheelhouse(python) if python else None)
+            c.findings = compare_host(decl, facts, token_source=source, wheelhouse=wheelhouse_for(facts))
             c.reasons = state_reasons(c.findings, lease, facts, decl.secret_values)
         except Exception as exc:  # noqa: BLE001 - a probe that cannot be read is a reason, never a crash
             c.findings, c.reasons = [], [f"the probe failed: {mask(str(exc), decl.secret_values)}"]

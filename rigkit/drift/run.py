@@ -77,6 +77,13 @@ def built_wheelhouse(python: str) -> dict[str, str] | str:
         return str(exc) or type(exc).__name__
 
 
+def wheelhouse_for(facts: dict[str, Any]) -> dict[str, str] | str | None:
+    """:func:`built_wheelhouse` for the Python the probe found the host's agent on (``facts["wheels"]
+    ["python"]``); None when the probe read no agent (nothing to compare the wheelhouse with)."""
+    python = (facts.get("wheels") or {}).get("python")
+    return built_wheelhouse(python) if python else None
+
+
 def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
     """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
     next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
@@ -130,9 +137,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         if facts is None:
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why)]
         else:
-            python = (facts.get("wheels") or {}).get("python")
-            host_findings = compare_host(decl, facts, diff=diff, token_source=source,
-                                         wheelhouse=built_wheelhouse(python) if python else None)
+            host_findings = compare_host(decl, facts, diff=diff, token_source=source, wheelhouse=wheelhouse_for(facts))
             if plan and window_open(facts):
                 host_findings.append(Finding(decl.host, "not-compared", "pyinfra --dry --json", "a plan",
                                              "skipped: the deploy refuses while a window is open"))
