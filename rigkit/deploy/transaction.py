@@ -54,14 +54,19 @@ class LockHold:
     """The host lock held over SSH for a whole command (``rigkit-agent lock hold --lease ID``): taken
     by :meth:`take`, ended by :meth:`release` (closing stdin) or by the session dying (a reboot)."""
 
-    def __init__(self, remote, what: str, lease: str | None = None) -> None:
+    def __init__(self, remote, what: str, lease: str | None = None, current: bool = False) -> None:
         from rigkit import paths
 
         self.remote, self.what = remote, what
         self.lease = lease or pysecrets.token_hex(8)
-        self.command = (f"{paths.AGENT_BIN} lock hold --what {json.dumps(what)} --lease {self.lease}")
+        self.command = (f"{paths.AGENT_BIN} lock hold --what {json.dumps(what)} --lease {self.lease}"
+                        + (" --current" if current else ""))
         self.proc: subprocess.Popen | None = None
         self.stderr: list[str] = []
+        #: With ``current``: what ``generation current`` printed under the lock (None when it printed
+        #: nothing readable).
+        self.reading: dict[str, Any] | None = None
+        self._current = current
 
     def take(self, timeout_s: float = 60) -> str | None:
         """Take it; None when held, else why not (the holder named). Raises
@@ -71,10 +76,24 @@ class LockHold:
         errors = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
         errors.start()
         line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
+        want = 2 if self._current else 1
+
+        def read() -> None:
+            for _ in range(want):
+                line.append(self.proc.stdout.readline())
+                if line[0].strip() != "held":
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
         reader.start()
         reader.join(timeout_s)
         if line and line[0].strip() == "held":
+            if self._current and len(line) > 1:
+                try:
+                    reading = json.loads(line[1])
+                except ValueError:
+                    reading = None
+                self.reading = reading if isinstance(reading, dict) and isinstance(reading.get("index"), dict) else None
             return None
         self.proc.kill()
         self.proc.wait()
@@ -150,6 +169,14 @@ def begin(hs, remote, what: str, lease: str, lock_what: str, out: run.Output) ->
     touched) when the lock is held by someone else or a window is open, and
     :class:`rigkit.remote.RemoteError` when the host is not reached (never read as "no agent yet")."""
     ch = Change(hs, remote, what, lock_what=lock_what, out=out)
+    # one SSH session: the lock taken, then where the host starts read under it (an agent that
+    # predates --current, a host with no agent yet or a lock held elsewhere: the two-step way below)
+    hold = LockHold(remote, lock_what, lease, current=True)
+    if hold.take() is None:
+        if hold.reading is not None:
+            ch.hold, ch.start, ch.start_record = hold, hold.reading.get("current"), hold.reading.get("record")
+            return ch
+        hold.release()
     index, ch.start, ch.start_record = _read_current(remote)
     if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
         return ch

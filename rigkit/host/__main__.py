@@ -48,13 +48,15 @@ def lock_main(argv: list[str]) -> int:
     hold = sub.add_parser("hold", help="hold the lock until stdin closes (a lease others can join)")
     hold.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'rollback to generation 1')")
     hold.add_argument("--lease", required=True, help="the lease id commands join with (RIGKIT_LOCK_LEASE)")
+    hold.add_argument("--current", action="store_true",
+                      help="once held, print one JSON line more: what `generation current` prints (read under the lock)")
     a = ap.parse_args(argv)
     cfg = load_config()
     if a.cmd == "status":
         print(json.dumps(host_lock.state(cfg.path("lock")), sort_keys=True))
         return 0
     if a.cmd == "hold":
-        return _hold(cfg, a.what, a.lease)
+        return _hold(cfg, a.what, a.lease, a.current)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("lock run needs a command after --")
@@ -83,8 +85,11 @@ def _take(cfg, what: str, command: str, lease: str | None = None):
         return None
 
 
-def _hold(cfg, what: str, lease: str) -> int:
-    """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused."""
+def _hold(cfg, what: str, lease: str, current: bool = False) -> int:
+    """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused.
+    Prints ``held`` once the lock is taken; with ``current`` then one JSON line, the generations'
+    index, current generation and its record (:func:`rigkit.host.generations.current`; ``{"error":
+    why}`` when unreadable), so a deploy takes the lock and reads where it starts in one SSH session."""
     import signal
 
     lock = _take(cfg, what, f"rigkit-agent lock hold --what {what!r}", lease)
@@ -98,6 +103,14 @@ def _hold(cfg, what: str, lease: str) -> int:
     signal.signal(signal.SIGHUP, stop)
     try:
         print("held", flush=True)
+        if current:
+            from rigkit.host import generations
+
+            try:
+                reading = generations.current(cfg.path("generations"))
+            except (ValueError, OSError) as exc:
+                reading = {"error": str(exc)}
+            print(json.dumps(reading, sort_keys=True), flush=True)
         while sys.stdin.buffer.read(4096):
             pass
         return 0

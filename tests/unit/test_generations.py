@@ -406,3 +406,24 @@ def test_a_records_manifest_records_it_again_with_its_declared_files():
     assert m["secrets"] == ["/s"] and m["reason"] == "rollback to 3" and m["hold"] is None
     assert m["key"] == "k" and m["pins"] == {"cuda": "1"} and m["spec"] == {"x": 1}
     assert not {"n", "time", "operator", "installed", "unit_state", "changed", "failed"} & set(m)
+
+
+def test_lock_hold_with_current_reads_where_the_host_starts_under_the_lock(tmp_path):
+    """``lock hold --current``: ``held``, then one JSON line — what ``generation current`` prints, read
+    while the lock is held (the deploy's begin: one SSH session instead of two)."""
+    from rigkit.host import generations as hostgen
+    from rigkit.render.files import render_host_config
+
+    data = json.loads(render_host_config(spec()))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"),
+                         generations=str(tmp_path / "generations"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    env = {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+    argv = [sys.executable, "-m", "rigkit.host", "lock", "hold", "--what", "rigkit deploy", "--lease", "l1", "--current"]
+    hold = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    assert hold.stdout.readline().strip() == "held"
+    reading = json.loads(hold.stdout.readline())
+    assert reading == hostgen.current(tmp_path / "generations") and reading["current"] is None
+    assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"  # read while held
+    hold.stdin.close()
+    assert hold.wait(10) == 0 and not host_lock.state(tmp_path / "rig.lock")["held"]

@@ -393,6 +393,8 @@ def test_the_transaction_says_everything_through_its_output(monkeypatch, capsys)
         def agent(self, *args, **kw):
             raise HostUnreachable("box: cannot reach the host over SSH (ssh exit 255): Connection refused")
 
+        popen = agent  # the lock's session (begin takes the lock and reads where it starts in one)
+
     said = Said()
     ch = transaction.Change(SimpleNamespace(name="box"), Lost(), "the deploy", start=2, out=said)
     ran = subprocess.CompletedProcess([], 0, '{"results": {"operations": [{"name": "x", "success": ["box"]}]}}',
