@@ -104,6 +104,12 @@ class LockHold:
             raise lost
         return "; ".join(s.strip() for s in self.stderr if s.strip()) or "the host lock could not be taken"
 
+    def answered(self) -> bool:
+        """After a refused :meth:`take`: the agent itself refused (its lines start with the holder's
+        ``what:`` prefix: the lock is held elsewhere or a window is open), rather than an agent that
+        is missing or predates the command's flags (``usage:``, ``command not found``)."""
+        return any(s.startswith(f"{self.what}: ") for s in self.stderr)
+
     def alive(self) -> bool:
         """The SSH session holding the lock is still up."""
         return self.proc is not None and self.proc.poll() is None
@@ -169,14 +175,21 @@ def begin(hs, remote, what: str, lease: str, lock_what: str, out: run.Output) ->
     touched) when the lock is held by someone else or a window is open, and
     :class:`rigkit.remote.RemoteError` when the host is not reached (never read as "no agent yet")."""
     ch = Change(hs, remote, what, lock_what=lock_what, out=out)
-    # one SSH session: the lock taken, then where the host starts read under it (an agent that
-    # predates --current, a host with no agent yet or a lock held elsewhere: the two-step way below)
+    # One SSH session: the lock taken, then where the host starts read under it. The agent's own
+    # refusal (held elsewhere, a window open) is final: asking again would lose what its answer said
+    # (a dead holder's lock reclaimed). Only a host with no agent yet or an agent that predates
+    # --current goes the two-step way below.
     hold = LockHold(remote, lock_what, lease, current=True)
-    if hold.take() is None:
+    why = hold.take()
+    if why is None:
+        ch.hold = hold
         if hold.reading is not None:
-            ch.hold, ch.start, ch.start_record = hold, hold.reading.get("current"), hold.reading.get("record")
-            return ch
-        hold.release()
+            ch.start, ch.start_record = hold.reading.get("current"), hold.reading.get("record")
+        else:  # held, but the generations could not be read in that session: read them under it
+            _, ch.start, ch.start_record = _read_current(remote)
+        return ch
+    if hold.answered():
+        raise ChangeRefused(f"{ch.name}: {what} refused, nothing touched: {why}")
     index, ch.start, ch.start_record = _read_current(remote)
     if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
         return ch

@@ -1,0 +1,133 @@
+"""Where a change starts (:func:`rigkit.deploy.transaction.begin`): the host lock taken and the current
+generation read in one session (``rigkit-agent lock hold --current``), against the real agent run
+locally (``python -m rigkit.host`` with a host config pointing into ``tmp_path``) instead of over SSH.
+
+What must hold: a granted lock costs one session and no other agent call; the agent's own refusal
+(a live holder, an open window) is final — one session, never a second take, and what the agent
+said on the way (a dead holder's lock reclaimed) reaches the operator in the refusal; only an agent
+that predates ``--current`` goes the two-step way (``generation current``, then ``lock hold``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rigkit import paths
+from rigkit.deploy import transaction
+from rigkit.host import lock as host_lock
+from rigkit.remote import Remote
+from rigkit.render.files import render_host_config
+from rigkit.spec.validate import spec_from_layers
+
+ROOT = Path(__file__).resolve().parents[2]
+PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
+AGENT = f"{shlex.quote(sys.executable)} -m rigkit.host"
+
+
+class LocalRemote(Remote):
+    """A :class:`Remote` whose "host" is this machine: the command runs under ``sh -c`` with the
+    agent path replaced by ``agent`` (the real agent by default); ``sessions`` counts what was run."""
+
+    def __init__(self, env: dict[str, str], agent: str = AGENT) -> None:
+        super().__init__("box", {})
+        self.env, self.agent_cmd, self.sessions = env, agent, []
+
+    def argv(self, command: str, as_root: bool) -> list[str]:
+        command = command.replace(paths.AGENT_BIN, self.agent_cmd)
+        self.sessions.append(command)
+        return ["env", *(f"{k}={v}" for k, v in self.env.items()), "sh", "-c", f"cd {shlex.quote(str(ROOT))} && {command}"]
+
+
+@pytest.fixture
+def host(tmp_path):
+    """The agent's config with its lock, window journal and generations under ``tmp_path``."""
+    data = json.loads(render_host_config(spec_from_layers([{"pacman_pins": dict(PINS), "paused_timers": [],
+                                                             "lock_files": []}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"),
+                         generations=str(tmp_path / "generations"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    env = {"RIGKIT_HOST_CONFIG": str(tmp_path / "host.json"), "PYTHONPATH": str(ROOT)}
+    return SimpleNamespace(path=tmp_path, env=env, lock=tmp_path / "rig.lock")
+
+
+class Said:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def note(self, text: str, error: bool = False) -> None:
+        self.lines.append(text)
+
+
+def _begin(remote):
+    return transaction.begin(SimpleNamespace(name="box"), remote, "the deploy", "lease1", "rigkit deploy", Said())
+
+
+def test_a_granted_lock_and_where_the_host_starts_cost_one_session(host):
+    remote = LocalRemote(host.env)
+    ch = _begin(remote)
+    try:
+        assert len(remote.sessions) == 1 and "lock hold" in remote.sessions[0] and "--current" in remote.sessions[0]
+        assert ch.hold is not None and ch.hold.alive() and ch.start is None and ch.start_record is None
+        assert host_lock.state(host.lock)["holder"]["lease"] == "lease1"
+    finally:
+        transaction.end(ch)
+    assert not host_lock.state(host.lock)["held"]
+
+
+def test_a_live_holder_refuses_in_one_session_naming_it(host):
+    other = subprocess.Popen(["sh", "-c", f"{AGENT} lock hold --what 'window w1' --lease other"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, **host.env})
+    try:
+        assert other.stdout.readline().strip() == "held"
+        remote = LocalRemote(host.env)
+        with pytest.raises(transaction.ChangeRefused, match=r"^box: the deploy refused, nothing touched: .*window w1"):
+            _begin(remote)
+        assert len(remote.sessions) == 1  # the refusal is final: no second take, no generation read
+        assert host_lock.state(host.lock)["holder"]["lease"] == "other"
+    finally:
+        other.stdin.close()
+        other.wait(10)
+
+
+def test_an_open_window_refuses_once_and_the_reclaim_warning_reaches_the_refusal(host):
+    # a window that died holding the lock (its record stands, no flock, its pid gone) and left its journal open
+    host.lock.write_text(json.dumps({"what": "window w2", "pid": 2 ** 22 + 7, "command": "rigkit-agent window",
+                                     "since": "2026-12-04T00:00:00Z"}) + "\n")
+    (host.path / "window.json").write_text(json.dumps({"id": "w2", "state": "open"}))
+    remote = LocalRemote(host.env)
+    with pytest.raises(transaction.ChangeRefused) as refused:
+        _begin(remote)
+    text = str(refused.value)
+    assert "warning: reclaimed the rig lock from window w2" in text and "window w2 is open" in text, text
+    assert len(remote.sessions) == 1
+    assert not host_lock.state(host.lock)["held"]
+
+
+def test_an_agent_that_predates_current_goes_the_two_step_way(host, tmp_path):
+    # the agent of an older rigkit: argparse refuses the flag it does not know (exit 2, "usage: ...")
+    old = tmp_path / "old-agent"
+    old.write_text(f'#!/bin/sh\ncase " $* " in *" --current "*) echo "usage: rigkit-agent lock" >&2; '
+                   f'echo "rigkit-agent lock: error: unrecognized arguments: --current" >&2; exit 2;; esac\n'
+                   f'exec {AGENT} "$@"\n')
+    old.chmod(0o755)
+    remote = LocalRemote(host.env, agent=str(old))
+    ch = _begin(remote)
+    try:
+        assert ch.hold is not None and ch.hold.alive()
+        assert [("--current" in s, "generation current" in s) for s in remote.sessions] == [
+            (True, False), (False, True), (False, False)], remote.sessions
+    finally:
+        transaction.end(ch)
+
+
+def test_a_host_without_an_agent_is_begun_without_a_lock(host):
+    remote = LocalRemote(host.env, agent="/nonexistent/rigkit-agent")
+    ch = _begin(remote)
+    assert ch.hold is None and ch.start is None
