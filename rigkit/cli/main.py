@@ -220,29 +220,39 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import lock_text, manifest
     from rigkit.common.lock import LEASE_ENV
-    from rigkit.drift.converged import begin_all, choose_paths, restamp_after, say
+    from rigkit.drift.converged import begin_all, choose_paths, declare, restamp_after, say
     from rigkit.remote import Remote, RemoteError
     from rigkit.render.files import render
+    from rich.markup import escape
 
     lease = pysecrets.token_hex(8)
+    chosen = {}
+    if not full:  # issue 48: each host's lock taken, where it starts read and its state probed: one round trip
+        try:
+            chosen = choose_paths(host_specs, declare(host_specs, inv, {hs.name: f for hs, f, _ in checked}), lease,
+                                  warn=lambda line: out.note(line))
+        except ChangeRefused as exc:  # a lock held or a window open: nothing touched on any host
+            err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
+            sys.exit(exitcodes.FAILED)
+        for choice in chosen.values():
+            err.print(say(choice), markup=False, highlight=False)
+    converged_names = {name for name, choice in chosen.items() if choice.probe}
+    # a converged host is left alone; only --smoke locks it again, for its smoke
+    to_begin = [hs for hs in host_specs if hs.name not in converged_names or smoke_asked]
+    if not to_begin:
+        sys.exit(exitcodes.OK)
     try:
-        changes = begin_all(host_specs, lambda hs: begin(hs, Remote(hs.name, hs.connection), "the deploy", lease,
-                                                         "rigkit deploy", out), end)  # every host at once
+        changes = begin_all(to_begin, lambda hs: begin(hs, Remote(hs.name, hs.connection), "the deploy", lease,
+                                                        "rigkit deploy", out), end)  # every host at once
     except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched (begin_all ended the rest)
-        from rich.markup import escape
-
         err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
         sys.exit(exitcodes.FAILED)
     codes = []
     try:
         from rigkit.agentcmd import NO_REVERT_ENV
 
-        chosen = {} if full else choose_paths(changes, inv, lease, {hs.name: f for hs, f, _ in checked})  # issue 48
-        for choice in chosen.values():
-            err.print(say(choice), markup=False, highlight=False)
-        converged = [ch for ch in changes if ch.name in chosen and chosen[ch.name].probe]
-        codes += [smoke(ch.hs, inv, dict(os.environ), out) if smoke_asked else exitcodes.OK
-                  for ch in converged]
+        converged = [ch for ch in changes if ch.name in converged_names]
+        codes += [smoke(ch.hs, inv, dict(os.environ), out) for ch in converged]  # only with --smoke
         changes_full = [ch for ch in changes if ch not in converged]
         if not changes_full:
             sys.exit(exitcodes.combine(*codes))

@@ -181,47 +181,81 @@ class _Raised:
     exc: Exception
 
 
-def choose_paths(changes: list[Any], inventory: str, lease: str, rendered: dict[str, dict[str, Any]] | None = None,
-                 connect_timeout: int = 10) -> dict[str, Choice]:
-    """Every host's :class:`Choice` (``changes``: :class:`rigkit.deploy.transaction.Change`, their locks
-    held): the stamps first, then one probe of every host whose stamps match, all at once. Nothing is
-    changed on any host. ``rendered``: ``{host: its rendered files}`` when the caller has them (the
-    deploy's validators rendered them), else rendered here."""
+def declare(host_specs: list[Any], inventory: str, rendered: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``{host: its drift declaration}`` (:class:`rigkit.drift.declared.Declared`) for ``host_specs``
+    (:class:`rigkit.spec.inventory.HostSpec`); ``rendered``: ``{host: its rendered files}`` when the
+    caller has them (the deploy's validators rendered them), else rendered here."""
+    from rigkit.drift.declared import declared_for
+    from rigkit.render.files import render
+    from rigkit.spec.secrets import read_hf_token
+
+    token = read_hf_token()
+    return {hs.name: declared_for(hs.name, hs.spec, inventory, token, files=(rendered or {}).get(hs.name) or render(hs.spec))
+            for hs in host_specs}
+
+
+def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, what: str = "rigkit deploy",
+                 connect_timeout: int = 10, warn: Callable[[str], None] | None = None) -> dict[str, Choice]:
+    """Every host's :class:`Choice`, from one round trip per host, all at once
+    (:func:`rigkit.drift.probe.probe_under_lock`): the host lock taken for ``what`` under ``lease``,
+    the current generation read and drift's probe run under it, the lock let go. The stamps first,
+    then the state (``declared``: :func:`declare`'s). Nothing is changed on any host; a host that
+    takes the full run is locked again for it (:func:`rigkit.deploy.transaction.begin`). ``warn``
+    gets each host's warnings of taking the lock (a dead holder's record reclaimed).
+
+    Raises :class:`rigkit.deploy.transaction.ChangeRefused` when a host's lock is refused (held by
+    another, a window open: nothing touched anywhere). A host not reached, or whose agent is missing
+    or predates the locked probe (a first deploy), takes the full run, which says why it cannot."""
     from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.deploy.transaction import ChangeRefused
     from rigkit.drift.compare import compare_host
     from rigkit.drift.masking import mask
-    from rigkit.drift.declared import declared_for
-    from rigkit.drift.probe import connect_and_probe
+    from rigkit.drift.probe import probe_under_lock
     from rigkit.drift.run import wheelhouse_for
-    from rigkit.render.files import render
     from rigkit.spec.secrets import hf_token_source, read_hf_token
 
-    files = {ch.name: (rendered or {}).get(ch.name) or render(ch.hs.spec) for ch in changes}
+    source = hf_token_source() if read_hf_token() else None
+    reads = probe_under_lock([declared[hs.name] for hs in host_specs], {hs.name: hs.connection for hs in host_specs},
+                             what, lease, connect_timeout=connect_timeout)
+    refused = []
     choices: dict[str, Choice] = {}
-    for ch in changes:
-        want = manifest(ch.hs.spec, files[ch.name], lock_text(ch.hs.spec))
-        reasons = stamp_reasons(ch.start, ch.start_record, want, agent=ch.hold is not None)
-        choices[ch.name] = Choice(ch.name, False, reasons, ch.start)
-    to_probe = [ch for ch in changes if not choices[ch.name].reasons]
-    if not to_probe:
-        return choices
-    token = read_hf_token()
-    source = hf_token_source() if token else None
-    decls = [declared_for(ch.name, ch.hs.spec, inventory, token, files=files[ch.name]) for ch in to_probe]
-    probes = connect_and_probe(decls, {ch.name: ch.hs.connection for ch in to_probe}, connect_timeout=connect_timeout)
-    for decl in decls:
-        facts, why = probes.get(decl.host, (None, "not probed"))
-        c = choices[decl.host]
-        try:
-            if facts is None:
-                raise RuntimeError(why)
-            c.findings = compare_host(decl, facts, token_source=source, wheelhouse=wheelhouse_for(facts))
-            c.reasons = state_reasons(c.findings, lease, facts, decl.secret_values)
-        except Exception as exc:  # noqa: BLE001 - a probe that cannot be read is a reason, never a crash
-            c.findings, c.reasons = [], [f"the probe failed: {mask(str(exc), decl.secret_values)}"]
-        c.probe = not c.reasons
+    for hs in host_specs:
+        decl = declared[hs.name]
+        read, why = reads.get(hs.name, (None, "not probed"))
+        c = choices[hs.name] = Choice(hs.name, False)
+        lock = (read or {}).get("lock")
+        if read is None:
+            c.reasons = [f"the host was not probed ({why})"]
+        elif lock is None:  # no agent, or one that predates the locked probe: the full run installs it
+            said = "; ".join(read["said"])[-200:]
+            missing = not said or "not found" in said or "No such file" in said
+            c.reasons = stamp_reasons(None, None, {}, agent=False) if missing else [
+                f"the host agent could not take the lock and probe ({said})"]
+        elif not lock["held"]:
+            refused.append(f"{hs.name}: the deploy refused, nothing touched: {lock.get('refused')}")
+        else:
+            c.generation = lock.get("current")
+            want = manifest(hs.spec, decl.files, lock_text(hs.spec))
+            c.reasons = (stamp_reasons(c.generation, lock.get("record"), want) if "error" not in lock
+                         else [f"the generations could not be read: {lock['error']}"])
+            if not c.reasons:
+                try:
+                    if read["facts"] is None:
+                        raise RuntimeError("its output is not the probe's")
+                    c.findings = compare_host(decl, read["facts"], token_source=source,
+                                              wheelhouse=wheelhouse_for(read["facts"]))
+                    c.reasons = state_reasons(c.findings, lease, read["facts"], decl.secret_values)
+                except Exception as exc:  # noqa: BLE001 - a probe that cannot be read is a reason, never a crash
+                    c.findings, c.reasons = [], [f"the probe failed: {exc}"]
+            c.probe = not c.reasons
+        for w in (lock or {}).get("warnings") or []:
+            if warn is not None:
+                warn(f"{hs.name}: warning: {w}")
+        # what the host said travels in the reasons: masked once, here
+        c.reasons = [mask(r, decl.secret_values) for r in c.reasons]
+    if refused:
+        raise ChangeRefused(refused[0])
     return choices
-
 
 
 def restamp_after(ch: Any, attempt: dict[str, Any], lease: str) -> str | None:

@@ -323,6 +323,74 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
     """Reach every host with pyinfra (its connectors, the hosts' own connection data, in
     parallel) and run :class:`HostProbe` once on each. Returns ``{host: (facts, "")}`` or
     ``{host: (None, why)}`` for a host that could not be reached or probed."""
+    decl_by_name = {d.host: d for d in decls}
+
+    def read(name: str, raw: dict[str, list[str]]) -> dict[str, Any]:
+        return parse_probe(raw, decl_by_name[name].packages)
+
+    return _each_host(decls, connections, connect_timeout, HostProbe,
+                      {d.host: {"script": probe_script(probe_sections(d, deep=deep, diff=diff))} for d in decls}, read)
+
+
+class LockedProbe(FactBase):
+    """The probe (:func:`probe_script`) run under the host lock, in one command: ``rigkit-agent lock
+    run --what WHAT --lease ID --current -- sh -c SCRIPT`` (:mod:`rigkit.host.__main__`; the script
+    travels base64-encoded, decoded by the host's shell before the agent starts, so the command
+    line quotes nothing). Returns ``{"lock": the agent's first line (``held`` with the current
+    generation, or ``refused`` with why; None when no agent answered that way), "sections": the
+    probe's (as :class:`HostProbe`'s; None when it did not run or its output is not the probe's),
+    "said": what else the command printed (an agent that is missing or predates ``--current``)}``."""
+
+    def command(self, script: str, what: str, lease: str) -> str:
+        encoded = base64.b64encode(script.encode()).decode()
+        return (f"{paths.AGENT_BIN} lock run --what {shlex.quote(what)} --lease {shlex.quote(lease)} --current -- "
+                f"sh -c \"$(printf %s {encoded} | base64 -d)\" 2>&1; true")
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        lock = None
+        if output:
+            try:
+                lock = json.loads(output[0])
+            except ValueError:
+                lock = None
+        if not isinstance(lock, dict) or not isinstance(lock.get("held"), bool):
+            return {"lock": None, "sections": None, "said": [line for line in output if line.strip()]}
+        sections = None
+        if lock["held"]:
+            try:
+                sections = HostProbe().process(output[1:])
+            except ValueError:
+                sections = None
+        return {"lock": lock, "sections": sections, "said": []}
+
+
+def probe_under_lock(decls: list[Declared], connections: dict[str, dict[str, Any]], what: str, lease: str,
+                     connect_timeout: int = 10) -> dict[str, tuple[dict[str, Any] | None, str]]:
+    """:func:`connect_and_probe` with each host's lock taken around its probe (:class:`LockedProbe`,
+    the lock recorded as ``what`` under ``lease``): ``{host: ({"lock": …, "facts": the parsed probe
+    (:func:`parse_probe`) or None, "said": […]}, "")}``, or ``{host: (None, why)}`` for a host that
+    could not be reached (``why`` starts ``unreachable:``) or whose command did not complete."""
+    decl_by_name = {d.host: d for d in decls}
+
+    def read(name: str, raw: dict[str, Any]) -> dict[str, Any]:
+        sections = raw.get("sections")
+        facts = parse_probe(sections, decl_by_name[name].packages) if sections is not None else None
+        return {"lock": raw.get("lock"), "facts": facts, "said": raw.get("said") or []}
+
+    return _each_host(decls, connections, connect_timeout, LockedProbe,
+                      {d.host: {"script": probe_script(probe_sections(d)), "what": what, "lease": lease} for d in decls},
+                      read)
+
+
+def _each_host(decls: list[Declared], connections: dict[str, dict[str, Any]], connect_timeout: int, fact: type,
+               kwargs: dict[str, dict[str, Any]], read) -> dict[str, tuple[Any, str]]:
+    """Run pyinfra fact ``fact`` (its ``kwargs[host]``) once on every host of ``decls`` (pyinfra's
+    connectors, the hosts' own connection data, all at once in gevent), each result passed through
+    ``read(host, result)``: ``{host: (read's, "")}`` or ``{host: (None, why)}``."""
     import gevent
     from pyinfra.api import Config, Inventory, State
     from pyinfra.api.facts import get_fact
@@ -330,11 +398,9 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
 
     inventory = Inventory(([(d.host, dict(connections.get(d.host, {}))) for d in decls], {}))
     state = State(inventory=inventory, config=Config(CONNECT_TIMEOUT=connect_timeout, FAIL_PERCENT=None))
-    sections = {d.host: probe_sections(d, deep=deep, diff=diff) for d in decls}
-    decl_by_name = {d.host: d for d in decls}
-    results: dict[str, tuple[dict[str, Any] | None, str]] = {}
+    results: dict[str, tuple[Any, str]] = {}
 
-    def one(host) -> tuple[dict[str, Any] | None, str]:
+    def one(host) -> tuple[Any, str]:
         with ctx_state.use(state), ctx_host.use(host):
             try:
                 host.connect(show_errors=False, raise_exceptions=True)
@@ -342,8 +408,7 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
                 return None, f"unreachable: {exc}"
             state.activate_host(host)
             try:
-                raw = get_fact(state, host, HostProbe, kwargs={"script": probe_script(sections[host.name])},
-                               apply_failed_hosts=False)
+                raw = get_fact(state, host, fact, kwargs=kwargs[host.name], apply_failed_hosts=False)
             except Exception as exc:  # noqa: BLE001
                 return None, f"probe failed: {type(exc).__name__}: {exc}"
             finally:
@@ -353,7 +418,7 @@ def connect_and_probe(decls: list[Declared], connections: dict[str, dict[str, An
                     pass
             if raw is None:
                 return None, "probe failed (the command did not complete)"
-            return parse_probe(raw, decl_by_name[host.name].packages), ""
+            return read(host.name, raw), ""
 
     import logging
 

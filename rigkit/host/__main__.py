@@ -35,8 +35,8 @@ from rigkit.host.config import load as load_config
 
 
 def lock_main(argv: list[str]) -> int:
-    """``rigkit-agent lock status`` | ``rigkit-agent lock run --what WHAT -- CMD ...`` | ``rigkit-agent lock
-    hold --what WHAT --lease ID``."""
+    """``rigkit-agent lock status`` | ``rigkit-agent lock run --what WHAT [--lease ID] [--current] -- CMD ...``
+    | ``rigkit-agent lock hold --what WHAT --lease ID [--current]``."""
     from rigkit.host import lock as host_lock
 
     ap = argparse.ArgumentParser(prog="rigkit-agent lock", description="the host lock")
@@ -44,6 +44,10 @@ def lock_main(argv: list[str]) -> int:
     sub.add_parser("status", help="print the lock's state as JSON")
     run = sub.add_parser("run", help="run a command under the host lock")
     run.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'deploy: restart docker')")
+    run.add_argument("--lease", help="the lease id to record (the holder's change, RIGKIT_LOCK_LEASE)")
+    run.add_argument("--current", action="store_true",
+                     help="print one JSON line first: taken (with what `generation current` prints, read under the "
+                          "lock) or refused (why), each with the warnings of taking it; then run the command")
     run.add_argument("command", nargs=argparse.REMAINDER)
     hold = sub.add_parser("hold", help="hold the lock until stdin closes (a lease others can join)")
     hold.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'rollback to generation 1')")
@@ -60,12 +64,46 @@ def lock_main(argv: list[str]) -> int:
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         ap.error("lock run needs a command after --")
-    lock = _take(cfg, a.what, " ".join(cmd))
+    shown = " ".join(cmd)
+    shown = shown if len(shown) <= 160 else f"{shown[:160]}… ({len(shown)} characters)"  # the record stays readable
+    if a.current:
+        return _run_current(cfg, a.what, a.lease, cmd, f"rigkit-agent lock run --current -- {shown}")
+    lock = _take(cfg, a.what, shown, a.lease)
     if lock is None:
         return 1
     try:
         import subprocess
 
+        return subprocess.run(cmd).returncode
+    finally:
+        lock.release()
+
+
+def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str) -> int:
+    """``lock run --current``: one JSON line on stdout first — ``{"held": true, "index", "current",
+    "record", "warnings"}`` (:func:`rigkit.host.generations.current`, read under the lock; ``error``
+    instead when unreadable) or ``{"held": false, "refused": why, "warnings"}`` (exit 1) — then
+    ``cmd`` under the lock, its exit status returned. So a deploy takes the lock, reads where the
+    host starts and probes its state (``cmd``: drift's probe) in one command, one SSH round trip."""
+    import subprocess
+
+    from rigkit.host import generations
+    from rigkit.host import lock as host_lock
+    from rigkit.host import standdown
+
+    warnings: list[str] = []
+    try:
+        lock = standdown.lock_for_change(cfg, what, warnings.append, command=command, lease=lease)
+    except (host_lock.LockHeld, standdown.WindowOpen) as exc:
+        print(json.dumps({"held": False, "refused": "; ".join([*warnings, str(exc)]), "warnings": warnings},
+                         sort_keys=True), flush=True)
+        return 1
+    try:
+        try:
+            reading = generations.current(cfg.path("generations"))
+        except (ValueError, OSError) as exc:
+            reading = {"error": str(exc)}
+        print(json.dumps({"held": True, **reading, "warnings": warnings}, sort_keys=True), flush=True)
         return subprocess.run(cmd).returncode
     finally:
         lock.release()
