@@ -157,18 +157,20 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     unset or a validator of ``rigkit check`` rejects a rendered file; with exit 1, touching nothing,
     when such a validator could not run or the host lock is held (a window, a rollback).
 
-    The whole deploy holds each host's lock. A host it changed is then confirmed (rigkit.deploy.transaction:
+    The full run holds each host's lock throughout. A host it changed is then confirmed (rigkit.deploy.transaction:
     services active, power limit read back, files as declared, a real completion through llama-swap to
     each live member it touched and to the resident); a host whose deploy or confirmation failed is
     put back to the generation it started from, confirmed again, and the deploy exits 1 saying
     "reverted to generation N" (the attempt stays in `rigkit generations` as failed). --no-revert
     leaves it as the change left it. Then the post-deploy smoke, still under the lock.
 
-    First, under the lock, each host's current generation and one probe (rigkit.drift.converged): a host
-    whose generation was recorded by this rigkit build from this spec and lock, with no hold, window,
-    pending reboot or other lock holder, where the probe finds nothing the deploy would change, is said
-    "converged (probe)" and left alone — no pyinfra run, no confirmation, no smoke unless --smoke. Every
-    other host takes the full run below, its reasons on one line. --full takes it everywhere.
+    First, unless --full, each host's lock is taken, its current generation read and drift's probe run
+    under it, in one round trip per host, every host at once (rigkit.drift.converged; a lock refused:
+    exit 1, nothing touched). A host whose generation was recorded by this rigkit build from this
+    spec and lock, with no hold, window, pending reboot or other lock holder, where the probe finds
+    nothing the deploy would change, is said "converged (probe)" and left alone — no pyinfra run, no
+    confirmation, no smoke unless --smoke. Every other host takes the full run below, its reasons on
+    one line, its lock taken again for it. --full takes it everywhere.
 
     A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
     says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held

@@ -5,28 +5,33 @@ It lives with drift because it is drift's probe and comparison put to the deploy
 control side's folders import one way: ``cli`` → ``drift`` → ``deploy``); ``rigkit/cli/main.py``'s
 deploy calls it in a few lines.
 
-Under the deploy's host lock (:func:`begin_all`, every host at once), each host's path is chosen
-(:func:`choose_paths`). The **probe path** — no pyinfra run, no confirmation, no smoke unless asked
+Each host's path is chosen (:func:`choose_paths`) from one command per host, every host at once over
+pyinfra's connection (:func:`rigkit.drift.probe.probe_under_lock`): the agent takes the host lock for
+the deploy (its lease), prints the current generation and its record, runs drift's probe under the
+lock and lets go (``rigkit-agent lock run --current``). A lock refused anywhere stops the deploy,
+nothing touched. The **probe path** — no pyinfra run, no confirmation, no smoke unless asked
 (``--smoke``) — is taken only when every one of these holds; each one that does not is a named
 reason, printed on the host's one line (:func:`say`):
 
-- **the stamps** (:func:`stamp_reasons`, from the current generation's record, which
-  ``rigkit-agent generation current`` returns to :func:`rigkit.deploy.transaction.begin`): a generation is
+- **the stamps** (:func:`stamp_reasons`, from the current generation's record read under the lock):
+  a generation is
   recorded, by this rigkit build (:func:`rigkit.build.rigkit_build`: the version and a
   hash of the code, roles and templates), from this spec (its hash), with this model lock (its
   sha256), declaring what this deploy declares (the generation ``key``: every rendered file, pins,
   units, members, release — the declared state, not Python source);
 - **the state** (:func:`state_reasons`, from drift's own probe and comparison,
-  :func:`rigkit.drift.probe.connect_and_probe` and :func:`rigkit.drift.compare.compare_host`, one SSH
-  round trip per host, all hosts at once): no hold, no open window, no pending reboot, the host lock
+  :func:`rigkit.drift.probe.probe_sections` and :func:`rigkit.drift.compare.compare_host`): no hold,
+  no open window, no pending reboot, the host lock
   held by no one but this deploy, and no finding at all besides the power-limit healer's note — every
   ``drift`` finding is a change the deploy's plan would make (``notes/drift-coverage.md``: every
   operation of the deploy is in the probe's coverage, each breakage agreeing with ``pyinfra --dry``),
   and a finding drift could not check (``error``, ``not-compared``, ``model-lock``) is a reason too.
 
-Otherwise the host takes the **full run**: the deploy exactly as before (pyinfra, confirmation, put
-back, smoke), limited to those hosts. ``--full`` takes it on every host without probing. A host
-whose stamps already differ is not probed (its reasons are its stamps).
+Otherwise the host takes the **full run**: its lock taken again for the whole run (:func:`begin_all`
+around :func:`rigkit.deploy.transaction.begin`), then the deploy exactly as before (pyinfra,
+confirmation, put back, smoke), limited to those hosts. ``--full`` takes it on every host without
+probing. A host whose stamps differ takes it whatever its probe found (its reasons are its stamps);
+so does a host not reached or without an agent that can take the lock and probe (a first deploy).
 
 A full run that ended well on a host whose current generation declares what the run declared but was
 recorded by another rigkit build, or from a spec that differs only where nothing on the host depends

@@ -10,7 +10,9 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``fetch`` / ``record`` / ``status`` — model fetch and verify (:mod:`rigkit.host.fetch`).
 - ``lock status`` — the host lock's state as JSON; ``lock run --what WHAT -- CMD ...`` — run CMD
   under the host lock (the deploy's disruptive steps: a docker restart, a reboot), refused with
-  exit 1 naming the holder when it is held or a window is open; ``lock hold --what WHAT --lease ID``
+  exit 1 naming the holder when it is held or a window is open (``--current``: first one JSON line,
+  taken with the current generation or refused with why — the deploy's probe under the lock, one
+  round trip); ``lock hold --what WHAT --lease ID``
   — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
 - ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).

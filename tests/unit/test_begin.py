@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from rigkit import paths
 from rigkit.deploy import transaction
@@ -131,3 +133,90 @@ def test_a_host_without_an_agent_is_begun_without_a_lock(host):
     remote = LocalRemote(host.env, agent="/nonexistent/rigkit-agent")
     ch = _begin(remote)
     assert ch.hold is None and ch.start is None
+
+
+# ------------------------------------------------------------------ lock run --current (the probe's session)
+def _run_current(host, *cmd, lease="lease1"):
+    argv = ["sh", "-c", f"{AGENT} lock run --what 'rigkit deploy' --lease {lease} --current -- " + " ".join(map(shlex.quote, cmd))]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **host.env}, timeout=60)
+
+
+def test_lock_run_current_reads_where_the_host_starts_then_runs_the_command_under_the_lock(host):
+    ran = _run_current(host, "sh", "-c", f"cat {shlex.quote(str(host.lock))}")
+    assert ran.returncode == 0, ran.stderr
+    first, *rest = ran.stdout.splitlines()
+    lock = json.loads(first)
+    assert lock["held"] is True and lock["current"] is None and lock["record"] is None and lock["warnings"] == []
+    assert "index" in lock
+    record = json.loads(rest[0])  # what the command read: the lock's record, this lease's, while it ran
+    assert record["lease"] == "lease1" and record["what"] == "rigkit deploy"
+    assert not host_lock.state(host.lock)["held"]  # let go when the command ended
+
+
+def test_lock_run_current_refused_says_why_in_its_first_line_and_runs_nothing(host):
+    host.lock.write_text(json.dumps({"what": "window w2", "pid": 2 ** 22 + 7, "command": "rigkit-agent window",
+                                     "since": "2026-12-04T00:00:00Z"}) + "\n")
+    (host.path / "window.json").write_text(json.dumps({"id": "w2", "state": "open"}))
+    ran = _run_current(host, "touch", str(host.path / "ran"))
+    assert ran.returncode == 1 and not (host.path / "ran").exists()
+    [line] = ran.stdout.splitlines()
+    lock = json.loads(line)
+    assert lock["held"] is False and "window w2 is open" in lock["refused"]
+    assert lock["warnings"] and "reclaimed the rig lock from window w2" in lock["warnings"][0]
+    assert "reclaimed the rig lock from window w2" in lock["refused"]  # the refusal says it too
+
+
+def test_the_locked_probe_reads_the_agents_answer_in_every_shape():
+    """drift.probe.LockedProbe.process: held with the probe's encoded output; refused; a missing agent
+    or one that predates ``--current`` (its usage text) reads as no lock; a held lock whose output is
+    not the probe's has no sections."""
+    from rigkit.drift.probe import HostProbe, LockedProbe, probe_script
+
+    script = probe_script([("kernel", "echo 6.12.1-arch1-1")])
+    probe_out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    held = json.dumps({"held": True, "current": 2, "index": {"current": 2}, "record": {"n": 2}, "warnings": []})
+    read = LockedProbe().process([held, *probe_out])
+    assert read["lock"]["current"] == 2 and read["sections"] == HostProbe().process(probe_out) and read["said"] == []
+    refused = LockedProbe().process([json.dumps({"held": False, "refused": "held by window w1", "warnings": []})])
+    assert refused["lock"]["refused"] == "held by window w1" and refused["sections"] is None
+    for said in (["sh: 1: /opt/rigkit/venv/bin/rigkit-agent: not found"],
+                 ["usage: rigkit-agent lock [-h] {status,run,hold} ...",
+                  "rigkit-agent lock: error: unrecognized arguments: --lease"], [], ['{"not": "the agent"}']):
+        assert LockedProbe().process(said) == {"lock": None, "sections": None, "said": [s for s in said if s.strip()]}
+    assert LockedProbe().process([held, "not base64 !"])["sections"] is None
+    # the command line carries the script encoded: nothing of it is quoted or split by the shells on the way
+    command = LockedProbe().command("echo 'a b' \"$HOME\" `x`", "rigkit deploy", "L1")
+    assert "echo" not in command and command.count("'") == 2 and "--lease L1 --current --" in command
+
+
+def test_the_locked_probes_command_runs_the_probe_under_the_lock_through_a_real_shell(host):
+    """LockedProbe's command as the host's shell runs it (the agent run locally): the script arrives
+    whole (quotes, ``$``, backticks, newlines), runs while this lease holds the lock, and its output
+    reads back as the probe's sections."""
+    from rigkit.drift.probe import LockedProbe, probe_script
+
+    script = probe_script([("odd", "printf '%s\\n' 'a b' \"\\$HOME\" '`x`'"),
+                           ("lock", f"cat {shlex.quote(str(host.lock))}")])
+    command = LockedProbe().command(script, "rigkit deploy", "L7").replace(paths.AGENT_BIN, AGENT)
+    ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **host.env},
+                         timeout=60)
+    read = LockedProbe().process(ran.stdout.splitlines())
+    assert read["lock"]["held"] is True, ran.stdout
+    assert read["sections"]["odd"] == ["a b", "$HOME", "`x`"]
+    assert json.loads(read["sections"]["lock"][0])["lease"] == "L7"
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=40),
+                max_size=6))
+def test_output_that_is_not_the_agents_answer_never_reads_as_a_lock(lines):
+    """Whatever a host prints that does not start with the agent's JSON answer (``held`` a boolean) —
+    a shell's error, a usage text, noise — reads as no lock (the full run), never as held or refused."""
+    from rigkit.drift.probe import LockedProbe
+
+    try:
+        first = json.loads(lines[0]) if lines else None
+    except ValueError:
+        first = None
+    assume(not (isinstance(first, dict) and isinstance(first.get("held"), bool)))
+    read = LockedProbe().process(lines)
+    assert read == {"lock": None, "sections": None, "said": [s for s in lines if s.strip()]}

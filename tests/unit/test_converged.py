@@ -305,3 +305,53 @@ def test_the_spec_hash_ignores_where_the_lock_file_lies():
     spec hash, so the deploy neither restamps nor leaves the probe path for the path alone."""
     a, b = spec(models_lock="/tmp/a/generation-3.lock.json"), spec(models_lock="/tmp/b/generation-3.lock.json")
     assert gen.spec_hash(a) == gen.spec_hash(b) and gen.spec_hash(a) != gen.spec_hash(spec(generations_keep=9))
+
+
+def test_the_path_choice_reads_each_hosts_one_locked_round_trip(monkeypatch):
+    """choose_paths over what probe_under_lock gives back, one host per shape: a host not reached, no
+    agent, an agent that predates the locked probe, a generation recorded from another spec — each a
+    named full-run reason, what the host said masked; the lock's warnings go to ``warn``; a host whose
+    lock is refused refuses the whole deploy (ChangeRefused, the first in the hosts' order)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from rigkit.deploy.transaction import ChangeRefused
+    from rigkit.drift import probe
+
+    s = spec()
+    want = gen.manifest(s, render(s), gen.lock_text(s))
+    other = {**_record(want), "spec_hash": "0" * 64}
+    held = {"held": True, "index": {"current": 3}, "current": 3, "record": other, "warnings": ["reclaimed the rig lock"]}
+    answers = {
+        "gone": (None, "unreachable: Connection refused"),
+        "fresh": ({"lock": None, "facts": None, "said": ["sh: 1: /opt/rigkit/venv/bin/rigkit-agent: not found"]}, ""),
+        "old": ({"lock": None, "facts": None, "said": [f"rigkit-agent lock: error: unrecognized arguments: {SECRET}"]}, ""),
+        "moved": ({"lock": held, "facts": None, "said": []}, ""),
+    }
+    asked = []
+
+    def fake(decls, connections, what, lease, connect_timeout=10):
+        asked.append((sorted(d.host for d in decls), what, lease))
+        return {d.host: answers[d.host] for d in decls}
+
+    monkeypatch.setattr(probe, "probe_under_lock", fake)
+    hosts = [SimpleNamespace(name=n, spec=s, connection={}) for n in answers]
+    declared = {n: SimpleNamespace(host=n, files=render(s), secret_values=[SECRET]) for n in answers}
+    warned: list[str] = []
+    chosen = converged.choose_paths(hosts, declared, "L1", warn=warned.append)
+    assert asked == [(sorted(answers), "rigkit deploy", "L1")]  # every host in one call: at once
+    assert not any(c.probe for c in chosen.values())
+    assert chosen["gone"].reasons == ["the host was not probed (unreachable: Connection refused)"]
+    assert chosen["fresh"].reasons == ["the host agent is not installed (a first deploy)"]
+    assert chosen["old"].reasons == ["the host agent could not take the lock and probe (rigkit-agent lock: error: "
+                                     "unrecognized arguments: ***)"]
+    assert chosen["moved"].generation == 3 and "the spec changed since generation 3" in chosen["moved"].reasons[0]
+    assert warned == ["moved: warning: reclaimed the rig lock"]
+
+    answers["moved"] = ({"lock": {"held": False, "refused": "window w1 is open", "warnings": []}, "facts": None,
+                         "said": []}, "")
+    answers["old"] = ({"lock": {"held": False, "refused": "held by rollback", "warnings": []}, "facts": None,
+                       "said": []}, "")
+    with pytest.raises(ChangeRefused, match=r"^old: the deploy refused, nothing touched: held by rollback$"):
+        converged.choose_paths(hosts, declared, "L1")
