@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rigkit.operations.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanVersions
@@ -107,3 +109,25 @@ def test_no_second_ignorepkg_parser():
             if isinstance(node, ast.Constant) and node.value == "IgnorePkg":
                 offenders.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not offenders, "read IgnorePkg with rigkit.common.pacman (pacman-conf IgnorePkg):\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("said, version", [("Python 3.11.2", "3.11"), ("Python 3.13.0rc1", "3.13"),
+                                           ("Python 3.9.18", "3.9"), (None, "")])
+def test_the_hosts_python_version_is_its_major_and_minor(tmp_path, said, version):
+    """PYTHON_VERSION_COMMAND under a POSIX shell with ``python3 -V`` answering as CPython does (no
+    ``python3`` at all: nothing printed, a failed command); this machine's own python3 agrees with
+    ``sys.version_info``."""
+    import subprocess
+    import sys
+
+    from rigkit.operations.facts import PYTHON_VERSION_COMMAND
+
+    if said is not None:
+        (tmp_path / "python3").write_text(f"#!/bin/sh\necho '{said}'\n")
+        (tmp_path / "python3").chmod(0o755)
+    ran = subprocess.run(["/bin/sh", "-c", PYTHON_VERSION_COMMAND], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:/nonexistent"})
+    assert ran.stdout.strip() == version and (ran.returncode == 0) == (said is not None)
+    here = subprocess.run(["/bin/sh", "-c", PYTHON_VERSION_COMMAND], capture_output=True, text=True,
+                          env={"PATH": f"{Path(sys.executable).parent}"})
+    assert here.stdout.strip() == "%d.%d" % sys.version_info[:2]
