@@ -89,7 +89,6 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
     host starts and probes its state (``cmd``: drift's probe) in one command, one SSH round trip."""
     import subprocess
 
-    from rigkit.host import generations
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
 
@@ -101,14 +100,21 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
                          sort_keys=True), flush=True)
         return 1
     try:
-        try:
-            reading = generations.current(cfg.path("generations"))
-        except (ValueError, OSError) as exc:
-            reading = {"error": str(exc)}
-        print(json.dumps({"held": True, **reading, "warnings": warnings}, sort_keys=True), flush=True)
+        print(json.dumps({"held": True, **_reading(cfg), "warnings": warnings}, sort_keys=True), flush=True)
         return subprocess.run(cmd).returncode
     finally:
         lock.release()
+
+
+def _reading(cfg) -> dict:
+    """Where the host starts, read under the lock its caller holds: :func:`rigkit.host.generations.current`
+    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable."""
+    from rigkit.host import generations
+
+    try:
+        return generations.current(cfg.path("generations"))
+    except (ValueError, OSError) as exc:
+        return {"error": str(exc)}
 
 
 def _take(cfg, what: str, command: str, lease: str | None = None):
@@ -144,13 +150,7 @@ def _hold(cfg, what: str, lease: str, current: bool = False) -> int:
     try:
         print("held", flush=True)
         if current:
-            from rigkit.host import generations
-
-            try:
-                reading = generations.current(cfg.path("generations"))
-            except (ValueError, OSError) as exc:
-                reading = {"error": str(exc)}
-            print(json.dumps(reading, sort_keys=True), flush=True)
+            print(json.dumps(_reading(cfg), sort_keys=True), flush=True)
         while sys.stdin.buffer.read(4096):
             pass
         return 0
