@@ -316,7 +316,8 @@ def network_words(url: str, exc: Exception, timeout: Any) -> str:
     return f"{host}: {type(exc).__name__}"
 
 
-def _hub_error(name: str, repo: str, revision: str, exc: Exception, timeout: Any = None) -> LockError:
+def _hub_error(name: str, repo: str, revision: str, exc: Exception, timeout: Any = None,
+               endpoint: str | None = None) -> LockError:
     import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -338,7 +339,7 @@ def _hub_error(name: str, repo: str, revision: str, exc: Exception, timeout: Any
                          "value not shown); renew it")
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
-    endpoint = os.environ.get('HF_ENDPOINT', 'https://huggingface.co')
+    endpoint = endpoint or os.environ.get('HF_ENDPOINT', 'https://huggingface.co')
     if timeout is not None and isinstance(exc, httpx2.TimeoutException):
         return LockError(f"{where}: hub unreachable: {network_words(endpoint, exc, timeout)}; HF_ENDPOINT={endpoint}")
     return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT={endpoint}")
@@ -353,7 +354,8 @@ def lock_hub_model(name: str, source: dict[str, Any], api: Any, timeout: Any = N
     try:
         info = api.model_info(source["repo_id"], revision=source["revision"], files_metadata=True, timeout=timeout)
     except Exception as exc:  # huggingface_hub errors and httpx2 network errors
-        raise _hub_error(name, source["repo_id"], source["revision"], exc, timeout) from None
+        raise _hub_error(name, source["repo_id"], source["revision"], exc, timeout,
+                         getattr(api, "endpoint", None)) from None
     siblings = {s.rfilename: s for s in info.siblings or []}
     files = []
     for path in select_files(siblings, source["include"], source["exclude"]):
