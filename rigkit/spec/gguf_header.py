@@ -193,6 +193,19 @@ def _decode(raw: bytes | bytearray, at: int, vtype: int, n: int) -> list[Any]:
     return [v != 0 for v in values] if vtype == 7 else values
 
 
+def _ahead(left: int, done: int, done_bytes: int, least: int) -> int:
+    """What ``left`` items still to read announce (bytes), ``done`` of the same kind (a string
+    array's elements, the tensor infos) read in ``done_bytes``: ``least`` each until the read ones
+    outnumber the left ones by 9 to 8, then the mean so far and an eighth (later items of a kind run a
+    little longer: two-digit block numbers in tensor names). A read ahead then passes their end by at
+    most ``left`` × 9/8 × the mean ≤ the bytes already read of them, and a 262k-token vocabulary or
+    832 tensor infos take a few ranges, not one per halving of their least."""
+    if 9 * left > 8 * done or not done:
+        return left * least
+    mean = -(-done_bytes // done)
+    return left * (mean + -(-mean // 8))
+
+
 def _pad(x: int, n: int) -> int:
     return (x + n - 1) // n * n  # GGML_PAD
 
@@ -204,11 +217,14 @@ def _printable(b: int) -> str:
 class _Reader:
     """The front of a file of ``size`` bytes, fetched as parsing reaches it.
 
-    Each fetch asks for the bytes not yet held, at least up to what is needed now, ahead by the
-    larger of ``first`` and twice the last range, but never past what the header announces at the
-    least so far (``pos`` + what the field being read still needs + ``tail``, the least the fields
-    after it take), past the file, or past :data:`MAX_HEADER` — so what is fetched beyond the first
-    range is never more than the header's own counts announce."""
+    The first fetch asks for ``first`` bytes; each later one for the bytes not yet held, at least up
+    to what is needed now, ahead by up to twice the last range, but never past what the header
+    announces so far (``pos`` + what the field being read still needs + ``tail``, the least the
+    fields after it take; a string array's remaining elements and the remaining tensor infos at
+    :func:`_ahead`), past the file, or past :data:`MAX_HEADER`. So past the first range nothing is
+    fetched beyond the header's end but that read-ahead (at most the bytes already read of those
+    items): a valid header's read fetches at most ``max(first, 2 × its end)``, and a corrupt one
+    stops where its counts say."""
 
     def __init__(self, fetch: Callable[[int, int], bytes], size: int, first: int):
         self.fetch, self.size, self.chunk = fetch, size, max(1, first)
@@ -353,15 +369,15 @@ def _parse(r: _Reader) -> Header:
         if pos + count * 8 > MAX_HEADER:
             raise HeaderError(pos - 8, where, f"an array of {count} strings ends past byte {MAX_HEADER:,}: rigkit "
                                               f"takes no header larger than {MAX_HEADER >> 20} MiB (MAX_HEADER)")
-        unpack, have = _U64.unpack_from, len(buf)
-        for j in range(count):
+        unpack, have, start = _U64.unpack_from, len(buf), pos
+        for j in range(count):  # the hot loop of a 262k-token vocabulary: a slow path only past the bytes held
             if pos + 8 > have:
-                string(pos, where, (count - j - 1) * 8, kv_section)
+                string(pos, where, _ahead(count - j - 1, j, pos - start, 8), kv_section)
                 have = len(buf)
             (length,) = unpack(buf, pos)
             nxt = pos + 8 + length
             if nxt > have:
-                string(pos, where, (count - j - 1) * 8, kv_section)
+                string(pos, where, _ahead(count - j - 1, j, pos - start, 8), kv_section)
                 have = len(buf)
             pos = nxt
     r.tail = n_tensors * MIN_TENSOR_INFO_BYTES
@@ -378,8 +394,9 @@ def _parse(r: _Reader) -> Header:
     ti_section = "failed to read tensor info"
     tensors: list[TensorInfo] = []
     names: set[str] = set()
+    infos_start = pos
     for i in range(n_tensors):
-        r.tail = (n_tensors - i - 1) * MIN_TENSOR_INFO_BYTES
+        r.tail = _ahead(n_tensors - i - 1, i, pos - infos_start, MIN_TENSOR_INFO_BYTES)
         start = pos
         at, length = string(pos, f"tensor {i} name", 16, ti_section)
         full = bytes(buf[at:at + length])
