@@ -271,8 +271,8 @@ def main() -> None:
             stall.close()
         print(f"stalled server (read timeout {args.stall_read_s:g} s): ended after {dt:.2f} s: {said}")
 
-        print("faults (rigkit: field at offset, bytes fetched of the header's; llama.cpp's words beside):")
         print("faults (rigkit: field at offset, bytes fetched; llama.cpp's words beside):")
+        oracle = Oracle()
         try:
             for what, field, value in KINDS:
                 bad = corrupt(data, fields, field, value)
