@@ -40,14 +40,22 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rigkit import hints
 from rigkit.spec.types import PACMAN_VERSION_RE, SHA256_RE
+
+#: Every hub request of the lock — a model's info, its ``config.json``, each range of a GGUF header —
+#: and a url model's HEAD: seconds to connect, and seconds the server may then send nothing (httpx's
+#: and requests' read timeout: each wait for the next bytes). Past either the lock fails naming the
+#: host and the timeout (huggingface-hub's own client has none: ``default_client_factory``, ``timeout=None``).
+HUB_CONNECT_TIMEOUT_S = 10.0
+HUB_READ_TIMEOUT_S = 30.0
 
 LOCK_VERSION = 2
 #: Lock versions still read: 1 is the models-only lock; it lacks the sections rigkit lock adds.
@@ -285,7 +293,32 @@ def select_files(paths: Iterable[str], include: list[str], exclude: list[str]) -
     return sorted(filter_repo_objects(list(paths), allow_patterns=include or None, ignore_patterns=exclude or None))
 
 
-def _hub_error(name: str, repo: str, revision: str, exc: Exception) -> LockError:
+def hub_timeout(connect: float = HUB_CONNECT_TIMEOUT_S, read: float = HUB_READ_TIMEOUT_S) -> Any:
+    """The ``httpx2.Timeout`` (huggingface-hub's HTTP client) of every hub request of the lock:
+    ``connect`` seconds to connect (and to get a pooled connection), ``read`` seconds without a byte
+    (and to send one)."""
+    import httpx2
+
+    return httpx2.Timeout(connect=connect, read=read, write=read, pool=connect)
+
+
+def network_words(url: str, exc: Exception, timeout: Any) -> str:
+    """What failed on the way to ``url`` (``exc``: the HTTP client's error; ``timeout``: the
+    :func:`hub_timeout` it ran under), naming the host: ``"huggingface.co sent nothing for 30 s (read
+    timeout)"``, ``"… did not connect within 10 s (connect timeout)"``, else the error's class."""
+    import httpx2
+
+    host = urlsplit(str(url)).netloc or str(url)
+    if isinstance(exc, (httpx2.ConnectTimeout, httpx2.PoolTimeout)):
+        return f"{host} did not connect within {timeout.connect:g} s (connect timeout)"
+    if isinstance(exc, (httpx2.ReadTimeout, httpx2.WriteTimeout)):
+        return f"{host} sent nothing for {timeout.read:g} s (read timeout)"
+    return f"{host}: {type(exc).__name__}"
+
+
+def _hub_error(name: str, repo: str, revision: str, exc: Exception, timeout: Any = None,
+               endpoint: str | None = None) -> LockError:
+    import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -306,18 +339,23 @@ def _hub_error(name: str, repo: str, revision: str, exc: Exception) -> LockError
                          "value not shown); renew it")
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
-    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT="
-                     f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}")
+    endpoint = endpoint or os.environ.get('HF_ENDPOINT', 'https://huggingface.co')
+    if timeout is not None and isinstance(exc, httpx2.TimeoutException):
+        return LockError(f"{where}: hub unreachable: {network_words(endpoint, exc, timeout)}; HF_ENDPOINT={endpoint}")
+    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT={endpoint}")
 
 
-def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any]:
+def lock_hub_model(name: str, source: dict[str, Any], api: Any, timeout: Any = None) -> dict[str, Any]:
     """Resolve one hub model: ``api.model_info(repo_id, revision, files_metadata=True)`` →
-    ``{"source", "commit", "files", "total_bytes"}`` (see the module doc). Raises
-    :class:`LockError` for an HTTP or network failure, and when the globs select no file."""
+    ``{"source", "commit", "files", "total_bytes"}`` (see the module doc), under ``timeout``
+    (default :func:`hub_timeout`). Raises :class:`LockError` for an HTTP or network failure (a
+    timeout names the host and its seconds), and when the globs select no file."""
+    timeout = timeout or hub_timeout()
     try:
-        info = api.model_info(source["repo_id"], revision=source["revision"], files_metadata=True)
+        info = api.model_info(source["repo_id"], revision=source["revision"], files_metadata=True, timeout=timeout)
     except Exception as exc:  # huggingface_hub errors and httpx2 network errors
-        raise _hub_error(name, source["repo_id"], source["revision"], exc) from None
+        raise _hub_error(name, source["repo_id"], source["revision"], exc, timeout,
+                         getattr(api, "endpoint", None)) from None
     siblings = {s.rfilename: s for s in info.siblings or []}
     files = []
     for path in select_files(siblings, source["include"], source["exclude"]):
@@ -334,45 +372,76 @@ def lock_hub_model(name: str, source: dict[str, Any], api: Any) -> dict[str, Any
     return {"source": source, "commit": info.sha, "files": files, "total_bytes": sum(f["size"] for f in files)}
 
 
-def model_metadata(name: str, repo_id: str, commit: str, files: list[dict[str, Any]], api: Any) -> dict[str, Any]:
-    """What the VRAM estimate needs of a hub model, read at ``commit``: each GGUF file's header
-    (:func:`rigkit.spec.gguf_header.read_hub_header`: range requests, never the whole file) and
-    ``config.json`` summarized (:func:`rigkit.spec.vram.hf_config_summary`; a config the summary
-    cannot read is left out: the estimate then says it has nothing to go on). Returns the optional
-    :class:`LockEntry` keys. Raises :class:`LockError` when a GGUF header cannot be read."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers
+def header_fetch(url: str, headers: dict[str, str], timeout: Any, session: Any = None) -> Callable[[int, int], bytes]:
+    """A ``fetch(start, end)`` for :func:`rigkit.spec.gguf_header.parse` of a file on the hub
+    (``url``: its ``resolve`` URL at the locked commit): each range a ``GET`` with ``Range:
+    bytes=start-end`` under ``timeout`` (:func:`hub_timeout`), redirects followed (the hub answers an
+    LFS file with a 302 to its CDN; the client drops ``Authorization`` on the way to another origin),
+    through huggingface-hub's client (``session``: another ``httpx2.Client``). A server that ignores
+    ``Range`` (200 instead of 206) is read only as far as asked, then closed. Raises the HTTP
+    client's error."""
+    from huggingface_hub.utils import get_session
 
-    from rigkit.spec.gguf_header import HeaderError, read_hub_header
+    http = session or get_session()
+
+    def fetch(start: int, end: int) -> bytes:
+        with http.stream("GET", url, headers={**headers, "Range": f"bytes={start}-{end}"}, follow_redirects=True,
+                         timeout=timeout) as resp:
+            resp.raise_for_status()
+            skip = start if resp.status_code == 200 else 0
+            want = end - start + 1
+            buf = bytearray()
+            for chunk in resp.iter_bytes():
+                buf += chunk
+                if len(buf) >= skip + want:
+                    break
+            return bytes(buf[skip:skip + want])
+
+    return fetch
+
+
+def model_metadata(name: str, repo_id: str, commit: str, files: list[dict[str, Any]], api: Any,
+                   timeout: Any = None) -> dict[str, Any]:
+    """What the VRAM estimate needs of a hub model, read at ``commit``: each GGUF file's header
+    (:func:`rigkit.spec.gguf_header.read_header` through :func:`header_fetch`: range requests of the
+    header's bytes only) and ``config.json`` summarized (:func:`rigkit.spec.vram.hf_config_summary`; a
+    config the summary cannot read is left out: the estimate then says it has nothing to go on), each
+    request under ``timeout`` (default :func:`hub_timeout`). Returns the optional :class:`LockEntry`
+    keys. Raises :class:`LockError` when a GGUF header cannot be read (its fault, offset and field),
+    or a request fails (a timeout names the host and its seconds)."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    from rigkit.spec.gguf_header import HeaderError, RangeReadError, read_header
     from rigkit.spec.vram import hf_config_summary
 
+    timeout = timeout or hub_timeout()
     endpoint = getattr(api, "endpoint", None)
     headers = build_hf_headers(token=getattr(api, "token", None), library_name="rigkit")
     out: dict[str, Any] = {}
     fetched = 0
     for f in files:
         url = hf_hub_url(repo_id, f["path"], revision=commit, endpoint=endpoint)
+        where = f"models.{name}: {repo_id}@{commit}: {f['path']}"
         if f["path"].endswith(".gguf"):
             try:
-                summary, n = read_hub_header(url, f["size"], headers)
-            except HeaderError as exc:
-                raise LockError(f"models.{name}: {repo_id}@{commit}: {f['path']}: {exc}") from None
+                summary, n = read_header(header_fetch(url, headers, timeout), f["size"])
+            except (HeaderError, RangeReadError) as exc:
+                raise LockError(f"{where}: {exc}") from None
             except Exception as exc:  # the HTTP client's errors
-                raise LockError(f"models.{name}: {repo_id}@{commit}: {f['path']}: header not readable "
-                                f"({type(exc).__name__})") from None
+                raise LockError(f"{where}: header not readable: {network_words(url, exc, timeout)}") from None
             out.setdefault("gguf", {})[f["path"]] = summary
             fetched += n
         elif f["path"] == "config.json":
-            from huggingface_hub.utils import get_session
-
-            resp = get_session().get(url, headers=headers, follow_redirects=True)
             try:
+                resp = get_session().get(url, headers=headers, follow_redirects=True, timeout=timeout)
                 resp.raise_for_status()
+            except Exception as exc:  # the HTTP client's errors
+                raise LockError(f"{where}: {network_words(url, exc, timeout)}") from None
+            try:
                 out["config"] = hf_config_summary(resp.json())
             except ValueError:
                 pass  # not a config the estimate reads; rigkit check says so
-            except Exception as exc:  # the HTTP client's errors
-                raise LockError(f"models.{name}: {repo_id}@{commit}: config.json: {type(exc).__name__}") from None
     if "gguf" in out:
         out["header_bytes_fetched"] = fetched
     return out
@@ -385,7 +454,12 @@ def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> di
 
     http = session or requests
     try:
-        resp = http.head(source["url"], allow_redirects=True, timeout=30)
+        resp = http.head(source["url"], allow_redirects=True, timeout=(HUB_CONNECT_TIMEOUT_S, HUB_READ_TIMEOUT_S))
+    except requests.Timeout as exc:
+        host = urlsplit(source["url"]).netloc
+        words = (f"did not connect within {HUB_CONNECT_TIMEOUT_S:g} s (connect timeout)"
+                 if isinstance(exc, requests.ConnectTimeout) else f"sent nothing for {HUB_READ_TIMEOUT_S:g} s (read timeout)")
+        raise LockError(f"models.{name}: {source['url']}: unreachable: {host} {words}") from None
     except requests.RequestException as exc:
         raise LockError(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
     if resp.status_code >= 400:
@@ -401,12 +475,13 @@ def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> di
 
 
 def lock_models(models: dict[str, Any], endpoint: str | None = None, token: str | None = None,
-                api: Any = None) -> tuple[dict[str, Any], list[str]]:
+                api: Any = None, timeout: Any = None) -> tuple[dict[str, Any], list[str]]:
     """Lock every model of ``models`` (name → spec ``ModelSource``). Returns ``(lock, skipped)``
     where ``skipped`` names models whose source is unset.
 
     ``endpoint`` defaults to ``$HF_ENDPOINT`` (read now, not at import); ``token`` None lets
-    huggingface-hub find it (``HF_TOKEN`` or its token file). Raises :class:`LockError`.
+    huggingface-hub find it (``HF_TOKEN`` or its token file); ``timeout`` of each hub request
+    defaults to :func:`hub_timeout`. Raises :class:`LockError`.
     """
     from huggingface_hub import HfApi
 
@@ -419,8 +494,8 @@ def lock_models(models: dict[str, Any], endpoint: str | None = None, token: str 
         if source is None:
             skipped.append(name)
         elif "repo_id" in source:
-            entry = lock_hub_model(name, source, api)
-            entry.update(model_metadata(name, source["repo_id"], entry["commit"], entry["files"], api))
+            entry = lock_hub_model(name, source, api, timeout)
+            entry.update(model_metadata(name, source["repo_id"], entry["commit"], entry["files"], api, timeout))
             out[name] = entry
         else:
             out[name] = lock_url_model(name, source)

@@ -11,7 +11,8 @@ Sizes are bytes inside, GiB (2**30, as nvidia-smi's MiB / 1024) at the edges.
   on the host — ``llama-model.cpp`` ``load_tensors``, ``i_gpu_start``); all of them without ``-ngl``.
 - KV cache (``llama-kv-cache.cpp``): per attention layer and cell, ``ggml_row_size(type_k,
   n_head_kv × key_length) + ggml_row_size(type_v, n_head_kv × value_length)`` (``-ctk/-ctv``,
-  block sizes from gguf-py's ``GGML_QUANT_SIZES``). Cells (``llama-context.cpp``): with ``--parallel N``
+  block sizes from ggml's ``type_traits``: ``rigkit.spec.gguf_header.GGML_TYPES``). Cells
+  (``llama-context.cpp``): with ``--parallel N``
   and no ``--kv-unified``, N streams of ``pad(n_ctx / N, 256)`` cells; unified (llama-server's default
   when ``--parallel`` is not given: 4 slots sharing one cache) ``pad(n_ctx, 256)``. Sliding-window
   layers (``llama-kv-cache-iswa.cpp``) keep ``min(cells, pad(n_swa × streams + n_ubatch, 256))``
@@ -158,16 +159,15 @@ def parse_llama_args(argv: list[str], ctx_size: int | None = None) -> LlamaArgs:
 
 
 def row_bytes(type_name: str, n: int) -> int:
-    """``ggml_row_size``: bytes of ``n`` values of ggml type ``type_name`` (``f16``, ``q8_0``, …;
-    block and type sizes from gguf-py's ``GGML_QUANT_SIZES``). Raises ``ValueError`` for an unknown
-    type or an ``n`` that is not a whole number of its blocks."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    """``ggml_row_size``: bytes of ``n`` values of ggml type ``type_name`` (``f16``, ``q8_0``, …, any
+    case; block and type sizes from ggml's ``type_traits``, :data:`rigkit.spec.gguf_header.GGML_TYPES`).
+    Raises ``ValueError`` for an unknown or removed type or an ``n`` that is not a whole number of its blocks."""
+    from rigkit.spec.gguf_header import GGML_TYPES
 
-    try:
-        qtype = GGMLQuantizationType[type_name.upper()]
-    except KeyError:
-        raise ValueError(f"unknown cache type {type_name!r}") from None
-    block, size = GGML_QUANT_SIZES[qtype]
+    found = [(blck, size) for name, blck, size in GGML_TYPES if blck and name.lower() == type_name.lower()]
+    if not found:
+        raise ValueError(f"unknown cache type {type_name!r}")
+    block, size = found[0]
     if n % block:
         raise ValueError(f"cache type {type_name} stores blocks of {block} values; a row of {n} is not a whole number")
     return n // block * size

@@ -214,7 +214,7 @@ class _Api:
     def __init__(self, size: int):
         self.size = size
 
-    def model_info(self, repo_id, revision, files_metadata):
+    def model_info(self, repo_id, revision, files_metadata, timeout=None):
         return _model_info(self.size)
 
 
