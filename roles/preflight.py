@@ -45,7 +45,7 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     if pacman_conf["error"] and paths.PINS_CONF not in pacman_conf["error"]:
         problems.append(f"pacman cannot read its configuration (pacman-conf IgnorePkg: {pacman_conf['error']}); "
                         "fix that file, then deploy again")
-    # the boot role's drop-in could not take kms out (a preset naming its own config): nothing touched yet
+    # the boot role's drop-in could not take kms out (a preset naming its own config with kms): nothing touched yet
     kms = mkinitcpio.refusal(host.get_fact(MkinitcpioHooks))
     if kms:
         problems.append(kms)

@@ -285,15 +285,16 @@ def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]
 def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding]:
     """No ``kms`` hook in mkinitcpio's effective HOOKS (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
     the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
-    naming its own config or a configuration that does not load is a finding (the deploy refuses
+    naming its own config that holds kms or does not load (:func:`rigkit.common.mkinitcpio.preset_problem`;
+    one without kms is clean), or a configuration that does not load, is a finding (the deploy refuses
     them); no ``/etc/mkinitcpio.conf``: nothing to check, as the deploy."""
-    from rigkit.common.mkinitcpio import KMS, refusal
+    from rigkit.common.mkinitcpio import KMS, preset_problem, refusal
 
     if not loaded or not loaded.get("present"):
         return []
     item = f"{paths.MKINITCPIO_CONF} HOOKS (as mkinitcpio loads them)"
     want = "no kms hook (nouveau stays out of the initramfs)"
-    if loaded["presets"] or loaded["error"]:
+    if preset_problem(loaded) or loaded["error"]:
         return [Finding(host, "boot", item, want, refusal(loaded) or "")]
     if KMS in loaded["hooks"]:
         return [Finding(host, "boot", item, want, f"kms hook in effect: HOOKS=({' '.join(loaded['hooks'])})")]

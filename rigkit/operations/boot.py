@@ -32,7 +32,8 @@ def mkinitcpio_without_kms():
     Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
     the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
     nothing to do. Raises ``OperationError`` (:func:`rigkit.common.mkinitcpio.refusal`) when a preset
-    names its own config (no drop-in would be read) or kms would stay in effect; preflight refuses the
+    names its own config holding kms (no drop-in would be read for it; one without kms needs nothing)
+    or kms would stay in effect; preflight refuses the
     same before anything is touched. When the drop-in changes the effective HOOKS it is installed and
     the initramfs rebuilt in one step; a failed rebuild puts the previous drop-in back (so the next
     deploy tries again) and fails. A drop-in edited by hand is backed up first, the backup named.

@@ -10,12 +10,15 @@ The deploy converges; the effective HOOKS (the sandbox's mkinitcpio: v41's own l
 sd-encrypt and lvm2 and lose kms; ``pacman-conf IgnorePkg`` lists the pins and the operator's entries;
 the operator's files are byte for byte as they were but for the one ``Include`` line, whose backup the
 output names; a second deploy changes nothing and rebuilds nothing; drift is clean. Then a preset that
-names its own config, and an ``Include`` target gone: the deploy refuses before touching anything,
-naming the preset, or pacman's own error (drift: one finding).
+names its own config holding kms, and an ``Include`` target gone: the deploy refuses before touching
+anything, naming the preset, or pacman's own error (drift: one finding). A preset naming its own config
+without kms (issue 57: ``ALL_config="/etc/mkinitcpio.conf"`` of install scripts) converges, its images
+built from that file alone (``-c``), drift clean; so does an operator drop-in without a final newline.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -114,7 +117,7 @@ def test_the_operators_files_kept_as_they_are_pins_held_and_kms_out(host):
     assert (rc, records) == (0, []), out[-3000:]
 
 
-def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(host):
+def test_a_preset_naming_its_own_config_holding_kms_is_refused_before_anything_is_touched(host):
     host.run("cp -a /etc/mkinitcpio.d/linux.preset /root/linux.preset.orig && "
              "sed -i 's|^#ALL_config=.*|ALL_config=\"/etc/mkinitcpio.conf\"|' /etc/mkinitcpio.d/linux.preset && "
              "mv /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf /root/no-kms.conf.orig")
@@ -123,9 +126,9 @@ def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(ho
         n = len(builds(host))
         proc = deploy(host)
         assert proc.returncode == 1, proc.stderr[-4000:]
-        assert ("refusing to deploy:\n  a mkinitcpio preset names its own config (/etc/mkinitcpio.d/linux.preset: "
-                "ALL_config=/etc/mkinitcpio.conf)") in proc.stderr, proc.stderr[-4000:]
-        assert "comment that line out" in proc.stderr
+        assert ("refusing to deploy:\n  a mkinitcpio preset names its own config holding kms "
+                "(/etc/mkinitcpio.d/linux.preset: ALL_config=/etc/mkinitcpio.conf (HOOKS: ") in proc.stderr, proc.stderr[-4000:]
+        assert "remove kms from that config yourself or comment that line out" in proc.stderr
         # nothing touched: no drop-in, no rebuild, the files as they were
         assert host.run("test -e /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf", check=False).returncode != 0
         assert len(builds(host)) == n
@@ -133,6 +136,47 @@ def test_a_preset_naming_its_own_config_is_refused_before_anything_is_touched(ho
     finally:
         host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset && "
                  "mv /root/no-kms.conf.orig /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf")
+
+
+def test_a_preset_naming_its_own_config_without_kms_converges_and_drift_is_clean(host):
+    """Issue 57, item 2: the named config holds no kms, so no image has it: no refusal, the images are
+    built from that file alone (the sandbox's mkinitcpio runs v41's ``-c`` path), drift is clean."""
+    main = "HOOKS=(base systemd autodetect microcode modconf keyboard sd-vconsole block filesystems fsck)"
+    host.run("cp -a /etc/mkinitcpio.d/linux.preset /root/linux.preset.orig && cp -a /etc/mkinitcpio.conf /root/main.orig && "
+             "sed -i 's|^#ALL_config=.*|ALL_config=\"/etc/mkinitcpio.conf\"|' /etc/mkinitcpio.d/linux.preset && "
+             f"printf '%s\\n' '{main}' > {MAIN} && mkinitcpio -P >/dev/null && : > {BUILDS}")
+    try:
+        proc = deploy(host)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        assert "names its own config" not in proc.stderr
+        rc, records, out = drift(host=host.name)
+        assert (rc, records) == (0, []), out[-3000:]
+        host.run("mkinitcpio -P >/dev/null")
+        built = builds(host)
+        assert built and all(b["config"] == MAIN and b["dropins"] == [] and "kms" not in b["hooks"] for b in built), built
+    finally:
+        host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset && cp -a /root/main.orig /etc/mkinitcpio.conf")
+
+
+def test_an_operator_drop_in_without_a_final_newline_converges(host):
+    """Issue 57, item 1: a real drop-in ending without a newline (ctlos's archiso.conf, kept byte for byte
+    in the corpus) sorts before rigkit's; mkinitcpio joins them with cat. The deploy converges, the
+    sandbox's mkinitcpio (v41's own loading) builds without kms, drift is clean."""
+    corpus = json.loads((ROOT / "tests" / "unit" / "data" / "owner_corpus.json").read_text())
+    ctlos = next(e for e in corpus["mkinitcpio"] if not e["final_newline"])
+    path = f"/etc/mkinitcpio.conf.d/{ctlos['name']}"
+    host.run(f"printf %s {base64.b64encode(ctlos['text'].encode()).decode()} | base64 -d > {path}")
+    try:
+        assert not host.run(f"cat {path}").stdout.endswith("\n")
+        proc = deploy(host)
+        assert proc.returncode == 0, proc.stderr[-6000:]
+        rc, records, out = drift(host=host.name)
+        assert (rc, records) == (0, []), out[-3000:]
+        host.run(f": > {BUILDS}; mkinitcpio -P >/dev/null")
+        built = builds(host)
+        assert built and all(ctlos["name"] in b["dropins"] and "kms" not in b["hooks"] for b in built), built
+    finally:
+        host.run(f"rm -f {path}")
 
 
 def test_a_missing_include_target_is_refused_naming_pacmans_error(host):
