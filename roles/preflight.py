@@ -42,7 +42,7 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     # pacman cannot read its configuration (an Include target missing): every pacman step would fail;
     # rigkit's own pins file missing is what the pins role puts back
     pacman_conf = host.get_fact(PacmanIgnorePkg)
-    if pacman_conf["error"] and paths.PINS_CONF not in pacman_conf["error"]:
+    if pacman_conf["error"] and not any(p in pacman_conf["error"] for p in (paths.PINS_CONF, paths.LEGACY_PINS_CONF)):
         problems.append(f"pacman cannot read its configuration (pacman-conf IgnorePkg: {pacman_conf['error']}); "
                         "fix that file, then deploy again")
     # the boot role's drop-in could not take kms out (a preset naming its own config with kms): nothing touched yet

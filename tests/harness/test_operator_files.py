@@ -47,8 +47,8 @@ OPERATOR_HOOKS = "HOOKS=(base systemd autodetect microcode modconf kms keyboard 
 #: The operator's files before the deploy (shell, run as root on the converged copy).
 SETUP = f"""
 set -e
-rm -f /etc/pacman.d/rigkit-pins.conf /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf
-sed -i '\\|^Include = /etc/pacman.d/rigkit-pins.conf$|d' /etc/pacman.conf
+rm -f /etc/rigkit/pacman-pins.conf /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf
+sed -i '\\|^Include = /etc/rigkit/pacman-pins.conf$|d' /etc/pacman.conf
 printf '# held by hand\\nIgnorePkg = nvidia* linux  # the driver and kernel\\n' > {OPERATOR_HOLDS}
 sed -i '/^\\[options\\]$/a Include = {OPERATOR_HOLDS}' /etc/pacman.conf
 printf '%s  # the encrypted root\\n' '{SECOND_HOOKS}' >> {MAIN}
@@ -102,7 +102,7 @@ def test_the_operators_files_kept_as_they_are_pins_held_and_kms_out(host):
     assert sha(host, MAIN, OPERATOR_DROPIN, OPERATOR_HOLDS) == before
     after = host.run("cat /etc/pacman.conf").stdout.splitlines(keepends=True)
     added = [ln for ln in after if ln not in pacman_before.splitlines(keepends=True)]
-    assert added == ["Include = /etc/pacman.d/rigkit-pins.conf\n"]
+    assert added == ["Include = /etc/rigkit/pacman-pins.conf\n"]
     assert [ln for ln in after if ln != added[0]] == pacman_before.splitlines(keepends=True)
     backup = re.search(r"the replaced file is kept as (/etc/pacman\.conf\.rigkit-bak-\d{8}T\d{6}Z)", first.stderr)
     assert backup, first.stderr[-4000:]
@@ -122,7 +122,7 @@ def test_a_preset_naming_its_own_config_holding_kms_is_refused_before_anything_i
              "sed -i 's|^#ALL_config=.*|ALL_config=\"/etc/mkinitcpio.conf\"|' /etc/mkinitcpio.d/linux.preset && "
              "mv /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf /root/no-kms.conf.orig")
     try:
-        before = sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN)
+        before = sha(host, "/etc/pacman.conf", "/etc/rigkit/pacman-pins.conf", MAIN, OPERATOR_DROPIN)
         n = len(builds(host))
         proc = deploy(host)
         assert proc.returncode == 1, proc.stderr[-4000:]
@@ -132,7 +132,7 @@ def test_a_preset_naming_its_own_config_holding_kms_is_refused_before_anything_i
         # nothing touched: no drop-in, no rebuild, the files as they were
         assert host.run("test -e /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf", check=False).returncode != 0
         assert len(builds(host)) == n
-        assert sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN) == before
+        assert sha(host, "/etc/pacman.conf", "/etc/rigkit/pacman-pins.conf", MAIN, OPERATOR_DROPIN) == before
     finally:
         host.run("cp -a /root/linux.preset.orig /etc/mkinitcpio.d/linux.preset && "
                  "mv /root/no-kms.conf.orig /etc/mkinitcpio.conf.d/zz-rigkit-no-kms.conf")
@@ -184,12 +184,12 @@ def test_a_missing_include_target_is_refused_naming_pacmans_error(host):
     anything, naming pacman's own error; drift reports it as a finding (exit 3), not a crash."""
     host.run(f"mv {OPERATOR_HOLDS} /root/operator-holds.conf")
     try:
-        before = sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN)
+        before = sha(host, "/etc/pacman.conf", "/etc/rigkit/pacman-pins.conf", MAIN, OPERATOR_DROPIN)
         proc = deploy(host)
         assert proc.returncode == 1, proc.stderr[-4000:]
         assert (f"pacman cannot read its configuration (pacman-conf IgnorePkg: error: config file {OPERATOR_HOLDS} "
                 "could not be read: No such file or directory") in proc.stderr, proc.stderr[-4000:]
-        assert sha(host, "/etc/pacman.conf", "/etc/pacman.d/rigkit-pins.conf", MAIN, OPERATOR_DROPIN) == before
+        assert sha(host, "/etc/pacman.conf", "/etc/rigkit/pacman-pins.conf", MAIN, OPERATOR_DROPIN) == before
         rc, records, out = drift(host=host.name)
         assert rc == 3, out[-3000:]
         assert [(r["kind"], r["item"]) for r in records] == [("pin-held", "/etc/pacman.conf")], records

@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rigkit.common import mkinitcpio, pacman
-from rigkit.operations.pacman import include_argv
+from rigkit import paths
+from rigkit.operations.pacman import include_argv, replace_include_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
@@ -308,8 +310,15 @@ def test_generated_configurations_read_as_mkinitcpio_loads_them(tmp_path_factory
 # ----------------------------------------------------------------------------------------------- pacman
 
 def pacman_conf_ignorepkg(conf: Path) -> dict:
+    """pacman-conf's reading of ``conf`` (:data:`rigkit.common.pacman.IGNOREPKG_COMMAND`, pointed at it):
+    entries, exit status, its stderr lines (``messages``: warnings too) and error."""
     cmd = pacman.IGNOREPKG_COMMAND.replace("pacman-conf IgnorePkg", f"pacman-conf -c {conf} IgnorePkg")
     return pacman.parse_ignorepkg(subprocess.run(["sh", "-c", cmd], capture_output=True, text=True).stdout.splitlines())
+
+
+def moved(tmp: Path, path: str) -> str:
+    """``path`` (under ``/etc/``) moved under ``tmp``."""
+    return str(tmp / path.removeprefix("/etc/"))
 
 
 def supply_includes(tmp: Path, text: str, extra: dict[str, str] | None = None) -> Path:
@@ -319,21 +328,28 @@ def supply_includes(tmp: Path, text: str, extra: dict[str, str] | None = None) -
     d.mkdir(exist_ok=True)
     (d / "mirrorlist").write_text("Server = http://mirror.invalid/$repo/os/x86_64\n")
     for name, content in (extra or {}).items():
-        (d / name).write_text(content)
+        (d / name).write_text(content.replace("/etc/pacman.d/", f"{d}/"))
     conf = tmp / "pacman.conf"
-    conf.write_text(text.replace("/etc/pacman.d/", f"{d}/"))
+    conf.write_bytes(text.replace("/etc/pacman.d/", f"{d}/").encode())
     return conf
 
 
 def apply_pins(conf: Path) -> bool:
-    """What roles/pins.py does: rigkit's pins file, then its Include line when missing (the operation's
-    own sed). Returns whether pacman.conf changed."""
-    include = conf.parent / "pacman.d" / "rigkit-pins.conf"
+    """What roles/pins.py does: rigkit's pins file (:data:`rigkit.paths.PINS_CONF`, moved under the test's
+    folder), then its Include line when missing (the operation's own sed), or rigkit's earlier line turned
+    into it and the earlier file removed. Returns whether pacman.conf changed."""
+    include, legacy = Path(moved(conf.parent, paths.PINS_CONF)), moved(conf.parent, paths.LEGACY_PINS_CONF)
+    include.parent.mkdir(exist_ok=True)
     include.write_text(pacman.pins_conf(PINS))
-    start, present = pacman.options_include(conf.read_text().splitlines(), str(include))
+    lines = conf.read_text().splitlines()
+    start, present = pacman.options_include(lines, str(include))
     assert start is not None
     if present:
         return False
+    if pacman.options_include(lines, legacy)[1]:
+        subprocess.run(replace_include_argv(legacy, str(include), str(conf)), check=True)
+        Path(legacy).unlink(missing_ok=True)
+        return True
     subprocess.run(include_argv(str(include), str(conf)), check=True)
     return True
 
@@ -348,7 +364,9 @@ def assert_pins_held_and_the_rest_kept(conf: Path) -> None:
     assert all(pacman.ignored_by(p, after["entries"]) for p in PINS)
     assert after["entries"] == PINS + before["entries"]  # every operator entry still read, in order
     added = [ln for ln in conf.read_text().splitlines(keepends=True) if ln not in before_text.splitlines(keepends=True)]
-    assert added == [f"Include = {conf.parent}/pacman.d/rigkit-pins.conf\n"]
+    assert added == [f"Include = {moved(conf.parent, paths.PINS_CONF)}\n"]
+    # pacman warns of nothing rigkit brought (issue 57); the operator's warnings stay (one line further down)
+    assert [re.sub(r", line \d+:", ",", m) for m in after["messages"]] == [re.sub(r", line \d+:", ",", m) for m in before["messages"]]
     assert conf.read_text().replace(added[0], "", 1) == before_text  # the operator's lines byte for byte
     assert apply_pins(conf) is False  # the second run changes nothing
     assert pacman_conf_ignorepkg(conf)["entries"] == after["entries"]
@@ -374,6 +392,12 @@ PACMAN_SHAPES = {
     "[options] last, no final newline": ("[core]\nInclude = /etc/pacman.d/mirrorlist\n[options]\nIgnorePkg = linux", {}),
     "a newer pacman's directives (a warning, not an error)": (
         "[options]\nDownloadUser = alpm\nDisableSandbox\nIgnorePkg = htop\n[core]\nInclude = /etc/pacman.d/mirrorlist\n", {}),
+    # issue 57: install scripts and ansible roles append this (`echo 'Include = /etc/pacman.d/*.conf' >>
+    # /etc/pacman.conf`): it lands inside the last repository section and reads every *.conf there
+    "an Include glob of /etc/pacman.d/*.conf inside a repository section": (
+        "[options]\nArchitecture = auto\n[core]\nInclude = /etc/pacman.d/mirrorlist\n[multilib]\n"
+        "Include = /etc/pacman.d/mirrorlist\n\n# Custom Repos\nInclude = /etc/pacman.d/*.conf\n",
+        {"chaotic.conf": "[chaotic-aur]\nInclude = /etc/pacman.d/mirrorlist\n"}),
 }
 
 
@@ -382,6 +406,28 @@ PACMAN_SHAPES = {
 def test_each_pacman_shape_of_the_issue(tmp_path, shape):
     text, extra = PACMAN_SHAPES[shape]
     assert_pins_held_and_the_rest_kept(supply_includes(tmp_path, text, extra))
+
+
+@needs_pacman_conf
+def test_rigkits_earlier_pins_file_read_by_a_glob_in_a_repository_section_and_moved_out(tmp_path):
+    """Before issue 57 the pins file was ``/etc/pacman.d/rigkit-pins.conf``: the glob read it a second
+    time inside ``[chaotic-aur]`` and pacman-conf warned on every run. The deploy turns rigkit's earlier
+    line into the new one (in place) and removes the earlier file: the warning gone, the pins held, every
+    other byte of pacman.conf as it was."""
+    text, extra = PACMAN_SHAPES["an Include glob of /etc/pacman.d/*.conf inside a repository section"]
+    legacy = moved(tmp_path, paths.LEGACY_PINS_CONF)
+    text = text.replace("Architecture = auto\n", f"Include = {paths.LEGACY_PINS_CONF}\nArchitecture = auto\n")
+    conf = supply_includes(tmp_path, text, {**extra, Path(legacy).name: pacman.pins_conf(PINS)})
+    before = pacman_conf_ignorepkg(conf)
+    assert before["messages"] == [f"warning: config file {legacy}, line 3: directive 'IgnorePkg' in section "
+                                  "'chaotic-aur' not recognized."]
+    before_text = conf.read_text()
+    assert apply_pins(conf) is True
+    after = pacman_conf_ignorepkg(conf)
+    assert (after["messages"], after["error"], after["entries"]) == ([], None, PINS)
+    assert not Path(legacy).exists()
+    assert conf.read_text() == before_text.replace(legacy, moved(tmp_path, paths.PINS_CONF))
+    assert apply_pins(conf) is False
 
 
 @needs_pacman_conf
