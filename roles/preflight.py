@@ -14,7 +14,7 @@ from rigkit.operations.facts import Holds, JsonFile, MkinitcpioHooks, NvidiaSmi,
 from rigkit.deploy.preflight import disruptive_steps, refusals
 from rigkit.common.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages
-from rigkit.render.declared_state import REPO_PACKAGES
+from rigkit.render.declared_state import REPO_PACKAGES, cgroup_driver_problem
 from rigkit.render.files import own_units
 from rigkit.spec.model import RigSpec
 
@@ -49,5 +49,10 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     kms = mkinitcpio.refusal(host.get_fact(MkinitcpioHooks))
     if kms:
         problems.append(kms)
+    # an operator's other native.cgroupdriver: rigkit's mitigation would not take effect (dockerd reads a
+    # repeated exec-opt by version); refused, never rewritten
+    driver = cgroup_driver_problem(host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON).get("data"))
+    if driver:
+        problems.append(driver)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))
