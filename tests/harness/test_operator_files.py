@@ -196,3 +196,34 @@ def test_a_missing_include_target_is_refused_naming_pacmans_error(host):
         assert OPERATOR_HOLDS in records[0]["actual"]
     finally:
         host.run(f"mv /root/operator-holds.conf {OPERATOR_HOLDS}")
+
+
+def test_an_operators_systemd_cgroup_driver_as_dockerd_reads_it_in_drift_and_the_deploy(host):
+    """Issue 57, item 4, with the real dockerd (Debian's docker.io 20.10, which takes the first of a
+    repeated ``native.cgroupdriver`` — moby's ``getCD`` up to docker 28): daemon.json as rigkit's
+    earlier list union left it over an operator's systemd driver (systemd, then cgroupfs). docker itself
+    says ``systemd`` (``docker info --format '{{.CgroupDriver}}'``): the mitigation is off. Drift, which
+    said clean before, reports the operator's entry and docker's answer; the deploy refuses before
+    touching anything, naming the entry."""
+    host.run("cp -a /etc/docker/daemon.json /root/daemon.json.orig")
+    edit = ("import json; p='/etc/docker/daemon.json'; d=json.load(open(p)); "
+            "d['exec-opts']=['native.cgroupdriver=systemd']+[o for o in d.get('exec-opts',[]) if o!='native.cgroupdriver=systemd']; "
+            "json.dump(d, open(p,'w'), indent=4)")
+    try:
+        host.run(f"python3 -c \"{edit}\" && systemctl restart docker.service")
+        opts = json.loads(host.run("cat /etc/docker/daemon.json").stdout)["exec-opts"]
+        assert opts == ["native.cgroupdriver=systemd", "native.cgroupdriver=cgroupfs"], opts
+        assert host.run("docker info --format '{{.CgroupDriver}}'").stdout.strip() == "systemd"  # the owner's answer
+        rc, records, out = drift(host=host.name)
+        assert rc == 3, out[-3000:]
+        found = {r["item"]: r["actual"] for r in records if r["kind"] == "daemon.json"}
+        assert found["exec-opts"].startswith("/etc/docker/daemon.json: exec-opts sets native.cgroupdriver=systemd"), records
+        assert found["docker's cgroup driver (docker info)"].startswith("systemd: the cgroup mitigation is not in effect")
+        before = sha(host, "/etc/docker/daemon.json")
+        proc = deploy(host)
+        assert proc.returncode == 1, proc.stderr[-4000:]
+        assert "refusing to deploy:" in proc.stderr and "exec-opts sets native.cgroupdriver=systemd" in proc.stderr
+        assert sha(host, "/etc/docker/daemon.json") == before
+    finally:
+        host.run("cp -a /root/daemon.json.orig /etc/docker/daemon.json && systemctl restart docker.service")
+    assert host.run("docker info --format '{{.CgroupDriver}}'").stdout.strip() == "cgroupfs"
