@@ -57,6 +57,10 @@ if [[ -v HOOKS ]]; then
 fi
 """
 
+#: sha256 of the drop-in texts earlier rigkit builds wrote (before issue 57 gave it its empty first
+#: line): the deploy replaces them as its own, without calling them hand edits.
+EARLIER_DROPIN_SHA256 = frozenset({"8362166789f4a3887aa0d5471701021ecd4a2158a8ffa7ff6f31451ec357a0c4"})
+
 #: The hook rigkit keeps out.
 KMS = "kms"
 

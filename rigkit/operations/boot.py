@@ -61,7 +61,7 @@ def mkinitcpio_without_kms():
     if current == wanted and not rebuild:
         host.noop(f"kms is not in mkinitcpio's HOOKS ({' '.join(loaded['hooks'])})")
         return
-    if current and current != wanted:
+    if current and current != wanted and current not in mkinitcpio.EARLIER_DROPIN_SHA256:
         yield from _backup(path, "rigkit's drop-in was edited by hand")
     if not rebuild:
         yield from files.put._inner(src=StringIO(mkinitcpio.DROPIN_TEXT), dest=path, user="root", group="root",

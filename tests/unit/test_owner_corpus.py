@@ -468,3 +468,15 @@ def test_ignored_by_is_fnmatch_as_alpm_calls_it(pattern, name):
 def test_a_malformed_bracket_is_read_as_libc_reads_it_not_as_python_does():
     assert fnmatch.fnmatchcase("[[-", "[?-") and not pacman.ignored_by("[[-", ["[?-"])
     assert pacman.ignored_by("nvidia-utils", ["nvidia-[tu]tils", "cud?"]) == ["nvidia-[tu]tils"]
+
+
+def test_rigkits_earlier_drop_in_is_known_as_its_own():
+    """The text rigkit wrote before issue 57 (from git: the commit before) is replaced by the deploy as
+    rigkit's own, not backed up as a hand edit."""
+    old = subprocess.run(["git", "-C", str(ROOT), "show", "4f241d1:rigkit/common/mkinitcpio.py"], capture_output=True, text=True)
+    if old.returncode != 0:
+        pytest.skip(f"git history not at hand: {old.stderr.strip()}")
+    scope: dict = {}
+    exec(compile(old.stdout, "mkinitcpio.py@4f241d1", "exec"), scope)
+    assert hashlib.sha256(scope["DROPIN_TEXT"].encode()).hexdigest() in mkinitcpio.EARLIER_DROPIN_SHA256
+    assert hashlib.sha256(mkinitcpio.DROPIN_TEXT.encode()).hexdigest() not in mkinitcpio.EARLIER_DROPIN_SHA256
