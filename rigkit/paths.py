@@ -47,7 +47,13 @@ NOUVEAU_BLACKLIST = "/etc/modprobe.d/rigkit-nouveau.conf"
 # taking kms out of whatever HOOKS is in effect
 from rigkit.common.mkinitcpio import CONF as MKINITCPIO_CONF, DROPIN as MKINITCPIO_DROPIN  # noqa: E402
 PACMAN_CONF = "/etc/pacman.conf"  # the operator's: rigkit adds one Include line to [options], nothing else
-PINS_CONF = "/etc/pacman.d/rigkit-pins.conf"  # rigkit's: IgnorePkg = the pins (Include'd from [options])
+# rigkit's: IgnorePkg = the pins (Include'd from [options]). Outside /etc/pacman.d: install scripts, ansible
+# roles and mkosi append `Include = /etc/pacman.d/*.conf` to pacman.conf, inside its last repository
+# section, and pacman then read the pins there too, warning "directive 'IgnorePkg' in section 'multilib'
+# not recognized" on every run (issue 57). LEGACY_PINS_CONF: where rigkit kept it before; the deploy
+# turns its Include line into PINS_CONF's and removes that file.
+PINS_CONF = "/etc/rigkit/pacman-pins.conf"
+LEGACY_PINS_CONF = "/etc/pacman.d/rigkit-pins.conf"
 DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_BIN = "/usr/bin/docker"
 NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"

@@ -14,7 +14,7 @@ from rigkit.operations.facts import Holds, JsonFile, MkinitcpioHooks, NvidiaSmi,
 from rigkit.deploy.preflight import disruptive_steps, refusals
 from rigkit.common.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages
-from rigkit.render.declared_state import REPO_PACKAGES
+from rigkit.render.declared_state import REPO_PACKAGES, cgroup_driver_problem
 from rigkit.render.files import own_units
 from rigkit.spec.model import RigSpec
 
@@ -42,12 +42,17 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     # pacman cannot read its configuration (an Include target missing): every pacman step would fail;
     # rigkit's own pins file missing is what the pins role puts back
     pacman_conf = host.get_fact(PacmanIgnorePkg)
-    if pacman_conf["error"] and paths.PINS_CONF not in pacman_conf["error"]:
+    if pacman_conf["error"] and not any(p in pacman_conf["error"] for p in (paths.PINS_CONF, paths.LEGACY_PINS_CONF)):
         problems.append(f"pacman cannot read its configuration (pacman-conf IgnorePkg: {pacman_conf['error']}); "
                         "fix that file, then deploy again")
-    # the boot role's drop-in could not take kms out (a preset naming its own config): nothing touched yet
+    # the boot role's drop-in could not take kms out (a preset naming its own config with kms): nothing touched yet
     kms = mkinitcpio.refusal(host.get_fact(MkinitcpioHooks))
     if kms:
         problems.append(kms)
+    # an operator's other native.cgroupdriver: rigkit's mitigation would not take effect (dockerd reads a
+    # repeated exec-opt by version); refused, never rewritten
+    driver = cgroup_driver_problem(host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON).get("data"))
+    if driver:
+        problems.append(driver)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))

@@ -42,7 +42,7 @@ MODULE_ORDER = (
     "tests/unit/test_cli.py",                  # 23 s
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
     "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
-    "tests/unit/test_owner_corpus.py",         # 17 s (bash runs mkinitcpio's loading per case)
+    "tests/unit/test_owner_corpus.py",         # 30-50 s (issue 57: real files byte for byte, presets' -c loading, files without a final newline)
     "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
     "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
     "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
@@ -64,6 +64,8 @@ MODULE_ORDER = (
     "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
     "tests/unit/test_promfile.py",             # 8-13 s (issue 47): promtool on 40 generated files, the agent run thrice
+    "tests/unit/test_textfile_writers.py",     # 10 s (issue 57): the real node_exporter over every pair of rigkit's writers
+    "tests/unit/test_daemon_json.py",          # 7 s (issue 57): the real nvidia-ctk (built once, cached) over generated daemon.json
     "tests/models/test_check_vram.py",         # 6 s: two `rigkit check` runs (issue 46)
 )
 

@@ -397,8 +397,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {written['requests']}, {written['summary']}, {written['chart']}")
-    _write_metrics(summary, *metrics)
-    return summary["exit_code"]
+    return exitcodes.combine(summary["exit_code"], _write_metrics(summary, *metrics))
 
 
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
@@ -485,11 +484,19 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
     for line in report_lines(summary):
         click.echo(line)
     click.echo(f"wrote {paths['requests']}, {paths['summary']}, {paths['chart']}")
-    _write_metrics(summary, metrics_file, host, member)
-    return summary["exit_code"]
+    if url:  # a bare --url run is labelled by what it measured
+        host, member = prometheus.url_labels(base, target.model)
+    return exitcodes.combine(summary["exit_code"], _write_metrics(summary, metrics_file, host, member))
 
 
-def _write_metrics(summary, metrics_file, host, member) -> None:
-    """``--metrics FILE``: the run's figures per host, member and workload (:mod:`rigkit.report.prometheus`)."""
+def _write_metrics(summary, metrics_file, host, member) -> int:
+    """``--metrics FILE``: the run's figures per host, member and workload (:mod:`rigkit.report.prometheus`).
+    Returns 0, or 1 (said on stderr) when another ``*.prom`` file of the folder already carries one of
+    its series (:class:`rigkit.report.prometheus.SeriesClash`: nothing written)."""
     if metrics_file:
-        click.echo(f"wrote {prometheus.write(metrics_file, prometheus.bench_families(summary, host, member))}")
+        try:
+            click.echo(f"wrote {prometheus.write(metrics_file, prometheus.bench_families(summary, host, member))}")
+        except prometheus.SeriesClash as exc:
+            click.echo(f"rigkit bench: {exc}", err=True)
+            return exitcodes.FAILED
+    return 0

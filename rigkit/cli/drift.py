@@ -124,8 +124,13 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     inv = inventory or default_inventory()
     states: dict = {}
     findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=with_plan, states=states)
+    wrote = exitcodes.OK
     if metrics_file:
-        prometheus.write(metrics_file, prometheus.drift_families(findings, codes))
+        try:
+            prometheus.write(metrics_file, prometheus.drift_families(findings, codes))
+        except prometheus.SeriesClash as exc:  # nothing written: said, and the run fails (exit 1)
+            print(f"rigkit drift: {exc}", file=sys.stderr)
+            wrote = exitcodes.FAILED
     if as_json:
         from rigkit.drift.run import document, dumps_document
 
@@ -159,5 +164,5 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
             fix = repair_hint(hs.name, mine)
             if fix:
                 out.print(Text(f"{hs.name}: to repair: {fix}"))
-    sys.exit(exitcodes.combine(*codes.values()))
+    sys.exit(exitcodes.combine(*codes.values(), wrote))
 

@@ -158,6 +158,8 @@ def source_from_bundle(bundle: dict[str, Any], run_spec: RigSpec, lock_dir: Path
     rendered = {p: RenderedFile(contents[p], meta["mode"], meta["owner"])
                 for p, meta in rec["files"].items() if p != paths.MODELS_LOCK}
     rendered[paths.HOST_CONFIG] = RenderedFile(render_host_config(spec), "0644", "root:root")
+    if paths.LEGACY_PINS_CONF in rendered:  # recorded before issue 57 moved rigkit's pins file
+        rendered[paths.PINS_CONF] = rendered.pop(paths.LEGACY_PINS_CONF)
     return Source(spec, rendered, int(rec["n"]), lock_text)
 
 

@@ -200,21 +200,33 @@ def compare_power(host: str, watts: int, smi: dict[str, Any]) -> list[Finding]:
     return out
 
 
-def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]) -> list[Finding]:
+def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any],
+                        driver: str | None = None) -> list[Finding]:
     """The keys rigkit owns in ``/etc/docker/daemon.json``, compared as JSON: a key differs when
     merging rigkit's value into the host's would change it (the deploy's own
-    :func:`~rigkit.render.declared_state.merge_json`). Keys rigkit does not own are never drift."""
+    :func:`~rigkit.render.declared_state.merge_json`); an operator's other ``native.cgroupdriver``
+    (:func:`~rigkit.render.declared_state.cgroup_driver_problem`) and the driver docker itself says is in
+    effect (``driver``: ``docker info --format '{{.CgroupDriver}}'``; None or "" when docker did not
+    answer) other than ``cgroupfs`` are findings. Keys rigkit does not own are never drift."""
     path = paths.DOCKER_DAEMON_JSON
     if not actual.get("exists"):
         return [Finding(host, "daemon.json", path, "present with " + ", ".join(sorted(owned)), "missing")]
     if actual.get("error"):
         return [Finding(host, "daemon.json", path, "a JSON object", actual["error"])]
     data = actual.get("data") or {}
+    merged = declared_state.merge_json(data, owned)
     out = []
     for key, want in sorted(owned.items()):
-        if key not in data or declared_state.merge_json(data[key], want) != data[key]:
+        if key not in data or merged[key] != data[key]:
             out.append(Finding(host, "daemon.json", key, json.dumps(want, sort_keys=True),
                                json.dumps(data[key], sort_keys=True) if key in data else "absent"))
+    problem = declared_state.cgroup_driver_problem(data)
+    if problem and not any(f.item == "exec-opts" for f in out):
+        out.append(Finding(host, "daemon.json", "exec-opts", json.dumps(owned.get("exec-opts")), problem))
+    want_driver = declared_state.CGROUP_DRIVER
+    if driver and driver != want_driver:
+        out.append(Finding(host, "daemon.json", "docker's cgroup driver (docker info)", want_driver,
+                           f"{driver}: the cgroup mitigation is not in effect (restart docker after fixing daemon.json)"))
     return out
 
 
@@ -285,15 +297,16 @@ def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]
 def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding]:
     """No ``kms`` hook in mkinitcpio's effective HOOKS (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
     the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
-    naming its own config or a configuration that does not load is a finding (the deploy refuses
+    naming its own config that holds kms or does not load (:func:`rigkit.common.mkinitcpio.preset_problem`;
+    one without kms is clean), or a configuration that does not load, is a finding (the deploy refuses
     them); no ``/etc/mkinitcpio.conf``: nothing to check, as the deploy."""
-    from rigkit.common.mkinitcpio import KMS, refusal
+    from rigkit.common.mkinitcpio import KMS, preset_problem, refusal
 
     if not loaded or not loaded.get("present"):
         return []
     item = f"{paths.MKINITCPIO_CONF} HOOKS (as mkinitcpio loads them)"
     want = "no kms hook (nouveau stays out of the initramfs)"
-    if loaded["presets"] or loaded["error"]:
+    if preset_problem(loaded) or loaded["error"]:
         return [Finding(host, "boot", item, want, refusal(loaded) or "")]
     if KMS in loaded["hooks"]:
         return [Finding(host, "boot", item, want, f"kms hook in effect: HOOKS=({' '.join(loaded['hooks'])})")]
@@ -471,7 +484,8 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_reboot(host, declared_state.reboot_reasons(kernel, facts.get("dkms") or [], driver,
                                                           spec.driver_flavour))
     out += compare_power(host, spec.gpu_power_limit_w, smi)
-    out += compare_daemon_json(host, declared_state.DAEMON_JSON_KEYS, facts.get("daemon_json") or {})
+    out += compare_daemon_json(host, declared_state.DAEMON_JSON_KEYS, facts.get("daemon_json") or {},
+                               facts.get("docker_cgroup_driver"))
     out += compare_agent(host, facts.get("agent") or {})
     out += compare_units(host, decl, facts.get("units") or {})
     out += compare_llama_swap_live(host, facts.get("llama_swap_start") or {},

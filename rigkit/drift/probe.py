@@ -30,6 +30,9 @@ AGENT_MODELS, RC = "agent+models", "__RC__="
 WHEELS_DIR = f"{paths.AGENT_DIR}/wheels"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
 MAX_DIFF_BYTES = 1 << 20
+#: docker's own answer to which cgroup driver is in effect (docker-info(1) ``--format``: the
+#: ``CgroupDriver`` field of ``system info``); nothing printed when docker does not answer.
+DOCKER_CGROUP_DRIVER_COMMAND = "docker info --format '{{.CgroupDriver}}' 2>/dev/null"
 #: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
 UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Requires", "BindsTo", "Requisite",
               "PartOf", "FragmentPath")
@@ -76,6 +79,8 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
     # the header line that names the driver's CUDA level (rigkit.common.gpu.driver_cuda reads both spellings)
     sections.append(("smi-cuda", "nvidia-smi | grep -m 1 'CUDA'"))
     sections.append(("daemon-json", JsonFile().command(paths.DOCKER_DAEMON_JSON)))
+    # the owner's answer to which cgroup driver is in effect (declared_state.cgroup_driver_problem)
+    sections.append(("docker-cgroup-driver", DOCKER_CGROUP_DRIVER_COMMAND))
     sections.append(("window", JsonFile().command(paths.WINDOW_JOURNAL)))
     sections.append(("holds", Holds().command(paths.HOLDS_FILE)))
     sections.append(("generations", JsonFile().command(f"{paths.GENERATIONS_DIR}/index.json")))
@@ -233,7 +238,8 @@ def parse_agent(lines: list[str], models: bool) -> tuple[dict[str, Any], Any]:
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
     """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
     stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
-    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``power_healer`` (the
+    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``docker_cgroup_driver`` (docker info's answer, None when
+    docker did not answer), ``power_healer`` (the
     healer's record, :mod:`rigkit.host.power`), ``agent`` ``{rc,
     output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
     (``{name: [reasons]}``, ``"no-agent"``, or None when not asked)."""
@@ -281,6 +287,8 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
             facts["smi_cuda"] = gpu.driver_cuda("\n".join(lines))
         elif key == "daemon-json":
             facts["daemon_json"] = JsonFile().process(lines)
+        elif key == "docker-cgroup-driver":
+            facts["docker_cgroup_driver"] = next((ln.strip() for ln in lines if ln.strip()), None)
         elif key == "window":
             facts["window"] = JsonFile().process(lines)
         elif key == "holds":

@@ -32,7 +32,8 @@ def mkinitcpio_without_kms():
     Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
     the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
     nothing to do. Raises ``OperationError`` (:func:`rigkit.common.mkinitcpio.refusal`) when a preset
-    names its own config (no drop-in would be read) or kms would stay in effect; preflight refuses the
+    names its own config holding kms (no drop-in would be read for it; one without kms needs nothing)
+    or kms would stay in effect; preflight refuses the
     same before anything is touched. When the drop-in changes the effective HOOKS it is installed and
     the initramfs rebuilt in one step; a failed rebuild puts the previous drop-in back (so the next
     deploy tries again) and fails. A drop-in edited by hand is backed up first, the backup named.
@@ -60,7 +61,7 @@ def mkinitcpio_without_kms():
     if current == wanted and not rebuild:
         host.noop(f"kms is not in mkinitcpio's HOOKS ({' '.join(loaded['hooks'])})")
         return
-    if current and current != wanted:
+    if current and current != wanted and current not in mkinitcpio.EARLIER_DROPIN_SHA256:
         yield from _backup(path, "rigkit's drop-in was edited by hand")
     if not rebuild:
         yield from files.put._inner(src=StringIO(mkinitcpio.DROPIN_TEXT), dest=path, user="root", group="root",

@@ -121,13 +121,17 @@ def synced_packages(packages: list[str]):
 
 
 @operation()
-def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF):
+def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF,
+                   replaces: str = paths.LEGACY_PINS_CONF):
     """``Include = <include>`` once in ``[options]`` of pacman.conf: the one line rigkit adds to the
     operator's file, right after the first ``[options]`` header (``sed -i``: every other byte stays), the
-    file backed up first and the backup named in the deploy's output.
+    file backed up first and the backup named in the deploy's output. Where rigkit's earlier line
+    ``Include = <replaces>`` stands in ``[options]``, that line becomes the new one (same place) and the
+    file ``replaces`` is removed.
 
     + include: rigkit's pins file (:func:`rigkit.common.pacman.pins_conf`), installed before this runs
     + path: pacman.conf
+    + replaces: where rigkit kept its pins file before (:data:`rigkit.paths.LEGACY_PINS_CONF`)
 
     The operator's ``IgnorePkg`` lines (globs, several lines, their own ``Include`` files) are left as
     they are: pacman adds every ``IgnorePkg`` it reads to one list, so the pins are held whatever the
@@ -141,8 +145,9 @@ def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF
         from rigkit.operations.pacman import pacman_include
         pacman_include(
             name="Hold the pinned packages: Include rigkit's pins file from [options]",
-            include="/etc/pacman.d/rigkit-pins.conf",
+            include="/etc/rigkit/pacman-pins.conf",
             path="/etc/pacman.conf",
+            replaces="/etc/pacman.d/rigkit-pins.conf",
         )
     """
     lines = host.get_fact(FileContents, path=path)
@@ -154,8 +159,23 @@ def pacman_include(include: str = paths.PINS_CONF, path: str = paths.PACMAN_CONF
     if present:
         host.noop(f"{path} includes {include} in [options]")
         return
+    _, earlier = options_include(lines, replaces)
+    if earlier:
+        yield from _backup(path, f"rigkit's Include line in [options] becomes Include = {include}")
+        yield argv(*replace_include_argv(replaces, include, path))
+        yield argv("rm", "-f", replaces)
+        return
     yield from _backup(path, f"rigkit adds one line to [options]: Include = {include}")
     yield argv(*include_argv(include, path))
+
+
+def replace_include_argv(old: str, new: str, path: str) -> list[str]:
+    """The command turning rigkit's line ``Include = <old>`` (as rigkit wrote it, whole line) into
+    ``Include = <new>`` in pacman.conf ``path``, every other byte left as it is (GNU ``sed -i``)."""
+    def bre(text: str) -> str:  # a basic regular expression matching ``text`` literally
+        return "".join("\\" + c if c in "\\.*[]^$|" else c for c in text)
+    replacement = "".join("\\" + c if c in "\\&|" else c for c in new)
+    return ["sed", "-i", "-e", f"s|^Include = {bre(old)}$|Include = {replacement}|", path]
 
 
 def include_argv(include: str, path: str) -> list[str]:

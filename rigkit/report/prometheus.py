@@ -8,8 +8,17 @@ import: its docstring has the conventions and the part each file holds). Point t
 
 Labels come only from names the spec validates or rigkit's own words: ``host`` (the inventory's host
 name), ``member`` and ``workload`` (spec and workload names), ``kind`` and ``severity`` (drift's fixed
-vocabulary, :mod:`rigkit.drift.severity`), ``verdict`` (the bench's verdict words). prometheus-client
-escapes every label value, so a name with odd characters stays one value.
+vocabulary, :mod:`rigkit.drift.severity`), ``verdict`` (the bench's verdict words) — and for a bare
+``rigkit bench --url`` run what it measured (:func:`url_labels`: the URL without credentials, the model
+asked for). prometheus-client escapes every label value, so a name with odd characters stays one value.
+
+**One series, one file.** node_exporter's textfile collector reads every ``*.prom`` of its folder and
+gathers them into one registry: a series two files carry is gathered twice, and the exporter serves one
+of them, logs ``collected metric … was collected before with the same name and label values`` and still
+reports ``node_textfile_scrape_error 0`` (node_exporter 1.5.0, checked in
+``tests/unit/test_textfile_writers.py``; collector/textfile.go hands every file's families to the same
+``prometheus.Gatherers``). :func:`write` therefore refuses to write a file that would carry a series
+another ``*.prom`` file of the folder already carries (:class:`SeriesClash`), naming both.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any, Iterable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import write_to_textfile
+from prometheus_client.parser import text_string_to_metric_families
 
 #: The bench's verdict words (:func:`rigkit.bench.results.verdict`), one series each.
 VERDICTS = ("PASS", "WARN", "FAIL", "no baseline", "not comparable", "NOT-RUN")
@@ -66,8 +76,8 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
     """The last smoke's figures per workload, from a bench ``summary.json`` object
     (:func:`rigkit.bench.runner.build_summary`: ``timestamp`` ISO 8601, ``workloads`` {name:
     {metrics: {decode_tps: {median…}, …}, energy: {j_per_token, …}}}, ``verdicts`` {name: {verdict}}),
-    labelled ``host``/``member`` (the inventory host and llama-swap member benched; ``""`` for a bare
-    ``--url``: a URL is not a label) and ``workload``.
+    labelled ``host``/``member`` (the inventory host and llama-swap member benched; for a bare ``--url``
+    run, :func:`url_labels`: what it measured) and ``workload``.
 
     :data:`BENCH_FIGURES`, ``rigkit_bench_energy_joules_per_token`` (J/token from the card's counter or
     sampled power.draw; absent when not measured), ``rigkit_bench_verdict{verdict}`` (1 for the
@@ -103,6 +113,56 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
     return [*fams.values(), jpt, verdict, at]
 
 
+def url_labels(url: str, model: str | None) -> tuple[str, str]:
+    """``(host, member)`` labels of a bare ``rigkit bench --url`` run: what it measured — the URL as
+    ``scheme://host[:port][/path]`` (credentials, query and fragment left out: a label is never a
+    secret) and the model it asked for (``""``: the server's default). Two runs against different
+    URLs or models are then different series, as node_exporter needs them to be."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # an IPv6 address
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}", model or ""
+
+
+class SeriesClash(ValueError):
+    """A metrics file would carry a series another ``*.prom`` file of its folder already carries
+    (module docstring: node_exporter would serve one and say nothing)."""
+
+
+def _series(families: Iterable[Metric]) -> set[tuple[str, tuple]]:
+    return {(s.name, tuple(sorted(s.labels.items()))) for fam in families for s in fam.samples}
+
+
+def clash(path: str | Path, families: list[Metric]) -> str | None:
+    """Why ``families`` cannot go to ``path``, or None: the first other ``*.prom`` file of its folder
+    (sorted by name) that carries one of their series (name and labels, as prometheus-client's parser
+    reads that file), naming it, the series and how many more. A file that cannot be read or parsed is
+    left to node_exporter (which reports it in ``node_textfile_scrape_error``)."""
+    target = Path(path).absolute()
+    ours = _series(families)
+    for other in sorted(target.parent.glob("*.prom")):
+        if other.name == target.name:
+            continue
+        try:
+            theirs = _series(text_string_to_metric_families(other.read_text()))
+        except (OSError, ValueError):
+            continue
+        both = sorted(ours & theirs)
+        if both:
+            name, labels = both[0]
+            series = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+            more = f" (and {len(both) - 1} more)" if len(both) > 1 else ""
+            return (f"{path} not written: {other} already carries {series}{more}; node_exporter's textfile collector "
+                    "would serve one of the two and still report node_textfile_scrape_error 0. Write these figures "
+                    f"to {other} instead, or remove it")
+    return None
+
+
 def check_path(_ctx: Any, param: Any, value: str | None) -> str | None:
     """click callback of ``--metrics FILE``: FILE must end in ``.prom`` (node_exporter's textfile collector
     reads nothing else) and its folder must exist; else a usage error (exit 2) naming the option, the
@@ -133,8 +193,13 @@ def metrics_option(part: str):
 def write(path: str, families: list[Metric]) -> Path:
     """Write ``families`` to ``path`` with prometheus-client's ``write_to_textfile`` (a temp file in the
     same folder renamed over it: a scrape never sees half a file) from a registry of their own (never
-    the process-global one). Returns the path. Raises OSError when it cannot be written."""
+    the process-global one). Returns the path. Raises :class:`SeriesClash` (nothing written) when another
+    ``*.prom`` file of the folder carries one of its series (:func:`clash`), OSError when it cannot be
+    written."""
     fixed = list(families)
+    problem = clash(path, fixed)
+    if problem:
+        raise SeriesClash(problem)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(type("Families", (), {"collect": lambda self: iter(fixed)})())
     write_to_textfile(str(path), reg)

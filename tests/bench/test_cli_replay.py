@@ -179,3 +179,24 @@ def test_much_slower_than_a_matching_baseline_fails_and_shows_the_speed_up(repla
     assert verdict["chat-greedy"]["reasons"][0].endswith("; measured 2 times)")
     assert any(line.startswith("speed-up vs vllm qwen3.8-27b W4A16: chat-greedy 0.0")
                for line in result.stdout.splitlines())
+
+
+def test_a_url_runs_metrics_are_labelled_by_what_it_measured_and_a_second_file_of_the_same_is_refused(replay, tmp_path):
+    """Issue 57: a bare --url run's series carry the URL and the model asked for (before: host="" member="",
+    so two runs against two servers made one series in two files, and node_exporter dropped one); a second
+    file carrying the same series is refused (exit 1, nothing written), naming the first."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    replay.default = Script(vllm_stream(answer=["abc"] * 4, tokens_per_chunk=1))
+    first, second = tmp_path / "rigkit_bench_a.prom", tmp_path / "rigkit_bench_b.prom"
+    result, _ = run(replay, tmp_path, "--workload", "chat-greedy", "--no-warmup", "--model", "qwen",
+                    "--metrics", str(first))
+    assert result.exit_code == 0, result.output
+    labels = {tuple(sorted(s.labels.items())) for fam in text_string_to_metric_families(first.read_text())
+              for s in fam.samples if s.name == "rigkit_bench_decode_tokens_per_second"}
+    assert labels == {(("host", replay.url.rstrip("/")), ("member", "qwen"), ("workload", "chat-greedy"))}
+    result, _ = run(replay, tmp_path, "--workload", "chat-greedy", "--no-warmup", "--model", "qwen",
+                    "--metrics", str(second))
+    assert result.exit_code == 1, result.output
+    assert f"{second} not written: {first} already carries rigkit_bench_" in result.stderr
+    assert not second.exists()

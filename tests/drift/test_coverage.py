@@ -158,9 +158,16 @@ def test_mkinitcpio_kms_hook_read_as_the_deploy_reads_it():
     assert compare.compare_mkinitcpio("h", parse_load(["main present", "hook base", "hook udev"])) == []
     found = compare.compare_mkinitcpio("h", parse_load(["main present", "hook base", "hook kms", "rigkit-hook base"]))
     assert [(f.kind, f.actual) for f in found] == [("boot", "kms hook in effect: HOOKS=(base kms)")]
-    preset = parse_load(["main present", "preset /etc/mkinitcpio.d/linux.preset\tALL_config=/etc/mkinitcpio.conf",
+    preset = parse_load(["main present", "preset /etc/mkinitcpio.d/linux.preset\tALL_config=/etc/mkinitcpio.conf\thooks base kms",
                          "hook base"])
-    assert "/etc/mkinitcpio.d/linux.preset: ALL_config=/etc/mkinitcpio.conf" in compare.compare_mkinitcpio("h", preset)[0].actual
+    assert "/etc/mkinitcpio.d/linux.preset: ALL_config=/etc/mkinitcpio.conf (HOOKS: base kms)" in compare.compare_mkinitcpio("h", preset)[0].actual
+    # a preset naming its own config without kms (issue 57): nothing for drift to report
+    clean = parse_load(["main present", "preset /etc/mkinitcpio.d/linux.preset\tALL_config=/etc/mkinitcpio.conf\thooks base udev",
+                        "hook base", "hook udev"])
+    assert clean["presets"] == [["/etc/mkinitcpio.d/linux.preset", "ALL_config=/etc/mkinitcpio.conf", ["base", "udev"]]]
+    assert compare.compare_mkinitcpio("h", clean) == []
+    broken = parse_load(["main present", "preset /p\tdefault_config=/gone.conf\terror", "hook base"])
+    assert "does not load (/p: default_config=/gone.conf)" in compare.compare_mkinitcpio("h", broken)[0].actual
 
 
 def test_legacy_unit_without_its_copy():

@@ -176,7 +176,7 @@ def test_pins_are_installed_and_survive_pacman_syu(deployed):
     assert set(host.run("pacman-conf IgnorePkg").stdout.split()) == set(pins)
     conf = ti.file("/etc/pacman.conf").content_string
     options = conf.split("[options]", 1)[1].split("\n[", 1)[0]
-    assert [ln for ln in options.splitlines() if ln.startswith("Include")] == ["Include = /etc/pacman.d/rigkit-pins.conf"]
+    assert [ln for ln in options.splitlines() if ln.startswith("Include")] == ["Include = /etc/rigkit/pacman-pins.conf"]
 
 
 def test_the_kms_hook_went_out_through_rigkits_drop_in_with_one_rebuild(deployed):

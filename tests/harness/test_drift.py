@@ -179,7 +179,7 @@ def test_driver_upgraded_past_the_pin(rig):
 def test_ignorepkg_removed(rig):
     """rigkit's Include line commented out: pacman-conf no longer holds the pins."""
     rig.run("cp -a /etc/pacman.conf /root/pacman.conf.orig && "
-            "sed -i 's|^Include = /etc/pacman.d/rigkit-pins.conf|#&|' /etc/pacman.conf")
+            "sed -i 's|^Include = /etc/rigkit/pacman-pins.conf|#&|' /etc/pacman.conf")
     try:
         rc, records, out = drift()
         assert rc == 3, out

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rigkit import paths
 from rigkit.cache import ArtefactUnavailable, fetch_pinned
@@ -249,3 +251,62 @@ def test_verdict_code_rejected_beats_could_not_run():
     assert verdict_code([r("pass"), r("skip")]) == 0
     assert verdict_code([r("pass"), r("error")]) == 1
     assert verdict_code([r("error"), r("fail")]) == 2
+
+
+# ----------------------------------------------------------------------------- the operator's units (issue 57)
+
+NIGHTLY = ("[Unit]\nDescription=the operator's nightly job\nAfter=network-online.target\n\n"
+           "[Service]\nType=oneshot\nExecStart={exe} --quiet\nExecStartPost=/bin/true\n")
+
+
+def _with_operator_units(tmp_path, units: dict[str, str]):
+    """The rig rendered with the operator's own unit files (``operator_units``), and its checks."""
+    for name, text in units.items():
+        (tmp_path / name).write_text(text)
+    spec = spec_from_dict({"operator_units": [str(tmp_path / n) for n in units]})
+    files = render(spec)
+    return {r.path: r for r in run_checks(files, spec) if r.validator == "systemd-analyze verify"}
+
+
+def test_an_operators_unit_calling_a_script_that_exists_only_on_the_rig_is_not_refused(tmp_path):
+    """Before, systemd-analyze ran on the control machine and said ``Command /usr/local/bin/nightly-backup
+    is not executable``: the spec was refused. Judged against what the rig will have, the script is
+    staged as the rig has it and the one line says what could not be checked here; the rest of the unit is
+    still judged (``/bin/true`` exists here and is checked for real)."""
+    got = _with_operator_units(tmp_path, {"nightly-backup.service": NIGHTLY.format(exe="/usr/local/bin/nightly-backup"),
+                                          "nightly-backup.timer": "[Timer]\nOnCalendar=daily\n\n[Install]\nWantedBy=timers.target\n"})
+    service = got[f"{paths.UNIT_DIR}/nightly-backup.service"]
+    assert (service.status, service.detail) == ("skip", "not checked here, exists only on the rig: /usr/local/bin/nightly-backup")
+    assert got[f"{paths.UNIT_DIR}/nightly-backup.timer"].status == "pass"
+    assert [r for r in got.values() if r.status in ("fail", "error")] == []
+
+
+def test_an_operators_unit_is_still_judged_by_systemd(tmp_path):
+    got = _with_operator_units(tmp_path, {"nightly.service": NIGHTLY.format(exe="/usr/local/bin/nightly")
+                                          .replace("Type=oneshot", "Typo=oneshot")})
+    result = got[f"{paths.UNIT_DIR}/nightly.service"]
+    assert result.status == "fail"
+    assert "Unknown key 'Typo' in section [Service]" in result.detail
+
+
+@pytest.mark.parametrize("name, why", [("docker.service", "a unit the rig's packages ship"),
+                                       ("nvidia-persistenced.service", "a unit the rig's packages ship"),
+                                       ("systemd-journald.service", "a unit systemd itself ships")])
+def test_an_operators_unit_named_like_a_shipped_unit_is_refused_for_that_reason(tmp_path, name, why):
+    """Before, such a unit was refused only when this machine lacked its binary (``/usr/bin/nvidia-persistenced
+    is not executable``); the reason is that in /etc/systemd/system it replaces the shipped unit whole."""
+    exe = "/usr/bin/" + name.split(".")[0]
+    result = _with_operator_units(tmp_path, {name: NIGHTLY.format(exe=exe)})[f"{paths.UNIT_DIR}/{name}"]
+    assert result.status == "fail"
+    assert result.detail.startswith(f"{name} is named like {why}: installed in /etc/systemd/system it would replace "
+                                    "that unit whole")
+    assert "not executable" not in result.detail
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(exe=st.lists(st.text(alphabet="abcxyz-_0123", min_size=1, max_size=8), min_size=1, max_size=4)
+       .map(lambda parts: "/" + "/".join(["opt"] + parts)))
+def test_no_executable_that_exists_only_on_the_rig_refuses_an_operators_unit(tmp_path_factory, exe):
+    tmp = tmp_path_factory.mktemp("units")
+    result = _with_operator_units(tmp, {"job.service": NIGHTLY.format(exe=exe)})[f"{paths.UNIT_DIR}/job.service"]
+    assert (result.status, result.detail) == ("skip", f"not checked here, exists only on the rig: {exe}")

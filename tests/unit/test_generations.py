@@ -91,6 +91,19 @@ def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_
     assert "/var/lib/rigkit/models.lock.json" not in src.rendered
 
 
+def test_a_generation_recorded_before_the_pins_file_moved_comes_back_with_it_at_its_new_path(tmp_path):
+    """Issue 57 moved rigkit's pins file out of /etc/pacman.d/: a rollback to an earlier generation puts
+    the same content at the new path (the pins role installs that one; its Include line follows)."""
+    from rigkit import paths
+
+    s = spec()
+    rendered = render(s)
+    old = {(paths.LEGACY_PINS_CONF if p == paths.PINS_CONF else p): f for p, f in rendered.items()}
+    src = gen.source_from_bundle(_bundle(2, s, old), s, tmp_path)
+    assert paths.LEGACY_PINS_CONF not in src.rendered
+    assert src.rendered[paths.PINS_CONF].text == rendered[paths.PINS_CONF].text
+
+
 def test_the_plan_line_says_which_generation_a_deploy_replaces():
     from rigkit.operations.generations import plan_line
 

@@ -28,7 +28,7 @@ def test_every_rendered_path_mode_and_owner():
         "/etc/llama-swap/config.staged.yaml": ("0640", "root:llama-swap"),
         "/etc/modprobe.d/rigkit-nouveau.conf": ("0644", "root:root"),
         "/etc/rigkit/host.json": ("0644", "root:root"),
-        "/etc/pacman.d/rigkit-pins.conf": ("0644", "root:root"),
+        "/etc/rigkit/pacman-pins.conf": ("0644", "root:root"),
         f"{UNITS}/llama-swap.service": ("0644", "root:root"),
         f"{UNITS}/hyperqwen.service": ("0644", "root:root"),
         f"{UNITS}/gpu-power-limit.service": ("0644", "root:root"),
