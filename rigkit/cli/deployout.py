@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from rigkit import hints
+from rigkit.cli import common
 from rigkit.cli.common import err
 
 
@@ -25,10 +26,11 @@ class Console:
         self._log: QuietLog | None = None
 
     def note(self, text: str, error: bool = False) -> None:
-        """One line on stderr (markup in ``text`` is printed as it is)."""
-        from rich.markup import escape
-
-        err.print(("[red]error:[/] " if error else "") + escape(text), markup=True, highlight=False)
+        """One line on stderr, ``text`` as it is (``error: `` before it with ``error``)."""
+        if error:
+            common.error(text)
+        else:
+            err.print(text)
 
     def pyinfra_log(self, line: str) -> None:
         """One line of pyinfra's log: through this run's :class:`QuietLog`."""
@@ -62,10 +64,9 @@ def print_results(stdout: str) -> None:
                 per_host.setdefault(name, {"success": 0, "no_change": 0, "error": 0})[kind] += 1
     for name, c in sorted(per_host.items()):
         total = sum(c.values())
-        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed",
-                  markup=False)
+        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed")
     for name in results.get("failed_hosts", []) or []:
-        err.print(f"{name}: failed", markup=False)
+        err.print(f"{name}: failed")
 
 
 def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]]:

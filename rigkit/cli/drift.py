@@ -21,7 +21,6 @@ import sys
 import click
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -149,13 +148,13 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
                 out.print(Text(f"{hs.name}: generation {gen['current']} ({gen['time']}, {gen['operator']}, "
                                f"{gen['reason']}); compared with {against}{since}"))
             if not mine:
-                out.print(f"[bold]{escape(hs.name)}[/]: no drift")
+                out.print(Text(f"{hs.name}: no drift"))
                 continue
             out.print(findings_table(hs.name, verdict, mine, width=out.width))
             if show_diff:
                 for f in mine:
                     if f.diff:
-                        out.print(f.diff, markup=False, highlight=False)
+                        out.print(f.diff, highlight=False)
             fix = repair_hint(hs.name, mine)
             if fix:
                 out.print(Text(f"{hs.name}: to repair: {fix}"))

@@ -16,10 +16,9 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
 from rigkit import exitcodes
-from rigkit.cli.common import err, host_option, inventory_option, load_or_exit, parse_data
+from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, parse_data
 
 
 def _one_declaration(host_specs) -> None:
@@ -37,8 +36,8 @@ def _one_declaration(host_specs) -> None:
         a, b = declared(first.spec), declared(hs.spec)
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                err.print(f"[red]error:[/] {key}: hosts {first.name} and {hs.name} declare it differently; one lock "
-                          "per inventory needs one declaration per entry")
+                error(f"{key}: hosts {first.name} and {hs.name} declare it differently; one lock "
+                      "per inventory needs one declaration per entry")
                 sys.exit(exitcodes.INVALID)
 
 
@@ -69,10 +68,10 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
     from rigkit.spec.riglock import declared_images, declared_pins, diff, lock_file_for, lock_sections
 
     if names and not update:
-        err.print("[red]error:[/] NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
+        error("NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
         sys.exit(exitcodes.INVALID)
     if write and not update:
-        err.print("[red]error:[/] --write is for --update (rigkit lock alone always writes)")
+        error("--write is for --update (rigkit lock alone always writes)")
         sys.exit(exitcodes.INVALID)
     inv = inventory or default_inventory()
     host_specs = load_or_exit(inventory, hosts, parse_data(data), resolve_lock=False)
@@ -81,7 +80,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
     known = {*declared_pins(spec), *declared_images(spec), "llama_swap"}
     unknown = [n for n in names if n not in known]
     if unknown:
-        err.print(f"[red]error:[/] --update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
+        error(f"--update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
         sys.exit(exitcodes.INVALID)
     path = lock_file_for(spec, inv)
     try:
@@ -90,7 +89,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         current = {"version": 2, "models": {}}
     except LockFormatError as exc:
         for p in exc.problems:
-            err.print(f"[red]error:[/] {escape(p)}")
+            error(p)
         sys.exit(exitcodes.INVALID)
     from rigkit.cli.models import _models_of
 
@@ -101,18 +100,18 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         if check_lock(wanted, current):  # a model missing or stale: the models are re-locked as `models lock` does
             models = lock_models(wanted, endpoint=spec.hf_endpoint)[0]["models"]
     except (ResolveError, LockError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        error(str(exc))
         sys.exit(exitcodes.FAILED)
     new = {"version": 2, "models": models, **sections}
     for section in ("pins", "images"):
         for name, entry in new[section].items():
-            err.print(_describe(section, name, entry), markup=False)
-    err.print(_describe("llama_swap", "", new["llama_swap"]), markup=False)
+            err.print(_describe(section, name, entry))
+    err.print(_describe("llama_swap", "", new["llama_swap"]))
     changes = diff(current, new)
     if update:
         for line in changes:
             out_line = f"  {line}"
-            err.print(out_line, markup=False)
+            err.print(out_line)
         if not changes:
             err.print(f"{path}: nothing newer")
             sys.exit(exitcodes.OK)
