@@ -61,6 +61,11 @@ class LockError(RuntimeError):
     revision, and the cause (HTTP status, network); never a token. Exit code 1."""
 
 
+class ModelSourceUnreachable(LockError):
+    """The hub or a model's URL did not answer at all (no network, a name that does not resolve): the
+    lock's other sources are likely unreachable too (``rigkit lock`` says which, and how to lock elsewhere)."""
+
+
 class LockFormatError(ValueError):
     """A lock file that is not a valid rigkit model lock: ``problems`` lists ``"<file>: <entry>:
     <what is wrong>"`` lines (the file and the entry named, e.g. ``models.strata.files[0].path``).
@@ -306,7 +311,7 @@ def _hub_error(name: str, repo: str, revision: str, exc: Exception) -> LockError
                          "value not shown); renew it")
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
-    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT="
+    return ModelSourceUnreachable(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT="
                      f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')}")
 
 
@@ -387,7 +392,7 @@ def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> di
     try:
         resp = http.head(source["url"], allow_redirects=True, timeout=30)
     except requests.RequestException as exc:
-        raise LockError(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
+        raise ModelSourceUnreachable(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
     if resp.status_code >= 400:
         raise LockError(f"models.{name}: {source['url']}: HTTP {resp.status_code}")
     size = resp.headers.get("Content-Length")
