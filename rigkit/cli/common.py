@@ -17,8 +17,8 @@ from rigkit import exitcodes
 #: Neither reads rich markup: a string prints as it is (a message with ``[options]`` or ``[red]`` in it
 #: stays so, in a terminal and in a pipe); colour comes only from a style given beside the text
 #: (:func:`labelled`, :func:`styled`, :class:`rich.text.Text`), and only on a terminal.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+out = Console(highlight=False, soft_wrap=True, markup=False)
 
 #: The labels a line may start with and their style on a terminal (a pipe gets the bare word).
 LABEL_STYLE = {"error:": "bold red", "refused:": "bold red", "warn": "yellow", "warning:": "yellow",

@@ -106,7 +106,7 @@ def findings_table(host: str, said: str, findings: list, width: int | None = Non
     for f in findings:
         table.add_row(*(Text(str(c)) for c in (f.kind, f.item, f.declared, f.actual, f.severity)),
                       style=SEVERITY_STYLE.get(f.severity))
-    if width is not None and Console(width=100_000).measure(table).maximum > width:  # its natural width
+    if width is not None and Console(width=100_000, markup=False).measure(table).maximum > width:  # its natural width
         table.expand = True
     return table
 

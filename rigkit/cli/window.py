@@ -366,9 +366,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     restore, whatever happens. Exit 0 done, 1 failed/refused/aborted, 2 invalid input.
     """
     from rigkit.bench.workloads import PRESETS
-    from rigkit.cli.common import parse_data
-    from rigkit.spec.inventory import InventoryError, load_hosts
-    from rigkit.spec.problems import SpecError
+    from rigkit.cli.common import load_or_exit, parse_data
 
     bad = [p for p in presets if p not in PRESETS]
     if bad:
@@ -381,13 +379,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     elif presets or mode:
         raise click.UsageError(f"--sweep runs its own measurements: not with "
                                f"{'--bench' if presets else '--' + str(mode)}")
-    try:
-        host_specs = load_hosts(inventory, list(hosts) or None, override_data=parse_data(data))
-    except (InventoryError, SpecError) as exc:
-        error(str(exc))
-        for problem in getattr(exc, "problems", []):
-            err.print(f"  {problem}")
-        sys.exit(exitcodes.INVALID)
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))  # every problem said, exit 2
     if len(host_specs) != 1:
         error(f"a window runs on one host; narrow with --host "
               f"(hosts: {', '.join(h.name for h in host_specs)})")

@@ -243,9 +243,8 @@ def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tup
 def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None,
             no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
-    from rigkit.cli.common import parse_data
-    from rigkit.spec.inventory import InventoryError, load_hosts
-    from rigkit.spec.problems import SpecError
+    from rigkit.cli.common import load_or_exit, parse_data
+    from rigkit.spec.inventory import load_hosts
 
     if action is None:
         error("say what to do: --show, --activate, --rollback or --release")
@@ -253,14 +252,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
     if no_revert and action != "activate":
         error("--no-revert: only with --activate")
         sys.exit(exitcodes.INVALID)
-    try:
-        host_specs = load_hosts(inventory, list(hosts), override_data=parse_data(data))
-    except (InventoryError, SpecError) as exc:
-        error(str(exc))
-        sys.exit(exitcodes.INVALID)
-    except click.BadParameter as exc:
-        error(exc.format_message())
-        sys.exit(exitcodes.INVALID)
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))  # every problem said, exit 2
     declared = {hs.name: hs.spec for hs in host_specs}
     if data and action == "activate":
         declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
