@@ -93,12 +93,21 @@ def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]
     return out
 
 
-def print_plan(stdout: str, hosts: list[str]) -> None:
+#: How a conditional row reads, by whether it would run in this plan (None: not known, the deploy file
+#: did not say: :mod:`rigkit.deploy.planned`).
+CONDITIONAL = {True: "will run: what it waits on changes in this plan",
+               False: "will not run: nothing it waits on changes in this plan",
+               None: "runs only if an operation before it changes something"}
+
+
+def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] | None = None) -> None:
     """rigkit's summary of a dry run (:func:`plan_summary`) on stdout, one block per host: the operations
     that would change it, then the conditional ones — pyinfra lists every ``_if``-gated operation (a
     restart after a changed file) as a "Conditional Change" on every run, converged or not, because it
-    decides when it runs: they run only when an operation before them changes something, so with
-    nothing to change none of them runs. pyinfra's text other than JSON is passed on as it is."""
+    decides when it runs. ``runs`` (``{host: {operation: would run}}``, :func:`rigkit.deploy.planned.read`)
+    says which would run in this plan: each row says so (:data:`CONDITIONAL`), and one that would run is
+    counted with the changes. A host with nothing to change and no conditional row that would run reads
+    "would change nothing". pyinfra's text other than JSON is passed on as it is."""
     try:
         plan = json.loads(stdout)
     except ValueError:
@@ -107,16 +116,18 @@ def print_plan(stdout: str, hosts: list[str]) -> None:
         return
     for host, s in plan_summary(plan, hosts).items():
         change, cond = s["change"], s["conditional"]
-        if not change:
+        known = (runs or {}).get(host, {})
+        will = [name for name in cond if known.get(name) is True]
+        if not change and not will:
             print(f"{host}: the deploy would change nothing ({len(s['total'])} operations checked)"
                   + (f"; {len(cond)} conditional operation(s) — each runs only after an operation before it "
                      "changes something — would not run" if cond else ""))
             continue
-        print(f"{host}: the deploy would change {len(change)} of {len(s['total'])} operations:")
+        print(f"{host}: the deploy would change {len(change) + len(will)} of {len(s['total'])} operations:")
         for name in change:
             print(f"  change       {name}")
         for name in cond:
-            print(f"  conditional  {name} (runs only if an operation before it changes something)")
+            print(f"  conditional  {name} — {CONDITIONAL[known.get(name)]}")
 
 
 class QuietLog:

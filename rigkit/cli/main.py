@@ -212,9 +212,15 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
 
     inv = inventory or default_inventory()
     out = Console(verbose)
-    if dry:  # pyinfra's plan, then rigkit's own summary of it per host
-        proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, out=out)
-        print_plan(proc.stdout, [hs.name for hs in host_specs])
+    if dry:  # pyinfra's plan, then rigkit's own summary of it per host, each conditional row said to run or not
+        import tempfile
+
+        from rigkit.deploy import planned
+
+        names = [hs.name for hs in host_specs]
+        with tempfile.TemporaryDirectory(prefix="rigkit-plan-") as folder:
+            proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, extra_env={planned.PLAN_ENV: folder}, out=out)
+            print_plan(proc.stdout, names, planned.read(folder, names))
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     import secrets as pysecrets
 

@@ -121,8 +121,8 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
     assert out == [
         "a: the deploy would change 1 of 4 operations:",
         "  change       Docker | Merge daemon.json",
-        "  conditional  Docker | Restart docker for the new daemon.json (runs only if an operation before it changes "
-        "something)",
+        "  conditional  Docker | Restart docker for the new daemon.json — runs only if an operation before it changes "
+        "something",
         "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only after "
         "an operation before it changes something — would not run",
     ]
@@ -196,3 +196,35 @@ def test_an_unreachable_host_reads_as_such(monkeypatch):
     assert verdict(1, [Finding("demo", "plan-failed", "pyinfra --dry --json", "a plan", "boom"),
                        Finding("demo", "unit", "x.service", "enabled", "disabled")]) \
         == "incomplete (1 difference, 1 check failed)"
+
+
+def test_a_dry_run_says_of_each_conditional_row_whether_it_runs_in_this_plan(capsys):
+    """Issue 61: ``deploy --dry`` listed conditional rows ("runs only if an operation before it changes
+    something") where one before it does change, without saying whether they would run. With what the
+    deploy file found (rigkit.deploy.planned), each row says it; one that runs counts as a change, and a
+    host where only a conditional would run (the agent's venv missing) is not "would change nothing"."""
+    import json
+
+    plan = {"plan": [_op("Docker | Merge daemon.json", change=["a"]),
+                     _op("Docker | Restart docker for the new daemon.json", cond=["a", "b"]),
+                     _op("llama-swap | Reload systemd for llama-swap.service", cond=["a", "b"]),
+                     _op("Agent | Create the agent venv", cond=["b"])],
+            "results": None}
+    runs = {"a": {"Docker | Restart docker for the new daemon.json": True,
+                  "llama-swap | Reload systemd for llama-swap.service": False},
+            "b": {"Docker | Restart docker for the new daemon.json": False,
+                  "llama-swap | Reload systemd for llama-swap.service": False, "Agent | Create the agent venv": True}}
+    print_plan(json.dumps(plan), ["a", "b"], runs)
+    assert capsys.readouterr().out.splitlines() == [
+        "a: the deploy would change 2 of 4 operations:",
+        "  change       Docker | Merge daemon.json",
+        "  conditional  Docker | Restart docker for the new daemon.json — will run: what it waits on changes in this plan",
+        "  conditional  llama-swap | Reload systemd for llama-swap.service — will not run: nothing it waits on changes "
+        "in this plan",
+        "b: the deploy would change 1 of 4 operations:",
+        "  conditional  Docker | Restart docker for the new daemon.json — will not run: nothing it waits on changes in "
+        "this plan",
+        "  conditional  llama-swap | Reload systemd for llama-swap.service — will not run: nothing it waits on changes "
+        "in this plan",
+        "  conditional  Agent | Create the agent venv — will run: what it waits on changes in this plan",
+    ]
