@@ -120,7 +120,7 @@ def test_table_output_without_a_terminal_has_no_colour(rig):
     proc = subprocess.run([sys.executable, "-m", "rigkit", "drift", "-i", "inventory/sandbox.py"],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
-    # in a pipe the lines are folded at 80 columns (the generation line is longer): read the words
+    # read the words (how the lines break is test_plain_output's and the next test's)
     text = " ".join(proc.stdout.split())
     assert re.fullmatch(rf"{NAME}: generation \d+ \(\S+Z, rig, deploy\); compared with the spec {NAME}: no drift",
                         text), proc.stdout
@@ -391,7 +391,7 @@ def _plain_drift(*args: str) -> subprocess.CompletedProcess:
 def test_plain_drift_fits_a_pipe_and_its_last_line_is_the_repair_that_clears_it(rig):
     """Issue 40: the last line is the command that repairs what was found; run as printed, it does, and
     drift is clean again. Issue 61: piped, one line per finding, its values whole (they were folded
-    mid-word at 80 columns: ``/etc/systemd/system/hyperq`` / ``uon.service``)."""
+    mid-word at 80 columns: ``/etc/systemd/system/hyperq`` / ``wen.service``)."""
     rig.run("echo '# edited by hand' >> /etc/systemd/system/hyperqwen.service")
     proc = _plain_drift("drift", "-i", "inventory/sandbox.py")
     assert proc.returncode == 3, proc.stdout + proc.stderr

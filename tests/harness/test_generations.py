@@ -225,7 +225,7 @@ def test_drift_reports_the_hold_and_no_drift_against_the_held_generation(host):
     status = next(r for r in records if r["kind"] == "status")
     assert status["state"]["generation"]["compared_with"] == "generation 3"
     text = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name)
-    words = " ".join(text.stdout.split())  # a pipe gets 80 columns: the generation line is folded
+    words = " ".join(text.stdout.split())  # the words, however the lines break
     assert f"{host.name}: generation 3 (" in words and "compared with generation 3" in words, text.stdout
 
 

@@ -252,6 +252,7 @@ SPECIFIC = [
     ("generations: host unreachable", ["generations", *SANDBOX, "--host", "demo"], "sbx"),
     ("generations: --host of no host", ["generations", "--host", "nobody"], "rig"),
     ("window: several hosts", ["window", "-i", "inventory/two.py"], "rig"),
+    ("window: operator values unset", ["window", "-i", "inventory/rig.py"], "rig"),
     ("window: host unreachable", ["window", *SANDBOX, "--restore"], "sbx"),
     ("drift: host unreachable", ["drift", *SANDBOX], "sbx"),
     ("bench: host unreachable", ["bench", *SANDBOX, "--host", "demo", "--member", "strata"], "sbx"),
@@ -304,7 +305,6 @@ NEEDS_A_HOST = {
     "window:on_interrupt:f'abort failed: {(r.stderr or r.stdout).strip()[-300:]}'": _WINDOW,
     "window:on_interrupt:f'abort failed: {exc}'": _WINDOW,
     "window:window:f'{hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=h": _HOST,
-    "window:window:f'{hs.name}: {p}'": "a plan the spec refuses, checked after the host answered",
 }
 
 
