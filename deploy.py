@@ -9,7 +9,9 @@ one. A second run changes nothing.
 """
 
 from pyinfra import host
+from pyinfra.context import ctx_host, ctx_state
 
+from rigkit.deploy import planned
 from rigkit.deploy.source import source_for
 from roles.agent import agent, agent_timers
 from roles.boot import boot
@@ -40,3 +42,5 @@ legacy(spec, rendered)
 llama_swap(spec, rendered, docker_restart)
 agent_timers(spec, rendered)
 generation(source, hold)
+# `rigkit deploy --dry`: whether each conditional operation above would run in this plan (rigkit.deploy.planned)
+planned.record(ctx_state.get(), ctx_host.get())

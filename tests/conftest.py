@@ -40,6 +40,7 @@ MODULE_ORDER = (
     "tests/harness/test_host.py",              # 21 s
     "tests/harness/test_engine.py",            # 13 s
     "tests/unit/test_cli.py",                  # 23 s
+    "tests/unit/test_cli_output.py",           # 45-57 s loaded (issue 61): ~80 CLI error paths, each in a pty and a pipe
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
     "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
     "tests/unit/test_owner_corpus.py",         # 30-50 s (issue 57: real files byte for byte, presets' -c loading, files without a final newline)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from rigkit import exitcodes, paths
+from rigkit.cli.common import labelled, styled
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
 from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
@@ -256,10 +257,10 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
             try:
                 api_key = parse_key_file(out, f"{host}:{REMOTE_KEY_FILE}")
             except ValueError as exc:
-                console.print(f"[yellow]warning:[/] {exc}; sending no API key")
+                labelled("warning:", f"{exc}; sending no API key", console=console)
         else:
-            console.print(f"[yellow]warning:[/] could not read {KEY_NAME} from "
-                          f"{host}:{REMOTE_KEY_FILE}; sending no API key")
+            labelled("warning:", f"could not read {KEY_NAME} from "
+                     f"{host}:{REMOTE_KEY_FILE}; sending no API key", console=console)
     not_ready = check_member_running(fwd.url, member, api_key)
     if not_ready:
         ctx["not_running"] = not_ready
@@ -273,10 +274,10 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
         if smi["state"] == "ok":
             ctx.update(gpu.bench_context(smi))
         else:
-            console.print(f"[yellow]warning:[/] nvidia-smi on {host} failed (exit {rc}): "
-                          f"{err.strip()[:200]}; GPU context unknown")
+            labelled("warning:", f"nvidia-smi on {host} failed (exit {rc}): "
+                     f"{err.strip()[:200]}; GPU context unknown", console=console)
     except ValueError as exc:
-        console.print(f"[yellow]warning:[/] GPU context of {host} unknown: {exc}")
+        labelled("warning:", f"GPU context of {host} unknown: {exc}", console=console)
     mspec = members[member]
     for key, names in (("quantization", ("quantization",)),):
         val = _getattr_path(mspec, *names)
@@ -364,7 +365,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
         raise click.UsageError("--host and --member go together")
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, markup=False)  # text as it is; colour from styles (rigkit.cli.common)
     try:
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
@@ -390,7 +391,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
     out_dir = out_dir or os.path.join("results", f"bench-{run_id}")
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, "requests.jsonl"), "a", encoding="utf-8").close()
-    console.print(f"[yellow]NOT-RUN[/]: {why}", highlight=False)
+    labelled("NOT-RUN:", why, console=console)
     summary = not_run_summary(target, host_ctx, workload_names(workloads, not no_warmup), why,
                               preset_name, run_id=run_id)
     written = write_outputs(out_dir, summary, [])
@@ -454,7 +455,7 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             preset=preset_name, workloads=workloads, warmup=not no_warmup,
             quoting_tokens=quoting_tokens, max_tokens=max_tokens, stall_timeout_s=stall_timeout,
             health_budget_s=health_budget, repeat_unstable=repeat_unstable, baselines=baselines,
-            context=context, say=lambda text: console.print(text, highlight=False, markup=False))
+            context=context, say=lambda text: console.print(text, highlight=False))
         out_dir = out_dir or os.path.join("results", f"bench-{session.run_id}")
         if not baselines:  # the last comparable run of this member, per workload (verdict)
             session.baselines = find_baselines(results_dir, exclude=out_dir)
@@ -476,7 +477,7 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
                             description=f"{name} {done}/{n}")
 
             def warn(text: str) -> None:
-                console.print(f"[bold yellow]{text}[/]")
+                styled(text, "bold yellow", console=console)
 
             summary = session.run(out_dir, read_energy=read_energy, where=where,
                                   energy_unavailable=where, progress=progress, warn=warn)

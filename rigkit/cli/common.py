@@ -9,12 +9,43 @@ import sys
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from rigkit import exitcodes
 
 #: Warnings and progress go to stderr; results and data (check verdicts, JSON, manifests) to stdout.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+#: Neither reads rich markup: a string prints as it is (a message with ``[options]`` or ``[red]`` in it
+#: stays so, in a terminal and in a pipe); colour comes only from a style given beside the text
+#: (:func:`labelled`, :func:`styled`, :class:`rich.text.Text`), and only on a terminal.
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+out = Console(highlight=False, soft_wrap=True, markup=False)
+
+#: The labels a line may start with and their style on a terminal (a pipe gets the bare word).
+LABEL_STYLE = {"error:": "bold red", "refused:": "bold red", "warn": "yellow", "warning:": "yellow",
+               "NOT-RUN:": "yellow", "pass": "green", "skip": "cyan", "FAIL": "red", "could not run": "yellow"}
+
+
+def labelled(label: str, text: str, *, sep: str = " ", indent: str = "", console: Console | None = None) -> None:
+    """One line ``{indent}{label}{sep}{text}`` on ``console`` (default :data:`err`): ``label`` (a key of
+    :data:`LABEL_STYLE`) in its style on a terminal, ``text`` exactly as given — never read as markup,
+    never escaped. Raises ``KeyError`` for a label not in :data:`LABEL_STYLE`."""
+    (console or err).print(Text.assemble(indent, (label, LABEL_STYLE[label]), sep, text))
+
+
+def error(text: str, *, indent: str = "", console: Console | None = None) -> None:
+    """``error: {text}`` on stderr (:func:`labelled`): the one way a command says what stopped it."""
+    labelled("error:", text, indent=indent, console=console)
+
+
+def warn(text: str, *, indent: str = "", console: Console | None = None) -> None:
+    """``warn  {text}`` on stderr (:func:`labelled`): what a command goes on despite."""
+    labelled("warn", text, sep="  ", indent=indent, console=console)
+
+
+def styled(text: str, style: str, *, console: Console | None = None) -> None:
+    """A whole line in one style on a terminal (``"green"``, ``"yellow"``), plain in a pipe; ``text``
+    printed exactly as given (default console :data:`err`)."""
+    (console or err).print(Text(text, style=style))
 
 
 def inventory_option(f):
@@ -40,11 +71,11 @@ def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict 
     try:
         return load_hosts(inventory, list(hosts) or None, override_data=overrides or None, resolve_lock=resolve_lock)
     except InventoryError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        error(str(exc))
     except SpecError as exc:
-        err.print(f"[red]error:[/] invalid {exc.source}:")
+        error(f"invalid {exc.source}:")
         for problem in exc.problems:
-            err.print(f"  {problem}", markup=False)
+            err.print(f"  {problem}")
     sys.exit(exitcodes.INVALID)
 
 
@@ -73,12 +104,12 @@ def validate_or_exit(host_specs, console: Console | None = None, verbose: int = 
         done.append((hs, files, results))
     code = exitcodes.combine(*codes)
     if code == exitcodes.INVALID:
-        err.print(f"[red]error:[/] a validator rejected a rendered file (above); "
-                  f"{what or 'this command'} refuses (exit 2, nothing touched)")
+        error(f"a validator rejected a rendered file (above); "
+              f"{what or 'this command'} refuses (exit 2, nothing touched)")
         sys.exit(code)
     if code == exitcodes.FAILED and refuse_unrun:
-        err.print(f"[red]error:[/] a validator could not run (above); {what or 'this command'} refuses "
-                  "(exit 1, nothing touched)")
+        error(f"a validator could not run (above); {what or 'this command'} refuses "
+              "(exit 1, nothing touched)")
         sys.exit(code)
     return done, code
 
@@ -101,16 +132,15 @@ def print_verdicts(name: str, results: list, console: Console, verbose: int = 0)
     could not run as ``could not run`` on a line of its own, then ``N passed, N rejected, N could not
     run, N skipped (validators)``."""
     label = {"pass": "pass", "skip": "skip", "fail": "FAIL", "error": "could not run"}
-    colour = {"pass": "green", "skip": "cyan", "fail": "red", "error": "yellow"}
     for r in results:
         if r.status == "pass" and not verbose and not r.detail:
             continue
-        console.print(f"  [{colour[r.status]}]{label[r.status]}[/]  {r.validator}: {r.path}", markup=True)
+        labelled(label[r.status], f"{r.validator}: {r.path}", sep="  ", indent="  ", console=console)
         for line in r.detail.splitlines():
-            console.print(f"        {line}", markup=False)
+            console.print(f"        {line}")
     count = {s: sum(r.status == s for r in results) for s in label}
     console.print(f"  {count['pass']} passed, {count['fail']} rejected, {count['error']} could not run, "
-                  f"{count['skip']} skipped (validators)", markup=False)
+                  f"{count['skip']} skipped (validators)")
 
 
 def parse_data(items: tuple[str, ...]) -> dict:
@@ -136,14 +166,12 @@ def exits_when_unreachable(command):
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from rich.markup import escape
-
         from rigkit.remote import RemoteError
 
         try:
             return command(*args, **kwargs)
         except RemoteError as exc:
-            err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
+            error(str(exc))
             sys.exit(exitcodes.FAILED)
 
     return wrapper

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from rigkit import hints
+from rigkit.cli import common
 from rigkit.cli.common import err
 
 
@@ -25,10 +26,11 @@ class Console:
         self._log: QuietLog | None = None
 
     def note(self, text: str, error: bool = False) -> None:
-        """One line on stderr (markup in ``text`` is printed as it is)."""
-        from rich.markup import escape
-
-        err.print(("[red]error:[/] " if error else "") + escape(text), markup=True, highlight=False)
+        """One line on stderr, ``text`` as it is (``error: `` before it with ``error``)."""
+        if error:
+            common.error(text)
+        else:
+            err.print(text)
 
     def pyinfra_log(self, line: str) -> None:
         """One line of pyinfra's log: through this run's :class:`QuietLog`."""
@@ -62,10 +64,9 @@ def print_results(stdout: str) -> None:
                 per_host.setdefault(name, {"success": 0, "no_change": 0, "error": 0})[kind] += 1
     for name, c in sorted(per_host.items()):
         total = sum(c.values())
-        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed",
-                  markup=False)
+        err.print(f"{name}: {total} operations: {c['success']} changed, {c['no_change']} unchanged, {c['error']} failed")
     for name in results.get("failed_hosts", []) or []:
-        err.print(f"{name}: failed", markup=False)
+        err.print(f"{name}: failed")
 
 
 def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]]:
@@ -92,12 +93,21 @@ def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]
     return out
 
 
-def print_plan(stdout: str, hosts: list[str]) -> None:
+#: How a conditional row reads, by whether it would run in this plan (None: not known, the deploy file
+#: did not say: :mod:`rigkit.deploy.planned`).
+CONDITIONAL = {True: "will run: what it waits on changes in this plan",
+               False: "will not run: nothing it waits on changes in this plan",
+               None: "runs only if an operation before it changes something"}
+
+
+def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] | None = None) -> None:
     """rigkit's summary of a dry run (:func:`plan_summary`) on stdout, one block per host: the operations
     that would change it, then the conditional ones — pyinfra lists every ``_if``-gated operation (a
     restart after a changed file) as a "Conditional Change" on every run, converged or not, because it
-    decides when it runs: they run only when an operation before them changes something, so with
-    nothing to change none of them runs. pyinfra's text other than JSON is passed on as it is."""
+    decides when it runs. ``runs`` (``{host: {operation: would run}}``, :func:`rigkit.deploy.planned.read`)
+    says which would run in this plan: each row says so (:data:`CONDITIONAL`), and one that would run is
+    counted with the changes. A host with nothing to change and no conditional row that would run reads
+    "would change nothing". pyinfra's text other than JSON is passed on as it is."""
     try:
         plan = json.loads(stdout)
     except ValueError:
@@ -106,16 +116,18 @@ def print_plan(stdout: str, hosts: list[str]) -> None:
         return
     for host, s in plan_summary(plan, hosts).items():
         change, cond = s["change"], s["conditional"]
-        if not change:
+        known = (runs or {}).get(host, {})
+        will = [name for name in cond if known.get(name) is True]
+        if not change and not will:
             print(f"{host}: the deploy would change nothing ({len(s['total'])} operations checked)"
                   + (f"; {len(cond)} conditional operation(s) — each runs only after an operation before it "
                      "changes something — would not run" if cond else ""))
             continue
-        print(f"{host}: the deploy would change {len(change)} of {len(s['total'])} operations:")
+        print(f"{host}: the deploy would change {len(change) + len(will)} of {len(s['total'])} operations:")
         for name in change:
             print(f"  change       {name}")
         for name in cond:
-            print(f"  conditional  {name} (runs only if an operation before it changes something)")
+            print(f"  conditional  {name} — {CONDITIONAL[known.get(name)]}")
 
 
 class QuietLog:

@@ -1,8 +1,10 @@
 """``rigkit drift``: what on each host differs from the declared state (:mod:`rigkit.drift`).
 
-Output: a table per host (rich; as wide as the terminal, ``$COLUMNS`` or 80 columns for a pipe,
-no colour and no prompt when stdout is not a terminal, so it runs from cron; every cell is plain
-text — ``[options]`` stays ``[options]``, never read as rich markup), ending with the command that
+Output: on a terminal a table per host (rich, as wide as the terminal, its text folded to fit;
+every cell plain text — ``[options]`` stays ``[options]``, never read as rich markup); in a pipe or a
+file (cron, ``| mail``, ``| grep``) no colour and one line per finding (:func:`finding_lines`: the
+columns aligned, no value folded or split, a line break inside a value written ``\n``). A host that
+could not be reached is one line saying so (:func:`verdict`). Each host ends with the command that
 repairs what it counted (``to repair: rigkit deploy -i INVENTORY --host NAME``), or ``--json``: the run's document (:mod:`rigkit.drift.run`: one record per
 finding ``{host, kind, item, declared, actual, severity}`` (severity by kind,
 :mod:`rigkit.drift.severity`) — ``diff`` too with ``--diff`` —
@@ -21,7 +23,6 @@ import sys
 import click
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -35,14 +36,47 @@ SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
 
 def plain_console() -> Console:
     """The console of the plain output: as wide as the terminal, or ``$COLUMNS``, or 80 columns when
-    stdout is a pipe or a file (cron, ``| mail``); colour only on a terminal."""
+    stdout is a pipe or a file (cron, ``| mail``); colour only on a terminal, and in a pipe no line is
+    wrapped (``soft_wrap``: a line is as long as what it says)."""
     import shutil
 
     width = shutil.get_terminal_size((80, 24)).columns
-    console = Console(highlight=False, soft_wrap=False, width=width)
+    console = Console(highlight=False, soft_wrap=False, width=width, markup=False)
     if not console.is_terminal:
-        console = Console(highlight=False, soft_wrap=False, width=width, no_color=True)
+        console = Console(highlight=False, soft_wrap=True, width=width, no_color=True, markup=False)
     return console
+
+
+def verdict(code: int, findings: list) -> str:
+    """What one host's drift amounts to, after ``HOST: ``: ``no drift``; ``drift (2 differences, …)``; for a
+    host not reached or not probed (the ``host`` finding of :func:`rigkit.drift.run.check`) what
+    happened (``unreachable: Could not connect …; nothing checked``); ``incomplete (1 check failed, …)``
+    when a check failed on a host that answered. ``code``: the host's exit code (:mod:`rigkit.exitcodes`)."""
+    lost = next((f for f in findings if f.kind == "host"), None)
+    if lost is not None:
+        return f"{lost.actual}; nothing checked"
+    word = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift"}.get(code, "incomplete")
+    return word + (f" ({tally(findings)})" if findings else "")
+
+
+#: The columns of a finding, in the order both outputs show them.
+COLUMNS = ("kind", "item", "declared", "actual", "severity")
+
+
+def finding_lines(findings: list) -> list[str]:
+    """The findings for a pipe: a header, then exactly one line per finding, in order — each column as
+    wide as its widest value (terminal cells, :func:`rich.cells.cell_len`), two spaces between them, no
+    trailing space. No value is folded or cut: a line is as long as its values; a line break inside
+    a value is written as the two characters ``\\n`` (``\\r`` likewise), so that ``grep`` finds a
+    finding on one line and ``wc -l`` counts them."""
+    from rich.cells import cell_len
+
+    def one_line(value: object) -> str:
+        return str(value).replace("\r", "\\r").replace("\n", "\\n")
+
+    rows = [list(COLUMNS)] + [[one_line(getattr(f, c)) for c in COLUMNS] for f in findings]
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return ["  ".join(cell + " " * (w - cell_len(cell)) for cell, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def repair_hint(host: str, findings: list) -> str | None:
@@ -61,18 +95,18 @@ def repair_hint(host: str, findings: list) -> str | None:
 RATIOS = {"kind": None, "item": 3, "declared": 2, "actual": 5, "severity": None}
 
 
-def findings_table(host: str, verdict: str, findings: list, width: int | None = None) -> Table:
+def findings_table(host: str, said: str, findings: list, width: int | None = None) -> Table:
     """The rich table of one host's findings, at most ``width`` columns wide (None: as wide as it
     needs): when it does not fit, the columns share the width by :data:`RATIOS` and their text folds.
     Every cell is a :class:`rich.text.Text`, so text with square brackets (``IgnorePkg in [options]``)
     is shown as it is, never read as markup."""
-    table = Table(title=Text(f"{host}: {verdict}"), title_justify="left", show_lines=False, box=box.SIMPLE_HEAD)
+    table = Table(title=Text(f"{host}: {said}"), title_justify="left", show_lines=False, box=box.SIMPLE_HEAD)
     for col, ratio in RATIOS.items():
         table.add_column(col, overflow="fold", ratio=ratio, no_wrap=ratio is None)
     for f in findings:
         table.add_row(*(Text(str(c)) for c in (f.kind, f.item, f.declared, f.actual, f.severity)),
                       style=SEVERITY_STYLE.get(f.severity))
-    if width is not None and Console(width=100_000).measure(table).maximum > width:  # its natural width
+    if width is not None and Console(width=100_000, markup=False).measure(table).maximum > width:  # its natural width
         table.expand = True
     return table
 
@@ -137,15 +171,14 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
         sys.stdout.write(dumps_document(document(findings, codes, [hs.name for hs in host_specs], inv,
                                                  states, with_diff=show_diff)))
         for hs in host_specs:  # stdout stays JSON lines; a word per host on stderr
-            print(f"{hs.name}: {tally([f for f in findings if f.host == hs.name])}, exit {codes[hs.name]}",
-                  file=sys.stderr)
+            print(f"{hs.name}: {verdict(codes[hs.name], [f for f in findings if f.host == hs.name])}, "
+                  f"exit {codes[hs.name]}", file=sys.stderr)
     else:
         out = plain_console()
         for hs in host_specs:
             mine = [f for f in findings if f.host == hs.name]
             code = codes[hs.name]
-            verdict = {exitcodes.OK: "no drift", exitcodes.FINDINGS: "drift", exitcodes.FAILED: "not checked"}[code]
-            verdict += f" ({tally(mine)})" if mine else ""
+            said = verdict(code, mine)
             gen = (states.get(hs.name) or {}).get("generation")
             if gen:
                 against = "the spec" if gen["compared_with"] == "spec" else gen["compared_with"]
@@ -153,14 +186,18 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
                          if gen.get("spec_is_current") is False else "")
                 out.print(Text(f"{hs.name}: generation {gen['current']} ({gen['time']}, {gen['operator']}, "
                                f"{gen['reason']}); compared with {against}{since}"))
-            if not mine:
-                out.print(f"[bold]{escape(hs.name)}[/]: no drift")
+            if not mine or any(f.kind == "host" for f in mine):
+                out.print(Text(f"{hs.name}: {said}"))
                 continue
-            out.print(findings_table(hs.name, verdict, mine, width=out.width))
+            if out.is_terminal:
+                out.print(findings_table(hs.name, said, mine, width=out.width))
+            else:
+                for line in [f"{hs.name}: {said}", *finding_lines(mine)]:
+                    out.print(Text(line))
             if show_diff:
                 for f in mine:
                     if f.diff:
-                        out.print(f.diff, markup=False, highlight=False)
+                        out.print(f.diff, highlight=False)
             fix = repair_hint(hs.name, mine)
             if fix:
                 out.print(Text(f"{hs.name}: to repair: {fix}"))

@@ -19,13 +19,13 @@ import sys
 import click
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import err, exits_when_unreachable, inventory_option, load_or_exit, out
+from rigkit.cli.common import err, error, exits_when_unreachable, inventory_option, load_or_exit, out
 
 
 def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
     specs = load_or_exit(inventory, (host,), overrides)
     if len(specs) != 1:
-        err.print(f"[red]error:[/] --host {host!r}: expected one host of the inventory, got {len(specs)}")
+        error(f"--host {host!r}: expected one host of the inventory, got {len(specs)}")
         sys.exit(exitcodes.INVALID)
     return specs[0]
 
@@ -39,14 +39,13 @@ def _remote(hs):
 def _agent_json(remote, *args: str, timeout: float = 60) -> dict:
     """``rigkit-agent ARGS`` → its JSON stdout (:func:`rigkit.deploy.transaction.agent_json`); exits 1
     naming the host and the agent's error."""
-    from rich.markup import escape
 
     from rigkit.deploy.transaction import agent_json
 
     data, why = agent_json(remote, *args, timeout=timeout)
     if data is None:
         what = f"{remote.name}: rigkit-agent {' '.join(args)}: {why}"
-        err.print(f"[red]error:[/] {escape(what)}", markup=True)
+        error(what)
         sys.exit(exitcodes.FAILED)
     return data
 
@@ -55,7 +54,6 @@ def _holds(remote) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); exits 1 naming the host
     and the file when it cannot be read over SSH (a failed connection: :func:`exits_when_unreachable`)
     or is not a JSON object of hold records (a hold is a safety record: never read as "no hold")."""
-    from rich.markup import escape
 
     from rigkit.common.holds import HoldsError
     from rigkit.remote import HostReadError, read_holds
@@ -64,7 +62,7 @@ def _holds(remote) -> dict:
         return read_holds(remote)
     except (HostReadError, HoldsError) as exc:
         msg = str(exc) if isinstance(exc, HostReadError) else f"{remote.name}: {exc}"
-        err.print(f"[red]error:[/] {escape(msg)}", markup=True, highlight=False)
+        error(msg)
         sys.exit(exitcodes.FAILED)
 
 
@@ -106,8 +104,8 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
         known = [g["n"] for g in _agent_json(remote, "generation", "list").get("generations", [])]
         unknown = [n for n in diff_pair if n not in known]
         if unknown:
-            err.print(f"[red]error:[/] --diff {diff_pair[0]} {diff_pair[1]}: {hs.name} has no generation "
-                      f"{unknown[0]} (kept: {', '.join(map(str, known)) or 'none'})", markup=True)
+            error(f"--diff {diff_pair[0]} {diff_pair[1]}: {hs.name} has no generation "
+                  f"{unknown[0]} (kept: {', '.join(map(str, known)) or 'none'})")
             sys.exit(exitcodes.INVALID)
         a, b = (_agent_json(remote, "generation", "show", str(n), "--files") for n in diff_pair)
         token = read_hf_token()
@@ -123,14 +121,13 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
         sys.stdout.write(json.dumps({**index, "hold": hold}, indent=2, sort_keys=True) + "\n")
         sys.exit(exitcodes.OK)
     if not index.get("generations"):
-        out.print(f"{hs.name}: no generation recorded yet (the next deploy that changes something records one)",
-                  markup=False)
+        out.print(f"{hs.name}: no generation recorded yet (the next deploy that changes something records one)")
         sys.exit(exitcodes.OK)
     out.print(f"{hs.name}: {len(index['generations'])} generation(s); * current"
               + (f", H held (rollback to {hold.get('rolled_back_to')}; `{hints.command('rollback', '--release', host=hs.name)}`)"
-                 if hold else ""), markup=False)
+                 if hold else ""))
     for line in list_lines(index, hold):
-        out.print(line, markup=False)
+        out.print(line)
     sys.exit(exitcodes.OK)
 
 
@@ -158,7 +155,6 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     generation it started from (exit 1, "reverted to generation M"; --no-revert leaves it). Refused
     (exit 1, nothing touched) while the lock is held, or when generation N needs a model the host has
     not verified (named); exit 2 for a generation that is not kept or is a failed one."""
-    from rich.markup import escape
 
     from rigkit.common.lock import LEASE_ENV
     from rigkit.cli.deployout import Console
@@ -167,11 +163,10 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     from rigkit.spec.inventory import default_inventory
 
     if release == (to is not None):
-        err.print("[red]error:[/] give exactly one of --to N and --release", markup=True)
+        error("give exactly one of --to N and --release")
         sys.exit(exitcodes.INVALID)
     if to is not None and to < 1:
-        err.print(f"[red]error:[/] --to {to}: a generation number (1 or more; `{hints.command('generations', host=host)}`)",
-                  markup=True)
+        error(f"--to {to}: a generation number (1 or more; `{hints.command('generations', host=host)}`)")
         sys.exit(exitcodes.INVALID)
     overrides = {k: True for k, on in (("force", force), ("reboot", reboot)) if on}
     hs = _one_host(inventory, host, overrides)
@@ -179,30 +174,29 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     if release:
         proc = remote.agent("generation", "release", timeout=60)
         for line in (proc.stderr + proc.stdout).splitlines():
-            err.print(f"{hs.name}: {hints.complete(line, host=hs.name)}", markup=False)
+            err.print(f"{hs.name}: {hints.complete(line, host=hs.name)}")
         sys.exit(exitcodes.OK if proc.returncode == 0 else exitcodes.FAILED)
     index = _agent_json(remote, "generation", "list")
     known = [g["n"] for g in index.get("generations", [])]
     start = index.get("current")
     if to not in known:
-        err.print(f"[red]error:[/] --to {to}: {hs.name} has no generation {to} (kept: "
-                  f"{', '.join(map(str, known)) or 'none'})", markup=True)
+        error(f"--to {to}: {hs.name} has no generation {to} (kept: "
+              f"{', '.join(map(str, known)) or 'none'})")
         sys.exit(exitcodes.INVALID)
     if (next(g for g in index["generations"] if g["n"] == to) or {}).get("failed"):
-        err.print(f"[red]error:[/] --to {to}: generation {to} on {hs.name} is a failed change that was put back "
-                  f"(`{hints.command('generations', host=hs.name)}` lists it as failed); it was never current and cannot "
-                  "be brought back",
-                  markup=True)
+        error(f"--to {to}: generation {to} on {hs.name} is a failed change that was put back "
+              f"(`{hints.command('generations', host=hs.name)}` lists it as failed); it was never current and cannot "
+              "be brought back")
         sys.exit(exitcodes.INVALID)
     if to == start:
-        err.print(f"{hs.name}: generation {to} is already the current one; nothing to roll back", markup=False)
+        err.print(f"{hs.name}: generation {to} is already the current one; nothing to roll back")
         sys.exit(exitcodes.OK)
     missing = _agent_json(remote, "generation", "check", str(to)).get("missing") or []
     if missing:
-        err.print(f"[red]error:[/] {hs.name}: generation {to} needs what this host has not verified; refused, nothing "
-                  "touched (deploy a spec with those models, or fetch them, first):", markup=True)
+        error(f"{hs.name}: generation {to} needs what this host has not verified; refused, nothing "
+              "touched (deploy a spec with those models, or fetch them, first):")
         for m in missing:
-            err.print(f"  {m}", markup=False)
+            err.print(f"  {m}")
         sys.exit(exitcodes.FAILED)
     from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
     from rigkit.deploy.generations import manifest_of_record
@@ -213,10 +207,9 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     try:
         ch = begin(hs, remote, f"rollback to generation {to}", lease, f"rollback to generation {to}", out)
     except ChangeRefused as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
+        error(str(exc))
         sys.exit(exitcodes.FAILED)
-    err.print(f"{hs.name}: holding the host lock for the rollback to generation {to} (from generation {start})",
-              markup=False)
+    err.print(f"{hs.name}: holding the host lock for the rollback to generation {to} (from generation {start})")
     try:
         env = {GENERATION_ENV: str(to), REASON_ENV: f"rollback to {to}", LEASE_ENV: lease}
         proc, run_env = run_pyinfra(inv, [hs.name], overrides, verbose=verbose, extra_env=env, out=out)
@@ -225,14 +218,13 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         if code == exitcodes.OK:
             after = _agent_json(remote, "generation", "list")
             err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; "
-                      f"held: the next deploy keeps this host there until `{hints.command('rollback', '--release', host=hs.name)}`",
-                      markup=False)
+                      f"held: the next deploy keeps this host there until `{hints.command('rollback', '--release', host=hs.name)}`")
             # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
             code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env, out)
             if code:
-                err.print(f"[red]error:[/] {hs.name}: the rollback to generation {to} is done, confirmed and "
-                          f"recorded (generation {after.get('current')}, held), but its post-deploy smoke FAILED "
-                          f"(above); the host stays at generation {after.get('current')}", markup=True)
+                error(f"{hs.name}: the rollback to generation {to} is done, confirmed and "
+                      f"recorded (generation {after.get('current')}, held), but its post-deploy smoke FAILED "
+                      f"(above); the host stays at generation {after.get('current')}")
     finally:
         end(ch)
     sys.exit(code)

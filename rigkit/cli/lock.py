@@ -4,7 +4,8 @@
 - ``rigkit lock [-i PATH] [--host NAME]`` resolves what the lock lacks or records for something the spec
   no longer declares, keeps every other entry as it is (a second run changes nothing) and writes the
   lock. Exit 0 written; 1 a source failed (nothing written); 2 invalid inventory, or hosts declaring one
-  entry differently.
+  entry differently. A source that does not answer at all (offline) is answered by :func:`offline`: nothing
+  written, every server the lock needs, and how to lock on a machine that reaches them.
 - ``rigkit lock --update [NAME…]`` asks the sources again for the named entries (a pin's package, an
   image's section ``hyperqwen``/``strata``/``gguf_baseline``, ``llama_swap``; none named: all of them)
   and prints what would change, ``old → new`` per entry; ``--write`` writes it. Exit 0 nothing newer or
@@ -16,10 +17,9 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
 from rigkit import exitcodes
-from rigkit.cli.common import err, host_option, inventory_option, load_or_exit, parse_data
+from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, parse_data
 
 
 def _one_declaration(host_specs) -> None:
@@ -37,9 +37,49 @@ def _one_declaration(host_specs) -> None:
         a, b = declared(first.spec), declared(hs.spec)
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                err.print(f"[red]error:[/] {key}: hosts {first.name} and {hs.name} declare it differently; one lock "
-                          "per inventory needs one declaration per entry")
+                error(f"{key}: hosts {first.name} and {hs.name} declare it differently; one lock "
+                      "per inventory needs one declaration per entry")
                 sys.exit(exitcodes.INVALID)
+
+
+def model_sources(spec, wanted: dict) -> list[tuple[str, str]]:
+    """``[(models.NAME, server)]`` for every model ``wanted`` declares a source for: its URL's server, or
+    the hub (``hf_endpoint``, else ``$HF_ENDPOINT``, else huggingface.co, as the lock asks it), as
+    :func:`rigkit.spec.riglock.origin` (no credentials)."""
+    import os
+
+    from rigkit.spec.modellock import source_of
+    from rigkit.spec.riglock import origin
+
+    hub = origin(str(spec.hf_endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"))
+    out = []
+    for name in sorted(wanted):
+        src = source_of(wanted[name])
+        if src is not None:
+            out.append((f"models.{name}", origin(src["url"]) if "url" in src else hub))
+    return out
+
+
+def offline(path: str, existed: bool, asked: list[tuple[str, str]], data: tuple[str, ...]) -> list[str]:
+    """The lines ``rigkit lock`` says after a source did not answer at all: what was written (nothing:
+    ``path`` as it was, or still absent), every server the run needed and the entries it needed each for
+    (``asked``: :func:`rigkit.spec.riglock.sources_asked` and :func:`model_sources`), and how to lock on a
+    machine that reaches them and bring the lock here (``data``: the run's ``--data``, to be given there too)."""
+    from rigkit import hints
+
+    lines = [f"nothing written: {path} " + ("is as it was" if existed else "still does not exist")]
+    by_server: dict[str, list[str]] = {}
+    for entry, server in asked:
+        by_server.setdefault(server, []).append(entry)
+    lines.append(f"this lock needs the network for {len(asked)} entr{'y' if len(asked) == 1 else 'ies'} "
+                 f"from {len(by_server)} server(s):")
+    lines += [f"  {server}: {', '.join(entries)}" for server, entries in sorted(by_server.items())]
+    lines.append(f"to lock elsewhere: on a machine that reaches them, in a checkout with this inventory and its "
+                 f"group_data, run `{hints.command('lock')}`" + (" with the same --data" if data else "")
+                 + (" (HF_TOKEN set there for a private or gated model repo)" if any(e.startswith("models.") for e, _ in asked)
+                    else "") + f"; copy the {path} it writes to {path} here; `{hints.command('check')}` then says "
+                 "whether it matches the spec")
+    return lines
 
 
 def _describe(section: str, name: str, entry: dict) -> str:
@@ -63,16 +103,17 @@ def _describe(section: str, name: str, entry: dict) -> str:
 def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, data: tuple[str, ...],
          names: tuple[str, ...]) -> None:
     """Resolve the pins, images, llama-swap release and models into <inventory>.lock.json."""
-    from rigkit.resolve import ResolveError
+    from rigkit.resolve import ResolveError, SourceUnreachable
     from rigkit.spec.inventory import default_inventory
-    from rigkit.spec.modellock import LockError, LockFormatError, check_lock, load_lock, lock_models, write_lock
-    from rigkit.spec.riglock import declared_images, declared_pins, diff, lock_file_for, lock_sections
+    from rigkit.spec.modellock import (LockError, LockFormatError, ModelSourceUnreachable, check_lock, load_lock,
+                                       lock_models, write_lock)
+    from rigkit.spec.riglock import declared_images, declared_pins, diff, lock_file_for, lock_sections, sources_asked
 
     if names and not update:
-        err.print("[red]error:[/] NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
+        error("NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
         sys.exit(exitcodes.INVALID)
     if write and not update:
-        err.print("[red]error:[/] --write is for --update (rigkit lock alone always writes)")
+        error("--write is for --update (rigkit lock alone always writes)")
         sys.exit(exitcodes.INVALID)
     inv = inventory or default_inventory()
     host_specs = load_or_exit(inventory, hosts, parse_data(data), resolve_lock=False)
@@ -81,16 +122,17 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
     known = {*declared_pins(spec), *declared_images(spec), "llama_swap"}
     unknown = [n for n in names if n not in known]
     if unknown:
-        err.print(f"[red]error:[/] --update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
+        error(f"--update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
         sys.exit(exitcodes.INVALID)
     path = lock_file_for(spec, inv)
+    existed = True
     try:
         current = load_lock(path)
     except FileNotFoundError:
-        current = {"version": 2, "models": {}}
+        current, existed = {"version": 2, "models": {}}, False
     except LockFormatError as exc:
         for p in exc.problems:
-            err.print(f"[red]error:[/] {escape(p)}")
+            error(p)
         sys.exit(exitcodes.INVALID)
     from rigkit.cli.models import _models_of
 
@@ -101,18 +143,25 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         if check_lock(wanted, current):  # a model missing or stale: the models are re-locked as `models lock` does
             models = lock_models(wanted, endpoint=spec.hf_endpoint)[0]["models"]
     except (ResolveError, LockError) as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        error(str(exc))
+        if isinstance(exc, (SourceUnreachable, ModelSourceUnreachable)):  # offline: say all it needs, and how else
+            asked = sources_asked(spec, current, update=list(names) if update else None)
+            asked += model_sources(spec, wanted) if check_lock(wanted, current) else []
+            for line in offline(path, existed, asked, data):
+                err.print(line)
+        else:
+            err.print(f"nothing written: {path} " + ("is as it was" if existed else "still does not exist"))
         sys.exit(exitcodes.FAILED)
     new = {"version": 2, "models": models, **sections}
     for section in ("pins", "images"):
         for name, entry in new[section].items():
-            err.print(_describe(section, name, entry), markup=False)
-    err.print(_describe("llama_swap", "", new["llama_swap"]), markup=False)
+            err.print(_describe(section, name, entry))
+    err.print(_describe("llama_swap", "", new["llama_swap"]))
     changes = diff(current, new)
     if update:
         for line in changes:
             out_line = f"  {line}"
-            err.print(out_line, markup=False)
+            err.print(out_line)
         if not changes:
             err.print(f"{path}: nothing newer")
             sys.exit(exitcodes.OK)

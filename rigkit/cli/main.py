@@ -10,8 +10,10 @@ from pathlib import Path
 import click
 
 from rigkit import __version__, exitcodes
-from rigkit.cli.common import (check_hosts, err, exits_when_unreachable, host_option, inventory_option, load_or_exit, out, parse_data,
-                            print_verdicts, validate_or_exit)
+from rich.text import Text
+
+from rigkit.cli.common import (check_hosts, err, error, exits_when_unreachable, host_option, inventory_option, load_or_exit,
+                               out, parse_data, print_verdicts, validate_or_exit, warn)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,7 +43,7 @@ def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: t
         target = out_dir if len(host_specs) == 1 else out_dir / hs.name
         man = write_tree(files, target)
         out.print(f"{hs.name}: {len(files)} files under {target}, manifest {man}"
-                  + (" (unverified: a validator could not run)" if code else ""), markup=False)
+                  + (" (unverified: a validator could not run)" if code else ""))
     sys.exit(code)
 
 
@@ -58,7 +60,6 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     (e.g. the llama-swap schema could not be fetched: the line says what to do).
     """
     from rigkit.render.checks import verdict_code
-    from rich.markup import escape
 
     from rigkit import hints
     from rigkit.spec.inventory import default_inventory
@@ -71,43 +72,42 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     inv = inventory or default_inventory()
     codes = []
     for hs, _files, results in check_hosts(host_specs):
-        out.print(f"[bold]{hs.name}[/]: spec valid", markup=True)
+        out.print(Text.assemble((hs.name, "bold"), ": spec valid"))
         for warning in spec_warnings(hs.spec):
-            err.print(f"  [yellow]warn[/]  {escape(str(warning))}", markup=True)
+            warn(str(warning), indent="  ")
         unset = unset_operator_values(hs.spec)
         if unset:  # what being unset means, said once
             err.print(f"  {len(unset)} operator value(s) unset: the rendered files carry a RIGKIT-UNSET placeholder "
                       "where each is used and the deploy refuses until every one is set (in group_data/all.py, "
-                      f"or the host's data in {inv}; README \"The real rig in three steps\")", markup=False)
+                      f"or the host's data in {inv}; README \"The real rig in three steps\")")
         print_verdicts(hs.name, results, out, verbose)
         codes.append(verdict_code(results))
         for problem in hs.lock_problems:  # pins, images, the release: what `rigkit lock` has still to resolve
             if "no lock yet" not in problem:  # a missing lock is said once, below
-                err.print("  [yellow]warn[/]  " + escape(problem), markup=True)
+                warn(problem, indent="  ")
         lock_file, lock_problems = lock_problems_for(hs.spec, inv)
         for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
-            err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem}')}", markup=True)
+            error(f"{hs.name}: {problem}", indent="  ")
         if lock_problems:
             codes.append(exitcodes.INVALID)
         elif lock_file:
-            out.print(f"  {lock_file}: matches the spec", markup=False)
+            out.print(f"  {lock_file}: matches the spec")
             codes.append(_print_fits(hs, lock_file))
         else:
             path = hs.spec.models_lock or lock_path_for(inv)
             relock = hints.command("lock")
-            err.print("  [yellow]warn[/]  " + escape(f"models_lock: no lock ({path} does not exist); the deploy "
-                                                    f"refuses without one: `{relock}` resolves the pins, images, "
-                                                    "llama-swap release and models into it"), markup=True)
+            warn(f"models_lock: no lock ({path} does not exist); the deploy "
+                 f"refuses without one: `{relock}` resolves the pins, images, "
+                 "llama-swap release and models into it", indent="  ")
     source = hf_token_source()
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
-              "value not shown, installed only as /etc/rigkit/secrets/hf.env", markup=False)
+              "value not shown, installed only as /etc/rigkit/secrets/hf.env")
     sys.exit(exitcodes.combine(*codes))
 
 
 def _print_fits(hs, lock_file: str) -> int:
     """Each member's VRAM estimate beside its declared figure (rigkit.spec.vram); the co-load check
     again with the larger of the two. Returns the exit code it adds (2 when a member cannot fit)."""
-    from rich.markup import escape
 
     from rigkit.spec.modellock import load_lock
     from rigkit.spec.validate import co_load_problems
@@ -118,16 +118,15 @@ def _print_fits(hs, lock_file: str) -> int:
     for f in fits:
         declared = f"{f.declared_gib:g} GiB declared" if f.declared_gib is not None else "no figure declared"
         shown = f"{f.estimate_gib:g} GiB" if f.estimate_gib is not None else "no estimate"
-        out.print(f"  vram {f.member}: estimate {shown} beside {declared} — {f.detail}", markup=False)
+        out.print(f"  vram {f.member}: estimate {shown} beside {declared} — {f.detail}")
         if f.error:
-            err.print(f"  [red]error:[/] {escape(f'{hs.name}: {f.error}')}", markup=True)
+            error(f"{hs.name}: {f.error}", indent="  ")
             code = exitcodes.INVALID
         if f.warning:
-            err.print(f"  [yellow]warn[/]  {escape(f.warning)}", markup=True)
+            warn(f.warning, indent="  ")
     figures = {f.member: f.estimate_gib for f in fits if f.estimate_gib is not None and not f.error}
     for problem in co_load_problems(hs.spec, figures):
-        err.print(f"  [red]error:[/] {escape(f'{hs.name}: {problem} (figures: the larger of declared and estimated)')}",
-                  markup=True)
+        error(f"{hs.name}: {problem} (figures: the larger of declared and estimated)", indent="  ")
         code = exitcodes.INVALID
     return code
 
@@ -180,7 +179,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.spec.model import unset_operator_values
 
     if smoke_asked and no_smoke:
-        err.print("[red]error:[/] --smoke and --no-smoke: choose one", markup=True)
+        error("--smoke and --no-smoke: choose one")
         sys.exit(exitcodes.INVALID)
     overrides = parse_data(data)
     if reboot:
@@ -192,13 +191,13 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     if any(unset.values()):
         for name, keys in unset.items():
             for key in keys:
-                err.print(f"[red]error:[/] {name}: {key} is unset (operator-supplied); the deploy needs it", markup=True)
+                error(f"{name}: {key} is unset (operator-supplied); the deploy needs it")
         sys.exit(exitcodes.INVALID)
     from rigkit.spec.validate import spec_warnings
 
     for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
         for warning in spec_warnings(hs.spec):
-            err.print(f"[yellow]warn[/]  {hs.name}: {warning}", markup=True)
+            warn(f"{hs.name}: {warning}")
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     checked, _ = validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
@@ -206,16 +205,22 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     lock_refusals = [f"{hs.name}: {p}" for hs in host_specs for p in hs.lock_problems]
     if lock_refusals:
         for line in lock_refusals:
-            err.print(f"[red]error:[/] {line}", markup=False)
+            error(line)
         sys.exit(exitcodes.INVALID)
     from rigkit.cli.deployout import Console, print_plan
     from rigkit.deploy.run import run_pyinfra, smoke
 
     inv = inventory or default_inventory()
     out = Console(verbose)
-    if dry:  # pyinfra's plan, then rigkit's own summary of it per host
-        proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, out=out)
-        print_plan(proc.stdout, [hs.name for hs in host_specs])
+    if dry:  # pyinfra's plan, then rigkit's own summary of it per host, each conditional row said to run or not
+        import tempfile
+
+        from rigkit.deploy import planned
+
+        names = [hs.name for hs in host_specs]
+        with tempfile.TemporaryDirectory(prefix="rigkit-plan-") as folder:
+            proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, extra_env={planned.PLAN_ENV: folder}, out=out)
+            print_plan(proc.stdout, names, planned.read(folder, names))
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     import secrets as pysecrets
 
@@ -225,7 +230,6 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.drift.converged import begin_all, choose_paths, declare, restamp_after, say
     from rigkit.remote import Remote, RemoteError
     from rigkit.render.files import render
-    from rich.markup import escape
 
     lease = pysecrets.token_hex(8)
     chosen = {}
@@ -234,10 +238,10 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             chosen = choose_paths(host_specs, declare(host_specs, inv, {hs.name: f for hs, f, _ in checked}), lease,
                                   warn=lambda line: out.note(line))
         except ChangeRefused as exc:  # a lock held or a window open: nothing touched on any host
-            err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
+            error(str(exc))
             sys.exit(exitcodes.FAILED)
         for choice in chosen.values():
-            err.print(say(choice), markup=False, highlight=False)
+            err.print(say(choice))
     converged_names = {name for name, choice in chosen.items() if choice.probe}
     # a converged host is left alone; only --smoke locks it again, for its smoke
     to_begin = [hs for hs in host_specs if hs.name not in converged_names or smoke_asked]
@@ -247,7 +251,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         changes = begin_all(to_begin, lambda hs: begin(hs, Remote(hs.name, hs.connection), "the deploy", lease,
                                                         "rigkit deploy", out), end)  # every host at once
     except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched (begin_all ended the rest)
-        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True)
+        error(str(exc))
         sys.exit(exitcodes.FAILED)
     codes = []
     try:
@@ -264,7 +268,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
             if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
-                err.print(line, markup=False, highlight=False)
+                err.print(line)
             if code == exitcodes.OK and not no_smoke:
                 code = smoke(ch.hs, inv, env, out)  # still under the lock: nothing changes the rig in between
             codes.append(code)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.markup import escape
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import err, host_option, inventory_option, load_or_exit
+from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, warn
 
 
 def _models_of(host_specs) -> dict:
@@ -28,8 +27,8 @@ def _models_of(host_specs) -> dict:
     for hs in host_specs:
         for name, model in hs.spec.models.items():
             if name in models and source_of(models[name]) != source_of(model):
-                err.print(f"[red]error:[/] models.{name}: hosts {owners[name]} and {hs.name} declare different "
-                          "sources; one lock per inventory needs one source per model name")
+                error(f"models.{name}: hosts {owners[name]} and {hs.name} declare different "
+                      "sources; one lock per inventory needs one source per model name")
                 sys.exit(exitcodes.INVALID)
             models.setdefault(name, model)
             owners.setdefault(name, hs.name)
@@ -60,22 +59,22 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
     wanted = _models_of(host_specs)
     endpoints = {hs.spec.hf_endpoint for hs in host_specs}
     if len(endpoints) > 1:
-        err.print(f"[red]error:[/] hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
+        error(f"hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
         sys.exit(exitcodes.INVALID)
     try:
         result, skipped = lock_models(wanted, endpoint=endpoints.pop())
     except LockError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        error(str(exc))
         sys.exit(exitcodes.FAILED)
     for name in skipped:
-        err.print(f"[yellow]warn[/]  models.{name}: source unset (operator-supplied repo_id or url + sha256); not locked")
+        warn(f"models.{name}: source unset (operator-supplied repo_id or url + sha256); not locked")
     for name, entry in result["models"].items():
         src = entry["source"]
         what = f"{src['repo_id']}@{src['revision']} → {entry['commit']}" if "repo_id" in src else src["url"]
-        err.print(f"{name}: {what}, {len(entry['files'])} file(s), {_human(entry['total_bytes'])}", markup=False)
+        err.print(f"{name}: {what}, {len(entry['files'])} file(s), {_human(entry['total_bytes'])}")
         if entry.get("header_bytes_fetched") is not None:  # the GGUF headers, by range requests
             err.print(f"  {name}: GGUF header(s) read with {_human(entry['header_bytes_fetched'])} of "
-                      f"{_human(entry['total_bytes'])}", markup=False)
+                      f"{_human(entry['total_bytes'])}")
     target = lock_path_for(inventory or default_inventory())
     try:  # the other sections of the lock (rigkit lock's pins, images, release) stay as they are
         from rigkit.spec.modellock import load_lock
@@ -102,14 +101,14 @@ def check(inventory: str | None, hosts: tuple[str, ...]) -> None:
     try:
         current = load_lock(path)
     except FileNotFoundError:
-        err.print(f"[red]error:[/] {escape(str(path))}: no lock; run `{hints.command('models lock')}`")
+        error(f"{path}: no lock; run `{hints.command('models lock')}`")
         sys.exit(exitcodes.INVALID)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        error(str(exc))
         sys.exit(exitcodes.INVALID)
     problems = check_lock(wanted, current, str(path))
     for p in problems:
-        err.print(f"[red]error:[/] {escape(p)}")
+        error(p)
     if not problems:
         err.print(f"{path}: matches the spec ({len(current['models'])} model(s))")
     sys.exit(exitcodes.INVALID if problems else exitcodes.OK)

@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.text import Text
 
 from rigkit import exitcodes, hints, paths
 from rigkit.remote import Remote, RemoteError
-from rigkit.cli.common import err, exits_when_unreachable, host_option, inventory_option
+from rigkit.cli.common import err, error, exits_when_unreachable, host_option, inventory_option, labelled, styled
 
 TENANTS = ("hyperqwen",)
 #: Following the journal survives SSH drops shorter than this (s).
@@ -128,8 +129,8 @@ def _print_steps(journal: dict, seen: dict[int, str], host: str | None = None) -
         dur = f"{st['duration_s']:8.2f} s" if st.get("duration_s") is not None else " " * 10
         colour = {"ok": "green", "failed": "red", "running": "cyan"}.get(st["status"], "white")
         label = ("restore: " if st.get("phase") == "restore" else "") + st["name"]
-        err.print(f"  {label:<24} [{colour}]{st['status']:<7}[/] {dur}  ", end="")
-        err.print(hints.complete(st.get("detail") or "", host=host), markup=False)
+        err.print(Text.assemble(f"  {label:<24} ", (f"{st['status']:<7}", colour), f" {dur}  ",
+                                hints.complete(st.get("detail") or "", host=host)))
 
 
 def follow(remote: WindowRemote, on_interrupt) -> dict | None:
@@ -162,9 +163,9 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
             proc.wait()
             interrupted += 1
             if interrupted > 1:
-                err.print(f"[yellow]left the window; it goes on on the host and restores steady itself "
-                          f"(`{hints.command('window', '--follow', host=remote.name)}` to watch, "
-                          f"`{hints.command('window', '--restore', host=remote.name)}` if it was left open)[/]")
+                styled(f"left the window; it goes on on the host and restores steady itself "
+                       f"(`{hints.command('window', '--follow', host=remote.name)}` to watch, "
+                       f"`{hints.command('window', '--restore', host=remote.name)}` if it was left open)", "yellow")
                 return last
             on_interrupt()
             continue
@@ -173,11 +174,11 @@ def follow(remote: WindowRemote, on_interrupt) -> dict | None:
         stderr = proc.stderr.read().strip() if proc.stderr else ""
         lost_since = lost_since or time.monotonic()
         if time.monotonic() - lost_since > RECONNECT_S:
-            err.print(f"[red]error:[/] lost {remote.name} ({stderr[-200:] or f'ssh exit {rc}'}); the window goes on on "
-                      f"the host and restores steady itself; `{hints.command('window', '--follow', host=remote.name)}` "
-                      f"to watch it again, `{hints.command('window', '--restore', host=remote.name)}` if it was left open")
+            error(f"lost {remote.name} ({stderr[-200:] or f'ssh exit {rc}'}); the window goes on on "
+                  f"the host and restores steady itself; `{hints.command('window', '--follow', host=remote.name)}` "
+                  f"to watch it again, `{hints.command('window', '--restore', host=remote.name)}` if it was left open")
             return None
-        err.print(f"[yellow]ssh to {remote.name} dropped ({stderr[-120:] or f'exit {rc}'}); reconnecting[/]")
+        styled(f"ssh to {remote.name} dropped ({stderr[-120:] or f'exit {rc}'}); reconnecting", "yellow")
         time.sleep(2)
 
 
@@ -194,7 +195,7 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
             dest = remote.fetch(wid, out or Path("results"))
             err.print(f"window {wid}: journal and results copied to {dest}")
         except (RuntimeError, OSError, tarfile.TarError) as exc:  # RemoteError too: the window is over
-            err.print(f"[yellow]warning:[/] copying the results of window {wid} failed: {exc}")
+            labelled("warning:", f"copying the results of window {wid} failed: {exc}")
     for preset, b in (journal.get("bench") or {}).items():
         summary_path = dest / f"bench-{preset}" / "summary.json" if dest else None
         if summary_path and summary_path.is_file():
@@ -209,29 +210,29 @@ def _report(remote: WindowRemote, journal: dict, out: Path | None, mode: str | N
 
                 write_chart(str(summary_path.parent / "chart.png"), summary, None)
             except Exception as exc:  # noqa: BLE001 - the chart is a nicety
-                err.print(f"[yellow]warning:[/] chart for bench {preset} not drawn: {exc}")
+                labelled("warning:", f"chart for bench {preset} not drawn: {exc}")
         else:
             click.echo(f"bench {preset}: exit code {b.get('exit_code')}, verdicts {b.get('verdicts')}")
     if journal.get("sweep") and state != "closed":
         _sweep_report(remote.name, journal, dest or (out or Path("results")) / str(wid))
     benches_ok = all(b.get("exit_code") == 0 for b in (journal.get("bench") or {}).values())
     if outcome == "refused":
-        err.print(f"[red]refused:[/] {journal.get('error')}")
+        labelled("refused:", str(journal.get("error")))
         return exitcodes.FAILED
     if state == "restored":
         msg = f"window {wid}: {outcome or 'restore replayed'}"
         if journal.get("error"):
             msg += f" — {journal['error']}"
-        err.print(("[green]" if outcome == "ok" else "[red]") + msg + "[/]; steady state restored "
+        err.print(Text.assemble((msg, "green" if outcome == "ok" else "red"), "; steady state restored "
                   f"({journal.get('plan', {}).get('resident')} answers through "
                   f":{journal.get('plan', {}).get('proxy_port')}, timers resumed: "
-                  f"{', '.join(journal.get('timers_active_before') or []) or 'none'})", markup=True)
+                  f"{', '.join(journal.get('timers_active_before') or []) or 'none'})"))
         if mode in ("restore", "abort"):
             return exitcodes.OK
         return exitcodes.OK if outcome == "ok" and benches_ok else exitcodes.FAILED
-    err.print(f"[red]window {wid} is {state}[/] ({outcome}: {journal.get('error')}); steady state is NOT "
-              f"confirmed: run `{hints.command('window', '--restore', host=remote.name)}` (it replays the restore from "
-              "the journal)")
+    err.print(Text.assemble((f"window {wid} is {state}", "red"), f" ({outcome}: {journal.get('error')}); steady state "
+              f"is NOT confirmed: run `{hints.command('window', '--restore', host=remote.name)}` (it replays the restore "
+              "from the journal)"))
     return exitcodes.FAILED
 
 
@@ -249,7 +250,7 @@ def _sweep_report(host: str, journal: dict, folder: Path) -> None:
         written = write_result(folder, res)
         err.print(f"sweep result: {', '.join(str(p) for p in written)}")
     except OSError as exc:
-        err.print(f"[yellow]warning:[/] the sweep result could not be written to {folder}: {exc}")
+        labelled("warning:", f"the sweep result could not be written to {folder}: {exc}")
 
 
 def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None, runs: int, max_tokens: int,
@@ -272,12 +273,12 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
             check_power_limits(values, parse_query(proc.stdout if proc.returncode == 0 else
                                                    (proc.stdout + proc.stderr), proc.returncode))
     except SweepArgError as exc:
-        err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
+        error(f"{hs.name}: {exc}")
         sys.exit(exitcodes.INVALID)
     except RemoteError:
         raise  # the host not reached: said by the command (exits_when_unreachable)
     except RuntimeError as exc:
-        err.print(f"[red]error:[/] {hs.name}: {exc}", markup=True)
+        error(f"{hs.name}: {exc}")
         sys.exit(exitcodes.FAILED)
     if resume:
         from rigkit.common.sweepgrid import pending
@@ -285,20 +286,20 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
 
         proc = remote.agent("status")
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
+            error(f"{hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         last = json.loads(proc.stdout.strip().splitlines()[-1] or "null") or {}
         from rigkit.common.journal import is_open
 
         if is_open(last):
-            err.print(f"[red]error:[/] {hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
-                      f"run `{hints.command('window', '--restore', host=hs.name)}` first (it keeps the measured "
-                      "cells), then --resume")
+            error(f"{hs.name}: window {last.get('id')} is still open (state {last.get('state')!r}); "
+                  f"run `{hints.command('window', '--restore', host=hs.name)}` first (it keeps the measured "
+                  "cells), then --resume")
             sys.exit(exitcodes.FAILED)
         prev = last.get("sweep")
         if not prev or prev.get("param") != key:
-            err.print(f"[red]error:[/] {hs.name}: --resume: no {key} sweep journal on the host (the last window, "
-                      f"{last.get('id') or 'none'}, ran no such sweep); run the sweep without --resume")
+            error(f"{hs.name}: --resume: no {key} sweep journal on the host (the last window, "
+                  f"{last.get('id') or 'none'}, ran no such sweep); run the sweep without --resume")
             sys.exit(exitcodes.INVALID)
         left = pending(grid_of(sp), prev.get("cells") or [])
         if not left:
@@ -365,9 +366,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     restore, whatever happens. Exit 0 done, 1 failed/refused/aborted, 2 invalid input.
     """
     from rigkit.bench.workloads import PRESETS
-    from rigkit.cli.common import parse_data
-    from rigkit.spec.inventory import InventoryError, load_hosts
-    from rigkit.spec.problems import SpecError
+    from rigkit.cli.common import load_or_exit, parse_data
 
     bad = [p for p in presets if p not in PRESETS]
     if bad:
@@ -380,23 +379,17 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     elif presets or mode:
         raise click.UsageError(f"--sweep runs its own measurements: not with "
                                f"{'--bench' if presets else '--' + str(mode)}")
-    try:
-        host_specs = load_hosts(inventory, list(hosts) or None, override_data=parse_data(data))
-    except (InventoryError, SpecError) as exc:
-        err.print(f"[red]error:[/] {exc}")
-        for problem in getattr(exc, "problems", []):
-            err.print(f"  {problem}", markup=False)
-        sys.exit(exitcodes.INVALID)
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))  # every problem said, exit 2
     if len(host_specs) != 1:
-        err.print(f"[red]error:[/] a window runs on one host; narrow with --host "
-                  f"(hosts: {', '.join(h.name for h in host_specs)})")
+        error(f"a window runs on one host; narrow with --host "
+              f"(hosts: {', '.join(h.name for h in host_specs)})")
         sys.exit(exitcodes.INVALID)
     hs = host_specs[0]
     remote = WindowRemote(hs.name, hs.connection)
     if mode in ("abort", "restore"):
         proc = remote.agent(mode)
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
+            error(f"{hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.FAILED)
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
         if answer["action"] == "none":
@@ -412,7 +405,7 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
         problems = plan_problems(hs.spec)
         if problems:
             for p in problems:
-                err.print(f"[red]error:[/] {hs.name}: {p}")
+                error(f"{hs.name}: {p}")
             sys.exit(exitcodes.INVALID)
         plan = build_plan(hs.name, hs.spec, tenant, list(presets), force, healthy_timeout)
         if sweep:
@@ -421,22 +414,22 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
                 sys.exit(exitcodes.OK)
         proc = remote.agent("start", stdin=json.dumps(plan))
         if proc.returncode != 0:
-            err.print(f"[red]error:[/] {hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
+            error(f"{hs.name}: {hints.complete((proc.stderr or proc.stdout).strip()[-400:], host=hs.name)}")
             sys.exit(exitcodes.INVALID if proc.returncode == exitcodes.INVALID else exitcodes.FAILED)
         wid = json.loads(proc.stdout.strip().splitlines()[-1])["id"]
         err.print(f"{hs.name}: window {wid} ({tenant}) started as rigkit-window.service; Ctrl-C asks it to end "
                   "early (it restores), a lost connection leaves it running to its own restore")
 
     def on_interrupt() -> None:
-        err.print("[yellow]Ctrl-C: asking the host to end the window early; it restores steady state "
-                  "(Ctrl-C again to leave it to the host)[/]")
+        styled("Ctrl-C: asking the host to end the window early; it restores steady state "
+               "(Ctrl-C again to leave it to the host)", "yellow")
         try:
             r = remote.agent("abort")
         except RemoteError as exc:  # the host not reached now: following goes on (it reconnects)
-            err.print(f"[red]error:[/] abort failed: {exc}")
+            error(f"abort failed: {exc}")
             return
         if r.returncode != 0:
-            err.print(f"[red]error:[/] abort failed: {(r.stderr or r.stdout).strip()[-300:]}")
+            error(f"abort failed: {(r.stderr or r.stdout).strip()[-300:]}")
 
     old = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -27,7 +27,7 @@ import sys
 import click
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import exits_when_unreachable, inventory_option
+from rigkit.cli.common import error, exits_when_unreachable, inventory_option
 
 
 def _run(hs, command: str, stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
@@ -243,24 +243,16 @@ def _activate_declared(hs, declared_spec, lease_id: str, no_revert: bool) -> tup
 def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None,
             no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
-    from rigkit.cli.common import err, parse_data
-    from rigkit.spec.inventory import InventoryError, load_hosts
-    from rigkit.spec.problems import SpecError
+    from rigkit.cli.common import load_or_exit, parse_data
+    from rigkit.spec.inventory import load_hosts
 
     if action is None:
-        err.print("[red]error:[/] say what to do: --show, --activate, --rollback or --release")
+        error("say what to do: --show, --activate, --rollback or --release")
         sys.exit(exitcodes.INVALID)
     if no_revert and action != "activate":
-        err.print("[red]error:[/] --no-revert: only with --activate")
+        error("--no-revert: only with --activate")
         sys.exit(exitcodes.INVALID)
-    try:
-        host_specs = load_hosts(inventory, list(hosts), override_data=parse_data(data))
-    except (InventoryError, SpecError) as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True)
-        sys.exit(exitcodes.INVALID)
-    except click.BadParameter as exc:
-        err.print(f"[red]error:[/] {exc.format_message()}", markup=True)
-        sys.exit(exitcodes.INVALID)
+    host_specs = load_or_exit(inventory, hosts, parse_data(data))  # every problem said, exit 2
     declared = {hs.name: hs.spec for hs in host_specs}
     if data and action == "activate":
         declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
@@ -278,6 +270,6 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
             else:
                 codes.append(_agent(hs, ["--release", "--by", "rigkit wire-in --release"]))
         except _Fail as exc:
-            err.print(f"[red]error:[/] {exc.message}", markup=True)
+            error(exc.message)
             codes.append(exitcodes.FAILED)
     sys.exit(exitcodes.combine(*codes))

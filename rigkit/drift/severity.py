@@ -66,13 +66,13 @@ def exit_code(severities: list[str] | set[str]) -> int:
 
 def tally(severities: list[str]) -> str:
     """``"2 differences, 1 warning"``: findings counted by what their severities mean — differences
-    (``drift``), not checked (``error``), warnings (``warn``), explained by an open window
+    (``drift``), checks that failed (``error``), warnings (``warn``), explained by an open window
     (``expected``); ``"nothing found"`` for none. The one wording of drift, ``--json``'s stderr line
     and the report."""
     from collections import Counter
 
     n = Counter(severities)
-    words = (("drift", "difference", "differences"), ("error", "not checked", "not checked"),
+    words = (("drift", "difference", "differences"), ("error", "check failed", "checks failed"),
              ("warn", "warning", "warnings"), ("expected", "explained by the window", "explained by the window"))
     return ", ".join(f"{n[s]} {one if n[s] == 1 else many}" for s, one, many in words if n[s]) or "nothing found"
 

@@ -11,3 +11,9 @@ class ResolveError(RuntimeError):
     """A source could not resolve one lock entry: the message names the entry (``pins.cuda``,
     ``images.hyperqwen``, ``llama_swap``), the URL asked and the cause (HTTP status, a missing
     series, a digest the registry does not have). ``rigkit lock`` exits 1 and writes nothing."""
+
+
+class SourceUnreachable(ResolveError):
+    """No answer from the source at all (``requests``' connection error or timeout: no network, a name
+    that does not resolve, a refused connection), as against an answer that refuses. ``rigkit lock``
+    then says every source the lock needs and how to lock on a machine that reaches them."""

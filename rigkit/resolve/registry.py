@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any
 
-from rigkit.resolve import ResolveError
+from rigkit.resolve import ResolveError, SourceUnreachable
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -70,7 +70,7 @@ class Registry:
         try:
             return self.http.request(method, url, headers=headers, timeout=30, allow_redirects=True, verify=self.verify)
         except requests.RequestException as exc:
-            raise ResolveError(f"{entry}: {url}: unreachable ({type(exc).__name__}: {exc})"[:400]) from None
+            raise SourceUnreachable(f"{entry}: {url}: unreachable ({type(exc).__name__}: {exc})"[:400]) from None
 
     def _token(self, entry: str, challenge: dict[str, str], name: str) -> str:
         import requests
@@ -82,7 +82,7 @@ class Registry:
         try:
             resp = self.http.get(realm, params=params, timeout=30, verify=self.verify)
         except requests.RequestException as exc:
-            raise ResolveError(f"{entry}: token endpoint {realm}: unreachable ({type(exc).__name__})") from None
+            raise SourceUnreachable(f"{entry}: token endpoint {realm}: unreachable ({type(exc).__name__})") from None
         if resp.status_code != 200:
             raise ResolveError(f"{entry}: token endpoint {realm} refused an anonymous token for {params['scope']} "
                                f"(HTTP {resp.status_code}); is the image public?")

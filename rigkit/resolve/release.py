@@ -16,7 +16,7 @@ import hashlib
 import re
 from typing import Any
 
-from rigkit.resolve import ResolveError
+from rigkit.resolve import ResolveError, SourceUnreachable
 
 _TARBALL = re.compile(r"^(?P<project>.+?)_(?P<version>[^_]+)_(?P<os>[a-z0-9]+)_(?P<arch>[a-z0-9]+)\.tar\.gz$")
 _LINE = re.compile(r"^([0-9a-f]{64})\s+\*?(\S+)$")
@@ -50,7 +50,7 @@ def resolve(entry: str, version: str, url: str, session: Any) -> dict[str, Any]:
         try:
             return session.get(u, timeout=60, **kw)
         except requests.RequestException as exc:
-            raise ResolveError(f"{entry}: {u}: unreachable ({type(exc).__name__})") from None
+            raise SourceUnreachable(f"{entry}: {u}: unreachable ({type(exc).__name__})") from None
 
     name = url.rstrip("/").rpartition("/")[2]
     sums = checksums_url(url)

@@ -69,6 +69,11 @@ class LockError(RuntimeError):
     revision, and the cause (HTTP status, network); never a token. Exit code 1."""
 
 
+class ModelSourceUnreachable(LockError):
+    """The hub or a model's URL did not answer at all (no network, a name that does not resolve): the
+    lock's other sources are likely unreachable too (``rigkit lock`` says which, and how to lock elsewhere)."""
+
+
 class LockFormatError(ValueError):
     """A lock file that is not a valid rigkit model lock: ``problems`` lists ``"<file>: <entry>:
     <what is wrong>"`` lines (the file and the entry named, e.g. ``models.strata.files[0].path``).
@@ -341,8 +346,9 @@ def _hub_error(name: str, repo: str, revision: str, exc: Exception, timeout: Any
         return LockError(f"{where}: hub answered HTTP {exc.response.status_code}")
     endpoint = endpoint or os.environ.get('HF_ENDPOINT', 'https://huggingface.co')
     if timeout is not None and isinstance(exc, httpx2.TimeoutException):
-        return LockError(f"{where}: hub unreachable: {network_words(endpoint, exc, timeout)}; HF_ENDPOINT={endpoint}")
-    return LockError(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT={endpoint}")
+        return ModelSourceUnreachable(f"{where}: hub unreachable: {network_words(endpoint, exc, timeout)}; "
+                                      f"HF_ENDPOINT={endpoint}")
+    return ModelSourceUnreachable(f"{where}: hub unreachable ({type(exc).__name__}); HF_ENDPOINT={endpoint}")
 
 
 def lock_hub_model(name: str, source: dict[str, Any], api: Any, timeout: Any = None) -> dict[str, Any]:
@@ -459,9 +465,9 @@ def lock_url_model(name: str, source: dict[str, Any], session: Any = None) -> di
         host = urlsplit(source["url"]).netloc
         words = (f"did not connect within {HUB_CONNECT_TIMEOUT_S:g} s (connect timeout)"
                  if isinstance(exc, requests.ConnectTimeout) else f"sent nothing for {HUB_READ_TIMEOUT_S:g} s (read timeout)")
-        raise LockError(f"models.{name}: {source['url']}: unreachable: {host} {words}") from None
+        raise ModelSourceUnreachable(f"models.{name}: {source['url']}: unreachable: {host} {words}") from None
     except requests.RequestException as exc:
-        raise LockError(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
+        raise ModelSourceUnreachable(f"models.{name}: {source['url']}: unreachable ({type(exc).__name__})") from None
     if resp.status_code >= 400:
         raise LockError(f"models.{name}: {source['url']}: HTTP {resp.status_code}")
     size = resp.headers.get("Content-Length")

@@ -132,12 +132,12 @@ class Resolver:
     def _get(self, url: str) -> tuple[int, bytes]:
         import requests
 
-        from rigkit.resolve import ResolveError
+        from rigkit.resolve import SourceUnreachable
 
         try:
             resp = self.http.get(url, timeout=60)
         except requests.RequestException as exc:
-            raise ResolveError(f"{url}: unreachable ({type(exc).__name__})") from None
+            raise SourceUnreachable(f"{url}: unreachable ({type(exc).__name__})") from None
         return resp.status_code, resp.content
 
     def archive(self, url: str) -> Any:
@@ -224,6 +224,49 @@ def lock_sections(spec: Any, current: dict[str, Any], update: Iterable[str] | No
     have = current.get("llama_swap")
     release = resolver.release(spec) if have is None or redo("llama_swap") or redo("release_sha256") else copy.deepcopy(have)
     return {"pins": dict(sorted(pins.items())), "images": images, "llama_swap": release}
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: the server asked, without a path, a query or credentials
+    (a URL of the spec may carry a secret: ``hf_endpoint``)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port else "") if parts.scheme else url
+
+
+class _Asking:
+    """A :class:`Resolver` that asks nothing: it records which lock entry :func:`lock_sections` would
+    resolve and the server each would ask (:func:`origin`)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def pins(self, spec: Any, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        names = list(declared_pins(spec) if names is None else names)
+        self.asked += [(f"pins.{p}", origin(spec.arch_archive_url)) for p in names]
+        return {p: {} for p in names}
+
+    def image(self, name: str, image: Any) -> dict[str, Any]:
+        from rigkit.resolve.registry import split_repository
+
+        self.asked.append((f"images.{name}", origin(image.registry) if image.registry
+                           else "https://" + split_repository(image.repository)[0]))
+        return {}
+
+    def release(self, spec: Any) -> dict[str, Any]:
+        self.asked.append(("llama_swap", origin(spec.llama_swap.release_url)))
+        return {}
+
+
+def sources_asked(spec: Any, current: dict[str, Any], update: Iterable[str] | None = None) -> list[tuple[str, str]]:
+    """``[(lock entry, server)]``: every entry that :func:`lock_sections` with these arguments resolves
+    from a source, and the server (:func:`origin`) it asks — what ``rigkit lock`` needs the network for
+    (the models are the caller's: :func:`rigkit.spec.modellock.check_lock`). Asks nothing."""
+    asking = _Asking()
+    lock_sections(spec, current, update, resolver=asking)  # type: ignore[arg-type]
+    return asking.asked
 
 
 def diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -121,8 +121,110 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
     assert out == [
         "a: the deploy would change 1 of 4 operations:",
         "  change       Docker | Merge daemon.json",
-        "  conditional  Docker | Restart docker for the new daemon.json (runs only if an operation before it changes "
-        "something)",
+        "  conditional  Docker | Restart docker for the new daemon.json — runs only if an operation before it changes "
+        "something",
         "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only after "
         "an operation before it changes something — would not run",
+    ]
+
+
+# what a finding's values may hold: the TEXT above plus line breaks and the shapes that folded mid-word
+# before (a path, a digest, a hold's long sentence)
+VALUE = st.one_of(TEXT, st.text(alphabet=st.sampled_from("ab/.-_:\n\r é漢"), max_size=120),
+                  st.sampled_from(["/opt/rigkit/hyperqwen/.env", "sha256:" + "0123456789abcdef" * 4,
+                                   "held by a rollback (generation 3): the deploy leaves it; release with "
+                                   "`rigkit rollback -i inventory/sandbox.py --host demo --release`"]))
+
+
+def _drift_in_a_pipe(monkeypatch, findings, width):
+    """``rigkit drift``'s own command, its output a pipe (click's runner), ``$COLUMNS`` = ``width``, over
+    ``findings`` (the probe stood in: only the output is under test)."""
+    from types import SimpleNamespace
+
+    from click.testing import CliRunner
+
+    import rigkit.cli.drift as cli_drift
+    import rigkit.drift as drift_pkg
+    from rigkit.drift.run import exit_code
+
+    monkeypatch.setattr(cli_drift, "load_or_exit", lambda inv, hosts: [SimpleNamespace(name="demo")])
+    monkeypatch.setattr(drift_pkg, "check", lambda *a, **k: (findings, {"demo": exit_code(findings)}))
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setenv("RIGKIT_INVENTORY", "inventory/sandbox.py")
+    return CliRunner().invoke(cli_drift.drift, [], catch_exceptions=False).output
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(sorted(set(KINDS) - {"host"})), VALUE, VALUE, VALUE), min_size=1, max_size=6),
+       st.sampled_from([20, 40, 80, 132]))
+def test_in_a_pipe_each_finding_is_one_line_with_every_value_whole(rows, width):
+    """Issue 61: in a pipe, paths and digests were folded mid-word (``/opt/rigkit/hype`` / ``rqwen/.env``)
+    and a hold row took 13 lines. Now, whatever the values and whatever ``$COLUMNS``: after the host's
+    verdict and the header, exactly one line per finding, in order, holding each of its values whole
+    (a line break in a value written ``\\n``), columns aligned."""
+    import pytest
+
+    findings = [Finding("demo", kind, item, declared, actual) for kind, item, declared, actual in rows]
+    with pytest.MonkeyPatch.context() as mp:
+        text = _drift_in_a_pipe(mp, findings, width)
+    lines = text.splitlines()
+    assert lines[0].startswith("demo: ") and lines[1].split() == ["kind", "item", "declared", "actual", "severity"]
+    body = lines[2:2 + len(findings)]
+    assert len(body) == len(findings)
+    assert all("\x1b" not in line for line in lines)  # no colour in a pipe
+    for f, line in zip(findings, body):
+        at = 0
+        for value in (f.kind, f.item, f.declared, f.actual, f.severity):
+            shown = value.replace("\r", "\\r").replace("\n", "\\n")
+            at = line.find(shown, at)
+            assert at >= 0, (shown, line)
+            at += len(shown)
+    # what follows is the repair line or nothing: no finding spilled onto another line
+    assert all(line.startswith("demo: to repair: ") for line in lines[2 + len(findings):])
+
+
+def test_an_unreachable_host_reads_as_such(monkeypatch):
+    """Issue 61: ``demo: not checked (1 not checked)`` and a folded table became one line naming what
+    happened, in a pipe and in the ``--json`` run's stderr word alike."""
+    lost = [Finding("demo", "host", "connection", "reachable, probed",
+                    "unreachable: Could not resolve hostname ([Errno -2] Name or service not known)")]
+    text = _drift_in_a_pipe(monkeypatch, lost, 80)
+    assert text == ("demo: unreachable: Could not resolve hostname ([Errno -2] Name or service not known); "
+                    "nothing checked\n")
+    from rigkit.cli.drift import verdict
+
+    assert verdict(1, [Finding("demo", "plan-failed", "pyinfra --dry --json", "a plan", "boom"),
+                       Finding("demo", "unit", "x.service", "enabled", "disabled")]) \
+        == "incomplete (1 difference, 1 check failed)"
+
+
+def test_a_dry_run_says_of_each_conditional_row_whether_it_runs_in_this_plan(capsys):
+    """Issue 61: ``deploy --dry`` listed conditional rows ("runs only if an operation before it changes
+    something") where one before it does change, without saying whether they would run. With what the
+    deploy file found (rigkit.deploy.planned), each row says it; one that runs counts as a change, and a
+    host where only a conditional would run (the agent's venv missing) is not "would change nothing"."""
+    import json
+
+    plan = {"plan": [_op("Docker | Merge daemon.json", change=["a"]),
+                     _op("Docker | Restart docker for the new daemon.json", cond=["a", "b"]),
+                     _op("llama-swap | Reload systemd for llama-swap.service", cond=["a", "b"]),
+                     _op("Agent | Create the agent venv", cond=["b"])],
+            "results": None}
+    runs = {"a": {"Docker | Restart docker for the new daemon.json": True,
+                  "llama-swap | Reload systemd for llama-swap.service": False},
+            "b": {"Docker | Restart docker for the new daemon.json": False,
+                  "llama-swap | Reload systemd for llama-swap.service": False, "Agent | Create the agent venv": True}}
+    print_plan(json.dumps(plan), ["a", "b"], runs)
+    assert capsys.readouterr().out.splitlines() == [
+        "a: the deploy would change 2 of 4 operations:",
+        "  change       Docker | Merge daemon.json",
+        "  conditional  Docker | Restart docker for the new daemon.json — will run: what it waits on changes in this plan",
+        "  conditional  llama-swap | Reload systemd for llama-swap.service — will not run: nothing it waits on changes "
+        "in this plan",
+        "b: the deploy would change 1 of 4 operations:",
+        "  conditional  Docker | Restart docker for the new daemon.json — will not run: nothing it waits on changes in "
+        "this plan",
+        "  conditional  llama-swap | Reload systemd for llama-swap.service — will not run: nothing it waits on changes "
+        "in this plan",
+        "  conditional  Agent | Create the agent venv — will run: what it waits on changes in this plan",
     ]

@@ -109,6 +109,29 @@ def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
     proc = deploy(host, *b())
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert state(host) == B_STATE
+    # issue 61: each conditional row of the dry run says whether it will run, and the run then did as it said
+    said = {}
+    for line in dry.stdout.splitlines():
+        if line.startswith("  conditional  "):
+            name, _, verdict = line[len("  conditional  "):].partition(" — ")
+            assert verdict in ("will run: what it waits on changes in this plan",
+                               "will not run: nothing it waits on changes in this plan"), line
+            said[name] = verdict.startswith("will run")
+    ran, current = set(), None  # the run's own log: a block that changed the host says "[host] Success"
+    for line in proc.stderr.splitlines():
+        if line.startswith("--> Starting operation: "):
+            current = line[len("--> Starting operation: "):].strip()
+        elif current and line.strip().endswith("] Success"):
+            ran.add(current)
+    assert said and {n: n in ran for n in said} == said, (said, sorted(ran))
+    print(f"\ndeploy B --dry: {sum(said.values())} of {len(said)} conditional rows will run, as the run did")
+    # and one that waits on a change in the plan: a new power limit rewrites gpu-power-limit.service
+    dry = deploy(host, "--dry", *b(), "--data", "gpu_power_limit_w=400")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    rows = {line[len("  conditional  "):].partition(" — ")[0]: "— will run:" in line
+            for line in dry.stdout.splitlines() if line.startswith("  conditional  ")}
+    assert rows.pop("Power limit | Reload systemd for gpu-power-limit.service") is True, dry.stdout
+    assert rows and not any(rows.values()), dry.stdout
     listing = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name)
     assert listing.returncode == 0, listing.stderr
     lines = listing.stdout.splitlines()
@@ -202,7 +225,7 @@ def test_drift_reports_the_hold_and_no_drift_against_the_held_generation(host):
     status = next(r for r in records if r["kind"] == "status")
     assert status["state"]["generation"]["compared_with"] == "generation 3"
     text = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name)
-    words = " ".join(text.stdout.split())  # a pipe gets 80 columns: the generation line is folded
+    words = " ".join(text.stdout.split())  # the words, however the lines break
     assert f"{host.name}: generation 3 (" in words and "compared with generation 3" in words, text.stdout
 
 

@@ -99,3 +99,54 @@ def test_check_names_what_the_lock_has_not_resolved(lab):
     assert warns[0] == ("warn  pins.cuda: not in inventory/lab.lock.json (cuda_version '13.3' unresolved); "
                         "re-lock with `rigkit lock -i inventory/lab.py`")
     assert len(warns) == 8  # four pins, three images, the release
+
+
+def test_offline_the_lock_says_nothing_was_written_every_source_it_needs_and_how_to_lock_elsewhere(tmp_path):
+    """Issue 61: offline, ``rigkit lock`` stopped at its first source with ``unreachable (ConnectionError)``.
+    Every source here refuses the connection (127.0.0.1:1, nothing listens): the answer names what was
+    written (nothing: no lock, then an existing lock byte for byte as it was), every entry the lock needs
+    with its server — the entries read from the spec's own declarations, not listed here — and how to
+    lock on another machine and bring the lock over."""
+    proj = tmp_path / "proj"
+    (proj / "inventory").mkdir(parents=True)
+    (proj / "group_data").mkdir()
+    (proj / "inventory" / "off.py").write_text('hosts = [("box", {"ssh_hostname": "box.lan"})]\n')
+    (proj / "group_data" / "all.py").write_text(
+        "arch_archive_url = 'http://127.0.0.1:1/archive'\n"
+        "hf_endpoint = 'http://127.0.0.1:1'\n"
+        "hyperqwen = {'image': {'ref': 'sha-1a2b3c4', 'registry': 'https://127.0.0.1:1'}}\n"
+        "strata = {'image': {'ref': 'server-cuda', 'registry': 'https://127.0.0.1:1'}}\n"
+        "gguf_baseline = {'image': {'ref': 'server-cuda', 'registry': 'https://127.0.0.1:1'}}\n"
+        "llama_swap = {'release_url': 'http://127.0.0.1:1/releases/llama-swap_250_linux_amd64.tar.gz'}\n"
+        "models = {'strata': {'repo_id': 'org/strata-gguf'}}\n")
+    # what the spec declares, read by its own loader (in a process of its own: pyinfra's loader patches gevent)
+    declared = subprocess.run([sys.executable, "-c", (
+        "import json; import pyinfra_cli; from rigkit.spec.inventory import load_hosts; "
+        "from rigkit.spec.riglock import declared_images, declared_pins; "
+        "s = load_hosts('inventory/off.py', resolve_lock=False)[0].spec; "
+        "print(json.dumps([*('pins.' + p for p in declared_pins(s)), "
+        "*('images.' + n for n, i in declared_images(s).items() if i.ref is not None), 'llama_swap', "
+        "*('models.' + n for n, m in s.models.items() if m.repo_id or m.url)]))")],
+        cwd=proj, capture_output=True, text=True, check=True)
+    needed = set(json.loads(declared.stdout.splitlines()[-1]))
+    lock_file = proj / "inventory" / "off.lock.json"
+    for existed in (False, True):
+        if existed:
+            lock_file.write_text('{"version": 2, "models": {}}\n')
+        run = _run(["lock", "-i", "inventory/off.py"], proj)
+        assert run.returncode == 1, run.stderr
+        lines = run.stderr.splitlines()
+        assert lines[0].startswith("error: ") and "unreachable (ConnectionError)" in lines[0], lines
+        assert lines[1] == "nothing written: inventory/off.lock.json " + (
+            "is as it was" if existed else "still does not exist")
+        assert lock_file.exists() == existed and (not existed or lock_file.read_text() == '{"version": 2, "models": {}}\n')
+        listed = {}
+        for line in lines[3:-1]:
+            server, _, entries = line.strip().partition(": ")
+            listed.update({e: server for e in entries.split(", ")})
+        assert set(listed) == needed and len(needed) > 8, (sorted(listed), sorted(needed))
+        assert set(listed.values()) == {"http://127.0.0.1:1", "https://127.0.0.1:1"}
+        assert lines[2] == f"this lock needs the network for {len(needed)} entries from 2 server(s):"
+        assert lines[-1].startswith("to lock elsewhere: on a machine that reaches them, ") and (
+            "run `rigkit lock -i inventory/off.py`" in lines[-1]
+            and "copy the inventory/off.lock.json it writes to inventory/off.lock.json here" in lines[-1]), lines[-1]
