@@ -350,6 +350,18 @@ def energy_line(e: dict[str, Any]) -> str:
     return txt
 
 
+def impossible_lines(marks: list[dict[str, Any]], most: int = 3) -> list[str]:
+    """The printed lines of a workload's impossible figures (:func:`rigkit.bench.results.implausible_figures`):
+    ``  IMPOSSIBLE decode 146318.0 tok/s (chat-1 rep 0): above 25500.0 tok/s, 255 generated tokens over
+    less than 10 ms …; left out of the figures``, the first ``most``, then a count."""
+    lines = [f"  IMPOSSIBLE {'decode' if m['metric'] == 'decode_tps' else 'prefill'} {m['value']:.1f} tok/s "
+             f"({m.get('prompt_id')} rep {m.get('repetition')}): above {m['bound']:.1f} tok/s, {m['why']}; "
+             f"left out of the figures (kept in requests.jsonl)" for m in marks[:most]]
+    if len(marks) > most:
+        lines.append(f"  IMPOSSIBLE: {len(marks) - most} more such figures left out")
+    return lines
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
     speed-ups and the overall result."""
@@ -387,6 +399,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                 f"{w['completion_tokens_total']} in total {source}; a chunk "
                 f"count would say {w['chunk_estimate_total']} · "
                 f"{tpc['median']:.2f} tokens/chunk" if ct and tpc else "  completion tokens: n/a")
+            for line in impossible_lines(w.get("implausible") or []):
+                lines.append(line)
             cut = w.get("cut_by_thinking") or []
             if cut:
                 lines.append(f"  WARNING: {len(cut)} of {w['n']} answers cut by max_tokens after "
