@@ -84,39 +84,33 @@ def stats(values: list[float]) -> dict[str, Any] | None:
 
 
 def rate_bounds(record: dict[str, Any]) -> dict[str, tuple[float, str]]:
-    """The highest decode and prefill tok/s a request's own run can carry: ``{metric: (bound tok/s,
-    why in words)}`` for ``decode_tps`` and ``prefill_tps`` where the record has the figure.
+    """The highest decode tok/s a request's own run can carry: ``{"decode_tps": (bound tok/s, why in
+    words)}`` where the record has the figure, else ``{}``.
 
-    A rate is tokens over an interval (:mod:`rigkit.bench.client`: decode (n − 1) / (e2e − TTFT),
-    prefill prompt tokens / TTFT). The interval is trusted down to :data:`MIN_INTERVAL_S` only, so
-    the bound is tokens / :data:`MIN_INTERVAL_S`; and when the server says how long it worked
-    (llama.cpp's ``timings``: ``predicted_ms`` from its first generated token to its last,
-    ``prompt_ms`` for the prompt — tools/server ``get_timings``: ``t_token_generation``,
-    ``t_prompt_processing``), tokens cannot reach the client over a shorter interval than the server
-    took to make them, less :data:`MIN_INTERVAL_S` of clock slack: tokens / max(server's interval −
-    :data:`MIN_INTERVAL_S`, :data:`MIN_INTERVAL_S`). A figure above its bound is impossible for this
-    run (bunched by a buffer, or a reader that ran late), never the server's speed."""
-    out: dict[str, tuple[float, str]] = {}
+    Decode is (n − 1) tokens over the interval from the first token's arrival to the last's
+    (:mod:`rigkit.bench.client`). That interval is trusted down to :data:`MIN_INTERVAL_S` only, so the
+    bound is (n − 1) / :data:`MIN_INTERVAL_S`; and when the server says how long it worked (llama.cpp's
+    ``timings.predicted_ms``, from its first generated token to its last — tools/server ``get_timings``:
+    ``t_token_generation``), tokens cannot reach the client over a shorter interval than the server took to
+    make them, less :data:`MIN_INTERVAL_S` of clock slack: (n − 1) / max(server's interval −
+    :data:`MIN_INTERVAL_S`, :data:`MIN_INTERVAL_S`). A figure above its bound was bunched by a buffer
+    between, or read by a client that ran late — never the server's speed. Prefill (prompt tokens / TTFT)
+    has no such bound: a buffer can only delay the first token, which lowers it."""
     tm = record.get("server_timings") or {}
     if not isinstance(tm, dict):
         tm = {}
-    floor_ms = 1000 * MIN_INTERVAL_S
     n = record.get("completion_tokens")
-    p = record.get("prompt_tokens")
-    for metric, tokens, server_ms, what in (
-            ("decode_tps", (n - 1) if isinstance(n, int) else None, tm.get("predicted_ms"), "generated"),
-            ("prefill_tps", p if isinstance(p, int) else None, tm.get("prompt_ms"), "prompt")):
-        if record.get(metric) is None or not tokens or tokens < 1:
-            continue
-        bound = tokens / MIN_INTERVAL_S
-        why = (f"{tokens} {what} tokens over less than {floor_ms:g} ms, the shortest interval the bench "
-               f"can time")
-        if isinstance(server_ms, (int, float)) and not isinstance(server_ms, bool) and server_ms > 2 * floor_ms:
-            bound = tokens / ((server_ms - floor_ms) / 1000)
-            why = (f"faster than the server made them: its timings say {server_ms:.0f} ms for the "
-                   f"{what} tokens, less {floor_ms:g} ms of clock slack")
-        out[metric] = (bound, why)
-    return out
+    if record.get("decode_tps") is None or not isinstance(n, int) or n < 2:
+        return {}
+    floor_ms = 1000 * MIN_INTERVAL_S
+    bound = (n - 1) / MIN_INTERVAL_S
+    why = f"{n - 1} generated tokens over less than {floor_ms:g} ms, the shortest interval the bench can time"
+    server_ms = tm.get("predicted_ms")
+    if isinstance(server_ms, (int, float)) and not isinstance(server_ms, bool) and server_ms > 2 * floor_ms:
+        bound = (n - 1) / ((server_ms - floor_ms) / 1000)
+        why = (f"faster than the server made them: its timings say {server_ms:.0f} ms for the generated "
+               f"tokens, less {floor_ms:g} ms of clock slack")
+    return {"decode_tps": (bound, why)}
 
 
 def implausible_figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
