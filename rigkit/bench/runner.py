@@ -38,7 +38,8 @@ from rigkit.bench.client import ChatSession, RequestResult, stream_chat
 from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
 from rigkit.bench.context import Target
 from rigkit.bench.energy import IDLE_S, EnergyMeter, summarize_energy
-from rigkit.bench.results import MAX_CV, SCHEMA_VERSION, exit_code, speedups, summarize_workload, verdict
+from rigkit.bench.results import (MAX_CV, SCHEMA_VERSION, compared_metrics, exit_code, speedups, summarize_workload,
+                                  verdict)
 from rigkit.bench.workloads import Workload, verbatim_check
 
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
@@ -50,7 +51,7 @@ def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
     """``{metric: cv}`` of the figures a verdict compares (decode tok/s; quoting also prefill)
     whose coefficient of variation is above :data:`MAX_CV` in a workload's summary."""
     out = {}
-    for m in ["decode_tps"] + (["prefill_tps"] if name == "quoting" else []):
+    for m in compared_metrics(name):
         s = (summary.get("metrics") or {}).get(m) or {}
         if s.get("cv") is not None and s["cv"] > MAX_CV:
             out[m] = round(s["cv"], 4)
