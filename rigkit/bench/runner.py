@@ -38,8 +38,8 @@ from rigkit.bench.client import ChatSession, RequestResult, stream_chat
 from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
 from rigkit.bench.context import Target
 from rigkit.bench.energy import IDLE_S, EnergyMeter, summarize_energy
-from rigkit.bench.results import (MAX_CV, SCHEMA_VERSION, compared_metrics, exit_code, speedups, summarize_workload,
-                                  verdict)
+from rigkit.bench.results import (MAX_CV, MIN_STEADY_N, SCHEMA_VERSION, compared_metrics, exit_code, speedups,
+                                  summarize_workload, verdict)
 from rigkit.bench.workloads import Workload, verbatim_check
 
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
@@ -56,6 +56,23 @@ def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
         if s.get("cv") is not None and s["cv"] > MAX_CV:
             out[m] = round(s["cv"], 4)
     return out
+
+
+def too_few_figures(name: str, summary: dict[str, Any]) -> str | None:
+    """Why a workload's summary holds too few figures to be steady because some were impossible
+    (:func:`rigkit.bench.results.implausible_figures`: bunched by a buffer, left out), in words
+    (``decode: 3 of 4 figures impossible, 1 left``), or None: only when the workload had at least
+    :data:`rigkit.bench.results.MIN_STEADY_N` successful requests and a compared figure fell below that."""
+    marks = summary.get("implausible") or []
+    if not marks or (summary.get("n") or 0) < MIN_STEADY_N:
+        return None
+    for m in compared_metrics(name):
+        left = ((summary.get("metrics") or {}).get(m) or {}).get("n") or 0
+        out = sum(1 for x in marks if x["metric"] == m)
+        if out and left < MIN_STEADY_N:
+            return (f"{'decode' if m == 'decode_tps' else 'prefill'}: {out} of {summary['n']} figures "
+                    f"impossible, {left} left")
+    return None
 
 
 def regression_doubt(context: dict[str, Any], baselines: list[dict[str, Any]],
@@ -156,7 +173,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     times (``rigkit bench``: :data:`REPEAT_UNSTABLE` unless told; 0 here: a window's bench spends
     the window's time and judges against no baseline, so it is measured once); its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
     ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}, doubt}]``) — the verdict then says
-    WARN unstable with the figures, never FAIL on speed. So is a stable workload that ``doubt(name,
+    WARN unstable with the figures, never FAIL on speed. So is one whose impossible figures, left out, left
+    too few to be steady (:func:`too_few_figures`; its words in ``doubt``). So is a stable workload that ``doubt(name,
     summary)`` doubts (``rigkit bench``: a regression against the baseline, :func:`regression_doubt`):
     a slowdown must hold when measured again before it is a FAIL — two runs' own spreads do not
     hold the run-to-run drift of a shared host (the sandbox's twenty pairs: one FAIL between two
@@ -253,7 +271,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 summaries[wl.name]["discarded"] = wl.discard
                 summaries[wl.name]["attempts"] = attempt
                 shaky = {} if wl.discard else unstable_metrics(wl.name, summaries[wl.name])
-                why = (None if wl.discard or error or shaky or doubt is None
+                few = None if wl.discard or error else too_few_figures(wl.name, summaries[wl.name])
+                why = (few if few or wl.discard or error or shaky or doubt is None
                        else doubt(wl.name, summaries[wl.name]))
                 tries.append({"attempt": attempt, "cv": shaky, "doubt": why})
                 if error or not (shaky or why) or attempt > max(repeat_unstable, 0):
