@@ -203,3 +203,27 @@ def test_a_workload_left_with_too_few_figures_by_impossible_ones_is_measured_aga
     assert w["tries"][0]["doubt"] == "decode: 4 of 4 figures impossible, 0 left", w["tries"]
     assert w["attempts"] >= 2 and w["metrics"]["decode_tps"]["n"] >= 3, w
     assert "chat-greedy: decode: 4 of 4 figures impossible, 0 left; measuring it again" in result.output
+
+
+@settings(max_examples=100, deadline=None)
+@given(rate=st.floats(50.0, 3000.0), factor=st.floats(0.3, 3.0))
+def test_a_verdict_beyond_the_noise_either_way_is_doubted_until_measured_again(tmp_path_factory, rate, factor):
+    """As a slowdown must hold before it is a FAIL, a speed-up beyond both runs' noise must hold before the
+    WARN "stale baseline" (the sandbox's pair 10: two steady runs 21% apart, llama.cpp's own timings 1.4x apart):
+    the runner's doubt names exactly those two, never a PASS or a WARN within the noise."""
+    from rigkit.bench.runner import regression_doubt
+
+    root = tmp_path_factory.mktemp("results")
+    write_runs(root, [(True, [rate, rate * 1.01, rate * 0.99, rate])])
+    current = summarize_workload("chat-greedy", [record(r, i) for i, r in
+                                                  enumerate([rate * factor * k for k in (1.0, 1.01, 0.99, 1.0)])])
+    found = find_baselines(str(root))
+    v = verdict("chat-greedy", current, CTX, found, preset="small")
+    why = regression_doubt(CTX, found, "small")("chat-greedy", current)
+    beyond = any("beyond the noise of both runs" in r for r in v["reasons"])
+    assert (why is not None) == beyond, (v, why)
+    if why:
+        assert why.endswith("(confirming)") and (" below baseline " in why or " above baseline " in why)
+        assert v["verdict"] == ("FAIL" if " below " in why else "WARN")
+    else:
+        assert v["verdict"] in ("PASS", "WARN")
