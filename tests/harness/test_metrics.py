@@ -188,9 +188,11 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
     folder, url = control
     key = (("host", host.name), ("member", "strata"), ("workload", "chat-greedy"))
     assert ("rigkit_bench_decode_tokens_per_second", key) not in scrape(url)
+    # the smoke's 256 tokens (--max-tokens): a 48-token answer decodes in ~20 ms on the sandbox's CPU, near the
+    # 10 ms the bench can time, and under load its bunched figures are all left out as impossible (issue 60)
     proc = rigkit(host, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "strata",
-                  "--workload", "chat-greedy", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
-                  "--metrics", str(folder / "rigkit_bench.prom"))
+                  "--workload", "chat-greedy", "--max-tokens", "256", "--out", str(tmp_path / "out"),
+                  "--results", str(tmp_path / "results"), "--metrics", str(folder / "rigkit_bench.prom"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     w = summary["workloads"]["chat-greedy"]
