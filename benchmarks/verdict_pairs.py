@@ -1,11 +1,14 @@
 """Issue 39's "twenty pairs in a loop": two back-to-back `rigkit bench` runs of the same member and
-settings, N times, on a converged sandbox host — do their verdicts ever disagree as FAIL and PASS?
+settings, N times, on a converged sandbox host — do their verdicts ever disagree as FAIL and PASS? And
+(issue 60) does the second run of a steady pair PASS?
 
 Not a test (its figures are this machine's timing): prints one line per pair and a summary, and
 writes them as JSON (``--json``). Each pair gets a fresh results folder, so its first run has no
 earlier run to compare with and its second compares with the first **by default** (no
-``--baseline``: the last comparable run in ``--results``); the script checks the second named the
-first. It also judges the first against the second (``rigkit.bench.results.verdict`` on the
+``--baseline``: the last steady comparable run in ``--results``) when the first is steady
+(``rigkit.bench.results.unsteady``: n ≥ 3, CV ≤ 10%), and with none when it is not (an unstable run is
+never a default baseline); the script checks the second chose so. A *steady pair* is one whose two runs
+are both steady; the summary counts them and how many of their second runs said PASS. It also judges the first against the second (``rigkit.bench.results.verdict`` on the
 two summaries, the roles swapped), so a pair "disagrees" when one direction says FAIL and the
 other PASS. The runs are the post-deploy smoke's: ``--workload chat-greedy --preset small
 --max-tokens 256`` through llama-swap against Strata (llama.cpp on the sandbox's CPU), the warm-up
@@ -36,7 +39,7 @@ import conftest as harness  # noqa: E402  (tests/harness/conftest.py: _up, the h
 import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 
-from rigkit.bench.results import load_baseline, verdict  # noqa: E402
+from rigkit.bench.results import load_baseline, unsteady, verdict  # noqa: E402
 
 SMOKE = ["--workload", "chat-greedy", "--preset", "small", "--max-tokens", "256"]
 
@@ -72,7 +75,7 @@ def main() -> int:
     t0 = time.monotonic()
     host = harness._up(name, "nspawn", converged=True)
     print(f"{name} up (a copy of the golden host) in {time.monotonic() - t0:.0f} s", flush=True)
-    pairs, disagreements, not_named = [], 0, 0
+    pairs, disagreements, not_named, steady_pairs, steady_pass = [], 0, 0, 0, 0
     work = Path(tempfile.mkdtemp(prefix="rigkit-verdict-pairs-"))
     try:
         for k in range(1, args.pairs + 1):
@@ -83,8 +86,14 @@ def main() -> int:
                 print(f"pair {k}: a run wrote no summary:\n{out1[-1500:]}\n{out2[-1500:]}")
                 return 2
             v2 = s2["verdicts"]["chat-greedy"]
-            named = v2.get("baseline") == str(results / "first" / "summary.json")
+            shaky1 = unsteady("chat-greedy", s1["workloads"]["chat-greedy"])
+            shaky2 = unsteady("chat-greedy", s2["workloads"]["chat-greedy"])
+            # the first is the second's baseline exactly when it is steady
+            named = v2.get("baseline") == (None if shaky1 else str(results / "first" / "summary.json"))
             not_named += not named
+            steady_pair = not shaky1 and not shaky2
+            steady_pairs += steady_pair
+            steady_pass += steady_pair and v2["verdict"] == "PASS"
             # the first judged against the second: the same rule, the roles swapped
             b2 = load_baseline(str(results / "second" / "summary.json"))
             b2["_found"] = True
@@ -95,11 +104,15 @@ def main() -> int:
             row = {"pair": k, "first": decode_words(s1), "second": decode_words(s2),
                    "second_vs_first": v2["verdict"], "first_vs_second": v1["verdict"],
                    "second_reasons": v2["reasons"], "baseline_named": named,
+                   "first_unsteady": shaky1, "second_unsteady": shaky2, "steady_pair": steady_pair,
+                   "impossible": [len(s["workloads"]["chat-greedy"].get("implausible") or []) for s in (s1, s2)],
                    "exit_codes": [rc1, rc2], "disagree": clash}
             pairs.append(row)
             print(f"pair {k:2d}: first {row['first']} · second {row['second']} · second vs first "
                   f"{v2['verdict']}, first vs second {v1['verdict']}"
-                  + ("" if named else " · BASELINE NOT NAMED") + (" · DISAGREE" if clash else ""),
+                  + (" · steady pair" if steady_pair else f" · not steady: {shaky1 or shaky2}")
+                  + (f" · impossible figures left out {row['impossible']}" if any(row["impossible"]) else "")
+                  + ("" if named else " · WRONG BASELINE") + (" · DISAGREE" if clash else ""),
                   flush=True)
     finally:
         if not args.keep:
@@ -111,13 +124,15 @@ def main() -> int:
         tally[p["second_vs_first"]] = tally.get(p["second_vs_first"], 0) + 1
     print(f"{len(pairs)} pairs in {time.monotonic() - t0:.0f} s: second vs first "
           + ", ".join(f"{v} {n}" for v, n in sorted(tally.items()))
-          + f"; FAIL/PASS disagreements {disagreements}; second named the first as its baseline in "
+          + f"; FAIL/PASS disagreements {disagreements}; steady pairs {steady_pairs}, their second PASS in "
+          f"{steady_pass}; the second chose its baseline right (the first exactly when steady) in "
           f"{len(pairs) - not_named} of {len(pairs)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"pairs": pairs, "tally": tally,
-                                         "disagreements": disagreements}, indent=1))
-    return 1 if disagreements or not_named else 0
+        args.json.write_text(json.dumps({"pairs": pairs, "tally": tally, "disagreements": disagreements,
+                                         "steady_pairs": steady_pairs, "steady_pairs_pass": steady_pass},
+                                        indent=1))
+    return 1 if disagreements or not_named or steady_pass < steady_pairs else 0
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ own spread):
   first measures an unstable workload again, up to a bound), more than 15% apart within the
   noise, or more than 15% above beyond it (a stale baseline or a counting bug).
 - ``PASS`` — within the band.
-- The baseline: ``--baseline`` files when given, else the last comparable run of the member in
-  the results folder (:func:`find_baselines`: same context — which holds the power limit —
-  and the same host, member, preset and workload ``max_tokens``, :func:`same_settings`), named
-  in the verdict's ``baseline`` and ``baseline_why``.
+- The baseline: ``--baseline`` files when given, else the last *steady* comparable run of the
+  member in the results folder (:func:`find_baselines`: same context — which holds the power
+  limit — and the same host, member, preset and workload ``max_tokens``, :func:`same_settings`;
+  steady: :func:`unsteady` says nothing against it), named in the verdict's ``baseline`` and
+  ``baseline_why``; the newer unstable runs passed over are named in ``baseline_skipped``. An
+  unstable run is never a default baseline: its noise would carry into every later verdict.
 - ``no baseline`` — no baseline given, or its context differs or is unknown
   (:func:`rigkit.bench.context.comparable`).
 - ``not comparable`` — a baseline matches, but one side's completion tokens are a chunk-count
@@ -47,6 +49,16 @@ SCHEMA_VERSION = 1
 METRICS = ("decode_tps", "prefill_tps", "ttft_s", "ttft_answer_s", "e2e_s",
            "completion_tokens", "prompt_tokens", "tokens_per_chunk")
 SLOWER, FASTER, MAX_CV = 0.85, 1.15, 0.10
+#: A run is *steady* (a default baseline may be it) with at least this many figures of each compared
+#: metric: a CV from two samples is one difference, not a spread.
+MIN_STEADY_N = 3
+#: The smallest interval (s) a rate's clock readings can carry. The client stamps a read when it runs,
+#: and a woken reader with other runnable tasks beside it waits up to a scheduler slice first (Linux
+#: kernel/sched/fair.c: CFS's targeted latency 6 ms × (1 + log2 CPUs), 12 ms on a 2-CPU host; EEVDF's
+#: base slice 0.75 ms × the same factor per competing task); a buffer between (an SSH forward, a proxy)
+#: hands on many tokens in one read. A rate over a shorter interval measures those, not the server.
+#: :func:`rate_bounds` derives each request's bounds from it.
+MIN_INTERVAL_S = 0.010
 #: How each ``tokens_source`` counts: ``counted`` (the server's own count) or ``estimate``.
 COUNTED_SOURCES = ("usage", "timings")
 
@@ -71,6 +83,50 @@ def stats(values: list[float]) -> dict[str, Any] | None:
             "n": len(vals), "cv": cv}
 
 
+def rate_bounds(record: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """The highest decode tok/s a request's own run can carry: ``{"decode_tps": (bound tok/s, why in
+    words)}`` where the record has the figure, else ``{}``.
+
+    Decode is (n − 1) tokens over the interval from the first token's arrival to the last's
+    (:mod:`rigkit.bench.client`). That interval is trusted down to :data:`MIN_INTERVAL_S` only, so the
+    bound is (n − 1) / :data:`MIN_INTERVAL_S`; and when the server says how long it worked (llama.cpp's
+    ``timings.predicted_ms``, from its first generated token to its last — tools/server ``get_timings``:
+    ``t_token_generation``), tokens cannot reach the client over a shorter interval than the server took to
+    make them, less :data:`MIN_INTERVAL_S` of clock slack: (n − 1) / max(server's interval −
+    :data:`MIN_INTERVAL_S`, :data:`MIN_INTERVAL_S`). A figure above its bound was bunched by a buffer
+    between, or read by a client that ran late — never the server's speed. Prefill (prompt tokens / TTFT)
+    has no such bound: a buffer can only delay the first token, which lowers it."""
+    tm = record.get("server_timings") or {}
+    if not isinstance(tm, dict):
+        tm = {}
+    n = record.get("completion_tokens")
+    if record.get("decode_tps") is None or not isinstance(n, int) or n < 2:
+        return {}
+    floor_ms = 1000 * MIN_INTERVAL_S
+    bound = (n - 1) / MIN_INTERVAL_S
+    why = f"{n - 1} generated tokens over less than {floor_ms:g} ms, the shortest interval the bench can time"
+    server_ms = tm.get("predicted_ms")
+    if isinstance(server_ms, (int, float)) and not isinstance(server_ms, bool) and server_ms > 2 * floor_ms:
+        bound = (n - 1) / ((server_ms - floor_ms) / 1000)
+        why = (f"faster than the server made them: its timings say {server_ms:.0f} ms for the generated "
+               f"tokens, less {floor_ms:g} ms of clock slack")
+    return {"decode_tps": (bound, why)}
+
+
+def implausible_figures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each figure of ``records`` above its :func:`rate_bounds`: ``[{prompt_id, repetition, attempt,
+    metric, value (tok/s), bound (tok/s), why}]``, in record order."""
+    out = []
+    for r in records:
+        for metric, (bound, why) in rate_bounds(r).items():
+            value = r.get(metric)
+            if value is not None and value > bound:
+                out.append({"prompt_id": r.get("prompt_id"), "repetition": r.get("repetition"),
+                            "attempt": r.get("attempt"), "metric": metric, "value": value,
+                            "bound": round(bound, 1), "why": why})
+    return out
+
+
 def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str | None = None,
                        error_kind: str | None = None, spec_decode: dict | None = None,
                        spec_decode_note: str | None = None,
@@ -90,12 +146,15 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
     (:func:`rigkit.bench.energy.summarize_energy`: J, W, tok/J, J/token; None when not
     measured), ``max_tokens`` (the requests' ``max_tokens``, None when they differ),
     ``estimate_why`` (why counts are estimated: no usage, or a usage without
-    ``completion_tokens``), ``attempts`` (how many times it was measured; the runner raises it
+    ``completion_tokens``), ``implausible`` (:func:`implausible_figures`: rates above what the run
+    can carry, marked and left out of ``metrics``; the records keep them), ``attempts`` (how many times it was measured; the runner raises it
     when a run was unstable). ``not_run`` (the reason)
     marks a workload not sent; ``skipped`` says it was left out because it cannot run on this
     target (verdict NOT-RUN) rather than because an earlier failure stopped the run (FAIL).
     """
     ok = [r for r in records if r.get("ok")]
+    per = [implausible_figures([r]) for r in ok]
+    marked = {(i, m["metric"]) for i, marks in enumerate(per) for m in marks}
     sources = sorted({r.get("tokens_source") for r in ok if r.get("tokens_source")})
     kinds = {counts_kind(s_) for s_ in sources}
     source = sources[0] if len(sources) == 1 else (
@@ -105,7 +164,8 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
         "status": "not-run" if not_run else ("failed" if error else "ok"),
         "skipped": bool(not_run and skipped),
         "error": not_run or error, "error_kind": error_kind, "n": len(ok),
-        "metrics": {m: stats([r.get(m) for r in ok]) for m in METRICS},
+        "metrics": {m: stats([r.get(m) for i, r in enumerate(ok) if (i, m) not in marked]) for m in METRICS},
+        "implausible": [m for marks in per for m in marks],
         "tokens_source": source,
         "counts": ("estimate" if "estimate" in kinds else "counted") if sources else None,
         "cut_by_thinking": [{"prompt_id": r.get("prompt_id"), "repetition": r.get("repetition"),
@@ -221,6 +281,29 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
     return "PASS", None
 
 
+def compared_metrics(name: str) -> list[str]:
+    """The figures a verdict of workload ``name`` compares: decode tok/s, and prefill tok/s for
+    ``quoting``."""
+    return ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
+
+
+def unsteady(name: str, workload: dict[str, Any]) -> str | None:
+    """Why workload ``name``'s summary is not a steady run, in words (``decode CV 23.1% above 10%``,
+    ``decode n 2 below 3``), or None when it is: every compared figure (:func:`compared_metrics`)
+    measured at least :data:`MIN_STEADY_N` times with a CV at most :data:`MAX_CV`. Only a steady run
+    is a default baseline (:func:`verdict`)."""
+    for m in compared_metrics(name):
+        s = (workload.get("metrics") or {}).get(m) or {}
+        unit = "decode" if m == "decode_tps" else "prefill"
+        if s.get("median") is None:
+            return f"no {unit} figure"
+        if (s.get("n") or 1) < MIN_STEADY_N:
+            return f"{unit} n {s.get('n') or 1} below {MIN_STEADY_N}"
+        if s.get("cv") is not None and s["cv"] > MAX_CV:
+            return f"{unit} CV {100 * s['cv']:.1f}% above {100 * MAX_CV:.0f}%"
+    return None
+
+
 #: Settings a default baseline must share with this run, beyond the context
 #: (:data:`rigkit.bench.context.CONTEXT_KEYS`, which holds the power limit).
 SETTINGS = ("host", "member", "preset", "max_tokens")
@@ -267,7 +350,8 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
     failed_quotes = [v for v in current.get("verbatim") or [] if not v["passed"]]
     if failed_quotes:
         reasons.append(failed_quotes[0]["message"])
-    metrics = ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
+    metrics = compared_metrics(name)
+    skipped: list[dict[str, str]] = []  # newer comparable runs passed over: unstable
     match, why = None, "none given (--baseline FILE) and no earlier comparable run in the results folder"
     found_why, found_mine = None, False  # the difference to name: a run of this member's first
     for b in baselines:
@@ -276,9 +360,13 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         if b.get("_found"):
             if ok and bw and bw.get("status", "ok") == "ok":
                 differs = same_settings(name, current, context, preset, b)
-                if differs is None:
+                shaky = unsteady(name, bw) if differs is None else None
+                if differs is None and shaky is None:
                     match = b
                     break
+                if shaky:
+                    skipped.append({"file": b.get("_file"), "why": shaky})
+                    continue
                 mine_too = not differs.startswith(("host ", "member ", "target "))
                 if found_why is None or (mine_too and not found_mine):
                     found_why, found_mine = f"earlier runs differ: {differs}", mine_too
@@ -291,6 +379,9 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         why = reason if not ok else f"baseline has no {name} workload"
     if match is None and found_why and not any(not b.get("_found") for b in baselines):
         why = f"none given, and no earlier comparable run in the results folder ({found_why})"
+    if match is None and skipped and not any(not b.get("_found") for b in baselines):
+        why = (f"none given, and no steady comparable run in the results folder (an unstable run is never "
+               f"a baseline; passed over: {_passed_over(skipped)})")
     label = "PASS"
     if match is None:
         reasons.append(f"no baseline: {why}")
@@ -326,7 +417,7 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
             if rank[got] > rank[label]:
                 label = got
     if match is None:
-        for m in metrics:
+        for m in compared_metrics(name):
             s = (current.get("metrics") or {}).get(m)
             if s and s.get("cv") is not None and s["cv"] > MAX_CV:
                 reasons.append(f"{m} CV {100 * s['cv']:.1f}% > {100 * MAX_CV:.0f}%: unstable, rerun")
@@ -335,11 +426,20 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
         label = "FAIL"
     baseline_why = None
     if match is not None:
-        baseline_why = ("the last comparable run of this member (same host, preset, workload, "
-                        "max_tokens, power limit) in the results folder" if match.get("_found")
+        baseline_why = ((f"the last steady comparable run of this member (same host, preset, workload, "
+                         f"max_tokens, power limit; n ≥ {MIN_STEADY_N}, CV ≤ {100 * MAX_CV:.0f}%) in the "
+                         f"results folder" + (f"; passed over, unstable: {_passed_over(skipped)}" if skipped
+                                              else "")) if match.get("_found")
                         else "given (--baseline or bench.baseline)")
     return {"verdict": label, "reasons": reasons,
-            "baseline": match.get("_file") if match else None, "baseline_why": baseline_why}
+            "baseline": match.get("_file") if match else None, "baseline_why": baseline_why,
+            "baseline_skipped": skipped}
+
+
+def _passed_over(skipped: list[dict[str, str]], most: int = 3) -> str:
+    """``results/a/summary.json (decode CV 23.1% above 10%), …`` — the newest ``most``, then a count."""
+    words = ", ".join(f"{s['file']} ({s['why']})" for s in skipped[:most])
+    return words + (f" and {len(skipped) - most} older" if len(skipped) > most else "")
 
 
 def find_baselines(results_dir: str, exclude: str | None = None) -> list[dict[str, Any]]:

@@ -38,7 +38,8 @@ from rigkit.bench.client import ChatSession, RequestResult, stream_chat
 from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
 from rigkit.bench.context import Target
 from rigkit.bench.energy import IDLE_S, EnergyMeter, summarize_energy
-from rigkit.bench.results import MAX_CV, SCHEMA_VERSION, exit_code, speedups, summarize_workload, verdict
+from rigkit.bench.results import (MAX_CV, MIN_STEADY_N, SCHEMA_VERSION, compared_metrics, exit_code, speedups,
+                                  summarize_workload, verdict)
 from rigkit.bench.workloads import Workload, verbatim_check
 
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
@@ -50,22 +51,41 @@ def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
     """``{metric: cv}`` of the figures a verdict compares (decode tok/s; quoting also prefill)
     whose coefficient of variation is above :data:`MAX_CV` in a workload's summary."""
     out = {}
-    for m in ["decode_tps"] + (["prefill_tps"] if name == "quoting" else []):
+    for m in compared_metrics(name):
         s = (summary.get("metrics") or {}).get(m) or {}
         if s.get("cv") is not None and s["cv"] > MAX_CV:
             out[m] = round(s["cv"], 4)
     return out
 
 
+def too_few_figures(name: str, summary: dict[str, Any]) -> str | None:
+    """Why a workload's summary holds too few figures to be steady because some were impossible
+    (:func:`rigkit.bench.results.implausible_figures`: bunched by a buffer, left out), in words
+    (``decode: 3 of 4 figures impossible, 1 left``), or None: only when the workload had at least
+    :data:`rigkit.bench.results.MIN_STEADY_N` successful requests and a compared figure fell below that."""
+    marks = summary.get("implausible") or []
+    if not marks or (summary.get("n") or 0) < MIN_STEADY_N:
+        return None
+    for m in compared_metrics(name):
+        left = ((summary.get("metrics") or {}).get(m) or {}).get("n") or 0
+        out = sum(1 for x in marks if x["metric"] == m)
+        if out and left < MIN_STEADY_N:
+            return (f"{'decode' if m == 'decode_tps' else 'prefill'}: {out} of {summary['n']} figures "
+                    f"impossible, {left} left")
+    return None
+
+
 def regression_doubt(context: dict[str, Any], baselines: list[dict[str, Any]],
                      preset: str) -> Callable[[str, dict[str, Any]], str | None]:
-    """The ``doubt`` for :func:`run_workloads`: the verdict's words when a workload's summary is a
-    FAIL on speed against the baseline it would be judged by (below it beyond the noise of both
-    runs), else None."""
+    """The ``doubt`` for :func:`run_workloads`: the verdict's words when a workload's summary is, against
+    the baseline it would be judged by, beyond the noise of both runs either way — a FAIL (below it) or the
+    faster-beyond-the-noise WARN (above it: "a stale baseline"; the sandbox's pairs met two steady runs 21%
+    apart, llama.cpp's own timings 1.4x apart: the shared host's load had moved) — else None. Either must
+    hold when measured again."""
     def doubt(name: str, summary: dict[str, Any]) -> str | None:
         v = verdict(name, summary, context, baselines, preset)
-        slow = [r for r in v["reasons"] if "beyond the noise of both runs" in r and " below " in r]
-        return f"{slow[0].split(',')[0]} (confirming)" if v["verdict"] == "FAIL" and slow else None
+        beyond = [r for r in v["reasons"] if "beyond the noise of both runs" in r and (" below " in r or " above " in r)]
+        return f"{beyond[0].split(',')[0]} (confirming)" if v["verdict"] in ("FAIL", "WARN") and beyond else None
     return doubt
 
 
@@ -155,7 +175,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     times (``rigkit bench``: :data:`REPEAT_UNSTABLE` unless told; 0 here: a window's bench spends
     the window's time and judges against no baseline, so it is measured once); its records carry ``attempt`` (1, 2, …), its summary is the last attempt's, with
     ``attempts`` and ``tries`` (``[{attempt, cv: {metric: cv}, doubt}]``) — the verdict then says
-    WARN unstable with the figures, never FAIL on speed. So is a stable workload that ``doubt(name,
+    WARN unstable with the figures, never FAIL on speed. So is one whose impossible figures, left out, left
+    too few to be steady (:func:`too_few_figures`; its words in ``doubt``). So is a stable workload that ``doubt(name,
     summary)`` doubts (``rigkit bench``: a regression against the baseline, :func:`regression_doubt`):
     a slowdown must hold when measured again before it is a FAIL — two runs' own spreads do not
     hold the run-to-run drift of a shared host (the sandbox's twenty pairs: one FAIL between two
@@ -252,7 +273,8 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 summaries[wl.name]["discarded"] = wl.discard
                 summaries[wl.name]["attempts"] = attempt
                 shaky = {} if wl.discard else unstable_metrics(wl.name, summaries[wl.name])
-                why = (None if wl.discard or error or shaky or doubt is None
+                few = None if wl.discard or error else too_few_figures(wl.name, summaries[wl.name])
+                why = (few if few or wl.discard or error or shaky or doubt is None
                        else doubt(wl.name, summaries[wl.name]))
                 tries.append({"attempt": attempt, "cv": shaky, "doubt": why})
                 if error or not (shaky or why) or attempt > max(repeat_unstable, 0):
@@ -350,6 +372,18 @@ def energy_line(e: dict[str, Any]) -> str:
     return txt
 
 
+def impossible_lines(marks: list[dict[str, Any]], most: int = 3) -> list[str]:
+    """The printed lines of a workload's impossible figures (:func:`rigkit.bench.results.implausible_figures`):
+    ``  IMPOSSIBLE decode 146318.0 tok/s (chat-1 rep 0): above 25500.0 tok/s, 255 generated tokens over
+    less than 10 ms …; left out of the figures``, the first ``most``, then a count."""
+    lines = [f"  IMPOSSIBLE {'decode' if m['metric'] == 'decode_tps' else 'prefill'} {m['value']:.1f} tok/s "
+             f"({m.get('prompt_id')} rep {m.get('repetition')}): above {m['bound']:.1f} tok/s, {m['why']}; "
+             f"left out of the figures (kept in requests.jsonl)" for m in marks[:most]]
+    if len(marks) > most:
+        lines.append(f"  IMPOSSIBLE: {len(marks) - most} more such figures left out")
+    return lines
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
     speed-ups and the overall result."""
@@ -387,6 +421,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                 f"{w['completion_tokens_total']} in total {source}; a chunk "
                 f"count would say {w['chunk_estimate_total']} · "
                 f"{tpc['median']:.2f} tokens/chunk" if ct and tpc else "  completion tokens: n/a")
+            for line in impossible_lines(w.get("implausible") or []):
+                lines.append(line)
             cut = w.get("cut_by_thinking") or []
             if cut:
                 lines.append(f"  WARNING: {len(cut)} of {w['n']} answers cut by max_tokens after "

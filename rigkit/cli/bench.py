@@ -316,8 +316,8 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
 @click.option("--results", "results_dir", default="results", show_default=True,
               envvar="RIGKIT_RESULTS", type=click.Path(file_okay=False),
               help="Where earlier runs are (env RIGKIT_RESULTS): without --baseline (or bench.baseline) each workload "
-                   "is compared with the last comparable run there (same host and member, "
-                   "context, preset, max_tokens, power limit), named in the output.")
+                   "is compared with the last steady comparable run there (same host and member, "
+                   "context, preset, max_tokens, power limit; an unstable run is never the baseline), named in the output.")
 @click.option("--repeat-unstable", type=click.IntRange(0, 5), default=2, show_default=True,
               envvar="RIGKIT_BENCH_REPEAT_UNSTABLE",
               help="Measure a workload again, up to this many more times, when its decode "

@@ -156,7 +156,8 @@ def smoke_warnings(summary_path: Path) -> str:
 def smoke(hs, inventory: str, env: dict[str, str], out: Output) -> int:
     """The post-deploy smoke of one host: ``rigkit bench --preset small --max-tokens 256 --workload
     chat-greedy`` (a short preset: a warm-up, then a few 256-token greedy answers) through llama-swap against each member up in steady state (:func:`smoke_members`),
-    compared with ``bench.baseline`` when set; results under ``results/smoke/<host>/<UTC stamp>/<member>``.
+    compared with ``bench.baseline`` when set; results under ``results/smoke/<host>/<UTC stamp>/<member>``;
+    with ``metrics_textfile_dir`` set, the figures written on the host too (:func:`smoke_metrics`).
     Returns 0, or 1 when a bench fails (a FAIL verdict, a member not running, the host unreachable)."""
     import time
 
@@ -177,4 +178,37 @@ def smoke(hs, inventory: str, env: dict[str, str], out: Output) -> int:
         out.note(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}"
                  + smoke_warnings(Path(smoke[smoke.index("--out") + 1]) / "summary.json"))
         codes.append(exitcodes.FAILED if rc else exitcodes.OK)
+    if hs.spec.metrics_textfile_dir:
+        smoke_metrics(hs, {m: Path("results") / "smoke" / hs.name / stamp / m / "summary.json" for m in members}, out)
     return exitcodes.combine(*codes)
+
+
+def smoke_metrics(hs, summaries: dict[str, Path], out: Output) -> bool:
+    """Hand the smoke's figures (``{member: its summary.json}``; a member whose bench wrote none is left out) to
+    the host's agent as its ``rigkit_bench.prom`` (``rigkit-agent metrics bench``, :func:`rigkit.host.promfile.put`)
+    in ``metrics_textfile_dir``, where the host's node_exporter reads the agent's other parts: the same series
+    as ``rigkit bench --metrics`` (:func:`rigkit.report.prometheus.bench_families`) without a ``host`` value (on
+    the host, the scrape's ``instance`` names it). Best effort, as every metrics writer: a failure is a note,
+    never the smoke's exit code. Returns whether the file was written."""
+    from rigkit.remote import Remote, RemoteError
+    from rigkit.report import prometheus
+
+    families = []
+    for member, path in summaries.items():
+        try:
+            families += prometheus.bench_families(json.loads(path.read_text()), None, member)
+        except (OSError, ValueError, AttributeError):
+            continue
+    if not families:
+        out.note(f"post-deploy smoke: {hs.name}: no summary to write as metrics")
+        return False
+    try:
+        proc = Remote(hs.name, hs.connection).agent("metrics", "bench", stdin=prometheus.exposition(families))
+    except RemoteError as exc:
+        out.note(f"post-deploy smoke: metrics not written: {exc}", error=True)
+        return False
+    said = " ".join((proc.stdout + proc.stderr).split())
+    out.note(f"post-deploy smoke: metrics on {hs.name}: {said}" if proc.returncode == 0 else
+             f"post-deploy smoke: metrics not written on {hs.name} (rigkit-agent metrics exit {proc.returncode}): "
+             f"{said[-300:]}", error=proc.returncode != 0)
+    return proc.returncode == 0

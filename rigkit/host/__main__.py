@@ -19,6 +19,9 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``confirm`` — confirm the host serves as a generation declares (:mod:`rigkit.host.confirm`).
 - ``probe [LOCK_B64 DEEP PREPARED]`` — drift's host-side checks in one process: the ``version`` line,
   then, given a lock, the model-files check's JSON line (:func:`rigkit.host.modelcheck.probe`).
+- ``metrics bench`` — write the exposition text on stdin (the deploy's smoke) as this host's
+  ``rigkit_bench.prom`` in the metrics folder, read and written again by prometheus-client
+  (:func:`rigkit.host.promfile.put`); nothing when the host config names no folder.
 - ``energy [--serve] [--index N]`` — the GPU's energy readings as JSON lines: the card's counter through
   NVML, else sampled power.draw (:mod:`rigkit.bench.nvml`); reads no host config.
 - ``version``.
@@ -171,7 +174,7 @@ def _publish(cfg, *parts: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,version} ...``."""
+    """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,metrics,version} ...``."""
     from rigkit import __version__
 
     argv = sys.argv[1:] if argv is None else argv
@@ -187,12 +190,16 @@ def main(argv: list[str] | None = None) -> None:
         from rigkit.bench.nvml import main as energy_main
 
         sys.exit(energy_main(argv[1:]))
+    if job == "metrics":
+        from rigkit.host.promfile import put_main
+
+        sys.exit(put_main(argv[1:]))
     if job in ("fetch", "record", "status"):
         from rigkit.host.fetch import main as fetch_main
 
         sys.exit(fetch_main(argv))
     if job not in ("keeper", "watchdog", "power", "activate", "window", "lock", "generation", "confirm"):
-        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,version} ...",
+        print("usage: rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,metrics,version} ...",
               file=sys.stderr)
         sys.exit(2)
     try:

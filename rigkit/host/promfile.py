@@ -12,7 +12,8 @@ file                          written by                                        
 ``rigkit_state.prom``         every agent timer job (keeper, watchdog, power) and          state
                               ``rigkit-agent generation`` (record, fail, hold, release)
 ``rigkit_drift.prom``         ``rigkit drift --metrics FILE`` (control side, the fleet)    drift
-``rigkit_bench.prom``         ``rigkit bench --metrics FILE`` (control side)               bench
+``rigkit_bench.prom``         ``rigkit bench --metrics FILE`` (control side); on the host: bench
+                              the deploy's smoke, through ``rigkit-agent metrics bench``
 ============================  ==========================================================  ===========
 
 (the control side's two go to the FILE given; :mod:`rigkit.report.prometheus` builds them with this module's
@@ -239,6 +240,65 @@ def read_power(cfg: Any) -> list[Metric]:
 
 
 READERS = {"power": read_power, "state": read_state}
+#: The parts the control side hands the host as exposition text (``rigkit-agent metrics PART``, :func:`put`):
+#: the deploy's smoke, whose figures are measured on the control side.
+HANDED = ("bench",)
+#: The most exposition text :func:`put` reads (bytes): a smoke's few members × workloads × series is ~10 KiB.
+PUT_MAX_BYTES = 1 << 20
+
+
+def put(cfg: Any, part: str, text: str) -> Path | None:
+    """Write ``text`` (Prometheus exposition format 0.0.4, from the control side: the deploy's smoke) as this
+    host's ``part`` file (one of :data:`HANDED`) in the textfile folder; None when the host config names no
+    folder (nothing written).
+
+    The text is read by prometheus-client's own parser (``prometheus_client.parser.text_string_to_metric_families``)
+    and written again through :func:`write`, so the file is what the exposition writer makes of it (atomic,
+    0644) — never the bytes as sent. Raises ValueError naming what is wrong: another part, text over
+    :data:`PUT_MAX_BYTES`, text the parser refuses, or a family not named ``rigkit_<part>_…`` (a part
+    writes its own series only); OSError when the file cannot be written."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if part not in HANDED:
+        raise ValueError(f"metrics part {part!r} is not handed to the host (one of {', '.join(HANDED)})")
+    if len(text.encode()) > PUT_MAX_BYTES:
+        raise ValueError(f"{len(text.encode())} bytes of metrics, more than the {PUT_MAX_BYTES} allowed")
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise ValueError(f"not Prometheus exposition text: {exc}") from None
+    prefix = f"rigkit_{part}_"
+    foreign = sorted({f.name for f in families if not f.name.startswith(prefix)})
+    if foreign:
+        raise ValueError(f"series {', '.join(foreign)} not of the {part} part (names start {prefix})")
+    folder = textfile_dir(cfg)
+    return None if folder is None else write(folder / file_name(part), families)
+
+
+def put_main(argv: list[str], stdin: Any = None) -> int:
+    """``rigkit-agent metrics PART``: :func:`put` of the exposition text on stdin. Prints what it did (the file
+    written, or that no folder is configured); exit 0, 2 for input :func:`put` refuses (the reason on stderr),
+    1 when the file cannot be written."""
+    from rigkit.host.config import ConfigError
+    from rigkit.host.config import load as load_config
+
+    if len(argv) != 1:
+        print(f"usage: rigkit-agent metrics {{{','.join(HANDED)}}} < exposition text", file=sys.stderr)
+        return 2
+    text = (stdin or sys.stdin).read(PUT_MAX_BYTES + 1)
+    try:
+        path = put(load_config(), argv[0], text)
+    except ConfigError as exc:
+        print(f"metrics {argv[0]}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"metrics {argv[0]}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"metrics {argv[0]}: not written: {exc}", file=sys.stderr)
+        return 1
+    print(f"written {path}" if path else "not written: the host config names no metrics.textfile_dir", flush=True)
+    return 0
 
 
 def publish(cfg: Any, *parts: str) -> list[Path]:

@@ -30,6 +30,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rigkit.bench.results import implausible_figures
+
 PANELS = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"),
           ("tok_per_j", "tok/J (GPU energy)"))
 #: Figures read from a workload's ``energy`` object (rigkit.bench.energy), not its ``metrics``.
@@ -66,8 +68,9 @@ def _columns(summary: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 def samples_from_jsonl(path: str) -> dict[str, dict[str, list[float]]]:
     """Per-request values of the measured (not discarded) requests in a ``requests.jsonl``:
     ``{workload: {metric: [values]}}`` for the metrics of :data:`PANELS`, from each workload's
-    last ``attempt`` (the one its summary holds); ``{}`` when the file is missing. Lines that
-    are not JSON objects are skipped."""
+    last ``attempt`` (the one its summary holds), less the figures its summary left out as impossible
+    (:func:`rigkit.bench.results.implausible_figures`: a 146,318 tok/s point would flatten the panel);
+    ``{}`` when the file is missing. Lines that are not JSON objects are skipped."""
     out: dict[str, dict[str, list[float]]] = {}
     try:
         fh = open(path, encoding="utf-8")
@@ -94,8 +97,9 @@ def samples_from_jsonl(path: str) -> dict[str, dict[str, list[float]]]:
         if attempt(rec) != last[name]:
             continue  # an unstable attempt measured again: the summary is the last attempt's
         per = out.setdefault(name, {})
+        impossible = {m["metric"] for m in implausible_figures([rec])}  # left out of the summary: out here too
         for metric, _ in PANELS:
-            if isinstance(rec.get(metric), (int, float)):
+            if isinstance(rec.get(metric), (int, float)) and metric not in impossible:
                 per.setdefault(metric, []).append(float(rec[metric]))
         joules, tokens = rec.get("energy_j"), rec.get("completion_tokens")
         if isinstance(joules, (int, float)) and joules > 0 and isinstance(tokens, int) and tokens:

@@ -218,10 +218,19 @@ def build_members(host: str, spec: Any, runs: dict[tuple[str, str], list[Run]],
     return views
 
 
-def verdict_cells(run: Run) -> list[tuple[str, str, str]]:
-    """``[(workload, verdict, reasons)]`` of a run, the warm-up's own verdict included."""
+def verdict_cells(run: Run) -> list[dict[str, Any]]:
+    """A run's verdicts for its row of the runs table, the warm-up's own included: ``[{workload, verdict,
+    reasons (words, written in the page — a WARN's reason is read, not hovered for), baseline (the file it
+    was judged against and why it was that one: the last steady run, the unstable ones passed over, or
+    given; None without one), impossible (the workload's figures above what the run can carry, marked and
+    left out of its figures: :func:`rigkit.bench.results.implausible_figures`, in words)}]``."""
+    from rigkit.bench.runner import impossible_lines
+
     verdicts = run.summary.get("verdicts") or {}
-    return [(n, str(v.get("verdict")), "; ".join(v.get("reasons") or []))
+    workloads = run.summary.get("workloads") or {}
+    return [{"workload": n, "verdict": str(v.get("verdict")), "reasons": "; ".join(v.get("reasons") or []),
+             "baseline": (f"{v['baseline']} ({v.get('baseline_why') or 'given'})" if v.get("baseline") else None),
+             "impossible": [ln.strip() for ln in impossible_lines((workloads.get(n) or {}).get("implausible") or [])]}
             for n, v in verdicts.items()]
 
 
@@ -293,6 +302,8 @@ th { background: #f7fafc; }
 .clean { background: #c6f6d5; } .drift { background: #fefcbf; } .not-checked, .FAIL { background: #fed7d7; }
 .PASS { background: #c6f6d5; } .WARN, .not-comparable { background: #fefcbf; } .NOT-RUN, .no-baseline { background: #edf2f7; }
 .chart svg { max-width: 100%; height: auto; } .none { color: #718096; font-style: italic; }
+.verdict { margin-bottom: .35rem; overflow-wrap: anywhere; } .verdict .why { color: #2d3748; }
+.verdict .baseline { color: #4a5568; font-size: .82rem; } .verdict .impossible { color: #9b2c2c; font-size: .82rem; }
 </style>
 </head>
 <body>
@@ -351,7 +362,10 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}
 {% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>energy (GPU)</th><th>files</th></tr>
 {% for r in m.runs|reverse %}<tr><td>{{ r.time.strftime('%Y-%m-%d %H:%M:%S') }}</td><td>{{ r.run_id }}</td><td>{{ r.summary.preset }}</td>
-<td>{% for n, v, why in verdict_cells(r) %}<span class="status {{ v|replace(' ', '-') }}" title="{{ why }}">{{ n }}: {{ v }}</span> {% endfor %}</td>
+<td>{% for c in verdict_cells(r) %}<div class="verdict" data-workload="{{ c.workload }}"><span class="status {{ c.verdict|replace(' ', '-') }}">{{ c.workload }}: {{ c.verdict }}</span>
+{%- if c.reasons %} <span class="why">{{ c.reasons }}</span>{% endif %}
+{%- if c.baseline %}<br><span class="baseline">baseline: {{ c.baseline }}</span>{% endif %}
+{%- for line in c.impossible %}<br><span class="impossible">{{ line }}</span>{% endfor %}</div>{% endfor %}</td>
 <td>{% for n, text, why in energy_cells(r) %}<span class="energy" data-energy="{{ n }}" title="{{ why }}">{{ n }}: {{ text }}</span> {% endfor %}</td>
 <td><a href="{{ r.href }}">summary.json</a>{% for f in r.extra %} · <a href="{{ f.href }}">{{ f.name }}</a>{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}

@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import write_to_textfile
+from prometheus_client.exposition import generate_latest, write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
 #: The bench's verdict words (:func:`rigkit.bench.results.verdict`), one series each.
@@ -72,6 +72,15 @@ def drift_families(findings: Iterable[Any], codes: dict[str, int], when: float |
     return [found, total, code, at]
 
 
+def stands_behind(energy: dict[str, Any] | None) -> bool:
+    """Whether a workload's ``energy`` (:func:`rigkit.bench.energy.summarize_energy`) holds a J/token the bench
+    stands behind: one was measured, and the draw was the engine's work — not ``power_modelled`` False
+    (the card stayed at its idle level: the joules are its resting draw, not these tokens', and the bench
+    prints ``tok/J n/a``). A figure the bench does not stand behind is left out of the metrics, never written
+    (an alert on J/token would fire on the idle draw)."""
+    return bool(energy) and energy.get("j_per_token") is not None and energy.get("power_modelled") is not False
+
+
 def bench_families(summary: dict[str, Any], host: str | None, member: str | None) -> list[Metric]:
     """The last smoke's figures per workload, from a bench ``summary.json`` object
     (:func:`rigkit.bench.runner.build_summary`: ``timestamp`` ISO 8601, ``workloads`` {name:
@@ -80,7 +89,8 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
     run, :func:`url_labels`: what it measured) and ``workload``.
 
     :data:`BENCH_FIGURES`, ``rigkit_bench_energy_joules_per_token`` (J/token from the card's counter or
-    sampled power.draw; absent when not measured), ``rigkit_bench_verdict{verdict}`` (1 for the
+    sampled power.draw; absent when not measured, and when the bench does not stand behind it:
+    :func:`stands_behind`), ``rigkit_bench_verdict{verdict}`` (1 for the
     workload's verdict, 0 for the other :data:`VERDICTS`) and ``rigkit_bench_timestamp_seconds``."""
     host, member = host or "", member or ""
     labels = ["host", "member", "workload"]
@@ -102,9 +112,8 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
             stats = (w.get("metrics") or {}).get(metric)
             if stats and stats.get("median") is not None:
                 fams[name].add_metric(key, float(stats["median"]))
-        j = (w.get("energy") or {}).get("j_per_token")
-        if j is not None:
-            jpt.add_metric(key, float(j))
+        if stands_behind(w.get("energy")):
+            jpt.add_metric(key, float(w["energy"]["j_per_token"]))
         word = (verdicts.get(wl) or {}).get("verdict")
         for v in VERDICTS:
             verdict.add_metric(key + [v], 1.0 if v == word else 0.0)
@@ -161,6 +170,26 @@ def clash(path: str | Path, families: list[Metric]) -> str | None:
                     "would serve one of the two and still report node_textfile_scrape_error 0. Write these figures "
                     f"to {other} instead, or remove it")
     return None
+
+
+def merged(families: Iterable[Metric]) -> list[Metric]:
+    """``families`` with the same name made one (the first one's help and type, every sample in order): the
+    families of several members' runs, which one exposition may hold only once each."""
+    out: dict[str, Metric] = {}
+    for fam in families:
+        if fam.name not in out:
+            out[fam.name] = Metric(fam.name, fam.documentation, fam.type)
+        out[fam.name].samples.extend(fam.samples)
+    return list(out.values())
+
+
+def exposition(families: Iterable[Metric]) -> str:
+    """``families`` (:func:`merged` first) as Prometheus exposition text 0.0.4, from a registry of their own —
+    what the deploy's smoke hands the host's agent (``rigkit-agent metrics bench``)."""
+    fixed = merged(families)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(type("Families", (), {"collect": lambda self: iter(fixed)})())
+    return generate_latest(reg).decode()
 
 
 def check_path(_ctx: Any, param: Any, value: str | None) -> str | None:

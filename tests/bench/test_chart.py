@@ -2,6 +2,8 @@
 workloads marked where they are, empty panels left out, the warm-up's failure shown, each
 request's value drawn over its bar, estimates marked."""
 
+import json
+
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -116,6 +118,14 @@ def test_requests_jsonl_samples_leave_out_the_warm_up_and_failures(tmp_path):
                  '{"workload": "chat-greedy", "ok": true, "decode_tps": 50.5, "ttft_s": 0.2}\n'
                  '{"workload": "chat-greedy", "ok": false, "decode_tps": 9}\nnot json\n')
     assert samples_from_jsonl(str(p)) == {"chat-greedy": {"decode_tps": [50.5], "ttft_s": [0.2]}}
+
+
+def test_requests_jsonl_samples_leave_out_an_impossible_figure_as_the_summary_does(tmp_path):
+    """Issue 60: 255 tokens within 1.74 ms (146,318 tok/s) is no point to draw; the other figures stay."""
+    p = tmp_path / "requests.jsonl"
+    rec = {"workload": "chat-greedy", "ok": True, "completion_tokens": 256, "ttft_s": 0.05}
+    p.write_text(json.dumps({**rec, "decode_tps": 146318.0}) + "\n" + json.dumps({**rec, "decode_tps": 2010.0}) + "\n")
+    assert samples_from_jsonl(str(p)) == {"chat-greedy": {"decode_tps": [2010.0], "ttft_s": [0.05, 0.05]}}
 
 
 def test_history_svg_links_every_point_to_its_run(tmp_path):

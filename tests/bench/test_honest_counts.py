@@ -38,7 +38,7 @@ def test_estimated_run_against_a_usage_baseline_is_not_comparable_never_a_fail()
             "workloads": {"chat-greedy": workload([118, 118, 118], "usage")}}
     v = verdict("chat-greedy", workload([47, 47, 48], "chunk-estimate"), CTX, [base])
     assert v == {"verdict": "not comparable", "baseline": "base.json",
-                 "baseline_why": "given (--baseline or bench.baseline)", "reasons": [
+                 "baseline_why": "given (--baseline or bench.baseline)", "baseline_skipped": [], "reasons": [
         "decode not compared: this run's completion tokens are a chunk-count estimate (the "
         "server sent no usage), the baseline's are counted (usage); an estimate is neither a "
         "slowdown nor a speed-up"]}
@@ -121,7 +121,8 @@ def run_cli(replay, tmp_path, *args):
 
 
 def test_a_warning_repeated_per_request_is_printed_once_with_a_count(replay, tmp_path):
-    replay.default = Script(vllm_stream(answer=["abc"] * 4, usage=False))
+    # 20 ms between chunks: a decode figure the bench can time (over 10 ms, results.MIN_INTERVAL_S)
+    replay.default = Script(vllm_stream(answer=["abc"] * 4, usage=False, gap_s=0.02))
     result, out = run_cli(replay, tmp_path, "--workload", "chat-greedy", "--no-warmup")
     assert result.exit_code == 0, result.output
     assert result.stderr.count("the server sent no usage") == 1

@@ -31,7 +31,7 @@ def test_stats_give_median_min_max_n_and_sample_cv():
 def test_more_than_15_percent_slower_fails():
     v = verdict("chat-greedy", wl([100, 100, 101]), CTX, [base([118, 118, 118])])
     assert v == {"verdict": "FAIL", "baseline": "base.json",
-                 "baseline_why": "given (--baseline or bench.baseline)",
+                 "baseline_why": "given (--baseline or bench.baseline)", "baseline_skipped": [],
                  "reasons": ["decode 100.0 tok/s is 15% below baseline 118.0 tok/s, beyond the "
                              "noise of both runs (this run 100.0 tok/s (min 100.0, max 101.0, n 3, "
                              "CV 0.6%), every request slower than the baseline's slowest 118.0)"]}

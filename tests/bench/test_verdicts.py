@@ -1,7 +1,8 @@
 """Issue 39: a verdict that follows from the evidence — proven over synthetic runs (hypothesis over
 rates and spreads), never by timing: two runs of the same member never disagree as FAIL and
 PASS, an unstable run is never FAIL (nor PASS) on speed, a FAIL is a regression beyond both runs'
-noise; the default baseline is the last comparable run in the results folder, named."""
+noise; the default baseline is the last steady comparable run in the results folder, named (an
+unstable run is never one: issue 60)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,7 @@ def test_the_default_baseline_is_the_last_comparable_run_of_the_member(tmp_path)
            "metrics": {"decode_tps": stats([108, 109, 110])}}
     v = verdict("chat-greedy", cur, CTX, found, preset="small")
     assert (v["verdict"], v["baseline"]) == ("PASS", last)
-    assert v["baseline_why"].startswith("the last comparable run of this member")
+    assert v["baseline_why"].startswith("the last steady comparable run of this member")
     # --baseline overrides: a given file is used even when settings differ
     given_ = {**summary("2026-12-01T00:00:00+00:00", [100, 100, 101], max_tokens=48),
               "_file": "given.json"}
@@ -138,7 +139,8 @@ def test_the_default_baseline_is_the_last_comparable_run_of_the_member(tmp_path)
 def test_the_second_of_two_runs_compares_with_the_first_by_default(replay, tmp_path):
     """Through the CLI: run twice with the same settings; the second names the first as its
     baseline, and its verdict is never FAIL when the first was PASS (or the reverse)."""
-    replay.default = Script(vllm_stream(answer=["abc"] * 6, gap_s=0.02))
+    # 50 ms gaps: steady (CV ≤ 10%) on a loaded machine, so the first is a baseline
+    replay.default = Script(vllm_stream(answer=["abc"] * 6, gap_s=0.05))
     (tmp_path / "ctx.json").write_text(json.dumps({"gpu": "NVIDIA GeForce RTX 3090",
                                                    "driver": "610.57", "power_limit_w": 420,
                                                    "speculative": "dflash2"}))
@@ -151,7 +153,7 @@ def test_the_second_of_two_runs_compares_with_the_first_by_default(replay, tmp_p
     v = json.loads((tmp_path / "results" / "two" / "summary.json").read_text())["verdicts"]
     assert v["chat-greedy"]["baseline"] == str(tmp_path / "results" / "one" / "summary.json")
     assert v["chat-greedy"]["verdict"] in ("PASS", "WARN")
-    assert (f"  baseline: {tmp_path / 'results' / 'one' / 'summary.json'} (the last comparable "
+    assert (f"  baseline: {tmp_path / 'results' / 'one' / 'summary.json'} (the last steady comparable "
             f"run of this member") in second.stdout
     # another max_tokens: the earlier runs are not its baseline
     third = CliRunner().invoke(bench, [*args, "--max-tokens", "17",
@@ -164,10 +166,11 @@ def test_the_second_of_two_runs_compares_with_the_first_by_default(replay, tmp_p
 
 
 def test_an_unstable_workload_is_measured_again_and_its_last_attempt_is_the_summary(replay, tmp_path):
-    """The first attempt's four requests decode at 2 ms and 80 ms per chunk (CV far above 10%:
-    the gaps, not this machine, set it); the workload is measured again, each record carries
+    """The first attempt's four requests decode at 10 ms and 80 ms per chunk (CV far above 10%:
+    the gaps, not this machine, set it; each interval above the 10 ms the bench can time, so no
+    figure is impossible); the workload is measured again, each record carries
     its attempt, the summary and the chart's points are the last attempt's."""
-    fast = Script(vllm_stream(answer=["abc"] * 4, gap_s=0.002))
+    fast = Script(vllm_stream(answer=["abc"] * 4, gap_s=0.01))
     slow = Script(vllm_stream(answer=["abc"] * 4, gap_s=0.08))
     replay.queue(fast, slow, fast, slow)
     replay.default = Script(vllm_stream(answer=["abc"] * 4, gap_s=0.02))
@@ -177,7 +180,7 @@ def test_an_unstable_workload_is_measured_again_and_its_last_attempt_is_the_summ
                                         "--repeat-unstable", "2"])
     assert result.exit_code == 0, result.output
     s = json.loads((out / "summary.json").read_text())["workloads"]["chat-greedy"]
-    assert s["attempts"] >= 2 and s["tries"][0]["cv"]["decode_tps"] > 1.0
+    assert s["attempts"] >= 2 and s["tries"][0]["cv"]["decode_tps"] > 0.5
     recs = [json.loads(x) for x in (out / "requests.jsonl").read_text().splitlines()]
     assert [r["attempt"] for r in recs[:4]] == [1, 1, 1, 1]
     assert {r["attempt"] for r in recs} == set(range(1, s["attempts"] + 1))

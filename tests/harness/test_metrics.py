@@ -188,22 +188,27 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
     folder, url = control
     key = (("host", host.name), ("member", "strata"), ("workload", "chat-greedy"))
     assert ("rigkit_bench_decode_tokens_per_second", key) not in scrape(url)
+    # the smoke's 256 tokens (--max-tokens): a 48-token answer decodes in ~20 ms on the sandbox's CPU, near the
+    # 10 ms the bench can time, and under load its bunched figures are all left out as impossible (issue 60)
     proc = rigkit(host, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "strata",
-                  "--workload", "chat-greedy", "--out", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
-                  "--metrics", str(folder / "rigkit_bench.prom"))
+                  "--workload", "chat-greedy", "--max-tokens", "256", "--out", str(tmp_path / "out"),
+                  "--results", str(tmp_path / "results"), "--metrics", str(folder / "rigkit_bench.prom"))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     w = summary["workloads"]["chat-greedy"]
     after = scrape(url)
     assert after[("rigkit_bench_decode_tokens_per_second", key)] == pytest.approx(w["metrics"]["decode_tps"]["median"])
     assert after[("rigkit_bench_ttft_seconds", key)] == pytest.approx(w["metrics"]["ttft_s"]["median"])
-    assert after[("rigkit_bench_energy_joules_per_token", key)] == pytest.approx(w["energy"]["j_per_token"])
+    # Strata is llama.cpp on the sandbox's CPU: the card stays at its idle draw, the bench says "not
+    # power-modelled", and a J/token it does not stand behind is absent, never written (issue 60)
+    assert w["energy"]["power_modelled"] is False and w["energy"]["j_per_token"] is not None, w["energy"]
+    assert ("rigkit_bench_energy_joules_per_token", key) not in after
     verdict = summary["verdicts"]["chat-greedy"]["verdict"]
     assert after[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", verdict),))))] == 1.0
     print(f"\nsmoke: rigkit_bench_decode_tokens_per_second{{strata,chat-greedy}} absent -> "
           f"{after[('rigkit_bench_decode_tokens_per_second', key)]:.2f}, ttft "
-          f"{after[('rigkit_bench_ttft_seconds', key)]:.3f} s, J/token "
-          f"{after[('rigkit_bench_energy_joules_per_token', key)]:.3f}, verdict {verdict}")
+          f"{after[('rigkit_bench_ttft_seconds', key)]:.3f} s, J/token absent (not power-modelled: "
+          f"{w['energy']['avg_w']:.1f} W), verdict {verdict}")
     assert after[("node_textfile_scrape_error", ())] == 0.0
     # a member that is not loaded: no request sent, every workload NOT-RUN, said in its own file
     idle = rigkit(host, "bench", "-i", "inventory/sandbox.py", "--host", host.name, "--member", "gguf-baseline",
@@ -216,6 +221,32 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
     assert ("rigkit_bench_decode_tokens_per_second", key) not in got  # nothing measured: no figure
     assert got[("rigkit_bench_decode_tokens_per_second", (("host", host.name), ("member", "strata"),
                                                           ("workload", "chat-greedy")))] > 0  # strata's file kept
+
+
+def test_the_deploys_smoke_writes_its_figures_on_the_host(host, tmp_path):
+    """Issue 60: ``metrics_textfile_dir`` is set (the sandbox inventory), so the deploy's smoke hands its figures
+    to the host's agent (``rigkit-agent metrics bench``) and the host's own node_exporter serves them beside the
+    agent's parts: a converged host, ``rigkit deploy --smoke`` (the probe path, then the smoke). Written without
+    a host value (on the host the scrape's instance names it), so samples are found by member and workload."""
+    def strata(got, name):
+        return {dict(k[1]).get("verdict"): v for k, v in got.items() if k[0] == name
+                and dict(k[1]).get("member") == "strata" and dict(k[1]).get("workload") == "chat-greedy"
+                and not dict(k[1]).get("host")}
+
+    assert strata(scrape(host.url), "rigkit_bench_decode_tokens_per_second") == {}
+    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--smoke", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    prom = f"{host.textfile_dir}/rigkit_bench.prom"
+    assert f"post-deploy smoke: metrics on {host.name}: written {prom}" in proc.stderr, proc.stderr[-4000:]
+    after = scrape(host.url)
+    [decode] = strata(after, "rigkit_bench_decode_tokens_per_second").values()
+    assert decode > 0
+    words = [w for w, v in strata(after, "rigkit_bench_verdict").items() if v == 1.0]
+    assert len(words) == 1 and words[0] in ("PASS", "WARN", "no baseline"), words
+    assert strata(after, "rigkit_bench_energy_joules_per_token") == {}  # Strata on the CPU: not power-modelled
+    assert after[("node_textfile_scrape_error", ())] == 0.0
+    print(f"\ndeploy's smoke on the host: rigkit_bench_decode_tokens_per_second{{strata,chat-greedy}} absent -> "
+          f"{decode:.2f}, verdict {words[0]}, in {prom}")
 
 
 def test_every_file_written_is_promtool_clean_and_0644(host, control):

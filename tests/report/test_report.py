@@ -153,3 +153,64 @@ def test_the_console_check_catches_a_page_error_and_console_error(tmp_path):
     seen = load(bad)
     assert any("Uncaught Error: boom" in e for e in seen.errors), seen.stderr[-2000:]
     assert any("TypeError: x is null" in e for e in seen.errors), seen.stderr[-2000:]
+
+
+WARN_REASON = ("decode unstable after 3 attempts: this run 1274.7 tok/s (min 900.0, max 1600.0, n 4, CV 21.5%) "
+               "has CV above 10%, too noisy to compare")
+
+
+@pytest.fixture
+def warned(tmp_path):
+    """One strata run whose verdict is WARN (its reason), judged against a steady run with an unstable one
+    passed over, with one impossible figure marked."""
+    results = tmp_path / "results"
+    when = datetime(2026, 12, 5, 10, tzinfo=timezone.utc)
+    s = summary("b", "strata", when, 1274.7)
+    s["verdicts"]["chat-greedy"] = {
+        "verdict": "WARN", "reasons": [WARN_REASON], "baseline": "results/steady/summary.json",
+        "baseline_why": "the last steady comparable run of this member (…); passed over, unstable: "
+                        "results/shaky/summary.json (decode CV 23.1% above 10%)"}
+    s["workloads"]["chat-greedy"]["implausible"] = [
+        {"prompt_id": "chat-2", "repetition": 0, "attempt": 1, "metric": "decode_tps", "value": 146318.0,
+         "bound": 25500.0, "why": "255 generated tokens over less than 10 ms, the shortest interval the bench "
+                                  "can time"}]
+    (results / "r").mkdir(parents=True)
+    (results / "r" / "summary.json").write_text(json.dumps(s))
+    doc = read_document(dumps_document(document([], {"b": 0}, ["b"], "inv.py", {"b": STATE})))
+    return Path(write_report([host("b", "strata")], "inv.py", str(tmp_path / "report"), str(results), doc,
+                             "run live"))
+
+
+def _runs_table(text: str) -> str:
+    table = text[text.index('<table class="runs">'):]
+    return table[:table.index("</table>")]
+
+
+def test_a_warns_reason_its_baseline_and_an_impossible_figure_are_written_in_the_runs_table(warned):
+    """Issue 60: the reason was only a tooltip (``title``); now it is the cell's text, escaped."""
+    table = _runs_table(warned.read_text())
+    assert "title=" not in table
+    assert f'<span class="why">{WARN_REASON}</span>' in table
+    assert ('<span class="baseline">baseline: results/steady/summary.json (the last steady comparable run of '
+            'this member (…); passed over, unstable: results/shaky/summary.json (decode CV 23.1% above 10%))'
+            '</span>') in table
+    assert ('<span class="impossible">IMPOSSIBLE decode 146318.0 tok/s (chat-2 rep 0): above 25500.0 tok/s, '
+            '255 generated tokens over less than 10 ms') in table
+
+
+@pytest.mark.slow
+def test_chromium_shows_the_warns_reason_in_the_page(warned):
+    """The page as Chromium lays it out: the reason is in the rendered DOM's text (no hover), and the
+    screenshot (``out/test-artefacts/report-warn.png``) shows the cell."""
+    from .browser import load, screenshot
+
+    seen = load(warned)
+    assert seen.errors == [], seen.stderr[-3000:]
+    cell = _runs_table(seen.dom)
+    text = re.sub(r"<[^>]+>", "", cell)
+    assert "chat-greedy: WARN " + WARN_REASON in text
+    assert "baseline: results/steady/summary.json (the last steady comparable run" in text
+    assert "IMPOSSIBLE decode 146318.0 tok/s" in text
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    shot = screenshot(warned, ARTEFACTS / "report-warn.png", size="1200,1400")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -209,6 +209,27 @@ def test_the_bench_part_per_member_and_workload():
     assert got[("rigkit_bench_timestamp_seconds", key)] == 1796180645.0
 
 
+@settings(max_examples=60, deadline=None)
+@given(j=st.none() | st.floats(0.001, 100.0), modelled=st.sampled_from([True, False, None]))
+def test_a_j_per_token_the_bench_calls_not_power_modelled_is_absent_never_written(j, modelled):
+    """Issue 60: the sandbox's Strata (llama.cpp on the CPU) draws the card's idle level, and the bench prints
+    ``tok/J n/a (not power-modelled)``; the metrics held a J/token for it all the same. Over every energy
+    shape summarize_energy writes: the series exists exactly when a J/token was measured and not marked."""
+    energy = {"joules": 12.0, "j_per_token": j, "tok_per_j": 1 / j if j else None, "power_modelled": modelled,
+              "note": "not power-modelled: …" if modelled is False else None}
+    summary = {"timestamp": "2026-12-02T03:04:05+00:00",
+               "workloads": {"chat": {"metrics": {"decode_tps": {"median": 100.0}}, "energy": energy}},
+               "verdicts": {"chat": {"verdict": "PASS"}}}
+    text = promfile.text(prometheus.bench_families(summary, "rig", "strata"))
+    clean(text)
+    key = (("host", "rig"), ("member", "strata"), ("workload", "chat"))
+    got = samples(text).get(("rigkit_bench_energy_joules_per_token", key))
+    if j is None or modelled is False:
+        assert got is None and "rigkit_bench_energy_joules_per_token{" not in text
+    else:
+        assert got == j
+
+
 def test_a_clean_host_has_zero_findings_before_drift_does():
     got = samples(promfile.text(prometheus.drift_families([], {"rig": 0}, 5.0)))
     assert got == {("rigkit_drift_found", (("host", "rig"),)): 0.0, ("rigkit_drift_exit_code", (("host", "rig"),)): 0.0,
@@ -294,3 +315,91 @@ def test_a_generation_command_writes_the_state_part(tmp_path):
     assert samples(prom.read_text())[("rigkit_generation_hold", ())] == 0.0
     clean(prom.read_text())
     assert generations.read_index(root)["current"] == 1
+
+
+# --- the deploy's smoke on the host (issue 60): the control side hands the text, the agent writes it --------
+
+SMOKE = {"timestamp": "2026-12-05T03:04:05+00:00",
+         "workloads": {"chat-greedy": {"metrics": {"decode_tps": {"median": 2010.5}, "ttft_s": {"median": 0.03}},
+                                       "energy": {"j_per_token": 0.2, "power_modelled": False}}},
+         "verdicts": {"chat-greedy": {"verdict": "PASS"}}}
+
+
+def test_the_smokes_figures_reach_the_hosts_folder_through_the_agent(tmp_path, monkeypatch):
+    """``smoke_metrics`` (control side) → ``rigkit-agent metrics bench`` (here the agent's own :func:`put_main`
+    on the text the SSH call would carry) → ``rigkit_bench.prom``: every member's series in one file, no host
+    value, the idle-level J/token absent, promtool clean, 0644."""
+    from types import SimpleNamespace
+
+    from rigkit import remote
+    from rigkit.deploy.run import smoke_metrics
+
+    folder = tmp_path / "textfile"
+    cfg = _host_config(tmp_path, str(folder))
+    monkeypatch.setattr("rigkit.host.config.load", lambda *a, **k: cfg)
+    sent = []
+
+    def agent(self, *args, stdin=None, **_kw):
+        import io
+        from contextlib import redirect_stdout
+
+        sent.append((self.name, args))
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            rc = promfile.put_main(list(args[1:]), io.StringIO(stdin))
+        return subprocess.CompletedProcess(args, rc, buf.getvalue(), "")
+
+    monkeypatch.setattr(remote.Remote, "agent", agent)
+    paths = {}
+    for member, decode in (("strata", 2010.5), ("gguf-baseline", 42.0)):
+        summary = json.loads(json.dumps(SMOKE))
+        summary["workloads"]["chat-greedy"]["metrics"]["decode_tps"]["median"] = decode
+        (tmp_path / member).mkdir()
+        paths[member] = tmp_path / member / "summary.json"
+        paths[member].write_text(json.dumps(summary))
+    paths["hyperqwen"] = tmp_path / "absent" / "summary.json"  # its bench wrote nothing: left out
+    notes = []
+    out = SimpleNamespace(note=lambda text, error=False: notes.append((text, error)))
+    hs = SimpleNamespace(name="rig", connection={})
+    assert smoke_metrics(hs, paths, out) is True, notes
+    assert sent == [("rig", ("metrics", "bench"))]
+    prom = folder / "rigkit_bench.prom"
+    assert notes == [(f"post-deploy smoke: metrics on rig: written {prom}", False)]
+    text = prom.read_text()
+    clean(text)
+    got = samples(text)
+    for member, decode in (("strata", 2010.5), ("gguf-baseline", 42.0)):
+        key = (("host", ""), ("member", member), ("workload", "chat-greedy"))
+        assert got[("rigkit_bench_decode_tokens_per_second", key)] == decode
+        assert got[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", "PASS"),))))] == 1.0
+        assert ("rigkit_bench_energy_joules_per_token", key) not in got  # not power-modelled
+    assert stat.S_IMODE(prom.stat().st_mode) == 0o644
+    assert text.count("# TYPE rigkit_bench_decode_tokens_per_second gauge") == 1
+
+
+@pytest.mark.parametrize("text, words", [
+    ("# TYPE rigkit_power_limit_declared_watts gauge\nrigkit_power_limit_declared_watts 1\n",
+     "series rigkit_power_limit_declared_watts not of the bench part (names start rigkit_bench_)"),
+    ("rigkit_bench_x{a=\"1\" 2\n", "not Prometheus exposition text"),
+    ("x" * (promfile.PUT_MAX_BYTES + 1), f"more than the {promfile.PUT_MAX_BYTES} allowed"),
+])
+def test_the_agent_refuses_what_is_not_the_bench_parts_text_and_writes_nothing(tmp_path, monkeypatch, capsys,
+                                                                              text, words):
+    import io
+
+    folder = tmp_path / "textfile"
+    monkeypatch.setattr("rigkit.host.config.load", lambda *a, **k: _host_config(tmp_path, str(folder)))
+    assert promfile.put_main(["bench"], io.StringIO(text)) == 2
+    assert words in capsys.readouterr().err
+    assert not folder.exists()
+    assert promfile.put_main(["power"], io.StringIO("")) == 2  # the agent's own parts are its own
+    assert "is not handed to the host (one of bench)" in capsys.readouterr().err
+
+
+def test_the_agent_writes_nothing_when_the_host_names_no_folder(tmp_path, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("rigkit.host.config.load", lambda *a, **k: _host_config(tmp_path, None))
+    text = prometheus.exposition(prometheus.bench_families(SMOKE, None, "strata"))
+    assert promfile.put_main(["bench"], io.StringIO(text)) == 0
+    assert capsys.readouterr().out == "not written: the host config names no metrics.textfile_dir\n"
