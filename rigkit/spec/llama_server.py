@@ -133,9 +133,11 @@ def convert(conv: str, s: str):
 def value_of(opt: dict, val: str):
     """One value of ``opt`` as its handler reads it: a number converted (:func:`convert`), then held to
     the handler's own checks where the table has them (``removed``: every value; ``refuses``: the
-    numbers it was asked at); an enum value among its ``choices``; else the string. Raises ``_Why``
+    numbers it was asked at), unless it is one of the option's ``words`` (-ngl auto); an enum value among its ``choices``; else the string. Raises ``_Why``
     with llama.cpp's message."""
     kind = opt["kind"]
+    if kind in ("int", "float", "uint") and val in opt.get("words", ()):
+        return val
     if kind in ("int", "float", "uint"):
         number = convert(opt["conv"] if "conv" in opt else {"int": "stoi", "float": "stof"}[kind], val)
         if "removed" in opt:
@@ -193,7 +195,12 @@ def read(argv: list[str], unknown: str = "refuse") -> list[Given]:
     llama-server would end instead of serving (a refusal: exit 1 with its message; ``--version`` and
     the like: exit 0). ``unknown="skip"``: a word the table does not know is listed (``key`` None)
     with the words after it up to the next known option, instead of refusing (its arity is unknown)."""
-    return _walk(argv, {}, unknown)[0]
+    given, warnings, usage = _walk(argv, {}, unknown)
+    if usage:
+        raise Exit(0, "".join(w + "\n" for w in warnings), usage_text())
+    if any(g.key == "--completion-bash" for g in given):
+        raise Exit(0, "".join(w + "\n" for w in warnings))
+    return given
 
 
 #: What llama.cpp logs (``LOG_WRN``) when one spelling of an option is given again: the last one is used.

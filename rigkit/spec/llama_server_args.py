@@ -17,7 +17,8 @@ message for a bad value, ``{value}`` where it quotes the value); string), ``usag
 ``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {number: its message} at the numbers it was asked,
--3 -1 0 1 7 70000; a number between them is not tabled), ``removed`` (an option kept only to refuse
+-3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
+quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``removed`` (an option kept only to refuse
 every value: its message).
 """
 
@@ -615,7 +616,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            'number,\n'
            "                                        'auto', or 'all' (default: auto)\n"
            '                                        (env: LLAMA_ARG_N_GPU_LAYERS)\n',
-  'conv': 'stoi'},
+  'conv': 'stoi',
+  'words': ['auto', 'all']},
  {'names': ['-sm', '--split-mode'],
   'section': 'common',
   'hint': '{none,layer,row,tensor}',
@@ -1649,7 +1651,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            'either an exact\n'
            "                                        number, 'auto', or 'all' (default: auto)\n"
            '                                        (env: LLAMA_ARG_N_GPU_LAYERS_DRAFT)\n',
-  'conv': 'stoi'},
+  'conv': 'stoi',
+  'words': ['auto', 'all']},
  {'names': ['--spec-draft-model', '-md', '--model-draft'],
   'section': 'speculative',
   'hint': 'FNAME',

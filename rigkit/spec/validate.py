@@ -24,6 +24,7 @@ from rigkit.common.gpu import power_limit_problem
 from rigkit.spec.model import RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
+from rigkit.spec import engine_args
 from rigkit.spec.types import (
     PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
 )
@@ -92,6 +93,7 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
     problems += _check_dynamic_ports(spec)
     problems += _check_compat(spec)
     problems += _check_models(spec)
+    problems += engine_args.check_engine_args(spec).problems
     return problems
 
 
@@ -108,6 +110,7 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
             message=(f"true: the DFlash guard is off and dflash_tokens {hq.dflash_tokens} runs at max_model_len "
                      f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
                      "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
+    warnings += engine_args.check_engine_args(spec).warnings
     return warnings
 
 

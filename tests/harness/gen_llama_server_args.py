@@ -137,6 +137,11 @@ def probe(opt: dict) -> dict:
         row["conv"] = why
         if nargs_one_number(row):
             row.update(range_checks(name, row["kind"], handled))
+            # a string handler that reads some words itself and std::stoi's the rest (-ngl auto|all|N)
+            words = [w for w in dict.fromkeys(re.findall(r"'([a-z]+)'", opt["usage"]))
+                     if handled not in run([name, w])[2]]
+            if words:
+                row["words"] = words
     else:
         candidates = choices_of(opt["hint"], opt["usage"])
         accepted = [c for c in candidates if handled not in run([name, c])[2]]
@@ -166,7 +171,8 @@ message for a bad value, ``{{value}}`` where it quotes the value); string), ``us
 ``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {{number: its message}} at the numbers it was asked,
--3 -1 0 1 7 70000; a number between them is not tabled), ``removed`` (an option kept only to refuse
+-3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
+quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``removed`` (an option kept only to refuse
 every value: its message).
 """
 '''

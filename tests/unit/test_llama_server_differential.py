@@ -37,6 +37,11 @@ EXCEPTIONS = {
     **dict.fromkeys(["--tools", "--mcp-servers-config", "--mcp-servers-json", "-ag", "--agent"],
                     "the parser's end logs the CORS default these change (server tools or MCP servers are enabled …)"),
     "--log-prompts-dir": "its handler creates the directory when parsed (and warns when it cannot)",
+    **{name: "it changes whether and how llama.cpp's log prints (off, to a file, JSON, colours, prefixes, a "
+             "verbosity threshold): the repeated-option DEPRECATED line then differs or goes elsewhere; the table "
+             "holds no log format" for o in reader.OPTIONS
+       if any(n.startswith("--log-") and n != "--log-prompts-dir" or "verbos" in n for n in o["names"])
+       for name in o["names"]},
 }
 #: Numbers a range-checked option is drawn at: the table holds its handler's verdict at the numbers the
 #: generator asked (``refuses``), not between them, so such an option is drawn there only.
@@ -85,16 +90,16 @@ def _logged_apart(err: str) -> tuple[list[str], str]:
 
 
 NAMES = sorted(n for o in reader.OPTIONS for n in o["names"] if n not in EXCEPTIONS)
-JUNK = ["abc", "", "1.5x", "-", "0x10", " 7", "1e3", "-3", "-1", "0", "nan", "on", "99999999999", "+4"]
+JUNK = ["abc", "", "1.5x", "-", "0x10", " 7", "1e3", "-3", "-1", "0", "nan", "on", "99999999999", "+4", "auto", "all"]
 WORD = st.text(string.ascii_letters + string.digits + "/._", min_size=1, max_size=8)
 
 
 def _value(opt: dict) -> st.SearchStrategy[str]:
     kind = opt["kind"]
     if "refuses" in opt:
-        return st.sampled_from(PROBES)
+        return st.sampled_from(PROBES + opt.get("words", []))
     if kind == "int" or kind == "uint":
-        good = st.integers(0, 70000).map(str)
+        good = st.one_of(st.integers(0, 70000).map(str), st.sampled_from(opt.get("words") or ["0"]))
     elif kind == "float":
         good = st.floats(0, 4, allow_nan=False).map(lambda f: f"{f:.3g}")
     elif kind == "enum":
