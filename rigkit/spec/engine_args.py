@@ -21,6 +21,13 @@
 - **Words a shell would have expanded** in a command llama-swap runs without one (v250
   ``internal/config/commands.go``: ``shlex.Posix.Split``, no expansion): a leading ``~``, ``$NAME``.
 - **The stop command** stops the container the start command runs.
+- **The health path** llama-swap polls (``check_endpoint``) is one the engine serves without the API
+  key: llama-server's public routes (tools/server/server.cpp: ``/health``, ``/v1/health``, ``/models``,
+  ``/v1/models``, ``/api/tags``, "public endpoint (no API key check)"); vLLM's routes outside its
+  ``/v1`` API-key middleware (vllm/entrypoints/openai/api_server.py: ``/health``, ``/ping``,
+  ``/version``) — HyperQwen runs with ``VLLM_API_KEY``. ``none`` turns the check off (llama-swap).
+- **The served name**: vLLM answers 404 ("The model … does not exist", ``serving_engine._check_model``)
+  to a model name other than its ``--served-model-name``, so HyperQwen's member asks for that one.
 - **Environment names given twice** in a member's ``env``: llama-swap appends them to its own
   environment (``internal/process/process_command.go``: ``cmd.Env = append(cmd.Environ(), …)``) and
   Go's os/exec keeps the last value of a duplicate key, so the first one is dead text.
@@ -304,6 +311,31 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
                             "; everything on the rig listens on loopback (127.0.0.0/8, ::1), or set allow_non_loopback: true"))
 
 
+#: GET paths each engine serves without the API key (the module's list); llama-swap's ``none`` skips the check.
+HEALTH_PATHS = {"llama.cpp": frozenset({"/health", "/v1/health", "/models", "/v1/models", "/api/tags", "none"}),
+                "vLLM": frozenset({"/health", "/ping", "/version", "none"})}
+
+
+def _served(spec: RigSpec, mid: str, m: members_mod.Member, out: Findings) -> None:
+    """The health path and the served name of a service member, against what its engine serves."""
+    key = f"llama_swap.members.{mid}"
+    engine = {"strata": "llama.cpp", "gguf_baseline": "llama.cpp", "hyperqwen": "vLLM"}.get(m.spec.service or "")
+    if engine is None:
+        return
+    path = m.spec.check_endpoint.split("?", 1)[0]
+    if path not in HEALTH_PATHS[engine]:
+        out.problems.append(SpecProblem(
+            key=f"{key}.check_endpoint", value=repr(m.spec.check_endpoint),
+            allowed=f"{engine} does not serve it without the API key, so llama-swap's health check would fail; "
+                    f"{engine} serves {', '.join(sorted(HEALTH_PATHS[engine] - {'none'}))} (or none: no check)"))
+    hq = spec.hyperqwen
+    if m.spec.service == "hyperqwen" and m.spec.use_model_name and m.spec.use_model_name != hq.served_model_name:
+        out.problems.append(SpecProblem(
+            key=f"{key}.use_model_name", value=repr(m.spec.use_model_name),
+            allowed=f"llama-swap would ask vLLM for {m.spec.use_model_name!r}, but it serves hyperqwen.served_model_name "
+                    f"{hq.served_model_name!r} and answers 404 to any other name; leave use_model_name unset or equal"))
+
+
 def _env_twice(mid: str, env: list[str], out: Findings) -> None:
     seen: dict[str, int] = {}
     for i, item in enumerate(env):
@@ -327,5 +359,6 @@ def check_engine_args(spec: RigSpec) -> Findings:
             done.add(section)
             _service_args(section, getattr(spec, section), m.argv, out)
         _member_command(spec, mid, m, out)
+        _served(spec, mid, m, out)
         _env_twice(mid, m.spec.env, out)
     return out

@@ -63,6 +63,13 @@ REFUSED = [
      "'docker stop --time 5 coder-old'", "cmd runs container 'coder'"),
     # a word a shell would expand, without a shell
     (member("llama-server --port 18050 -m ~/m.gguf"), "llama_swap.members.x.cmd", "'~/m.gguf'", "without a shell"),
+    # the health path and the served name
+    ({"llama_swap": {"members": {"strata": {"check_endpoint": "/healthz"}}}}, "llama_swap.members.strata.check_endpoint",
+     "'/healthz'", "llama.cpp serves /api/tags, /health"),
+    ({"llama_swap": {"members": {"hyperqwen": {"check_endpoint": "/v1/models"}}}},
+     "llama_swap.members.hyperqwen.check_endpoint", "'/v1/models'", "vLLM does not serve it without the API key"),
+    ({"llama_swap": {"members": {"hyperqwen": {"use_model_name": "qwen"}}}}, "llama_swap.members.hyperqwen.use_model_name",
+     "'qwen'", "answers 404"),
     (member('llama-server --port 18050 -m "$HOME/m.gguf"'), "llama_swap.members.x.cmd", "'\"$HOME/m.gguf\"'",
      "shlex.Posix.Split"),
 ]
@@ -85,6 +92,8 @@ ACCEPTED = [
     member("llama-server --port 18050 --chat-template '~$x'"),  # quoted: meant literally
     member("docker compose -p hq -f /c.yaml up --no-deps single", "docker compose -p hq -f /c.yaml stop single"),
     member("llama-server --port 18050", env=["A=1", "B=2"]),
+    {"llama_swap": {"members": {"strata": {"check_endpoint": "/v1/health"}, "hyperqwen": {"check_endpoint": "/ping"}}}},
+    {"llama_swap": {"members": {"hyperqwen": {"use_model_name": "qwen3.8-27b"}}}},
 ]
 
 
