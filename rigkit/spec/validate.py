@@ -25,6 +25,8 @@ from rigkit.spec.model import RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
 from rigkit.spec import engine_args
+from rigkit.spec import limits
+from rigkit.spec import unit_files
 from rigkit.spec.types import (
     PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
 )
@@ -94,6 +96,8 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
     problems += _check_compat(spec)
     problems += _check_models(spec)
     problems += engine_args.check_engine_args(spec).problems
+    problems += limits.limit_problems(spec)
+    problems += unit_files.unit_file_problems(spec)
     return problems
 
 
