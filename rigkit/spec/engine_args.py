@@ -42,6 +42,7 @@ from rigkit.paths import PLACEHOLDER_PREFIX
 from rigkit.spec import cmdline
 from rigkit.spec import llama_server as reader
 from rigkit.spec import members as members_mod
+from rigkit.spec.claims import listen_ports
 from rigkit.spec.llama_server_args import XLLAMACPP_VERSION
 from rigkit.spec.model import LlamaCppSpec, RigSpec
 from rigkit.spec.problems import SpecProblem, SpecWarning
@@ -173,33 +174,6 @@ def llama_server_words(words: list[str]) -> tuple[list[str], bool] | None:
     return None
 
 
-def publish_addresses(words: list[str]) -> list[tuple[str, str | None]]:
-    """``(value as written, host address or None)`` of each ``-p``/``--publish`` of a ``docker run`` /
-    ``create`` (docker's ``[ip:][hostPort:]containerPort[/proto]``, an IPv6 address in brackets), and
-    ``("-P", None)`` for ``-P``/``--publish-all``. None: docker binds every interface."""
-    cc = cmdline.container_command(words)
-    if cc is None or cc.verb not in ("run", "create"):
-        return []
-    head = words[:words.index(cc.image)] if cc.image in words else words
-    values = []
-    for i, w in enumerate(head):
-        if w in ("-p", "--publish") and i + 1 < len(head):
-            values.append(head[i + 1])
-        elif w.startswith("--publish="):
-            values.append(w.split("=", 1)[1])
-        elif w.startswith("-p") and len(w) > 2 and not w.startswith("--"):
-            values.append(w[2:])
-    out: list[tuple[str, str | None]] = [("-P", None)] if cc.has("-P", "--publish-all") else []
-    for value in values:
-        spec = value.split("/", 1)[0]
-        if spec.startswith("["):
-            out.append((value, spec[1:spec.index("]")] if "]" in spec else None))
-            continue
-        parts = spec.split(":")
-        out.append((value, parts[0] if len(parts) >= 3 and parts[0] else None))
-    return out
-
-
 def unexpanded_words(cmd: str) -> list[str]:
     """Words of ``cmd`` that a shell would expand and llama-swap passes as written (it splits POSIX
     words, no shell): a leading unquoted ``~``, a ``$NAME`` outside single quotes (``${…}`` is
@@ -286,11 +260,16 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
                         "container cmd starts, or the member keeps its VRAM after llama-swap unloads it"))
     if m.spec.service is not None:
         return
+    listens: list[int] = []
     for words in cmdline.unwrap(cmdline.split_command(m.cmd)).commands:
-        for value, address in publish_addresses(words):
+        listens += [int(p.host_port) for p in cmdline.publishes(words) if p.host_port and p.host_port.isdigit()]
+        if cmdline.container_command(words) is None:
+            listens += [int(v) for _, v in listen_ports(words) if v.isdigit()]
+        for pub in cmdline.publishes(words):
+            address = pub.address
             if (address is None or not loopback_host(address)) and not spec.allow_non_loopback:
                 out.problems.append(SpecProblem(
-                    key=f"{key}.cmd", value=repr(value),
+                    key=f"{key}.cmd", value=repr(pub.written),
                     allowed=f"publishes on {'every interface' if address is None else address} (docker run "
                             "-p [ip:][hostPort:]containerPort: without an ip docker binds all interfaces); everything on "
                             "the rig listens on loopback: -p 127.0.0.1:<host port>:<container port>, or set "
@@ -309,6 +288,7 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
                     key=f"{key}.cmd", value=repr(_shown(args, g)),
                     allowed="llama-server listens on every interface of the host with --host " + str(g.value) +
                             "; everything on the rig listens on loopback (127.0.0.0/8, ::1), or set allow_non_loopback: true"))
+    _listens_where_proxied(key, m, listens, out)
 
 
 #: GET paths each engine serves without the API key (the module's list); llama-swap's ``none`` skips the check.
@@ -334,6 +314,15 @@ def _served(spec: RigSpec, mid: str, m: members_mod.Member, out: Findings) -> No
             key=f"{key}.use_model_name", value=repr(m.spec.use_model_name),
             allowed=f"llama-swap would ask vLLM for {m.spec.use_model_name!r}, but it serves hyperqwen.served_model_name "
                     f"{hq.served_model_name!r} and answers 404 to any other name; leave use_model_name unset or equal"))
+
+
+def _listens_where_proxied(key: str, m: members_mod.Member, listens: list[int], out: Findings) -> None:
+    """A fixed-port member's proxy port is one its command listens on (when the command says any)."""
+    if m.port is not None and listens and m.port not in listens:
+        out.problems.append(SpecProblem(
+            key=f"{key}.proxy", value=repr(m.proxy),
+            allowed=f"llama-swap sends requests to port {m.port}, but cmd listens on {', '.join(map(str, sorted(set(listens))))} "
+                    "(its --port / docker -p host port); name the port cmd listens on"))
 
 
 def _env_twice(mid: str, env: list[str], out: Findings) -> None:

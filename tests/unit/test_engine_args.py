@@ -58,6 +58,10 @@ REFUSED = [
      "llama_swap.members.x.cmd", "'0.0.0.0:18050:8080'", "publishes on 0.0.0.0"),
     (member("llama-server --host 0.0.0.0 --port 18050"), "llama_swap.members.x.cmd", "'--host 0.0.0.0'",
      "every interface of the host"),
+    # what it listens on against the proxy
+    (member("llama-server --port 18051"), "llama_swap.members.x.proxy", "'http://127.0.0.1:18050'", "cmd listens on 18051"),
+    (member("docker run --rm --name coder -p 127.0.0.1:18051:8080 img --port 8080", "docker stop coder"),
+     "llama_swap.members.x.proxy", "'http://127.0.0.1:18050'", "cmd listens on 18051"),
     # the stop command's container
     (member("docker run --rm --name coder img", "docker stop --time 5 coder-old"), "llama_swap.members.x.cmd_stop",
      "'docker stop --time 5 coder-old'", "cmd runs container 'coder'"),
