@@ -28,6 +28,13 @@
   ``/version``) — HyperQwen runs with ``VLLM_API_KEY``. ``none`` turns the check off (llama-swap).
 - **The served name**: vLLM answers 404 ("The model … does not exist", ``serving_engine._check_model``)
   to a model name other than its ``--served-model-name``, so HyperQwen's member asks for that one.
+- **HyperQwen's ``EXTRA_ARGS``** (``hyperqwen.extra_env``): vLLM's options reach the engine only
+  through it (no vLLM table: the image is vLLM plus HyperQwen's patches). Read as the entrypoint's
+  unquoted ``$EXTRA_ARGS`` expands (POSIX field splitting on blanks, no quote removal) and as vLLM's
+  ``FlexibleArgumentParser`` reads names (``--a_b`` is ``--a-b``, ``--opt=value`` too): an option that a
+  spec field renders is a warning naming the field (which one wins is the entrypoint's order), a
+  speculative config above the DFlash guard is a warning, and ``--api-key`` is refused (a secret in
+  the ``.env``, which holds none).
 - **Environment names given twice** in a member's ``env``: llama-swap appends them to its own
   environment (``internal/process/process_command.go``: ``cmd.Env = append(cmd.Environ(), …)``) and
   Go's os/exec keeps the last value of a duplicate key, so the first one is dead text.
@@ -325,6 +332,45 @@ def _listens_where_proxied(key: str, m: members_mod.Member, listens: list[int], 
                     "(its --port / docker -p host port); name the port cmd listens on"))
 
 
+#: vLLM options a spec field renders for HyperQwen (through its .env), by option name.
+VLLM_RENDERED = {"--port": "hyperqwen.port", "--host": "hyperqwen.bind", "--served-model-name": "hyperqwen.served_model_name",
+                 "--max-model-len": "hyperqwen.max_model_len", "--gpu-memory-utilization": "hyperqwen.gpu_memory_utilization",
+                 "--max-num-seqs": "hyperqwen.max_seqs", "--enable-prefix-caching": "hyperqwen.prefix_cache",
+                 "--no-enable-prefix-caching": "hyperqwen.prefix_cache", "--speculative-config": "hyperqwen.spec",
+                 "--model": "hyperqwen's model (models.hyperqwen)"}
+
+
+def _extra_args(spec: RigSpec, out: Findings) -> None:
+    """HyperQwen's ``EXTRA_ARGS`` against the spec's fields and the DFlash guard (the module's list)."""
+    from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
+    from rigkit.spec.validate import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT  # the DFlash guard (validate imports us)
+
+    value = spec.hyperqwen.extra_env.get("EXTRA_ARGS")
+    if not value:
+        return
+    key = "hyperqwen.extra_env.EXTRA_ARGS"
+    words = value.split()
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, eq, inline = word.partition("=")
+        name = name.replace("_", "-")
+        if name == "--api-key":
+            out.problems.append(SpecProblem(key=key, value=SECRET_SHOWN, allowed=SECRET_ADVICE))
+        elif name in VLLM_RENDERED:
+            out.warnings.append(SpecWarning(key=key, message=(
+                f"{name} is rendered from {VLLM_RENDERED[name]}; vLLM keeps the last one it reads, so one of the two is "
+                f"dead text — set {VLLM_RENDERED[name]} instead")))
+        if name == "--speculative-config":
+            text = inline if eq else (words[i + 1] if i + 1 < len(words) else "")
+            m = re.search(r'"num_speculative_tokens"\s*:\s*([0-9]+)', text)
+            hq = spec.hyperqwen
+            if m and int(m.group(1)) > SAFE_DFLASH_TOKENS and hq.max_model_len >= UNSAFE_SPEC_CONTEXT:
+                out.warnings.append(SpecWarning(key=key, message=(
+                    f"--speculative-config asks {m.group(1)} speculative tokens at max_model_len {hq.max_model_len}: above "
+                    f"the DFlash guard ({SAFE_DFLASH_TOKENS}; DFLASH_TOKENS=15 crashed the engine at 20k context)")))
+
+
 def _env_twice(mid: str, env: list[str], out: Findings) -> None:
     seen: dict[str, int] = {}
     for i, item in enumerate(env):
@@ -340,6 +386,7 @@ def _env_twice(mid: str, env: list[str], out: Findings) -> None:
 def check_engine_args(spec: RigSpec) -> Findings:
     """Every member's command line read by its engine's grammar (the module's list). Pure: reads the spec."""
     out = Findings([], [])
+    _extra_args(spec, out)
     resolved = members_mod.resolve_members(spec)
     done: set[str] = set()
     for mid, m in resolved.items():

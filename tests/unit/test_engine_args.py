@@ -106,6 +106,19 @@ def test_the_valid_neighbours_are_accepted(data):
     assert problems(data) == []
 
 
+def test_extra_args_is_read_for_what_contradicts_a_field_or_the_guard_and_never_holds_the_api_key():
+    spec = spec_from_dict({"hyperqwen": {"extra_env": {"EXTRA_ARGS": '--max_model_len=8192 --enforce-eager '
+                                                                      '--speculative-config {"num_speculative_tokens":15}'}}})
+    found = [str(w) for w in spec_warnings(spec) if w.key == "hyperqwen.extra_env.EXTRA_ARGS"]
+    assert any("--max-model-len is rendered from hyperqwen.max_model_len" in w for w in found), found
+    assert any("15 speculative tokens at max_model_len 65536" in w for w in found), found
+    assert not any("enforce-eager" in w for w in found)
+    refused = problems({"hyperqwen": {"extra_env": {"EXTRA_ARGS": "--api-key sk-live-9f8e7d"}}})
+    assert any(p.startswith("hyperqwen.extra_env.EXTRA_ARGS") for p in refused) and "sk-live" not in str(refused)
+    assert spec_warnings(spec_from_dict({"hyperqwen": {"extra_env": {"EXTRA_ARGS": "--enforce-eager"}}})) == \
+        spec_warnings(spec_from_dict({}))
+
+
 def test_an_unknown_option_under_a_floating_tag_is_a_warning_naming_the_table_build():
     spec = spec_from_dict({"strata": {"args": ["--brand-new-option", "3"]}})
     found = [str(w) for w in spec_warnings(spec) if "brand-new" in str(w)]
