@@ -167,3 +167,29 @@ def test_any_option_given_once_passes_and_given_twice_is_refused_naming_it(opt, 
 @given(st.text(alphabet="~$abcHOME_/ ", min_size=1, max_size=12))
 def test_a_single_quoted_word_is_never_read_as_expanded(word):
     assert engine_args.unexpanded_words("srv '" + word.replace("'", "") + "'") == []
+
+
+# --- no traceback: the new readers over generated raw values of the fields they read ---
+
+_WORDS = st.one_of(st.sampled_from(sorted(reader.ARGS)), st.sampled_from(
+    ["0", "-1", "auto", "x", "=", "--port=1", "~", "$HOME", "'", '"', "\\", "-p", "127.0.0.1:1:2", "[::1]:5:6",
+     "docker", "run", "--rm", "--name", "sh", "-c", "${PORT}", "llama-server", LLAMA, "stop", "compose", "-P"]),
+    st.text(max_size=10))
+
+
+@settings(max_examples=150, deadline=None)
+@given(args=st.lists(_WORDS, max_size=8), cmd=st.lists(_WORDS, max_size=10), stop=st.lists(_WORDS, max_size=4),
+       extra=st.lists(_WORDS, max_size=6), env=st.lists(st.sampled_from(["A=1", "A=2", "B=", "C=x"]), max_size=4),
+       ref=st.sampled_from(["server-cuda", "server-cuda-b1", "server-cuda-b99999", "b5"]),
+       endpoint=st.sampled_from(["/health", "/x", "none", "/v1/models?x=1"]))
+def test_any_engine_arguments_are_accepted_or_refused_with_a_message(args, cmd, stop, extra, env, ref, endpoint):
+    data = {"strata": {"args": args, "image": {"repository": "ghcr.io/ggml-org/llama.cpp", "ref": ref}},
+            "hyperqwen": {"extra_env": {"EXTRA_ARGS": " ".join(extra)}},
+            "llama_swap": {"members": {"x": {**_M, "cmd": " ".join(cmd) or "srv", "cmd_stop": " ".join(stop) or None,
+                                             "env": env, "check_endpoint": endpoint}}}}
+    try:
+        spec = spec_from_dict(data)
+    except SpecError as exc:
+        assert exc.problems and all(p.key and p.allowed for p in exc.problems)
+        return
+    spec_warnings(spec)
