@@ -51,8 +51,9 @@ from rigkit.spec import llama_server as reader
 from rigkit.spec import members as members_mod
 from rigkit.spec.claims import listen_ports
 from rigkit.spec.llama_server_args import XLLAMACPP_VERSION
-from rigkit.spec.model import LlamaCppSpec, RigSpec
+from rigkit.spec.model import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT, LlamaCppSpec, RigSpec
 from rigkit.spec.problems import SpecProblem, SpecWarning
+from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
 from rigkit.spec.types import loopback_host
 
 #: The llama.cpp build the table was generated from (the xllamacpp wheel's version names it: 2026.10.B).
@@ -285,6 +286,11 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
         if found is None:
             continue
         args, contained = found
+        # llama-swap expands its macros before it runs cmd (v250 config.go): ${PORT} is a port it hands out,
+        # ${MODEL_ID} the member's id; a word with another macro is left unread (the loader's check names it)
+        args = [a.replace("${PORT}", str(spec.llama_swap.start_port)).replace("${MODEL_ID}", mid) for a in args]
+        if any("${" in a for a in args):
+            continue
         given = _read(f"{key}.cmd", args, None, out)
         if given is None:
             continue
@@ -342,9 +348,6 @@ VLLM_RENDERED = {"--port": "hyperqwen.port", "--host": "hyperqwen.bind", "--serv
 
 def _extra_args(spec: RigSpec, out: Findings) -> None:
     """HyperQwen's ``EXTRA_ARGS`` against the spec's fields and the DFlash guard (the module's list)."""
-    from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
-    from rigkit.spec.validate import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT  # the DFlash guard (validate imports us)
-
     value = spec.hyperqwen.extra_env.get("EXTRA_ARGS")
     if not value:
         return

@@ -21,7 +21,7 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.common import versions
 from rigkit.common.gpu import power_limit_problem
-from rigkit.spec.model import RigSpec, unset_operator_fields
+from rigkit.spec.model import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT, RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
 from rigkit.spec import engine_args
@@ -34,8 +34,6 @@ from rigkit.spec.layers import validate_dict, validate_layers
 from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
 from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
 
-SAFE_DFLASH_TOKENS = 7
-UNSAFE_SPEC_CONTEXT = 16384
 #: .env keys rigkit renders from the spec itself; ``extra_env`` may not set them.
 OWNED_ENV_KEYS = {
     "SPEC", "PREFIX_CACHE", "DFLASH_TOKENS", "WARMUP", "CTX", "MAX_LEN", "GPU_UTIL", "MAX_SEQS",

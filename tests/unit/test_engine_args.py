@@ -92,6 +92,7 @@ ACCEPTED = [
            "docker stop coder"),  # 0.0.0.0 inside the container, published on loopback
     member(f"docker run --rm --name coder -p [::1]:18050:8080 {LLAMA} --port 8080", "docker stop coder"),
     member("llama-server --host 127.0.0.2 --port 18050"),
+    member("llama-server --port ${PORT} --alias ${MODEL_ID}", proxy="http://127.0.0.1:${PORT}"),  # llama-swap's macros
     member("sh -c 'exec llama-server --port 18050 -m ~/m.gguf'"),  # its shell expands ~
     member("llama-server --port 18050 --chat-template '~$x'"),  # quoted: meant literally
     member("docker compose -p hq -f /c.yaml up --no-deps single", "docker compose -p hq -f /c.yaml stop single"),
