@@ -133,7 +133,8 @@ def convert(conv: str, s: str):
 def value_of(opt: dict, val: str):
     """One value of ``opt`` as its handler reads it: a number converted (:func:`convert`), then held to
     the handler's own checks where the table has them (``removed``: every value; ``refuses``: the
-    numbers it was asked at), unless it is one of the option's ``words`` (-ngl auto); an enum value among its ``choices``; else the string. Raises ``_Why``
+    numbers it was asked at), unless it is one of the option's ``words`` (-ngl auto); an enum value
+    among its ``choices`` (or ``aliases``: -fa 1); else the string. Raises ``_Why``
     with llama.cpp's message."""
     kind = opt["kind"]
     if kind in ("int", "float", "uint") and val in opt.get("words", ()):
@@ -146,7 +147,7 @@ def value_of(opt: dict, val: str):
         if why is not None:
             raise _Why(why)
         return number
-    if kind == "enum" and val not in opt["choices"]:
+    if kind == "enum" and val not in opt["choices"] and val not in opt.get("aliases", ()):
         raise _Why(opt["rejects"].replace("{value}", val))
     return val
 
@@ -297,8 +298,9 @@ def parse(argv: list[str], env=None) -> tuple[dict[str, object], list[str]]:
     given, warnings, usage = _walk(argv, env, "refuse")
     for g in given:
         values[g.key] = g.value  # type: ignore[index]
+    printed = "".join(w + "\n" for w in warnings)  # what it logged before it printed the usage and ended
     if usage:
-        raise Exit(0, "", usage_text())
+        raise Exit(0, printed, usage_text())
     if values.get("--completion-bash"):
-        raise Exit(0)
+        raise Exit(0, printed)
     return values, warnings

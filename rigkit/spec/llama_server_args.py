@@ -18,7 +18,8 @@ message for a bad value, ``{value}`` where it quotes the value); string), ``usag
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {number: its message} at the numbers it was asked,
 -3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
-quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``removed`` (an option kept only to refuse
+quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``aliases`` (for an
+enum, the on/off/auto words of common.cpp it accepts besides its choices: -fa 1), ``removed`` (an option kept only to refuse
 every value: its message).
 """
 
@@ -260,7 +261,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
   'usage': "-fa,   --flash-attn [on|off|auto]       set Flash Attention use ('on', 'off', or 'auto', "
            "default: 'auto')\n"
            '                                        (env: LLAMA_ARG_FLASH_ATTN)\n',
-  'rejects': "error: unknown value for --flash-attn: '{value}'\n"},
+  'rejects': "error: unknown value for --flash-attn: '{value}'\n",
+  'aliases': ['enabled', 'disabled', 'true', 'false', '1', '0', '-1']},
  {'names': ['--perf', '--no-perf'],
   'section': 'common',
   'hint': None,
@@ -520,7 +522,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            '                                        page cache before using this\n'
            '                                        see https://github.com/ggml-org/llama.cpp/issues/1437\n'
            '                                        (env: LLAMA_ARG_NUMA)\n',
-  'rejects': 'invalid value'},
+  'rejects': 'invalid value',
+  'aliases': ['']},
  {'names': ['-dev', '--device'],
   'section': 'common',
   'hint': '<dev1,dev2,..>',
@@ -672,7 +675,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "memory ('on' or\n"
            "                                        'off', default: 'on')\n"
            '                                        (env: LLAMA_ARG_FIT)\n',
-  'rejects': "error: unknown value for --fit: '{value}'\n"},
+  'rejects': "error: unknown value for --fit: '{value}'\n",
+  'aliases': ['enabled', 'disabled', 'true', 'false', '1', '0']},
  {'names': ['-fitt', '--fit-target'],
   'section': 'common',
   'hint': 'MiB0,MiB1,MiB2,...',
@@ -899,7 +903,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "'auto')\n"
            "                                        'auto' enables colors when output is to a terminal\n"
            '                                        (env: LLAMA_ARG_LOG_COLORS)\n',
-  'rejects': "error: unknown value for --log-colors: '{value}'\n"},
+  'rejects': "error: unknown value for --log-colors: '{value}'\n",
+  'aliases': ['enabled', 'disabled', 'true', 'false', '1', '0', '-1']},
  {'names': ['-v', '--verbose', '--log-verbose'],
   'section': 'common',
   'hint': None,
@@ -2763,7 +2768,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            '                                        also populating `message.reasoning_content`\n'
            '                                        (default: auto)\n'
            '                                        (env: LLAMA_ARG_THINK)\n',
-  'rejects': 'Unknown reasoning format: {value}'},
+  'rejects': 'Unknown reasoning format: {value}',
+  'aliases': ['auto']},
  {'names': ['-rea', '--reasoning'],
   'section': 'example-specific',
   'hint': '[on|off|auto]',
@@ -2775,7 +2781,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            "'auto', default:\n"
            "                                        'auto' (detect from template))\n"
            '                                        (env: LLAMA_ARG_REASONING)\n',
-  'rejects': "error: unknown value for --reasoning: '{value}'\n"},
+  'rejects': "error: unknown value for --reasoning: '{value}'\n",
+  'aliases': ['enabled', 'disabled', 'true', 'false', '1', '0', '-1']},
  {'names': ['--reasoning-effort'],
   'section': 'example-specific',
   'hint': 'LEVEL',

@@ -83,6 +83,9 @@ def choices_of(hint: str | None, usage: str) -> list[str]:
     return re.findall(r"^ {40}- ([a-z0-9_+-]+):", usage, re.M)
 
 
+#: The words llama.cpp's common.cpp reads as on / off / auto (is_truthy, is_falsey, is_autoy), and the empty
+#: value (--numa takes "" as distribute), asked of each enum.
+BOOLEAN_WORDS = ("on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1", "")
 #: Numbers each numeric option is asked at: its handler's own checks (a range, "removed") answer here.
 PROBES = ("-3", "-1", "0", "1", "7", "70000")
 
@@ -149,6 +152,10 @@ def probe(opt: dict) -> dict:
         row["kind"] = "enum" if ok else "checked"
         row["choices"] = accepted if ok else None
         row["rejects"] = why.replace("'abc'", "'{value}'").replace(": abc", ": {value}")
+        if ok:  # common.cpp's is_truthy / is_falsey / is_autoy words a handler may take besides its hint's
+            aliases = [w for w in BOOLEAN_WORDS if w not in accepted and handled not in run([name, w])[2]]
+            if aliases:
+                row["aliases"] = aliases
     return row
 
 
@@ -172,7 +179,8 @@ message for a bad value, ``{{value}}`` where it quotes the value); string), ``us
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {{number: its message}} at the numbers it was asked,
 -3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
-quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``removed`` (an option kept only to refuse
+quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``aliases`` (for an
+enum, the on/off/auto words of common.cpp it accepts besides its choices: -fa 1), ``removed`` (an option kept only to refuse
 every value: its message).
 """
 '''

@@ -37,6 +37,9 @@ EXCEPTIONS = {
     **dict.fromkeys(["--tools", "--mcp-servers-config", "--mcp-servers-json", "-ag", "--agent"],
                     "the parser's end logs the CORS default these change (server tools or MCP servers are enabled …)"),
     "--log-prompts-dir": "its handler creates the directory when parsed (and warns when it cannot)",
+    **{name: "a comma-separated list of numbers (its hint: " + o["hint"] + "): its handler reads each item and refuses "
+             "trailing text; the table has it as one number" for o in reader.OPTIONS
+       if o["hint"] and "," in o["hint"] and o["kind"] in ("int", "float", "uint") for name in o["names"]},
     **{name: "it changes whether and how llama.cpp's log prints (off, to a file, JSON, colours, prefixes, a "
              "verbosity threshold): the repeated-option DEPRECATED line then differs or goes elsewhere; the table "
              "holds no log format" for o in reader.OPTIONS
@@ -106,29 +109,41 @@ def _value(opt: dict) -> st.SearchStrategy[str]:
         good = st.sampled_from(opt["choices"])
     else:
         good = WORD
-    return st.one_of(good, good, st.sampled_from(JUNK))
+    return st.one_of(good, good, good, good, good, st.sampled_from(JUNK))  # mostly valid: both verdicts drawn
 
 
 @st.composite
 def command_lines(draw) -> list[str]:
     argv: list[str] = []
     for _ in range(draw(st.integers(0, 5))):
-        if draw(st.integers(0, 19)) == 0:
+        if draw(st.integers(0, 39)) == 0:
             argv.append(draw(st.sampled_from(["--no-such-option", "positional", "-zz", "--ctx_size"])))
             continue
         name = draw(st.sampled_from(NAMES))
         opt = reader.ARGS[name.replace("_", "-") if name.startswith("--") else name][0]
-        argv.append(draw(st.sampled_from([name, name.replace("-", "_")])) if name.startswith("--") else name)
+        argv.append(draw(st.sampled_from([name, "--" + name[2:].replace("-", "_")])) if name.startswith("--") else name)
         argv += [draw(_value(opt)) for _ in range(opt["nargs"])]
     if argv and draw(st.booleans()) and draw(st.booleans()):
         argv.pop()  # a value missing at the end
     return argv
 
 
+EXITING = {n for o in reader.OPTIONS if o.get("exits") is not None for n in o["names"]}
+
+
+def _comparable(argv: list[str], verdict: tuple) -> tuple:
+    """A verdict as compared: when an option that ends the process is on the line (--version,
+    --cache-list …), llama.cpp exit()s from its handler and whether the log's worker thread wrote the
+    DEPRECATED lines first is a race in llama-server itself (seen both ways on one command line)."""
+    rc, deprecated, rest = verdict
+    names = {a.replace("_", "-") if a.startswith("--") else a for a in argv}
+    return (rc, [] if EXITING & names else deprecated, rest)
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(command_lines())
 def test_rigkit_and_the_real_parser_agree_on_generated_command_lines(real, argv):
-    assert ours(argv) == real(argv), argv
+    assert _comparable(argv, ours(argv)) == _comparable(argv, real(argv)), argv
 
 
 def test_the_exceptions_are_named_options_with_reasons():
