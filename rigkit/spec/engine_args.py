@@ -86,7 +86,7 @@ def image_build(ref: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _shown(words: list[str], g: reader.Given) -> str:
+def _shown(g: reader.Given) -> str:
     return " ".join([g.written, *g.words])
 
 
@@ -121,7 +121,8 @@ def _read(key: str, words: list[str], build: int | None, out: Findings, shown: l
     return given
 
 
-def _repeated(key: str, words: list[str], given: list[reader.Given], out: Findings, first_at: int = 0) -> None:
+def _repeated(key: str, given: list[reader.Given], out: Findings, first_at: int = 0) -> None:
+    """An option given twice (any spelling; rigkit's rendered ones before ``first_at`` are named elsewhere)."""
     seen: dict[str, reader.Given] = {}
     for g in given:
         if g.key is None or g.key in reader.REPEATABLE:
@@ -129,8 +130,8 @@ def _repeated(key: str, words: list[str], given: list[reader.Given], out: Findin
         before = seen.get(g.key)
         if before is not None and before.index >= first_at:
             out.problems.append(SpecProblem(
-                key=key, value=repr(_shown(words, g)),
-                allowed=f"{g.key} is given twice ({_shown(words, before)!r} before it): llama-server keeps only the last "
+                key=key, value=repr(_shown(g)),
+                allowed=f"{g.key} is given twice ({_shown(before)!r} before it): llama-server keeps only the last "
                         "(common/arg.cpp: \"specified multiple times … only last value will be used\"); give it once"))
         seen[g.key] = g
 
@@ -157,15 +158,15 @@ def _service_args(section: str, server: LlamaCppSpec, argv: list[str], out: Find
                       if g.key == "--alias" else
                       "rigkit (the server listens on 0.0.0.0 inside its container, published on 127.0.0.1 only)")
             out.problems.append(SpecProblem(
-                key=at, value=repr(_shown(words, g)),
+                key=at, value=repr(_shown(g)),
                 allowed=f"{g.key} is rendered from {source}; llama-server keeps the last one given, so this would "
                         f"silently replace it{' — set ' + section + '.' + field + ' instead' if field else ''}"))
         elif g.key in MODEL_SOURCES:
             out.problems.append(SpecProblem(
-                key=at, value=repr(_shown(words, g)),
+                key=at, value=repr(_shown(g)),
                 allowed=f"{g.key} chooses other weights than the locked {section}.model / {section}.model_file "
                         "(the file rigkit fetches, verifies and mounts at /models); set those instead"))
-    _repeated(f"{section}.args", words, given, out, first_at=rendered)
+    _repeated(f"{section}.args", given, out, first_at=rendered)
 
 
 def llama_server_words(words: list[str]) -> tuple[list[str], bool] | None:
@@ -294,11 +295,11 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
         given = _read(f"{key}.cmd", args, None, out)
         if given is None:
             continue
-        _repeated(f"{key}.cmd", args, given, out)
+        _repeated(f"{key}.cmd", given, out)
         for g in given:
             if g.key == "--host" and not contained and not loopback_host(str(g.value)) and not spec.allow_non_loopback:
                 out.problems.append(SpecProblem(
-                    key=f"{key}.cmd", value=repr(_shown(args, g)),
+                    key=f"{key}.cmd", value=repr(_shown(g)),
                     allowed="llama-server listens on every interface of the host with --host " + str(g.value) +
                             "; everything on the rig listens on loopback (127.0.0.0/8, ::1), or set allow_non_loopback: true"))
     _listens_where_proxied(key, m, listens, out)
