@@ -72,7 +72,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     inv = inventory or default_inventory()
     codes = []
     for hs, _files, results in check_hosts(host_specs):
-        out.print(Text.assemble((hs.name, "bold"), ": spec valid"))
+        host_codes = []
         for warning in spec_warnings(hs.spec):
             warn(str(warning), indent="  ")
         unset = unset_operator_values(hs.spec)
@@ -81,7 +81,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
                       "where each is used and the deploy refuses until every one is set (in group_data/all.py, "
                       f"or the host's data in {inv}; README \"The real rig in three steps\")")
         print_verdicts(hs.name, results, out, verbose)
-        codes.append(verdict_code(results))
+        host_codes.append(verdict_code(results))
         for problem in hs.lock_problems:  # pins, images, the release: what `rigkit lock` has still to resolve
             if "no lock yet" not in problem:  # a missing lock is said once, below
                 warn(problem, indent="  ")
@@ -89,16 +89,25 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
         for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
             error(f"{hs.name}: {problem}", indent="  ")
         if lock_problems:
-            codes.append(exitcodes.INVALID)
+            host_codes.append(exitcodes.INVALID)
+            out.print(f"  vram: estimate skipped — {lock_file} does not match the spec (above); the co-load check "
+                      "used the declared vram_gib figures")
         elif lock_file:
             out.print(f"  {lock_file}: matches the spec")
-            codes.append(_print_fits(hs, lock_file))
+            host_codes.append(_print_fits(hs, lock_file))
         else:
             path = hs.spec.models_lock or lock_path_for(inv)
             relock = hints.command("lock")
             warn(f"models_lock: no lock ({path} does not exist); the deploy "
                  f"refuses without one: `{relock}` resolves the pins, images, "
                  "llama-swap release and models into it", indent="  ")
+            out.print("  vram: estimate skipped — no model lock (the estimate reads the GGUF headers and config.json "
+                      "summaries the lock records); the co-load check used the declared vram_gib figures")
+        host_code = exitcodes.combine(*host_codes)
+        verdict = {exitcodes.OK: "spec valid", exitcodes.INVALID: "spec invalid (the errors above)"}.get(
+            host_code, "spec valid as far as checked (a validator could not run: above)")
+        out.print(Text.assemble((hs.name, "bold"), f": {verdict}"))
+        codes += host_codes
     source = hf_token_source()
     out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env")

@@ -148,26 +148,9 @@ def _service_port_claims(spec: RigSpec, mid: str, m: members_mod.Member) -> list
 
 
 def published_ports(words: list[str]) -> list[str]:
-    """The host side of each ``-p``/``--publish`` of a ``docker run`` (``[ip:]host:container[/proto]``,
-    docker run(1)): the host port as written, or nothing for a port docker picks (``-p 8080``) or a range."""
-    cc = cmdline.container_command(words)
-    if cc is None or cc.verb not in ("run", "create"):
-        return []
-    head = words[:words.index(cc.image)] if cc.image in words else words
-    values = []
-    for i, w in enumerate(head):
-        if w in ("-p", "--publish") and i + 1 < len(head):
-            values.append(head[i + 1])
-        elif w.startswith("--publish="):
-            values.append(w.split("=", 1)[1])
-        elif w.startswith("-p") and len(w) > 2 and not w.startswith("--"):
-            values.append(w[2:])
-    out = []
-    for value in values:
-        parts = value.split("/", 1)[0].rsplit(":", 2)
-        if len(parts) >= 2 and parts[-2]:
-            out.append(parts[-2])
-    return out
+    """The host side of each ``-p``/``--publish`` of a ``docker run`` (:func:`rigkit.spec.cmdline.publishes`,
+    docker's grammar): the host port as written, or nothing for a port docker picks (``-p 8080``)."""
+    return [p.host_port for p in cmdline.publishes(words) if p.host_port is not None]
 
 
 def _in_container(words: list[str]) -> bool:

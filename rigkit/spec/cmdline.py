@@ -312,3 +312,47 @@ def container_command(words: list[str]) -> ContainerCommand | None:
         return ContainerCommand(tool, verb, flags, written, image)
     flags, written, _ = _read_options(rest[1:], set())
     return ContainerCommand(tool, verb, flags, written)
+
+
+@dataclass(frozen=True)
+class Publish:
+    """One port a ``docker run``/``create`` publishes, read by docker's grammar ``-p
+    [ip:][hostPort:]containerPort[/protocol]`` (an IPv6 ip in brackets; docs.docker.com/reference/cli/
+    docker/container/run/#publish): ``written`` (the value, or ``-P`` for ``--publish-all``),
+    ``address`` (the host ip; None: docker binds every interface), ``host_port`` (as written; None when
+    docker picks it or for ``-P``)."""
+
+    written: str
+    address: str | None
+    host_port: str | None
+
+
+def publishes(words: list[str]) -> list[Publish]:
+    """Each port the ``docker run``/``create`` in ``words`` publishes (:class:`Publish`), ``-P`` /
+    ``--publish-all`` as one with neither address nor port; empty for any other command."""
+    cc = container_command(words)
+    if cc is None or cc.verb not in ("run", "create"):
+        return []
+    head = words[:words.index(cc.image)] if cc.image in words else words
+    values = []
+    for i, w in enumerate(head):
+        if w in ("-p", "--publish") and i + 1 < len(head):
+            values.append(head[i + 1])
+        elif w.startswith("--publish="):
+            values.append(w.split("=", 1)[1])
+        elif w.startswith("-p") and len(w) > 2 and not w.startswith("--"):
+            values.append(w[2:])
+    out = [Publish("-P", None, None)] if cc.has("-P", "--publish-all") else []
+    for value in values:
+        spec = value.split("/", 1)[0]
+        address = None
+        if spec.startswith("[") and "]" in spec:
+            address, spec = spec[1:spec.index("]")], spec[spec.index("]") + 1:].lstrip(":")
+            parts = ["", *spec.split(":")]
+        else:
+            parts = spec.split(":")
+            if len(parts) >= 3:
+                address = parts[0] or None
+        host = parts[-2] if len(parts) >= 2 and parts[-2] else None
+        out.append(Publish(value, address, host))
+    return out

@@ -131,6 +131,33 @@ def inventory_shape_problems(path: str) -> list[str]:
     return out
 
 
+def same_machine_problems(hosts: list[Any]) -> list[SpecProblem]:
+    """One problem per inventory host that reaches the same machine as an earlier one: the same
+    ``ssh_hostname`` (pyinfra's ssh connector connects to it, else to the host's name) and ``ssh_port``
+    (default 22), compared as DNS compares names (case-insensitive, a trailing dot dropped). Two names for
+    one machine would deploy it twice under two specs and report it twice. Hosts of another connector
+    (``@local``, ``@docker/…``) are left out."""
+    seen: dict[tuple[str, int], str] = {}
+    out: list[SpecProblem] = []
+    for host in hosts:
+        if str(host.name).startswith("@"):
+            continue
+        connection: dict[str, Any] = {}
+        for layer in data_layers(host):
+            connection.update(split_pyinfra_keys(layer)[1])
+        target = str(connection.get("ssh_hostname") or host.name).lower().rstrip(".")
+        try:
+            port = int(connection.get("ssh_port") or 22)
+        except (TypeError, ValueError):
+            continue  # pyinfra names a bad port itself
+        first = seen.setdefault((target, port), host.name)
+        if first != host.name:
+            out.append(SpecProblem(key=f"{host.name}: ssh_hostname", value=repr(connection.get("ssh_hostname") or host.name),
+                                   allowed=f"host {first!r} already reaches {target}:{port}; one inventory host per "
+                                           "machine (two would deploy it twice under two specs)"))
+    return out
+
+
 def load_hosts(inventory_path: str | None = None, host_names: list[str] | None = None,
                override_data: dict[str, Any] | None = None, cwd: str | None = None,
                resolve_lock: bool = True) -> list[HostSpec]:
@@ -164,6 +191,7 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         raise InventoryError(f"inventory {path!r} could not be loaded: {_describe(exc)}") from exc
     hosts = list(inventory)
     names = [h.name for h in hosts]
+    problems: list[SpecProblem] = same_machine_problems(hosts)
     if host_names:
         unknown = [n for n in host_names if n not in names]
         if unknown:
@@ -172,7 +200,6 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
     if not hosts:
         raise InventoryError(f"inventory {path!r} has no hosts")
     out: list[HostSpec] = []
-    problems: list[SpecProblem] = []
     for host in hosts:
         layers = data_layers(host)
         connection: dict[str, Any] = {}

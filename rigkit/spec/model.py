@@ -108,6 +108,13 @@ class PowerRange(StrictModel):
     max_w: Watts
 
 
+#: The DFlash guard (the operator's write-up: DFLASH_TOKENS=15 crashed the engine at 20k context): more than
+#: SAFE_DFLASH_TOKENS speculative tokens at a max_model_len of UNSAFE_SPEC_CONTEXT or more is refused
+#: (rigkit.spec.validate) unless allow_unsafe_spec.
+SAFE_DFLASH_TOKENS = 7
+UNSAFE_SPEC_CONTEXT = 16384
+
+
 class HyperQwenSpec(StrictModel):
     """HyperQwen: the vLLM W4A16 build of Qwen3.8-27B (``syv-ai/HyperQwen``) under docker compose.
 

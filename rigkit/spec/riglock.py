@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rigkit import hints
+from rigkit.common import versions
 from rigkit.spec.compat import DRIVER_PACKAGES
 from rigkit.spec.modellock import relock
 
@@ -53,9 +54,18 @@ def _image_source(image: Any) -> dict[str, Any]:
     return {"repository": image.repository, "ref": image.ref, "registry": image.registry}
 
 
+def _in_series(want: str, key: str, version: Any) -> bool:
+    """Whether a locked pin ``version`` satisfies what the spec declares: exactly the version an
+    operator's ``pacman_pins`` names, else a version of the declared series (:func:`versions.agrees`)."""
+    if not isinstance(version, str):
+        return False
+    return version == want if key.startswith("pacman_pins.") else versions.agrees(want, version)
+
+
 def lock_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:
-    """What the lock lacks for ``spec``, or records for something else: one line per entry, naming it
-    (``pins.cuda``), what the spec declares and what to run. Empty = the deploy can use the lock."""
+    """What the lock lacks for ``spec``, records for something else, or holds outside what the spec
+    declares (a pin's version outside its series): one line per entry, naming it (``pins.cuda``), what
+    the spec declares and what to run. Empty = the deploy can use the lock."""
     out = []
     fix = relock(whole=True)
     pins = lock.get("pins") or {}
@@ -65,6 +75,10 @@ def lock_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") 
             out.append(f"pins.{pkg}: not in {lock_file} ({key} {want!r} unresolved); {fix}")
         elif entry.get("want") != want:
             out.append(f"pins.{pkg}: locked for {entry.get('want')!r}, the spec declares {want!r} ({key}); {fix}")
+        elif not _in_series(want, key, entry.get("version")):
+            out.append(f"pins.{pkg}: the locked version {entry.get('version')!r} is not "
+                       f"{'the version' if key.startswith('pacman_pins.') else 'in the series'} {want!r} the spec declares "
+                       f"({key}; versions compared as pacman's vercmp components, epoch and pkgrel aside); {fix}")
     for pkg in sorted(set(pins) - set(declared_pins(spec))):
         out.append(f"pins.{pkg}: in {lock_file} but no longer a pin of the spec; {fix}")
     images = lock.get("images") or {}

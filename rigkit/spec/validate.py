@@ -21,9 +21,12 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.common import versions
 from rigkit.common.gpu import power_limit_problem
-from rigkit.spec.model import RigSpec, unset_operator_fields
+from rigkit.spec.model import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT, RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
+from rigkit.spec import engine_args
+from rigkit.spec import limits
+from rigkit.spec import unit_files
 from rigkit.spec.types import (
     PACMAN_VERSION_RE, UNIT_NAME_MAX, UNIT_NAME_RE, loopback_host, secret_url_problem,
 )
@@ -31,8 +34,6 @@ from rigkit.spec.layers import validate_dict, validate_layers
 from rigkit.spec.problems import SpecError, SpecProblem, SpecWarning, did_you_mean
 from rigkit.spec.secrets import SECRET_ADVICE, SECRET_SHOWN
 
-SAFE_DFLASH_TOKENS = 7
-UNSAFE_SPEC_CONTEXT = 16384
 #: .env keys rigkit renders from the spec itself; ``extra_env`` may not set them.
 OWNED_ENV_KEYS = {
     "SPEC", "PREFIX_CACHE", "DFLASH_TOKENS", "WARMUP", "CTX", "MAX_LEN", "GPU_UTIL", "MAX_SEQS",
@@ -92,6 +93,9 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
     problems += _check_dynamic_ports(spec)
     problems += _check_compat(spec)
     problems += _check_models(spec)
+    problems += engine_args.check_engine_args(spec).problems
+    problems += limits.limit_problems(spec)
+    problems += unit_files.unit_file_problems(spec)
     return problems
 
 
@@ -108,6 +112,7 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
             message=(f"true: the DFlash guard is off and dflash_tokens {hq.dflash_tokens} runs at max_model_len "
                      f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
                      "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
+    warnings += engine_args.check_engine_args(spec).warnings
     return warnings
 
 

@@ -51,15 +51,16 @@ cuBLAS/cuDNN workspaces, the CUDA context itself (~250 MiB, outside ``vram_gib``
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from rigkit import hints
+from rigkit.spec import llama_server_args as _llama_table
 
-#: The cache types llama.cpp's ``--cache-type-k/-v`` accept (``common/arg.cpp`` ``kv_cache_types``).
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+#: The cache types llama.cpp's ``--cache-type-k/-v`` accept (``common/arg.cpp`` ``kv_cache_types``), as the
+#: table generated from its parser lists them (:mod:`rigkit.spec.llama_server_args`).
+CACHE_TYPES = tuple(next(o for o in _llama_table.OPTIONS if "--cache-type-k" in o["names"])["choices"])
 GIB = 1 << 30
 MIB = 1 << 20
 #: llama.cpp pads the context of each KV stream to this many cells (``llama-context.cpp``).
@@ -115,47 +116,32 @@ class LlamaArgs:
     kv_offload: bool = True
 
 
-def _gpu_layers(value: str) -> int | None:
-    if value in ("auto", "all", "-1"):
-        return None
-    return int(value)
-
-
 def parse_llama_args(argv: list[str], ctx_size: int | None = None) -> LlamaArgs:
-    """:class:`LlamaArgs` from a llama-server argument list (later options win, as llama.cpp's
-    parser does). ``ctx_size`` is the spec's ``ctx_size`` (rigkit puts ``--ctx-size`` before the
-    operator's ``args``, so an ``-c`` in ``args`` wins). Unknown arguments are ignored. Raises
-    ``ValueError`` naming the option whose value is not a number, or a cache type llama.cpp refuses
-    (:data:`CACHE_TYPES`)."""
-    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    ap.add_argument("-c", "--ctx-size", type=int, dest="n_ctx")
-    ap.add_argument("-np", "--parallel", type=int, dest="n_parallel")
-    ap.add_argument("-kvu", "--kv-unified", action="store_true", dest="kv_unified")
-    ap.add_argument("-no-kvu", "--no-kv-unified", action="store_false", dest="kv_unified")
-    ap.add_argument("-ctk", "--cache-type-k", dest="cache_type_k")
-    ap.add_argument("-ctv", "--cache-type-v", dest="cache_type_v")
-    ap.add_argument("-fa", "--flash-attn", nargs="?", const="on", dest="flash_attn")
-    ap.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", type=_gpu_layers, dest="n_gpu_layers")
-    ap.add_argument("-ub", "--ubatch-size", type=int, dest="n_ubatch")
-    ap.add_argument("--swa-full", action="store_true", dest="swa_full")
-    ap.add_argument("-nkvo", "--no-kv-offload", action="store_false", dest="kv_offload")
-    ap.set_defaults(kv_unified=None, kv_offload=True, swa_full=False)
+    """:class:`LlamaArgs` from a llama-server argument list, read by llama.cpp's own table
+    (:func:`rigkit.spec.llama_server.read`: later options win, as llama.cpp's parser does). ``ctx_size``
+    is the spec's ``ctx_size`` (rigkit puts ``--ctx-size`` before the operator's ``args``; one there is
+    refused by the spec check). A word the table does not know is passed over (the spec check warns).
+    Raises ``ValueError`` with llama-server's own message where it would refuse the line (a value that is
+    not a number, a cache type it does not know: :data:`CACHE_TYPES`)."""
+    from rigkit.spec import llama_server as reader
+
     words = (["--ctx-size", str(ctx_size)] if ctx_size is not None else []) + list(argv)
     try:
-        ns, _rest = ap.parse_known_args(words)
-    except argparse.ArgumentError as exc:
-        raise ValueError(str(exc)) from None
-    for opt, value in (("--cache-type-k", ns.cache_type_k), ("--cache-type-v", ns.cache_type_v)):
-        if value is not None and value.lower() not in CACHE_TYPES:
-            raise ValueError(f"{opt} {value!r}: llama.cpp accepts {', '.join(CACHE_TYPES)}")
-    n_parallel = ns.n_parallel if ns.n_parallel is None or ns.n_parallel > 0 else None
-    unified = ns.kv_unified if ns.kv_unified is not None else n_parallel is None
-    fa = {"1": "on", "true": "on", "enabled": "on", "0": "off", "false": "off", "disabled": "off"}.get(
-        str(ns.flash_attn).lower(), str(ns.flash_attn).lower()) if ns.flash_attn is not None else "auto"
-    return LlamaArgs(n_ctx=ns.n_ctx or 0, n_parallel=n_parallel, kv_unified=unified,
-                     cache_type_k=(ns.cache_type_k or "f16").lower(), cache_type_v=(ns.cache_type_v or "f16").lower(),
-                     flash_attn=fa, n_gpu_layers=ns.n_gpu_layers, n_ubatch=ns.n_ubatch or 512,
-                     swa_full=ns.swa_full, kv_offload=ns.kv_offload)
+        given = reader.read(words, unknown="skip")
+    except reader.Exit as exc:
+        raise ValueError(exc.stderr.strip().split("\n\nusage:", 1)[0].strip() or "llama-server would exit") from None
+    v: dict[str, object] = {g.key: g.value for g in given if g.key is not None}
+    n_parallel = v.get("--parallel")
+    n_parallel = n_parallel if isinstance(n_parallel, int) and n_parallel > 0 else None
+    unified = v["--kv-unified"] if "--kv-unified" in v else n_parallel is None
+    layers = v.get("--gpu-layers")
+    return LlamaArgs(n_ctx=int(v.get("--ctx-size") or 0), n_parallel=n_parallel, kv_unified=bool(unified),
+                     cache_type_k=str(v.get("--cache-type-k", "f16")).lower(),
+                     cache_type_v=str(v.get("--cache-type-v", "f16")).lower(),
+                     flash_attn=str(v.get("--flash-attn", "auto")),
+                     n_gpu_layers=layers if isinstance(layers, int) and layers >= 0 else None,
+                     n_ubatch=int(v.get("--ubatch-size") or 512), swa_full=bool(v.get("--swa-full", False)),
+                     kv_offload=bool(v.get("--kv-offload", True)))
 
 
 def row_bytes(type_name: str, n: int) -> int:

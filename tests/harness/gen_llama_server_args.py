@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate stubs/llama_server_args.py: llama-server's options, from the xllamacpp wheel's own parser.
+"""Generate rigkit/spec/llama_server_args.py: llama-server's options, from the xllamacpp wheel's own parser.
 
 The options come from ``llama-server --help`` as the wheel's build of llama.cpp prints it
 (``common_params_print_usage``: every option of ``LLAMA_EXAMPLE_SERVER`` and the common ones, each
@@ -12,7 +12,7 @@ found by asking that same parser (llama_parse_real.py, a fresh process per quest
   (a string handler calling ``std::stof``); another handler error a checked value (enum choices
   are then the hint's ``{a,b}`` / ``[a|b]`` words that it accepts); accepted means a string.
 
-usage: .venv/bin/python tests/harness/gen_llama_server_args.py   (rewrites stubs/llama_server_args.py)
+usage: .venv/bin/python tests/harness/gen_llama_server_args.py   (rewrites rigkit/spec/llama_server_args.py)
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REAL = HERE / "llama_parse_real.py"
-OUT = HERE / "stubs" / "llama_server_args.py"
+OUT = HERE.parent.parent / "rigkit" / "spec" / "llama_server_args.py"
 EXPECTED = "expected value for argument"
 SCRATCH = tempfile.mkdtemp(prefix="llama-args-")
 # what() of the std:: conversion that threw -> kind: stoi in the parser itself (handler_int), the
@@ -41,7 +41,8 @@ def run(args: list[str]) -> tuple[int, str, str]:
     env["RIGKIT_PARSE_JSON"] = "1"  # a command line it parsed prints one JSON line; an exit inside it does not
     try:
         r = subprocess.run([sys.executable, str(REAL), *args], capture_output=True, text=True, env=env,
-                           timeout=20, stdin=subprocess.DEVNULL, cwd=SCRATCH)  # e.g. --log-file abc writes ./abc
+                           timeout=20, stdin=subprocess.DEVNULL,
+                           cwd=tempfile.mkdtemp(dir=SCRATCH))  # a fresh one each: --log-file abc writes ./abc
     except subprocess.TimeoutExpired:
         return 124, "", "timeout"
     return r.returncode, r.stdout, r.stderr
@@ -82,6 +83,36 @@ def choices_of(hint: str | None, usage: str) -> list[str]:
     return re.findall(r"^ {40}- ([a-z0-9_+-]+):", usage, re.M)
 
 
+#: The words llama.cpp's common.cpp reads as on / off / auto (is_truthy, is_falsey, is_autoy), and the empty
+#: value (--numa takes "" as distribute), asked of each enum.
+BOOLEAN_WORDS = ("on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1", "")
+#: Numbers each numeric option is asked at: its handler's own checks (a range, "removed") answer here.
+PROBES = ("-3", "-1", "0", "1", "7", "70000")
+
+
+def nargs_one_number(row: dict) -> bool:
+    return row["nargs"] == 1 and row["kind"] in ("int", "float", "uint")
+
+
+def number_key(kind: str, text: str) -> str:
+    """The probe as the handler receives it (std::stoi / stof / stoul of it), written as the table keys it."""
+    return str(float(text)) if kind == "float" else str(int(text) % 2**64 if kind == "uint" else int(text))
+
+
+def range_checks(name: str, kind: str, handled: str) -> dict:
+    """``refuses``: {number: the handler's message} at :data:`PROBES` where the handler refuses a number
+    it read (a range check); ``removed``: its message when it refuses every probe alike (an option
+    llama.cpp keeps only to say it was removed)."""
+    refuses = {}
+    for value in PROBES:
+        err = run([name, value])[2]
+        if handled in err:
+            refuses[number_key(kind, value)] = err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]
+    if len(refuses) == len(PROBES) and len(set(refuses.values())) == 1:
+        return {"removed": next(iter(refuses.values()))}
+    return {"refuses": refuses} if refuses else {}
+
+
 def probe(opt: dict) -> dict:
     name = opt["names"][0]
     rc, out, err = run([name])
@@ -107,6 +138,13 @@ def probe(opt: dict) -> dict:
     if why in NUMERIC:
         row["kind"] = NUMERIC[why]
         row["conv"] = why
+        if nargs_one_number(row):
+            row.update(range_checks(name, row["kind"], handled))
+            # a string handler that reads some words itself and std::stoi's the rest (-ngl auto|all|N)
+            words = [w for w in dict.fromkeys(re.findall(r"'([a-z]+)'", opt["usage"]))
+                     if handled not in run([name, w])[2]]
+            if words:
+                row["words"] = words
     else:
         candidates = choices_of(opt["hint"], opt["usage"])
         accepted = [c for c in candidates if handled not in run([name, c])[2]]
@@ -114,10 +152,14 @@ def probe(opt: dict) -> dict:
         row["kind"] = "enum" if ok else "checked"
         row["choices"] = accepted if ok else None
         row["rejects"] = why.replace("'abc'", "'{value}'").replace(": abc", ": {value}")
+        if ok:  # common.cpp's is_truthy / is_falsey / is_autoy words a handler may take besides its hint's
+            aliases = [w for w in BOOLEAN_WORDS if w not in accepted and handled not in run([name, w])[2]]
+            if aliases:
+                row["aliases"] = aliases
     return row
 
 
-HEADER = '''"""llama-server's options at the sandbox image's llama.cpp (generated; do not edit).
+HEADER = '''"""llama-server's options, as llama.cpp's own parser defines them (generated; do not edit).
 
 Source: the llama.cpp compiled into the xllamacpp {version} wheel (pyproject.toml's pin), whose
 version scheme names llama.cpp's build b{build}; the wheel records no commit ({version_line!r}).
@@ -134,7 +176,12 @@ values), ``kind`` (switch; int: std::stoi; float: std::stof / stod; uint: std::s
 handler; checked: its handler validates the value in a way not tabled here (``rejects``: its
 message for a bad value, ``{{value}}`` where it quotes the value); string), ``usage`` (its to_string(), as printed in its error's usage block),
 ``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
-(a switch that ends the process when parsed: its exit code; None otherwise).
+(a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
+numeric option whose handler checks a range: {{number: its message}} at the numbers it was asked,
+-3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
+quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``aliases`` (for an
+enum, the on/off/auto words of common.cpp it accepts besides its choices: -fa 1), ``removed`` (an option kept only to refuse
+every value: its message).
 """
 '''
 

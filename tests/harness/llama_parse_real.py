@@ -13,6 +13,10 @@ prints its own messages (stderr) and exits by itself for ``--help``/``--version`
 
 usage: llama_parse_real.py [llama-server arguments...]   exit 0: parsed; 1: refused (as llama-server)
 A parsed command line prints one JSON line of a few parsed fields on stdout (RIGKIT_PARSE_JSON=1).
+
+usage: llama_parse_real.py --batch   one JSON argv list per stdin line; each is parsed in a child forked
+from this process (the library loaded once; the parser may exit() by itself), and one JSON line
+``{"rc": exit status, "stderr": its text}`` answers it on stdout, in order.
 """
 from __future__ import annotations
 
@@ -60,7 +64,47 @@ def parse(argv: list[str]):
     return bool(ok), p
 
 
+def batch() -> int:
+    """``--batch``: answer each stdin line (a JSON argv list) with ``{"rc", "stderr"}`` (see the module's doc)."""
+    import tempfile
+
+    lib = library()
+    log_main = getattr(lib, "_Z15common_log_mainv")
+    log_main.restype = ctypes.c_void_p
+    log_pause = getattr(lib, "_Z16common_log_pauseP10common_log")
+    log_pause.argtypes = [ctypes.c_void_p]
+    for line in sys.stdin:
+        argv = json.loads(line)
+        with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out, \
+                tempfile.TemporaryDirectory(prefix="llama-parse-") as cwd:
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.chdir(cwd)  # a fresh one each: --log-file x writes ./x, --grammar-file x reads it
+                os.dup2(err.fileno(), 2)
+                os.dup2(out.fileno(), 1)
+                try:
+                    ok, _ = parse(argv)
+                    code = 0 if ok else 1
+                except BaseException:  # noqa: BLE001 - the child ends here whatever happens
+                    code = 99
+                # LOG_WRN lines (the "DEPRECATED: argument … specified multiple times" one) go through
+                # common_log's worker thread, started in this child: pause() drains it, as its destructor
+                # does when llama-server exits
+                log_pause(log_main())
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            err.seek(0)
+            text = err.read().decode(errors="replace")
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "stderr": text}), flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["--batch"]:
+        return batch()
     ok, p = parse(argv)
     if not ok:
         return 1

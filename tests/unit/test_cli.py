@@ -350,3 +350,18 @@ def test_the_wire_in_example_in_group_data_works_when_uncommented(tmp_path):
 
     assert "hyperqwen" not in live_members(text, tmp_path / "as-is")
     assert "hyperqwen" in live_members(uncommented, tmp_path / "uncommented")
+
+
+def test_check_says_spec_valid_only_when_it_is_and_names_the_skipped_estimate(tmp_path):
+    """Issue #59: "spec valid" is the host's last line and only when nothing below it failed; without a
+    model lock (or with one that does not match) the VRAM estimate says it was skipped and why."""
+    proj = project(tmp_path, FULL_DATA)
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "  vram: estimate skipped — no model lock" in "\n".join(lines)
+    assert lines.index("box: spec valid") > max(i for i, ln in enumerate(lines) if "vram: estimate skipped" in ln)
+    (proj / "inventory" / "lab.lock.json").write_text('{"version": 2, "models": {}}\n')
+    proc = run(["check", "-i", "inventory/lab.py"], cwd=proj)
+    assert proc.returncode == 2 and "spec valid" not in proc.stdout, proc.stdout + proc.stderr
+    assert "box: spec invalid (the errors above)" in proc.stdout and "vram: estimate skipped" in proc.stdout

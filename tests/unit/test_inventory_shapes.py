@@ -48,3 +48,20 @@ def test_a_host_in_two_groups_without_its_own_data_twice_is_fine(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [[], ["box"]]
+
+
+def _hosts(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
+    inv = tmp_path / "inv.py"
+    inv.write_text(text)
+    code = ("import json; from rigkit.spec.inventory import load_hosts; from rigkit.spec.problems import SpecError\n"
+            f"try:\n    print(json.dumps([h.name for h in load_hosts({str(inv)!r}, resolve_lock=False)]))\n"
+            "except SpecError as e:\n    print(json.dumps([str(p) for p in e.problems]))")
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_two_hosts_reaching_one_machine_are_refused_naming_both_and_other_ports_are_two_machines(tmp_path):
+    proc = _hosts(tmp_path, 'rig = [("a", {"ssh_hostname": "rig.lan"}), ("b", {"ssh_hostname": "RIG.lan."}),\n'
+                            '       ("c", {"ssh_hostname": "rig.lan", "ssh_port": 2222}), ("rig.lan", {})]\n')
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert [p.split(":")[0] for p in found] == ["b", "rig.lan"], found
+    assert "ssh_hostname: 'RIG.lan.' — host 'a' already reaches rig.lan:22" in found[0]

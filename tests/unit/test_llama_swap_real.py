@@ -26,7 +26,7 @@ SPECS = {
     "hyperqwen wired in": {"llama_swap": {"members": {"hyperqwen": {"staged": False}}}},
     "quoting and unicode": {
         "llama_swap": {"port": 8090, "members": {"gguf-baseline": {"description": "baseline 🦙 — \"Q4_K_M\" #1: a|b"}}},
-        "strata": {"args": ["--threads", "1", "--alias", "strata coder"]},
+        "strata": {"args": ["--threads", "1", "--tags", "strata coder"]},  # one value with a space (--alias is rendered)
     },
 }
 

@@ -217,6 +217,20 @@ def test_the_spec_is_resolved_by_its_lock_and_a_stale_entry_is_named(archive):
     assert stale.pacman_pins is None and stale.strata.image.ref == "b1234"  # never a locked value for another intent
 
 
+@pytest.mark.parametrize("want, key_data, version, ok", [
+    ("13.3", {}, "13.3.2-1", True), ("13.3", {}, "13.4.0-1", False), ("13.3", {}, "13.30.1-1", False),
+    ("13.3.2-1", {"pacman_pins": {"cuda": "13.3.2-1"}}, "13.3.2-1", True),
+    ("13.3.2-1", {"pacman_pins": {"cuda": "13.3.2-1"}}, "13.3.2-2", False),
+])
+def test_every_locked_pin_is_held_to_the_series_the_spec_declares(want, key_data, version, ok):
+    spec = spec_from_dict(key_data)
+    lock = {"pins": {"cuda": {"want": want, "version": version, "url": "http://a/c.pkg.tar.zst", "sha256": "1" * 64}}}
+    found = [p for p in lock_problems(spec, lock) if p.startswith("pins.cuda")]
+    assert (found == []) == ok, found
+    if not ok:
+        assert f"the locked version {version!r} is not" in found[0] and repr(want) in found[0]
+
+
 # --------------------------------------------------------------------------------------------
 # the deploy's check of a package file against the lock
 

@@ -357,7 +357,10 @@ def test_fifty_groups_check_in_linear_time():
 
 _FIELDS = ["gpu_vram_gib", "gpu_power_limit_w", "hyperqwen", "llama_swap", "members", "groups", "models", "port",
            "ttl", "bind", "models_dir", "hf_endpoint", "repo_id", "pacman_pins", "legacy_units", "args", "env",
-           "extra_env", "strata", "preload", "cmd", "proxy", "vram_gib", "cold_boot_s", "lock_files"]
+           "extra_env", "strata", "preload", "cmd", "proxy", "vram_gib", "cold_boot_s", "lock_files",
+           # issue #59's readers: engine arguments, limits, units
+           "cmd_stop", "check_endpoint", "use_model_name", "model_file", "release_url", "start_port", "user",
+           "operator_user", "paused_timers", "EXTRA_ARGS", "image", "ref", "url", "gguf_baseline", "version"]
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.integers().map(lambda i: i * 10**4400),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40), st.text(alphabet="/.:-_@$%{}[] \\\n\x00\u202e", max_size=60),

@@ -249,7 +249,8 @@ def test_a_member_command_llama_swap_would_run_wrongly_is_refused(cmd, allowed):
     "docker compose -p hq -f /c.yaml up --no-deps single",
 ])
 def test_foreground_commands_pass(cmd):
-    assert spec_from_dict(member(cmd=cmd))
+    stop = "docker compose -p hq -f /c.yaml stop single" if "compose" in cmd else "docker stop coder2"
+    assert spec_from_dict(member(cmd=cmd, cmd_stop=stop))
 
 
 def test_wrappers_come_off_down_to_the_commands_that_run():

@@ -3,7 +3,7 @@
 ``/app/llama-server``).
 
 The command line is parsed as llama-server parses it (``/app/llama_args.py`` over the table of the
-wheel's own options, ``/app/llama_server_args.py``): an unknown flag, a flag missing its value, a
+wheel's own options, ``/app/llama_server_args.py``: rigkit/spec/llama_server.py and its table): an unknown flag, a flag missing its value, a
 number that is not one or an enum value not among its choices exits 1 with llama-server's message
 (``error: invalid argument: --no-such-flag``) before anything loads. Of the flags it accepts, these
 reach llama.cpp's server (``xllamacpp.CommonParams``): -m/--model, --host, --port, -a/--alias,
@@ -18,7 +18,11 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import llama_args  # noqa: E402
+try:
+    import llama_args  # the image: /app/llama_args.py is rigkit/spec/llama_server.py (tests/harness/images.py)
+except ImportError:  # run from the checkout: the same module where it lives
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
+    from rigkit.spec import llama_server as llama_args
 
 try:
     opts, warnings = llama_args.parse(sys.argv[1:])
