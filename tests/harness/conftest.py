@@ -205,13 +205,19 @@ def _up(name: str, lane: str, converged: bool = False) -> HarnessHost:
 
 @pytest.fixture(scope="session")
 def harness():
-    """The harness for this session: stale rkt-* hosts removed, everything removed again at exit."""
+    """The harness for this session: stale rkt-* hosts removed, the fixtures up and filled (the mirror,
+    the llama-swap release, the hub, the registry with its images: ``hostctl.fixtures_up_locked``, under
+    the harness' file lock, so each lane asks for them itself and none relies on another lane or an
+    earlier module having filled them), everything this session made removed again at exit."""
     why = _missing_prereqs()
     if why:
         pytest.skip(why)
     t0 = time.monotonic()
     hostctl.clean(prefix=PREFIX, fixtures=not _LANE)
     _TIMINGS.append(("clean leftovers", time.monotonic() - t0))
+    t0 = time.monotonic()
+    hostctl.fixtures_up_locked()
+    _TIMINGS.append(("fixtures up (built or found)", time.monotonic() - t0))
     hosts: list[HarnessHost] = []
     yield hosts
     for h in hosts:
