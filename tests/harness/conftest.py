@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,6 +175,7 @@ class HarnessHost:
         (cleared here). One SSH round trip when there is none."""
         units = " ".join(self.TEST_HOLDERS)
         out = self.run(f"systemctl is-active {units}; {self.AGENT} lock status", check=False).stdout.split("\n")
+        out += [""] * (len(self.TEST_HOLDERS) + 1)  # a host that did not answer (rebooting): nothing read
         states, lock = out[:len(self.TEST_HOLDERS)], out[len(self.TEST_HOLDERS)]
         found = []
         for unit, state in zip(self.TEST_HOLDERS, states):
@@ -191,6 +193,18 @@ class HarnessHost:
             self.run("flock -n -x /var/lib/rigkit/rig.lock sh -c ': > /var/lib/rigkit/rig.lock'", check=False)
             found.append(f"a host-lock record whose holder died: {stale} (cleared now)")
         return found
+
+    @contextmanager
+    def hand_edit(self, path: str, line: str):
+        """Append ``line`` to ``path`` on the host, as an operator's edit by hand, for the ``with`` block;
+        afterwards the file is the one the test found (its bytes, mode, owner and mtime from a copy taken
+        first) unless it already is (the deploy under test repaired it) — even when the test failed."""
+        keep = f"/root/.hand-edit.{os.path.basename(path)}.orig"
+        self.run(f"cp -a {shlex.quote(path)} {keep} && printf '%s\\n' {shlex.quote(line)} >> {shlex.quote(path)}")
+        try:
+            yield
+        finally:
+            self.run(f"cmp -s {keep} {shlex.quote(path)} || cp -a {keep} {shlex.quote(path)}; rm -f {keep}")
 
     def boot_id(self) -> str:
         return self.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()

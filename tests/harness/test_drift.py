@@ -390,9 +390,7 @@ def test_plain_drift_fits_a_pipe_and_its_last_line_is_the_repair_that_clears_it(
     is the command that repairs what was found; run as printed, it does, and drift is clean again."""
     from rich.cells import cell_len
 
-    unit = "/etc/systemd/system/hyperqwen.service"
-    rig.run(f"cp -a {unit} /root/hyperqwen.service.orig && echo '# edited by hand' >> {unit}")
-    try:
+    with rig.hand_edit("/etc/systemd/system/hyperqwen.service", "# edited by hand"):  # put back if not repaired
         proc = _plain_drift("drift", "-i", "inventory/sandbox.py")
         assert proc.returncode == 3, proc.stdout + proc.stderr
         lines = proc.stdout.rstrip("\n").splitlines()
@@ -401,9 +399,6 @@ def test_plain_drift_fits_a_pipe_and_its_last_line_is_the_repair_that_clears_it(
         assert lines[-1] == f"{NAME}: to repair: rigkit deploy -i inventory/sandbox.py --host {NAME}", proc.stdout
         repair = _plain_drift(*shlex.split(lines[-1].split(": to repair: ", 1)[1])[1:])  # as printed
         assert repair.returncode == 0, repair.stderr[-3000:]
-    finally:  # the hand edit goes whether or not the repair ran (the deploy restores the same bytes)
-        rig.run(f"cmp -s /root/hyperqwen.service.orig {unit} || cp -a /root/hyperqwen.service.orig {unit}; "
-                "rm -f /root/hyperqwen.service.orig")
     assert drift()[0] == 0
 
 
