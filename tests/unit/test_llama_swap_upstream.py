@@ -484,6 +484,7 @@ models:
     proxy: http://127.0.0.1:{p}
 {timeouts}""")
     assert chat(ls.port, "m")[0] == 200  # starts m, reusing the health check's connection at once
+    started = len(ls.output())  # the health checks while m was starting may have met "connection refused"
     if idle_conn:
         wait_all_closed(conns, ls)
     word.write_text("1\n")  # the member's keep-alive has run out on every idle connection: it is closing them
@@ -494,7 +495,7 @@ models:
         assert drops.read_text() == "POST /v1/chat/completions\n"
     else:
         assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 5, body
-        assert not drops.exists() and "proxy error" not in ls.output()
+        assert not drops.exists() and "proxy error" not in ls.output()[started:]
         assert chat(ls.port, "m")[0] == 200  # a connection the member keeps open serves (reused or not)
 
 
