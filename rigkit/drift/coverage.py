@@ -32,9 +32,12 @@ HOW = ("probe", "gated", "outside", "plan-only")
 
 #: Held around a batch of breakages on a sandbox host: the agent's timers (keeper, watchdog, the
 #: power healer) stand down while the host lock is held, so nothing puts a breakage back meanwhile.
-LOCK_HOLDER = ("systemd-run --unit=rk-coverage-hold --collect sh -c "
-               "'sleep 600 | /opt/rigkit/venv/bin/rigkit-agent lock hold --what \"drift coverage\" --lease t-cov'")
-LOCK_RELEASE = "systemctl stop rk-coverage-hold.service"
+#: Let go by stopping :data:`LOCK_UNIT` (the agent's ``lock hold`` releases on SIGTERM); the harness
+#: waits for :data:`LOCK_WHAT` to hold it, not merely for the lock to be held.
+LOCK_UNIT = "rk-coverage-hold.service"
+LOCK_WHAT = "drift coverage"
+LOCK_HOLDER = (f"systemd-run --unit={LOCK_UNIT} --collect sh -c "
+               f"'sleep 600 | /opt/rigkit/venv/bin/rigkit-agent lock hold --what \"{LOCK_WHAT}\" --lease t-cov'")
 
 
 @dataclass(frozen=True)

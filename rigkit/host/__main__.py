@@ -138,27 +138,48 @@ def _hold(cfg, what: str, lease: str, current: bool = False) -> int:
     """Hold the host lock with ``lease`` until stdin reaches EOF (or SIGTERM/SIGHUP); 1 when refused.
     Prints ``held`` once the lock is taken; with ``current`` then one JSON line, the generations'
     index, current generation and its record (:func:`rigkit.host.generations.current`; ``{"error":
-    why}`` when unreadable), so a deploy takes the lock and reads where it starts in one SSH session."""
+    why}`` when unreadable), so a deploy takes the lock and reads where it starts in one SSH session.
+
+    A stop signal only ends the wait, never the release: the handlers (set before the lock is taken,
+    so a signal meanwhile is not the default death with the record written) note the signal and wake
+    the wait through :func:`signal.set_wakeup_fd`. A handler that raised instead could land inside
+    the release — ``systemctl stop`` of the holder's unit ends the ``sleep`` feeding its stdin and
+    signals it at once, so EOF and SIGTERM arrive together — and leave the record behind: a lock
+    "free, but <holder> died holding it" for every later command (test_drift saw it)."""
+    import os
+    import select
     import signal
 
-    lock = _take(cfg, what, f"rigkit-agent lock hold --what {what!r}", lease)
-    if lock is None:
-        return 1
-
-    def stop(_signum, _frame):
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGHUP, stop)
+    stopped: list[int] = []
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    old_wakeup = signal.set_wakeup_fd(wake_w)
+    handlers = {sig: signal.signal(sig, lambda signum, _frame: stopped.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        print("held", flush=True)
-        if current:
-            print(json.dumps(_reading(cfg), sort_keys=True), flush=True)
-        while sys.stdin.buffer.read(4096):
-            pass
-        return 0
+        lock = _take(cfg, what, f"rigkit-agent lock hold --what {what!r}", lease)
+        if lock is None:
+            return 1
+        try:
+            print("held", flush=True)
+            if current:
+                print(json.dumps(_reading(cfg), sort_keys=True), flush=True)
+            stdin = sys.stdin.fileno()
+            while not stopped:
+                ready, _, _ = select.select([stdin, wake_r], [], [])
+                if stdin in ready and not os.read(stdin, 4096):
+                    break
+                if wake_r in ready:
+                    os.read(wake_r, 64)
+            return 0
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        signal.set_wakeup_fd(old_wakeup)
+        os.close(wake_r)
+        os.close(wake_w)
 
 
 def _publish(cfg, *parts: str) -> None:

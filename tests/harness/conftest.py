@@ -8,12 +8,14 @@ terminal summary.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +136,76 @@ class HarnessHost:
                 raise AssertionError(self.run(f"systemctl status {units}", check=False).stdout)
             time.sleep(0.3)
 
+    AGENT = "/opt/rigkit/venv/bin/rigkit-agent"
+    #: the transient units tests hold the host lock from (``systemd-run --unit=NAME ... lock hold``)
+    TEST_HOLDERS = ("rk-test-hold.service", "rk-coverage-hold.service")
+
+    def lock_state(self) -> dict:
+        """The host lock as the agent reads it (``rigkit-agent lock status``): ``{"held", "holder", "stale"}``."""
+        return json.loads(self.run(f"{self.AGENT} lock status").stdout)
+
+    def wait_lock_held_by(self, what: str, timeout: float = 120) -> dict:
+        """Wait (a bounded poll of the lock's state; the bound guards a hang) until the host lock's holder
+        is ``what`` — not merely held: a keeper's or the healer's run holds it for a moment, and a
+        ``lock hold`` started meanwhile waits for it. Returns the holder's record."""
+        end = time.monotonic() + timeout
+        while True:
+            st = self.lock_state()
+            if st["held"] and (st["holder"] or {}).get("what") == what:
+                return st["holder"]
+            if time.monotonic() > end:
+                raise AssertionError(f"{self.name}: the lock is not held by {what!r} after {timeout:.0f} s: {st}")
+            time.sleep(0.2)
+
+    def release_test_lock(self, unit: str) -> None:
+        """Stop the test's lock-holding transient ``unit`` (its ``lock hold`` lets go on SIGTERM;
+        ``systemctl stop`` returns once the unit's processes are gone), after which the host is as the test
+        found it. A record left behind (a holder that died holding it: "free, but … died holding it" for
+        every later command) is cleared — under the flock, as the next taker's reclaim would — and
+        reported: AssertionError."""
+        self.run(f"systemctl stop {shlex.quote(unit)}", check=False)
+        stale = self.lock_state()["stale"]
+        if stale:
+            self.run("flock -n -x /var/lib/rigkit/rig.lock sh -c ': > /var/lib/rigkit/rig.lock'", check=False)
+            raise AssertionError(f"{self.name}: {unit} let go of the host lock but left its record: {stale}")
+
+    def leftovers(self) -> list[str]:
+        """What a test left on this shared host that the next one would meet (:func:`_leaves_shared_hosts_as_found`):
+        a test's lock-holding unit still running (stopped here) and a host-lock record whose holder died
+        (cleared here). One SSH round trip when there is none."""
+        units = " ".join(self.TEST_HOLDERS)
+        out = self.run(f"systemctl is-active {units}; {self.AGENT} lock status", check=False).stdout.split("\n")
+        out += [""] * (len(self.TEST_HOLDERS) + 1)  # a host that did not answer (rebooting): nothing read
+        states, lock = out[:len(self.TEST_HOLDERS)], out[len(self.TEST_HOLDERS)]
+        found = []
+        for unit, state in zip(self.TEST_HOLDERS, states):
+            if state.strip() in ("active", "activating"):
+                found.append(f"{unit} still holding the host lock (stopped now)")
+                try:
+                    self.release_test_lock(unit)
+                except AssertionError as e:
+                    found.append(str(e))
+        try:
+            stale = json.loads(lock).get("stale")
+        except ValueError:
+            return found  # no agent on this host (a bare one): nothing to read
+        if stale:
+            self.run("flock -n -x /var/lib/rigkit/rig.lock sh -c ': > /var/lib/rigkit/rig.lock'", check=False)
+            found.append(f"a host-lock record whose holder died: {stale} (cleared now)")
+        return found
+
+    @contextmanager
+    def hand_edit(self, path: str, line: str):
+        """Append ``line`` to ``path`` on the host, as an operator's edit by hand, for the ``with`` block;
+        afterwards the file is the one the test found (its bytes, mode, owner and mtime from a copy taken
+        first) unless it already is (the deploy under test repaired it) — even when the test failed."""
+        keep = f"/root/.hand-edit.{os.path.basename(path)}.orig"
+        self.run(f"cp -a {shlex.quote(path)} {keep} && printf '%s\\n' {shlex.quote(line)} >> {shlex.quote(path)}")
+        try:
+            yield
+        finally:
+            self.run(f"cmp -s {keep} {shlex.quote(path)} || cp -a {keep} {shlex.quote(path)}; rm -f {keep}")
+
     def boot_id(self) -> str:
         return self.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
 
@@ -205,13 +277,19 @@ def _up(name: str, lane: str, converged: bool = False) -> HarnessHost:
 
 @pytest.fixture(scope="session")
 def harness():
-    """The harness for this session: stale rkt-* hosts removed, everything removed again at exit."""
+    """The harness for this session: stale rkt-* hosts removed, the fixtures up and filled (the mirror,
+    the llama-swap release, the hub, the registry with its images: ``hostctl.fixtures_up_locked``, under
+    the harness' file lock, so each lane asks for them itself and none relies on another lane or an
+    earlier module having filled them), everything this session made removed again at exit."""
     why = _missing_prereqs()
     if why:
         pytest.skip(why)
     t0 = time.monotonic()
     hostctl.clean(prefix=PREFIX, fixtures=not _LANE)
     _TIMINGS.append(("clean leftovers", time.monotonic() - t0))
+    t0 = time.monotonic()
+    hostctl.fixtures_up_locked()
+    _TIMINGS.append(("fixtures up (built or found)", time.monotonic() - t0))
     hosts: list[HarnessHost] = []
     yield hosts
     for h in hosts:
@@ -237,15 +315,22 @@ def chroot_host(harness) -> HarnessHost:
     return h
 
 
-def _host_factory():
+#: the converged copies a module shares between its tests (``make_module_host(..., converged=True)``)
+_SHARED: list[HarnessHost] = []
+
+
+def _host_factory(shared: bool = False):
     """``(make, made)``: ``make(suffix, lane="nspawn", converged=False)`` brings up ``<prefix><suffix>``
     (with ``converged``, a copy of the run's converged host); ``made`` lists them for the teardown
-    (:func:`_remove_hosts`)."""
+    (:func:`_remove_hosts`). With ``shared`` (a module's hosts) a converged copy is watched after each
+    test (:func:`_leaves_shared_hosts_as_found`)."""
     made: list[HarnessHost] = []
 
     def make(suffix: str, lane: str = "nspawn", converged: bool = False) -> HarnessHost:
         h = _up(PREFIX + suffix, lane, converged)
         made.append(h)
+        if shared and converged:
+            _SHARED.append(h)
         return h
 
     return make, made
@@ -253,6 +338,8 @@ def _host_factory():
 
 def _remove_hosts(made: list[HarnessHost]) -> None:
     for h in made:
+        if h in _SHARED:
+            _SHARED.remove(h)
         h.close()
         with hostctl.lock():
             hostctl.host_down(h.name)
@@ -270,9 +357,22 @@ def make_host(harness):
 @pytest.fixture(scope="module")
 def make_module_host(harness):
     """Factory like ``make_host``, for hosts shared by one test module (e.g. deployed once)."""
-    make, made = _host_factory()
+    make, made = _host_factory(shared=True)
     yield make
     _remove_hosts(made)
+
+
+@pytest.fixture(autouse=True)
+def _leaves_shared_hosts_as_found():
+    """After each test, every converged copy its module shares must be as the test found it as far as
+    the host lock goes: no test's lock-holding unit still running, no record of a holder that died.
+    What a test left is undone here (so the next test starts clean whatever happened) and fails *this*
+    test's teardown, naming it — before, the next test failed on a warning it did not expect ("free,
+    but drift coverage died holding it"). Each test puts back its own hand edits in a ``finally``."""
+    yield
+    left = [f"{h.name}: {what}" for h in list(_SHARED) for what in h.leftovers()]
+    if left:
+        pytest.fail("this test left its shared host otherwise than it found it:\n" + "\n".join(left))
 
 
 @pytest.hookimpl(hookwrapper=True)

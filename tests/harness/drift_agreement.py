@@ -55,13 +55,16 @@ def drift_json(name: str, project: Path, *args: str, inventory: str = "inventory
 
 
 def hold_lock(host) -> None:
-    """Hold the host lock (:data:`rigkit.drift.coverage.LOCK_HOLDER`) and wait until it is held."""
+    """Hold the host lock (:data:`rigkit.drift.coverage.LOCK_HOLDER`) and wait until *it* holds it (a
+    keeper's or the healer's run may hold it a moment first: "held" alone is not the coverage's lock)."""
     host.run(coverage.LOCK_HOLDER)
-    for _ in range(100):
-        if '"held": true' in host.run("/opt/rigkit/venv/bin/rigkit-agent lock status").stdout:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{host.name}: the coverage lock holder did not take the host lock")
+    host.wait_lock_held_by(coverage.LOCK_WHAT)
+
+
+def release_lock(host) -> None:
+    """Let go of the coverage's hold (:data:`rigkit.drift.coverage.LOCK_UNIT`), checking that it left no
+    record behind (``HarnessHost.release_test_lock``)."""
+    host.release_test_lock(coverage.LOCK_UNIT)
 
 
 def run_batch(host, rows: list, project: Path) -> Batch:
@@ -82,7 +85,10 @@ def run_batch(host, rows: list, project: Path) -> Batch:
             r = host.run(c.restore, check=False)
             if r.returncode != 0:
                 failed.append(f"{c.op}: `{c.restore}` exited {r.returncode}: {r.stderr.strip()[-200:]}")
-        host.run(coverage.LOCK_RELEASE, check=False)
+        try:
+            release_lock(host)
+        except AssertionError as e:
+            failed.append(str(e))
         if failed:
             raise AssertionError(f"{host.name}: restoring failed:\n" + "\n".join(failed))
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
@@ -151,7 +157,7 @@ def repair_batch(host, rows: list, project: Path, *deploy_args: str) -> Repair:
         for c in rows:
             host.run(c.breakage.replace("{archive}", archive))
     finally:
-        host.run(coverage.LOCK_RELEASE, check=False)
+        release_lock(host)
     t0 = time.monotonic()
     proc = deploy(host.name, project, *deploy_args)
     out.seconds = time.monotonic() - t0

@@ -129,7 +129,18 @@ def sandbox_lock() -> Path:
     release server) into ``$STATE/sandbox.lock.json`` — seeded with the committed model lock
     (``inventory/sandbox.lock.json``) so its models are not asked of the hub again, afresh whenever the
     fixtures it was resolved from changed (the mirror's key, the images, the tarball). A second run
-    changes nothing. Raises RuntimeError with rigkit's output when it fails."""
+    changes nothing. Its preconditions are its own: the fixtures are brought up first
+    (:func:`hostctl.fixtures_up_locked`: the registry holds the images before ``rigkit lock`` asks it for
+    their digests), and the lock is made under ``$STATE/sandbox.lock.flock``, so lanes calling it at once
+    (a fresh host's test beside the golden build) wait for one another and all read a whole file.
+    Raises RuntimeError with rigkit's output when it fails."""
+    hostctl.fixtures_up_locked()
+    with open(hostctl.STATE / "sandbox.lock.flock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        return _sandbox_lock()
+
+
+def _sandbox_lock() -> Path:
     target = hostctl.STATE / "sandbox.lock.json"
     # the fixtures it was resolved from: another mirror build (its packages are other bytes), other images or
     # another tarball re-seed it — a lock resolved from fixtures that are gone would refuse every package;
@@ -140,7 +151,9 @@ def sandbox_lock() -> Path:
                                     ROOT / "inventory" / "sandbox.lock.json"))])
     marker = target.with_suffix(".sources")
     if not target.is_file() or not marker.is_file() or marker.read_text() != sources:
-        shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", target)
+        seed = target.with_name(target.name + ".seed")
+        shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", seed)
+        seed.replace(target)  # whole: a reader outside the flock (a deploy's models_lock) sees old or new
         marker.write_text(sources)
     rigkit = str(Path(sys.executable).parent / "rigkit")
     proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
@@ -225,8 +238,7 @@ def ensure(prefix: str | None = None, rebuild: bool = False) -> Golden:
     GOLDEN.mkdir(parents=True, exist_ok=True)
     with open(hostctl.STATE / "golden.lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
-        hostctl.fixtures_up_locked()
-        sandbox_lock()  # the deploy uses only the lock
+        sandbox_lock()  # the deploy uses only the lock (and the fixtures are up once it is made)
         k = key()
         d = GOLDEN / k
         if not rebuild and (d / "deploys.json").is_file() and (d / "root").is_dir():

@@ -138,7 +138,11 @@ def fixtures_www() -> Path:
 
 
 def fixtures_up() -> None:
-    """Idempotent: the namespace, its control veth, the mirror published and the HTTP server running."""
+    """Idempotent, and complete when it returns: the namespace, its control veth, the mirror published,
+    the llama-swap release beside it (:func:`release_up`), the HTTP server running, the test hub
+    serving its repos and the registry holding the sandbox images (:func:`registry_up`). Call it under
+    :func:`lock` (:func:`fixtures_up_locked`): every test and tool that needs a fixture asks for it
+    this way, so none depends on another module (or lane) having filled them first."""
     mirror = mirror_dir()
     www = fixtures_www()
     www.mkdir(parents=True, exist_ok=True)
@@ -160,6 +164,7 @@ def fixtures_up() -> None:
         ip("link", "set", f"{FIX_NS}-c", "up")
         ip("link", "set", f"{FIX_NS}-f", "up", ns=FIX_NS)
     ip("route", "replace", f"{FIX_ADDR}/32", "via", f"{BLOCK}.0.2", "dev", f"{FIX_NS}-c")
+    release_up()
     pidf = STATE / "fixtures.pid"
     pid = int(pidf.read_text()) if pidf.exists() else None
     if not pid_alive(pid):
@@ -171,6 +176,31 @@ def fixtures_up() -> None:
         wait_tcp(FIX_ADDR, 80, 15, what="fixtures HTTP server")
     hub_up()
     registry_up()
+
+
+def release_up() -> None:
+    """The llama-swap release tarball in ``fixtures-www/releases/`` (what ``inventory/sandbox.py``'s
+    ``release_url`` names): the real v250 from ``llama_swap_release.py``'s cached build, packed as
+    upstream's asset; rewritten only when the cached build it came from changed (``.built-from``).
+    Where no Go toolchain or source can build it, a tarball already there is kept (``make
+    sandbox-fixtures`` wrote it); without one this raises RuntimeError with the ``BLOCKED:`` reasons."""
+    import llama_swap_release as lsr
+
+    out = fixtures_www() / "releases"
+    tarball, stamp = out / lsr.ASSET, out / ".built-from"
+    try:
+        src = lsr.binary_dir()
+    except RuntimeError as e:
+        if tarball.is_file():
+            log(f"llama-swap release: kept {tarball} (no build here: {str(e).splitlines()[0]})")
+            return
+        raise RuntimeError("\n".join(f"BLOCKED: llama-swap {lsr.VERSION}: {line}" for line in str(e).splitlines())) from None
+    built = f"{src}\n{(src / 'llama-swap').stat().st_mtime_ns}\n"
+    if tarball.is_file() and stamp.is_file() and stamp.read_text() == built:
+        return
+    with timed("llama-swap release"):
+        lsr.build_tarball(out, src)  # reproducible bytes, replaced atomically
+        stamp.write_text(built)
 
 
 # where a test tells HyperQwen's stand-in engine to fail (answer500, die_after, boot_delay_s;
@@ -251,10 +281,22 @@ def hub_token() -> str:
     kept in $STATE/hub.token (0600). `make demo` and the tests pass it as HF_TOKEN."""
     path = STATE / "hub.token"
     if not path.exists():
+        # every lane imports a module that reads it: written whole under a name of its own, then linked
+        # in place (a link fails when another process got there first, whose token then stands), so no
+        # reader ever sees a half-written or empty token
         STATE.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.write(fd, ("hf_sandbox" + os.urandom(16).hex()).encode())
-        os.close(fd)
+        tmp = STATE / f".hub.token.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, ("hf_sandbox" + os.urandom(16).hex()).encode())
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     return path.read_text().strip()
 
 

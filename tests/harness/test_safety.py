@@ -138,10 +138,10 @@ def test_a_token_change_never_puts_the_token_in_a_file_another_user_can_read(hos
 
 def test_a_hand_edited_rendered_file_is_kept_as_a_named_backup(host):
     path = "/etc/modprobe.d/rigkit-nouveau.conf"
-    host.run(f"echo '# the operator was here' >> {path}")
-    edited = host.run(f"cat {path}").stdout
-    proc = deploy(host)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with host.hand_edit(path, "# the operator was here"):  # put back if the deploy did not replace it
+        edited = host.run(f"cat {path}").stdout
+        proc = deploy(host)
+        assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(rf"{re.escape(path)}: its content was not written by rigkit \(edited by hand\?\); the replaced file is "
                   rf"kept as ({re.escape(path)}\.rigkit-bak-\d{{8}}T\d{{6}}Z)", proc.stderr)
     assert m, proc.stderr[-3000:]

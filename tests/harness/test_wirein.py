@@ -212,14 +212,14 @@ def test_a_wire_in_round_trip_leaves_drift_clean_without_another_deploy(host):
 
 
 def test_a_repair_deploy_names_the_backup_of_a_hand_edited_live_config_and_drift_says_it_will(host):
-    host.run(f"echo '# edited by hand' >> {LIVE}")
-    rc, records, out = drift_records(host, "--no-plan")
-    assert rc == 3, out
-    row = next(r for r in records if r["kind"] == "file" and r["item"] == LIVE)
-    assert row["actual"].endswith("the deploy replaces it, keeping this one as /etc/llama-swap/config.yaml.bak-<UTC stamp> "
-                                  f"(`rigkit wire-in -i inventory/sandbox.py --host {host.name} --show` diffs them)"), row
-    proc = deploy(host)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    with host.hand_edit(LIVE, "# edited by hand"):  # put back if the deploy did not replace it
+        rc, records, out = drift_records(host, "--no-plan")
+        assert rc == 3, out
+        row = next(r for r in records if r["kind"] == "file" and r["item"] == LIVE)
+        assert row["actual"].endswith("the deploy replaces it, keeping this one as /etc/llama-swap/config.yaml.bak-<UTC stamp> "
+                                      f"(`rigkit wire-in -i inventory/sandbox.py --host {host.name} --show` diffs them)"), row
+        proc = deploy(host)
+        assert proc.returncode == 0, proc.stderr[-4000:]
     m = re.search(r"llama-swap: replaced the live /etc/llama-swap/config\.yaml \(any edits by hand included\); "
                   r"the previous config is kept as (/etc/llama-swap/config\.yaml\.bak-\S+)", proc.stderr)
     assert m, proc.stderr[-4000:]

@@ -150,6 +150,54 @@ def test_two_takers_at_once_have_exactly_one_winner(tmp_path):
     assert all(o == "won" or o.startswith("lost: the rig is locked by taker") for o in outs), outs
 
 
+def _agent_env(tmp_path) -> dict:
+    from rigkit.render.files import render_host_config
+    from rigkit.spec.validate import spec_from_layers
+
+    data = json.loads(render_host_config(spec_from_layers([{"paused_timers": [], "lock_files": []}])))
+    data["paths"].update(lock=str(tmp_path / "rig.lock"), window_journal=str(tmp_path / "window.json"))
+    (tmp_path / "host.json").write_text(json.dumps(data))
+    return {**os.environ, "RIGKIT_HOST_CONFIG": str(tmp_path / "host.json")}
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (``T`` in /proc/<pid>/stat, the field after the command name)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] in "Tt"
+
+
+@pytest.mark.parametrize("eof", [True, False], ids=["eof-and-sigterm-at-once", "sigterm-alone"])
+def test_lock_hold_stopped_by_a_signal_lets_go_whole(tmp_path, eof):
+    """``rigkit-agent lock hold`` ended by SIGTERM leaves no record: the lock is free, not "free, but
+    <holder> died holding it". ``systemctl stop`` of a holder's unit (``sleep N | rigkit-agent lock
+    hold``, as the tests' and the coverage's holders run) ends the sleep and signals the agent at once:
+    here the holder is stopped (SIGSTOP) while its stdin closes and SIGTERM comes, so both are waiting
+    when it runs again — the order a busy machine made by chance, made every time. A handler that
+    raised landed inside the release and left the record (the stale lock test_drift met)."""
+    env = _agent_env(tmp_path)
+    hold = subprocess.Popen([sys.executable, "-m", "rigkit.host", "lock", "hold", "--what", "drift coverage",
+                             "--lease", "t-cov"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
+    try:
+        assert hold.stdout.readline().strip() == "held"
+        assert host_lock.state(tmp_path / "rig.lock")["holder"]["what"] == "drift coverage"
+        hold.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 30  # a bounded poll of the process's state (the bound guards a hang)
+        while not _stopped(hold.pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        if eof:
+            hold.stdin.close()
+        hold.send_signal(signal.SIGTERM)
+        hold.send_signal(signal.SIGCONT)
+        assert hold.wait(timeout=30) == 0
+    finally:
+        if hold.poll() is None:
+            hold.kill()
+            hold.wait()
+    assert host_lock.state(tmp_path / "rig.lock") == {"held": False, "holder": None, "stale": None}
+
+
 # ------------------------------------------------------------------------------ one of each
 def test_env_files_are_read_one_way():
     text = '# comment\nexport HF_TOKEN="hf_abc"\nVLLM_API_KEY=\'k 1\'\n\nEMPTY=\nBAD LINE\n'

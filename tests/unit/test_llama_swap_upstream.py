@@ -463,29 +463,31 @@ def test_idle_conn_below_the_members_keep_alive_means_a_post_after_idle_never_me
         run_llama_swap, tmp_path, idle_conn):
     # Issue #25's cause and fix. llama.cpp's server closes a keep-alive connection 5 s after its last answer
     # (cpp-httplib's CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND; it says "Keep-Alive: timeout=5", which Go ignores).
-    # llama-swap keeps idle connections for timeouts.idleConn s (default 90, model_config.go:141-147) and hands
-    # a reused one to the next request (net/http transport.go queueForIdleConn skips only conns idle longer
-    # than IdleConnTimeout). A POST that meets the member closing it is not retried (transport.go
-    # shouldRetryRequest: a body without GetBody is not replayable): 502, empty body. With idleConn below the
-    # member's keep-alive (rigkit renders 2), no connection that old is ever reused: Go dials a fresh one.
-    # Here the member's keep-alive runs out when the test says so (`keepalive`): every connection idle then
-    # is one it is closing.
+    # llama-swap keeps idle connections for timeouts.idleConn s (default 90, model_config.go:141-147): net/http's
+    # transport.go tryPutIdleConn arms `time.AfterFunc(t.IdleConnTimeout, pconn.closeConnIfStillIdle)` when it puts a
+    # connection back idle, and hands an idle one to the next request until then. A POST that meets the member
+    # closing it is not retried (transport.go shouldRetryRequest: a body without GetBody is not replayable): 502,
+    # empty body. With idleConn below the member's keep-alive (rigkit renders 2), llama-swap has closed its idle
+    # connection before the member would: the next POST dials a fresh one.
+    # No clock here: the member's keep-alive runs out when the test says so (`keepalive`: every connection idle
+    # then is one it is closing), and with idleConn the test waits for the event itself — the member sees every
+    # connection it served closed by llama-swap (`conns`, a bounded poll; the bound only guards a hang). Sleeping
+    # idleConn + a margin instead assumed llama-swap's readLoop put the connection back within that margin of the
+    # answer reaching the test: on a busy machine it did not, and the POST met the closing connection.
     p = free_port()
-    drops, word = tmp_path / "drops", tmp_path / "keepalive"
+    drops, word, conns = tmp_path / "drops", tmp_path / "keepalive", tmp_path / "conns"
     timeouts = f"    timeouts:\n      idleConn: {idle_conn}\n" if idle_conn else ""
     ls = run_llama_swap(f"""
 models:
   m:
-    cmd: {member_cmd(p, "m", "--keepalive-file", str(word), "--drop-log", str(drops))}
+    cmd: {member_cmd(p, "m", "--keepalive-file", str(word), "--drop-log", str(drops), "--conn-log", str(conns))}
     proxy: http://127.0.0.1:{p}
 {timeouts}""")
     assert chat(ls.port, "m")[0] == 200  # starts m, reusing the health check's connection at once
+    started = len(ls.output())  # the health checks while m was starting may have met "connection refused"
     if idle_conn:
-        # a lower bound: llama-swap put the connection back idle before the answer reached the test, so it has
-        # now been idle longer than idleConn, and Go hands out no idle connection that old (transport.go
-        # queueForIdleConn: tooOld), whether or not its idle timer has closed it yet
-        time.sleep(idle_conn + 0.2)
-    word.write_text("1\n")  # the member's keep-alive has run out on that connection: it is closing it
+        wait_all_closed(conns, ls)
+    word.write_text("1\n")  # the member's keep-alive has run out on every idle connection: it is closing them
     st, body, _ = chat(ls.port, "m")
     if idle_conn is None:
         assert (st, body) == (502, b"")
@@ -493,8 +495,20 @@ models:
         assert drops.read_text() == "POST /v1/chat/completions\n"
     else:
         assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 5, body
-        assert not drops.exists() and "proxy error" not in ls.output()
-        assert chat(ls.port, "m")[0] == 200  # reuse of a connection younger than idleConn still works
+        assert not drops.exists() and "proxy error" not in ls.output()[started:]
+        assert chat(ls.port, "m")[0] == 200  # a connection the member keeps open serves (reused or not)
+
+
+def wait_all_closed(conns, ls) -> None:
+    """Wait until every connection the fake member accepted has closed (``--conn-log``: as many
+    ``closed`` lines as ``open`` ones, at least one), bounded by :data:`HANG_S`."""
+    deadline = time.monotonic() + HANG_S
+    while True:
+        events = conns.read_text().split() if conns.exists() else []
+        if events and events.count("open") == events.count("closed"):
+            return
+        assert time.monotonic() < deadline, (events, ls.output())
+        time.sleep(0.05)
 
 
 def test_gpu_monitor_runs_nvidia_smi_in_loop_mode_and_stops_reading_when_it_exits(run_llama_swap, tmp_path):

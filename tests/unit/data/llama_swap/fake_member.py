@@ -24,7 +24,9 @@ answers 503 ``Loading model`` until F exists: the model has loaded when the test
 request held mid-stream), ``--keepalive-file F`` (the keep-alive timeout at the test's word: F holds a
 number, and a request arriving on a connection that went idle before that number last changed is
 read and the connection closed without an answer, as with ``--keepalive-timeout``; logged in
-``--drop-log F`` too). Observability for tests: ``--vram-seen-file F``
+``--drop-log F`` too). Observability for tests: ``--conn-log F`` appends ``open`` when a client
+connects and ``closed`` when that connection ends (the client closed it, or this server did), so a
+test waits for the proxy to close its idle connections instead of sleeping; ``--vram-seen-file F``
 writes the MiB held by other live processes when this one starts (proves a swap freed
 VRAM first); ``--signal-log F`` appends the name of each stop signal received.
 
@@ -100,6 +102,14 @@ def _cleanup_and_exit(signum=None, _frame=None):
 
 
 ANSWERED = [0]  # completions answered by this process
+_CONN_LOG_LOCK = threading.Lock()
+
+
+def _conn_log(event):
+    """``--conn-log``: one line per connection event (``open``, ``closed``)."""
+    if ARGS is not None and ARGS.conn_log:
+        with _CONN_LOG_LOCK, open(ARGS.conn_log, "a") as f:
+            f.write(event + "\n")
 
 
 class H(BaseHTTPRequestHandler):
@@ -131,6 +141,16 @@ class H(BaseHTTPRequestHandler):
                 f.write("%s %s\n" % (self.command, self.path))
         self.close_connection = True
         return True
+
+    def setup(self):
+        super().setup()
+        _conn_log("open")
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            _conn_log("closed")
 
     def handle_one_request(self):
         super().handle_one_request()
@@ -234,6 +254,7 @@ def main(argv=None):
     ap.add_argument("--ready-file", default=None)
     ap.add_argument("--hold-file", default=None)
     ap.add_argument("--keepalive-file", default=None)
+    ap.add_argument("--conn-log", default=None)
     ARGS = ap.parse_args(argv)
     if ARGS.exit_at_start is not None:
         sys.stderr.write("fake-member: exiting at start with code %d\n" % ARGS.exit_at_start)
