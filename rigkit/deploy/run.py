@@ -173,37 +173,43 @@ def smoke(hs, inventory: str, env: dict[str, str], out: Output) -> int:
                  "--out", str(Path("results") / "smoke" / hs.name / stamp / member)]
         if hs.spec.bench.baseline:
             smoke += ["--baseline", hs.spec.bench.baseline]
+        if hs.spec.metrics_textfile_dir:  # the bench's own writer; smoke_metrics hands the text to the host
+            smoke += ["--metrics", str(Path(smoke[smoke.index("--out") + 1]) / SMOKE_METRICS)]
         out.note(f"post-deploy smoke: $ {shlex.join(['rigkit', *smoke[1:]])}")
         rc = subprocess.run(smoke, env=env).returncode
         out.note(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}"
                  + smoke_warnings(Path(smoke[smoke.index("--out") + 1]) / "summary.json"))
         codes.append(exitcodes.FAILED if rc else exitcodes.OK)
     if hs.spec.metrics_textfile_dir:
-        smoke_metrics(hs, {m: Path("results") / "smoke" / hs.name / stamp / m / "summary.json" for m in members}, out)
+        smoke_metrics(hs, {m: Path("results") / "smoke" / hs.name / stamp / m / SMOKE_METRICS for m in members}, out)
     return exitcodes.combine(*codes)
 
 
-def smoke_metrics(hs, summaries: dict[str, Path], out: Output) -> bool:
-    """Hand the smoke's figures (``{member: its summary.json}``; a member whose bench wrote none is left out) to
-    the host's agent as its ``rigkit_bench.prom`` (``rigkit-agent metrics bench``, :func:`rigkit.host.promfile.put`)
-    in ``metrics_textfile_dir``, where the host's node_exporter reads the agent's other parts: the same series
-    as ``rigkit bench --metrics`` (:func:`rigkit.report.prometheus.bench_families`) without a ``host`` value (on
-    the host, the scrape's ``instance`` names it). Best effort, as every metrics writer: a failure is a note,
-    never the smoke's exit code. Returns whether the file was written."""
-    from rigkit.remote import Remote, RemoteError
-    from rigkit.report import prometheus
+#: The file each member's smoke bench writes its metrics to (``rigkit bench --metrics``), beside its summary.json.
+SMOKE_METRICS = "rigkit_bench.prom"
 
-    families = []
-    for member, path in summaries.items():
+
+def smoke_metrics(hs, written: dict[str, Path], out: Output) -> bool:
+    """Hand the smoke's figures to the host's agent as its ``rigkit_bench.prom`` (``rigkit-agent metrics bench``,
+    :func:`rigkit.host.promfile.put`) in ``metrics_textfile_dir``, where the host's node_exporter reads the agent's
+    other parts. ``written`` is ``{member: the file its smoke bench wrote with --metrics}`` (a member whose bench
+    wrote none is left out): the same series as ``rigkit bench --metrics``, from the same writer, labelled
+    ``host``/``member``/``workload``; the members' texts go together and the agent's parser makes one family of
+    each name. Best effort, as every metrics writer: a failure is a note, never the smoke's exit code. Returns
+    whether the file was written."""
+    from rigkit.remote import Remote, RemoteError
+
+    texts = []
+    for path in written.values():
         try:
-            families += prometheus.bench_families(json.loads(path.read_text()), None, member)
-        except (OSError, ValueError, AttributeError):
+            texts.append(path.read_text())
+        except OSError:
             continue
-    if not families:
-        out.note(f"post-deploy smoke: {hs.name}: no summary to write as metrics")
+    if not texts:
+        out.note(f"post-deploy smoke: {hs.name}: no metrics to write (no member's bench wrote any)")
         return False
     try:
-        proc = Remote(hs.name, hs.connection).agent("metrics", "bench", stdin=prometheus.exposition(families))
+        proc = Remote(hs.name, hs.connection).agent("metrics", "bench", stdin="".join(texts))
     except RemoteError as exc:
         out.note(f"post-deploy smoke: metrics not written: {exc}", error=True)
         return False

@@ -252,8 +252,9 @@ def put(cfg: Any, part: str, text: str) -> Path | None:
     host's ``part`` file (one of :data:`HANDED`) in the textfile folder; None when the host config names no
     folder (nothing written).
 
-    The text is read by prometheus-client's own parser (``prometheus_client.parser.text_string_to_metric_families``)
-    and written again through :func:`write`, so the file is what the exposition writer makes of it (atomic,
+    The text is read by prometheus-client's own parser (``prometheus_client.parser.text_string_to_metric_families``;
+    the families of several texts one after the other — one per member benched — made one of each name) and
+    written again through :func:`write`, so the file is what the exposition writer makes of it (atomic,
     0644) — never the bytes as sent. Raises ValueError naming what is wrong: another part, text over
     :data:`PUT_MAX_BYTES`, text the parser refuses, or a family not named ``rigkit_<part>_…`` (a part
     writes its own series only); OSError when the file cannot be written."""
@@ -264,9 +265,16 @@ def put(cfg: Any, part: str, text: str) -> Path | None:
     if len(text.encode()) > PUT_MAX_BYTES:
         raise ValueError(f"{len(text.encode())} bytes of metrics, more than the {PUT_MAX_BYTES} allowed")
     try:
-        families = list(text_string_to_metric_families(text))
+        parsed = list(text_string_to_metric_families(text))
     except ValueError as exc:
         raise ValueError(f"not Prometheus exposition text: {exc}") from None
+    by_name: dict[str, Metric] = {}  # several members' texts one after the other: one family of each name
+    for fam in parsed:
+        if fam.name in by_name:
+            by_name[fam.name].samples.extend(fam.samples)
+        else:
+            by_name[fam.name] = fam
+    families = list(by_name.values())
     prefix = f"rigkit_{part}_"
     foreign = sorted({f.name for f in families if not f.name.startswith(prefix)})
     if foreign:

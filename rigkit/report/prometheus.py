@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest, write_to_textfile
+from prometheus_client.exposition import write_to_textfile
 from prometheus_client.parser import text_string_to_metric_families
 
 #: The bench's verdict words (:func:`rigkit.bench.results.verdict`), one series each.
@@ -170,26 +170,6 @@ def clash(path: str | Path, families: list[Metric]) -> str | None:
                     "would serve one of the two and still report node_textfile_scrape_error 0. Write these figures "
                     f"to {other} instead, or remove it")
     return None
-
-
-def merged(families: Iterable[Metric]) -> list[Metric]:
-    """``families`` with the same name made one (the first one's help and type, every sample in order): the
-    families of several members' runs, which one exposition may hold only once each."""
-    out: dict[str, Metric] = {}
-    for fam in families:
-        if fam.name not in out:
-            out[fam.name] = Metric(fam.name, fam.documentation, fam.type)
-        out[fam.name].samples.extend(fam.samples)
-    return list(out.values())
-
-
-def exposition(families: Iterable[Metric]) -> str:
-    """``families`` (:func:`merged` first) as Prometheus exposition text 0.0.4, from a registry of their own —
-    what the deploy's smoke hands the host's agent (``rigkit-agent metrics bench``)."""
-    fixed = merged(families)
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(type("Families", (), {"collect": lambda self: iter(fixed)})())
-    return generate_latest(reg).decode()
 
 
 def check_path(_ctx: Any, param: Any, value: str | None) -> str | None:

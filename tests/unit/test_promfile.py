@@ -326,9 +326,10 @@ SMOKE = {"timestamp": "2026-12-05T03:04:05+00:00",
 
 
 def test_the_smokes_figures_reach_the_hosts_folder_through_the_agent(tmp_path, monkeypatch):
-    """``smoke_metrics`` (control side) → ``rigkit-agent metrics bench`` (here the agent's own :func:`put_main`
-    on the text the SSH call would carry) → ``rigkit_bench.prom``: every member's series in one file, no host
-    value, the idle-level J/token absent, promtool clean, 0644."""
+    """``smoke_metrics`` (control side: the files each member's ``rigkit bench --metrics`` wrote) →
+    ``rigkit-agent metrics bench`` (here the agent's own :func:`put_main` on the text the SSH call would carry)
+    → ``rigkit_bench.prom``: every member's series in one file, one family of each name, the idle-level
+    J/token absent, promtool clean, 0644."""
     from types import SimpleNamespace
 
     from rigkit import remote
@@ -355,9 +356,9 @@ def test_the_smokes_figures_reach_the_hosts_folder_through_the_agent(tmp_path, m
         summary = json.loads(json.dumps(SMOKE))
         summary["workloads"]["chat-greedy"]["metrics"]["decode_tps"]["median"] = decode
         (tmp_path / member).mkdir()
-        paths[member] = tmp_path / member / "summary.json"
-        paths[member].write_text(json.dumps(summary))
-    paths["hyperqwen"] = tmp_path / "absent" / "summary.json"  # its bench wrote nothing: left out
+        paths[member] = tmp_path / member / "rigkit_bench.prom"  # what the smoke's bench writes (--metrics)
+        prometheus.write(str(paths[member]), prometheus.bench_families(summary, "rig", member))
+    paths["hyperqwen"] = tmp_path / "absent" / "rigkit_bench.prom"  # its bench wrote nothing: left out
     notes = []
     out = SimpleNamespace(note=lambda text, error=False: notes.append((text, error)))
     hs = SimpleNamespace(name="rig", connection={})
@@ -369,7 +370,7 @@ def test_the_smokes_figures_reach_the_hosts_folder_through_the_agent(tmp_path, m
     clean(text)
     got = samples(text)
     for member, decode in (("strata", 2010.5), ("gguf-baseline", 42.0)):
-        key = (("host", ""), ("member", member), ("workload", "chat-greedy"))
+        key = (("host", "rig"), ("member", member), ("workload", "chat-greedy"))
         assert got[("rigkit_bench_decode_tokens_per_second", key)] == decode
         assert got[("rigkit_bench_verdict", tuple(sorted(key + (("verdict", "PASS"),))))] == 1.0
         assert ("rigkit_bench_energy_joules_per_token", key) not in got  # not power-modelled
@@ -400,6 +401,6 @@ def test_the_agent_writes_nothing_when_the_host_names_no_folder(tmp_path, monkey
     import io
 
     monkeypatch.setattr("rigkit.host.config.load", lambda *a, **k: _host_config(tmp_path, None))
-    text = prometheus.exposition(prometheus.bench_families(SMOKE, None, "strata"))
+    text = promfile.text(prometheus.bench_families(SMOKE, None, "strata"))
     assert promfile.put_main(["bench"], io.StringIO(text)) == 0
     assert capsys.readouterr().out == "not written: the host config names no metrics.textfile_dir\n"
