@@ -85,14 +85,23 @@ class SSEParser:
         self.comments = 0
         self.open_event = False
         self._fast = True
-        self._raw = b""  # fast-path bytes not yet split into events
+        self._pend: list[bytes] = []  # fast-path bytes not yet split into events, as they came
+        self._pend_n = 0
+        self._parts: list[str] = []  # a line still open, in pieces (joined once it ends)
+        self.raw_bodies: list[tuple[int, str]] = []
         self.errors: list[tuple[int, str]] = []
         self.dispatched = 0
 
+    def _take_raw(self) -> bytes:
+        """The fast path's held bytes, joined once, and forgotten."""
+        raw = b"".join(self._pend) if len(self._pend) != 1 else self._pend[0]
+        self._pend, self._pend_n = [], 0
+        return raw
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (bytes, any split) and return the events it completed, in order."""
-        if self._raw:
-            chunk, self._raw = self._raw + chunk, b""
+        if self._pend:
+            chunk = self._take_raw() + chunk
         text = self._decoder.decode(chunk)
         return self._consume(text, final=False)
 
@@ -103,21 +112,35 @@ class SSEParser:
             if self._fast:  # leave the fast path for good, handing over what it holds
                 self._fast = False
             return [ev.data for ev in self.feed(chunk)]
-        buf = self._raw + chunk if self._raw else chunk
         if not self._started:
+            buf = self._take_raw() + chunk if self._pend else chunk
             if not buf:
                 return []
             if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
-                self._raw = buf
+                self._pend, self._pend_n = [buf], len(buf)
                 return []
             self._started = True
             if buf.startswith(b"\xef\xbb\xbf"):
                 buf = buf[3:]
-        complete, sep, rest = buf.rpartition(b"\n\n")
-        if not sep:  # no event ends in what has arrived: keep all of it for the next read
-            self._raw = buf
+            chunk = buf
+        # Only the new bytes are searched for the last blank line (one across the seam: the held
+        # bytes end in LF and these begin with one); held bytes are joined once, when an event
+        # ends: linear in the stream's length however small the reads (a 3 MB event in 1 KiB
+        # reads used to be copied and searched again on every read).
+        j = chunk.rfind(b"\n\n")
+        if j >= 0:
+            complete = (self._take_raw() + chunk[:j]) if self._pend else chunk[:j]
+            rest = chunk[j + 2:]
+        elif self._pend and chunk[:1] == b"\n" and self._pend[-1][-1:] == b"\n":
+            complete = self._take_raw()[:-1]
+            rest = chunk[1:]
+        else:  # no event ends in what has arrived: keep all of it for the next read
+            if chunk:
+                self._pend.append(chunk)
+                self._pend_n += len(chunk)
             return []
-        self._raw = rest
+        if rest:
+            self._pend, self._pend_n = [rest], len(rest)
         # whole events only, so no multi-byte character is cut: one decode per read
         text = complete.decode("utf-8", errors="replace")
         out: list[str] = []
@@ -142,8 +165,7 @@ class SSEParser:
     def close(self) -> list[SSEEvent]:
         """End of stream: flush the decoder; an event without its blank line is discarded
         (``open_event`` then becomes True). Returns any event a final CR completed."""
-        text = self._decoder.decode(self._raw, final=True)
-        self._raw = b""
+        text = self._decoder.decode(self._take_raw() if self._pend else b"", final=True)
         events = self._consume(text, final=True)
         if self._buf:
             self._line(self._buf)
@@ -158,6 +180,12 @@ class SSEParser:
             self._started = True
             if text.startswith("\ufeff"):
                 text = text[1:]
+        if not final and text and not self._buf.endswith("\r") and "\n" not in text and "\r" not in text:
+            self._parts.append(text)  # no line ends here: held in pieces, joined once it does
+            return []
+        if self._parts:
+            self._buf += "".join(self._parts)
+            self._parts.clear()
         buf = self._buf + text
         # A CR at the very end may be the first half of a CRLF still in flight.
         hold_cr = not final and buf.endswith("\r")
@@ -190,6 +218,9 @@ class SSEParser:
             self._event = value
         elif name == "error":  # llama.cpp's error line (module doc): not in the specification
             self.errors.append((self.dispatched, value))
+        elif name == "llama-swap" or name[:1] in ("{", "<"):
+            # an error body written into the stream as it is (module doc): no SSE field at all
+            self.raw_bodies.append((self.dispatched, line))
         elif name == "id":
             if "\0" not in value:
                 self._last_id = value

@@ -81,7 +81,7 @@ def test_llama_cpp_timings_predicted_n_is_the_count_when_usage_is_missing(replay
     ({"choices": [{"delta": {"content": ["a"]}}]},
      "bad data in stream event 2: choices[0].delta.content is a list, expected a string"),
     ({"choices": [], "usage": {"completion_tokens": "9"}},
-     "bad data in the stream: usage.completion_tokens is a string, expected an integer"),
+     "bad data in the stream: usage.completion_tokens is \"9\" (a string), expected an integer"),
 ])
 def test_valid_json_of_an_unexpected_shape_is_bad_data_naming_the_field(replay, event, message):
     r = chat(replay, [("event", chunk({"content": "a"})), ("event", event), ("done",)])
