@@ -139,10 +139,21 @@ def response_kind(content_type: str | None, content_encoding: str | None,
     "stream cut before [DONE]"; an event stream labelled ``application/json`` as "not a JSON
     object".
     """
-    ctype = (content_type or "").split(";")[0].strip().lower()
-    enc = (content_encoding or "").strip().lower()
     looks = _looks_like(head) if head else None
     seen = f"; its body is {looks}" if looks else ""
+    # A header sent more than once reaches us as http.client and requests combine it, the values
+    # joined by ", " (RFC 9110 §5.3; http.client.HTTPMessage.get_all → getheader). Content-Type is one
+    # value: repeated alike it is that value, repeated otherwise it is named. Content-Encoding is a
+    # list of codings (RFC 9110 §8.4): each is judged.
+    types_ = sorted({p.split(";")[0].strip().lower() for p in (content_type or "").split(",")} - {""})
+    if len(types_) > 1:
+        return "not-event-stream", (
+            f"the response carries Content-Type more than once with different values "
+            f"({', '.join(types_)}){seen}: a proxy between the bench and the server added one; "
+            f"nothing measured")
+    ctype = types_[0] if types_ else ""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    enc = next((c for c in codings if c != "identity"), "identity" if codings else "")
     named = ctype or "untyped (no Content-Type)"
     if enc and enc != "identity":
         return "not-event-stream", (

@@ -242,7 +242,6 @@ class StreamConsumer:
                 self.n_event += 1
                 self.result.done = True
                 self.t_done = t
-                self.comments_at_done = self.parser.comments
                 return None
             if not stripped:  # an empty data: line dispatches "" (WHATWG): it carries nothing
                 return None
@@ -495,6 +494,8 @@ class StreamConsumer:
             return True
         if self.on_chunk is not None and payloads:
             self.on_chunk(r)
+        if r.done:  # pings are counted up to the read that brought [DONE]; later ones in after_done
+            self.comments_at_done = parser.comments
         return r.done
 
     def end(self, t: float, exc: BaseException | None = None) -> RequestResult:
@@ -524,11 +525,13 @@ class StreamConsumer:
                         return r
             except BadData as exc_:
                 return failed(r, Happened("data"), str(exc_))
+            if r.done:  # [DONE] completed by the end of the body (a final CR)
+                self.comments_at_done = parser.comments
             problem = self._first_problem()
             if problem is not None and not r.done:
                 return self._problem(problem[1], problem[2])
         r.total_s = t - self.t0
-        r.pings = parser.comments
+        r.pings = self.comments_at_done if self.t_done is not None else parser.comments
         r.other_events = dict(parser.ignored)
         for kind, text in self.splitter.feed("", final=True):
             if kind == "answer":
@@ -633,10 +636,13 @@ class StreamConsumer:
         r.warnings.append(warning)
 
 
-def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0) -> RequestResult:
+def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0,
+            exc: BaseException | None = None) -> RequestResult:
     """The :class:`RequestResult` of a stream given as ``reads``: an iterable of
     ``(bytes, t)`` pairs (``t`` in seconds, the clock when each read returned), ending cleanly
-    after the last. For tests and replays; :func:`rigkit.bench.client.stream_chat` feeds
+    after the last (or with ``exc``, what the read after the last raised; nothing after ``[DONE]`` is
+    read then). Reads after ``[DONE]`` are read as the network reader does, up to
+    :data:`AFTER_DONE_S` after it on their clock. For tests and replays; :func:`rigkit.bench.client.stream_chat` feeds
     the same consumer from the network."""
     c = StreamConsumer(RequestResult(status=200), t0, stall_timeout_s)
     t = t0
@@ -644,11 +650,11 @@ def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0) -> RequestRe
     for data, t in reads:
         if c.feed(data, t):
             break
-    if c.result.ok and c.t_done is not None:
+    if c.result.ok and c.t_done is not None and exc is None:
         c.tail_ended = True
         for data, t_ in reads:  # what follows [DONE], read for AFTER_DONE_S on the reads' clock
             if t_ - c.t_done > AFTER_DONE_S:
                 c.tail_ended = False
                 break
             c.after(data, t_)
-    return c.end(t)
+    return c.end(t, exc)
