@@ -191,7 +191,7 @@ class StreamConsumer:
 
     __slots__ = ("result", "parser", "t0", "stall_timeout_s", "on_chunk", "splitter", "answer_parts",
                  "_append_answer", "reasoning_chars", "usage", "t_last_data", "t_last_token", "n_event",
-                 "loading", "t_loading", "usage_ct", "count_back", "instants", "t_prev_token",
+                 "loading_text", "t_loading", "usage_ct", "count_back", "instants", "t_prev_token",
                  "token_read_sizes", "t_done", "comments_at_done", "after_bytes", "after_events",
                  "late_usage", "t_after", "tail_ended")
 
@@ -210,7 +210,7 @@ class StreamConsumer:
         self.t_last_data = t0
         self.t_last_token: float | None = None
         self.n_event = 0
-        self.loading: list[str] = []  # llama-swap's loading frames' text
+        self.loading_text: list[str] = []  # llama-swap's loading frames' text
         self.t_loading: float | None = None
         self.usage_ct: int | None = None  # the last usage.completion_tokens seen
         self.count_back: tuple[int, int, int] | None = None  # (before, after, event)
@@ -263,10 +263,10 @@ class StreamConsumer:
         if len(obj) == 1 and r.token_chunks == 0:
             text = loading_frame(obj)
             if text is not None:  # llama-swap's, not the member's: no token, no TTFT
-                if sum(map(len, self.loading)) < 4096:
-                    self.loading.append(text)
+                if sum(map(len, self.loading_text)) < 4096:
+                    self.loading_text.append(text)
                 self.t_loading = t
-                r.swap = {"seen": "llama-swap's loading frames", "frames": len(self.loading)
+                r.swap = {"seen": "llama-swap's loading frames", "frames": len(self.loading_text)
                           if r.swap is None else r.swap["frames"] + 1}
                 return None
         if "error" in obj or "object" in obj and obj["object"] == "error":
@@ -552,7 +552,7 @@ class StreamConsumer:
         if self.t_last_token is not None:
             r.e2e_s = self.t_last_token - self.t0
         if r.swap is not None:
-            text = "".join(self.loading)
+            text = "".join(self.loading_text)
             m = _LOADING_MODEL.search(text)
             d = _LOADING_DONE.search(text)
             r.swap.update(model=m.group(1) if m else None,
