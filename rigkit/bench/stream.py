@@ -582,12 +582,13 @@ class StreamConsumer:
             count(r, self.usage)
         except BadData as exc_:
             return failed(r, Happened("data"), str(exc_))
-        wrong = check_counts(r)
-        if wrong is None and self.count_back is not None:
+        wrong = None
+        if self.count_back is not None and r.tokens_source == "usage":
             before, after, at = self.count_back
             wrong = (f"wrong count: usage.completion_tokens went back from {before} to {after} at stream "
                      f"event {at} (a running count only grows): the server's count cannot be right, "
                      f"nothing measured")
+        wrong = wrong or check_counts(r)
         if wrong:
             return failed(r, Happened("count"), wrong)
         fr = r.finish_reason
