@@ -86,7 +86,6 @@ class SSEParser:
         self.open_event = False
         self._fast = True
         self._pend: list[bytes] = []  # fast-path bytes not yet split into events, as they came
-        self._pend_n = 0
         self._parts: list[str] = []  # a line still open, in pieces (joined once it ends)
         self.raw_bodies: list[tuple[int, str]] = []
         self.errors: list[tuple[int, str]] = []
@@ -95,7 +94,7 @@ class SSEParser:
     def _take_raw(self) -> bytes:
         """The fast path's held bytes, joined once, and forgotten."""
         raw = b"".join(self._pend) if len(self._pend) != 1 else self._pend[0]
-        self._pend, self._pend_n = [], 0
+        self._pend = []
         return raw
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -117,7 +116,7 @@ class SSEParser:
             if not buf:
                 return []
             if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
-                self._pend, self._pend_n = [buf], len(buf)
+                self._pend = [buf]
                 return []
             self._started = True
             if buf.startswith(b"\xef\xbb\xbf"):
@@ -137,10 +136,9 @@ class SSEParser:
         else:  # no event ends in what has arrived: keep all of it for the next read
             if chunk:
                 self._pend.append(chunk)
-                self._pend_n += len(chunk)
             return []
         if rest:
-            self._pend, self._pend_n = [rest], len(rest)
+            self._pend = [rest]
         # whole events only, so no multi-byte character is cut: one decode per read
         text = complete.decode("utf-8", errors="replace")
         out: list[str] = []

@@ -260,7 +260,7 @@ class StreamConsumer:
         if type(obj) is not dict:
             return failed(r, Happened("data"), f"unexpected SSE data (event {n_event}): "
                                                f"{kind_of(obj)}, expected an object")
-        if len(obj) == 1 and r.token_chunks == 0:
+        if r.token_chunks == 0 and len(obj) == 1:
             text = loading_frame(obj)
             if text is not None:  # llama-swap's, not the member's: no token, no TTFT
                 if sum(map(len, self.loading_text)) < 4096:
@@ -374,9 +374,6 @@ class StreamConsumer:
                 if r.ttft_s is None:
                     r.ttft_s = t - self.t0
                 self.t_last_token = t
-                if t != self.t_prev_token:
-                    self.instants += 1
-                    self.t_prev_token = t
         return None
 
     def _first_problem(self) -> tuple[int, str, str] | None:
@@ -487,8 +484,11 @@ class StreamConsumer:
         except BadData as exc:
             failed(r, Happened("data"), str(exc))
             return True
-        if r.token_chunks != chunks_before:
+        if r.token_chunks != chunks_before:  # a read's events share its instant: counted per read
             self.token_read_sizes.append(len(data))
+            if t != self.t_prev_token:
+                self.instants += 1
+                self.t_prev_token = t
         if problem is not None and not r.done:
             self._problem(problem[1], problem[2])
             return True
@@ -519,12 +519,16 @@ class StreamConsumer:
                             f"{self.t_loading - self.t0:.1f} s (the member was being loaded)")
             return failed(r, Happened("read", exc=exc), message)
         if not r.done:
+            chunks_before = r.token_chunks
             try:
                 for ev in parser.close():
                     if self._handle(ev.data, t) is not None:
                         return r
             except BadData as exc_:
                 return failed(r, Happened("data"), str(exc_))
+            if r.token_chunks != chunks_before and t != self.t_prev_token:  # completed by the end
+                self.instants += 1
+                self.t_prev_token = t
             if r.done:  # [DONE] completed by the end of the body (a final CR)
                 self.comments_at_done = parser.comments
             problem = self._first_problem()
