@@ -18,6 +18,13 @@ Decisions beyond the specification, each with its source:
   it does for an event of type ``error`` (``event: error``), whose data it also returns.
 - Each error is recorded with the number of data events dispatched before it, so a client
   can act on it at the same place in the stream however the bytes were split.
+- Bodies written into the stream outside any event. llama-swap writes its error response into a
+  200 stream its loading writer already began (``router/base.go`` ``SendError`` after
+  ``newLoadingWriter``; the body ``swaputil.SendResponse`` picks by ``Accept``, http.go:108-131):
+  ``{"error":…,"src":"llama-swap"}``, ``llama-swap: …`` or an HTML page, with no ``data:``. To the
+  specification such a line is an unknown field (``{"error"``, ``llama-swap``) and ignored; the
+  parser records each line whose field name is ``llama-swap`` or starts with ``{`` or ``<`` in
+  :attr:`SSEParser.raw_bodies` (``[(n_before, line)]``), for the client to judge.
 
 Bytes are decoded with an incremental UTF-8 decoder, so a multi-byte character split across
 network reads is reassembled instead of turning into replacement characters.
@@ -31,7 +38,9 @@ boundary — a read holding no blank line at all is kept whole — for the next 
 event (a ``:`` ping, several lines, ``event:``/``id:``/``error:`` fields) goes through the
 full interpreter one event at a time, and a CR anywhere switches the rest of the stream to
 it, so both methods yield the same data for any split of the same bytes (a property test in
-``tests/bench/test_split_property.py`` holds them to it).
+``tests/bench/test_split_property.py`` holds them to it). Both read in time linear in the stream's
+length whatever the read size: bytes (and an open line) held between reads are kept as pieces and
+joined once, when an event (a line) ends, and only each new read is searched for the blank line.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class SSEParser:
     + ``errors``: ``[(n_before, message)]`` — each ``error:`` line (llama.cpp) or
       ``event: error`` event, with the number of data events dispatched before it.
     + ``dispatched``: data events dispatched so far (returned by ``feed``/``feed_data``).
+    + ``raw_bodies``: ``[(n_before, line)]`` — lines written outside any event (module doc).
     + ``accept``: event types to return (None: all); an event of another type is counted in
       ``ignored`` (``{type: n}``) and not returned — a client that reads completions takes
       ``("message", "error")``, as the specification's ``onmessage`` sees only ``message``
