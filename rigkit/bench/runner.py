@@ -454,6 +454,12 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                 f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {decode} · prefill "
                 f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
                 f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
+            if w.get("unmeasurable"):
+                figs = ", ".join(sorted(w["unmeasurable"]))
+                lines.append(f"  unmeasurable ({figs}): {next(iter(w['unmeasurable'].values()))}")
+            if w.get("swapped"):
+                lines.append(f"  {w['swapped']} request(s) carried a llama-swap swap: kept out of these "
+                             f"figures and measured again")
             source = SOURCE_WORDS.get(w["tokens_source"], w["tokens_source"])
             if w["tokens_source"] == "chunk-estimate" and w.get("estimate_why"):
                 source = f"ESTIMATED by counting chunks ({w['estimate_why']})"

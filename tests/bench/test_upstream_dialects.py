@@ -358,3 +358,15 @@ def test_gpt_oss_inline_channel_markup_is_named_and_only_final_is_the_answer(ana
 def test_the_frame_shape_is_what_gos_encoder_writes():
     """``loading.go:201-221``: ``{"choices":[{"delta":{"reasoning_content":…}}]}``, compact."""
     assert llama_swap_frame("a<b")[1] == b'data: {"choices":[{"delta":{"reasoning_content":"a\\u003cb"}}]}\n\n'
+
+
+def test_an_unmeasurable_figure_reaches_the_summary_and_the_printed_line_with_its_reason():
+    from rigkit.bench.results import summarize_workload
+
+    data = _bytes(vllm_stream(answer=["word"] * 5))
+    recs = [{**consume([(data, 1.0)], t0=0.0).to_record(), "prompt_id": "p"},
+            {**consume([(e + b"\n\n", 1.0 + k) for k, e in enumerate(data.split(b"\n\n")[:-1])], t0=0.0).to_record(),
+             "prompt_id": "p"}]
+    w = summarize_workload("chat-greedy", recs)
+    assert w["unmeasurable"]["decode_tps"].startswith("1 of 2 requests: all 5 token chunks arrived in one read")
+    assert w["metrics"]["decode_tps"]["n"] == 1  # the measured one alone
