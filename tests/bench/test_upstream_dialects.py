@@ -263,14 +263,16 @@ def test_a_server_that_keeps_sending_after_done_does_not_hold_the_bench(replay):
 @given(counts=st.lists(st.integers(0, 40), min_size=2, max_size=6), chunks=st.integers(1, 8))
 def test_a_usage_counter_that_goes_back_or_sits_below_the_chunks_is_named(counts, chunks):
     """vLLM's ``continuous_usage_stats`` sends a running usage on every chunk: it only grows, and a
-    count is never below the chunks that carried text (each carries a token)."""
+    count is never below the chunks that carried text (each carries a token) by more than llama.cpp's
+    diffs explain (``tools/server`` ``to_json_oaicompat_chat_stream``: a chunk per diff; one more here,
+    a content-only stream)."""
     steps = [("event", chunk({"content": "a"})) for _ in range(chunks)]
     steps += [("event", usage_chunk(5, n)) for n in counts] + [("event", chunk({}, finish="stop")), ("done",)]
     r = consume([(_bytes(steps), 1.0)], t0=0.0)
     back = next(((a, b) for a, b in zip(counts, counts[1:]) if b < a), None)
     if back:
         assert r.error_kind == "bad-count" and f"went back from {back[0]} to {back[1]}" in r.error
-    elif counts[-1] < chunks:
+    elif counts[-1] < 1 or counts[-1] + 1 < chunks:  # llama.cpp's diffs: one chunk more at most here
         assert r.error_kind == "bad-count" and f"is {counts[-1]} after {chunks} token-carrying chunks" in r.error
     else:
         assert r.ok and r.completion_tokens == counts[-1]
