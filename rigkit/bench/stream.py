@@ -38,6 +38,8 @@ ONE_WRITE_WARNING = ("WARNING: time to first token, prefill and decode tok/s unm
 BURSTS_WARNING = ("WARNING: time to first token, prefill and decode tok/s unmeasurable: the answer "
                   "arrived in fixed-size bursts of several chunks (a buffering proxy between the bench "
                   "and the server?)")
+DECODE_BURST_WARNING = ("WARNING: decode tok/s unmeasurable: most of the answer arrived in one read after "
+                        "the first token (a burst), so the span between reads is not the decode's")
 HARMONY_WARNING = ("WARNING: the answer carried gpt-oss's harmony channel markup (<|channel|>…<|message|>) "
                    "the server did not parse: only the final channel is counted as the answer, the "
                    "others as thinking; answer TTFT not measured (openai/harmony docs/format.md)")
@@ -191,7 +193,7 @@ class StreamConsumer:
 
     __slots__ = ("result", "parser", "t0", "stall_timeout_s", "on_chunk", "splitter", "answer_parts",
                  "_append_answer", "reasoning_chars", "usage", "t_last_data", "t_last_token", "n_event",
-                 "loading_text", "t_loading", "usage_ct", "count_back", "instants", "t_prev_token",
+                 "loading_text", "t_loading", "usage_ct", "count_back", "instant_chunks", "t_prev_token",
                  "token_read_sizes", "t_done", "comments_at_done", "after_bytes", "after_events",
                  "late_usage", "t_after", "tail_ended")
 
@@ -214,7 +216,7 @@ class StreamConsumer:
         self.t_loading: float | None = None
         self.usage_ct: int | None = None  # the last usage.completion_tokens seen
         self.count_back: tuple[int, int, int] | None = None  # (before, after, event)
-        self.instants = 0  # distinct arrival times of token chunks
+        self.instant_chunks: list[int] = []  # token chunks per distinct arrival time, in order
         self.t_prev_token: float | None = None
         self.token_read_sizes: list[int] = []
         self.t_done: float | None = None
@@ -486,9 +488,7 @@ class StreamConsumer:
             return True
         if r.token_chunks != chunks_before:  # a read's events share its instant: counted per read
             self.token_read_sizes.append(len(data))
-            if t != self.t_prev_token:
-                self.instants += 1
-                self.t_prev_token = t
+            self._arrived(r.token_chunks - chunks_before, t)
         if problem is not None and not r.done:
             self._problem(problem[1], problem[2])
             return True
@@ -526,9 +526,8 @@ class StreamConsumer:
                         return r
             except BadData as exc_:
                 return failed(r, Happened("data"), str(exc_))
-            if r.token_chunks != chunks_before and t != self.t_prev_token:  # completed by the end
-                self.instants += 1
-                self.t_prev_token = t
+            if r.token_chunks != chunks_before:  # completed by the end of the body
+                self._arrived(r.token_chunks - chunks_before, t)
             if r.done:  # [DONE] completed by the end of the body (a final CR)
                 self.comments_at_done = parser.comments
             problem = self._first_problem()
@@ -616,12 +615,24 @@ class StreamConsumer:
         return r
 
 
+    def _arrived(self, n: int, t: float) -> None:
+        """``n`` token chunks arrived at clock ``t``: counted per distinct arrival time."""
+        if t != self.t_prev_token:
+            self.instant_chunks.append(n)
+            self.t_prev_token = t
+        else:
+            self.instant_chunks[-1] += n
+
     def _bursts(self) -> None:
         """Mark TTFT, prefill and decode unmeasurable when the arrival times cannot carry them: every
         token chunk in one read (one write), or reads of one fixed size carrying
-        :data:`BURST_MIN_CHUNKS` or more token chunks each (a buffering proxy's writes)."""
+        :data:`BURST_MIN_CHUNKS` or more token chunks each (a buffering proxy's writes); decode alone
+        when one read after the first brought most of the answer (at least half the token chunks and
+        at least :data:`BURST_MIN_CHUNKS`): its span is one gap between reads (the sandbox's CPU
+        llama.cpp through an SSH forward once reported 171,121 tok/s that way)."""
         r = self.result
-        n, k = r.token_chunks, self.instants
+        per = self.instant_chunks
+        n, k = r.token_chunks, len(per)
         sizes = self.token_read_sizes
         if n >= 2 and k == 1:
             why = (f"all {n} token chunks arrived in one read (one write by the server, or a proxy "
@@ -634,6 +645,14 @@ class StreamConsumer:
                    f"(~{n / k:.0f} chunks each: fixed-size bursts, a buffering proxy between the bench "
                    f"and the server?): the arrival times are the proxy's, not the server's")
             warning = BURSTS_WARNING
+        elif k >= 2 and max(per[1:]) >= max(BURST_MIN_CHUNKS, n / 2):
+            why = (f"{max(per[1:])} of the {n} token chunks arrived in one read after the first "
+                   f"(a burst: the server's writes held back on the way, or read late): the decode "
+                   f"span is a gap between reads, not the tokens'")
+            r.unmeasurable = {"decode_tps": why}
+            r.decode_tps = None
+            r.warnings.append(DECODE_BURST_WARNING)
+            return
         else:
             return
         r.unmeasurable = {"ttft_s": why, "prefill_tps": why, "decode_tps": why}

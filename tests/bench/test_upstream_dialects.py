@@ -372,3 +372,23 @@ def test_an_unmeasurable_figure_reaches_the_summary_and_the_printed_line_with_it
     w = summarize_workload("chat-greedy", recs)
     assert w["unmeasurable"]["decode_tps"].startswith("1 of 2 requests: all 5 token chunks arrived in one read")
     assert w["metrics"]["decode_tps"]["n"] == 1  # the measured one alone
+
+
+@FAST
+@given(first=st.integers(1, 3), burst=st.integers(1, 30), trickle=st.integers(0, 6), gap=st.floats(0.001, 0.5))
+def test_most_of_the_answer_in_one_read_after_the_first_has_no_decode(first, burst, trickle, gap):
+    """Reads at their own instants: ``first`` chunks, then ``burst`` at once, then ``trickle`` one by
+    one. Decode is unmeasurable (named) when the burst is at least half the chunks and at least
+    :data:`BURST_MIN_CHUNKS`; TTFT stands. Else decode is the chunks over the span."""
+    ev = b"data: " + json.dumps(chunk({"content": "w"})).encode() + b"\n\n"
+    n = first + burst + trickle
+    tail = _bytes([("event", chunk({}, finish="stop")), ("event", usage_chunk(5, n)), ("done",)])
+    parts = [ev * first, ev * burst] + [ev] * trickle
+    parts[-1] += tail
+    r = consume([(p, 1.0 + k * gap) for k, p in enumerate(parts)], t0=0.0)
+    assert r.ok and r.ttft_s == 1.0
+    if burst >= max(BURST_MIN_CHUNKS, n / 2) or (trickle == 0 and first == 0):
+        assert r.decode_tps is None and f"{burst} of the {n} token chunks arrived in one read" in \
+            r.unmeasurable["decode_tps"]
+    else:
+        assert not r.unmeasurable and r.decode_tps == pytest.approx((n - 1) / ((len(parts) - 1) * gap))
