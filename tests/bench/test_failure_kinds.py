@@ -134,6 +134,9 @@ def _same(new, old) -> None:
         assert o["error_kind"] in ("stream-error", "http-5xx", "http-4xx", "engine-dead", "not-streamed"), o
         assert starting_failed(new.error), new.error
         o["error_kind"] = "swap-failed"
+    if new.error_kind == o["error_kind"] == "bad-data" and n["error"] != o["error"]:  # now naming the value
+        assert n["error"].split(" is ")[0] == o["error"].split(" is ")[0], (n["error"], o["error"])
+        n["error"] = o["error"]
     if new.after_done and new.after_done["ended"] is False:  # reads past AFTER_DONE_S: left, and said
         n["warnings"] = [w for w in n["warnings"] if "kept sending after data: [DONE]" not in w]
     if new.after_done and new.after_done["late_usage"]:  # a usage after [DONE]: used, and said

@@ -18,7 +18,7 @@ from rigkit.bench.results import verdict
 from rigkit.bench import runner
 from rigkit.bench.runner import send_patiently
 
-from .replay import Script, chunk, usage_chunk, vllm_stream
+from .replay import Script, chunk, said, usage_chunk, vllm_stream
 
 #: The end of a stream whose one token-carrying chunk came before: finish, usage (1 token), [DONE].
 ONE_TOKEN_END = [("event", chunk({}, finish="stop")), ("event", usage_chunk(100, 1)), ("done",)]
@@ -225,7 +225,7 @@ def test_usage_without_completion_tokens_is_an_estimate_not_from_usage(replay):
     r = chat(replay, Script(steps))
     assert (r.ok, r.completion_tokens, r.tokens_source, r.prompt_tokens) == (
         True, 2, "chunk-estimate", 7)
-    assert r.warnings == [USAGE_WITHOUT_COUNT_WARNING] and CHUNK_ESTIMATE_WARNING not in r.warnings
+    assert said(r.warnings) == [USAGE_WITHOUT_COUNT_WARNING] and CHUNK_ESTIMATE_WARNING not in r.warnings
 
 
 def ws(decode, counts="counted", source="usage"):
