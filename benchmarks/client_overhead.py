@@ -18,6 +18,12 @@ HTTP/1.1 connection with a prepared vLLM-shaped stream (``Content-Length`` frame
    proxies do: ``stream_chat`` end to end, events/s per CPU second of the client and by the
    wall clock.
 
+4. linear reading — one 3 MB content event (and its finish, usage, ``[DONE]``) fed to the client's
+   stream reader (:func:`rigkit.bench.client.consume`, what ``stream_chat``'s read loop feeds) in
+   1 KiB reads and in 64 KiB reads, CPU seconds each (median over ``--runs``; the reads cut before
+   the clock starts) and their ratio (issue 60: within 2x; a buffer copied and searched again on
+   every read once made the 1 KiB reads cost 4.15 s).
+
 Targets (issue 27, with the framing fixed): end to end at least 150k events/s and within 1.3x
 of ``json.loads`` alone on the same payloads (per CPU second; the wall clock printed too);
 split events at least 100k events/s. (Issue 16's: at most 0.5 ms added to the first token.)
@@ -34,7 +40,7 @@ import socket
 import statistics
 import time
 
-from rigkit.bench.client import ChatSession, stream_chat
+from rigkit.bench.client import ChatSession, consume, stream_chat
 from rigkit.bench.sse import SSEParser
 
 CHUNK = json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
@@ -48,6 +54,27 @@ def stream_bytes(n_events: int) -> bytes:
     usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 10,
                                                  "completion_tokens": n_events}})
     return ev * n_events + f"data: {usage}\n\ndata: [DONE]\n\n".encode()
+
+
+def big_event(size: int = 3_000_000) -> bytes:
+    """One content event of ``size`` bytes of text, then the finish, the usage and [DONE]."""
+    ev = json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                     "choices": [{"index": 0, "delta": {"content": "x" * size}, "finish_reason": None}]})
+    fin = json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    usage = json.dumps({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 1}})
+    return f"data: {ev}\n\ndata: {fin}\n\ndata: {usage}\n\ndata: [DONE]\n\n".encode()
+
+
+def linear_cpu_s(body: bytes, read_size: int, runs: int) -> float:
+    """Median CPU seconds :func:`consume` takes over ``body`` cut into ``read_size``-byte reads."""
+    reads = [(body[i:i + read_size], 1.0 + i / len(body)) for i in range(0, len(body), read_size)]
+    out = []
+    for _ in range(runs):
+        c0 = time.process_time()
+        r = consume(reads, t0=0.0)
+        out.append(time.process_time() - c0)
+        assert r.ok and r.answer_chars == 3_000_000, r.error
+    return statistics.median(out)
 
 
 def _read_request(conn: socket.socket, buf: bytes) -> bytes | None:
@@ -231,6 +258,11 @@ def main() -> None:
           f"second of the client, {med(split_rates):,.0f} by the wall clock (median over "
           f"{a.runs} runs; the server's 3 sends per event share the machine) (target >= 100,000)")
     print(f"SSEParser.feed_data:    {med(parser_rates):,.0f} events/s median")
+    big = big_event()
+    small_s, large_s = linear_cpu_s(big, 1024, a.runs), linear_cpu_s(big, 65536, a.runs)
+    print(f"linear reading: one {len(big) / 1e6:.1f} MB event in 1 KiB reads {small_s:.3f} CPU s, in 64 KiB "
+          f"reads {large_s:.3f} CPU s (median over {a.runs} runs) -> {small_s / large_s:.2f}x "
+          f"(target <= 2x; the quadratic buffer took 4.15 s)")
     print(f"time to first token:    stream_chat {med(client_ms):.3f} ms, raw socket "
           f"{med(raw_ms):.3f} ms median over {len(raw_ms)} runs, both on kept connections -> "
           f"client adds {added:.3f} ms (target <= 0.5 ms)")

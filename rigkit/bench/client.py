@@ -34,6 +34,18 @@ other than ``message``/``error`` (counted in ``other_events``, WHATWG typed even
 index other than 0 (``several-choices``: the bench asks for one); counts that cannot be right
 (:func:`check_counts`: ``bad-count``).
 
+What issue 60 added, each read as its owner writes it (docs/bench.md names every number): llama-swap's
+loading frames (``sendLoadingState``) are not the member's tokens — the request is named as one that
+carried a swap (``RequestResult.swap``) and the runner measures it again — and its error bodies, raw in
+the stream or as the answer, are ``swap-failed`` when a member could not start; a 3xx is ``redirected``;
+repeated headers are read as :mod:`http.client` combines them; the stream ends at ``[DONE]`` and what
+follows is read for :data:`~rigkit.bench.stream.AFTER_DONE_S` only (a late usage used, and said); a
+count that goes back, sits below the text-carrying chunks or is below 0 is ``bad-count``, an integral
+float is read and said; arrival times that cannot carry TTFT or decode (one write, fixed-size bursts)
+leave those figures ``unmeasurable`` with the reason; ``finish_reason`` ``abort``/``error`` is
+``aborted``, any other outside stop/length a warning; gpt-oss's harmony markup left in ``content`` is
+split, only its ``final`` channel the answer.
+
 In three parts under this entry point: :mod:`.transport` (:mod:`http.client` over a
 :class:`ChatSession` that keeps one connection per server open between requests; no proxy
 support — the bench talks to 127.0.0.1 or an SSH forward), :mod:`.stream` (the event → state

@@ -35,6 +35,9 @@ class Target:
     + model: the ``model`` field to send (None: leave it out).
     + label: what to show the operator (never holds the key).
     + api_key: sent as ``Authorization: Bearer``; excluded from ``repr``.
+    + swap_base: llama-swap's base URL when the target is one of its members (``model`` names it):
+      its ``/running`` is read before each request, so a request that carries a swap is named
+      (None: not behind llama-swap).
     """
 
     chat_url: str
@@ -42,6 +45,7 @@ class Target:
     label: str
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
+    swap_base: str | None = None
 
     def headers(self) -> dict[str, str]:
         """HTTP headers for side requests (the bearer key when there is one)."""

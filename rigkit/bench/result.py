@@ -40,6 +40,10 @@ KINDS: dict[str, str] = {
     "bad-count": "a count of the server's that cannot be right",
     "thinking-ate-budget": "finish_reason length with an empty answer: thinking used all of max_tokens",
     "empty-answer": "the stream finished with an empty answer",
+    "aborted": "a finish_reason saying the server gave the answer up (vLLM's abort or error)",
+    "swap-failed": "llama-swap could not start the member (its error quoted)",
+    "swapping": "every try of a request carried a llama-swap swap (the member kept being loaded)",
+    "redirected": "an HTTP 3xx redirect (named with its Location): the bench does not follow one",
 }
 
 #: Kinds that end the whole run (the server is unwell, or it is not what the bench measures);
@@ -66,6 +70,9 @@ AT = {
     "choice": "a choice index other than 0",
     "count": "a count that cannot be right (check_counts)",
     "answer": "the stream finished with an empty answer (finish_reason)",
+    "finish": "a finish_reason saying the server gave the answer up (finish_reason)",
+    "swap": "every try of a request carried a llama-swap swap",
+    "redirect": "an HTTP 3xx (status; message: its Location)",
 }
 
 
@@ -132,10 +139,21 @@ def response_kind(content_type: str | None, content_encoding: str | None,
     "stream cut before [DONE]"; an event stream labelled ``application/json`` as "not a JSON
     object".
     """
-    ctype = (content_type or "").split(";")[0].strip().lower()
-    enc = (content_encoding or "").strip().lower()
     looks = _looks_like(head) if head else None
     seen = f"; its body is {looks}" if looks else ""
+    # A header sent more than once reaches us as http.client and requests combine it, the values
+    # joined by ", " (RFC 9110 §5.3; http.client.HTTPMessage.get_all → getheader). Content-Type is one
+    # value: repeated alike it is that value, repeated otherwise it is named. Content-Encoding is a
+    # list of codings (RFC 9110 §8.4): each is judged.
+    types_ = sorted({p.split(";")[0].strip().lower() for p in (content_type or "").split(",")} - {""})
+    if len(types_) > 1:
+        return "not-event-stream", (
+            f"the response carries Content-Type more than once with different values "
+            f"({', '.join(types_)}){seen}: a proxy between the bench and the server added one; "
+            f"nothing measured")
+    ctype = types_[0] if types_ else ""
+    codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    enc = next((c for c in codings if c != "identity"), "identity" if codings else "")
     named = ctype or "untyped (no Content-Type)"
     if enc and enc != "identity":
         return "not-event-stream", (
@@ -179,7 +197,10 @@ def failure_kind(h: Happened) -> str:
     - ``read`` → ``stalled`` on a timeout, else ``cut``; ``pings`` → ``stalled``; ``end`` → ``cut``;
     - ``event`` → ``engine-dead`` when the message says so, else ``stream-error``;
     - ``data`` → ``bad-data``; ``choice`` → ``several-choices``; ``count`` → ``bad-count``;
-    - ``answer`` → ``thinking-ate-budget`` after ``finish_reason: "length"``, else ``empty-answer``.
+    - ``answer`` → ``thinking-ate-budget`` after ``finish_reason: "length"``, else ``empty-answer``;
+    - ``finish`` → ``aborted``; ``swap`` → ``swapping``; ``redirect`` → ``redirected``;
+    - before all of these, a ``status``/``event``/``body`` message that is llama-swap's own word for a
+      member it could not start (:func:`starting_failed`) → ``swap-failed``.
     """
     at = h.at
     if at == "connect":
@@ -188,6 +209,8 @@ def failure_kind(h: Happened) -> str:
         if isinstance(h.exc, TimeoutError):
             return "stalled"
         return "connection" if at == "send" else "cut"
+    if at in ("status", "event", "body") and h.message is not None and starting_failed(h.message):
+        return "swap-failed"
     if at == "status":
         status, msg = h.status or 0, h.message or ""
         if status == 503 and "loading" in msg.lower():
@@ -214,7 +237,8 @@ def failure_kind(h: Happened) -> str:
     if at == "answer":
         return "thinking-ate-budget" if h.finish_reason == "length" else "empty-answer"
     simple = {"type": "not-event-stream", "pings": "stalled", "end": "cut", "data": "bad-data",
-              "choice": "several-choices", "count": "bad-count"}
+              "choice": "several-choices", "count": "bad-count", "finish": "aborted",
+              "swap": "swapping", "redirect": "redirected"}
     if at in simple:
         return simple[at]
     raise ValueError(f"at {at!r}: not where a request fails (one of {', '.join(AT)})")
@@ -266,6 +290,13 @@ class RequestResult:
     only its length and a short head). ``other_events`` counts events of types other than
     ``message``/``error`` by type (``{"ping": 3}``: not completions, WHATWG typed events);
     ``usage_keys`` the keys of the usage the server sent (None: it sent none).
+    ``waited_s``: seconds the runner waited (by the clock) before this request was served (429/503).
+    ``swap``: the request carried a llama-swap swap (``{"model", "frames", "loading_s", "seen"}``:
+    its loading frames, or ``/running`` before the send) — kept out of the figures and measured again.
+    ``unmeasurable``: ``{figure: reason}`` for a figure the arrival times cannot carry (``ttft_s``,
+    ``decode_tps``, ``prefill_tps``: one write, fixed-size bursts); the figure is then None.
+    ``after_done``: what came after ``data: [DONE]`` (``{"bytes", "events", "comments", "read_s",
+    "ended", "late_usage"}``), read for at most :data:`rigkit.bench.stream.AFTER_DONE_S`.
     """
 
     ok: bool = True
@@ -302,6 +333,10 @@ class RequestResult:
     server_metrics: dict[str, Any] | None = None
     cut_note: str | None = None
     retry_after_s: float | None = None
+    waited_s: float | None = None
+    swap: dict[str, Any] | None = None
+    unmeasurable: dict[str, str] = field(default_factory=dict)
+    after_done: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     answer: str = ""
 
@@ -318,6 +353,9 @@ def error_message(body: bytes) -> str:
     """Best-effort message from an error body (OpenAI ``{"error": {"message"}}``, FastAPI
     ``{"detail"}``, vLLM ``{"message"}``) — at most 300 characters."""
     text = body.decode("utf-8", errors="replace").strip()
+    swap_said = llama_swap_error(text)
+    if swap_said is not None:
+        return f"llama-swap: {swap_said}"[:300]
     try:
         obj = json.loads(text)
     except ValueError:
@@ -332,6 +370,46 @@ def error_message(body: bytes) -> str:
             msg = obj["detail"]
         return str(msg)[:300]
     return text[:300]
+
+
+#: What llama-swap v250 says when it could not start a member — the errors its start path returns
+#: (``internal/process/process_command.go``: :477 ``failed to start command``, :506 ``upstream command
+#: exited prematurely``, :536 ``health check timed out after``, :266 ``could not be started in``),
+#: which its router hands to the waiting request (``router/base.go`` ``doSwap`` → ``GrantError``) and
+#: ``swaputil.SendError`` writes as ``unspecific error: <err>`` (``swaputil/http.go:103``).
+LLAMA_SWAP_START_FAILURES = ("upstream command exited prematurely", "health check timed out after",
+                             "failed to start command", "could not be started in")
+
+
+def starting_failed(message: str) -> bool:
+    """Whether ``message`` is llama-swap's word for a member it could not start
+    (:data:`LLAMA_SWAP_START_FAILURES`)."""
+    return any(p in message for p in LLAMA_SWAP_START_FAILURES)
+
+
+def llama_swap_error(body: str) -> str | None:
+    """llama-swap's own error message from one of the three bodies ``swaputil.SendResponse`` writes
+    (``internal/swaputil/http.go:108-131``, chosen by the request's ``Accept``): ``text/plain``
+    ``llama-swap: <message>`` (:113), ``text/html`` ``<html><body><h1>llama-swap</h1><p><message></p>…``
+    (:120, HTML-escaped), else JSON ``{"error": <message>, "src": "llama-swap"}`` (:126, keys sorted by
+    Go's encoder). None when ``body`` is none of them."""
+    import html as _html
+    import re as _re
+
+    text = body.strip()
+    if text.startswith("llama-swap: "):
+        return text[len("llama-swap: "):]
+    m = _re.match(r"<html><body><h1>llama-swap</h1><p>(.*)</p></body></html>$", text, _re.S)
+    if m:
+        return _html.unescape(m.group(1))
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            return None
+        if isinstance(obj, dict) and obj.get("src") == "llama-swap" and isinstance(obj.get("error"), str):
+            return obj["error"]
+    return None
 
 
 class BadData(Exception):
@@ -360,16 +438,28 @@ def error_object_message(obj: dict[str, Any]) -> str | None:
 def has_count(usage: dict[str, Any] | None, timings: dict[str, Any] | None) -> bool:
     """Whether the server sent a count of completion tokens (an integer
     ``usage.completion_tokens`` or llama.cpp's ``timings.predicted_n``)."""
-    return (type((usage or {}).get("completion_tokens")) is int
-            or type((timings or {}).get("predicted_n")) is int)
+    return (integral((usage or {}).get("completion_tokens")) is not None
+            or integral((timings or {}).get("predicted_n")) is not None)
+
+
+def integral(v: Any) -> int | None:
+    """``v`` as a count: an integer (never a boolean), or a float with no fraction (``10.0``: JSON has
+    one number type, and some servers write counts through a float); None for anything else."""
+    if type(v) is int:
+        return v
+    if type(v) is float and v.is_integer():
+        return int(v)
+    return None
 
 
 def check_counts(r: RequestResult) -> str | None:
     """Why the server's counts of a finished stream cannot be right, or None. Holds only for a
     count the server sent (``tokens_source`` ``usage`` or ``timings``):
 
-    - no completion tokens after token-carrying chunks: each such chunk carries at least one
-      token (a usage all zeros after ten content chunks used to pass as OK with "n/a");
+    - fewer completion tokens than token-carrying chunks (none at all, or a usage below the chunks
+      that carried text by more than llama.cpp's diffs explain: one more, two when the stream both
+      thought and answered): each such chunk carries a token (a usage all zeros after ten content
+      chunks used to pass as OK with "n/a"); a count below 0;
     - ``reasoning_tokens`` above ``completion_tokens``: reasoning is part of the completion
       (OpenAI's ``completion_tokens_details``; vLLM, llama.cpp count it in ``completion_tokens``).
     """
@@ -377,7 +467,14 @@ def check_counts(r: RequestResult) -> str | None:
         return None
     where = ("usage.completion_tokens" if r.tokens_source == "usage"
              else "llama.cpp's timings.predicted_n")
-    if r.completion_tokens is not None and r.completion_tokens < 1 and r.token_chunks:
+    if r.completion_tokens is not None and r.completion_tokens < 0:
+        return f"wrong count: {where} is {r.completion_tokens}, below 0: nothing measured"
+    # one chunk per diff, not per token (llama.cpp tools/server: to_json_oaicompat_chat_stream sends a
+    # chunk for each of oaicompat_msg_diffs): a token that ends the thinking and begins the answer
+    # is two, and the final result flushes what the parser held back — at most that many over
+    slack = 1 + (1 if 0 < r.reasoning_chunks < r.token_chunks else 0)
+    if r.completion_tokens is not None and (r.completion_tokens < 1 <= r.token_chunks
+                                            or r.completion_tokens + slack < r.token_chunks):
         return (f"wrong count: {where} is {r.completion_tokens} after {r.token_chunks} "
                 f"token-carrying chunks (each carries at least one token): the server's count "
                 f"cannot be right, nothing measured")
@@ -390,26 +487,32 @@ def check_counts(r: RequestResult) -> str | None:
     return None
 
 
-def _int_field(obj: dict[str, Any], key: str, where: str) -> int | None:
+def _int_field(obj: dict[str, Any], key: str, where: str, r: "RequestResult | None" = None) -> int | None:
+    """``obj[key]`` as a count (None when absent): an integral float is read as its integer, and
+    said in ``r.warnings``; anything else raises :class:`BadData` naming the field and its value."""
     v = obj.get(key)
     if v is None:
         return None
-    if type(v) is not int:
-        raise BadData(f"bad data in the stream: {where}.{key} is {kind_of(v)}, expected an integer")
-    return v
+    n = integral(v)
+    if n is None:
+        raise BadData(f"bad data in the stream: {where}.{key} is {json.dumps(v)[:60]} "
+                      f"({kind_of(v)}), expected an integer")
+    if type(v) is float and r is not None:
+        r.warnings.append(f"WARNING: {where}.{key} is {v!r}, a float with no fraction; read as {n}")
+    return n
 
 
 def count(r: RequestResult, usage: dict[str, Any] | None) -> None:
     """Fill the token counts and rates of a finished stream (see the module doc); raises
     :class:`BadData` naming a count field of the wrong type."""
     tm = r.server_timings or {}
-    ct = _int_field(usage, "completion_tokens", "usage") if usage else None
+    ct = _int_field(usage, "completion_tokens", "usage", r) if usage else None
     if usage:
-        r.prompt_tokens = _int_field(usage, "prompt_tokens", "usage")
+        r.prompt_tokens = _int_field(usage, "prompt_tokens", "usage", r)
         r.prompt_tokens_source = "usage" if r.prompt_tokens is not None else None
         pdetails = usage.get("prompt_tokens_details") or {}
         if type(pdetails) is dict:
-            r.cached_tokens = _int_field(pdetails, "cached_tokens", "usage.prompt_tokens_details")
+            r.cached_tokens = _int_field(pdetails, "cached_tokens", "usage.prompt_tokens_details", r)
     if ct is not None:
         r.completion_tokens = ct
         r.tokens_source = "usage"
@@ -417,11 +520,11 @@ def count(r: RequestResult, usage: dict[str, Any] | None) -> None:
         if type(details) is not dict:
             raise BadData(f"bad data in the stream: usage.completion_tokens_details is "
                            f"{kind_of(details)}, expected an object")
-        r.reasoning_tokens = _int_field(details, "reasoning_tokens", "usage.completion_tokens_details")
+        r.reasoning_tokens = _int_field(details, "reasoning_tokens", "usage.completion_tokens_details", r)
         if r.reasoning_tokens is not None:
             r.reasoning_tokens_source = "usage"
-    elif isinstance(tm.get("predicted_n"), int):
-        r.completion_tokens = tm["predicted_n"]
+    elif integral(tm.get("predicted_n")) is not None:
+        r.completion_tokens = integral(tm["predicted_n"])
         r.tokens_source = "timings"
     else:
         r.completion_tokens = r.token_chunks

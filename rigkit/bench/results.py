@@ -147,8 +147,10 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
     measured), ``max_tokens`` (the requests' ``max_tokens``, None when they differ),
     ``estimate_why`` (why counts are estimated: no usage, or a usage without
     ``completion_tokens``), ``implausible`` (:func:`implausible_figures`: rates above what the run
-    can carry, marked and left out of ``metrics``; the records keep them), ``attempts`` (how many times it was measured; the runner raises it
-    when a run was unstable). ``not_run`` (the reason)
+    can carry, marked and left out of ``metrics``; the records keep them), ``attempts`` (how many times it
+    was measured; the runner raises it when a run was unstable), ``unmeasurable`` (``{figure: "k of n
+    requests: <reason>"}``: figures the arrival times could not carry, the first request's reason).
+    ``not_run`` (the reason)
     marks a workload not sent; ``skipped`` says it was left out because it cannot run on this
     target (verdict NOT-RUN) rather than because an earlier failure stopped the run (FAIL).
     """
@@ -182,10 +184,20 @@ def summarize_workload(name: str, records: list[dict[str, Any]], *, error: str |
         "max_tokens": _one({r.get("max_tokens") for r in records}),
         "estimate_why": _one({_estimate_why(r) for r in ok if counts_kind(r.get("tokens_source")) == "estimate"}),
         "attempts": 1,
+        "unmeasurable": _unmeasurable(ok),
     }
     if verbatim is not None:
         out["verbatim"] = verbatim
     return out
+
+
+def _unmeasurable(ok: list[dict[str, Any]]) -> dict[str, str]:
+    """``{figure: "k of n requests: <first reason>"}`` over the records' ``unmeasurable``."""
+    out: dict[str, list[str]] = {}
+    for r in ok:
+        for fig, why in (r.get("unmeasurable") or {}).items():
+            out.setdefault(fig, []).append(why)
+    return {fig: f"{len(whys)} of {len(ok)} requests: {whys[0]}" for fig, whys in out.items()}
 
 
 def _one(values: set[Any]) -> Any:

@@ -35,7 +35,7 @@ import requests
 
 from rigkit.bench import metrics as spec_metrics
 from rigkit.bench.client import ChatSession, RequestResult, stream_chat
-from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failure_kind
+from rigkit.bench.result import ABORT_KINDS, WAIT_KINDS, Happened, failed, failure_kind
 from rigkit.bench.context import Target
 from rigkit.bench.energy import IDLE_S, EnergyMeter, summarize_energy
 from rigkit.bench.results import (MAX_CV, MIN_STEADY_N, SCHEMA_VERSION, compared_metrics, exit_code, speedups,
@@ -45,6 +45,16 @@ from rigkit.bench.workloads import Workload, verbatim_check
 #: How many more times ``rigkit bench`` measures an unstable workload before its verdict says WARN
 #: unstable (its ``--repeat-unstable`` default).
 REPEAT_UNSTABLE = 2
+#: The least a retry waits (s), whatever ``Retry-After`` asks (``0`` included): a 429 with
+#: ``Retry-After: 0`` once made 1,162 requests in 2 s.
+RETRY_FLOOR_S = 1.0
+#: The most retries of one request on a loading, rate-limited or unavailable server, whatever the
+#: health budget.
+MAX_RETRIES = 120
+#: How many more times a request that carried a llama-swap swap is sent (each such request is kept out
+#: of the figures: recorded ``discarded`` with its ``swap``, never in n or CV); past it the workload
+#: fails ``swapping``.
+SWAP_REMEASURE = 2
 
 
 def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
@@ -110,37 +120,69 @@ def probe_health(target: Target, timeout_s: float = 5.0) -> str:
 
 def send_patiently(send: Callable[[], RequestResult], *, health_budget_s: float,
                    poll_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep) -> RequestResult:
+                   sleep: Callable[[float], None] = time.sleep, floor_s: float = RETRY_FLOOR_S,
+                   max_retries: int = MAX_RETRIES) -> RequestResult:
     """``send()`` until its result is not one of :data:`WAIT_KINDS`, waiting ``Retry-After``
-    (else ``poll_s``) seconds between tries while ``health_budget_s`` seconds last.
+    (else ``poll_s``), at least ``floor_s`` seconds, between tries while ``health_budget_s`` seconds
+    last and at most ``max_retries`` times (RFC 9110 §10.2.3 lets a server ask for 0 s; the floor
+    keeps a server that does from being asked again at once, without end).
 
-    A result after waits carries a warning naming them (``waited 4 s: the model was still
-    loading (HTTP 503 …)``); when the budget runs out, or a ``Retry-After`` asks for more than
-    is left, the last failure is returned with the wait and the budget added to its message.
+    A result after waits carries ``waited_s`` (the seconds the waits took by ``clock``) and a warning
+    naming them (``waited 4.0 s over 4 retries before this request was served: the model was still
+    loading (HTTP 503 …)``); when the budget or the retries run out, or a ``Retry-After`` asks for
+    more than is left, the last failure is returned with the wait and the budget added to its message.
     """
     start = clock()
     waited = 0.0
+    tries = 0
     first: str | None = None
     while True:
         r = send()
         if r.ok or r.error_kind not in WAIT_KINDS:
             if first:
-                r.warnings.append(f"waited {waited:.0f} s before this request was served: the "
-                                  f"server was {first}")
+                r.waited_s = round(waited, 3)
+                r.warnings.append(f"waited {waited:.1f} s over {tries} retries before this request was "
+                                  f"served: the server was {first}")
             return r
         first = first or f"{WAIT_KINDS[r.error_kind]}: {r.error}"
-        wait = r.retry_after_s if r.retry_after_s is not None else poll_s
+        wait = max(r.retry_after_s if r.retry_after_s is not None else poll_s, floor_s)
         left = health_budget_s - (clock() - start)
-        if wait > left:
-            asked = (f"its Retry-After {wait:g} s is more than the {max(left, 0):.0f} s left"
-                     if r.retry_after_s is not None and wait > poll_s else
-                     f"waited {clock() - start:.0f} s")
+        if wait > left or tries >= max_retries:
+            r.waited_s = round(waited, 3)
+            if tries >= max_retries:
+                asked = f"waited {waited:.1f} s over {tries} retries, the most the bench makes"
+            elif r.retry_after_s is not None and wait > max(poll_s, floor_s):
+                asked = f"its Retry-After {wait:g} s is more than the {max(left, 0):.0f} s left"
+            else:
+                asked = f"waited {waited:.1f} s over {tries} retries"
             r.error = (f"{r.error}; {WAIT_KINDS[r.error_kind]} — {asked} of the "
                        f"{health_budget_s:g} s health budget (not dead: rerun later or raise "
                        f"--health-budget)")
             return r
+        t = clock()
         sleep(wait)
-        waited += wait
+        waited += clock() - t
+        tries += 1
+
+
+def swap_state(target: Target, timeout_s: float = 5.0) -> str | None:
+    """What llama-swap's ``/running`` says of ``target``'s member, when it is not serving it now —
+    ``"starting"`` (a swap under way), ``"not running"`` (a request would load it), ``"stopping"`` —
+    else None (ready, not behind llama-swap, or ``/running`` not answering). Source: llama-swap v250
+    ``internal/server/api.go:333-351`` (``{"running": [{"model", "state", …}]}``, every process not
+    stopped) and ``internal/process/process.go:13-21`` (states ``stopped``, ``starting``, ``ready``,
+    ``stopping``, ``shutdown``)."""
+    if not target.swap_base or not target.model:
+        return None
+    from rigkit.bench import llama_swap
+
+    try:
+        running = llama_swap.running(target.swap_base, timeout_s=timeout_s, api_key=target.api_key)
+    except (requests.RequestException, ValueError, AttributeError):
+        return None
+    states = {str(m.get("model")): str(m.get("state")) for m in running if isinstance(m, dict)}
+    state = states.get(target.model, "not running")
+    return None if state == "ready" else state
 
 
 def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out_dir: str,
@@ -163,7 +205,12 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     ``warn(text)`` the first time each warning is raised. A workload whose
     :attr:`Workload.not_run` is set is not sent and is reported ``not-run`` with that reason.
     Each request is sent through :func:`send_patiently` (``health_budget_s``, ``poll_s``:
-    seconds; a loading or rate-limited server is waited for, not called dead).
+    seconds; a loading or rate-limited server is waited for, not called dead). A request that carried
+    a llama-swap swap (its loading frames in the stream, or — with ``target.swap_base`` — ``/running``
+    not saying the member ``ready`` before the send: :func:`swap_state`) is written ``discarded`` with
+    its ``swap`` and sent again, up to :data:`SWAP_REMEASURE` more times: it never counts in n or the
+    CV (the summary's ``swapped`` says how many there were); every try swapping fails the workload
+    ``swapping``; a member llama-swap could not start is ``swap-failed``, quoting llama-swap.
 
     With a ``meter`` (:class:`rigkit.bench.energy.EnergyMeter`) the card's idle draw is
     measured first for ``idle_s`` seconds (nothing sent), then each request's energy: its record
@@ -213,6 +260,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 before, note = spec_metrics.scrape(target.aux_base, target.headers())
                 records: list[dict[str, Any]] = []
                 quotes: list[dict[str, Any]] = []
+                swapped_total = 0
                 error = kind = None
                 for i, spec in enumerate(wl.requests):
                     if progress:
@@ -223,23 +271,49 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                                                 session=session, stall_timeout_s=stall_timeout_s),
                             health_budget_s=health_budget_s, poll_s=poll_s)
 
-                    energy: dict[str, Any] = {}
-                    if meter is None:
-                        r = send()
-                    else:
-                        with meter.measure() as span:
+                    def record(r: RequestResult, energy: dict[str, Any], discarded: bool) -> dict[str, Any]:
+                        return {"schema_version": SCHEMA_VERSION, "run_id": run_id,
+                                "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+                                "workload": wl.name, "prompt_id": spec.prompt_id,
+                                "repetition": spec.repetition, "discarded": discarded,
+                                "temperature": spec.payload.get("temperature"),
+                                "max_tokens": spec.payload.get("max_tokens"), "attempt": attempt,
+                                **r.to_record(), **energy}
+
+                    swaps: list[dict[str, Any]] = []
+                    while True:
+                        state = swap_state(target)
+                        energy: dict[str, Any] = {}
+                        if meter is None:
                             r = send()
-                        energy = span.record()
-                    sent += 1
+                        else:
+                            with meter.measure() as span:
+                                r = send()
+                            energy = span.record()
+                        sent += 1
+                        if state is not None and r.swap is None and (r.ok or r.error_kind == "swap-failed"):
+                            r.swap = {"seen": f"llama-swap's /running said {state} before the send",
+                                      "state": state, "model": target.model}
+                        if not (r.ok and r.swap):
+                            break
+                        # a request that carried a swap: its times are the swap's — recorded, kept out
+                        # of the figures (never in n or CV) and measured again
+                        swaps.append(r.swap)
+                        _warn(f"{wl.name}: a request carried a llama-swap swap of its member (llama-swap's "
+                              f"loading frames, or /running not ready before the send): kept out of the "
+                              f"figures and measured again (up to {SWAP_REMEASURE} times)")
+                        if len(swaps) > SWAP_REMEASURE:
+                            failed(r, Happened("swap"), (
+                                f"every one of {len(swaps)} tries carried a llama-swap swap of "
+                                f"{target.model or 'the member'} ({swaps[-1].get('seen')}): something "
+                                f"else keeps asking llama-swap for another member; nothing measured"))
+                            break
+                        fh.write(json.dumps(record(r, energy, True)) + "\n")
+                        fh.flush()
+                    swapped_total += len(swaps)
                     for w in r.warnings:
                         _warn(w)
-                    rec = {"schema_version": SCHEMA_VERSION, "run_id": run_id,
-                           "ts": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-                           "workload": wl.name, "prompt_id": spec.prompt_id,
-                           "repetition": spec.repetition, "discarded": wl.discard,
-                           "temperature": spec.payload.get("temperature"),
-                           "max_tokens": spec.payload.get("max_tokens"), "attempt": attempt,
-                           **r.to_record(), **energy}
+                    rec = record(r, energy, wl.discard)
                     if r.ok and spec.expected is not None:
                         v = verbatim_check(spec.expected, r.answer)
                         vd = {**v.__dict__, "message": v.message()}
@@ -272,6 +346,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                     energy=summarize_energy(records, idle_w, meter.method) if meter else None)
                 summaries[wl.name]["discarded"] = wl.discard
                 summaries[wl.name]["attempts"] = attempt
+                summaries[wl.name]["swapped"] = swapped_total
                 shaky = {} if wl.discard else unstable_metrics(wl.name, summaries[wl.name])
                 few = None if wl.discard or error else too_few_figures(wl.name, summaries[wl.name])
                 why = (few if few or wl.discard or error or shaky or doubt is None
@@ -413,6 +488,12 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
                 f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {decode} · prefill "
                 f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
                 f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
+            if w.get("unmeasurable"):
+                figs = ", ".join(sorted(w["unmeasurable"]))
+                lines.append(f"  unmeasurable ({figs}): {next(iter(w['unmeasurable'].values()))}")
+            if w.get("swapped"):
+                lines.append(f"  {w['swapped']} request(s) carried a llama-swap swap: kept out of these "
+                             f"figures and measured again")
             source = SOURCE_WORDS.get(w["tokens_source"], w["tokens_source"])
             if w["tokens_source"] == "chunk-estimate" and w.get("estimate_why"):
                 source = f"ESTIMATED by counting chunks ({w['estimate_why']})"

@@ -18,6 +18,13 @@ Decisions beyond the specification, each with its source:
   it does for an event of type ``error`` (``event: error``), whose data it also returns.
 - Each error is recorded with the number of data events dispatched before it, so a client
   can act on it at the same place in the stream however the bytes were split.
+- Bodies written into the stream outside any event. llama-swap writes its error response into a
+  200 stream its loading writer already began (``router/base.go`` ``SendError`` after
+  ``newLoadingWriter``; the body ``swaputil.SendResponse`` picks by ``Accept``, http.go:108-131):
+  ``{"error":…,"src":"llama-swap"}``, ``llama-swap: …`` or an HTML page, with no ``data:``. To the
+  specification such a line is an unknown field (``{"error"``, ``llama-swap``) and ignored; the
+  parser records each line whose field name is ``llama-swap`` or starts with ``{`` or ``<`` in
+  :attr:`SSEParser.raw_bodies` (``[(n_before, line)]``), for the client to judge.
 
 Bytes are decoded with an incremental UTF-8 decoder, so a multi-byte character split across
 network reads is reassembled instead of turning into replacement characters.
@@ -31,7 +38,9 @@ boundary — a read holding no blank line at all is kept whole — for the next 
 event (a ``:`` ping, several lines, ``event:``/``id:``/``error:`` fields) goes through the
 full interpreter one event at a time, and a CR anywhere switches the rest of the stream to
 it, so both methods yield the same data for any split of the same bytes (a property test in
-``tests/bench/test_split_property.py`` holds them to it).
+``tests/bench/test_split_property.py`` holds them to it). Both read in time linear in the stream's
+length whatever the read size: bytes (and an open line) held between reads are kept as pieces and
+joined once, when an event (a line) ends, and only each new read is searched for the blank line.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ class SSEParser:
     + ``errors``: ``[(n_before, message)]`` — each ``error:`` line (llama.cpp) or
       ``event: error`` event, with the number of data events dispatched before it.
     + ``dispatched``: data events dispatched so far (returned by ``feed``/``feed_data``).
+    + ``raw_bodies``: ``[(n_before, line)]`` — lines written outside any event (module doc).
     + ``accept``: event types to return (None: all); an event of another type is counted in
       ``ignored`` (``{type: n}``) and not returned — a client that reads completions takes
       ``("message", "error")``, as the specification's ``onmessage`` sees only ``message``
@@ -85,14 +95,22 @@ class SSEParser:
         self.comments = 0
         self.open_event = False
         self._fast = True
-        self._raw = b""  # fast-path bytes not yet split into events
+        self._pend: list[bytes] = []  # fast-path bytes not yet split into events, as they came
+        self._parts: list[str] = []  # a line still open, in pieces (joined once it ends)
+        self.raw_bodies: list[tuple[int, str]] = []
         self.errors: list[tuple[int, str]] = []
         self.dispatched = 0
 
+    def _take_raw(self) -> bytes:
+        """The fast path's held bytes, joined once, and forgotten."""
+        raw = b"".join(self._pend) if len(self._pend) != 1 else self._pend[0]
+        self._pend = []
+        return raw
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (bytes, any split) and return the events it completed, in order."""
-        if self._raw:
-            chunk, self._raw = self._raw + chunk, b""
+        if self._pend:
+            chunk = self._take_raw() + chunk
         text = self._decoder.decode(chunk)
         return self._consume(text, final=False)
 
@@ -103,21 +121,34 @@ class SSEParser:
             if self._fast:  # leave the fast path for good, handing over what it holds
                 self._fast = False
             return [ev.data for ev in self.feed(chunk)]
-        buf = self._raw + chunk if self._raw else chunk
         if not self._started:
+            buf = self._take_raw() + chunk if self._pend else chunk
             if not buf:
                 return []
             if len(buf) < 3 and b"\xef\xbb\xbf".startswith(buf):
-                self._raw = buf
+                self._pend = [buf]
                 return []
             self._started = True
             if buf.startswith(b"\xef\xbb\xbf"):
                 buf = buf[3:]
-        complete, sep, rest = buf.rpartition(b"\n\n")
-        if not sep:  # no event ends in what has arrived: keep all of it for the next read
-            self._raw = buf
+            chunk = buf
+        # Only the new bytes are searched for the last blank line (one across the seam: the held
+        # bytes end in LF and these begin with one); held bytes are joined once, when an event
+        # ends: linear in the stream's length however small the reads (a 3 MB event in 1 KiB
+        # reads used to be copied and searched again on every read).
+        j = chunk.rfind(b"\n\n")
+        if j >= 0:
+            complete = (self._take_raw() + chunk[:j]) if self._pend else chunk[:j]
+            rest = chunk[j + 2:]
+        elif self._pend and chunk[:1] == b"\n" and self._pend[-1][-1:] == b"\n":
+            complete = self._take_raw()[:-1]
+            rest = chunk[1:]
+        else:  # no event ends in what has arrived: keep all of it for the next read
+            if chunk:
+                self._pend.append(chunk)
             return []
-        self._raw = rest
+        if rest:
+            self._pend = [rest]
         # whole events only, so no multi-byte character is cut: one decode per read
         text = complete.decode("utf-8", errors="replace")
         out: list[str] = []
@@ -142,8 +173,7 @@ class SSEParser:
     def close(self) -> list[SSEEvent]:
         """End of stream: flush the decoder; an event without its blank line is discarded
         (``open_event`` then becomes True). Returns any event a final CR completed."""
-        text = self._decoder.decode(self._raw, final=True)
-        self._raw = b""
+        text = self._decoder.decode(self._take_raw() if self._pend else b"", final=True)
         events = self._consume(text, final=True)
         if self._buf:
             self._line(self._buf)
@@ -158,6 +188,12 @@ class SSEParser:
             self._started = True
             if text.startswith("\ufeff"):
                 text = text[1:]
+        if not final and text and not self._buf.endswith("\r") and "\n" not in text and "\r" not in text:
+            self._parts.append(text)  # no line ends here: held in pieces, joined once it does
+            return []
+        if self._parts:
+            self._buf += "".join(self._parts)
+            self._parts.clear()
         buf = self._buf + text
         # A CR at the very end may be the first half of a CRLF still in flight.
         hold_cr = not final and buf.endswith("\r")
@@ -190,6 +226,9 @@ class SSEParser:
             self._event = value
         elif name == "error":  # llama.cpp's error line (module doc): not in the specification
             self.errors.append((self.dispatched, value))
+        elif name == "llama-swap" or name[:1] in ("{", "<"):
+            # an error body written into the stream as it is (module doc): no SSE field at all
+            self.raw_bodies.append((self.dispatched, line))
         elif name == "id":
             if "\0" not in value:
                 self._last_id = value

@@ -12,11 +12,106 @@ counts, and the sources of each rule: :mod:`rigkit.bench.client`.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable
 
 from rigkit.bench.result import (BadData, Happened, RequestResult, check_counts, count, error_message,
-                                 error_object_message, failed, has_count, kind_of)
+                                 error_object_message, failed, has_count, integral, kind_of,
+                                 llama_swap_error, starting_failed)
 from rigkit.bench.sse import SSEParser
+
+#: Seconds (on the reads' clock) the bytes after ``data: [DONE]`` are read for — a late usage, the
+#: body's end — before the connection is dropped: what follows ``[DONE]`` is never waited on.
+AFTER_DONE_S = 1.0
+#: Token chunks per arrival instant at or above which reads of one fixed size are called bursts
+#: (a buffering proxy's writes): TTFT, prefill and decode are then unmeasurable.
+BURST_MIN_CHUNKS = 4
+#: Finish reasons of a completed answer (OpenAI API ``finish_reason``); any other is named.
+FINISHED = ("stop", "length")
+#: Finish reasons saying the server gave the answer up: vLLM's ``abort`` and ``error``
+#: (``vllm/v1/engine/__init__.py`` ``FINISH_REASON_STRINGS = ("stop", "length", "abort", "error",
+#: "repetition")``): a FAIL naming it; any other outside :data:`FINISHED` is a WARNING naming it.
+GIVEN_UP = ("abort", "error")
+
+ONE_WRITE_WARNING = ("WARNING: time to first token, prefill and decode tok/s unmeasurable: the whole "
+                     "answer arrived in one read (one write by the server, or a proxy that buffers it)")
+BURSTS_WARNING = ("WARNING: time to first token, prefill and decode tok/s unmeasurable: the answer "
+                  "arrived in fixed-size bursts of several chunks (a buffering proxy between the bench "
+                  "and the server?)")
+DECODE_BURST_WARNING = ("WARNING: decode tok/s unmeasurable: most of the answer arrived in one read after "
+                        "the first (a burst), so the span between reads is not the decode's")
+HARMONY_WARNING = ("WARNING: the answer carried gpt-oss's harmony channel markup (<|channel|>…<|message|>) "
+                   "the server did not parse: only the final channel is counted as the answer, the "
+                   "others as thinking; answer TTFT not measured (openai/harmony docs/format.md)")
+LATE_USAGE_WARNING = ("WARNING: the usage arrived after data: [DONE] (read within the "
+                      f"{AFTER_DONE_S:g} s the bench reads after it) and was used")
+KEPT_SENDING_WARNING = ("WARNING: the server kept sending after data: [DONE]; read for "
+                        f"{AFTER_DONE_S:g} s, not waited on, the connection dropped")
+
+#: A harmony message header in text (openai/harmony ``docs/format.md``, "Special Tokens" and the
+#: "Chat conversation format" example output: ``<|channel|>analysis<|message|>…<|end|><|start|>
+#: assistant<|channel|>final<|message|>…<|return|>``; a tool call's header carries ``to=…`` and
+#: ``<|constrain|>…``).
+_HARMONY_HEADER = re.compile(r"<\|channel\|>([^<]*?)(?:<\|constrain\|>[^<]*)?<\|message\|>")
+_HARMONY_STOP = re.compile(r"<\|(?:end|return|call|start|channel)\|>")
+
+#: What llama-swap's loading writer says in its frames (``internal/router/loading.go:76-77, 98``).
+_LOADING_MODEL = re.compile(r"llama-swap loading model: (\S+)")
+_LOADING_DONE = re.compile(r"Done! \((\d+(?:\.\d+)?)s\)")
+
+
+def split_harmony(text: str) -> tuple[str, str, list[str]]:
+    """``(final, other, channels)`` of ``text`` holding harmony messages written inline: the
+    ``final`` channel's content (the answer), every other channel's content joined (thinking), and
+    the channel names met in order. Source: openai/harmony ``docs/format.md`` (message format
+    ``<|start|>{header}<|message|>{content}<|end|>``; channels ``final``, ``analysis``,
+    ``commentary``; stop tokens ``<|return|>``, ``<|call|>``)."""
+    final: list[str] = []
+    other: list[str] = []
+    channels: list[str] = []
+    for m in _HARMONY_HEADER.finditer(text):
+        name = (m.group(1).split() or [""])[0]
+        channels.append(name)
+        stop = _HARMONY_STOP.search(text, m.end())
+        body = text[m.end():stop.start() if stop else len(text)]
+        (final if name == "final" else other).append(body)
+    return "".join(final), "".join(other), channels
+
+
+def raw_error(line: str) -> str | None:
+    """The message of an error body written into an event stream outside any event — llama-swap's
+    (:func:`~rigkit.bench.result.llama_swap_error`) or a JSON error object — else None (a line an
+    SSE reader ignores, WHATWG §9.2.6: an unknown field)."""
+    said = llama_swap_error(line)
+    if said is not None:
+        return said
+    if line[:1] == "{":
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+        if type(obj) is dict:
+            return error_object_message(obj)
+    return None
+
+
+def loading_frame(obj: dict[str, Any]) -> str | None:
+    """The text of llama-swap's loading frame, or None when ``obj`` is not one. Its writer marshals
+    exactly ``{"choices":[{"delta":{"reasoning_content": <text>}}]}`` — no id, object, model or index
+    (``internal/router/loading.go:200-219``, ``sendData``), sent only while a member is loaded for a
+    streamed ``/v1/chat/completions`` of a model with ``sendLoadingState`` (``router/base.go:529``) —
+    where every server's own chunk carries ``index`` (OpenAI API ``choices[].index``)."""
+    ch = obj.get("choices")
+    if type(ch) is not list or len(ch) != 1:
+        return None
+    c = ch[0]
+    if type(c) is not dict or len(c) != 1:
+        return None
+    d = c.get("delta")
+    if type(d) is not dict or len(d) != 1:
+        return None
+    text = d.get("reasoning_content")
+    return text if type(text) is str else None
 
 #: Delta fields that carry thinking, in the order servers adopted them (vLLM ``reasoning``,
 #: llama.cpp/SGLang/old vLLM ``reasoning_content``, others ``thinking``).
@@ -97,7 +192,10 @@ class StreamConsumer:
     """
 
     __slots__ = ("result", "parser", "t0", "stall_timeout_s", "on_chunk", "splitter", "answer_parts",
-                 "_append_answer", "reasoning_chars", "usage", "t_last_data", "t_last_token", "n_event")
+                 "_append_answer", "reasoning_chars", "usage", "t_last_data", "t_last_token", "n_event",
+                 "loading_text", "t_loading", "usage_ct", "count_back", "instant_chunks", "t_prev_token",
+                 "token_read_sizes", "t_done", "comments_at_done", "after_bytes", "after_events",
+                 "late_usage", "t_after", "tail_ended")
 
     def __init__(self, result: RequestResult, t0: float, stall_timeout_s: float = 120.0,
                  on_chunk: Callable[[RequestResult], None] | None = None) -> None:
@@ -114,6 +212,21 @@ class StreamConsumer:
         self.t_last_data = t0
         self.t_last_token: float | None = None
         self.n_event = 0
+        self.loading_text: list[str] = []  # llama-swap's loading frames' text
+        self.t_loading: float | None = None
+        self.usage_ct: int | None = None  # the last usage.completion_tokens seen
+        self.count_back: tuple[int, int, int] | None = None  # (before, after, event)
+        self.instant_chunks: list[int] = []  # token chunks per distinct arrival time, in order
+        self.t_prev_token: float | None = None
+        self.token_read_sizes: list[int] = []
+        self.t_done: float | None = None
+        self.comments_at_done = 0
+        self.after_bytes = 0
+        self.after_events = 0
+        self.late_usage = False
+        self.t_after: float | None = None
+        #: whether the body ended within AFTER_DONE_S after [DONE] (None: not read; set by the reader)
+        self.tail_ended: bool | None = None
 
     def _bad(self, field_name: str, value: Any, expected: str) -> BadData:
         return BadData(f"bad data in stream event {self.n_event}: {field_name} is {kind_of(value)}, "
@@ -130,6 +243,7 @@ class StreamConsumer:
             if stripped == "[DONE]":
                 self.n_event += 1
                 self.result.done = True
+                self.t_done = t
                 return None
             if not stripped:  # an empty data: line dispatches "" (WHATWG): it carries nothing
                 return None
@@ -148,6 +262,15 @@ class StreamConsumer:
         if type(obj) is not dict:
             return failed(r, Happened("data"), f"unexpected SSE data (event {n_event}): "
                                                f"{kind_of(obj)}, expected an object")
+        if r.token_chunks == 0 and len(obj) == 1:
+            text = loading_frame(obj)
+            if text is not None:  # llama-swap's, not the member's: no token, no TTFT
+                if sum(map(len, self.loading_text)) < 4096:
+                    self.loading_text.append(text)
+                self.t_loading = t
+                r.swap = {"seen": "llama-swap's loading frames", "frames": len(self.loading_text)
+                          if r.swap is None else r.swap["frames"] + 1}
+                return None
         if "error" in obj or "object" in obj and obj["object"] == "error":
             msg = error_object_message(obj)
             if msg is not None:
@@ -158,6 +281,11 @@ class StreamConsumer:
                 raise self._bad("usage", u, "an object")
             if u:
                 self.usage = u
+                ct = integral(u.get("completion_tokens"))
+                if ct is not None:
+                    if self.usage_ct is not None and ct < self.usage_ct and self.count_back is None:
+                        self.count_back = (self.usage_ct, ct, n_event)
+                    self.usage_ct = ct
             r.usage_keys = sorted(u)
         if "timings" in obj:
             tm = obj["timings"]
@@ -250,6 +378,64 @@ class StreamConsumer:
                 self.t_last_token = t
         return None
 
+    def _first_problem(self) -> tuple[int, str, str] | None:
+        """The first error line/event or raw body the parser met: ``(n_before, how, text)``."""
+        parser = self.parser
+        found = []
+        if parser.errors:
+            found.append((parser.errors[0][0], "error", parser.errors[0][1]))
+        for n_before, line in parser.raw_bodies:
+            if raw_error(line) is not None:
+                found.append((n_before, "raw", line))
+                break
+        return min(found, key=lambda f: f[0]) if found else None
+
+    def _problem(self, how: str, text: str) -> RequestResult:
+        """Fail on an error line/event (``how`` ``error``) or a body written into the stream outside
+        any event (``raw``: llama-swap's ``SendError`` after its loading writer had sent the 200,
+        ``internal/router/base.go`` ``SendError(w, req, resp.Err)`` → ``swaputil/http.go:108-131``)."""
+        r = self.result
+        if how == "error":
+            return self._stream_error(error_message(text.encode("utf-8", errors="replace")))
+        said = llama_swap_error(text)
+        if said is None:
+            return failed(r, Happened("event", message=raw_error(text)),
+                          f"the server wrote an error body into the stream outside any event: "
+                          f"{raw_error(text)[:300]}")
+        sw = r.swap
+        loading = (f" after {sw['frames']} of its loading frames over {self.t_loading - self.t0:.1f} s"
+                   if sw and self.t_loading is not None else "")
+        if starting_failed(said):
+            return failed(r, Happened("event", message=said),
+                          f"llama-swap could not start the member{loading}: llama-swap said {said!r}")
+        return failed(r, Happened("event", message=f"llama-swap: {said}"),
+                      f"llama-swap wrote its error into the stream{loading}: {said!r}")
+
+    def _after_payload(self, payload: str, t: float) -> None:
+        """One event after ``[DONE]``: counted; a usage with a count, when the stream had none, is
+        used (and said)."""
+        self.after_events += 1
+        self.t_after = t
+        if payload[:1] != "{":
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        u = obj.get("usage") if type(obj) is dict else None
+        if type(u) is dict and has_count(u, None) and not has_count(self.usage, self.result.server_timings):
+            self.usage = u
+            self.late_usage = True
+            self.result.usage_keys = sorted(u)
+
+    def after(self, data: bytes, t: float) -> None:
+        """Bytes that came after ``[DONE]`` (a later read, at clock ``t``): parsed and counted, never
+        waited on — the reader stops after :data:`AFTER_DONE_S`."""
+        self.after_bytes += len(data)
+        self.t_after = t
+        for p in self.parser.feed_data(data):
+            self._after_payload(p, t)
+
     def feed(self, data: bytes, t: float) -> bool:
         """One read's bytes at clock ``t`` (s); True when the stream is over (read no more)."""
         r = self.result
@@ -257,12 +443,13 @@ class StreamConsumer:
             return True
         parser = self.parser
         comments_before = parser.comments + sum(parser.ignored.values())
+        chunks_before = r.token_chunks
         try:
             payloads = parser.feed_data(data)
-            error_text = None
-            if parser.errors:  # an error line or event: act on it where it stands in the stream
-                n_before, error_text = parser.errors[0]
-                payloads = payloads[:max(n_before - (parser.dispatched - len(payloads)), 0)]
+            problem = None
+            if parser.errors or parser.raw_bodies:  # act on it where it stands in the stream
+                problem = self._first_problem()
+                payloads = payloads[:max(problem[0] - (parser.dispatched - len(payloads)), 0)]
             if payloads:
                 self.t_last_data = t
             elif (parser.comments + sum(parser.ignored.values()) > comments_before
@@ -291,18 +478,24 @@ class StreamConsumer:
             else:
                 handle = self._handle
                 for p in payloads:
-                    if r.done:
-                        break
+                    if r.done:  # the same read's events after [DONE]
+                        self._after_payload(p, t)
+                        continue
                     if handle(p, t) is not None:
                         return True
         except BadData as exc:
             failed(r, Happened("data"), str(exc))
             return True
-        if error_text is not None and not r.done:
-            self._stream_error(error_message(error_text.encode("utf-8", errors="replace")))
+        if r.token_chunks != chunks_before:  # a read's events share its instant: counted per read
+            self.token_read_sizes.append(len(data))
+            self._arrived(r.token_chunks - chunks_before, t)
+        if problem is not None and not r.done:
+            self._problem(problem[1], problem[2])
             return True
         if self.on_chunk is not None and payloads:
             self.on_chunk(r)
+        if r.done:  # pings are counted up to the read that brought [DONE]; later ones in after_done
+            self.comments_at_done = parser.comments
         return r.done
 
     def end(self, t: float, exc: BaseException | None = None) -> RequestResult:
@@ -321,18 +514,27 @@ class StreamConsumer:
                        else "the response ended mid-body")
                 message = (f"stream cut before [DONE] after {r.token_chunks} token chunks "
                            f"({type(exc).__name__}: {why})")
+            if r.swap and self.t_loading is not None:
+                message += (f", after {r.swap['frames']} of llama-swap's loading frames over "
+                            f"{self.t_loading - self.t0:.1f} s (the member was being loaded)")
             return failed(r, Happened("read", exc=exc), message)
         if not r.done:
+            chunks_before = r.token_chunks
             try:
                 for ev in parser.close():
                     if self._handle(ev.data, t) is not None:
                         return r
             except BadData as exc_:
                 return failed(r, Happened("data"), str(exc_))
-            if parser.errors and not r.done:
-                return self._stream_error(error_message(parser.errors[0][1].encode("utf-8", "replace")))
+            if r.token_chunks != chunks_before:  # completed by the end of the body
+                self._arrived(r.token_chunks - chunks_before, t)
+            if r.done:  # [DONE] completed by the end of the body (a final CR)
+                self.comments_at_done = parser.comments
+            problem = self._first_problem()
+            if problem is not None and not r.done:
+                return self._problem(problem[1], problem[2])
         r.total_s = t - self.t0
-        r.pings = parser.comments
+        r.pings = self.comments_at_done if self.t_done is not None else parser.comments
         r.other_events = dict(parser.ignored)
         for kind, text in self.splitter.feed("", final=True):
             if kind == "answer":
@@ -340,11 +542,35 @@ class StreamConsumer:
             elif kind == "reasoning":
                 self.reasoning_chars += len(text)
         r.answer = "".join(self.answer_parts)
+        if "<|channel|>" in r.answer:  # gpt-oss's harmony messages the server did not parse
+            final, other, _ = split_harmony(r.answer)
+            r.answer = final
+            self.reasoning_chars += len(other)
+            r.reasoning_source = r.reasoning_source or "harmony-inline"
+            r.ttft_answer_s = None
+            r.warnings.append(HARMONY_WARNING)
         r.answer_chars = len(r.answer)
         r.reasoning_chars = self.reasoning_chars
         r.chunk_estimate = r.token_chunks
         if self.t_last_token is not None:
             r.e2e_s = self.t_last_token - self.t0
+        if r.swap is not None:
+            text = "".join(self.loading_text)
+            m = _LOADING_MODEL.search(text)
+            d = _LOADING_DONE.search(text)
+            r.swap.update(model=m.group(1) if m else None,
+                          loading_s=round(self.t_loading - self.t0, 6) if self.t_loading is not None else None,
+                          llama_swap_s=float(d.group(1)) if d else None)
+        if self.t_done is not None and (self.after_bytes or self.after_events or self.tail_ended is False
+                                        or parser.comments > self.comments_at_done):
+            r.after_done = {"bytes": self.after_bytes, "events": self.after_events,
+                            "comments": parser.comments - self.comments_at_done,
+                            "read_s": round((self.t_after or self.t_done) - self.t_done, 6),
+                            "ended": self.tail_ended, "late_usage": self.late_usage}
+            if self.tail_ended is False:
+                r.warnings.append(KEPT_SENDING_WARNING)
+        if self.late_usage:
+            r.warnings.append(LATE_USAGE_WARNING)
         if not r.done:
             if r.finish_reason and has_count(self.usage, r.server_timings):
                 r.warnings.append(NO_DONE_WARNING)
@@ -359,9 +585,25 @@ class StreamConsumer:
             count(r, self.usage)
         except BadData as exc_:
             return failed(r, Happened("data"), str(exc_))
-        wrong = check_counts(r)
+        wrong = None
+        if self.count_back is not None and r.tokens_source == "usage":
+            before, after, at = self.count_back
+            wrong = (f"wrong count: usage.completion_tokens went back from {before} to {after} at stream "
+                     f"event {at} (a running count only grows): the server's count cannot be right, "
+                     f"nothing measured")
+        wrong = wrong or check_counts(r)
         if wrong:
             return failed(r, Happened("count"), wrong)
+        fr = r.finish_reason
+        if fr in GIVEN_UP:
+            return failed(r, Happened("finish", finish_reason=fr), (
+                f"the server gave the answer up: finish_reason {fr!r} after {r.completion_tokens} "
+                f"completion tokens (vLLM: the request was aborted or failed in the engine), not a "
+                f"completed answer; nothing measured"))
+        if fr and fr not in FINISHED:
+            r.warnings.append(f"WARNING: finish_reason {fr!r}, neither stop nor length: the answer "
+                              f"may not be a completed one")
+        self._bursts()
         if not r.answer.strip():
             if r.finish_reason == "length":
                 message = (f"thinking ate the max_tokens budget: finish_reason \"length\" after "
@@ -372,15 +614,72 @@ class StreamConsumer:
             return failed(r, Happened("answer", finish_reason=r.finish_reason), message)
         return r
 
+    def _arrived(self, n: int, t: float) -> None:
+        """``n`` token chunks arrived at clock ``t``: counted per distinct arrival time."""
+        if t != self.t_prev_token:
+            self.instant_chunks.append(n)
+            self.t_prev_token = t
+        else:
+            self.instant_chunks[-1] += n
 
-def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0) -> RequestResult:
+    def _bursts(self) -> None:
+        """Mark TTFT, prefill and decode unmeasurable when the arrival times cannot carry them: every
+        token chunk in one read (one write), or reads of one fixed size carrying
+        :data:`BURST_MIN_CHUNKS` or more token chunks each (a buffering proxy's writes); decode alone
+        when one read after the first brought most of the answer (at least half the token chunks and
+        at least :data:`BURST_MIN_CHUNKS`): its span is then a gap between reads, not the generation
+        (the sandbox's CPU llama.cpp through an SSH forward once reported 171,121 tok/s that way).
+        Reads of a few chunks each spread over the answer still carry decode: the span is the
+        generation's, delivered in small batches."""
+        r = self.result
+        per = self.instant_chunks
+        n, k = r.token_chunks, len(per)
+        sizes = self.token_read_sizes
+        if n >= 2 and k == 1:
+            why = (f"all {n} token chunks arrived in one read (one write by the server, or a proxy "
+                   f"that buffered the whole answer): the arrival times hold no time to first token "
+                   f"and no decode")
+            warning = ONE_WRITE_WARNING
+        elif (k >= 2 and n >= BURST_MIN_CHUNKS * k and len(sizes) >= 3
+              and len(set(sizes[:-1])) == 1):
+            why = (f"the {n} token chunks arrived in {k} reads, all but the last of {sizes[0]} bytes "
+                   f"(~{n / k:.0f} chunks each: fixed-size bursts, a buffering proxy between the bench "
+                   f"and the server?): the arrival times are the proxy's, not the server's")
+            warning = BURSTS_WARNING
+        elif k >= 2 and max(per[1:]) >= max(BURST_MIN_CHUNKS, n / 2):
+            why = (f"the {sum(per[1:])} token chunks after the first read came in {k - 1} reads "
+                   f"(up to {max(per[1:])} in one: bursts — the server's writes held back on the way, "
+                   f"or read late): the decode span is gaps between reads, not the tokens'")
+            r.unmeasurable = {"decode_tps": why}
+            r.decode_tps = None
+            r.warnings.append(DECODE_BURST_WARNING)
+            return
+        else:
+            return
+        r.unmeasurable = {"ttft_s": why, "prefill_tps": why, "decode_tps": why}
+        r.ttft_s = r.ttft_answer_s = r.prefill_tps = r.decode_tps = None
+        r.warnings.append(warning)
+
+
+def consume(reads, t0: float = 0.0, stall_timeout_s: float = 120.0,
+            exc: BaseException | None = None) -> RequestResult:
     """The :class:`RequestResult` of a stream given as ``reads``: an iterable of
     ``(bytes, t)`` pairs (``t`` in seconds, the clock when each read returned), ending cleanly
-    after the last. For tests and replays; :func:`rigkit.bench.client.stream_chat` feeds
+    after the last (or with ``exc``, what the read after the last raised; nothing after ``[DONE]`` is
+    read then). Reads after ``[DONE]`` are read as the network reader does, up to
+    :data:`AFTER_DONE_S` after it on their clock. For tests and replays; :func:`rigkit.bench.client.stream_chat` feeds
     the same consumer from the network."""
     c = StreamConsumer(RequestResult(status=200), t0, stall_timeout_s)
     t = t0
+    reads = iter(reads)
     for data, t in reads:
         if c.feed(data, t):
             break
-    return c.end(t)
+    if c.result.ok and c.t_done is not None and exc is None:
+        c.tail_ended = True
+        for data, t_ in reads:  # what follows [DONE], read for AFTER_DONE_S on the reads' clock
+            if t_ - c.t_done > AFTER_DONE_S:
+                c.tail_ended = False
+                break
+            c.after(data, t_)
+    return c.end(t, exc)

@@ -18,8 +18,9 @@ import socket
 import time
 from typing import Any, Callable
 
-from rigkit.bench.result import Happened, RequestResult, error_message, error_object_message, failed, response_kind
-from rigkit.bench.stream import StreamConsumer
+from rigkit.bench.result import (Happened, RequestResult, error_message, error_object_message, failed, integral,
+                                 response_kind)
+from rigkit.bench.stream import AFTER_DONE_S, StreamConsumer
 
 
 class ChatSession:
@@ -125,6 +126,13 @@ def request(sess: ChatSession, scheme: str, host: str, port: int, url: str, path
                 continue
         break
     r.status = resp.status
+    if 300 <= resp.status < 400:
+        where = resp.getheader("Location")
+        sess.drop(scheme, host, port)
+        return failed(r, Happened("redirect", status=resp.status, message=where),
+                      f"HTTP {resp.status} from POST {path}: redirected to "
+                      f"{where if where else '(no Location header)'}; the bench does not follow a "
+                      f"redirect (a POST's body is not sent twice): point the bench at that URL")
     if resp.status >= 400:
         msg = error_message(raw)
         r.retry_after_s = retry_after_seconds(resp.getheader("Retry-After"))
@@ -143,7 +151,7 @@ def request(sess: ChatSession, scheme: str, host: str, port: int, url: str, path
     except BaseException:
         sess.drop(scheme, host, port)
         raise
-    if not r.ok or resp.will_close or not _drained(resp):
+    if not r.ok or resp.will_close or not resp.isclosed():  # a body not read to its end
         sess.drop(scheme, host, port)
     return out
 
@@ -166,35 +174,72 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, when - (time.time() if now is None else now))
 
 
-def _drained(resp: http.client.HTTPResponse, timeout_s: float = 2.0) -> bool:
-    """Read what follows ``[DONE]`` (the chunked terminator) so the connection can carry the
-    next request; False when that did not end within ``timeout_s``."""
-    try:
-        if resp.fp is not None and resp.fp.raw is not None:
-            sock = getattr(resp.fp.raw, "_sock", None)
-            if sock is not None:
-                sock.settimeout(timeout_s)
-        resp.read()
-        return resp.isclosed()
-    except (OSError, http.client.HTTPException, AttributeError):
-        return False
+def _network_clock(resp: http.client.HTTPResponse, clock: Callable[[], float]) -> list[float] | None:
+    """``[t]``: the clock when the last network read under ``resp`` returned, kept current by wrapping
+    its socket reader's ``readinto`` (None when ``resp`` has none). ``read1`` of a chunked body returns
+    one HTTP chunk at a time (CPython ``http.client`` ``_read1_chunked``), so chunks that one network
+    read brought are handed over one by one with no network wait between them; stamped with the
+    network read's clock they share its instant, as they arrived (a burst read as a burst), and the
+    figures follow the definition in :mod:`rigkit.bench.client` (the clock when the read that
+    brought a chunk returned)."""
+    raw = getattr(getattr(resp, "fp", None), "raw", None)
+    inner = getattr(raw, "readinto", None)
+    if inner is None:
+        return None
+    stamp = [clock()]
+
+    def readinto(b):  # the network read: its clock, as it returns
+        n = inner(b)
+        stamp[0] = clock()
+        return n
+
+    raw.readinto = readinto
+    return stamp
+
+
+def _set_timeout(resp: http.client.HTTPResponse, timeout_s: float) -> None:
+    """Bound the next socket read of ``resp`` to ``timeout_s`` seconds (its socket's own timeout)."""
+    sock = getattr(getattr(resp.fp, "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(max(timeout_s, 0.001))
 
 
 def read_stream(resp: http.client.HTTPResponse, r: RequestResult, t0: float, clock: Callable[[], float],
-                stall_timeout_s: float, on_chunk: Callable[[RequestResult], None] | None) -> RequestResult:
+                stall_timeout_s: float, on_chunk: Callable[[RequestResult], None] | None,
+                after_done_s: float = AFTER_DONE_S) -> RequestResult:
     """Read an event stream into ``r`` (:class:`StreamConsumer`), one ``read1`` at a time, each
-    stamped with ``clock()`` as it returns; a read that raises ends the stream with it."""
+    stamped with ``clock()`` as it returns; a read that raises ends the stream with it. After
+    ``data: [DONE]`` the rest is read for at most ``after_done_s`` seconds (a late usage, the
+    body's end), never waited on: a server that keeps sending (comments after ``[DONE]``) or holds
+    the body open is left, and its connection dropped."""
     c = StreamConsumer(r, t0, stall_timeout_s, on_chunk)
     feed = c.feed
     read1 = resp.read1
+    stamp = _network_clock(resp, clock)
     try:
         while True:
             data = read1(65536)
-            t = clock()
+            t = stamp[0] if stamp is not None else clock()
             if not data or feed(data, t):
                 break
     except (OSError, http.client.HTTPException) as exc:
         return c.end(clock(), exc)
+    if r.ok and c.t_done is not None:
+        c.tail_ended = resp.isclosed()
+        deadline = c.t_done + after_done_s
+        try:
+            while not c.tail_ended:
+                left = deadline - clock()
+                if left <= 0:
+                    break
+                _set_timeout(resp, left)
+                data = read1(65536)
+                if not data:
+                    c.tail_ended = True
+                    break
+                c.after(data, clock())
+        except (OSError, http.client.HTTPException):
+            c.tail_ended = False
     return c.end(clock())
 
 
@@ -236,10 +281,10 @@ def not_streamed(resp, r: RequestResult, t0: float, clock) -> RequestResult:
                           f"server answered {r.status} with an error body instead of a "
                           f"stream: {msg[:300]}")
         usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
-        ct = usage.get("completion_tokens")
-        if type(ct) is int:
+        ct = integral(usage.get("completion_tokens"))
+        if ct is not None:
             r.completion_tokens, r.tokens_source = ct, "usage"
-        said = (f"its usage says {ct} completion tokens, but" if type(ct) is int
+        said = (f"its usage says {ct} completion tokens, but" if ct is not None
                 else "it carries no usage count, and")
         return failed(r, Happened("body"), f"server answered one application/json body, not an "
                                            f"event stream (stream: true not honoured): {said} time "

@@ -290,7 +290,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
         if spec_mode:
             ctx["speculative"] = f"{spec_mode}" + (f" (DFLASH_TOKENS={dft})" if dft else "")
     target = Target(chat_url=f"{fwd.url}/v1/chat/completions",
-                    aux_base=f"{fwd.url}/upstream/{member}", model=member,
+                    aux_base=f"{fwd.url}/upstream/{member}", model=member, swap_base=fwd.url,
                     label=f"{host}/{member} via llama-swap 127.0.0.1:{port}", api_key=api_key)
     reader = AgentEnergyReader(hs.name, hs.connection)
     stack.callback(reader.close)

@@ -219,6 +219,13 @@ class MemberSpec(StrictModel):
     server's own keep-alive idle timeout (llama.cpp's server, cpp-httplib: 5 s; vLLM's uvicorn: 5 s):
     a POST that llama-swap sends on a connection the member is closing gets ``502`` with an empty
     body, never retried (Go's transport retries only replayable requests; issue #25).
+
+    ``send_loading_state`` is llama-swap's ``sendLoadingState`` for this member (off by default, and then
+    not rendered: llama-swap's own default is off, ``internal/config/config.go:174``, a model without it
+    taking the global one, ``config/load.go:181-183``): while the member is being loaded for a streamed
+    ``/v1/chat/completions``, llama-swap streams its loading progress as ``reasoning_content`` into the
+    client's response (``internal/router/loading.go``), which the bench names and keeps out of its
+    figures (docs/bench.md).
     """
 
     service: Literal["strata", "gguf_baseline", "hyperqwen"] | None = None
@@ -237,6 +244,7 @@ class MemberSpec(StrictModel):
     description: Text | None = None
     use_model_name: ModelName | None = None
     env: list[EnvItem] = Field(default_factory=list)
+    send_loading_state: bool = False
 
 
 class GroupSpec(StrictModel):

@@ -21,6 +21,12 @@ replaces ``text/event-stream``, a ``Content-Encoding`` is sent as it is — the 
 not encoded: what a proxy that relabels does). ``loading_for = N`` makes
 the next N chat requests, and ``/health`` meanwhile, answer llama.cpp's 503 ``Loading model``.
 
+llama-swap's own shapes (v250, ``../shared/vendor/llama-swap/``): :func:`llama_swap_loading` its
+loading writer's frames, :func:`llama_swap_error_body` the bodies ``swaputil.SendResponse`` writes
+(into the 200 stream, raw, when the loading writer had begun it); ``Script(header_list=[(k, v)])``
+sends headers as given, a name repeated included; ``running_queue`` answers ``/running`` with its
+next list, then ``running``.
+
 Side endpoints: ``/health`` (200, or 503 once dead), ``/version`` (``{"version": ...}``, as
 vLLM), ``/v1/models`` (with ``max_model_len``), ``/metrics`` (vLLM's spec-decode counters,
 advancing per request), ``/tokenize`` (4 characters per token), ``/running`` (llama-swap's,
@@ -87,6 +93,65 @@ def vllm_stream(*, reasoning: list[str] = (), answer: list[str] = (), tokens_per
     return steps
 
 
+def said(warnings: list[str]) -> list[str]:
+    """``warnings`` but the arrival ones (TTFT/decode ``unmeasurable``): a replay stream written back to
+    back may reach the client in one network read or in several, as the machine schedules it, and a
+    test about counts or words does not depend on that."""
+    return [w for w in warnings if "unmeasurable" not in w]
+
+
+#: llama-swap's loading writer streams text in pieces of ``max(3, int(charPerSecond)/15)`` runes,
+#: ``charPerSecond`` 75 (``internal/router/loading.go:68, 163-189``): 5.
+LOADING_PIECE = 5
+
+
+def llama_swap_frame(text: str) -> tuple:
+    """One frame of llama-swap's loading writer, as Go's ``json.Marshal`` writes it:
+    ``data: {"choices":[{"delta":{"reasoning_content":…}}]}`` (``internal/router/loading.go:200-235``:
+    no id, object, model, index or finish_reason; compact, non-ASCII as is, ``<>&`` escaped)."""
+    body = json.dumps({"choices": [{"delta": {"reasoning_content": text}}]}, separators=(",", ":"),
+                      ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return ("raw", b"data: " + body.encode() + b"\n\n")
+
+
+def _inline(text: str) -> list[str]:
+    return [text[i:i + LOADING_PIECE] for i in range(0, len(text), LOADING_PIECE)]
+
+
+def _line(text: str) -> list[str]:
+    return ["\n"] if text == "" else [*_inline(text), "\n"]  # sendLine, loading.go:191-198
+
+
+def llama_swap_loading(model: str, ticks: list[str], done_s: float | None = 1.0) -> list[tuple]:
+    """The frames llama-swap's loading writer sends while ``model`` is loaded for a streamed chat
+    request of a member with ``sendLoadingState`` (``router/base.go:529-547``): the header lines
+    (``loading.go:76-77``: ``━━━━━``, ``llama-swap loading model: <model>``), one frame per tick
+    (``:120-148``: ``"."``, or a remark or queue update as ``"\n"``, its pieces, ``" "``), and — when
+    ``done_s`` is given — the closing lines (``:90-101``: ``"\n"``, ``Done! (<done_s>s)``, ``━━━━━``,
+    ``" "``). ``ticks``: ``"."`` or a remark's text each."""
+    texts = [*_line("━━━━━"), *_line(f"llama-swap loading model: {model}")]
+    for tick in ticks:
+        texts += ["."] if tick == "." else ["\n", *_inline(tick), " "]
+    if done_s is not None:
+        texts += ["\n", *_line(f"Done! ({done_s:.2f}s)"), *_line("━━━━━"), *_line(" ")]
+    return [llama_swap_frame(t) for t in texts]
+
+
+def llama_swap_error_body(message: str, accept: str = "text/event-stream") -> bytes:
+    """The body ``swaputil.SendResponse`` writes for ``message`` (``internal/swaputil/http.go:108-131``),
+    chosen by the request's ``Accept``: ``text/plain`` → ``llama-swap: <message>``; ``text/html`` → its
+    HTML page (message HTML-escaped); else JSON ``{"error":…,"src":"llama-swap"}`` (a Go map: keys
+    sorted). No trailing newline."""
+    import html
+
+    if "text/plain" in accept:
+        return f"llama-swap: {message}".encode()
+    if "text/html" in accept:
+        return f"<html><body><h1>llama-swap</h1><p>{html.escape(message)}</p></body></html>".encode()
+    return json.dumps({"error": message, "src": "llama-swap"}, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
 @dataclass
 class Script:
     """What one chat request gets: an HTTP ``status`` and either ``steps`` (a stream) or a
@@ -101,6 +166,8 @@ class Script:
     pieces: int = 1
     piece_gap_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    header_list: list[tuple[str, str]] = field(default_factory=list)
+    raw_status_body: bytes | None = None
 
 
 def cut_points(data: bytes, n: int) -> list[bytes]:
@@ -152,6 +219,7 @@ class ReplayServer:
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
         self.metrics_enabled = True
         self.running: list[dict] = []
+        self.running_queue: deque[list[dict]] = deque()
         self.loading_for = 0
         server = self
 
@@ -180,7 +248,8 @@ class ReplayServer:
                 server.seen_headers.append(dict(self.headers))
                 self._strip_upstream()
                 if self.path == "/running":
-                    self._json(200, {"running": server.running})
+                    self._json(200, {"running": server.running_queue.popleft() if server.running_queue
+                                     else server.running})
                 elif self.path == "/health":
                     if server.loading_for > 0:
                         self._json(503, LOADING_BODY)
@@ -241,6 +310,14 @@ class ReplayServer:
                 if script.quote:
                     script = Script(quote_steps(body["messages"][-1]["content"],
                                                 script.quote_diff_at))
+                if script.status != 200 and script.raw_status_body is not None:
+                    self.send_response(script.status)  # a body as it is (llama-swap's text/plain one)
+                    for k, v in script.headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(script.raw_status_body)))
+                    self.end_headers()
+                    self.wfile.write(script.raw_status_body)
+                    return
                 if script.status != 200:
                     self._json(script.status, script.body or {"error": {"message": "boom"}},
                                script.headers)
@@ -253,8 +330,11 @@ class ReplayServer:
                 server.spec_counters["draft_tokens"] += 70
                 server.spec_counters["accepted"] += 20
                 self.send_response(200)
-                if "Content-Type" not in script.headers:
+                if "Content-Type" not in script.headers and not any(
+                        k.lower() == "content-type" for k, _ in script.header_list):
                     self.send_header("Content-Type", "text/event-stream")
+                for k, v in script.header_list:
+                    self.send_header(k, v)
                 self.send_header("Transfer-Encoding", "chunked")
                 for k, v in script.headers.items():
                     self.send_header(k, v)

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from rigkit.bench.client import CHUNK_ESTIMATE_WARNING, NO_DONE_WARNING, stream_chat
-from .replay import Script, chunk, usage_chunk, vllm_stream
+from .replay import Script, chunk, said, usage_chunk, vllm_stream
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 
@@ -47,7 +47,7 @@ def test_stream_without_usage_falls_back_to_chunk_estimate_with_a_loud_warning(r
     r = chat(replay, Script(vllm_stream(answer=["abc"] * 10, usage=False)))
     assert r.ok
     assert (r.completion_tokens, r.tokens_source) == (10, "chunk-estimate")
-    assert r.warnings == [CHUNK_ESTIMATE_WARNING.format(chunks=10)]
+    assert said(r.warnings) == [CHUNK_ESTIMATE_WARNING.format(chunks=10)]
     assert r.prompt_tokens is None and r.prefill_tps is None
 
 

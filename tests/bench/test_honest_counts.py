@@ -14,7 +14,7 @@ from rigkit.bench.session import applied_settings
 from rigkit.bench.workloads import PRESETS, build_workloads, mark_unrunnable
 from rigkit.spec.model import BenchSpec
 
-from .replay import Script, chunk, usage_chunk, vllm_stream
+from .replay import Script, chunk, said, usage_chunk, vllm_stream
 
 BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 CTX = {"gpu": "NVIDIA GeForce RTX 3090", "driver": "610.57", "power_limit_w": 420.0,
@@ -68,7 +68,7 @@ def test_llama_cpp_timings_predicted_n_is_the_count_when_usage_is_missing(replay
     assert r.ok, r.error
     assert (r.completion_tokens, r.tokens_source, r.prompt_tokens, r.prompt_tokens_source) == \
         (5, "timings", 10, "timings")
-    assert r.warnings == []
+    assert said(r.warnings) == []
 
 
 @pytest.mark.parametrize("event, message", [
@@ -81,7 +81,7 @@ def test_llama_cpp_timings_predicted_n_is_the_count_when_usage_is_missing(replay
     ({"choices": [{"delta": {"content": ["a"]}}]},
      "bad data in stream event 2: choices[0].delta.content is a list, expected a string"),
     ({"choices": [], "usage": {"completion_tokens": "9"}},
-     "bad data in the stream: usage.completion_tokens is a string, expected an integer"),
+     "bad data in the stream: usage.completion_tokens is \"9\" (a string), expected an integer"),
 ])
 def test_valid_json_of_an_unexpected_shape_is_bad_data_naming_the_field(replay, event, message):
     r = chat(replay, [("event", chunk({"content": "a"})), ("event", event), ("done",)])
@@ -96,7 +96,7 @@ def test_answer_cut_after_thinking_used_most_of_the_budget_names_the_split(repla
     assert (r.reasoning_tokens, r.answer_tokens, r.reasoning_tokens_source) == (48, 16, "chunk-share")
     assert r.cut_note == ('answer cut by max_tokens (finish_reason "length") after 64 tokens: '
                           'thinking ~48, answer ~16')
-    assert len(r.warnings) == 1 and r.warnings[0].startswith("WARNING: answers cut by max_tokens")
+    assert len(said(r.warnings)) == 1 and said(r.warnings)[0].startswith("WARNING: answers cut by max_tokens")
 
 
 def test_usage_reasoning_tokens_give_an_exact_split(replay):
@@ -110,7 +110,7 @@ def test_usage_reasoning_tokens_give_an_exact_split(replay):
 
 def test_short_thinking_before_a_length_cut_is_no_warning(replay):
     r = chat(replay, vllm_stream(reasoning=["x"], answer=["y"] * 5, finish="length"))
-    assert r.ok and r.cut_note is None and r.warnings == []
+    assert r.ok and r.cut_note is None and said(r.warnings) == []
 
 
 def run_cli(replay, tmp_path, *args):
@@ -121,13 +121,14 @@ def run_cli(replay, tmp_path, *args):
 
 
 def test_a_warning_repeated_per_request_is_printed_once_with_a_count(replay, tmp_path):
-    # 20 ms between chunks: a decode figure the bench can time (over 10 ms, results.MIN_INTERVAL_S)
-    replay.default = Script(vllm_stream(answer=["abc"] * 4, usage=False, gap_s=0.02))
+    # 50 ms between chunks: a decode figure the bench can time (over 10 ms, results.MIN_INTERVAL_S; the
+    # arrivals carry one, so an estimate can be marked as one)
+    replay.default = Script(vllm_stream(answer=["abc"] * 4, usage=False, gap_s=0.05))
     result, out = run_cli(replay, tmp_path, "--workload", "chat-greedy", "--no-warmup")
     assert result.exit_code == 0, result.output
     assert result.stderr.count("the server sent no usage") == 1
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["warnings"] == [f"{CHUNK_ESTIMATE_WARNING} (4 of 4 requests)"]
+    assert said(summary["warnings"]) == [f"{CHUNK_ESTIMATE_WARNING} (4 of 4 requests)"]
     assert summary["workloads"]["chat-greedy"]["counts"] == "estimate"
     assert any(ln.startswith("chat-greedy: n=4 · prompt n/a · decode ~") and
                "(ESTIMATE: chunks counted; the server sent no usage)" in ln for ln in result.stdout.splitlines())

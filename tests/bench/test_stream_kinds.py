@@ -18,7 +18,7 @@ from rigkit.bench.results import verdict
 from rigkit.bench import runner
 from rigkit.bench.runner import send_patiently
 
-from .replay import Script, chunk, usage_chunk, vllm_stream
+from .replay import Script, chunk, said, usage_chunk, vllm_stream
 
 #: The end of a stream whose one token-carrying chunk came before: finish, usage (1 token), [DONE].
 ONE_TOKEN_END = [("event", chunk({}, finish="stop")), ("event", usage_chunk(100, 1)), ("done",)]
@@ -163,8 +163,10 @@ def test_a_model_still_loading_is_waited_for_and_named(replay):
     r = send_patiently(lambda: stream_chat(replay.url + "/v1/chat/completions", BODY),
                        health_budget_s=5, poll_s=0.05, clock=c, sleep=c.sleep)
     assert r.ok and r.completion_tokens == 3
-    assert r.warnings == ["waited 0 s before this request was served: the server was still "
+    # two 503s, each waited out for the floor (poll_s 0.05 is below it): 2.0 s by the clock
+    assert r.warnings == ["waited 2.0 s over 2 retries before this request was served: the server was still "
                           "loading: HTTP 503 from POST /v1/chat/completions: Loading model"]
+    assert r.waited_s == 2.0
 
 
 def test_loading_past_the_health_budget_fails_as_loading_never_as_dead(replay, tmp_path, monkeypatch):
@@ -180,7 +182,7 @@ def test_loading_past_the_health_budget_fails_as_loading_never_as_dead(replay, t
     w = summary["workloads"]["chat-greedy"]
     assert w["error_kind"] == "loading"
     assert w["error"] == ("HTTP 503 from POST /v1/chat/completions: Loading model; still "
-                          "loading — waited 0 s of the 0 s health budget (not dead: rerun later "
+                          "loading — waited 0.0 s over 0 retries of the 0 s health budget (not dead: rerun later "
                           "or raise --health-budget); /health answers 503 Loading model "
                           "(still loading, not dead)")
     assert "dead engine" not in result.output and "(engine dead)" not in result.output
@@ -192,7 +194,8 @@ def test_a_429_with_retry_after_is_honoured_within_the_budget(replay):
     c = Clock()
     r = send_patiently(lambda: stream_chat(replay.url + "/v1/chat/completions", BODY),
                        health_budget_s=5, poll_s=0.05, clock=c, sleep=c.sleep)
-    assert r.ok and r.warnings[0].startswith("waited 0 s before this request was served: the "
+    # Retry-After 0 is waited out for the floor, RETRY_FLOOR_S, and said as waited
+    assert r.ok and r.warnings[0].startswith("waited 1.0 s over 1 retries before this request was served: the "
                                              "server was rate-limited (HTTP 429)")
 
 
@@ -222,7 +225,7 @@ def test_usage_without_completion_tokens_is_an_estimate_not_from_usage(replay):
     r = chat(replay, Script(steps))
     assert (r.ok, r.completion_tokens, r.tokens_source, r.prompt_tokens) == (
         True, 2, "chunk-estimate", 7)
-    assert r.warnings == [USAGE_WITHOUT_COUNT_WARNING] and CHUNK_ESTIMATE_WARNING not in r.warnings
+    assert said(r.warnings) == [USAGE_WITHOUT_COUNT_WARNING] and CHUNK_ESTIMATE_WARNING not in r.warnings
 
 
 def ws(decode, counts="counted", source="usage"):

@@ -299,6 +299,8 @@ def member_layer(draw):
         m["env"] = ["HOME=/var/lib/x" + draw(SPEC_TEXT).strip()]
     if draw(st.booleans()):
         m["unload_timeout_s"] = draw(SPEC_NUMBERS)
+    if draw(st.booleans()):
+        m["send_loading_state"] = draw(st.booleans())  # issue 60: rendered only when on
     return m
 
 
@@ -395,3 +397,20 @@ def test_one_field_changed_in_a_config_llama_swap_loads_gets_its_verdict(oracle,
     else:
         event("the matrix set language: not judged")
         assert up["error"].startswith("matrix: set "), (path, up, ours.problems)
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_send_loading_state_is_rendered_only_when_on_and_loads(oracle, on):
+    """Issue 60: a member's ``send_loading_state`` (off by default) is llama-swap's per-model
+    ``sendLoadingState`` (``internal/config/model_config.go:108``), rendered only when on — a config
+    without it is byte for byte what it was — and judged as llama-swap's loader judges it."""
+    from rigkit.render.files import render_llama_swap
+
+    layer = {"llama_swap": {"members": {"strata": {"send_loading_state": on}}}} if on else {}
+    spec = spec_from_layers([layer])
+    for staged in (False, True):
+        text = render_llama_swap(spec, staged=staged)
+        assert ("sendLoadingState" in text) is on
+        assert oracle.verdict(text)["ok"]
+        judged = rigkit_verdict(text)
+        assert judged.ok and judged.data["models"]["strata"].get("sendLoadingState", False) is on

@@ -576,3 +576,48 @@ models:
     msg = str(e.value)  # the log holds both starts, this one's last
     assert "exited prematurely" in msg and "; its server said: " in msg, msg
     assert msg.endswith("error: invalid argument: --no-such-flag"), msg
+
+
+# --- issue 60: the bench reads llama-swap's loading and its start failures ------------------------
+
+def _loading_config(port: int, extra: str = "", send: bool = True) -> str:
+    return f"""
+models:
+  m:
+    cmd: {member_cmd(port, "m", *extra.split())}
+    proxy: http://127.0.0.1:{port}
+{"    sendLoadingState: true" if send else ""}
+"""
+
+
+def test_the_bench_names_a_request_that_carried_a_swap_from_llama_swaps_own_frames(run_llama_swap):
+    """``router/base.go:529-547``: a streamed chat request to a member not ready, with sendLoadingState,
+    gets llama-swap's loading frames (``router/loading.go``) before the member's answer: the bench
+    names the swap (model, frames, llama-swap's own Done!) and counts only the member's tokens."""
+    from rigkit.bench.client import stream_chat
+
+    ls = run_llama_swap(_loading_config(free_port()))
+    r = stream_chat(f"http://127.0.0.1:{ls.port}/v1/chat/completions",
+                    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    assert r.ok, r.error
+    assert r.swap["model"] == "m" and r.swap["frames"] >= 4 and r.swap["llama_swap_s"] is not None
+    assert (r.token_chunks, r.completion_tokens, r.tokens_source, r.reasoning_chars) == (5, 5, "usage", 0)
+    assert r.answer == "w0 w1 w2 w3 w4 "
+    again = stream_chat(f"http://127.0.0.1:{ls.port}/v1/chat/completions",
+                        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    assert again.ok and again.swap is None  # ready now: no frames
+
+
+@pytest.mark.parametrize("send", [True, False])
+def test_a_member_llama_swap_could_not_start_is_a_bench_fail_quoting_llama_swap(run_llama_swap, send):
+    """``process/process_command.go:506``: the member exits at start; llama-swap writes its error into
+    the stream its loading writer began (send) or answers 500 with it (``swaputil/http.go:103, 124-131``):
+    FAIL ``swap-failed`` quoting llama-swap, never "stream cut after N token chunks"."""
+    from rigkit.bench.client import stream_chat
+
+    ls = run_llama_swap(_loading_config(free_port(), "--exit-at-start 1", send))
+    r = stream_chat(f"http://127.0.0.1:{ls.port}/v1/chat/completions",
+                    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8})
+    assert (r.ok, r.error_kind) == (False, "swap-failed"), r.error
+    assert "unspecific error: upstream command exited prematurely" in r.error
+    assert ("of its loading frames" in r.error) is send and (r.status == 200) is send
