@@ -69,19 +69,27 @@ def unstable_metrics(name: str, summary: dict[str, Any]) -> dict[str, float]:
 
 
 def too_few_figures(name: str, summary: dict[str, Any]) -> str | None:
-    """Why a workload's summary holds too few figures to be steady because some were impossible
-    (:func:`rigkit.bench.results.implausible_figures`: bunched by a buffer, left out), in words
-    (``decode: 3 of 4 figures impossible, 1 left``), or None: only when the workload had at least
-    :data:`rigkit.bench.results.MIN_STEADY_N` successful requests and a compared figure fell below that."""
+    """Why a workload's summary holds too few figures to be steady because some were left out — impossible
+    (:func:`rigkit.bench.results.implausible_figures`: bunched by a buffer) or unmeasurable (the arrival times
+    could not carry them: ``summary["unmeasurable"]``, :func:`rigkit.bench.results.summarize_workload`) — in
+    words (``decode: 3 of 4 figures impossible, 1 left``; ``decode: 4 of 4 figures unmeasurable, 0 left``), or
+    None: only when the workload had at least :data:`rigkit.bench.results.MIN_STEADY_N` successful requests and
+    a compared figure fell below that."""
     marks = summary.get("implausible") or []
-    if not marks or (summary.get("n") or 0) < MIN_STEADY_N:
+    unmeasurable = summary.get("unmeasurable") or {}
+    if not (marks or unmeasurable) or (summary.get("n") or 0) < MIN_STEADY_N:
         return None
     for m in compared_metrics(name):
         left = ((summary.get("metrics") or {}).get(m) or {}).get("n") or 0
+        if left >= MIN_STEADY_N:
+            continue
+        word = "decode" if m == "decode_tps" else "prefill"
         out = sum(1 for x in marks if x["metric"] == m)
-        if out and left < MIN_STEADY_N:
-            return (f"{'decode' if m == 'decode_tps' else 'prefill'}: {out} of {summary['n']} figures "
-                    f"impossible, {left} left")
+        if out:
+            return f"{word}: {out} of {summary['n']} figures impossible, {left} left"
+        if m in unmeasurable:  # "k of n requests: <reason>"
+            k = unmeasurable[m].split(" of ", 1)[0]
+            return f"{word}: {k} of {summary['n']} figures unmeasurable, {left} left"
     return None
 
 

@@ -185,7 +185,8 @@ def test_a_server_that_says_how_long_it_took_bounds_the_rate_by_its_own_interval
 def test_a_workload_left_with_too_few_figures_by_impossible_ones_is_measured_again(replay, tmp_path):
     """The sandbox's pairs: a buffer bunched 3 of 4 streams, their figures were left out, and one figure is no
     steady run. The first attempt's four streams arrive whole (no gap: every decode interval under 10 ms);
-    the workload is measured again, at a pace the bench can time (20 ms between chunks)."""
+    the workload is measured again, at a pace the bench can time (50 ms between chunks: a reader held up
+    under load still sees them apart)."""
     from click.testing import CliRunner
 
     from rigkit.cli.bench import bench
@@ -194,15 +195,17 @@ def test_a_workload_left_with_too_few_figures_by_impossible_ones_is_measured_aga
 
     burst = Script(vllm_stream(answer=["abc"] * 6))
     replay.queue(burst, burst, burst, burst)
-    replay.default = Script(vllm_stream(answer=["abc"] * 6, gap_s=0.02))
+    replay.default = Script(vllm_stream(answer=["abc"] * 6, gap_s=0.05))
     out = tmp_path / "out"
     result = CliRunner().invoke(bench, ["--url", replay.url, "--preset", "small", "--no-warmup",
                                         "--workload", "chat-greedy", "--out", str(out), "--repeat-unstable", "2"])
     assert result.exit_code == 0, result.output
     w = json.loads((out / "summary.json").read_text())["workloads"]["chat-greedy"]
-    assert w["tries"][0]["doubt"] == "decode: 4 of 4 figures impossible, 0 left", w["tries"]
+    # the bursts' figures are left out: unmeasurable (one write, issue 60's burst rule) or impossible (bunched)
+    assert w["tries"][0]["doubt"] in ("decode: 4 of 4 figures impossible, 0 left",
+                                      "decode: 4 of 4 figures unmeasurable, 0 left"), w["tries"]
     assert w["attempts"] >= 2 and w["metrics"]["decode_tps"]["n"] >= 3, w
-    assert "chat-greedy: decode: 4 of 4 figures impossible, 0 left; measuring it again" in result.output
+    assert f"chat-greedy: {w['tries'][0]['doubt']}; measuring it again" in result.output
 
 
 @settings(max_examples=100, deadline=None)
