@@ -63,14 +63,15 @@ def hyperqwen_stop_argv(spec: RigSpec) -> list[str]:
 def llamacpp_start_argv(member_id: str, server: LlamaCppSpec, spec: RigSpec) -> list[str]:
     """``docker run`` of the llama.cpp server image in the foreground for one GGUF member.
 
-    The model directory ``/srv/models/<path>`` is mounted read-only at ``/models``; the server
+    The container carries ``--label rigkit.member=<id>`` (:data:`rigkit.paths.MEMBER_LABEL`), by which
+    llama-swap's unit clears an orphan before it starts. The model directory ``/srv/models/<path>`` is mounted read-only at ``/models``; the server
     listens on 0.0.0.0 inside the container, published on 127.0.0.1:``port`` only.
     """
     source = spec.models.get(server.model)
     model_dir = f"{paths.MODELS_ROOT}/{source.path if source else server.model}"
     model_file = server.model_file or paths.placeholder(f"{member_id} model file")
     argv = [
-        "docker", "run", "--rm", "--init", "--name", member_id,
+        "docker", "run", "--rm", "--init", "--name", member_id, "--label", f"{paths.MEMBER_LABEL}={member_id}",
         "--gpus", "all",
         "--publish", f"127.0.0.1:{server.port}:{server.port}",
         "--volume", f"{model_dir}:/models:ro",

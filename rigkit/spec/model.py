@@ -266,6 +266,10 @@ class LlamaSwapSpec(StrictModel):
     port: Port = 8080
     user: UserName = "llama-swap"
     health_check_timeout_s: Annotated[LlamaSwapSeconds, Field(ge=15)] = 300
+    # the unit's TimeoutStopSec: llama-swap stops its loaded member (cmdStop, up to the member's
+    # unload_timeout_s) before it exits. One figure of its own, never derived from the members, so
+    # that the unit is the same whichever members are live or staged (issue 61).
+    stop_timeout_s: StopSeconds = 70
     start_port: Port = 5800
     log_level: Literal["debug", "info", "warn", "error"] = "info"
     preload: list[MemberId] = Field(default_factory=lambda: ["strata"])

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rigkit import paths
 from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
@@ -108,7 +109,19 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
             message=(f"true: the DFlash guard is off and dflash_tokens {hq.dflash_tokens} runs at max_model_len "
                      f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
                      "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
+    for mid, m in members_mod.resolve_members(spec).items():
+        if m.spec.service is None and m.container and m.cmd and not _labelled(m.argv, mid):
+            warnings.append(SpecWarning(
+                key=f"llama_swap.members.{mid}.cmd",
+                message=(f"runs container {m.container!r} without --label {paths.MEMBER_LABEL}={mid}: llama-swap.service "
+                         "removes an orphan of a killed proxy by that label before it starts, and cannot clear this one")))
     return warnings
+
+
+def _labelled(argv: list[str], member_id: str) -> bool:
+    """Whether a member's argv carries ``--label rigkit.member=<id>`` (``--label=…``, ``-l``)."""
+    want = f"{paths.MEMBER_LABEL}={member_id}"
+    return any(a in ("--label", "-l") and b == want for a, b in zip(argv, argv[1:])) or f"--label={want}" in argv
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,6 +284,11 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
+#: Seconds llama-swap.service's TimeoutStopSec (``llama_swap.stop_timeout_s``) keeps beyond the longest
+#: member stop: HyperQwen's ExecStopPost and llama-swap's own exit run after it.
+_STOP_GRACE_S = 30
+
+
 def _check_members(spec: RigSpec) -> list[SpecProblem]:
     out: list[SpecProblem] = []
     ls = spec.llama_swap
@@ -322,6 +340,12 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
                                    allowed="a loopback address (127.0.0.0/8, localhost, ::1): everything on the rig listens "
                                            "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
         out += _env_items_problems(f"{key}.env", s.env, spec)
+        if m.unload_timeout_s and m.unload_timeout_s + _STOP_GRACE_S > ls.stop_timeout_s:
+            out.append(SpecProblem(
+                key=f"{key}.unload_timeout_s", value=repr(m.unload_timeout_s),
+                allowed=f"at most {ls.stop_timeout_s - _STOP_GRACE_S} s (llama_swap.stop_timeout_s {ls.stop_timeout_s} "
+                        f"− {_STOP_GRACE_S} s: systemd would kill llama-swap while it stops this member), or raise "
+                        "llama_swap.stop_timeout_s"))
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
             out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
                                    allowed="a preloaded (resident) member keeps ttl 0, or it unloads and nothing brings it back"))
