@@ -18,7 +18,7 @@ from rigkit import paths
 from rigkit.common import written
 from rigkit.operations.facts import JsonFile
 from rigkit.render.declared_state import merge_json  # the one definition (drift compares with it too)
-from rigkit.operations.shell import argv
+from rigkit.operations.shell import argv, script
 
 
 @operation()
@@ -145,5 +145,7 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
     changed = current != wanted
     yield from files.put._inner(src=StringIO(text), dest=path, user=user, group=group, mode=mode,
                                 create_remote_dir=True)
-    if changed:
-        yield written.shell(path, wanted, paths.STATE_DIR)
+    if changed:  # rigkit.common.written's record: the sha256 and a newline
+        marker = written_marker(path)
+        yield script("mkdir -p {folder} && echo {wanted} > {marker}", folder=marker.rsplit("/", 1)[0], wanted=wanted,
+                     marker=marker)

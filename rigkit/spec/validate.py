@@ -289,6 +289,28 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
 _STOP_GRACE_S = 30
 
 
+def _own_server_problems(spec: RigSpec, mid: str, key: str) -> list[SpecProblem]:
+    """A member declared with ``llamacpp`` (:class:`rigkit.spec.model.MemberServer`): rigkit derives its
+    command, so neither ``service`` nor ``cmd`` beside it; its model is a key of ``models``, and its
+    GGUF file named or served by Strata or the GGUF baseline from the same model."""
+    s = spec.llama_swap.members[mid]
+    own = s.llamacpp
+    assert own is not None
+    out = []
+    for field_key, value in (("service", s.service), ("cmd", s.cmd)):
+        if value is not None:
+            out.append(SpecProblem(key=f"{key}.{field_key}", value=repr(value),
+                                   allowed=f"unset beside {key}.llamacpp, from which rigkit derives the member's command"))
+    if own.model not in spec.models:
+        out.append(SpecProblem(key=f"{key}.llamacpp.model", value=repr(own.model),
+                               allowed=f"not a key of models{did_you_mean(own.model, spec.models)}; models: {', '.join(spec.models)}"))
+    elif members_mod.own_server(mid, spec).model_file is None:
+        out.append(SpecProblem(key=f"{key}.llamacpp.model_file", value="None",
+                               allowed=f"the GGUF file served, by name inside {paths.MODELS_ROOT}/{spec.models[own.model].path}/ "
+                                       "(neither strata nor gguf_baseline serves this model, so there is no file to default to)"))
+    return out
+
+
 def _check_members(spec: RigSpec) -> list[SpecProblem]:
     out: list[SpecProblem] = []
     ls = spec.llama_swap
@@ -304,7 +326,7 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="not a URL: llama-swap proxies to http(s)://host[:port][/path], "
                                            "e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"))
-        elif not uses_port and not s.proxy and s.service is None:
+        elif not uses_port and not s.proxy and s.service is None and s.llamacpp is None:
             out.append(SpecProblem(
                 key=f"{key}.proxy", value="None",
                 allowed="a fixed-port member (its cmd has no ${PORT}) must set proxy, e.g. http://127.0.0.1:<port>; "
@@ -316,6 +338,8 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="cmd listens on llama-swap's ${PORT} but proxy names a fixed port; use "
                                            "http://127.0.0.1:${PORT} (or leave proxy unset)"))
+        if s.llamacpp is not None:
+            out += _own_server_problems(spec, mid, key)
         if s.service is None and s.vram_gib is None:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
         if s.service is not None and s.service != "hyperqwen" and s.vram_gib is None:
