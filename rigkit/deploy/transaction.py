@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from rigkit import exitcodes, hints
+from rigkit import exitcodes, hints, paths
 from rigkit.deploy import run
 from rigkit.remote import RemoteError, RemoteTimeout
 
@@ -294,6 +294,24 @@ def mark_failed(ch: Change, n: int, why: str, lease: str) -> bool:
     return entry is not None
 
 
+#: The rendered files that only follow the members' ``staged`` flags and serve nothing: the review copy
+#: and the host config (the agent's, read by its timers; no server reads it).
+STAGING_FILES = frozenset({paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG})
+
+
+def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether generation record ``new`` differs from ``old`` only in what is staged: the same live
+    members, pins, units, release, daemon.json keys, models and secrets, and no rendered file but
+    :data:`STAGING_FILES` changed (sha256, mode, owner). False without either record or its files."""
+    if not old or not new or not old.get("files") or not new.get("files"):
+        return False
+    fo, fn = old["files"], new["files"]
+    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)}
+    same = all(old.get(k) == new.get(k) for k in ("pins", "units", "daemon_json", "models", "secrets"))
+    lo, ln = old.get("llama_swap") or {}, new.get("llama_swap") or {}
+    return same and files <= STAGING_FILES and lo.get("live") == ln.get("live") and lo.get("release") == ln.get("release")
+
+
 def members_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """A record's spec snapshot (None without a record)."""
     return (record or {}).get("spec")
@@ -390,6 +408,12 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
         return exitcodes.FAILED
+    if new is not None and not touched and staged_only(ch.start_record, now_rec):
+        # a completion to the resident would swap out whatever member is serving (a swap group) and wait
+        # for its requests: staging must not touch what serves (issue 61)
+        ch.say(f"generation {target} changes only what is staged (members: {changes or 'none'}): nothing that "
+               "serves changed, so no completion is sent")
+        return exitcodes.OK
     result = confirm(ch, target, touched, budget_s, lease, changes=changes)
     if result.get("confirmed"):
         ch.say(f"generation {target} confirmed in {result.get('took_s')} s (budget {result.get('budget_s')} s): "

@@ -452,3 +452,23 @@ def test_lock_hold_with_current_reads_where_the_host_starts_under_the_lock(tmp_p
     assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"  # read while held
     hold.stdin.close()
     assert hold.wait(10) == 0 and not host_lock.state(tmp_path / "rig.lock")["held"]
+
+
+@pytest.mark.parametrize("over, only", [
+    ({"llama_swap": {"members": {"s8k": {**_EXTRA, "staged": True}}, "groups": _GROUP}}, True),
+    ({"llama_swap": {"members": {"hyperqwen": {"description": "changed while staged"}}}}, True),
+    ({"llama_swap": {"members": {"s8k": {**_EXTRA, "staged": False}}, "groups": _GROUP}}, False),
+    ({"llama_swap": {"members": {"hyperqwen": {"staged": False}}}}, False),
+    ({"hyperqwen": {"dflash_tokens": 5}}, False),  # its .env: read when it starts
+    ({"llama_swap": {"members": {"gguf-baseline": {"ttl": 300}}}}, False),
+])
+def test_a_change_only_to_what_is_staged_is_told_apart_from_one_that_serves(over, only):
+    """Issue 61: the deploy sends no completion for a generation that changes only what is staged (a
+    completion to the resident would swap out the member serving a request)."""
+    from rigkit.deploy.transaction import staged_only
+
+    base = gen.manifest(spec(), render(spec()), '{"models": {}}')
+    other = gen.manifest(spec(**over), render(spec(**over)), '{"models": {}}')
+    assert base["key"] != other["key"]
+    assert staged_only(base, other) is only and staged_only(other, base) is only
+    assert staged_only(base, base) and not staged_only(None, base)
