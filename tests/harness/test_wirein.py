@@ -214,10 +214,12 @@ def test_a_wire_in_round_trip_leaves_drift_clean_without_another_deploy(host):
 def _docs_member(staged: bool) -> dict:
     """The member of the operator's own exactly as docs/operating.md "A member of your own" declares it
     (its group_data lines exec'd as printed: tests/unit/test_own_member.py runs the same lines)."""
-    sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    from test_own_member import example  # noqa: E402
+    import importlib.util
 
-    return example(staged=staged)
+    where = importlib.util.spec_from_file_location("own_member_example", ROOT / "tests" / "unit" / "test_own_member.py")
+    mod = importlib.util.module_from_spec(where)
+    where.loader.exec_module(mod)
+    return mod.example(staged=staged)
 
 
 def _serving(host) -> str:
@@ -236,7 +238,8 @@ def _backups(host) -> list[str]:
 
 
 def test_staging_a_member_never_touches_what_serves_and_every_way_back_leaves_the_rig_clean(host):
-    """Issue 61's journey on one host, for the member the docs declare (strata-8k) while HyperQwen (wired
+    """Issue 61's journey on one host: first for HyperQwen (staged as declared; no stream can be held
+    through a staged member), then for the member the docs declare (strata-8k) while HyperQwen (wired
     in) streams a request held by its stand-in engine (``chunk_s`` a FIFO: the stream waits on the test,
     never on the machine's speed): staging the member changes nothing that serves (the stream completes
     after the deploy, llama-swap's PID and start time unchanged, no completion sent); show, activate,
@@ -252,6 +255,27 @@ def test_staging_a_member_never_touches_what_serves_and_every_way_back_leaves_th
 
     def run(*args, data=staged):
         return rigkit(host, *args, data=data)
+
+    # HyperQwen, staged as declared by default: a change to it while staged changes nothing that serves,
+    # and its show / activate / rollback / release end with a deploy that changes nothing
+    hq = {"llama_swap": {"members": {"hyperqwen": {"description": "HyperQwen, changed while staged"}}}}
+    before, backups = _serving(host), _backups(host)
+    stage = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=hq)
+    assert stage.returncode == 0 and changed(stage) > 0, stage.stderr[-4000:]
+    assert "changes only what is staged (members: staged hyperqwen)" in stage.stderr, stage.stderr[-3000:]
+    assert _serving(host) == before and _backups(host) == backups
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--show", "--data", FLIP, data=hq).returncode == 3
+    for step in ("--activate", "--rollback"):
+        done = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, step, *(["--data", FLIP] * (step == "--activate")),
+                   data=hq)
+        assert done.returncode == 0, done.stdout + done.stderr
+    rc, records, out = drift_records_with(host, hq)
+    assert rc == 0 and {r["severity"] for r in records if r["kind"] not in ("status", "run")} == {"warn"}, out
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--release", data=hq).returncode == 0
+    backups = _backups(host)
+    again = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=hq)
+    assert again.returncode == 0 and changed(again) == 0, again.stderr[-4000:]
+    assert "edited by hand?" not in again.stderr and _backups(host) == backups
 
     first = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=wired)
     assert first.returncode == 0, first.stderr[-4000:]
