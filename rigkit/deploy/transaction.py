@@ -142,6 +142,9 @@ class Change:
     hold: LockHold | None = None
     lock_what: str = ""
     out: run.Output = field(kw_only=True)
+    #: set by :func:`settle`: the change only staged (:func:`staged_only`), so nothing that serves is asked
+    #: (no completion, no smoke: either would swap out the member serving a request)
+    staged_only: bool = False
 
     @property
     def name(self) -> str:
@@ -413,6 +416,7 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
         # for its requests: staging must not touch what serves (issue 61)
         ch.say(f"generation {target} changes only what is staged (members: {changes or 'none'}): nothing that "
                "serves changed, so no completion is sent")
+        ch.staged_only = True
         return exitcodes.OK
     result = confirm(ch, target, touched, budget_s, lease, changes=changes)
     if result.get("confirmed"):
