@@ -259,6 +259,10 @@ def test_staging_a_member_never_touches_what_serves_and_every_way_back_leaves_th
     # HyperQwen, staged as declared by default: a change to it while staged changes nothing that serves,
     # and its show / activate / rollback / release end with a deploy that changes nothing
     hq = {"llama_swap": {"members": {"hyperqwen": {"description": "HyperQwen, changed while staged"}}}}
+    # the premise: the host's current generation is the declared state (an earlier test's held deploy
+    # recorded one with HyperQwen wired in; the change below is judged against the current generation)
+    declared = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=None)
+    assert declared.returncode == 0, declared.stderr[-4000:]
     before, backups = _serving(host), _backups(host)
     stage = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=hq)
     assert stage.returncode == 0 and changed(stage) > 0, stage.stderr[-4000:]
