@@ -56,6 +56,11 @@ PINS_CONF = "/etc/rigkit/pacman-pins.conf"
 LEGACY_PINS_CONF = "/etc/pacman.d/rigkit-pins.conf"
 DOCKER_DAEMON_JSON = "/etc/docker/daemon.json"
 DOCKER_BIN = "/usr/bin/docker"
+SH_BIN = "/bin/sh"
+# The docker label on every container rigkit starts for a member (value: the member's id): llama-swap's
+# unit removes every container carrying it before it starts (an orphan of a killed proxy would hold
+# the member's port and VRAM), whichever members exist, so the unit never names a member.
+MEMBER_LABEL = "rigkit.member"
 NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"
 
 # Executables that the deploy itself installs (packages, the llama-swap tarball, the host

@@ -31,7 +31,7 @@ from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
 from rigkit.cli.common import host_option, inventory_option, load_or_exit
 
-SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan"}
+SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan", "hold": "cyan"}
 
 
 def plain_console() -> Console:

@@ -278,7 +278,10 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
             code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
             if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
                 err.print(line)
-            if code == exitcodes.OK and not no_smoke:
+            if code == exitcodes.OK and not no_smoke and ch.staged_only:
+                err.print(f"{ch.name}: no smoke: the deploy only staged (nothing that serves changed; `--smoke` on a "
+                          "later run benches it)")
+            elif code == exitcodes.OK and not no_smoke:
                 code = smoke(ch.hs, inv, env, out)  # still under the lock: nothing changes the rig in between
             codes.append(code)
     finally:

@@ -141,8 +141,10 @@ def install_declared_companions(hs, declared_spec) -> None:
     from ``declared_spec``: the inventory's declared data, without ``--data`` (which changes only what
     this run activates). After an activation they are what the deploy would install, so drift is clean
     without another deploy. Written atomically with their declared mode and owner, only when they
-    differ; raises _Fail (exit 1) when the host refuses."""
+    differ, each recorded as rigkit's write (:mod:`rigkit.common.written`); raises _Fail (exit 1) when the
+    host refuses."""
     from rigkit import paths
+    from rigkit.common import written
     from rigkit.render.files import render
 
     files = render(declared_spec)
@@ -150,8 +152,11 @@ def install_declared_companions(hs, declared_spec) -> None:
         f = files[path]
         tmp = shlex.quote(f"{path}.rigkit-tmp")
         q = shlex.quote(path)
+        # recorded as rigkit's write (rigkit.common.written), as the deploy records its own: the next
+        # deploy that changes it keeps no "edited by hand?" backup of what the wire-in wrote
         script = (f"umask 077 && cat > {tmp} && if cmp -s {tmp} {q}; then rm -f {tmp}; else "
-                  f"chown {shlex.quote(f.owner)} {tmp} && chmod {f.mode} {tmp} && mv -f {tmp} {q}; fi")
+                  f"chown {shlex.quote(f.owner)} {tmp} && chmod {f.mode} {tmp} && mv -f {tmp} {q}; fi && umask 022 && "
+                  + written.shell(path, f.sha256, paths.STATE_DIR))
         up = _run(hs, f"sh -c {shlex.quote(script)}", stdin=f.text)
         if up.returncode != 0:
             raise _Fail(f"{hs.name}: installing the declared {path} failed: {up.stderr.strip()[:300]}")

@@ -172,13 +172,22 @@ def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: data}
 
 
+def _declared_as(member: dict[str, Any] | None) -> str | None:
+    """``"live"``, ``"staged"`` or None (not declared): how a generation declares a member."""
+    if member is None:
+        return None
+    return "staged" if member.get("staged") else "live"
+
+
 def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lambda text: text) -> dict[str, Any]:
     """What differs from generation bundle ``a`` to ``b`` (both with contents):
     ``{"a", "b", "files": [{"path", "diff"}], "secrets": [path], "pins": {pkg: [a, b]},
-    "units": {"enabled"/"disabled": [a, b]}, "members": {"<id>.<key>": [a, b]}, "llama_swap_release": [a, b],
+    "units": {"enabled"/"disabled": [a, b]}, "members": {"<id>.<key>": [a, b], "<id>": [a, b]}, "llama_swap_release": [a, b],
     "daemon_json": [a, b], "models": {name: [a, b]}, "spec": {"<dotted key>": [a, b]}}`` — empty
     sections dropped; file diffs are unified diffs passed through ``mask`` (the caller's secret
-    masking, :func:`rigkit.drift.masking.mask`)."""
+    masking, :func:`rigkit.drift.masking.mask`). A member in one generation only is one entry
+    ``"<id>": [a, b]`` (``"live"``/``"staged"``, None where it is absent: ``["live", None]`` is a
+    removal), in ``members`` and as ``llama_swap.members.<id>`` in ``spec``, never key by key."""
     ra, rb = a["record"], b["record"]
     ca, cb = a.get("contents") or {}, b.get("contents") or {}
     out: dict[str, Any] = {"a": ra["n"], "b": rb["n"]}
@@ -200,18 +209,33 @@ def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lamb
     out["pins"] = {p: [pa.get(p), pb.get(p)] for p in sorted(set(pa) | set(pb)) if pa.get(p) != pb.get(p)}
     ua, ub = ra.get("units") or {}, rb.get("units") or {}
     out["units"] = {k: [ua.get(k), ub.get(k)] for k in ("enabled", "disabled") if ua.get(k) != ub.get(k)}
-    ma = _flat((ra.get("spec") or {}).get("llama_swap", {}).get("members", {}))
-    mb = _flat((rb.get("spec") or {}).get("llama_swap", {}).get("members", {}))
-    out["members"] = {k: [ma.get(k), mb.get(k)] for k in sorted(set(ma) | set(mb)) if ma.get(k) != mb.get(k)}
+    ida = (ra.get("spec") or {}).get("llama_swap", {}).get("members", {})
+    idb = (rb.get("spec") or {}).get("llama_swap", {}).get("members", {})
+    whole = {m: [_declared_as(ida.get(m)), _declared_as(idb.get(m))] for m in sorted(set(ida) ^ set(idb))}
+    ma = _flat({m: v for m, v in ida.items() if m in idb})
+    mb = _flat({m: v for m, v in idb.items() if m in ida})
+    out["members"] = {**whole, **{k: [ma.get(k), mb.get(k)] for k in sorted(set(ma) | set(mb)) if ma.get(k) != mb.get(k)}}
     la, lb = (ra.get("llama_swap") or {}).get("release"), (rb.get("llama_swap") or {}).get("release")
     out["llama_swap_release"] = [la, lb] if la != lb else None
     out["daemon_json"] = [ra.get("daemon_json"), rb.get("daemon_json")] if ra.get("daemon_json") != rb.get("daemon_json") else None
     moa, mob = ra.get("models") or {}, rb.get("models") or {}
     out["models"] = {m: [moa.get(m), mob.get(m)] for m in sorted(set(moa) | set(mob)) if moa.get(m) != mob.get(m)}
     sa, sb = _flat(ra.get("spec") or {}), _flat(rb.get("spec") or {})
+    gone = tuple(f"llama_swap.members.{m}." for m in whole)  # said once, as the member's, not key by key
     out["spec"] = {k: [sa.get(k), sb.get(k)] for k in sorted(set(sa) | set(sb))
-                   if sa.get(k) != sb.get(k) and not k.startswith("models_lock")}
+                   if sa.get(k) != sb.get(k) and not k.startswith("models_lock") and not k.startswith(gone)}
+    out["spec"].update({f"llama_swap.members.{m}": v for m, v in whole.items()})
     return {k: v for k, v in out.items() if v or k in ("a", "b")}
+
+
+def _is_whole(section: str, key: str) -> bool:
+    """Whether ``key`` of a :func:`diff` section is a whole member (added or removed)."""
+    return (section == "members" and "." not in key) or (section == "spec" and key.count(".") == 2
+                                                         and key.startswith("llama_swap.members."))
+
+
+def _whole(v: list[Any]) -> str:
+    return f"removed (was {v[0]})" if v[1] is None else f"added ({v[1]})" if v[0] is None else f"{v[0]} -> {v[1]}"
 
 
 def diff_text(d: dict[str, Any]) -> str:
@@ -224,7 +248,8 @@ def diff_text(d: dict[str, Any]) -> str:
         if key in d:
             lines.append(f"{label}:")
             if isinstance(d[key], dict):
-                lines += [f"  {k}: {json.dumps(v[0])} -> {json.dumps(v[1])}" for k, v in d[key].items()]
+                lines += [f"  {k}: " + (_whole(v) if _is_whole(key, k) else f"{json.dumps(v[0])} -> {json.dumps(v[1])}")
+                          for k, v in d[key].items()]
             else:
                 lines += [f"  {p}: changed" for p in d[key]]
     for key, label in (("llama_swap_release", "llama-swap release"), ("daemon_json", "daemon.json keys")):

@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from rigkit import exitcodes, hints
+from rigkit import exitcodes, hints, paths
 from rigkit.deploy import run
 from rigkit.remote import RemoteError, RemoteTimeout
 
@@ -142,6 +142,9 @@ class Change:
     hold: LockHold | None = None
     lock_what: str = ""
     out: run.Output = field(kw_only=True)
+    #: set by :func:`settle`: the change only staged (:func:`staged_only`), so nothing that serves is asked
+    #: (no completion, no smoke: either would swap out the member serving a request)
+    staged_only: bool = False
 
     @property
     def name(self) -> str:
@@ -249,13 +252,16 @@ def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
 
 
 def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
-            files: bool = True) -> dict[str, Any]:
-    """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (:mod:`rigkit.host.confirm`;
-    ``files`` False leaves the files check out); says each check (``ch.out``); returns its result
+            files: bool = True, changes: str = "") -> dict[str, Any]:
+    """Run ``rigkit-agent confirm`` for generation ``n`` asking ``touched`` (the live members the change
+    added or changed: :func:`rigkit.common.confirm.touched_members`; :mod:`rigkit.host.confirm`;
+    ``files`` False leaves the files check out); says what changed among the members (``changes``,
+    :func:`rigkit.common.confirm.describe`) and each check (``ch.out``); returns its result
     (``confirmed`` False with the reason when the agent could not be run)."""
     request = json.dumps({"generation": n, "members": touched, "budget_s": budget_s, "files": files})
-    ch.say(f"confirming generation {n}: " + (f"the live members of {', '.join(touched)} it touched, then the "
-                                              "resident," if touched else "the resident") + " through llama-swap")
+    ch.say(f"confirming generation {n}" + (f" (members: {changes})" if changes else "") + ": "
+           + (f"{', '.join(touched)}, the live member(s) it added or changed, then the resident,"
+              if touched else "the resident") + " through llama-swap")
     timeout = float(budget_s or 0) + 900
     try:
         proc = ch.remote.agent("confirm", stdin=request, timeout=timeout, lease=lease)
@@ -289,6 +295,24 @@ def mark_failed(ch: Change, n: int, why: str, lease: str) -> bool:
     if entry is None:
         ch.say(f"could not mark generation {n} failed: {problem}", error=True)
     return entry is not None
+
+
+#: The rendered files that only follow the members' ``staged`` flags and serve nothing: the review copy
+#: and the host config (the agent's, read by its timers; no server reads it).
+STAGING_FILES = frozenset({paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG})
+
+
+def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether generation record ``new`` differs from ``old`` only in what is staged: the same live
+    members, pins, units, release, daemon.json keys, models and secrets, and no rendered file but
+    :data:`STAGING_FILES` changed (sha256, mode, owner). False without either record or its files."""
+    if not old or not new or not old.get("files") or not new.get("files"):
+        return False
+    fo, fn = old["files"], new["files"]
+    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)}
+    same = all(old.get(k) == new.get(k) for k in ("pins", "units", "daemon_json", "models", "secrets"))
+    lo, ln = old.get("llama_swap") or {}, new.get("llama_swap") or {}
+    return same and files <= STAGING_FILES and lo.get("live") == ln.get("live") and lo.get("release") == ln.get("release")
 
 
 def members_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -355,7 +379,7 @@ def settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, leas
 def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lease: str, attempt: dict[str, Any],
             no_revert: bool, budget_s: float | None) -> int:
     """:func:`settle` on a host that answers (a lost one raises :class:`rigkit.remote.RemoteError`)."""
-    from rigkit.common.confirm import touched_members
+    from rigkit.common.confirm import describe, member_changes, touched_members
 
     failed_ops, changed, ran = run.host_result(proc, ch.name)
     host_failed = proc.returncode != 0 and failed_ops is not None
@@ -366,6 +390,9 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
     new = now_n if now_n is not None and now_n != ch.start else None
     target_spec = members_of(now_rec) if new is not None else attempt.get("spec")
     touched = touched_members(members_of(ch.start_record), target_spec or {})
+    changes = describe(member_changes(members_of(ch.start_record), target_spec or {}))
+    # going back, the members to ask are those the revert touches: live at the start, changed since
+    back = touched_members(target_spec or {}, members_of(ch.start_record) or {})
     if host_failed:
         if not ran:
             ch.say(f"{ch.what} failed before it changed anything; the host stays at generation {ch.start}", error=True)
@@ -379,12 +406,19 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
         if new is None and ch.start_record and attempt.get("key") and attempt["key"] == ch.start_record.get("key"):
             return _unchanged_failure(ch, n, why, budget_s, lease)
         return _failed(ch, n, why, no_revert, inventory, lambda: put_back(ch, inventory, overrides, verbose, lease, why,
-                                                                          touched, budget_s))
+                                                                          back, budget_s))
     target = new if new is not None else now_n
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
         return exitcodes.FAILED
-    result = confirm(ch, target, touched, budget_s, lease)
+    if new is not None and not touched and staged_only(ch.start_record, now_rec):
+        # a completion to the resident would swap out whatever member is serving (a swap group) and wait
+        # for its requests: staging must not touch what serves (issue 61)
+        ch.say(f"generation {target} changes only what is staged (members: {changes or 'none'}): nothing that "
+               "serves changed, so no completion is sent")
+        ch.staged_only = True
+        return exitcodes.OK
+    result = confirm(ch, target, touched, budget_s, lease, changes=changes)
     if result.get("confirmed"):
         ch.say(f"generation {target} confirmed in {result.get('took_s')} s (budget {result.get('budget_s')} s): "
                + ", ".join(f"{m} answered" for m in result.get("members") or []))
@@ -396,7 +430,7 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
         return exitcodes.FAILED
     mark_failed(ch, new, why + LEFT * no_revert, lease)
     return _failed(ch, new, why, no_revert, inventory, lambda: put_back(ch, inventory, overrides, verbose, lease, why,
-                                                                        touched, budget_s))
+                                                                        back, budget_s))
 
 
 def _unchanged_failure(ch: Change, n: int | None, why: str, budget_s: float | None, lease: str) -> int:

@@ -16,7 +16,7 @@ from rigkit.common import versions
 from rigkit.common.gpu import parse_query
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.drift.severity import EXPECTED, severity_of
+from rigkit.drift.severity import EXPECTED, HELD, severity_of
 
 ENABLED_STATES = ("enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked", "linked-runtime")
 #: Dependencies that tie one unit's lifetime to another's (systemd.unit(5)).
@@ -494,6 +494,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out = without_pacman_unanswered(out, facts.get("ignorepkg"))
     out += compare_models(host, decl.lock_note, facts.get("models"))
     out += compare_holds(host, facts.get("holds") or {})
+    out = apply_holds(host, out, facts.get("holds") or {})
     out += compare_generation(host, facts.get("generations") or {})
     out += compare_rig_lock(host, facts.get("rig_lock") or {})
     out += compare_power_healer(host, (facts.get("power_healer") or {}).get("data"))
@@ -503,16 +504,38 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
 def name_live_backup(findings: list[Finding], holds: dict[str, Any]) -> list[Finding]:
     """A live llama-swap config whose content is not the declared one (edited by hand, or not yet
     activated): its finding says what the deploy does with it — back it up as
-    ``<live>.bak-<UTC stamp>`` and activate the declared one — or, under a hold, that the deploy
-    leaves it. ``findings`` is changed in place and returned."""
+    ``<live>.bak-<UTC stamp>`` and activate the declared one. Under a hold it is left to
+    :func:`apply_holds`. ``findings`` is changed in place and returned."""
     from rigkit.common.holds import LLAMA_SWAP
 
-    held = isinstance((holds.get("data") or {}).get(LLAMA_SWAP), dict)
+    if isinstance((holds.get("data") or {}).get(LLAMA_SWAP), dict):
+        return findings
     for f in findings:
         if f.kind == "file" and f.item == paths.LLAMA_SWAP_CONFIG and f.actual != "missing":
-            f.actual += (" — held by a rollback: the deploy leaves it (see the hold)" if held else
-                         f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
+            f.actual += (f" — the deploy replaces it, keeping this one as {paths.LLAMA_SWAP_CONFIG}.bak-<UTC stamp> "
                          f"(`{hints.command('wire-in', '--show', host=f.host)}` diffs them)")
+    return findings
+
+
+#: The files each hold keeps as its rollback left them (:mod:`rigkit.common.holds`): the wire-in's the
+#: live llama-swap config and what an activation would install in its place.
+HELD_FILES = {"llama-swap": (paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_NEXT)}
+
+
+def apply_holds(host: str, findings: list[Finding], holds: dict[str, Any]) -> list[Finding]:
+    """While a hold stands, the findings on the files it keeps (:data:`HELD_FILES`: content, mode,
+    owner) are ``hold``, not ``drift``: the host is as the operator rolled it back and the deploy
+    leaves them, so neither the exit code nor the repair line counts them; each says which hold keeps
+    it and the command that releases it. ``findings`` is changed in place and returned."""
+    data = holds.get("data") or {}
+    for name, kept in HELD_FILES.items():
+        if not isinstance(data.get(name), dict):
+            continue
+        release = hints.command("wire-in", "--release", host=host)
+        for f in findings:
+            if f.item in kept and f.kind in ("file", "file-mode", "file-owner"):
+                f.severity = HELD
+                f.actual = f"{f.actual} — kept by the {name} hold: the deploy leaves it until `{release}`"
     return findings
 
 

@@ -132,8 +132,8 @@ def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] 
             named[f.kind].append(mask(f.item if f.kind != "reboot" else str(f.actual), list(secrets)) or f.kind)
         elif f.severity == "drift":
             named["drift"].append(text)
-        elif f.severity == "expected":
-            continue  # explained by an open window, which is its own reason
+        elif f.severity in ("expected", "hold"):
+            continue  # explained by an open window or kept by a hold, each its own reason
         else:
             named["other"].append(text)
 

@@ -4,9 +4,10 @@ docs/operating.md "Drift: one probe per host" prints the same table (``tests/dri
 the two together, and every finding the comparisons make to it).
 
 A kind names what differs (``file``, ``pin``, ``power`` …); its severity is fixed here, never
-chosen where a finding is made. The one exception is ``expected``: while a window is open, the
-findings its journal explains (its tenant swapped in, the proxy down, a sweep's ``.env`` or power
-limit) are marked expected, whatever their kind (:func:`rigkit.drift.compare.apply_window`).
+chosen where a finding is made. The two exceptions are states that explain a difference: while a
+window is open, the findings its journal explains (its tenant swapped in, the proxy down, a sweep's
+``.env`` or power limit) are ``expected`` (:func:`rigkit.drift.compare.apply_window`); while a hold
+stands, the files it keeps are ``hold`` (:func:`rigkit.drift.compare.apply_holds`) — whatever their kind.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ SEVERITIES: dict[str, tuple[int, bool, str]] = {
                                   "host lock held, an open window, what could not be compared, the power-limit "
                                   "healer having put the limit back"),
     "expected": (exitcodes.OK, False, "a difference an open window explains (any kind, while it is open)"),
+    "hold": (exitcodes.OK, False, "a file a hold keeps as the operator rolled it back (any kind, while the hold "
+                                  "stands): the deploy leaves it until the command in the hold's row releases it"),
 }
 
 #: kind -> severity. Every finding's kind is one of these (a Finding of another kind is a bug).
@@ -44,6 +47,8 @@ KINDS: dict[str, str] = {
 
 #: The severity an open window gives the findings it explains (:data:`SEVERITIES`).
 EXPECTED = "expected"
+#: The severity a hold gives the files it keeps (:data:`SEVERITIES`; :func:`rigkit.drift.compare.apply_holds`).
+HELD = "hold"
 
 
 def severity_of(kind: str) -> str:
@@ -73,6 +78,7 @@ def tally(severities: list[str]) -> str:
 
     n = Counter(severities)
     words = (("drift", "difference", "differences"), ("error", "check failed", "checks failed"),
-             ("warn", "warning", "warnings"), ("expected", "explained by the window", "explained by the window"))
+             ("warn", "warning", "warnings"), ("expected", "explained by the window", "explained by the window"),
+             ("hold", "kept by a hold", "kept by a hold"))
     return ", ".join(f"{n[s]} {one if n[s] == 1 else many}" for s, one, many in words if n[s]) or "nothing found"
 

@@ -421,7 +421,23 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"staging copy {staging} now holds the live config")
             except (ConfigError, OSError) as exc:
                 log(f"warning: could not set the staging copy to the live config: {exc}")
+            _record_writes(cfg, args.live, log)
         lock.release()
+
+
+def _record_writes(cfg: Any, live: Path, log: Callable[[str], None]) -> None:
+    """Record what this run left in ``live`` and the staging copy (still under the lock) as rigkit's
+    writes (:mod:`rigkit.common.written`), so a later deploy never takes them for a hand's edit. A
+    failure to record is a warning (the write itself stands)."""
+    from rigkit.common import written
+    from rigkit.host.config import ConfigError
+
+    try:
+        state_dir = cfg.path("state_dir")
+        for f in (live, Path(cfg.get("llama_swap", "staging"))):
+            written.record(f, state_dir)
+    except (ConfigError, OSError) as exc:
+        log(f"warning: could not record the llama-swap configs as rigkit's writes: {exc}")
 
 
 def _activation(args: argparse.Namespace, ap: argparse.ArgumentParser, cfg: Any, holds: Path,

@@ -58,6 +58,7 @@ from rigkit.common import atomic
 from rigkit.host import pacman
 from rigkit.common.holds import GENERATION as HOLD_KEY
 from rigkit.common.holds import read_holds, write_holds
+from rigkit.common.confirm import describe as describe_members, member_changes
 from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 DEFAULT_KEEP = 10
@@ -158,7 +159,8 @@ def models_verified(cfg: Any, lock_path: str | None, prepared: list[str]) -> dic
 
 def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
     """What differs from ``old`` to ``new``, one short phrase each (``"files: /opt/rigkit/hyperqwen/.env"``,
-    ``"pins: cuda 13.3.1-1 -> 13.3.2-1"``, ``"members: strata"``); ``["first generation"]`` without ``old``."""
+    ``"pins: cuda 13.3.1-1 -> 13.3.2-1"``, ``"members: added hyperqwen; removed strata-8k"``:
+    :func:`rigkit.common.confirm.member_changes` in its words); ``["first generation"]`` without ``old``."""
     if old is None:
         return ["first generation"]
     out = []
@@ -174,11 +176,9 @@ def changed(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
     pins = [f"{p} {op.get(p) or '-'} -> {np_.get(p) or '-'}" for p in sorted(set(op) | set(np_)) if op.get(p) != np_.get(p)]
     if pins:
         out.append("pins: " + ", ".join(pins))
-    om = (old.get("spec") or {}).get("llama_swap", {}).get("members", {})
-    nm = (new.get("spec") or {}).get("llama_swap", {}).get("members", {})
-    members = sorted(m for m in set(om) | set(nm) if om.get(m) != nm.get(m))
+    members = describe_members(member_changes(old.get("spec") or {}, new.get("spec") or {}))
     if members:
-        out.append("members: " + ", ".join(members))
+        out.append("members: " + members)
     if old.get("units") != new.get("units"):
         out.append("units")
     if (old.get("llama_swap") or {}).get("release") != (new.get("llama_swap") or {}).get("release"):

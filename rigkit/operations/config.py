@@ -15,6 +15,7 @@ from pyinfra.api import OperationError, operation
 from pyinfra.operations import files
 
 from rigkit import paths
+from rigkit.common import written
 from rigkit.operations.facts import JsonFile
 from rigkit.render.declared_state import merge_json  # the one definition (drift compares with it too)
 from rigkit.operations.shell import argv, script
@@ -66,8 +67,9 @@ def backup_path(path: str, stamp: str | None = None) -> str:
 
 def written_marker(path: str) -> str:
     """The file recording the sha256 of what rigkit last wrote to ``path``
-    (``/var/lib/rigkit/written/<sha1 of path>``)."""
-    return f"{paths.STATE_DIR}/written/{hashlib.sha1(path.encode()).hexdigest()}"
+    (``/var/lib/rigkit/written/<sha1 of path>``: :func:`rigkit.common.written.marker`, the one format
+    every writer of rigkit's records)."""
+    return written.marker(path, paths.STATE_DIR)
 
 
 def _backup(path: str, what: str):
@@ -138,12 +140,12 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
         current = host.get_fact(Sha256File, path=path)
     if current and current != wanted:
         marker = host.get_fact(FileContents, path=written_marker(path)) or []
-        if (marker[0].strip() if marker else None) != current:
+        if written.parse("\n".join(marker)) != current:
             yield from _backup(path, "its content was not written by rigkit (edited by hand?)")
     changed = current != wanted
     yield from files.put._inner(src=StringIO(text), dest=path, user=user, group=group, mode=mode,
                                 create_remote_dir=True)
-    if changed:
+    if changed:  # rigkit.common.written's record: the sha256 and a newline
         marker = written_marker(path)
         yield script("mkdir -p {folder} && echo {wanted} > {marker}", folder=marker.rsplit("/", 1)[0], wanted=wanted,
                      marker=marker)

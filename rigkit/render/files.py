@@ -242,13 +242,11 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     out[paths.LLAMA_SWAP_CONFIG] = RenderedFile(render_llama_swap(spec, staged=False), "0640", swap_group)
     out[paths.LLAMA_SWAP_STAGED] = RenderedFile(render_llama_swap(spec, staged=True), "0640", swap_group)
 
-    containers = sorted({m.container for m in resolved.values() if m.container and m.container != paths.HYPERQWEN_COMPOSE_PROJECT})
     stop_post = [shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)]
-    longest_stop = max((m.unload_timeout_s or 10) for m in resolved.values())
     unit = paths.UNIT_DIR
     out[f"{unit}/llama-swap.service"] = RenderedFile(env.get_template("systemd/llama-swap.service.j2").render(
-        ls=ls, docker=paths.DOCKER_BIN, containers=containers or ["rigkit-none"], bin=paths.LLAMA_SWAP_BIN,
-        config=paths.LLAMA_SWAP_CONFIG, stop_post=stop_post, timeout_stop_s=max(60, longest_stop + 30)), "0644", "root:root")
+        ls=ls, docker=paths.DOCKER_BIN, sh=paths.SH_BIN, label=paths.MEMBER_LABEL, bin=paths.LLAMA_SWAP_BIN,
+        config=paths.LLAMA_SWAP_CONFIG, stop_post=stop_post, timeout_stop_s=ls.stop_timeout_s), "0644", "root:root")
     start = shlex.join(members_mod.hyperqwen_start_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)
     stop = shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)
     out[f"{unit}/hyperqwen.service"] = RenderedFile(env.get_template("systemd/hyperqwen.service.j2").render(

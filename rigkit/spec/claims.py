@@ -118,10 +118,12 @@ def spec_claims(spec: RigSpec) -> list[Claim]:
         for i, alias in enumerate(m.spec.aliases):
             add(Claim("model name", alias, alias, f"{key}.aliases[{i}]", f"{key}.aliases[{i}]"))
         if m.container:
-            add(Claim("container", m.container, m.container, key if m.spec.service else f"{key}.cmd", key))
+            add(Claim("container", m.container, m.container, key if m.spec.service or m.spec.llamacpp else f"{key}.cmd", key))
         if m.spec.service is not None:
             add(Claim("service", m.spec.service, m.spec.service, f"{key}.service", key))
             out += _service_port_claims(spec, mid, m)
+        elif m.spec.llamacpp is not None and not m.spec.cmd:
+            add(Claim("port", m.spec.llamacpp.port, m.spec.llamacpp.port, f"{key}.llamacpp.port", key))
         else:
             out += _member_port_claims(key, m)
     return out

@@ -2,8 +2,9 @@
 
 One place derives the commands for the rig's own services (Strata and the GGUF baseline as
 ``docker run --rm --init --name <id>`` of the llama.cpp server image; HyperQwen as its compose
-service ``single`` alone), so the validators, the renderer and (later) drift all see the same
-strings. Operator-defined members (``service: null``) keep what they declare.
+service ``single`` alone; an operator's llama.cpp member declared with ``llamacpp`` like Strata), so
+the validators, the renderer and drift all see the same strings. Other operator-defined members
+(``service: null``) keep what they declare.
 """
 
 from __future__ import annotations
@@ -63,14 +64,15 @@ def hyperqwen_stop_argv(spec: RigSpec) -> list[str]:
 def llamacpp_start_argv(member_id: str, server: LlamaCppSpec, spec: RigSpec) -> list[str]:
     """``docker run`` of the llama.cpp server image in the foreground for one GGUF member.
 
-    The model directory ``/srv/models/<path>`` is mounted read-only at ``/models``; the server
+    The container carries ``--label rigkit.member=<id>`` (:data:`rigkit.paths.MEMBER_LABEL`), by which
+    llama-swap's unit clears an orphan before it starts. The model directory ``/srv/models/<path>`` is mounted read-only at ``/models``; the server
     listens on 0.0.0.0 inside the container, published on 127.0.0.1:``port`` only.
     """
     source = spec.models.get(server.model)
     model_dir = f"{paths.MODELS_ROOT}/{source.path if source else server.model}"
     model_file = server.model_file or paths.placeholder(f"{member_id} model file")
     argv = [
-        "docker", "run", "--rm", "--init", "--name", member_id,
+        "docker", "run", "--rm", "--init", "--name", member_id, "--label", f"{paths.MEMBER_LABEL}={member_id}",
         "--gpus", "all",
         "--publish", f"127.0.0.1:{server.port}:{server.port}",
         "--volume", f"{model_dir}:/models:ro",
@@ -130,6 +132,21 @@ def resolve_member(member_id: str, spec: RigSpec) -> Member:
             container=member_id,
             argv=argv,
         )
+    if m.llamacpp is not None and not m.cmd:
+        server = own_server(member_id, spec)
+        argv = llamacpp_start_argv(member_id, server, spec)
+        return Member(
+            id=member_id, spec=m,
+            cmd=_join(argv),
+            cmd_stop=m.cmd_stop or _join(["docker", "stop", "--time", str(server.stop_timeout_s), member_id]),
+            proxy=m.proxy or f"http://127.0.0.1:{server.port}",
+            port=server.port,
+            vram_gib=m.vram_gib,
+            unload_timeout_s=m.unload_timeout_s or server.stop_timeout_s + 10,
+            use_model_name=m.use_model_name,
+            container=member_id,
+            argv=argv,
+        )
     port = port_of(m.proxy) if m.proxy else None
     if m.cmd and "${PORT}" in m.cmd:
         port = None
@@ -139,6 +156,22 @@ def resolve_member(member_id: str, spec: RigSpec) -> Member:
         container=container_name(m.cmd) if m.cmd else None,
         argv=split_command(m.cmd) if m.cmd else [],
     )
+
+
+def own_server(member_id: str, spec: RigSpec) -> LlamaCppSpec:
+    """The llama.cpp server of a member of the operator's own declared with ``llamacpp``
+    (:class:`rigkit.spec.model.MemberServer`) as rigkit's own servers are: the rig's llama.cpp image
+    (``strata.image``), and its ``model_file`` or else the file Strata or the GGUF baseline serves from
+    the same model (None when neither does: the member checks name it). Raises KeyError for an unknown
+    id, ValueError for a member without ``llamacpp``."""
+    own = spec.llama_swap.members[member_id].llamacpp
+    if own is None:
+        raise ValueError(f"llama_swap.members.{member_id} has no llamacpp section")
+    model_file = own.model_file or next((s.model_file for s in (spec.strata, spec.gguf_baseline)
+                                         if s.model == own.model and s.model_file), None)
+    return LlamaCppSpec.model_construct(
+        port=own.port, image=spec.strata.image, model=own.model, model_file=model_file, ctx_size=own.ctx_size,
+        args=list(own.args), stop_timeout_s=own.stop_timeout_s)
 
 
 def resolve_members(spec: RigSpec) -> dict[str, Member]:

@@ -205,11 +205,30 @@ def _default_models() -> dict[str, ModelSource]:
     }
 
 
+class MemberServer(StrictModel):
+    """A member of the operator's own served by llama.cpp, declared as rigkit's own GGUF members are
+    (issue 61): rigkit derives its ``docker run`` of the rig's llama.cpp server image (``strata.image``,
+    locked and pulled with Strata's), ``cmdStop``, ``proxy`` and container (named after the member,
+    labelled ``rigkit.member``), and estimates its VRAM from the lock's GGUF header as it does
+    Strata's. ``model`` is a key of ``models``; ``model_file`` the GGUF file inside
+    ``/srv/models/<model path>/`` (None: the file Strata or the GGUF baseline serves from that model);
+    ``port`` on 127.0.0.1; ``ctx_size`` tokens; ``args`` extra llama-server words; ``stop_timeout_s``
+    for ``docker stop``."""
+
+    port: Port
+    model: MemberId
+    model_file: RelativePath | None = None
+    ctx_size: Annotated[Tokens, Field(ge=512)] = 16384
+    args: list[Text] = Field(default_factory=list)
+    stop_timeout_s: StopSeconds = 10
+
+
 class MemberSpec(StrictModel):
     """A llama-swap member (``models.<id>`` in llama-swap's config, v250).
 
     With ``service`` set, rigkit derives ``cmd``/``cmd_stop``/``proxy`` from that section of the
-    spec; an operator's own member gives them. ``staged: true`` keeps it out of the live config
+    spec; with ``llamacpp`` (:class:`MemberServer`) from that, for a llama.cpp member of the
+    operator's own; any other member of the operator's own gives them. ``staged: true`` keeps it out of the live config
     (it is in ``config.staged.yaml`` for review). ``vram_gib`` is GiB while loaded (``None`` for
     HyperQwen: ``gpu_memory_utilization`` x ``gpu_vram_gib``); ``cold_boot_s`` is the measured
     start-to-healthy time in s; ``ttl`` idle seconds before unload, 0 = never.
@@ -229,6 +248,7 @@ class MemberSpec(StrictModel):
     """
 
     service: Literal["strata", "gguf_baseline", "hyperqwen"] | None = None
+    llamacpp: MemberServer | None = None
     staged: bool = False
     vram_gib: GiB | None = None
     cold_boot_s: Seconds
@@ -281,6 +301,10 @@ class LlamaSwapSpec(StrictModel):
     port: Port = 8080
     user: UserName = "llama-swap"
     health_check_timeout_s: Annotated[LlamaSwapSeconds, Field(ge=15)] = 300
+    # the unit's TimeoutStopSec: llama-swap stops its loaded member (cmdStop, up to the member's
+    # unload_timeout_s) before it exits. One figure of its own, never derived from the members, so
+    # that the unit is the same whichever members are live or staged (issue 61).
+    stop_timeout_s: StopSeconds = 70
     start_port: Port = 5800
     log_level: Literal["debug", "info", "warn", "error"] = "info"
     preload: list[MemberId] = Field(default_factory=lambda: ["strata"])

@@ -567,12 +567,17 @@ def lock_problems_for(spec: Any, inventory: str | os.PathLike) -> tuple[str | No
 
 
 def served_file_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") -> list[str]:
-    """The GGUF file each llama.cpp server serves (``strata.model_file``, ``gguf_baseline.model_file``)
+    """The GGUF file each llama.cpp server serves (``strata.model_file``, ``gguf_baseline.model_file``, an
+    operator's ``llama_swap.members.<id>.llamacpp``'s)
     must be one of the files the lock lists for its model: a file the lock does not list is never
     fetched or verified, so the server would start on whatever is there, or on nothing."""
+    from rigkit.spec.members import own_server
+
     out = []
-    for key in ("strata", "gguf_baseline"):
-        server = getattr(spec, key)
+    servers = [(key, getattr(spec, key)) for key in ("strata", "gguf_baseline")]
+    servers += [(f"llama_swap.members.{mid}.llamacpp", own_server(mid, spec))
+                for mid, m in spec.llama_swap.members.items() if m.llamacpp is not None and m.llamacpp.model in spec.models]
+    for key, server in servers:
         entry = lock.get("models", {}).get(server.model)
         if server.model_file is None or entry is None:
             continue

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rigkit import paths
 from rigkit.spec import cmdline
 from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
@@ -113,7 +114,19 @@ def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
                      f"{hq.max_model_len}; DFLASH_TOKENS=15 crashed the engine at 20k context (EngineDeadError, "
                      "marlin_gemm allocation failure) and it kept answering 500 until restarted")))
     warnings += engine_args.check_engine_args(spec).warnings
+    for mid, m in members_mod.resolve_members(spec).items():
+        if m.spec.service is None and m.container and m.cmd and not _labelled(m.argv, mid):
+            warnings.append(SpecWarning(
+                key=f"llama_swap.members.{mid}.cmd",
+                message=(f"runs container {m.container!r} without --label {paths.MEMBER_LABEL}={mid}: llama-swap.service "
+                         "removes an orphan of a killed proxy by that label before it starts, and cannot clear this one")))
     return warnings
+
+
+def _labelled(argv: list[str], member_id: str) -> bool:
+    """Whether a member's argv carries ``--label rigkit.member=<id>`` (``--label=…``, ``-l``)."""
+    want = f"{paths.MEMBER_LABEL}={member_id}"
+    return any(a in ("--label", "-l") and b == want for a, b in zip(argv, argv[1:])) or f"--label={want}" in argv
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,6 +289,33 @@ def _check_units(spec: RigSpec) -> list[SpecProblem]:
     return out
 
 
+#: Seconds llama-swap.service's TimeoutStopSec (``llama_swap.stop_timeout_s``) keeps beyond the longest
+#: member stop: HyperQwen's ExecStopPost and llama-swap's own exit run after it.
+_STOP_GRACE_S = 30
+
+
+def _own_server_problems(spec: RigSpec, mid: str, key: str) -> list[SpecProblem]:
+    """A member declared with ``llamacpp`` (:class:`rigkit.spec.model.MemberServer`): rigkit derives its
+    command, so neither ``service`` nor ``cmd`` beside it; its model is a key of ``models``, and its
+    GGUF file named or served by Strata or the GGUF baseline from the same model."""
+    s = spec.llama_swap.members[mid]
+    own = s.llamacpp
+    assert own is not None
+    out = []
+    for field_key, value in (("service", s.service), ("cmd", s.cmd)):
+        if value is not None:
+            out.append(SpecProblem(key=f"{key}.{field_key}", value=repr(value),
+                                   allowed=f"unset beside {key}.llamacpp, from which rigkit derives the member's command"))
+    if own.model not in spec.models:
+        out.append(SpecProblem(key=f"{key}.llamacpp.model", value=repr(own.model),
+                               allowed=f"not a key of models{did_you_mean(own.model, spec.models)}; models: {', '.join(spec.models)}"))
+    elif members_mod.own_server(mid, spec).model_file is None:
+        out.append(SpecProblem(key=f"{key}.llamacpp.model_file", value="None",
+                               allowed=f"the GGUF file served, by name inside {paths.MODELS_ROOT}/{spec.models[own.model].path}/ "
+                                       "(neither strata nor gguf_baseline serves this model, so there is no file to default to)"))
+    return out
+
+
 def _check_members(spec: RigSpec) -> list[SpecProblem]:
     out: list[SpecProblem] = []
     ls = spec.llama_swap
@@ -291,7 +331,7 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="not a URL: llama-swap proxies to http(s)://host[:port][/path], "
                                            "e.g. http://127.0.0.1:18050 or http://127.0.0.1:${PORT}"))
-        elif not uses_port and not s.proxy and s.service is None:
+        elif not uses_port and not s.proxy and s.service is None and s.llamacpp is None:
             out.append(SpecProblem(
                 key=f"{key}.proxy", value="None",
                 allowed="a fixed-port member (its cmd has no ${PORT}) must set proxy, e.g. http://127.0.0.1:<port>; "
@@ -303,6 +343,8 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
             out.append(SpecProblem(key=f"{key}.proxy", value=repr(m.proxy),
                                    allowed="cmd listens on llama-swap's ${PORT} but proxy names a fixed port; use "
                                            "http://127.0.0.1:${PORT} (or leave proxy unset)"))
+        if s.llamacpp is not None:
+            out += _own_server_problems(spec, mid, key)
         if s.service is None and s.vram_gib is None:
             out.append(SpecProblem(key=f"{key}.vram_gib", value="None", allowed="GiB the member holds while loaded (nvidia-smi MiB / 1024)"))
         if s.service is not None and s.service != "hyperqwen" and s.vram_gib is None:
@@ -327,6 +369,12 @@ def _check_members(spec: RigSpec) -> list[SpecProblem]:
                                    allowed="a loopback address (127.0.0.0/8, localhost, ::1): everything on the rig listens "
                                            "on 127.0.0.1 (DESIGN.md); set allow_non_loopback: true to reach beyond it on purpose"))
         out += _env_items_problems(f"{key}.env", s.env, spec)
+        if m.unload_timeout_s and m.unload_timeout_s + _STOP_GRACE_S > ls.stop_timeout_s:
+            out.append(SpecProblem(
+                key=f"{key}.unload_timeout_s", value=repr(m.unload_timeout_s),
+                allowed=f"at most {ls.stop_timeout_s - _STOP_GRACE_S} s (llama_swap.stop_timeout_s {ls.stop_timeout_s} "
+                        f"− {_STOP_GRACE_S} s: systemd would kill llama-swap while it stops this member), or raise "
+                        "llama_swap.stop_timeout_s"))
         if s.ttl and spec.llama_swap.preload and mid in ls.preload:
             out.append(SpecProblem(key=f"{key}.ttl", value=repr(s.ttl),
                                    allowed="a preloaded (resident) member keeps ttl 0, or it unloads and nothing brings it back"))

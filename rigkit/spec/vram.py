@@ -538,9 +538,10 @@ def _hyperqwen_fit(mid: str, spec: Any, models: dict[str, Any], declared: float)
 
 
 def member_fits(spec: Any, lock: dict[str, Any]) -> list[MemberFit]:
-    """Each llama-swap member rigkit derives (``service`` set) estimated from the lock's metadata,
-    beside its declared figure; an operator's own member (``cmd`` given) is not estimated."""
-    from rigkit.spec.members import hyperqwen_vram_gib
+    """Each llama-swap member rigkit derives (``service`` set, or an operator's declared with
+    ``llamacpp``: the same estimate as Strata's) estimated from the lock's metadata, beside its declared
+    figure; an operator's own member with its own ``cmd`` is not estimated."""
+    from rigkit.spec.members import hyperqwen_vram_gib, own_server
 
     models = lock.get("models", {})
     usable = spec.gpu_vram_gib - spec.vram_reserve_gib
@@ -551,4 +552,8 @@ def member_fits(spec: Any, lock: dict[str, Any]) -> list[MemberFit]:
             out.append(_llamacpp_fit(mid, m.service, server, models.get(server.model), m.vram_gib, usable))
         elif m.service == "hyperqwen":
             out.append(_hyperqwen_fit(mid, spec, models, m.vram_gib or hyperqwen_vram_gib(spec)))
+        elif m.llamacpp is not None and not m.cmd:
+            server = own_server(mid, spec)
+            out.append(_llamacpp_fit(mid, f"llama_swap.members.{mid}.llamacpp", server, models.get(server.model),
+                                     m.vram_gib, usable))
     return out

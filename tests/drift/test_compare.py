@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, strategies as st
+
 from rigkit import drift
 from rigkit.drift import Finding, HostProbe, compare, mask, probe
 from rigkit.drift import plan as drift_plan
@@ -320,8 +322,7 @@ def test_a_live_config_that_differs_names_the_backup_the_deploy_keeps_or_the_hol
     assert named[0].actual == ("content sha256:b (9 bytes) — the deploy replaces it, keeping this one as "
                                "/etc/llama-swap/config.yaml.bak-<UTC stamp> (`rigkit wire-in -i inventory/rig.py --host h1 --show` diffs them)")
     held = [compare.Finding("h1", "file", "/etc/llama-swap/config.yaml", "content sha256:a", "content sha256:b")]
-    assert compare.name_live_backup(held, {"data": {"llama-swap": {"since": "t"}}})[0].actual.endswith(
-        "held by a rollback: the deploy leaves it (see the hold)")
+    assert compare.name_live_backup(held, {"data": {"llama-swap": {"since": "t"}}})[0].actual == "content sha256:b"
     other = [compare.Finding("h1", "file", "/etc/llama-swap/config.staged.yaml", "content sha256:a", "content sha256:b")]
     assert compare.name_live_backup(other, {})[0].actual == "content sha256:b"
 
@@ -541,3 +542,29 @@ def test_the_host_lock_held_or_left_by_a_dead_holder_is_reported_not_counted():
     assert held[0].actual == "held by window w1 (pid 7, since T)"
     stale = compare_rig_lock("rig", parse_state(False, '{"what": "activation", "pid": 9, "since": "T"}'))
     assert "activation (pid 9, since T) died holding it" in stale[0].actual
+
+
+@given(kinds=st.lists(st.sampled_from(["file", "file-mode", "file-owner"]), min_size=1, max_size=3),
+       held=st.booleans(), other=st.booleans())
+def test_the_files_a_wirein_hold_keeps_are_hold_rows_and_page_no_one(kinds, held, other):
+    """Issue 61: after ``wire-in --rollback`` the live config and config.next.yaml are kept by the hold:
+    severity ``hold`` (exit 0, not counted, no repair line), each naming the release; without the hold,
+    or for any other file, ``drift`` as before."""
+    from rigkit import exitcodes, paths
+    from rigkit.cli.drift import repair_hint
+    from rigkit.drift import run as drift
+
+    holds = {"data": {"llama-swap": {"since": "t", "by": "rigkit wire-in --rollback"}} if held else {}}
+    items = [paths.LLAMA_SWAP_CONFIG, paths.LLAMA_SWAP_NEXT]
+    found = [compare.Finding("h1", k, items[i % 2], "a", "b") for i, k in enumerate(kinds)]
+    if other:
+        found.append(compare.Finding("h1", "file", paths.LLAMA_SWAP_STAGED, "a", "b"))
+    out = compare.apply_holds("h1", compare.name_live_backup(found, holds) + compare.compare_holds("h1", holds), holds)
+    kept = [f for f in out if f.item in items]
+    assert {f.severity for f in kept} == ({"hold"} if held else {"drift"})
+    if held:
+        assert all(f.actual.endswith("until `rigkit wire-in -i inventory/rig.py --host h1 --release`") for f in kept)
+        assert [f.severity for f in out if f.kind == "hold"] == ["warn"]
+    want = exitcodes.FINDINGS if (other or not held) else exitcodes.OK
+    assert drift.exit_code(out) == want
+    assert (repair_hint("h1", out) is None) == (want == exitcodes.OK)

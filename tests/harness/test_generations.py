@@ -140,7 +140,7 @@ def test_deploy_b_is_generation_2_and_the_diff_shows_exactly_what_changed(host):
     assert lines[2].startswith("*    2 ") and lines[2].endswith(
         "rig  deploy: files: /etc/llama-swap/config.staged.yaml, /etc/llama-swap/config.yaml, "
         "/opt/rigkit/hyperqwen/.env, /var/lib/rigkit/models.lock.json; pins: cuda 13.3.2-1 -> 13.3.1-1; "
-        "members: gguf-baseline")  # B's lock (its own pins.cuda entry) is the host's lock too
+        "members: changed gguf-baseline")  # B's lock (its own pins.cuda entry) is the host's lock too
     d = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name, "--diff", "1", "2", "--json")
     assert d.returncode == 0, d.stderr
     diff = json.loads(d.stdout)

@@ -211,6 +211,142 @@ def test_a_wire_in_round_trip_leaves_drift_clean_without_another_deploy(host):
     assert (rc, findings) == (0, []), out
 
 
+def _docs_member(staged: bool) -> dict:
+    """The member of the operator's own exactly as docs/operating.md "A member of your own" declares it
+    (its group_data lines exec'd as printed: tests/unit/test_own_member.py runs the same lines)."""
+    import importlib.util
+
+    where = importlib.util.spec_from_file_location("own_member_example", ROOT / "tests" / "unit" / "test_own_member.py")
+    mod = importlib.util.module_from_spec(where)
+    where.loader.exec_module(mod)
+    return mod.example(staged=staged)
+
+
+def _serving(host) -> str:
+    """llama-swap's main PID and start time (systemd's own record): the same after a change means no restart."""
+    return host.run("systemctl show -p MainPID -p ExecMainStartTimestampMonotonic llama-swap.service").stdout
+
+
+def _stream(host) -> str:
+    """What the held stream has received so far (curl writes its file at the first byte of the body)."""
+    return host.run("cat /tmp/stream.out 2>/dev/null || true").stdout
+
+
+def _backups(host) -> list[str]:
+    return host.run("ls -1 /etc/rigkit/*.rigkit-bak-* /etc/llama-swap/*.rigkit-bak-* /etc/llama-swap/config.yaml.bak-* "
+                    "2>/dev/null || true").stdout.split()
+
+
+def test_staging_a_member_never_touches_what_serves_and_every_way_back_leaves_the_rig_clean(host):
+    """Issue 61's journey on one host: first for HyperQwen (staged as declared; no stream can be held
+    through a staged member), then for the member the docs declare (strata-8k) while HyperQwen (wired
+    in) streams a request held by its stand-in engine (``chunk_s`` a FIFO: the stream waits on the test,
+    never on the machine's speed): staging the member changes nothing that serves (the stream completes
+    after the deploy, llama-swap's PID and start time unchanged, no completion sent); show, activate,
+    roll back (drift exit 0, the hold a warning), release, and the deploy changes nothing and keeps no
+    backup. Then the same member flipped in the declared data: after rollback the files the hold keeps
+    are ``hold`` rows (exit 0), and the deploy after the release takes the wire-in's writes for rigkit's."""
+    from rigkit.spec.layers import merge_layers
+
+    wired = {"llama_swap": {"members": {"hyperqwen": {"staged": False}}}}
+    staged = merge_layers(wired, _docs_member(staged=True))
+    live = merge_layers(wired, _docs_member(staged=False))
+    flip = 'llama_swap={"members": {"strata-8k": {"staged": false}}}'
+
+    def run(*args, data=staged):
+        return rigkit(host, *args, data=data)
+
+    # HyperQwen, staged as declared by default: a change to it while staged changes nothing that serves,
+    # and its show / activate / rollback / release end with a deploy that changes nothing
+    hq = {"llama_swap": {"members": {"hyperqwen": {"description": "HyperQwen, changed while staged"}}}}
+    # the premise: the host's current generation is the declared state (an earlier test's held deploy
+    # recorded one with HyperQwen wired in; the change below is judged against the current generation)
+    declared = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=None)
+    assert declared.returncode == 0, declared.stderr[-4000:]
+    before, backups = _serving(host), _backups(host)
+    stage = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=hq)
+    assert stage.returncode == 0 and changed(stage) > 0, stage.stderr[-4000:]
+    assert "changes only what is staged (members: staged hyperqwen)" in stage.stderr, stage.stderr[-3000:]
+    assert _serving(host) == before and _backups(host) == backups
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--show", "--data", FLIP, data=hq).returncode == 3
+    for step in ("--activate", "--rollback"):
+        done = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, step, *(["--data", FLIP] * (step == "--activate")),
+                   data=hq)
+        assert done.returncode == 0, done.stdout + done.stderr
+    rc, records, out = drift_records_with(host, hq)
+    assert rc == 0 and {r["severity"] for r in records if r["kind"] not in ("status", "run")} == {"warn"}, out
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--release", data=hq).returncode == 0
+    backups = _backups(host)
+    again = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=hq)
+    assert again.returncode == 0 and changed(again) == 0, again.stderr[-4000:]
+    assert "edited by hand?" not in again.stderr and _backups(host) == backups
+
+    first = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke", data=wired)
+    assert first.returncode == 0, first.stderr[-4000:]
+    fifo = f"{HQ_CONTROL}/chunk_s"
+    host.run(f"mkdir -p {HQ_CONTROL} && rm -f {fifo} /tmp/stream.* && mkfifo {fifo}")
+    body = json.dumps({"model": "hyperqwen", "max_tokens": 8, "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    try:
+        host.run(f"setsid nohup curl -sS -N -m 900 -D /tmp/stream.hdr -o /tmp/stream.out 127.0.0.1:8080/v1/chat/completions "
+                 f"{KEY_HEADER} -H 'Content-Type: application/json' -d {shlex.quote(body)} "
+                 "</dev/null >/dev/null 2>/tmp/stream.err &")
+        # the premise: the stream is in flight (its headers came; the engine waits on the FIFO)
+        assert wait_for(lambda: " 200" in host.run("cat /tmp/stream.hdr 2>/dev/null || true").stdout, timeout=300), \
+            host.run("cat /tmp/stream.err; journalctl -u llama-swap -n 30 --no-pager", check=False).stdout
+        before, backups = _serving(host), _backups(host)
+        stage = run("deploy", "-i", "inventory/sandbox.py", "--full")  # the smoke too, as an operator runs it
+        assert stage.returncode == 0, stage.stderr[-4000:]
+        assert "changes only what is staged (members: staged strata-8k)" in stage.stderr, stage.stderr[-3000:]
+        assert f"{host.name}: no smoke: the deploy only staged" in stage.stderr, stage.stderr[-3000:]
+        assert "[DONE]" not in _stream(host)  # still streaming through the deploy
+        assert _serving(host) == before
+        host.run(f"echo 0.01 > {fifo}")  # let the engine go on: the stream completes
+        assert wait_for(lambda: "[DONE]" in _stream(host), timeout=120), \
+            host.run("cat /tmp/stream.out /tmp/stream.err", check=False).stdout
+    finally:
+        host.run(f"rm -f {fifo}", check=False)
+    assert _serving(host) == before and _backups(host) == backups
+
+    shown = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--show", "--data", flip)
+    assert shown.returncode == 3 and '+  "strata-8k":' in shown.stdout, shown.stdout + shown.stderr
+    on = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--activate", "--data", flip)
+    assert on.returncode == 0, on.stdout + on.stderr
+    assert "completion to strata-8k (its definition changed)" in on.stdout
+    back = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--rollback")
+    assert back.returncode == 0, back.stdout + back.stderr
+    rc, records, out = drift_records_with(host, staged)
+    rows = [r for r in records if r["kind"] not in ("status", "run")]
+    assert rc == 0 and {r["severity"] for r in rows} <= {"warn", "hold"} and any(r["kind"] == "hold" for r in rows), out
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--release").returncode == 0
+    backups = _backups(host)  # the activation path's own backups (activate, rollback) are by design
+    again = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke")
+    assert again.returncode == 0 and changed(again) == 0, again.stderr[-4000:]
+    assert "edited by hand?" not in again.stderr, [ln for ln in again.stderr.splitlines() if "edited by hand" in ln]
+    assert _backups(host) == backups
+
+    # the member flipped in the declared data itself: the wire-in writes the review copy and host config
+    on = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--activate", data=live)
+    assert on.returncode == 0, on.stdout + on.stderr
+    back = run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--rollback", data=live)
+    assert back.returncode == 0, back.stdout + back.stderr
+    rc, records, out = drift_records_with(host, live)
+    kept = [r for r in records if r.get("item") in (LIVE, "/var/lib/rigkit/llama-swap/config.next.yaml")]
+    assert rc == 0 and kept and {r["severity"] for r in kept} == {"hold"}, out
+    assert not [r for r in records if r["severity"] == "drift"], out
+    assert "to repair" not in out
+    assert run("wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--release", data=live).returncode == 0
+    after = run("deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke")  # the member staged again
+    assert after.returncode == 0, after.stderr[-4000:]
+    assert "edited by hand?" not in after.stderr, [ln for ln in after.stderr.splitlines() if "edited by hand" in ln]
+    assert not [b for b in _backups(host) if b not in backups and ".rigkit-bak-" in b], _backups(host)
+
+
+def drift_records_with(host, data: dict) -> tuple[int, list[dict], str]:
+    proc = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--json", "--no-plan", data=data)
+    return proc.returncode, [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()], proc.stdout + proc.stderr
+
+
 def test_a_repair_deploy_names_the_backup_of_a_hand_edited_live_config_and_drift_says_it_will(host):
     with host.hand_edit(LIVE, "# edited by hand"):  # put back if the deploy did not replace it
         rc, records, out = drift_records(host, "--no-plan")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigkit.common.confirm import touched_members
+from rigkit.common.confirm import describe, member_changes, touched_members
 from rigkit.host import confirm as c
 
 IDS = st.sampled_from(["strata", "gguf-baseline", "hyperqwen", "coder", "x-1"])
@@ -43,15 +43,38 @@ def test_asked_members_are_the_touched_live_ones_then_the_resident_once_and_neve
     assert c.budget_for(s, asked) == max(c.MIN_BUDGET_S, sum(members[m]["cold_boot_s"] for m in asked) + c.MARGIN_S)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(IDS, st.integers(0, 3)), st.dictionaries(IDS, st.integers(0, 3)))
-def test_touched_members_are_exactly_those_whose_definition_differs(old, new):
-    a, b = spec({k: {"v": v} for k, v in old.items()}), spec({k: {"v": v} for k, v in new.items()})
-    got = touched_members(a, b)
-    assert got == sorted(m for m in set(old) | set(new) if old.get(m) != new.get(m))
-    assert got == touched_members(b, a)
-    assert touched_members(a, a) == []
-    assert touched_members(None, b) == sorted(new)
+MEMBER = st.fixed_dictionaries({"v": st.integers(0, 2), "staged": st.booleans()})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(IDS, MEMBER), st.dictionaries(IDS, MEMBER))
+def test_member_changes_sort_every_differing_member_into_one_kind(old, new):
+    """Issue 61: each member whose definition differs is in exactly one of added/removed/changed/staged,
+    by whether it is live before and after; a confirmation asks the live ones added or changed only,
+    and going back asks the mirror image (removed ⇄ added)."""
+    a, b = spec(old), spec(new)
+    ch = member_changes(a, b)
+    live_a = {m for m, v in old.items() if not v["staged"]}
+    live_b = {m for m, v in new.items() if not v["staged"]}
+    differ = {m for m in set(old) | set(new) if old.get(m) != new.get(m)}
+    assert sorted(sum(ch.values(), [])) == sorted(differ)
+    assert set(ch["added"]) == (live_b - live_a) & differ
+    assert set(ch["removed"]) == (live_a - live_b) & differ
+    assert set(ch["changed"]) == live_a & live_b & differ
+    assert set(ch["staged"]) == differ - live_a - live_b
+    assert touched_members(a, b) == sorted(set(ch["added"]) | set(ch["changed"]))
+    back = member_changes(b, a)
+    assert (back["added"], back["removed"], back["changed"], back["staged"]) == \
+        (ch["removed"], ch["added"], ch["changed"], ch["staged"])
+    assert touched_members(a, a) == [] and describe(member_changes(a, a)) == ""
+    assert touched_members(None, b) == sorted(live_b)
+
+
+def test_the_words_of_a_member_change():
+    old = spec({"strata": {"v": 0}, "strata-8k": {"v": 0}, "hyperqwen": {"v": 0, "staged": True}})
+    new = spec({"strata": {"v": 1}, "hyperqwen": {"v": 0}, "mine": {"v": 0, "staged": True}})
+    assert describe(member_changes(old, new)) == "added hyperqwen; removed strata-8k; changed strata; staged mine"
+    assert touched_members(old, new) == ["hyperqwen", "strata"]
 
 
 class FakeProbe:

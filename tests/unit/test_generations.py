@@ -79,6 +79,31 @@ def test_the_diff_shows_exactly_what_changed_between_two_generations():
     assert gen.diff_text(gen.diff(a, a)) == "generation 1 -> generation 1: no difference\n"
 
 
+_EXTRA = {"cmd": "docker run --rm --init --name s8k --label rigkit.member=s8k img --port 18060",
+          "cmd_stop": "docker stop s8k", "proxy": "http://127.0.0.1:18060", "vram_gib": 4.0, "cold_boot_s": 30}
+_GROUP = {"gpu": {"members": ["strata", "gguf-baseline", "hyperqwen", "s8k"]}}
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_the_diff_and_the_record_say_a_removal_is_a_removal(staged):
+    """Issue 61: a member dropped between two generations is one line, "removed (was live)", never a
+    line per key ending in null; the record's change says added/removed, not just the name."""
+    with_it = spec(llama_swap={"members": {"s8k": {**_EXTRA, "staged": staged}}, "groups": _GROUP})
+    a, b = _bundle(1, with_it, render(with_it)), _bundle(2, spec(), render(spec()))
+    d = gen.diff(a, b)
+    was = "staged" if staged else "live"
+    assert d["members"] == {"s8k": [was, None]}
+    assert d["spec"]["llama_swap.members.s8k"] == [was, None]
+    assert not [k for k in d["spec"] if k.startswith("llama_swap.members.s8k.")]
+    text = gen.diff_text(d)
+    assert f"  s8k: removed (was {was})" in text and "null" not in text.split("files:")[0]
+    assert gen.diff(b, a)["members"] == {"s8k": [None, was]} and f"s8k: added ({was})" in gen.diff_text(gen.diff(b, a))
+    phrase = [c for c in hostgen.changed(a["record"], b["record"]) if c.startswith("members: ")]
+    assert phrase == [f"members: {'staged' if staged else 'removed'} s8k"]
+    assert [c for c in hostgen.changed(b["record"], a["record"]) if c.startswith("members: ")] == \
+        [f"members: {'staged' if staged else 'added'} s8k"]
+
+
 def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_path):
     s = spec(hyperqwen={"dflash_tokens": 5})
     rendered = render(s)
@@ -440,3 +465,23 @@ def test_lock_hold_with_current_reads_where_the_host_starts_under_the_lock(tmp_p
     assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"  # read while held
     hold.stdin.close()
     assert hold.wait(10) == 0 and not host_lock.state(tmp_path / "rig.lock")["held"]
+
+
+@pytest.mark.parametrize("over, only", [
+    ({"llama_swap": {"members": {"s8k": {**_EXTRA, "staged": True}}, "groups": _GROUP}}, True),
+    ({"llama_swap": {"members": {"hyperqwen": {"description": "changed while staged"}}}}, True),
+    ({"llama_swap": {"members": {"s8k": {**_EXTRA, "staged": False}}, "groups": _GROUP}}, False),
+    ({"llama_swap": {"members": {"hyperqwen": {"staged": False}}}}, False),
+    ({"hyperqwen": {"dflash_tokens": 5}}, False),  # its .env: read when it starts
+    ({"llama_swap": {"members": {"gguf-baseline": {"ttl": 300}}}}, False),
+])
+def test_a_change_only_to_what_is_staged_is_told_apart_from_one_that_serves(over, only):
+    """Issue 61: the deploy sends no completion for a generation that changes only what is staged (a
+    completion to the resident would swap out the member serving a request)."""
+    from rigkit.deploy.transaction import staged_only
+
+    base = gen.manifest(spec(), render(spec()), '{"models": {}}')
+    other = gen.manifest(spec(**over), render(spec(**over)), '{"models": {}}')
+    assert base["key"] != other["key"]
+    assert staged_only(base, other) is only and staged_only(other, base) is only
+    assert staged_only(base, base) and not staged_only(None, base)

@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import yaml
+from hypothesis import given, settings, strategies as st
 
 from rigkit import paths
 from rigkit.spec.cmdline import split_command as split_cmd
@@ -188,3 +189,59 @@ def test_compose_refuses_to_start_hyperqwen_without_its_api_key_file():
     compose = yaml.safe_load(render(spec_from_layers([{}]))["/opt/rigkit/hyperqwen/compose.yaml"].text)
     env_files = compose["x-hyperqwen"]["env_file"]
     assert {"path": "/etc/rigkit/secrets/hyperqwen.env", "required": True} in env_files
+
+
+_MINE = {"cmd": "docker run --rm --init --name mine --label rigkit.member=mine img --port 18050", "cmd_stop": "docker stop mine",
+         "proxy": "http://127.0.0.1:18050", "vram_gib": 4.0, "cold_boot_s": 30, "ttl": 300}
+
+
+@settings(max_examples=30, deadline=None)
+@given(staged=st.fixed_dictionaries({"gguf-baseline": st.booleans(), "hyperqwen": st.booleans(), "mine": st.booleans()}),
+       extra=st.booleans())
+def test_the_live_unit_is_the_same_whichever_members_are_staged(staged, extra):
+    """Issue 61: staging a member (or declaring one staged) never rewrites llama-swap.service, so the
+    deploy never restarts the proxy for it; the live config changes only with the live set."""
+    members = {mid: {"staged": s} for mid, s in staged.items() if mid != "mine"}
+    groups = ["strata", "gguf-baseline", "hyperqwen"]
+    if extra:
+        members["mine"] = {**_MINE, "staged": staged["mine"]}
+        groups.append("mine")
+    files = files_for({"llama_swap": {"members": members, "groups": {"gpu": {"members": groups}}}})
+    base = files_for()
+    assert files[f"{UNITS}/llama-swap.service"].text == base[f"{UNITS}/llama-swap.service"].text
+    live = set(yaml.safe_load(files[paths.LLAMA_SWAP_CONFIG].text)["models"])
+    assert live == {"strata"} | {m for m in members if not (members[m].get("staged") or False)}
+    # flipping a staged member to staged-and-changed leaves the live config alone
+    changed = {m: ({**v, "description": "changed while staged"} if v.get("staged") else v) for m, v in members.items()}
+    assert files[paths.LLAMA_SWAP_CONFIG].text == files_for(
+        {"llama_swap": {"members": changed, "groups": {"gpu": {"members": groups}}}})[paths.LLAMA_SWAP_CONFIG].text
+
+
+def test_the_unit_clears_every_labelled_container_before_llama_swap_starts(tmp_path):
+    """ExecStartPre runs through a real /bin/sh: ``docker ps`` filtered by rigkit's label, then
+    ``docker rm --force`` of exactly the ids it printed (nothing when none: xargs -r)."""
+    import subprocess
+
+    unit = files_for()[f"{UNITS}/llama-swap.service"].text
+    line = next(x for x in unit.splitlines() if x.startswith("ExecStartPre="))
+    argv = split_cmd(line.removeprefix("ExecStartPre=-"))
+    assert argv[:2] == [paths.SH_BIN, "-c"]
+    fake = tmp_path / "docker"
+    log = tmp_path / "calls"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n"
+                    "case \"$1\" in ps) [ -e " + str(tmp_path / "none") + " ] || printf 'aaa\\nbbb\\n';; esac\n")
+    fake.chmod(0o755)
+    script = argv[2].replace(paths.DOCKER_BIN, str(fake))
+    subprocess.run([argv[0], "-c", script], check=True)
+    assert log.read_text().splitlines() == [f"ps --all --quiet --filter label={paths.MEMBER_LABEL}", "rm --force aaa bbb"]
+    log.unlink()
+    (tmp_path / "none").touch()
+    subprocess.run([argv[0], "-c", script], check=True)
+    assert log.read_text().splitlines() == [f"ps --all --quiet --filter label={paths.MEMBER_LABEL}"]
+
+
+def test_every_llamacpp_member_carries_rigkits_label():
+    cfg = yaml.safe_load(files_for({"llama_swap": {"members": {"hyperqwen": {"staged": False}}}})[paths.LLAMA_SWAP_CONFIG].text)
+    for mid in ("strata", "gguf-baseline"):
+        cmd = split_cmd(cfg["models"][mid]["cmd"])
+        assert cmd[cmd.index("--label") + 1] == f"{paths.MEMBER_LABEL}={mid}"

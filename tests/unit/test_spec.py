@@ -277,3 +277,28 @@ def test_dflash_15_at_short_context_is_allowed():
 def test_every_problem_is_reported_at_once():
     problems = problems_of({"gpu_power_limit_w": "x", "gpu_vram_gb": 24})
     assert len(problems) == 2
+
+
+_OWN = {"proxy": "http://127.0.0.1:18050", "vram_gib": 4.0, "cold_boot_s": 30, "cmd_stop": "docker stop mine"}
+
+
+@pytest.mark.parametrize("cmd, warned", [
+    ("docker run --rm --init --name mine img --port 18050", True),
+    ("docker run --rm --init --name mine --label rigkit.member=mine img --port 18050", False),
+    ("docker run --rm --init --name mine --label=rigkit.member=mine img --port 18050", False),
+    ("docker run --rm --init --name mine -l rigkit.member=other img --port 18050", True),
+])
+def test_an_operators_container_without_rigkits_label_is_warned_about(cmd, warned):
+    spec = spec_from_dict({"llama_swap": {"members": {"mine": {**_OWN, "cmd": cmd}},
+                                          "groups": {"gpu": {"members": ["strata", "gguf-baseline", "hyperqwen", "mine"]}}}})
+    hits = [w for w in spec_warnings(spec) if w.key == "llama_swap.members.mine.cmd"]
+    assert bool(hits) == warned
+    if warned:
+        assert "--label rigkit.member=mine" in str(hits[0])
+
+
+def test_a_member_stop_longer_than_the_units_stop_timeout_is_refused():
+    with pytest.raises(SpecError) as e:
+        spec_from_dict({"llama_swap": {"members": {"gguf-baseline": {"unload_timeout_s": 41}}}})
+    assert "llama_swap.members.gguf-baseline.unload_timeout_s: 41 — at most 40 s (llama_swap.stop_timeout_s 70" in str(e.value)
+    spec_from_dict({"llama_swap": {"stop_timeout_s": 71, "members": {"gguf-baseline": {"unload_timeout_s": 41}}}})

@@ -33,7 +33,14 @@ SKIP = {("operator_units",)}
 
 
 #: What a slot needs beside it to make a valid spec with a harmless value (a url model needs its sha256).
-COMPANIONS = {("models", "strata", "url"): {"models": {"strata": {"sha256": "0" * 64}}}}
+COMPANIONS = {("models", "strata", "url"): {"models": {"strata": {"sha256": "0" * 64}}},
+              # a member declared with llamacpp (issue 61) needs its port and model, and no service beside it
+              ("llama_swap", "members", "strata", "llamacpp"): {"llama_swap": {"members": {"strata": {
+                  "service": None, "llamacpp": {"port": 18050, "model": "strata", "model_file": "x.gguf"}}}}}}
+
+
+def _companion(path: tuple) -> dict:
+    return next((v for k, v in COMPANIONS.items() if path[:len(k)] == k), {})
 BENIGN = "benign-value"
 
 
@@ -106,12 +113,12 @@ def data_for(path: tuple, kind: str, payload: str) -> dict:
         node = node.setdefault(part, {})
     from rigkit.spec.layers import merge_layers
 
-    extra = COMPANIONS.get(path, {})
+    extra = _companion(path)
     last = path[-1]
     if extra:
         data = merge_layers(extra, data)
         node = data
-        for part in path[:-1]:
+        for part in (path[:-2] if isinstance(last, int) else path[:-1]):
             if isinstance(part, int):
                 break
             node = node.setdefault(part, {})

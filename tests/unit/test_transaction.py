@@ -106,6 +106,26 @@ def test_a_change_that_confirms_is_done(world, capsys):
     assert "generation 3 confirmed" in capsys.readouterr().err
 
 
+def test_a_change_that_only_staged_asks_nothing(world, capsys):
+    """Issue 61: a new generation that differs from the start only in the review copy and the host
+    config (a member staged) sends no completion and marks the change, so the deploy runs no smoke."""
+    files = {"/etc/llama-swap/config.yaml": {"sha256": "a"}, "/etc/llama-swap/config.staged.yaml": {"sha256": "b"},
+             "/etc/rigkit/host.json": {"sha256": "c"}}
+    remote = FakeRemote()
+    remote.records[2] = {"n": 2, "spec": SPEC_A, "files": files}
+    remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/llama-swap/config.staged.yaml": {"sha256": "B"},
+                                                         "/etc/rigkit/host.json": {"sha256": "C"}}}
+    remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
+    ch = change(remote)
+    assert settle(ch, pyinfra_run(changed=2)) == 0
+    assert not [c for c in remote.calls if c[0] == "confirm"] and ch.staged_only
+    assert "generation 3 changes only what is staged" in capsys.readouterr().err
+    remote.records[3]["files"]["/etc/llama-swap/config.yaml"] = {"sha256": "A"}  # the live config too: confirmed
+    ch = change(remote)
+    assert settle(ch, pyinfra_run(changed=2)) == 0
+    assert [c for c in remote.calls if c[0] == "confirm"] and not ch.staged_only
+
+
 def test_a_run_that_failed_before_any_operation_touched_nothing(world, capsys):
     remote = FakeRemote()
     assert settle(change(remote), pyinfra_run(rc=1, failed=True, ran=False)) == 1
