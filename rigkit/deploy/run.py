@@ -174,7 +174,9 @@ def smoke(hs, inventory: str, env: dict[str, str], out: Output) -> int:
         if hs.spec.bench.baseline:
             smoke += ["--baseline", hs.spec.bench.baseline]
         if hs.spec.metrics_textfile_dir:  # the bench's own writer; smoke_metrics hands the text to the host
-            smoke += ["--metrics", str(Path(smoke[smoke.index("--out") + 1]) / SMOKE_METRICS)]
+            folder = Path(smoke[smoke.index("--out") + 1])
+            folder.mkdir(parents=True, exist_ok=True)  # --metrics wants its folder to exist
+            smoke += ["--metrics", str(folder / SMOKE_METRICS)]
         out.note(f"post-deploy smoke: $ {shlex.join(['rigkit', *smoke[1:]])}")
         rc = subprocess.run(smoke, env=env).returncode
         out.note(f"post-deploy smoke: {hs.name}/{member}: {'FAILED (exit %d)' % rc if rc else 'passed'}"

@@ -73,15 +73,58 @@ def lock_main(argv: list[str]) -> int:
     shown = shown if len(shown) <= 160 else f"{shown[:160]}… ({len(shown)} characters)"  # the record stays readable
     if a.current:
         return _run_current(cfg, a.what, a.lease, cmd, f"rigkit-agent lock run --current -- {shown}")
-    lock = _take(cfg, a.what, shown, a.lease)
-    if lock is None:
-        return 1
-    try:
+    with _StopSignals() as stop:  # set before the lock is taken: a stop never leaves its record behind
+        lock = _take(cfg, a.what, shown, a.lease)
+        if lock is None:
+            return 1
+        try:
+            return stop.run(cmd)
+        finally:
+            lock.release()
+
+
+class _StopSignals:
+    """SIGTERM and SIGHUP while ``lock run`` holds the lock (``systemctl stop`` of the unit it runs in, an SSH
+    session that hangs up): passed on to the command, whose end then ends the run through its ``finally`` — the
+    lock released and its record cleared — instead of Python's default death, which skipped the release and
+    left a record of a dead holder (issue 58: a test's ``systemctl stop`` of its holder left one). Used as a
+    context manager around the take, so a signal between the take and the command is no death either: the
+    command is then not started (exit 128 + the signal's number)."""
+
+    def __init__(self) -> None:
+        self.stopped: list[int] = []
+        self.child = None
+        self._old: dict = {}
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stopped.append(signum)
+        if self.child is not None and self.child.poll() is None:
+            try:
+                self.child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> "_StopSignals":
+        import signal
+
+        self._old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def run(self, cmd: list[str]) -> int:
+        """``cmd``'s exit status (a wait the handler interrupts goes on: PEP 475); 128 + the signal's number
+        when a stop came before it started."""
         import subprocess
 
-        return subprocess.run(cmd).returncode
-    finally:
-        lock.release()
+        if self.stopped:
+            return 128 + self.stopped[0]
+        self.child = subprocess.Popen(cmd)
+        return self.child.wait()
 
 
 def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str) -> int:
@@ -90,23 +133,22 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
     instead when unreadable) or ``{"held": false, "refused": why, "warnings"}`` (exit 1) — then
     ``cmd`` under the lock, its exit status returned. So a deploy takes the lock, reads where the
     host starts and probes its state (``cmd``: drift's probe) in one command, one SSH round trip."""
-    import subprocess
-
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
 
     warnings: list[str] = []
-    try:
-        lock = standdown.lock_for_change(cfg, what, warnings.append, command=command, lease=lease)
-    except (host_lock.LockHeld, standdown.WindowOpen) as exc:
-        print(json.dumps({"held": False, "refused": "; ".join([*warnings, str(exc)]), "warnings": warnings},
-                         sort_keys=True), flush=True)
-        return 1
-    try:
-        print(json.dumps({"held": True, **_reading(cfg), "warnings": warnings}, sort_keys=True), flush=True)
-        return subprocess.run(cmd).returncode
-    finally:
-        lock.release()
+    with _StopSignals() as stop:
+        try:
+            lock = standdown.lock_for_change(cfg, what, warnings.append, command=command, lease=lease)
+        except (host_lock.LockHeld, standdown.WindowOpen) as exc:
+            print(json.dumps({"held": False, "refused": "; ".join([*warnings, str(exc)]), "warnings": warnings},
+                             sort_keys=True), flush=True)
+            return 1
+        try:
+            print(json.dumps({"held": True, **_reading(cfg), "warnings": warnings}, sort_keys=True), flush=True)
+            return stop.run(cmd)
+        finally:
+            lock.release()
 
 
 def _reading(cfg) -> dict:

@@ -226,12 +226,12 @@ def test_a_smoke_writes_its_figures_per_member_and_workload(host, control, tmp_p
 def test_the_deploys_smoke_writes_its_figures_on_the_host(host, tmp_path):
     """Issue 60: ``metrics_textfile_dir`` is set (the sandbox inventory), so the deploy's smoke hands its figures
     to the host's agent (``rigkit-agent metrics bench``) and the host's own node_exporter serves them beside the
-    agent's parts: a converged host, ``rigkit deploy --smoke`` (the probe path, then the smoke). Written without
-    a host value (on the host the scrape's instance names it), so samples are found by member and workload."""
+    agent's parts: a converged host, ``rigkit deploy --smoke`` (the probe path, then the smoke). The series are
+    the bench's own (``rigkit bench --metrics``: labelled by the inventory's host, the member and the workload)."""
     def strata(got, name):
         return {dict(k[1]).get("verdict"): v for k, v in got.items() if k[0] == name
                 and dict(k[1]).get("member") == "strata" and dict(k[1]).get("workload") == "chat-greedy"
-                and not dict(k[1]).get("host")}
+                and dict(k[1]).get("host") == host.name}
 
     assert strata(scrape(host.url), "rigkit_bench_decode_tokens_per_second") == {}
     proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--smoke", timeout=900)

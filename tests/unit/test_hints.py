@@ -124,7 +124,7 @@ def test_every_hint_names_the_inventory_and_the_host():
         argv = shlex.split(hint)
         assert argv[0] == "rigkit", (where, hint)
         assert argv[argv.index("-i") + 1] == INVENTORY, (where, hint)
-        if argv[1] not in ("models", "lock"):  # a lock is the inventory's, for all its hosts
+        if argv[1] not in ("models", "lock", "check"):  # a lock, and the check of it, are the inventory's: all its hosts
             assert argv[argv.index("--host") + 1] == HOST, (where, hint)
 
 

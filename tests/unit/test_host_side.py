@@ -198,6 +198,35 @@ def test_lock_hold_stopped_by_a_signal_lets_go_whole(tmp_path, eof):
     assert host_lock.state(tmp_path / "rig.lock") == {"held": False, "holder": None, "stale": None}
 
 
+@pytest.mark.parametrize("current", [False, True], ids=["run", "run --current"])
+def test_lock_run_stopped_by_a_signal_lets_go_whole(tmp_path, current):
+    """``rigkit-agent lock run -- CMD`` ended by SIGTERM (``systemctl stop`` of the unit it runs in: systemd
+    signals every process of the unit, the agent and CMD alike) leaves no record: the signal is passed on to
+    CMD, whose end ends the run through its release. Before, Python's default death skipped the release and
+    left "window test-7" a dead holder's record (test_generations' holder, caught by the harness's
+    after-each-test check)."""
+    env = _agent_env(tmp_path)
+    argv = [sys.executable, "-m", "rigkit.host", "lock", "run", "--what", "window test-7",
+            *(["--current"] if current else []), "--", "sleep", "60"]
+    run = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30  # a bounded poll of the lock's state (the bound guards a hang)
+        while (host_lock.state(tmp_path / "rig.lock").get("holder") or {}).get("what") != "window test-7":
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.01)
+        deadline = time.monotonic() + 30  # ... and for its command to have started (the agent's child)
+        while not Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split():
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.01)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=30) != 0  # sleep ended by the signal passed on
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert host_lock.state(tmp_path / "rig.lock") == {"held": False, "holder": None, "stale": None}
+
+
 # ------------------------------------------------------------------------------ one of each
 def test_env_files_are_read_one_way():
     text = '# comment\nexport HF_TOKEN="hf_abc"\nVLLM_API_KEY=\'k 1\'\n\nEMPTY=\nBAD LINE\n'
