@@ -117,27 +117,16 @@ def resolve_member(member_id: str, spec: RigSpec) -> Member:
             container=paths.HYPERQWEN_COMPOSE_PROJECT,
             argv=argv,
         )
+    server: LlamaCppSpec | None = None
     if m.service in ("strata", "gguf_baseline"):
-        server: LlamaCppSpec = getattr(spec, m.service)
+        server = getattr(spec, m.service)
+    elif m.llamacpp is not None and not m.cmd:  # a member of the operator's own, as the docs show
+        server = own_server(member_id, spec)
+    if server is not None:
         argv = llamacpp_start_argv(member_id, server, spec)
         return Member(
             id=member_id, spec=m,
             cmd=m.cmd or _join(argv),
-            cmd_stop=m.cmd_stop or _join(["docker", "stop", "--time", str(server.stop_timeout_s), member_id]),
-            proxy=m.proxy or f"http://127.0.0.1:{server.port}",
-            port=server.port,
-            vram_gib=m.vram_gib,
-            unload_timeout_s=m.unload_timeout_s or server.stop_timeout_s + 10,
-            use_model_name=m.use_model_name,
-            container=member_id,
-            argv=argv,
-        )
-    if m.llamacpp is not None and not m.cmd:
-        server = own_server(member_id, spec)
-        argv = llamacpp_start_argv(member_id, server, spec)
-        return Member(
-            id=member_id, spec=m,
-            cmd=_join(argv),
             cmd_stop=m.cmd_stop or _join(["docker", "stop", "--time", str(server.stop_timeout_s), member_id]),
             proxy=m.proxy or f"http://127.0.0.1:{server.port}",
             port=server.port,
