@@ -25,6 +25,25 @@ def _schema_url_and_cache(tmp_path_factory):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _leaves_the_process_unpatched(request):
+    """A test outside the harness must not gevent-patch the test process (importing ``pyinfra_cli`` does, as
+    ``rigkit``'s ``main()`` does on purpose): a pytest-xdist worker so patched dies waiting for its next test
+    (``gevent.exceptions.LoopExit: This operation would block forever`` — an INTERNALERROR that ends the whole
+    run without its summary). Such a test fails here, naming itself; run what patches in a process of its own."""
+    import sys
+
+    def patched() -> bool:
+        monkey = sys.modules.get("gevent.monkey")
+        return bool(monkey and monkey.is_module_patched("threading"))
+
+    before = patched()
+    yield
+    if not before and patched() and request.node.get_closest_marker("harness") is None:
+        pytest.fail("this test gevent-patched the test process (it imported pyinfra_cli, or called rigkit's main()); "
+                    "run that part in a subprocess")
+
+
 # ------------------------------------------------------------------------ the order modules start in
 # `make test` hands whole modules to its lanes (`--dist loadfile --no-loadscope-reorder`) in collection
 # order, each lane taking the next module when it is done. Longest first keeps the lanes even (the

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from rigkit import paths
-from rigkit.cli.common import parse_data
 from rigkit.render.files import render
 from rigkit.spec.cmdline import split_command
 from rigkit.spec.validate import check_spec, co_load_problems, spec_from_layers, spec_warnings
@@ -22,6 +21,20 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the sandbox's own values for Strata (inventory/sandbox.py) and its committed model lock
 SANDBOX = {"strata": {"model_file": "strata-coder-Q4_K_M.gguf", "args": ["--threads", "1"]}}
 LOCK = json.loads((ROOT / "inventory" / "sandbox.lock.json").read_text())
+
+
+def parse_data_apart(items: tuple[str, ...]) -> dict:
+    """``rigkit.cli.common.parse_data`` (pyinfra's own ``--data`` reader) in a process of its own: it imports
+    ``pyinfra_cli``, which gevent-patches the process that imports it — a pytest-xdist worker then dies waiting
+    for its next test (``gevent.exceptions.LoopExit``: tests/conftest.py refuses a test that patches)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from rigkit.cli.common import parse_data; "
+            "print(json.dumps(parse_data(tuple(sys.argv[1:]))))")
+    proc = subprocess.run([sys.executable, "-c", code, *items], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    return json.loads(proc.stdout)
 
 
 def section() -> str:
@@ -57,7 +70,7 @@ def test_the_example_is_a_valid_staged_member_that_changes_nothing_live():
 
 def test_step_3s_data_and_step_4s_flip_make_the_same_live_member():
     (data,) = re.findall(r"--show --data '([^']*)'", section())
-    over = parse_data((data,))
+    over = parse_data_apart((data,))
     via_data = spec_of(example(), over)
     flipped = spec_of(example(staged=False))
     live = yaml.safe_load(render(flipped)[paths.LLAMA_SWAP_CONFIG].text)["models"]
