@@ -197,14 +197,20 @@ class HarnessHost:
     @contextmanager
     def hand_edit(self, path: str, line: str):
         """Append ``line`` to ``path`` on the host, as an operator's edit by hand, for the ``with`` block;
-        afterwards the file is the one the test found (its bytes, mode, owner and mtime from a copy taken
-        first) unless it already is (the deploy under test repaired it) — even when the test failed."""
+        afterwards, when the file still holds the edit (what the test found plus ``line``: nothing under test
+        replaced it), it is the one the test found again (its bytes, mode, owner and mtime from a copy taken
+        first) — even when the test failed. A file something rewrote meanwhile (the deploy under test repairing
+        it, to the declared content, which may differ from what the test found) is left as it is: putting the
+        found copy back over a repair undid the repair (test_wirein's repair deploy, after a test that left
+        another config live, cascaded into three failures)."""
         keep = f"/root/.hand-edit.{os.path.basename(path)}.orig"
-        self.run(f"cp -a {shlex.quote(path)} {keep} && printf '%s\\n' {shlex.quote(line)} >> {shlex.quote(path)}")
+        q_path, q_line = shlex.quote(path), shlex.quote(line)
+        self.run(f"cp -a {q_path} {keep} && printf '%s\\n' {q_line} >> {q_path}")
         try:
             yield
         finally:
-            self.run(f"cmp -s {keep} {shlex.quote(path)} || cp -a {keep} {shlex.quote(path)}; rm -f {keep}")
+            self.run(f"{{ cat {keep}; printf '%s\\n' {q_line}; }} | cmp -s - {q_path} && cp -a {keep} {q_path}; "
+                     f"rm -f {keep}")
 
     def boot_id(self) -> str:
         return self.run("cat /proc/sys/kernel/random/boot_id").stdout.strip()
