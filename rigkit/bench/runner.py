@@ -72,7 +72,8 @@ def too_few_figures(name: str, summary: dict[str, Any]) -> str | None:
     """Why a workload's summary holds too few figures to be steady because some were left out — impossible
     (:func:`rigkit.bench.results.implausible_figures`: bunched by a buffer) or unmeasurable (the arrival times
     could not carry them: ``summary["unmeasurable"]``, :func:`rigkit.bench.results.summarize_workload`) — in
-    words (``decode: 3 of 4 figures impossible, 1 left``; ``decode: 4 of 4 figures unmeasurable, 0 left``), or
+    words (``decode: 3 impossible of 4 figures, 1 left``; ``decode: 1 impossible and 3 unmeasurable of 4 figures, 0
+    left``: under load one burst reaches the bench in one read, another in several), or
     None: only when the workload had at least :data:`rigkit.bench.results.MIN_STEADY_N` successful requests and
     a compared figure fell below that."""
     marks = summary.get("implausible") or []
@@ -85,11 +86,10 @@ def too_few_figures(name: str, summary: dict[str, Any]) -> str | None:
             continue
         word = "decode" if m == "decode_tps" else "prefill"
         out = sum(1 for x in marks if x["metric"] == m)
-        if out:
-            return f"{word}: {out} of {summary['n']} figures impossible, {left} left"
-        if m in unmeasurable:  # "k of n requests: <reason>"
-            k = unmeasurable[m].split(" of ", 1)[0]
-            return f"{word}: {k} of {summary['n']} figures unmeasurable, {left} left"
+        k = int(unmeasurable[m].split(" of ", 1)[0]) if m in unmeasurable else 0  # "k of n requests: <reason>"
+        why = " and ".join(f"{c} {kind}" for c, kind in ((out, "impossible"), (k, "unmeasurable")) if c)
+        if why:
+            return f"{word}: {why} of {summary['n']} figures, {left} left"
     return None
 
 
