@@ -84,17 +84,21 @@ def lock_main(argv: list[str]) -> int:
 
 
 class _StopSignals:
-    """SIGTERM and SIGHUP while ``lock run`` holds the lock (``systemctl stop`` of the unit it runs in, an SSH
-    session that hangs up): passed on to the command, whose end then ends the run through its ``finally`` — the
-    lock released and its record cleared — instead of Python's default death, which skipped the release and
-    left a record of a dead holder (issue 58: a test's ``systemctl stop`` of its holder left one). Used as a
-    context manager around the take, so a signal between the take and the command is no death either: the
-    command is then not started (exit 128 + the signal's number)."""
+    """SIGTERM and SIGHUP while a ``lock`` command holds the host lock (``systemctl stop`` of the unit it runs
+    in, an SSH session that hangs up) only end its wait, never its release: the handlers, set before the lock
+    is taken, note the signal, pass it on to ``lock run``'s command (whose end then ends the run through its
+    ``finally``: the lock released, its record cleared) and wake ``lock hold``'s wait through
+    :func:`signal.set_wakeup_fd` (:attr:`wake_fd`). Python's default death skipped the release and left a
+    record of a dead holder (issue 58: a test's ``systemctl stop`` of its holder left one); a handler that
+    raised could land inside the release (``systemctl stop`` ends the ``sleep`` feeding ``lock hold``'s
+    stdin and signals it at once) and leave it too. A signal between the take and the command is no death
+    either: the command is then not started (exit 128 + the signal's number)."""
 
     def __init__(self) -> None:
         self.stopped: list[int] = []
         self.child = None
         self._old: dict = {}
+        self.wake_fd = -1
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopped.append(signum)
@@ -105,16 +109,24 @@ class _StopSignals:
                 pass
 
     def __enter__(self) -> "_StopSignals":
+        import os
         import signal
 
+        self.wake_fd, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w)
         self._old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
         return self
 
     def __exit__(self, *_exc) -> None:
+        import os
         import signal
 
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+        signal.set_wakeup_fd(self._old_wakeup)
+        os.close(self.wake_fd)
+        os.close(self._wake_w)
 
     def run(self, cmd: list[str]) -> int:
         """``cmd``'s exit status (a wait the handler interrupts goes on: PEP 475); 128 + the signal's number
@@ -125,6 +137,18 @@ class _StopSignals:
             return 128 + self.stopped[0]
         self.child = subprocess.Popen(cmd)
         return self.child.wait()
+
+    def wait_for_eof(self, fd: int) -> None:
+        """Return when ``fd`` reaches EOF or a stop signal came (before or during the wait)."""
+        import os
+        import select
+
+        while not self.stopped:
+            ready, _, _ = select.select([fd, self.wake_fd], [], [])
+            if fd in ready and not os.read(fd, 4096):
+                return
+            if self.wake_fd in ready:
+                os.read(self.wake_fd, 64)
 
 
 def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str) -> int:
@@ -182,23 +206,8 @@ def _hold(cfg, what: str, lease: str, current: bool = False) -> int:
     index, current generation and its record (:func:`rigkit.host.generations.current`; ``{"error":
     why}`` when unreadable), so a deploy takes the lock and reads where it starts in one SSH session.
 
-    A stop signal only ends the wait, never the release: the handlers (set before the lock is taken,
-    so a signal meanwhile is not the default death with the record written) note the signal and wake
-    the wait through :func:`signal.set_wakeup_fd`. A handler that raised instead could land inside
-    the release — ``systemctl stop`` of the holder's unit ends the ``sleep`` feeding its stdin and
-    signals it at once, so EOF and SIGTERM arrive together — and leave the record behind: a lock
-    "free, but <holder> died holding it" for every later command (test_drift saw it)."""
-    import os
-    import select
-    import signal
-
-    stopped: list[int] = []
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    old_wakeup = signal.set_wakeup_fd(wake_w)
-    handlers = {sig: signal.signal(sig, lambda signum, _frame: stopped.append(signum))
-                for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    A stop signal only ends the wait, never the release (:class:`_StopSignals`)."""
+    with _StopSignals() as stop:
         lock = _take(cfg, what, f"rigkit-agent lock hold --what {what!r}", lease)
         if lock is None:
             return 1
@@ -206,22 +215,10 @@ def _hold(cfg, what: str, lease: str, current: bool = False) -> int:
             print("held", flush=True)
             if current:
                 print(json.dumps(_reading(cfg), sort_keys=True), flush=True)
-            stdin = sys.stdin.fileno()
-            while not stopped:
-                ready, _, _ = select.select([stdin, wake_r], [], [])
-                if stdin in ready and not os.read(stdin, 4096):
-                    break
-                if wake_r in ready:
-                    os.read(wake_r, 64)
+            stop.wait_for_eof(sys.stdin.fileno())
             return 0
         finally:
             lock.release()
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        signal.set_wakeup_fd(old_wakeup)
-        os.close(wake_r)
-        os.close(wake_w)
 
 
 def _publish(cfg, *parts: str) -> None:
