@@ -25,6 +25,8 @@ from rigkit.spec.model import RigSpec
 from rigkit.spec.problems import SpecError
 from rigkit.spec.validate import heaviest_co_load, spec_from_dict, spec_from_layers, spec_warnings
 
+from .refusals import problems, refusal_tests
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------------------------
@@ -157,21 +159,7 @@ REFUSED = [
 ]
 
 
-def _problems(data: dict) -> list[str]:
-    try:
-        spec_from_dict(data)
-    except SpecError as exc:
-        return [str(p) for p in exc.problems]
-    return []
-
-
-@pytest.mark.parametrize("data, key, value, allowed", REFUSED, ids=[r[1] + ":" + r[3][:20] for r in REFUSED])
-def test_each_kind_is_refused_naming_the_field_the_value_and_what_is_allowed(data, key, value, allowed):
-    found = _problems(data)
-    assert any(p.startswith(f"{key}: {value}") and allowed in p for p in found), found
-
-
-@pytest.mark.parametrize("data", [
+ACCEPTED = [
     {"hyperqwen": {"bind": "127.0.0.2"}},
     {"hyperqwen": {"bind": "::1"}},
     {"llama_swap": {"members": {"x": {**_MEMBER, "proxy": "http://127.0.0.2:18050"}}}},
@@ -182,9 +170,9 @@ def test_each_kind_is_refused_naming_the_field_the_value_and_what_is_allowed(dat
     {"hf_endpoint": "http://Hub.LAN:8000", "trusted_http_hosts": ["hub.lan"]},
     {"hf_endpoint": "https://hf-mirror.example.com"},
     {"models": {"strata": {"repo_id": "rigkit-test/Strata-Coder-GGUF", "revision": "0" * 40}}},
-])
-def test_what_each_kind_allows_passes(data):
-    assert _problems(data) == []
+]
+test_each_kind_is_refused_naming_the_field_the_value_and_what_is_allowed, test_what_each_kind_allows_passes = \
+    refusal_tests(REFUSED, ACCEPTED, id_width=20)
 
 
 def test_a_loopback_host_is_all_of_127_8_and_1():
@@ -282,10 +270,10 @@ def test_a_container_port_is_not_a_host_port_but_its_published_port_is():
     two_containers = {name: {**_MEMBER, "cmd": f"docker run --rm --name {name} -p 127.0.0.1:{port}:8080 img --port 8080",
                              "cmd_stop": f"docker stop {name}", "proxy": f"http://127.0.0.1:{port}"}
                       for name, port in (("c1", 18061), ("c2", 18062))}
-    assert _problems({"llama_swap": {"members": two_containers}}) == []
+    assert problems({"llama_swap": {"members": two_containers}}) == []
     two_containers["c2"]["cmd"] = "docker run --rm --name c2 -p 127.0.0.1:18030:8080 img --port 8080"
     assert any(p.startswith("llama_swap.members.c2.cmd: '18030'") and "strata.port" in p
-               for p in _problems({"llama_swap": {"members": two_containers}}))
+               for p in problems({"llama_swap": {"members": two_containers}}))
 
 
 # --------------------------------------------------------------------------------------------
