@@ -246,10 +246,16 @@ def test_a_deploy_under_the_hold_keeps_the_held_generation_until_released(host):
 
 
 def test_a_rollback_whose_activation_fails_restores_the_generation_it_started_from(host):
-    # gguf-baseline no longer starts: its port is taken, so its container cannot publish it
-    host.run("systemd-run --unit=rigkit-test-port python3 -c 'import socket, time; s = socket.socket(); "
-             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "  # past its last connections' TIME_WAIT
-             "s.bind((\"127.0.0.1\", 18040)); s.listen(1); time.sleep(3600)'")
+    # gguf-baseline no longer starts: its port is taken, so its container cannot publish it. The taker answers
+    # every request 503 at once: llama-swap v250 health-checks the port 250 ms after it starts the command and
+    # notices the command's exit only between checks (internal/process/process_command.go doStart), with no
+    # response-header timeout by default (timeouts.responseHeader 0) — a taker that accepted and never answered
+    # held the check until the completion gave up (CI: 366 s where the test takes 37, whenever `docker run`
+    # took over 250 ms to fail under load). http.server's HTTPServer binds with SO_REUSEADDR: past the
+    # port's last connections' TIME_WAIT.
+    host.run("systemd-run --unit=rigkit-test-port python3 -c 'import http.server as h; "
+             "H = type(\"H\", (h.BaseHTTPRequestHandler,), {\"do_GET\": lambda s: s.send_error(503)}); "
+             "h.HTTPServer((\"127.0.0.1\", 18040), H).serve_forever()'")
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and ":18040 " not in host.run("ss -ltnH", check=False).stdout:
