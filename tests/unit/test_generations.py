@@ -110,8 +110,8 @@ def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_
     bundle = _bundle(3, s, rendered, '{"models": {"strata": {}}}')
     src = gen.source_from_bundle(bundle, spec(reboot=True), tmp_path)
     assert src.generation == 3 and src.spec.hyperqwen.dflash_tokens == 5 and src.spec.reboot is True
-    assert gen.spec_hash(src.spec) == gen.spec_hash(s.model_copy(update={"models_lock": src.spec.models_lock}))
-    assert Path(src.spec.models_lock).read_text() == '{"models": {"strata": {}}}' == src.lock_text
+    assert gen.spec_hash(src.spec) == gen.spec_hash(s.model_copy(update={"lockfile": src.spec.lockfile}))
+    assert Path(src.spec.lockfile).read_text() == '{"models": {"strata": {}}}' == src.lock_text
     assert {p: f.text for p, f in src.rendered.items()} == {p: f.text for p, f in rendered.items()}
     assert "/var/lib/rigkit/models.lock.json" not in src.rendered
 
