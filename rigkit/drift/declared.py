@@ -49,7 +49,7 @@ class Declared:
     if_present: list[str] = field(default_factory=list)
 
 
-def declared_lock(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None, bytes | None]:
+def declared_lock_file(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None, bytes | None]:
     """The lock file declared for ``spec`` loaded from ``inventory``
     (:func:`rigkit.lockfile.path.lock_file_path`). Returns ``(lock, None, the file's bytes — what the deploy
     uploads)`` or ``(None, why not, None)``; never raises for a missing or bad file."""
@@ -100,7 +100,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     members = sorted({*spec.legacy_units, "hyperqwen.service", *(f"{m}.service" for m in member_ids)})
     repo = sorted(declared_state.REPO_PACKAGES)
     packages = sorted({*(spec.pacman_pins or {}), spec.driver_flavour, "nvidia-utils", "cuda", *repo})
-    lock, note, lock_bytes = declared_lock(spec, inventory)
+    lock, note, lock_bytes = declared_lock_file(spec, inventory)
     uploads: dict[str, Any] = {}
     live = files.get(paths.LLAMA_SWAP_CONFIG)
     if live is not None:

@@ -258,7 +258,7 @@ def write_lock(lock: dict[str, Any], path: str | os.PathLike) -> Path:
     return atomic.write_text(path, dumps_lock(lock), make_parents=False)
 
 
-def relock(whole: bool = False) -> str:
+def relock_hint(whole: bool = False) -> str:
     """What every lock problem ends with: re-lock, as a complete command (:mod:`rigkit.hints`):
     ``rigkit models lock`` for the models, ``rigkit lock`` (``whole``) for the pins, images and release."""
     return f"re-lock with `{hints.command('lock') if whole else hints.command('models lock')}`"
@@ -273,11 +273,11 @@ def load_lock(path: str | os.PathLike) -> dict[str, Any]:
     try:
         lock = json.loads(Path(path).read_text())
     except UnicodeDecodeError as exc:
-        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); {relock()}"]) from None
+        raise LockFormatError(path, [f"not UTF-8 text ({exc.reason}); {relock_hint()}"]) from None
     except json.JSONDecodeError as exc:
-        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); " + relock()]) from None
+        raise LockFormatError(path, [f"not JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); " + relock_hint()]) from None
     if not isinstance(lock, dict) or lock.get("version") not in READ_VERSIONS:
-        raise LockFormatError(path, [f"not a rigkit lock (version {LOCK_VERSION}, or 1: models only); {relock()}"])
+        raise LockFormatError(path, [f"not a rigkit lock (version {LOCK_VERSION}, or 1: models only); {relock_hint()}"])
     try:
         LockDocument.model_validate(lock)
     except ValidationError as exc:

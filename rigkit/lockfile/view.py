@@ -28,7 +28,7 @@ from typing import Any
 
 from rigkit import hints
 from rigkit.common import versions
-from rigkit.lockfile.document import load_lock, relock, source_of
+from rigkit.lockfile.document import load_lock, relock_hint, source_of
 from rigkit.lockfile.errors import LockFormatError
 from rigkit.lockfile.path import lock_file_path
 from rigkit.spec.compat import DRIVER_PACKAGES
@@ -69,7 +69,7 @@ def lock_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") 
     declares (a pin's version outside its series): one line per entry, naming it (``pins.cuda``), what
     the spec declares and what to run. Empty = the deploy can use the lock."""
     out = []
-    fix = relock(whole=True)
+    fix = relock_hint(whole=True)
     pins = lock.get("pins") or {}
     for pkg, (want, key) in declared_pins(spec).items():
         entry = pins.get(pkg)
@@ -165,7 +165,7 @@ def served_file_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the 
         if server.model_file not in files:
             shown = ", ".join(f for f in files if str(f).endswith(".gguf")) or "none"
             out.append(f"{key}.model_file: {server.model_file!r} is not a file {lock_file} lists for model "
-                       f"{server.model!r} (its GGUF files: {shown}); name one of them, or {relock()}")
+                       f"{server.model!r} (its GGUF files: {shown}); name one of them, or {relock_hint()}")
     return out
 
 
@@ -176,7 +176,7 @@ def check_lock(models: dict[str, Any], lock: dict[str, Any], lock_file: str = "t
     longer in the spec. Every message ends with what to do: "re-lock with `rigkit models lock`"."""
     problems = []
     locked = lock.get("models", {})
-    fix = relock()
+    fix = relock_hint()
     for name in sorted(models):
         want = source_of(models[name])
         if want is None:
