@@ -116,6 +116,20 @@ def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_
     assert "/var/lib/rigkit/models.lock.json" not in src.rendered
 
 
+def test_a_generation_recorded_before_models_lock_was_renamed_comes_back_with_the_same_hash(tmp_path):
+    """Issue 64 renamed the spec key ``models_lock`` ``lockfile``: a record from before holds the old key in its
+    spec; it comes back with the lock at the new key, the same spec hash, and no spec difference for it."""
+    s = spec(hyperqwen={"dflash_tokens": 5}, lockfile="inventory/old.lock.json")
+    bundle = _bundle(3, s, render(s), '{"models": {"strata": {}}}')
+    old_spec = dict(bundle["record"]["spec"])
+    old_spec["models_lock"] = old_spec.pop("lockfile")
+    old = {**bundle, "record": {**bundle["record"], "spec": old_spec}}
+    src = gen.source_from_bundle(old, spec(), tmp_path)
+    assert Path(src.spec.lockfile).read_text() == '{"models": {"strata": {}}}' and src.spec.hyperqwen.dflash_tokens == 5
+    assert gen.spec_hash(src.spec) == gen.spec_hash(s)
+    assert "spec" not in gen.diff(old, bundle)
+
+
 def test_a_generation_recorded_before_the_pins_file_moved_comes_back_with_it_at_its_new_path(tmp_path):
     """Issue 57 moved rigkit's pins file out of /etc/pacman.d/: a rollback to an earlier generation puts
     the same content at the new path (the pins role installs that one; its Include line follows)."""
