@@ -10,7 +10,7 @@ file is taken as 16.5 GB (a sparse file for llama.cpp; zeros past the header for
    ctypes: tests/unit/gguf_real.py) on the file, and :func:`rigkit.spec.gguf_header.read_header`
    through an in-memory ``fetch``; the median of 5 each. Target: rigkit ≤ 10× llama.cpp.
 2. **Memory**: a fresh interpreter reads the header the way the lock does — range requests through
-   huggingface-hub's client (:func:`rigkit.spec.modellock.header_fetch`) to a local HTTP server —
+   huggingface-hub's client (:func:`rigkit.lockfile.hub.header_fetch`) to a local HTTP server —
    and prints its peak RSS (``VmHWM``) less its RSS when it started (``VmRSS``). Target: ≤ 100 MiB.
 3. **Bytes**: fetched, in how many ranges, against the header and the file.
 4. **A stalled server**: a header read from a server that sends 100 bytes and stalls ends after the
@@ -183,7 +183,7 @@ start = status("VmRSS")
 sys.path.insert(0, sys.argv[1])
 t0 = time.perf_counter()
 from rigkit.spec.gguf_header import parse, summarize
-from rigkit.spec.modellock import header_fetch, hub_timeout
+from rigkit.lockfile.hub import header_fetch, hub_timeout
 h = parse(header_fetch(sys.argv[2], {}, hub_timeout()), int(sys.argv[3]))
 summarize(h)
 dt = time.perf_counter() - t0
@@ -228,7 +228,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from rigkit.spec.gguf_header import HeaderError, parse
-    from rigkit.spec.modellock import LockError, hub_timeout, model_metadata
+    from rigkit.lockfile.errors import LockError
+    from rigkit.lockfile.hub import hub_timeout, model_metadata
     from tests.unit.gguf_real import Oracle
 
     data, fields = build_header()

@@ -12,7 +12,7 @@ gpu_rigs = [
             "ssh_hostname": "rig.lan",
             "_sudo": True,
             # written by `rigkit lock -i inventory/rig.py`; the deploy fetches and installs only what it names
-            "models_lock": "inventory/rig.lock.json",
+            "lockfile": "inventory/rig.lock.json",
         },
     ),
 ]

@@ -61,7 +61,7 @@ _sandbox_data = {
     # the hub stand-in serves plain http on the harness' own network (a veth pair into the fixtures
     # namespace, nothing else on it); the HF token may cross it in clear (notes/spec-types.md)
     "trusted_http_hosts": [urlsplit(_FIXTURES).hostname],
-    "models_lock": str(_LOCK),
+    "lockfile": str(_LOCK),
     "lock_files": [],
     # the folder the sandbox's real node_exporter (Debian's prometheus-node-exporter, started by
     # tests/harness/test_metrics.py as the operator would have installed it) reads *.prom files from

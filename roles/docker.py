@@ -13,7 +13,7 @@ from rigkit.agentcmd import locked_command
 from rigkit.render.declared_state import CDI_REFRESH, CDI_REFRESH_FILE, DAEMON_JSON_KEYS, accounts
 from rigkit.operations.config import json_keys
 from rigkit.operations.images import image_pulled
-from rigkit.spec.riglock import declared_images
+from rigkit.lockfile.view import declared_images
 from rigkit.spec.model import RigSpec
 
 

@@ -4,14 +4,14 @@ recorded after it. Nothing runs when every model's record still matches (size an
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra.api import DeployError, deploy
 from pyinfra.operations import files
 
 from rigkit import hints, paths
 from rigkit.render.declared_state import MODELS_LOCK_OWNER_MODE, PREPARED_MODELS, directories
-from rigkit.spec.modellock import check_lock, load_lock
+from rigkit.lockfile.document import load_lock
+from rigkit.lockfile.path import lock_file_path
+from rigkit.lockfile.view import check_lock
 from rigkit.operations.models import hyperqwen_prepared, model_fetched
 from rigkit.spec.model import RigSpec
 
@@ -20,10 +20,9 @@ REMOTE_LOCK = paths.MODELS_LOCK
 
 @deploy("Models")
 def models(spec: RigSpec):
-    """Upload the lock, refuse a spec that no longer matches it ("re-lock"), fetch each model."""
-    if spec.models_lock is None:
-        raise DeployError(f"models_lock is unset: set it in the inventory (the file `{hints.command('models lock')}` writes)")
-    lock_path = Path(spec.models_lock)
+    """Upload the lock file (:func:`rigkit.lockfile.path.lock_file_path`), refuse a spec that no longer
+    matches it ("re-lock"), fetch each model."""
+    lock_path = lock_file_path(spec, hints.inventory())
     try:
         lock = load_lock(lock_path)
     except Exception as exc:  # missing or unreadable: say which file and what to run

@@ -29,13 +29,13 @@ def pins(spec: RigSpec, rendered: dict[str, RenderedFile]):
 
 
 def locked_pins(spec: RigSpec) -> dict[str, dict]:
-    """The lock's ``pins`` entries for ``spec`` (:func:`rigkit.spec.riglock.lock_file_for`); empty when the
+    """The lock's ``pins`` entries for ``spec`` (at :func:`rigkit.lockfile.path.lock_file_path`); empty when the
     lock has none (a generation's spec from before the lock: its pins come from the archive's URLs)."""
     from rigkit import hints
-    from rigkit.spec.modellock import load_lock
-    from rigkit.spec.riglock import lock_file_for
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.path import lock_file_path
 
     try:
-        return load_lock(lock_file_for(spec, hints.inventory())).get("pins") or {}
+        return load_lock(lock_file_path(spec, hints.inventory())).get("pins") or {}
     except (OSError, ValueError):
         return {}

@@ -62,14 +62,16 @@ def host_option(f):
 
 def load_or_exit(inventory: str | None, hosts: tuple[str, ...], overrides: dict | None = None,
                  resolve_lock: bool = True):
-    """Load the inventory's hosts (``overrides``: ``--data``; ``resolve_lock``: each spec as its lock
-    resolves it, :func:`rigkit.spec.inventory.load_hosts`), or print every problem and exit 2 (nothing
-    touched)."""
+    """Load the inventory's hosts (:func:`rigkit.spec.inventory.load_hosts`; ``overrides``: ``--data``), each
+    spec as its lock file resolves it (:func:`rigkit.lockfile.view.locked_hosts`) unless ``resolve_lock`` is
+    False, or print every problem and exit 2 (nothing touched)."""
+    from rigkit.lockfile.view import locked_hosts
     from rigkit.spec.inventory import InventoryError, load_hosts
     from rigkit.spec.problems import SpecError
 
     try:
-        return load_hosts(inventory, list(hosts) or None, override_data=overrides or None, resolve_lock=resolve_lock)
+        declared = load_hosts(inventory, list(hosts) or None, override_data=overrides or None)
+        return locked_hosts(declared, inventory) if resolve_lock else declared
     except InventoryError as exc:
         error(str(exc))
     except SpecError as exc:

@@ -1,5 +1,5 @@
 """``rigkit lock``: resolve everything the rig fetches into ``<inventory>.lock.json``
-(:mod:`rigkit.spec.riglock`; the models through :mod:`rigkit.spec.modellock`, as ``rigkit models lock``).
+(:mod:`rigkit.lockfile.resolve`; the models through :mod:`rigkit.lockfile.hub`, as ``rigkit models lock``).
 
 - ``rigkit lock [-i PATH] [--host NAME]`` resolves what the lock lacks or records for something the spec
   no longer declares, keeps every other entry as it is (a second run changes nothing) and writes the
@@ -24,7 +24,7 @@ from rigkit.cli.common import err, error, host_option, inventory_option, load_or
 
 def _one_declaration(host_specs) -> None:
     """Exit 2 when two hosts of the inventory declare one lock entry differently (one lock per inventory)."""
-    from rigkit.spec.riglock import _image_source, declared_images, declared_pins
+    from rigkit.lockfile.view import _image_source, declared_images, declared_pins
 
     def declared(spec):
         return {**{f"pins.{p}": w[0] for p, w in declared_pins(spec).items()},
@@ -45,11 +45,11 @@ def _one_declaration(host_specs) -> None:
 def model_sources(spec, wanted: dict) -> list[tuple[str, str]]:
     """``[(models.NAME, server)]`` for every model ``wanted`` declares a source for: its URL's server, or
     the hub (``hf_endpoint``, else ``$HF_ENDPOINT``, else huggingface.co, as the lock asks it), as
-    :func:`rigkit.spec.riglock.origin` (no credentials)."""
+    :func:`rigkit.lockfile.resolve.origin` (no credentials)."""
     import os
 
-    from rigkit.spec.modellock import source_of
-    from rigkit.spec.riglock import origin
+    from rigkit.lockfile.document import source_of
+    from rigkit.lockfile.resolve import origin
 
     hub = origin(str(spec.hf_endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"))
     out = []
@@ -63,7 +63,7 @@ def model_sources(spec, wanted: dict) -> list[tuple[str, str]]:
 def offline(path: str, existed: bool, asked: list[tuple[str, str]], data: tuple[str, ...]) -> list[str]:
     """The lines ``rigkit lock`` says after a source did not answer at all: what was written (nothing:
     ``path`` as it was, or still absent), every server the run needed and the entries it needed each for
-    (``asked``: :func:`rigkit.spec.riglock.sources_asked` and :func:`model_sources`), and how to lock on a
+    (``asked``: :func:`rigkit.lockfile.resolve.sources_asked` and :func:`model_sources`), and how to lock on a
     machine that reaches them and bring the lock here (``data``: the run's ``--data``, to be given there too)."""
     from rigkit import hints
 
@@ -98,16 +98,19 @@ def _describe(section: str, name: str, entry: dict) -> str:
 @click.option("--update", is_flag=True, help="ask the sources again for NAME… (all when none) and show old → new")
 @click.option("--write", is_flag=True, help="with --update: write the newer versions")
 @click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data "
-              "(lock a variant; give the same --data to the deploy, and models_lock=PATH to keep its lock apart)")
+              "(lock a variant; give the same --data to the deploy, and lockfile=PATH to keep its lock apart)")
 @click.argument("names", nargs=-1)
 def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, data: tuple[str, ...],
          names: tuple[str, ...]) -> None:
     """Resolve the pins, images, llama-swap release and models into <inventory>.lock.json."""
-    from rigkit.resolve import ResolveError, SourceUnreachable
+    from rigkit.lockfile.document import diff, load_lock, write_lock
+    from rigkit.lockfile.errors import (LockError, LockFormatError, ModelSourceUnreachable, ResolveError,
+                                        SourceUnreachable)
+    from rigkit.lockfile.hub import lock_models
+    from rigkit.lockfile.path import lock_file_path
+    from rigkit.lockfile.resolve import lock_sections, sources_asked
+    from rigkit.lockfile.view import check_lock, declared_images, declared_pins
     from rigkit.spec.inventory import default_inventory
-    from rigkit.spec.modellock import (LockError, LockFormatError, ModelSourceUnreachable, check_lock, load_lock,
-                                       lock_models, write_lock)
-    from rigkit.spec.riglock import declared_images, declared_pins, diff, lock_file_for, lock_sections, sources_asked
 
     if names and not update:
         error("NAME… is for --update (rigkit lock alone resolves what the lock lacks)")
@@ -124,7 +127,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
     if unknown:
         error(f"--update {', '.join(unknown)}: no such lock entry (entries: {', '.join(sorted(known))})")
         sys.exit(exitcodes.INVALID)
-    path = lock_file_for(spec, inv)
+    path = str(lock_file_path(spec, inv))
     existed = True
     try:
         current = load_lock(path)

@@ -62,9 +62,10 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     from rigkit.render.checks import verdict_code
 
     from rigkit import hints
+    from rigkit.lockfile.path import lock_file_path
+    from rigkit.lockfile.view import model_problems
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.model import unset_operator_values
-    from rigkit.spec.modellock import lock_path_for, lock_problems_for
     from rigkit.spec.secrets import hf_token_source
     from rigkit.spec.validate import spec_warnings
 
@@ -85,10 +86,10 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
         for problem in hs.lock_problems:  # pins, images, the release: what `rigkit lock` has still to resolve
             if "no lock yet" not in problem:  # a missing lock is said once, below
                 warn(problem, indent="  ")
-        lock_file, lock_problems = lock_problems_for(hs.spec, inv)
-        for problem in lock_problems:  # the model lock, when there is one: as strict as the spec
+        lock_file, model_lock_problems = model_problems(hs.spec, inv)
+        for problem in model_lock_problems:  # the lock's models, when there is one: as strict as the spec
             error(f"{hs.name}: {problem}", indent="  ")
-        if lock_problems:
+        if model_lock_problems:
             host_codes.append(exitcodes.INVALID)
             out.print(f"  vram: estimate skipped — {lock_file} does not match the spec (above); the co-load check "
                       "used the declared vram_gib figures")
@@ -96,9 +97,9 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
             out.print(f"  {lock_file}: matches the spec")
             host_codes.append(_print_fits(hs, lock_file))
         else:
-            path = hs.spec.models_lock or lock_path_for(inv)
+            path = lock_file_path(hs.spec, inv)
             relock = hints.command("lock")
-            warn(f"models_lock: no lock ({path} does not exist); the deploy "
+            warn(f"lockfile: no lock ({path} does not exist); the deploy "
                  f"refuses without one: `{relock}` resolves the pins, images, "
                  "llama-swap release and models into it", indent="  ")
             out.print("  vram: estimate skipped — no model lock (the estimate reads the GGUF headers and config.json "
@@ -118,7 +119,7 @@ def _print_fits(hs, lock_file: str) -> int:
     """Each member's VRAM estimate beside its declared figure (rigkit.spec.vram); the co-load check
     again with the larger of the two. Returns the exit code it adds (2 when a member cannot fit)."""
 
-    from rigkit.spec.modellock import load_lock
+    from rigkit.lockfile.document import load_lock
     from rigkit.spec.validate import co_load_problems
     from rigkit.spec.vram import member_fits
 

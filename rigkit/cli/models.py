@@ -1,8 +1,9 @@
-"""``rigkit models``: the model lock (:mod:`rigkit.spec.modellock`).
+"""``rigkit models``: the models of the lock file (:mod:`rigkit.lockfile.hub`, :mod:`rigkit.lockfile.view`).
 
 - ``rigkit models lock [-i PATH] [--host NAME]`` resolves every model of the inventory's hosts
   on the hub (``HF_ENDPOINT``; the token from ``HF_TOKEN`` or hf's token file, never shown) and
-  writes ``<inventory>.lock.json`` beside the inventory. Exit 0 written; 1 the hub or a URL
+  writes them into the lock file (:func:`rigkit.lockfile.path.lock_file_path`: the spec's ``lockfile``, else
+  ``<inventory>.lock.json`` beside the inventory). Exit 0 written; 1 the hub or a URL
   failed (nothing written); 2 invalid inventory, or two hosts declare one model name differently.
 - ``rigkit models check [-i PATH] [--host NAME]`` compares the spec with the lock. Exit 0 the
   lock matches; 2 it does not ("re-lock"), or there is no lock.
@@ -20,7 +21,7 @@ from rigkit.cli.common import err, error, host_option, inventory_option, load_or
 
 def _models_of(host_specs) -> dict:
     """Union of the hosts' ``spec.models``; exits 2 when one name has two different sources."""
-    from rigkit.spec.modellock import source_of
+    from rigkit.lockfile.document import source_of
 
     models: dict = {}
     owners: dict = {}
@@ -33,6 +34,20 @@ def _models_of(host_specs) -> dict:
             models.setdefault(name, model)
             owners.setdefault(name, hs.name)
     return models
+
+
+def _lock_file(host_specs, inventory: str | None):
+    """The one lock file of the hosts (:func:`rigkit.lockfile.path.lock_file_path`); exits 2 when their specs
+    name different ones (``lockfile``): one command writes one lock."""
+    from rigkit.lockfile.path import lock_file_path
+    from rigkit.spec.inventory import default_inventory
+
+    found = {hs.name: lock_file_path(hs.spec, inventory or default_inventory()) for hs in host_specs}
+    if len(set(found.values())) > 1:
+        error("lockfile: the hosts name different lock files (" + ", ".join(f"{n}: {p}" for n, p in found.items())
+              + "); lock each with --host NAME")
+        sys.exit(exitcodes.INVALID)
+    return next(iter(found.values()))
 
 
 def _human(n: int) -> str:
@@ -51,9 +66,10 @@ def models() -> None:
 @inventory_option
 @host_option
 def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
-    """Resolve each model to a commit and its exact files; write <inventory>.lock.json."""
-    from rigkit.spec.inventory import default_inventory
-    from rigkit.spec.modellock import LockError, lock_models, lock_path_for, write_lock
+    """Resolve each model to a commit and its exact files; write the lock file (<inventory>.lock.json)."""
+    from rigkit.lockfile.document import write_lock
+    from rigkit.lockfile.errors import LockError
+    from rigkit.lockfile.hub import lock_models
 
     host_specs = load_or_exit(inventory, hosts)
     wanted = _models_of(host_specs)
@@ -75,9 +91,9 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
         if entry.get("header_bytes_fetched") is not None:  # the GGUF headers, by range requests
             err.print(f"  {name}: GGUF header(s) read with {_human(entry['header_bytes_fetched'])} of "
                       f"{_human(entry['total_bytes'])}")
-    target = lock_path_for(inventory or default_inventory())
+    target = _lock_file(host_specs, inventory)
     try:  # the other sections of the lock (rigkit lock's pins, images, release) stay as they are
-        from rigkit.spec.modellock import load_lock
+        from rigkit.lockfile.document import load_lock
 
         result = {**load_lock(target), "models": result["models"]}
     except (OSError, ValueError):
@@ -91,13 +107,13 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
 @inventory_option
 @host_option
 def check(inventory: str | None, hosts: tuple[str, ...]) -> None:
-    """Compare the spec's models with <inventory>.lock.json (exit 2 when it must be re-locked)."""
-    from rigkit.spec.inventory import default_inventory
-    from rigkit.spec.modellock import check_lock, load_lock, lock_path_for
+    """Compare the spec's models with the lock file (exit 2 when it must be re-locked)."""
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.view import check_lock
 
     host_specs = load_or_exit(inventory, hosts)
     wanted = _models_of(host_specs)
-    path = lock_path_for(inventory or default_inventory())
+    path = _lock_file(host_specs, inventory)
     try:
         current = load_lock(path)
     except FileNotFoundError:

@@ -249,6 +249,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
             no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
     from rigkit.cli.common import load_or_exit, parse_data
+    from rigkit.lockfile.view import locked_hosts
     from rigkit.spec.inventory import load_hosts
 
     if action is None:
@@ -260,7 +261,7 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
     host_specs = load_or_exit(inventory, hosts, parse_data(data))  # every problem said, exit 2
     declared = {hs.name: hs.spec for hs in host_specs}
     if data and action == "activate":
-        declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
+        declared = {hs.name: hs.spec for hs in locked_hosts(load_hosts(inventory, list(hosts)), inventory)}
     codes = []
     for hs in host_specs:
         try:

@@ -31,6 +31,9 @@ from rigkit.spec.model import RigSpec
 #: Spec keys that say how this run goes, not what the host holds: taken from the run, never
 #: from a generation, and not part of a generation's spec.
 RUN_KEYS = ("reboot", "force")
+#: The spec key naming the lock file on the control machine, and its name in generations recorded before its
+#: rename: no part of what the host is declared to be (:func:`spec_hash`).
+LOCKFILE_KEYS = ("lockfile", "models_lock")
 
 
 def _canonical(data: Any) -> str:
@@ -47,12 +50,13 @@ def spec_snapshot(spec: RigSpec) -> dict[str, Any]:
 
 
 def spec_hash(spec: RigSpec) -> str:
-    """sha256 of the canonical JSON of :func:`spec_snapshot` without ``models_lock``: where the control
-    machine keeps the lock is no part of what the host is declared to be (a rollback deploys a
+    """sha256 of the canonical JSON of :func:`spec_snapshot` without ``lockfile`` (``models_lock`` in a
+    generation recorded before its rename): where the control machine keeps the lock is no part of what the host is declared to be (a rollback deploys a
     generation's lock from a temporary file), and the lock's content is keyed (the manifest's
     ``files``) and checked by its own sha256 (:func:`rigkit.drift.converged.stamp_reasons`)."""
     data = spec_snapshot(spec)
-    data.pop("models_lock", None)
+    for key in LOCKFILE_KEYS:
+        data.pop(key, None)
     return hashlib.sha256(_canonical(data).encode()).hexdigest()
 
 
@@ -120,10 +124,14 @@ def manifest_of_record(record: dict[str, Any], reason: str) -> dict[str, Any]:
 
 
 def lock_text(spec: RigSpec) -> str | None:
-    """The model lock the deploy installs for ``spec`` (``spec.models_lock``'s text, read on the
-    control machine), None when unset or missing (the models role then refuses)."""
-    path = Path(spec.models_lock) if spec.models_lock else None
-    return path.read_text() if path and path.is_file() else None
+    """The lock file the deploy installs for ``spec`` (its text, read on the control machine at
+    :func:`rigkit.lockfile.path.lock_file_path` of the command's inventory, :func:`rigkit.hints.inventory`),
+    None when missing (the models role then refuses)."""
+    from rigkit import hints
+    from rigkit.lockfile.path import lock_file_path
+
+    path = lock_file_path(spec, hints.inventory())
+    return path.read_text() if path.is_file() else None
 
 
 @dataclass
@@ -153,7 +161,8 @@ def source_from_bundle(bundle: dict[str, Any], run_spec: RigSpec, lock_dir: Path
         lock_dir.mkdir(parents=True, exist_ok=True)
         lock_file = lock_dir / f"generation-{rec['n']}.lock.json"
         lock_file.write_text(lock_text)
-        data["models_lock"] = str(lock_file)
+        data["lockfile"] = str(lock_file)
+        data.pop("models_lock", None)  # a record from before the key's rename
     spec = spec_from_dict(data, source=f"generation {rec['n']}'s spec")
     rendered = {p: RenderedFile(contents[p], meta["mode"], meta["owner"])
                 for p, meta in rec["files"].items() if p != paths.MODELS_LOCK}
@@ -223,7 +232,7 @@ def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lamb
     sa, sb = _flat(ra.get("spec") or {}), _flat(rb.get("spec") or {})
     gone = tuple(f"llama_swap.members.{m}." for m in whole)  # said once, as the member's, not key by key
     out["spec"] = {k: [sa.get(k), sb.get(k)] for k in sorted(set(sa) | set(sb))
-                   if sa.get(k) != sb.get(k) and not k.startswith("models_lock") and not k.startswith(gone)}
+                   if sa.get(k) != sb.get(k) and not k.startswith(LOCKFILE_KEYS) and not k.startswith(gone)}
     out["spec"].update({f"llama_swap.members.{m}": v for m, v in whole.items()})
     return {k: v for k, v in out.items() if v or k in ("a", "b")}
 

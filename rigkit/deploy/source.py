@@ -32,11 +32,11 @@ REASON_ENV = "RIGKIT_DEPLOY_REASON"
 
 def spec_for(host: Any) -> RigSpec:
     """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged), as its lock resolves it
-    (:func:`rigkit.spec.riglock.with_lock`: the locked pins, image digests and release sha256). Raises
+    (:func:`rigkit.lockfile.view.with_lock`: the locked pins, image digests and release sha256). Raises
     ``DeployError`` listing every problem — of the spec, or an entry the lock lacks or records for
     something else — so pyinfra stops before any operation."""
     from rigkit import hints
-    from rigkit.spec.riglock import with_lock
+    from rigkit.lockfile.view import with_lock
 
     try:
         spec = spec_from_layers(data_layers(host), source=f"spec of host {host.name}")

@@ -27,7 +27,7 @@ sent or shown; every string that leaves the package passes :func:`mask`, in one 
 
 The rooms:
 
-- :mod:`rigkit.drift.declared`: what is declared for a host (:class:`Declared`, :func:`declared_for`, :func:`lock_file_for`)
+- :mod:`rigkit.drift.declared`: what is declared for a host (:class:`Declared`, :func:`declared_for`, :func:`declared_lock_file`)
 - :mod:`rigkit.drift.probe`: the probe (sections, script, :class:`HostProbe`, :func:`parse_probe`, reaching the hosts)
 - :mod:`rigkit.drift.compare`: :class:`Finding` and the pure ``compare_*``
 - :mod:`rigkit.drift.masking`: :func:`mask` (one string) and :func:`~rigkit.drift.masking.masked` (findings)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rigkit import hints, paths
@@ -50,14 +49,14 @@ class Declared:
     if_present: list[str] = field(default_factory=list)
 
 
-def lock_file_for(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None, bytes | None]:
-    """The model lock declared for ``inventory``: ``spec.models_lock`` when set, else the file
-    ``rigkit models lock`` writes beside the inventory (:func:`rigkit.spec.modellock.lock_path_for`).
-    Returns ``(lock, None, the file's bytes — what the deploy uploads)`` or ``(None, why not, None)``;
-    never raises for a missing or bad file."""
-    from rigkit.spec.modellock import load_lock, lock_path_for
+def declared_lock_file(spec: Any, inventory: str) -> tuple[dict[str, Any] | None, str | None, bytes | None]:
+    """The lock file declared for ``spec`` loaded from ``inventory``
+    (:func:`rigkit.lockfile.path.lock_file_path`). Returns ``(lock, None, the file's bytes — what the deploy
+    uploads)`` or ``(None, why not, None)``; never raises for a missing or bad file."""
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.path import lock_file_path
 
-    path = Path(getattr(spec, "models_lock", None) or lock_path_for(inventory))
+    path = lock_file_path(spec, inventory)
     if not path.is_file():
         relock = hints.command("models lock", inventory_path=str(inventory))
         return None, f"no model lock at {path} (run `{relock}`); model files not checked", None
@@ -101,13 +100,13 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
     members = sorted({*spec.legacy_units, "hyperqwen.service", *(f"{m}.service" for m in member_ids)})
     repo = sorted(declared_state.REPO_PACKAGES)
     packages = sorted({*(spec.pacman_pins or {}), spec.driver_flavour, "nvidia-utils", "cuda", *repo})
-    lock, note, lock_bytes = lock_file_for(spec, inventory)
+    lock, note, lock_bytes = declared_lock_file(spec, inventory)
     uploads: dict[str, Any] = {}
     live = files.get(paths.LLAMA_SWAP_CONFIG)
     if live is not None:
         uploads[paths.LLAMA_SWAP_NEXT] = RenderedFile(live.text, declared_state.STAGING_OWNER_MODE[1],
                                                       declared_state.STAGING_OWNER_MODE[0])
-    if lock_bytes is not None and getattr(spec, "models_lock", None):
+    if lock_bytes is not None:
         uploads[paths.MODELS_LOCK] = RenderedFile(lock_bytes.decode("utf-8", errors="replace"),
                                                   declared_state.MODELS_LOCK_OWNER_MODE[1],
                                                   declared_state.MODELS_LOCK_OWNER_MODE[0])

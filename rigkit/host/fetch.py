@@ -3,7 +3,7 @@ verified, into ``/srv/models/<path>/``, resumable, with a record of what was ver
 
 Imports only the standard library, ``requests`` and ``huggingface_hub`` (the agent's
 wheelhouse), never pydantic or pyinfra. Input is the lock written by ``rigkit models lock``
-(:mod:`rigkit.spec.modellock`: ``{"models": {name: {"source", "commit", "files": [{"path", "size",
+(:mod:`rigkit.lockfile.document`: ``{"models": {name: {"source", "commit", "files": [{"path", "size",
 "sha256" | "git_blob"}]}}}``).
 
 One run of :func:`fetch_model`, in order:

@@ -31,7 +31,7 @@ PKG_CACHE = "/var/cache/rigkit/pkgs"
 
 def verified_fetch(package: str, entry: dict, cache: str = PKG_CACHE) -> StringCommand:
     """The command that downloads one locked package file (``entry``: the lock's ``pins.<package>``,
-    :class:`rigkit.spec.modellock.LockedPin`) into ``cache`` and checks it against the locked sha256 —
+    :class:`rigkit.lockfile.document.LockedPin`) into ``cache`` and checks it against the locked sha256 —
     a file already there and matching is not downloaded again; a mismatch removes the file and fails
     naming the lock entry, the file and both hashes. What rigkit adds to pacman: ``pacman -U`` of a
     file or URL checks the package's signature (``LocalFileSigLevel``/``RemoteFileSigLevel``) but no

@@ -6,7 +6,7 @@ GGUF file (format: ggml's ``docs/gguf.md``): the magic and version, the key/valu
 (``<arch>.block_count``, ``<arch>.attention.head_count_kv``, …) and one info per tensor (name, shape,
 ggml type, offset), then padding to ``general.alignment`` (32 unless set) and the tensor data. The
 header is a few MiB of a file of many GiB, so ``rigkit models lock`` reads it by HTTP range requests
-(:mod:`rigkit.spec.modellock`), through the ``fetch(start, end)`` that :func:`parse` is given.
+(:mod:`rigkit.lockfile.document`), through the ``fetch(start, end)`` that :func:`parse` is given.
 
 The rules are those of llama.cpp's own reader, ``gguf_init_from_reader`` in ``ggml/src/gguf.cpp``
 (what ``gguf_init_from_file`` runs, as built in the pinned xllamacpp wheel), in its order: the magic;

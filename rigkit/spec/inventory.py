@@ -35,8 +35,9 @@ class HostSpec:
     spec: RigSpec
     connection: dict[str, Any] = field(default_factory=dict)
     groups: list[str] = field(default_factory=list)
-    #: What the lock lacks or records for something else (:func:`rigkit.spec.riglock.lock_problems`), when
-    #: loaded with ``resolve_lock``: the deploy refuses while any is left.
+    #: What the lock file lacks or records for something else (:func:`rigkit.lockfile.view.lock_problems`),
+    #: once :func:`rigkit.lockfile.view.locked_hosts` has resolved ``spec`` by it: the deploy refuses while any
+    #: is left. Empty as :func:`load_hosts` declares the host.
     lock_problems: list[str] = field(default_factory=list)
 
 
@@ -159,14 +160,12 @@ def same_machine_problems(hosts: list[Any]) -> list[SpecProblem]:
 
 
 def load_hosts(inventory_path: str | None = None, host_names: list[str] | None = None,
-               override_data: dict[str, Any] | None = None, cwd: str | None = None,
-               resolve_lock: bool = True) -> list[HostSpec]:
+               override_data: dict[str, Any] | None = None, cwd: str | None = None) -> list[HostSpec]:
     """Load ``inventory_path`` (default :func:`default_inventory`) with pyinfra's loader and
     return a :class:`HostSpec` per host, narrowed to ``host_names`` when given.
 
-    ``override_data`` plays ``pyinfra --data``. With ``resolve_lock`` (default) each spec is the one its
-    lock resolves (:func:`rigkit.spec.riglock.with_lock`: locked pins, image digests, release sha256 in
-    place of the series, tags and version; entries the lock lacks stay as declared). Raises :class:`InventoryError` for a missing
+    ``override_data`` plays ``pyinfra --data``. Each spec is as the host's data declare it, the lock file
+    unread (:func:`rigkit.lockfile.view.locked_hosts` resolves them by it). Raises :class:`InventoryError` for a missing
     file or an unknown host name and :class:`~rigkit.spec.problems.SpecError` (every invalid host's
     problems, each key prefixed by the host name) for bad data.
     """
@@ -211,14 +210,8 @@ def load_hosts(inventory_path: str | None = None, host_names: list[str] | None =
         except SpecError as exc:
             problems += [p.model_copy(update={"key": f"{host.name}: {p.key}"}) for p in exc.problems]
             continue
-        lock_problems: list[str] = []
-        if resolve_lock:  # what the lock resolved (pins, digests, the release's sha256) in place of the intent
-            from rigkit.spec.riglock import with_lock
-
-            spec, _lock, lock_problems = with_lock(spec, path)
         out.append(HostSpec(name=host.name, spec=spec, connection=connection,
-                            groups=[str(g) for g in getattr(host, "groups", [])],
-                            lock_problems=lock_problems))
+                            groups=[str(g) for g in getattr(host, "groups", [])]))
     if problems:
         raise SpecError(problems, source=f"inventory {path}")
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from rigkit.spec.model import EMPTY_REFUSED, RigSpec
+from rigkit.spec.model import EMPTY_REFUSED, RENAMED_KEYS, RigSpec
 from rigkit.spec.types import Kind, kind_of
 from rigkit.spec.problems import SpecError, SpecProblem, did_you_mean, dotted_key, shown
 from rigkit.spec.secrets import SECRET_SHOWN, scan_raw, secret_shaped
@@ -37,11 +37,14 @@ def validate_layers(layers: Iterable[Mapping[str, Any]], source: str = "spec",
     base = defaults_dict()
     problems: list[SpecProblem] = []
     merged: dict[str, Any] = {}
+    renamed: list[str] = []
     for i, layer in enumerate(layers):
         own, _ = split_pyinfra_keys(layer)
         own, raw_problems = scan_raw(own)
+        own, old_names, rename_problems = renamed_keys(own)
+        renamed += [k for k in old_names if k not in renamed]
         label = labels[i] if labels and i < len(labels) else f"data layer {i + 1}"
-        problems += [p.model_copy(update={"key": f"{p.key} (in {label})"}) for p in raw_problems]
+        problems += [p.model_copy(update={"key": f"{p.key} (in {label})"}) for p in raw_problems + rename_problems]
         if own:
             candidate = merge_layers(base, own)
             try:
@@ -54,13 +57,37 @@ def validate_layers(layers: Iterable[Mapping[str, Any]], source: str = "spec",
         merged = merge_layers(merged, own)
     if problems:
         raise SpecError(problems, source)
-    return validate_dict(merged, source=source)
+    spec = validate_dict(merged, source=source)
+    spec._renamed_keys = tuple(renamed)
+    return spec
+
+
+def renamed_keys(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str], list[SpecProblem]]:
+    """``data`` (one layer, top-level keys) with each old name of
+    :data:`rigkit.spec.model.RENAMED_KEYS` moved to its new name; the old names it gave; a problem for each
+    old name given beside its new one (which of the two is meant is not for rigkit to guess). Pure."""
+    out = dict(data)
+    found: list[str] = []
+    problems: list[SpecProblem] = []
+    for old, new in RENAMED_KEYS.items():
+        if old not in out:
+            continue
+        found.append(old)
+        value = out.pop(old)
+        if new in out:
+            problems.append(SpecProblem(key=old, value=shown(value, typed=False),
+                                        allowed=f"renamed {new}, which is set too: keep {new} only"))
+        else:
+            out[new] = value
+    return out, found, problems
 
 def validate_dict(data: Mapping[str, Any], source: str = "spec") -> RigSpec:
     """Validate the models of one already-merged overrides dict over the defaults; raises
     :class:`SpecError`. The models only: :func:`rigkit.spec.validate.spec_from_dict` adds the
     cross-field checks."""
     data, problems = scan_raw(dict(data))
+    data, renamed, rename_problems = renamed_keys(data)
+    problems += rename_problems
     base = defaults_dict()
     merged = merge_layers(base, data)
     try:
@@ -70,6 +97,7 @@ def validate_dict(data: Mapping[str, Any], source: str = "spec") -> RigSpec:
         raise SpecError(problems, source) from None
     if problems:
         raise SpecError(problems, source)
+    spec._renamed_keys = tuple(renamed)
     return spec
 
 

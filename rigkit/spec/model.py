@@ -7,7 +7,7 @@ own keys pass through; every other unknown key is an error with a did-you-mean).
 Values only the operator knows (hub repos, Strata's model and arguments, timer names, lock files)
 default to ``None``, "unset" — what an index knows (the pins' full versions, image digests, the
 llama-swap tarball's sha256) is resolved by ``rigkit lock`` from the series, tags and version declared
-here (:mod:`rigkit.spec.riglock`):
+here (:mod:`rigkit.lockfile.resolve`):
 :func:`unset_operator_values` names them so ``rigkit check`` warns once per value and
 ``rigkit deploy`` refuses to start.
 
@@ -20,7 +20,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rigkit import paths
 from rigkit.spec.types import (
@@ -80,7 +80,7 @@ def operator_value(description: str, where: str, **kwargs: Any) -> Any:
 
 class ImageSpec(StrictModel):
     """A container image: ``repository`` plus ``ref``, the tag the operator wants (``rigkit lock``
-    resolves it to the digest the deploy pulls, :mod:`rigkit.spec.riglock`) or a digest
+    resolves it to the digest the deploy pulls, :mod:`rigkit.lockfile.resolve`) or a digest
     ``sha256:<64 hex>`` (verified by ``rigkit lock`` to exist). ``registry``: the registry's base URL for
     its v2 API when it is not ``https://<first component of repository>`` (a mirror, the sandbox's);
     ``registry_ca``: a CA bundle (PEM path on the control machine) for that URL."""
@@ -326,6 +326,11 @@ class BenchSpec(StrictModel):
     stall_timeout_s: Seconds = 120.0
 
 
+#: Spec keys renamed: ``{old name: new name}``. The old name is still read, as the new one, with a warning
+#: naming both (:func:`rigkit.spec.layers.renamed_keys`, :func:`rigkit.spec.validate.spec_warnings`).
+RENAMED_KEYS = {"models_lock": "lockfile"}
+
+
 class RigSpec(StrictModel):
     """The whole declared rig for one host. Build a valid one with
     :func:`rigkit.spec.validate.spec_from_layers` (or ``rigkit.spec.inventory``), never from a half-merged
@@ -378,7 +383,8 @@ class RigSpec(StrictModel):
                                                description="hosts a URL that carries a secret (hf_endpoint) may reach "
                                                            "over plain http: a host on a network you trust (the "
                                                            "sandbox's fixtures hub); compared case-insensitively")
-    models_lock: LocalFile | None = Field(default=None, description="the model lock (rigkit models lock), beside the inventory")
+    lockfile: LocalFile | None = Field(default=None, description="the lock file (what rigkit lock writes, rigkit/lockfile/); "
+                                                                "unset: <inventory>.lock.json beside the inventory")
     reboot: bool = Field(default=False, strict=False)
     force: bool = Field(default=False, strict=False)
     metrics_textfile_dir: Folder | None = Field(
@@ -393,6 +399,9 @@ class RigSpec(StrictModel):
     gguf_baseline: GgufBaselineSpec = Field(default_factory=GgufBaselineSpec)
     llama_swap: LlamaSwapSpec = Field(default_factory=LlamaSwapSpec)
     models: dict[MemberId, ModelSource] = Field(default_factory=_default_models)
+    #: The old names of :data:`RENAMED_KEYS` the data gave (set by :mod:`rigkit.spec.layers`): what
+    #: :func:`rigkit.spec.validate.spec_warnings` warns about. No field: never dumped, hashed or recorded.
+    _renamed_keys: tuple[str, ...] = PrivateAttr(default=())
     bench: BenchSpec = Field(default_factory=BenchSpec)
 
 

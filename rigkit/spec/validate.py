@@ -22,7 +22,7 @@ from rigkit.spec import members as members_mod
 from rigkit.spec.llama_swap_load import member_macro_problem
 from rigkit.common import versions
 from rigkit.common.gpu import power_limit_problem
-from rigkit.spec.model import SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT, RigSpec, unset_operator_fields
+from rigkit.spec.model import RENAMED_KEYS, SAFE_DFLASH_TOKENS, UNSAFE_SPEC_CONTEXT, RigSpec, unset_operator_fields
 from rigkit.spec import claims as claims_mod
 from rigkit.spec import compat
 from rigkit.spec import engine_args
@@ -101,11 +101,15 @@ def check_spec(spec: RigSpec) -> list[SpecProblem]:
 
 
 def spec_warnings(spec: RigSpec) -> list[SpecWarning]:
-    """What ``rigkit check`` reports but accepts: each unset operator value once (a tag is no longer
+    """What ``rigkit check`` reports but accepts: each old name of a renamed key the data gave
+    (:data:`rigkit.spec.model.RENAMED_KEYS`), each unset operator value once (a tag is no longer
     warned about: ``rigkit lock`` resolves it to the digest the deploy pulls, and check reports what the
     lock has not resolved)."""
-    warnings = [SpecWarning(key=key, message=f"unset — {description}. Where to find it: {where}")
-                for key, description, where in unset_operator_fields(spec)]
+    warnings = [SpecWarning(key=old, message=f"renamed {RENAMED_KEYS[old]}: read as {RENAMED_KEYS[old]}; write "
+                                         f"{RENAMED_KEYS[old]} where {old} is set (the old name may go)")
+                for old in spec._renamed_keys]
+    warnings += [SpecWarning(key=key, message=f"unset — {description}. Where to find it: {where}")
+                 for key, description, where in unset_operator_fields(spec)]
     hq = spec.hyperqwen
     if hq.allow_unsafe_spec and _unsafe_speculation(spec):
         warnings.append(SpecWarning(

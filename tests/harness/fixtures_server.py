@@ -6,7 +6,7 @@ fixtures network namespace (hostctl.py does), never in the CI machine's own name
 A folder's listing is the page nginx's ``autoindex`` writes, as archive.archlinux.org serves it
 (``<a href="NAME">NAME</a>``, padded, ``DD-Mon-YYYY HH:MM``, the size; folders with a trailing ``/``):
 ``rigkit lock`` reads the archive's package listings for their files and dates
-(:func:`rigkit.resolve.archive.parse_listing`).
+(:func:`rigkit.lockfile.archive.parse_listing`).
 usage: fixtures_server.py DIR ADDR PORT LOGFILE"""
 import functools, html, http.server, io, os, sys, time, urllib.parse
 

@@ -153,7 +153,7 @@ def _sandbox_lock() -> Path:
     if not target.is_file() or not marker.is_file() or marker.read_text() != sources:
         seed = target.with_name(target.name + ".seed")
         shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", seed)
-        seed.replace(target)  # whole: a reader outside the flock (a deploy's models_lock) sees old or new
+        seed.replace(target)  # whole: a reader outside the flock (a deploy's lockfile) sees old or new
         marker.write_text(sources)
     rigkit = str(Path(sys.executable).parent / "rigkit")
     proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
@@ -167,10 +167,10 @@ def variant_lock(tag: str, *data: str) -> list[str]:
     """Lock a variant of the sandbox's spec (``data``: ``--data KEY=VALUE`` arguments, e.g. other pins)
     into ``$STATE/sandbox-<tag>.lock.json``, a copy of :func:`sandbox_lock`'s lock re-locked with ``rigkit
     lock`` — the deploy uses only a lock that resolves what it is told. Returns ``data`` plus the
-    ``--data models_lock=…`` the deploy (and every command of that variant) needs."""
+    ``--data lockfile=…`` the deploy (and every command of that variant) needs."""
     target = hostctl.STATE / f"sandbox-{tag}.lock.json"
     shutil.copyfile(sandbox_lock(), target)
-    args = [*data, "--data", f"models_lock={json.dumps(str(target))}"]
+    args = [*data, "--data", f"lockfile={json.dumps(str(target))}"]
     rigkit = str(Path(sys.executable).parent / "rigkit")
     proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})

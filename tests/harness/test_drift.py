@@ -542,7 +542,7 @@ def test_another_build_a_changed_spec_or_lock_takes_the_full_run_then_the_probe_
 
     lock = tmp_path / "models.lock.json"
     lock.write_text(json.dumps(json.loads(golden.sandbox_lock().read_text()), indent=1, sort_keys=True) + "\n")
-    data = ("--data", "generations_keep=9", "--data", f"models_lock={json.dumps(str(lock))}")
+    data = ("--data", "generations_keep=9", "--data", f"lockfile={json.dumps(str(lock))}")
     proc = deploy(*data)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"the model lock changed since generation {n}" in FULL_LINE.search(proc.stderr)[1]

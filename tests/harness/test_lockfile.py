@@ -42,12 +42,12 @@ def deploy(host, *args):
 
 
 def edited_lock(tag: str, edit) -> list[str]:
-    """``--data models_lock=…`` of a copy of the sandbox lock changed by ``edit(lock)``."""
+    """``--data lockfile=…`` of a copy of the sandbox lock changed by ``edit(lock)``."""
     target = hostctl.STATE / f"sandbox-{tag}.lock.json"
     lock = json.loads(golden.sandbox_lock().read_text())
     edit(lock)
     target.write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    return ["--data", f"models_lock={json.dumps(str(target))}"]
+    return ["--data", f"lockfile={json.dumps(str(target))}"]
 
 
 def test_a_package_file_that_is_not_the_locked_one_is_refused_naming_the_lock_entry(host):

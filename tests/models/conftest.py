@@ -50,7 +50,7 @@ def hub(hub_server, monkeypatch, tmp_path):
 @pytest.fixture(scope="session")
 def lock(hub_server):
     """The lock of :func:`model_sources` against the test hub (as ``rigkit models lock`` writes it)."""
-    from rigkit.spec.modellock import lock_models
+    from rigkit.lockfile.hub import lock_models
 
     result, skipped = lock_models(model_sources(), endpoint=hub_server.endpoint, token=TOKEN)
     assert skipped == []

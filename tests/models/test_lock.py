@@ -1,4 +1,4 @@
-"""The model lock (rigkit.spec.modellock) against the test hub, with the real huggingface-hub client."""
+"""The lock file's models (rigkit.lockfile.hub) against the test hub, with the real huggingface-hub client."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.spec.modellock import LockError, check_lock, dumps_lock, lock_models, lock_path_for, select_files
+from rigkit.lockfile.document import dumps_lock
+from rigkit.lockfile.errors import LockError
+from rigkit.lockfile.hub import lock_models, select_files
+from rigkit.lockfile.view import check_lock
 from tests.hub import repos
 from tests.hub.server import git_blob_id
 from .helpers import TOKEN, WRONG_TOKEN, model_sources, repo_bytes
@@ -58,10 +61,6 @@ def test_unset_models_are_skipped_and_named(hub):
     result, skipped = lock_models(_default_models(), endpoint=hub.endpoint, token=TOKEN)
     assert skipped == ["gguf-baseline", "hyperqwen-dflash2", "strata"]
     assert list(result["models"]) == ["hyperqwen"]
-
-
-def test_lock_path_is_beside_the_inventory():
-    assert lock_path_for("inventory/sandbox.py") == Path("inventory/sandbox.lock.json")
 
 
 def test_select_files_uses_hub_glob_semantics():
@@ -206,7 +205,8 @@ BAD_LOCKS = [
 
 @pytest.mark.parametrize(("edit", "message"), BAD_LOCKS)
 def test_a_malformed_lock_entry_is_refused_naming_the_file_and_the_entry(tmp_path, edit, message):
-    from rigkit.spec.modellock import LockFormatError, load_lock
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.errors import LockFormatError
 
     path = _edited(tmp_path, edit)
     with pytest.raises(LockFormatError) as info:
@@ -215,7 +215,8 @@ def test_a_malformed_lock_entry_is_refused_naming_the_file_and_the_entry(tmp_pat
 
 
 def test_not_json_names_the_file(tmp_path):
-    from rigkit.spec.modellock import LockFormatError, load_lock
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.errors import LockFormatError
 
     (tmp_path / "x.lock.json").write_text("{nope")
     with pytest.raises(LockFormatError, match=r"x\.lock\.json: not JSON \(line 1 column 2"):
@@ -223,7 +224,7 @@ def test_not_json_names_the_file(tmp_path):
 
 
 def test_the_sandbox_lock_is_valid():
-    from rigkit.spec.modellock import load_lock
+    from rigkit.lockfile.document import load_lock
 
     assert set(load_lock(SANDBOX_LOCK)["models"]) == {"hyperqwen", "hyperqwen-dflash2", "gguf-baseline", "strata"}
 

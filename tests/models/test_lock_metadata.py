@@ -15,7 +15,8 @@ from .helpers import TOKEN, bridge_path, model_sources, repo_bytes
 def test_the_lock_carries_each_gguf_header_read_by_ranges_only(hub, tmp_path):
     import gguf
 
-    from rigkit.spec.modellock import LockDocument, lock_models
+    from rigkit.lockfile.document import LockDocument
+    from rigkit.lockfile.hub import lock_models
     from tests.unit.gguf_py_oracle import gguf_py_summary
 
     result, _ = lock_models(model_sources(), endpoint=hub.endpoint, token=TOKEN)

@@ -14,14 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rigkit.spec.modellock import (
-    HUB_CONNECT_TIMEOUT_S,
-    HUB_READ_TIMEOUT_S,
-    LockError,
-    hub_timeout,
-    lock_models,
-    model_metadata,
-)
+from rigkit.lockfile.errors import LockError
+from rigkit.lockfile.hub import HUB_CONNECT_TIMEOUT_S, HUB_READ_TIMEOUT_S, hub_timeout, lock_models, model_metadata
 
 READ_S = 0.5
 

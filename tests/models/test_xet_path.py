@@ -28,7 +28,9 @@ import pytest
 from huggingface_hub import ModelInfo
 
 from rigkit.host.fetch import HUB_ENV
-from rigkit.spec.modellock import LockError, LockFormatError, load_lock, lock_hub_model
+from rigkit.lockfile.document import load_lock
+from rigkit.lockfile.errors import LockError, LockFormatError
+from rigkit.lockfile.hub import lock_hub_model
 from tests.hub import repos
 from tests.hub.server import XET_TOKEN_TTL, xet_hash
 

@@ -64,7 +64,7 @@ def test_check_on_the_default_inventory_exits_0_with_one_warning_per_unset_value
     assert proc.returncode == 0, proc.stderr
     warns = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("warn")]
     expected = unset_operator_values(spec_from_dict({}))
-    assert [w.split()[1].rstrip(":") for w in warns] == expected + ["models_lock"]  # and no lock yet
+    assert [w.split()[1].rstrip(":") for w in warns] == expected + ["lockfile"]  # and no lock yet
     assert "0 rejected, 0 could not run" in proc.stdout  # results on stdout: `rigkit check | less`
     assert "spec valid" in proc.stdout and "spec valid" not in proc.stderr
 
@@ -275,7 +275,7 @@ def test_check_results_are_on_stdout_so_a_pager_shows_them(tmp_path):
     assert "  pass  llama-swap v250 schema: /etc/llama-swap/config.yaml" in proc.stdout
     assert "passed, 0 rejected, 0 could not run" in proc.stdout
     # no other warning: every operator value is set; the one left says there is no model lock yet
-    assert proc.stderr == ("  warn  models_lock: no lock (inventory/lab.lock.json does not exist); the deploy "
+    assert proc.stderr == ("  warn  lockfile: no lock (inventory/lab.lock.json does not exist); the deploy "
                            "refuses without one: `rigkit lock -i inventory/lab.py` resolves the pins, images, llama-swap "
                            "release and models into it\n")
 

@@ -303,7 +303,7 @@ def test_the_deploy_reads_the_current_generation_in_one_call_and_falls_back_for_
 def test_the_spec_hash_ignores_where_the_lock_file_lies():
     """A held or rolled-back generation is deployed with its lock written to a temporary file: the same
     spec hash, so the deploy neither restamps nor leaves the probe path for the path alone."""
-    a, b = spec(models_lock="/tmp/a/generation-3.lock.json"), spec(models_lock="/tmp/b/generation-3.lock.json")
+    a, b = spec(lockfile="/tmp/a/generation-3.lock.json"), spec(lockfile="/tmp/b/generation-3.lock.json")
     assert gen.spec_hash(a) == gen.spec_hash(b) and gen.spec_hash(a) != gen.spec_hash(spec(generations_keep=9))
 
 

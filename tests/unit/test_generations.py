@@ -110,10 +110,24 @@ def test_a_generation_comes_back_as_its_files_and_spec_with_this_runs_flags(tmp_
     bundle = _bundle(3, s, rendered, '{"models": {"strata": {}}}')
     src = gen.source_from_bundle(bundle, spec(reboot=True), tmp_path)
     assert src.generation == 3 and src.spec.hyperqwen.dflash_tokens == 5 and src.spec.reboot is True
-    assert gen.spec_hash(src.spec) == gen.spec_hash(s.model_copy(update={"models_lock": src.spec.models_lock}))
-    assert Path(src.spec.models_lock).read_text() == '{"models": {"strata": {}}}' == src.lock_text
+    assert gen.spec_hash(src.spec) == gen.spec_hash(s.model_copy(update={"lockfile": src.spec.lockfile}))
+    assert Path(src.spec.lockfile).read_text() == '{"models": {"strata": {}}}' == src.lock_text
     assert {p: f.text for p, f in src.rendered.items()} == {p: f.text for p, f in rendered.items()}
     assert "/var/lib/rigkit/models.lock.json" not in src.rendered
+
+
+def test_a_generation_recorded_before_models_lock_was_renamed_comes_back_with_the_same_hash(tmp_path):
+    """Issue 64 renamed the spec key ``models_lock`` ``lockfile``: a record from before holds the old key in its
+    spec; it comes back with the lock at the new key, the same spec hash, and no spec difference for it."""
+    s = spec(hyperqwen={"dflash_tokens": 5}, lockfile="inventory/old.lock.json")
+    bundle = _bundle(3, s, render(s), '{"models": {"strata": {}}}')
+    old_spec = dict(bundle["record"]["spec"])
+    old_spec["models_lock"] = old_spec.pop("lockfile")
+    old = {**bundle, "record": {**bundle["record"], "spec": old_spec}}
+    src = gen.source_from_bundle(old, spec(), tmp_path)
+    assert Path(src.spec.lockfile).read_text() == '{"models": {"strata": {}}}' and src.spec.hyperqwen.dflash_tokens == 5
+    assert gen.spec_hash(src.spec) == gen.spec_hash(s)
+    assert "spec" not in gen.diff(old, bundle)
 
 
 def test_a_generation_recorded_before_the_pins_file_moved_comes_back_with_it_at_its_new_path(tmp_path):

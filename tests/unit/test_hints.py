@@ -162,16 +162,16 @@ def _run(hint: str, project: Path, state: Path) -> subprocess.CompletedProcess:
 _OFFLINE_LOCK = r"""
 import json, sys
 from pathlib import Path
-from rigkit.spec import riglock
+from rigkit.lockfile import resolve, view
 from rigkit.spec.inventory import load_hosts
-from rigkit.spec.modellock import write_lock
+from rigkit.lockfile.document import write_lock
 
-class Offline(riglock.Resolver):
+class Offline(resolve.Resolver):
     def __init__(self):
         pass
     def pins(self, spec, names=None):
         out = {}
-        for pkg, (want, _key) in riglock.declared_pins(spec).items():
+        for pkg, (want, _key) in view.declared_pins(spec).items():
             version = want if "-" in want else f"{want}.1-1"
             file = f"{pkg}-{version}-x86_64.pkg.tar.zst"
             out[pkg] = {"want": want, "version": version, "file": file, "url": f"http://127.0.0.1:9/{file}",
@@ -186,9 +186,9 @@ class Offline(riglock.Resolver):
         return {"version": ls.version, "url": ls.release_url, "sha256": ls.release_sha256 or "0" * 64,
                 "from": "offline"}
 
-(hs,) = load_hosts("inventory/sandbox.py", resolve_lock=False)
+(hs,) = load_hosts("inventory/sandbox.py")
 lock = {"version": 2, "models": json.loads(Path("inventory/sandbox.lock.json").read_text())["models"],
-        **riglock.lock_sections(hs.spec, {}, resolver=Offline())}
+        **resolve.lock_sections(hs.spec, {}, resolver=Offline())}
 write_lock(lock, Path(sys.argv[1]))
 """
 

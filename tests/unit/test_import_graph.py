@@ -2,8 +2,13 @@
 included; what each side may import at all is test_layout.py's business) imports, at module level or
 inside a function, a ``rigkit`` module that imports it back, directly or through others. At folder
 (subpackage) level the same is asked with no exception: the control side's folders (``cli`` → ``report``,
-``bench``, ``drift`` → ``deploy``, ``operations`` → ``render`` → ``spec`` → the shared ``rigkit`` modules →
-``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way."""
+``bench``, ``drift`` → ``deploy``, ``operations`` → ``lockfile``, ``render`` → ``spec`` → the shared ``rigkit``
+modules → ``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way.
+
+``lockfile`` (issue #64) stands above ``spec`` and beside ``render``: the lock file is the spec resolved
+(its entries are keyed by what the spec declares, its view is the spec with the lock's answers in place), so
+it reads the spec; the spec (inventory to RigSpec, validated) knows no lock file and asks no network
+(test_lockfile_home.py). Below ``deploy``, ``drift`` and ``cli``, which read the spec through it."""
 
 from __future__ import annotations
 
@@ -161,3 +166,12 @@ def test_the_graph_sees_function_level_and_package_imports(tmp_path):
     assert find_cycle(edges) == ["rigkit.a", "rigkit.sub.b", "rigkit.a"]
     (pkg / "sub" / "b.py").write_text("from rigkit import paths\n")
     assert find_cycle(graph(pkg)) is None
+
+
+def test_the_lock_file_stands_above_the_spec_and_below_what_reads_it():
+    edges = folder_graph()
+    above = {"rigkit.cli", "rigkit.deploy", "rigkit.drift", "rigkit.operations", "rigkit.render", "rigkit.report",
+             "rigkit.bench", "rigkit.host"}
+    assert "rigkit.spec" in edges["rigkit.lockfile"] and not edges["rigkit.lockfile"] & above
+    assert "rigkit.lockfile" not in edges["rigkit.spec"] and "rigkit.lockfile" not in edges["rigkit.render"]
+    assert {"rigkit.cli", "rigkit.deploy", "rigkit.drift"} <= {k for k, v in edges.items() if "rigkit.lockfile" in v}

@@ -54,7 +54,7 @@ def _hosts(tmp_path: Path, text: str) -> subprocess.CompletedProcess:
     inv = tmp_path / "inv.py"
     inv.write_text(text)
     code = ("import json; from rigkit.spec.inventory import load_hosts; from rigkit.spec.problems import SpecError\n"
-            f"try:\n    print(json.dumps([h.name for h in load_hosts({str(inv)!r}, resolve_lock=False)]))\n"
+            f"try:\n    print(json.dumps([h.name for h in load_hosts({str(inv)!r})]))\n"
             "except SpecError as e:\n    print(json.dumps([str(p) for p in e.problems]))")
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
 

@@ -29,7 +29,7 @@ RIGKIT = ROOT / "rigkit"
 #: the deploy and its validators' verdict memory ask).
 SHARED = {"__init__.py", "__main__.py", "paths.py", "exitcodes.py", "remote.py", "agentcmd.py", "cache.py",
           "hints.py", "build.py"}
-FOLDERS = {"cli", "spec", "render", "deploy", "operations", "drift", "bench", "report", "host", "resolve", "common"}
+FOLDERS = {"cli", "spec", "render", "deploy", "operations", "drift", "bench", "report", "host", "lockfile", "common"}
 
 
 def test_the_root_holds_only_what_every_folder_shares():

@@ -122,8 +122,8 @@ def test_offline_the_lock_says_nothing_was_written_every_source_it_needs_and_how
     # what the spec declares, read by its own loader (in a process of its own: pyinfra's loader patches gevent)
     declared = subprocess.run([sys.executable, "-c", (
         "import json; import pyinfra_cli; from rigkit.spec.inventory import load_hosts; "
-        "from rigkit.spec.riglock import declared_images, declared_pins; "
-        "s = load_hosts('inventory/off.py', resolve_lock=False)[0].spec; "
+        "from rigkit.lockfile.view import declared_images, declared_pins; "
+        "s = load_hosts('inventory/off.py')[0].spec; "
         "print(json.dumps([*('pins.' + p for p in declared_pins(s)), "
         "*('images.' + n for n, i in declared_images(s).items() if i.ref is not None), 'llama_swap', "
         "*('models.' + n for n, m in s.models.items() if m.repo_id or m.url)]))")],

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from rigkit.resolve import ResolveError
-from rigkit.resolve.registry import MT_DOCKER_MANIFEST, Registry
+from rigkit.lockfile.errors import ResolveError
+from rigkit.lockfile.registry import MT_DOCKER_MANIFEST, Registry
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
 SERVICE, ISSUER = "rigkit-test-registry", "rigkit-test-token-issuer"

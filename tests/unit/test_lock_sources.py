@@ -1,4 +1,4 @@
-"""rigkit lock's sources (rigkit.resolve) against servers that answer as the real ones do:
+"""rigkit lock's sources (rigkit.lockfile.resolve) against servers that answer as the real ones do:
 
 - the Arch Linux Archive: package files built by the harness' own mirror builder (build_mirror.build_pkg,
   zstd packages with .PKGINFO/.MTREE), dated repository databases written by the real ``repo-add``
@@ -28,11 +28,13 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rigkit.resolve import ResolveError
-from rigkit.resolve.archive import parse_listing, parse_repo_db, vercmp
-from rigkit.resolve.registry import MT_DOCKER_MANIFEST, MT_OCI_INDEX, Registry
-from rigkit.resolve.release import checksums_url, resolve as resolve_release
-from rigkit.spec.riglock import Resolver, diff, lock_problems, lock_sections, resolved
+from rigkit.lockfile.errors import ResolveError
+from rigkit.lockfile.archive import parse_listing, parse_repo_db, vercmp
+from rigkit.lockfile.registry import MT_DOCKER_MANIFEST, MT_OCI_INDEX, Registry
+from rigkit.lockfile.release import checksums_url, resolve as resolve_release
+from rigkit.lockfile.document import diff
+from rigkit.lockfile.resolve import Resolver, lock_sections
+from rigkit.lockfile.view import lock_problems, resolved
 from rigkit.spec.validate import spec_from_dict
 
 HARNESS = Path(__file__).resolve().parents[1] / "harness"
@@ -396,7 +398,8 @@ def test_real_rig_defaults_point_at_the_real_sources():
 
 
 def test_lock_format_v2_is_validated_and_v1_still_read(tmp_path, archive):
-    from rigkit.spec.modellock import LockFormatError, load_lock
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.errors import LockFormatError
 
     _root, url = archive
     spec = spec_from_dict({"arch_archive_url": url})

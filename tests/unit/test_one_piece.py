@@ -448,7 +448,7 @@ def test_one_bearer_header_and_one_running_reader():
     running = _where(lambda s: s == "/running" or s.endswith("/running") and s.startswith(("/", "http")))
     # the one other Bearer: a registry's anonymous token in the OCI distribution token flow (rigkit lock's
     # image look-ups) — another credential for another server, built once there
-    other = {"rigkit/resolve/registry.py"}
+    other = {"rigkit/lockfile/registry.py"}
     assert set(bearer) - other == {"rigkit/bench/llama_swap.py"}, bearer
     assert set(auth) - other == {"rigkit/bench/llama_swap.py"}, auth
     assert all(len(bearer.get(f, [])) <= 1 and len(auth.get(f, [])) <= 1 for f in other), (bearer, auth)

@@ -26,7 +26,7 @@ def sha256_of(files):
 def test_unset_operator_values_are_refused_by_name():
     out = refusals(spec(), NO_WINDOW, NO_GPU)
     assert "operator_user is unset (operator-supplied); set it in group_data or host data" in out
-    # resolved by rigkit lock, never asked (the deploy refuses an unresolved one: rigkit.spec.riglock.lock_problems)
+    # resolved by rigkit lock, never asked (the deploy refuses an unresolved one: rigkit.lockfile.view.lock_problems)
     assert not any(r.startswith(("pacman_pins", "llama_swap.release_sha256")) for r in out)
 
 

@@ -79,7 +79,7 @@ def test_pyinfra_keys_pass_through():
 def test_unset_operator_values_are_named_once_each():
     keys = unset_operator_values(spec_from_dict({}))
     # the pins' full versions, image digests and the release's sha256 are no longer asked of the operator:
-    # rigkit lock resolves them from the series, the tags and the version (rigkit.spec.riglock)
+    # rigkit lock resolves them from the series, the tags and the version (rigkit.lockfile.resolve)
     assert keys == [
         "operator_user", "paused_timers", "lock_files", "strata.model_file", "strata.args",
         "gguf_baseline.model_file", "models.hyperqwen-dflash2.repo_id",
@@ -96,7 +96,7 @@ def test_setting_an_operator_value_removes_its_warning():
 
 def test_image_tag_is_intent_the_lock_pins_its_digest():
     """A tag (even a moving one) is what the operator wants; the lock pins the digest the deploy pulls
-    (rigkit.spec.riglock), so a tag is no longer a warning and a digest is used as it is."""
+    (rigkit.lockfile.resolve), so a tag is no longer a warning and a digest is used as it is."""
     spec = spec_from_dict({"hyperqwen": {"image": {"ref": "latest"}},
                            "strata": {"image": {"ref": "sha256:" + "a" * 64}}})
     texts = [str(w) for w in spec_warnings(spec)]

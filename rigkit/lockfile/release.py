@@ -16,7 +16,7 @@ import hashlib
 import re
 from typing import Any
 
-from rigkit.resolve import ResolveError, SourceUnreachable
+from rigkit.lockfile.errors import ResolveError, SourceUnreachable
 
 _TARBALL = re.compile(r"^(?P<project>.+?)_(?P<version>[^_]+)_(?P<os>[a-z0-9]+)_(?P<arch>[a-z0-9]+)\.tar\.gz$")
 _LINE = re.compile(r"^([0-9a-f]{64})\s+\*?(\S+)$")

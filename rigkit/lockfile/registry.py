@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any
 
-from rigkit.resolve import ResolveError, SourceUnreachable
+from rigkit.lockfile.errors import ResolveError, SourceUnreachable
 
 MT_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MT_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"

@@ -31,7 +31,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from rigkit.common import versions
-from rigkit.resolve import ResolveError
+from rigkit.lockfile.errors import ResolveError
 
 #: The repositories a package of the archive may be in, in the order the dated databases are tried.
 REPOS = ("extra", "core", "multilib")
