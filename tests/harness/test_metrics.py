@@ -138,7 +138,8 @@ def test_node_exporter_runs_from_the_locked_package_serving_rigkits_files(host):
     assert rc in (0, 3), f"promtool check metrics exit {rc} (1: unparsable): {out}"
     lint = [ln.split()[0] for ln in out.splitlines() if ln.strip()]
     assert all(name.startswith("node_") for name in lint), out  # node_exporter's own names (node_memory_MemFree…)
-    rigkit_part = "\n".join(ln for ln in text.splitlines() if "rigkit_" in ln) + "\n"
+    rigkit_part = "\n".join(ln for ln in text.splitlines()  # rigkit's series (their HELP and TYPE lines too)
+                             if ln.removeprefix("# HELP ").removeprefix("# TYPE ").startswith("rigkit_")) + "\n"
     assert promtool.check_metrics(rigkit_part) == (0, "")
     print(f"\nnode_exporter: prometheus-node-exporter {pin['version']} (locked, held), enabled, user node_exporter, "
           f"127.0.0.1:9100 only; scrape of {len(got)} samples: promtool exit {rc} "
