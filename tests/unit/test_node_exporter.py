@@ -79,6 +79,10 @@ def test_the_arguments_are_what_arch_s_unit_passes_node_exporter(folder, address
                                              f"--web.listen-address={host}:{port}"]
 
 
+def test_its_port_is_free_while_metrics_are_not_asked_for():
+    assert spec_from_dict({"node_exporter": {"port": 8080}}).node_exporter.port == 8080
+
+
 def test_loopback_by_default():
     spec = spec_from_dict({"metrics_textfile_dir": "/var/lib/prometheus/node-exporter"})
     assert spec.node_exporter.listen == "127.0.0.1:9100"
@@ -92,6 +96,11 @@ def test_loopback_by_default():
     ({"node_exporter": {"port": 0}}, "node_exporter.port", "0", ""),
     ({"node_exporter": {"version": "1.10.2-1"}}, "node_exporter.version", "'1.10.2-1'", "the series"),
     ({"node_exporter": {"listen": "127.0.0.1"}}, "node_exporter.listen", "", ""),
+    # one owner per port and unit (rigkit.spec.claims): node_exporter's claims count only when metrics are asked for
+    ({"metrics_textfile_dir": "/srv/metrics", "node_exporter": {"port": 8080}}, "node_exporter.port", "8080",
+     "already belongs to llama_swap.port"),
+    ({"metrics_textfile_dir": "/srv/metrics", "legacy_units": ["prometheus-node-exporter.service"]}, "legacy_units[0]",
+     "'prometheus-node-exporter.service'", "already belongs to metrics_textfile_dir"),
 ])
 def test_bad_values_are_refused_naming_key_value_and_what_is_allowed(data, key, value, allowed):
     with pytest.raises(SpecError) as exc:
