@@ -186,6 +186,7 @@ def test_the_scrape_config_scrapes_each_vllm_member_on_its_own_port_never_throug
     assert cfg["rule_files"] == ["rigkit.rules.yml"]
 
 
+@pytest.mark.slow  # rigkit render runs the real validators
 def test_rigkit_render_writes_the_monitoring_files(tmp_path):
     import subprocess
     import sys
