@@ -20,6 +20,7 @@ from roles.generation import generation
 from roles.hyperqwen import hyperqwen
 from roles.legacy import legacy
 from roles.llama_swap import llama_swap
+from roles.metrics import metrics
 from roles.models import models
 from roles.pins import pins
 from roles.power import power
@@ -41,6 +42,7 @@ models(spec)
 legacy(spec, rendered)
 llama_swap(spec, rendered, docker_restart)
 agent_timers(spec, rendered)
+metrics(spec, rendered)  # node_exporter, when metrics_textfile_dir is set (its package is a pin)
 generation(source, hold)
 # `rigkit deploy --dry`: whether each conditional operation above would run in this plan (rigkit.deploy.planned)
 planned.record(ctx_state.get(), ctx_host.get())

@@ -18,6 +18,12 @@ gpu_vram_gib = 24.0
 nvidia_driver_version = "610.57"
 cuda_version = "13.3"
 
+# Metrics for the dashboard: uncomment to make node_exporter part of the rig (its package pinned by
+# `rigkit lock`, its textfile folder and loopback listen address set, its unit enabled), then
+# `rigkit lock` and `rigkit deploy` (docs/operating.md, "Metrics for Prometheus: from nothing to a dashboard"):
+# metrics_textfile_dir = "/var/lib/prometheus/node-exporter"
+# node_exporter = {"listen_address": "127.0.0.1", "port": 9100}
+
 # The unit that once carried Requires=strata.service; the deploy backs it up and retires it.
 legacy_units = ["strata.service"]
 

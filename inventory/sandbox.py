@@ -63,9 +63,10 @@ _sandbox_data = {
     "trusted_http_hosts": [urlsplit(_FIXTURES).hostname],
     "lockfile": str(_LOCK),
     "lock_files": [],
-    # the folder the sandbox's real node_exporter (Debian's prometheus-node-exporter, started by
-    # tests/harness/test_metrics.py as the operator would have installed it) reads *.prom files from
+    # metrics asked for: the deploy installs node_exporter (the mirror's prometheus-node-exporter, Debian's real
+    # 1.5.0 binary in Arch's package layout, pinned by rigkit lock from the series) reading this folder
     "metrics_textfile_dir": "/var/lib/prometheus/node-exporter",
+    "node_exporter": {"version": _MIRROR["node_exporter_version"]},
     # the sandbox registry's tags (resolved by rigkit lock) and its hub's tiny repos (tests/hub)
     "hyperqwen": {"image": {"ref": "sandbox", **_REGISTRY}},
     "strata": {"image": {"ref": "server-cuda", **_REGISTRY}, "model_file": "strata-coder-Q4_K_M.gguf",

@@ -62,6 +62,12 @@ SH_BIN = "/bin/sh"
 # the member's port and VRAM), whichever members exist, so the unit never names a member.
 MEMBER_LABEL = "rigkit.member"
 NVIDIA_SMI_BIN = "/usr/bin/nvidia-smi"
+# node_exporter, when metrics_textfile_dir is set (issue 66): Arch's package, its unit, and the file its unit
+# reads NODE_EXPORTER_ARGS from (EnvironmentFile=-/etc/conf.d/prometheus-node-exporter; the package lists it
+# in backup=, so pacman keeps rigkit's copy on an upgrade and writes its own as .pacnew)
+NODE_EXPORTER_PACKAGE = "prometheus-node-exporter"
+NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
+NODE_EXPORTER_CONF = "/etc/conf.d/prometheus-node-exporter"
 
 # Executables that the deploy itself installs (packages, the llama-swap tarball, the host
 # agent). `systemd-analyze verify` on the control machine reports them "not executable";

@@ -81,8 +81,9 @@ MODULE_ORDER = (
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
-    "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench
+    "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench; +21 s (issue 66: a drift with node_exporter stopped, a render, the targets scraped)
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
+    "tests/unit/test_dashboard.py",            # 13 s (issue 66): one rigkit render in a subprocess, promql-parser over every query
     "tests/unit/test_promfile.py",             # 8-13 s (issue 47): promtool on 40 generated files, the agent run thrice
     "tests/unit/test_textfile_writers.py",     # 10 s (issue 57): the real node_exporter over every pair of rigkit's writers
     "tests/unit/test_daemon_json.py",          # 7 s (issue 57): the real nvidia-ctk (built once, cached) over generated daemon.json

@@ -30,12 +30,15 @@ def cli() -> None:
 @click.option("--data", "data", metavar="KEY=VALUE", multiple=True, help="override a spec key, as pyinfra --data")
 def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: tuple[str, ...]) -> None:
     """Write every rendered file under --out DIR at its remote path, plus a manifest
-    (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/.
+    (path, mode, owner, sha256). With several hosts, each gets DIR/<host>/. Beside them, for the
+    operator's monitoring (not deployed): prometheus/rigkit.yml (the scrape config),
+    prometheus/rigkit.rules.yml (the alerts) and grafana/rigkit.json (the dashboard to import).
 
     The validators of ``rigkit check`` run first: a file one rejects is exit 2 and nothing is
     written; a validator that could not run (e.g. the schema offline) is named, the files are
     written, and the exit is 1 (they are unverified)."""
     from rigkit.render.files import write_tree
+    from rigkit.report.scrape import operator_files
 
     host_specs = load_or_exit(inventory, hosts, parse_data(data))
     checked, code = validate_or_exit(host_specs, what="render", refuse_unrun=False)
@@ -44,6 +47,11 @@ def render(inventory: str | None, hosts: tuple[str, ...], out_dir: Path, data: t
         man = write_tree(files, target)
         out.print(f"{hs.name}: {len(files)} files under {target}, manifest {man}"
                   + (" (unverified: a validator could not run)" if code else ""))
+        for rel, text in operator_files(hs.spec, hs.name).items():
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            (target / rel).write_text(text)
+        out.print(f"{hs.name}: monitoring under {target}: prometheus/rigkit.yml, prometheus/rigkit.rules.yml, "
+                  "grafana/rigkit.json (docs/operating.md)")
     sys.exit(code)
 
 

@@ -146,6 +146,18 @@ COVERAGE: tuple[Coverage, ...] = (
       breakage="systemctl disable --now hyperqwen-watchdog.timer",
       restore="systemctl enable --now hyperqwen-watchdog.timer",
       findings=(("unit", "hyperqwen-watchdog.timer"),), plan=("Host agent timers | Enable and start hyperqwen-watchdog.timer",)),
+    # metrics (issue 66: only when metrics_textfile_dir is set, as the sandbox inventory sets it)
+    C("metrics", "Create the metrics textfile folder", "probe", "folder owner and mode",
+      **_chmod("/var/lib/prometheus/node-exporter", "700", "755", "directory-mode",
+               "Metrics | Create the metrics textfile folder")),
+    C("metrics", "Install node_exporter's arguments", "probe", "content, mode, owner",
+      **_append("/etc/conf.d/prometheus-node-exporter", "Metrics | Install node_exporter's arguments")),
+    C("metrics", "Enable and start prometheus-node-exporter", "probe", "enabled and active",
+      breakage="systemctl disable --now prometheus-node-exporter.service 2>/dev/null",
+      restore="systemctl enable --now prometheus-node-exporter.service 2>/dev/null",
+      findings=(("unit", "prometheus-node-exporter.service"),),
+      plan=("Metrics | Enable and start prometheus-node-exporter",)),
+    C("metrics", "Restart prometheus-node-exporter for its new arguments", "gated", "_if its arguments changed"),
     # boot
     C("boot", "Blacklist nouveau", "probe", "content, mode, owner",
       **_append("/etc/modprobe.d/rigkit-nouveau.conf", "Boot | Blacklist nouveau")),

@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from rigkit import hints
+from rigkit import hints, paths
 from rigkit.common import versions
 from rigkit.lockfile.document import load_lock, relock_hint, source_of
 from rigkit.lockfile.errors import LockFormatError
@@ -39,10 +39,13 @@ IMAGE_KEYS = ("hyperqwen", "strata", "gguf_baseline")
 
 def declared_pins(spec: Any) -> dict[str, tuple[str, str]]:
     """``{package: (what is wanted, the spec key declaring it)}``: each driver package at
-    ``nvidia_driver_version`` and ``cuda`` at ``cuda_version``, except where ``pacman_pins`` names a
+    ``nvidia_driver_version``, ``cuda`` at ``cuda_version`` and, when ``metrics_textfile_dir`` is set,
+    ``prometheus-node-exporter`` at ``node_exporter.version``, except where ``pacman_pins`` names a
     package's exact version (the operator's value wins; a package it adds is pinned too)."""
     out = {p: (spec.nvidia_driver_version, "nvidia_driver_version") for p in (spec.driver_flavour, *DRIVER_PACKAGES)}
     out["cuda"] = (spec.cuda_version, "cuda_version")
+    if spec.metrics_textfile_dir:  # node_exporter is part of the rig only when metrics are asked for (issue 66)
+        out[paths.NODE_EXPORTER_PACKAGE] = (spec.node_exporter.version, "node_exporter.version")
     out.update({p: (v, f"pacman_pins.{p}") for p, v in (spec.pacman_pins or {}).items()})
     return dict(sorted(out.items()))
 

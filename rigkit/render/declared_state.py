@@ -85,15 +85,19 @@ def reboot_reasons(kernel: dict, dkms: list[dict], driver_version: str, flavour:
 def directories(spec) -> dict[str, dict[str, str]]:
     """Every folder the deploy creates with an owner and mode, ``{path: {"user", "group", "mode"}}``
     (mode as pyinfra's ``files.directory`` takes it, ``"755"``): the roles create them from this and
-    drift stats them (``/etc/rigkit/secrets/`` is the secrets' own, :func:`secret_files`)."""
+    drift stats them (``/etc/rigkit/secrets/`` is the secrets' own, :func:`secret_files`); the metrics
+    textfile folder when ``metrics_textfile_dir`` is set."""
     ls = spec.llama_swap.user
-    return {
+    out = {
         paths.AGENT_DIR: {"user": "root", "group": "root", "mode": "755"},
         paths.HYPERQWEN_DIR: {"user": "root", "group": "root", "mode": "755"},
         spec.hyperqwen.models_dir: {"user": "root", "group": "root", "mode": "755"},
         paths.LLAMA_SWAP_DIR: {"user": "root", "group": ls, "mode": "750"},
         paths.STATE_DIR: {"user": "root", "group": "root", "mode": "755"},
     }
+    if spec.metrics_textfile_dir:  # the agent's writers put rigkit's *.prom files there; node_exporter reads them
+        out[spec.metrics_textfile_dir] = {"user": "root", "group": "root", "mode": "755"}
+    return out
 
 
 def secret_files(spec) -> dict[str, dict[str, str]]:
@@ -139,14 +143,17 @@ def enabled_units(spec: Any) -> dict[str, bool | None]:
     :func:`rigkit.deploy.generations.declared_units`; drift's units: :func:`rigkit.drift.declared.declared`):
     ``{unit name: whether it must be active}`` (None: a oneshot, not checked). llama-swap, the power
     limit (``gpu-power-limit.service``, a oneshot), docker, nvidia-persistenced, the agent's timers
-    (:data:`AGENT_TIMERS`) and the operator's timers (``spec.operator_units``
-    ending ``.timer``), each enabled and started by its role (``roles/``)."""
+    (:data:`AGENT_TIMERS`), the operator's timers (``spec.operator_units``
+    ending ``.timer``) and, when ``metrics_textfile_dir`` is set, node_exporter (Arch's
+    ``prometheus-node-exporter.service``), each enabled and started by its role (``roles/``)."""
     from pathlib import Path
 
     units: dict[str, bool | None] = {"llama-swap.service": True, "gpu-power-limit.service": None,
                                      "docker.service": True, "nvidia-persistenced.service": True}
     units.update({f"{stem}.timer": True for stem in AGENT_TIMERS})
     units.update({Path(p).name: True for p in spec.operator_units if p.endswith(".timer")})
+    if spec.metrics_textfile_dir:
+        units[paths.NODE_EXPORTER_UNIT] = True
     return units
 
 

@@ -265,6 +265,9 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     out[paths.HOST_CONFIG] = RenderedFile(render_host_config(spec), "0644", "root:root")
     # the pins' hold is part of what a generation records: a rollback or a revert puts it back with the rest
     out[paths.PINS_CONF] = RenderedFile(pins_conf(list(spec.pacman_pins or {})), "0644", "root:root")
+    if spec.metrics_textfile_dir:  # node_exporter is part of the rig only when metrics are asked for (issue 66)
+        out[paths.NODE_EXPORTER_CONF] = RenderedFile(env.get_template("node-exporter/prometheus-node-exporter.conf.j2").render(
+            textfile_dir=spec.metrics_textfile_dir, listen=spec.node_exporter.listen), "0644", "root:root")
     for path in spec.operator_units:
         out[f"{unit}/{Path(path).name}"] = RenderedFile(Path(path).read_text(), "0644", "root:root")
     return out

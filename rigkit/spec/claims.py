@@ -95,6 +95,10 @@ def spec_claims(spec: RigSpec) -> list[Claim]:
     for section in ("hyperqwen", "strata", "gguf_baseline"):
         port = getattr(spec, section).port
         add(Claim("port", port, port, f"{section}.port", section))
+    if spec.metrics_textfile_dir:  # node_exporter, part of the rig when metrics are asked for (issue 66)
+        ne = spec.node_exporter
+        add(Claim("port", ne.port, ne.port, "node_exporter.port", "node_exporter"))
+        add(Claim("unit", paths.NODE_EXPORTER_UNIT, paths.NODE_EXPORTER_UNIT, "metrics_textfile_dir", "node_exporter"))
     add(Claim("path", folder_key(spec.hyperqwen.models_dir), spec.hyperqwen.models_dir, "hyperqwen.models_dir", "hyperqwen"))
     for name, src in spec.models.items():
         where = f"{paths.MODELS_ROOT}/{src.path}"

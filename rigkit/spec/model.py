@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from rigkit import paths
 from rigkit.spec.types import (
     DIGEST_RE, EMPTY_REFUSED, URL, BindAddress, Command, Count,
-    CudaVersion, DriverVersion, EnvItem, EnvName, EnvValue, Folder, Fraction, GiB, Glob, GpuUuid, HostFile,
+    CudaVersion, DriverVersion, ListenAddress, PackageSeries, EnvItem, EnvName, EnvValue, Folder, Fraction, GiB, Glob, GpuUuid, HostFile,
     HostName, HttpPath, HubRepoId, HubRevision, ImageRef, ImageRepository, LlamaSwapSeconds, LocalFile, MemberId,
     MemberURL, MiB, ModelName, PackageName, PacmanVersion, Port, RelativePath, RegistryURL, ReleaseTag, ReserveGiB, SecretURL,
     Seconds, Sha256, StopSeconds, Temperature, Text, TimerName, Tokens, UnitName, UserName, Watts, Word,
@@ -331,6 +331,32 @@ class BenchSpec(StrictModel):
 RENAMED_KEYS = {"models_lock": "lockfile"}
 
 
+class NodeExporterSpec(StrictModel):
+    """node_exporter, part of the rig when ``metrics_textfile_dir`` is set (issue 66): Arch's
+    ``prometheus-node-exporter`` package, pinned by ``rigkit lock`` from ``version`` (the newest of the
+    series in the archive) like the driver and CUDA, its arguments in ``/etc/conf.d/prometheus-node-exporter``
+    (the package's unit reads ``NODE_EXPORTER_ARGS`` from it: ``EnvironmentFile=-/etc/conf.d/prometheus-node-exporter``,
+    ``ExecStart=/usr/bin/prometheus-node-exporter $NODE_EXPORTER_ARGS``; Arch's
+    ``prometheus-node-exporter.service``, archlinux/svntogit-packages
+    ``prometheus-node-exporter/repos/extra-x86_64/``), its unit enabled. node_exporter itself listens on every
+    interface by default (``--web.listen-address=:9100``); rigkit's default is loopback, or the address the
+    operator names for a Prometheus on another machine."""
+
+    version: PackageSeries = Field(default="1.10", description="the prometheus-node-exporter package's series "
+                                   "(1.10 → the newest 1.10.x-<pkgrel> in the archive; rigkit lock resolves it)")
+    listen_address: ListenAddress = Field(default="127.0.0.1", description="the IP address node_exporter listens on "
+                                          "(its --web.listen-address): loopback, or the rig's address your "
+                                          "Prometheus scrapes")
+    port: Port = 9100
+
+    @property
+    def listen(self) -> str:
+        """``--web.listen-address``'s value, ``HOST:PORT`` (an IPv6 address in brackets, as Go's
+        ``net.JoinHostPort`` writes it)."""
+        host = f"[{self.listen_address}]" if ":" in self.listen_address else self.listen_address
+        return f"{host}:{self.port}"
+
+
 class RigSpec(StrictModel):
     """The whole declared rig for one host. Build a valid one with
     :func:`rigkit.spec.validate.spec_from_layers` (or ``rigkit.spec.inventory``), never from a half-merged
@@ -390,7 +416,9 @@ class RigSpec(StrictModel):
     metrics_textfile_dir: Folder | None = Field(
         default=None, description="node_exporter's textfile collector folder (its --collector.textfile.directory): "
         "the agent's timers and the generation commands write the rig's metrics there, one rigkit_<part>.prom file "
-        "each (notes/metrics.md); unset: no metrics are written. rigkit does not install node_exporter")
+        "each (notes/metrics.md); unset: no metrics are written, and no node_exporter installed. Set: the deploy "
+        "installs node_exporter (the node_exporter key) reading this folder")
+    node_exporter: NodeExporterSpec = Field(default_factory=NodeExporterSpec)
     generations_keep: Annotated[Count, Field(ge=2, le=1000)] = Field(default=10,
                                   description="generations kept on the host (rigkit generations); the current one "
                                               "and the one before it are never pruned")

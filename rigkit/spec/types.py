@@ -176,6 +176,18 @@ def host_key(host: str) -> str:
     return host.strip("[]").rstrip(".").lower()
 
 
+def _listen_problem(value: str) -> str | None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return "not an IP address, e.g. 127.0.0.1 (loopback) or the rig's LAN address"
+    return None
+
+
+#: An IP address a service of the rig listens on beyond rigkit's own loopback rule (node_exporter: the
+#: operator's Prometheus scrapes it; ``node_exporter.listen_address``).
+ListenAddress = Annotated[str, _rule(_listen_problem), Kind("listen address", "an IP address")]
+
 #: A host name or address (``trusted_http_hosts``), compared by :func:`host_key`.
 HostName = Annotated[str, _rule(_host_problem), Kind("host", "a host name or IP address")]
 
@@ -479,6 +491,8 @@ def _version_problem(most: int) -> Any:
 DriverVersion = Annotated[str, _rule(_version_problem(3)), Kind("driver version", "the series (610.57) or the full version (610.57.04)")]
 #: The CUDA toolkit series (:func:`rigkit.common.versions.declared`).
 CudaVersion = Annotated[str, _rule(_version_problem(2)), Kind("cuda version", "the series, e.g. 13.3")]
+#: A package's series as ``rigkit lock`` resolves it (the newest of it in the archive): ``1.10`` → ``1.10.2-1``.
+PackageSeries = Annotated[str, _rule(_version_problem(2)), Kind("package series", "the series, e.g. 1.10")]
 
 
 # --------------------------------------------------------------------------------------------

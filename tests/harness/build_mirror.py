@@ -54,21 +54,40 @@ def inputs_key() -> str:
     return h.hexdigest()[:16]
 
 
-_DEBS: Path | None = None
+def deb(package: str, rel: str, which: str = "engine") -> Path:
+    """A file of an unpacked Debian package (``debs.unpacked(which)``), for copying into a mirror package."""
+    sys.path.insert(0, str(HERE))
+    import debs
 
-
-def deb(package: str, rel: str) -> Path:
-    """A file of an unpacked Debian package (``debs.unpacked()``), for copying into a mirror package."""
-    global _DEBS
-    if _DEBS is None:
-        sys.path.insert(0, str(HERE))
-        import debs
-
-        _DEBS = debs.unpacked()
-    p = _DEBS / package / rel
+    root = debs.unpacked(which)
+    p = root / package / rel
     if not p.is_file():
-        raise SystemExit(f"{package}: {rel} not found in {_DEBS / package}")
+        raise SystemExit(f"{package}: {rel} not found in {root / package}")
     return p
+
+
+# Arch's prometheus-node-exporter.service, as the package ships it (archlinux/svntogit-packages,
+# prometheus-node-exporter/repos/extra-x86_64/prometheus-node-exporter.service): the arguments come from
+# /etc/conf.d/prometheus-node-exporter's NODE_EXPORTER_ARGS, the process runs as node_exporter
+ARCH_NODE_EXPORTER_SERVICE = """[Unit]
+Description=Prometheus exporter for machine metrics
+Requires=network-online.target
+After=network-online.target
+
+[Service]
+User=node_exporter
+Group=node_exporter
+Restart=on-failure
+EnvironmentFile=-/etc/conf.d/prometheus-node-exporter
+ExecStart=/usr/bin/prometheus-node-exporter $NODE_EXPORTER_ARGS
+ExecReload=/bin/kill -HUP $MAINPID
+NoNewPrivileges=true
+ProtectHome=read-only
+ProtectSystem=strict
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 ARCH_DOCKER_SERVICE = """[Unit]
@@ -150,6 +169,14 @@ def real_payload(pkg: dict) -> dict | None:
         f["usr/lib/systemd/system/docker.service"] = (ARCH_DOCKER_SERVICE, 0o644)
         f["usr/lib/systemd/system/docker.socket"] = (ARCH_DOCKER_SOCKET, 0o644)
         f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)
+    elif kind == "node-exporter":  # issue 66: Debian 12's node_exporter 1.5.0 binary in Arch's package layout
+        f["usr/bin/prometheus-node-exporter"] = (deb("prometheus-node-exporter", "usr/bin/prometheus-node-exporter",
+                                                     "metrics"), 0o755)
+        f["usr/lib/systemd/system/prometheus-node-exporter.service"] = (ARCH_NODE_EXPORTER_SERVICE, 0o644)
+        # the PKGBUILD's prometheus-node-exporter.conf (backup=) and .sysusers; their text is not in the sources
+        # reachable here (only their sha256 in the PKGBUILD): an empty argument list and the unit's user
+        f["etc/conf.d/prometheus-node-exporter"] = ('NODE_EXPORTER_ARGS=""\n', 0o644)
+        f["usr/lib/sysusers.d/prometheus-node-exporter.conf"] = ("u node_exporter - - /\n", 0o644)
     elif kind == "docker-compose":
         f["usr/lib/docker/cli-plugins/docker-compose"] = (compose_binary(), 0o755)
     elif name == "containerd":
@@ -175,7 +202,7 @@ def real_payload(pkg: dict) -> dict | None:
                              ("libnetfilter-conntrack3", "libnetfilter_conntrack.so.3"),
                              ("libnfnetlink0", "libnfnetlink.so.0")):
             f[f"usr/lib/iptables/lib/{lib}"] = (deb(lib_pkg, f"usr/lib/x86_64-linux-gnu/{lib}"), 0o644)
-        plug = _DEBS / "iptables" / "usr/lib/x86_64-linux-gnu/xtables"
+        plug = deb("iptables", "usr/sbin/xtables-nft-multi").parents[1] / "lib/x86_64-linux-gnu/xtables"
         for so in sorted(plug.glob("*.so")):
             f[f"usr/lib/iptables/xtables/{so.name}"] = (so, 0o644)
     else:
@@ -382,6 +409,7 @@ def build(out: Path) -> None:
         if not hit:
             raise SystemExit(f"mirror.json: pin {name}={ver} names no package in the manifest")
     deb("runc", "usr/sbin/runc")  # fetch and unpack the .debs once, before the worker threads
+    deb("prometheus-node-exporter", "usr/bin/prometheus-node-exporter", "metrics")
     tmp = Path(tempfile.mkdtemp(prefix="mirror.", dir=out.parent))
     work = Path(tempfile.mkdtemp(prefix="rigkit-pkgs."))
     try:

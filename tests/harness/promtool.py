@@ -5,8 +5,8 @@ fetched with ``apt-get download`` and unpacked into the cache, nothing installed
   (reads the text exposition format on stdin; exit 0 clean, 3 with lint problems, 1 unparsable) and
   ``promtool check rules`` — run on the control side only, never as a service.
 - :func:`node_exporter` — ``/usr/bin/prometheus-node-exporter`` of Debian's ``prometheus-node-exporter``
-  1.5.0: the real exporter the sandbox host runs (tests/harness/test_metrics.py copies it there, as the
-  rig's operator would have installed it; rigkit does not install node_exporter).
+  1.5.0: the real exporter; the sandbox mirror's Arch-shaped ``prometheus-node-exporter`` package carries this
+  binary (issue 66: the deploy installs it), and tests run it on the control side for ``--metrics`` files.
 """
 from __future__ import annotations
 

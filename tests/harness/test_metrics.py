@@ -1,23 +1,25 @@
-"""The rig on the operator's dashboard (issue 47), scraped from the real node_exporter over HTTP.
+"""The rig on the operator's dashboard (issues 47, 66), scraped from the real node_exporter over HTTP.
 
 A copy of the run's converged host (nspawn lane; the sandbox inventory declares
-``metrics_textfile_dir: /var/lib/prometheus/node-exporter``) runs Debian's real node_exporter 1.5.0
-(``prometheus-node-exporter``, tests/harness/promtool.py), put there by this module's fixture as the
-rig's operator would have installed it — rigkit does not install node_exporter — and started as a
-transient unit running as ``nobody`` (the files must be readable by the exporter's own user) with its
-textfile collector on that folder, listening on the host's own address (a Prometheus server scrapes it
-over the network). The control machine's node_exporter (the same binary, on 127.0.0.1 of the CI machine,
-its textfile folder a tmp dir) reads what ``rigkit drift --metrics`` and ``rigkit bench --metrics`` write.
+``metrics_textfile_dir: /var/lib/prometheus/node-exporter``, so the golden deploy installed node_exporter as part
+of the rig: the mirror's ``prometheus-node-exporter`` — Debian's real node_exporter 1.5.0 binary in Arch's package
+layout and unit — pinned by ``rigkit lock``, its arguments in ``/etc/conf.d/prometheus-node-exporter``, its unit
+enabled, running as ``node_exporter`` and listening on the host's loopback only). The test scrapes it from inside
+the host (``curl 127.0.0.1:9100``). The control machine's node_exporter (the same binary, on 127.0.0.1 of the CI
+machine, its textfile folder a tmp dir) reads what ``rigkit drift --metrics`` and ``rigkit bench --metrics`` write.
 
 Each test scrapes before and after its event and finds the metric changed: a drift finding, a driver
 reload healed by the agent's healer (its service started by the test, its timer stopped meanwhile), a
 failed deploy put back, a smoke. Every ``*.prom`` file the module saw is ``promtool check metrics``
-clean and node_exporter reports no textfile error.
+clean and node_exporter reports no textfile error. Issue 66's must-shows: node_exporter from the locked package
+serving rigkit's files, its whole scrape parsed by promtool (lint only in node_exporter's own series), drift
+flagging it stopped, and every target of the rendered ``prometheus/rigkit.yml`` scraped without loading a model.
+Cost: no deploy of its own for these (the golden copy is the deploy with metrics asked for); one ``rigkit
+drift`` and one ``rigkit render``.
 """
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import subprocess
 import sys
@@ -37,19 +39,26 @@ import sandbox_project  # noqa: E402
 RIGKIT = str(Path(sys.executable).parent / "rigkit")
 PROJECT = sandbox_project.cwd()
 TOKEN = hostctl.hub_token()
-EXPORTER = "/usr/local/bin/prometheus-node-exporter"
 ENV_FILE = "/opt/rigkit/hyperqwen/.env"
 
 
 rigkit = sandbox_project.rigkit  # rigkit(host, *args, timeout=…)
 
 
-def scrape(url: str) -> dict[tuple[str, tuple], float]:
-    """``{(sample name, sorted labels): value}`` of one scrape of ``url`` (node_exporter's /metrics)."""
-    resp = requests.get(url, timeout=10)
-    resp.raise_for_status()
+def parse(text: str) -> dict[tuple[str, tuple], float]:
+    """``{(sample name, sorted labels): value}`` of one exposition ``text``."""
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for fam in text_string_to_metric_families(resp.text) for s in fam.samples}
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def scrape(target) -> dict[tuple[str, tuple], float]:
+    """One scrape of ``target``: a URL (the control machine's node_exporter), or a host, whose own node_exporter
+    listens on its loopback (``node_exporter.listen_address``' default) and is scraped from inside it."""
+    if isinstance(target, str):
+        resp = requests.get(target, timeout=10)
+        resp.raise_for_status()
+        return parse(resp.text)
+    return parse(target.run(f"curl -fsS -m 10 {target.url}").stdout)
 
 
 def wait_up(url: str, proc: subprocess.Popen | None = None, timeout: float = 30.0) -> None:
@@ -76,15 +85,12 @@ def host(make_module_host):
     # the folder the sandbox inventory declares (metrics_textfile_dir), as the deploy rendered it for the agent
     h.textfile_dir = json.loads(h.run("cat /etc/rigkit/host.json").stdout)["metrics"]["textfile_dir"]
     assert h.textfile_dir == "/var/lib/prometheus/node-exporter", h.textfile_dir
-    dest = h.root / EXPORTER.lstrip("/")
-    shutil.copy2(promtool.node_exporter(), dest)
-    h.run(f"systemd-run --unit=prometheus-node-exporter -p User=nobody {EXPORTER} --collector.disable-defaults "
-          f"--collector.textfile --collector.textfile.directory={h.textfile_dir} "
-          f"--web.listen-address={h.ssh_hostname}:9100")
-    h.url = f"http://{h.ssh_hostname}:9100/metrics"
-    wait_up(h.url)
+    h.url = "http://127.0.0.1:9100/metrics"  # node_exporter.listen_address's default: the host's own loopback
+    end = time.monotonic() + 60  # bounds a hang; the event awaited is the deployed exporter answering after boot
+    while h.run(f"curl -fsS -m 5 -o /dev/null {h.url}", check=False).returncode != 0:
+        assert time.monotonic() < end, h.run("systemctl status prometheus-node-exporter", check=False).stdout
+        time.sleep(0.5)
     yield h
-    h.run("systemctl stop prometheus-node-exporter", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +108,89 @@ def control(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_node_exporter_runs_from_the_locked_package_serving_rigkits_files(host):
+    """Issue 66: the deploy with metrics asked for (the golden build's) installed node_exporter as part of the rig:
+    the package at the version ``rigkit lock`` resolved (and held), its unit enabled and running as the package's
+    user, its arguments from rigkit's ``/etc/conf.d`` file, listening on loopback only, serving rigkit's
+    files; promtool parses its whole scrape, and its only lint is in node_exporter's own series."""
+    lock = json.loads(Path(hostctl.STATE / "sandbox.lock.json").read_text())
+    pin = lock["pins"]["prometheus-node-exporter"]
+    assert pin["want"] == hostctl.MANIFEST["node_exporter_version"], pin
+    assert host.run("pacman -Q prometheus-node-exporter").stdout.split() == ["prometheus-node-exporter", pin["version"]]
+    assert pin["version"] == hostctl.MANIFEST["pins"]["prometheus-node-exporter"]
+    assert "prometheus-node-exporter" in host.run("pacman-conf IgnorePkg").stdout.split()
+    assert host.run("systemctl is-enabled prometheus-node-exporter.service").stdout.strip() == "enabled"
+    pid = host.run("systemctl show -p MainPID --value prometheus-node-exporter.service").stdout.strip()
+    assert host.run(f"stat -c %U /proc/{pid}").stdout.strip() == "node_exporter"
+    argv = host.run(f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout.split()
+    assert argv == ["/usr/bin/prometheus-node-exporter", f"--collector.textfile.directory={host.textfile_dir}",
+                    "--web.listen-address=127.0.0.1:9100"], argv
+    with pytest.raises(requests.ConnectionError):  # loopback only: the host's own address refuses
+        requests.get(f"http://{host.ssh_hostname}:9100/metrics", timeout=5)
+    host.run("systemctl start rigkit-power.service")  # a timer job: writes both of the agent's parts now
+    text = host.run(f"curl -fsS -m 10 {host.url}").stdout
+    got = parse(text)
+    assert got[("rigkit_power_limit_declared_watts", ())] == 420.0
+    assert ("rigkit_generation_current", ()) in got and got[("node_textfile_scrape_error", ())] == 0.0
+    rc, out = promtool.check_metrics(text)
+    assert rc in (0, 3), f"promtool check metrics exit {rc} (1: unparsable): {out}"
+    lint = [ln.split()[0] for ln in out.splitlines() if ln.strip()]
+    assert all(name.startswith("node_") for name in lint), out  # node_exporter's own names (node_memory_MemFree…)
+    rigkit_part = "\n".join(ln for ln in text.splitlines()  # rigkit's series (their HELP and TYPE lines too)
+                             if ln.removeprefix("# HELP ").removeprefix("# TYPE ").startswith("rigkit_")) + "\n"
+    assert promtool.check_metrics(rigkit_part) == (0, "")
+    print(f"\nnode_exporter: prometheus-node-exporter {pin['version']} (locked, held), enabled, user node_exporter, "
+          f"127.0.0.1:9100 only; scrape of {len(got)} samples: promtool exit {rc} "
+          f"({len(lint)} lint lines, all node_exporter's own node_* names), rigkit's part clean")
+
+
+def test_drift_flags_node_exporter_stopped(host):
+    host.run("systemctl stop prometheus-node-exporter.service")
+    try:
+        proc = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, "--json")
+    finally:
+        host.run("systemctl start prometheus-node-exporter.service")
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
+    found = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
+    hits = [r for r in found if r.get("kind") == "unit" and r.get("item") == "prometheus-node-exporter.service"]
+    assert hits and hits[0]["severity"] == "drift", found
+    print(f"\ndrift with node_exporter stopped: exit 3, {hits[0]['kind']} {hits[0]['item']}: {hits[0].get('found')}")
+
+
+def test_every_rendered_scrape_target_is_scraped_without_loading_a_model(host, tmp_path):
+    """Issue 66: ``rigkit render``'s ``prometheus/rigkit.yml`` for the host; each target scraped from inside the
+    host as its Prometheus would: node_exporter and llama-swap's ``/metrics`` answer, the vLLM member
+    (HyperQwen, not running: staged in the sandbox) refuses the connection, and llama-swap runs what it ran
+    before — Strata alone, no member started (through llama-swap's ``/upstream/hyperqwen/metrics`` the scrape
+    would have loaded it: rigkit/report/scrape.py)."""
+    import yaml
+
+    def running() -> list[str]:
+        return sorted(m["model"] for m in json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"])
+
+    proc = rigkit(host, "render", "-i", "inventory/sandbox.py", "--host", host.name, "--out", str(tmp_path / "r"))
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr[-3000:]
+    cfg = yaml.safe_load((tmp_path / "r" / "prometheus" / "rigkit.yml").read_text())
+    targets = {(j["job_name"], t, j.get("metrics_path", "/metrics")) for j in cfg["scrape_configs"]
+               for sc in j["static_configs"] for t in sc["targets"]}
+    assert {j for j, _t, _p in targets} == {"rigkit-node", "rigkit-llama-swap", "rigkit-vllm"}
+    before = running()
+    assert before == ["strata"], before
+    codes = {}
+    for job, target, path in sorted(targets):
+        r = host.run(f"curl -sS -m 10 -o /dev/null -w '%{{http_code}}' http://{target}{path}", check=False)
+        codes[(job, target)] = (r.returncode, r.stdout.strip())
+    assert codes[("rigkit-node", "127.0.0.1:9100")] == (0, "200")
+    assert codes[("rigkit-llama-swap", "127.0.0.1:8080")] == (0, "200")
+    vllm = {t: c for (j, t), c in codes.items() if j == "rigkit-vllm"}
+    assert vllm == {"127.0.0.1:18020": (7, "000")}, vllm  # curl exit 7: connection refused, nothing started
+    assert "llamaswap_" in host.run("curl -fsS -m 10 127.0.0.1:8080/metrics").stdout
+    assert running() == before
+    assert "hyperqwen" not in host.run("docker ps --format '{{.Names}}'").stdout
+    print(f"\nscrape targets: {', '.join(f'{j} {t}: curl {c[0]} http {c[1]}' for (j, t), c in sorted(codes.items()))}; "
+          f"llama-swap running {before} -> {running()}")
 
 
 def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):
@@ -139,13 +228,13 @@ def test_a_driver_reload_healed_by_the_agent_counts_one_re_application(host):
     host.run("systemctl stop rigkit-power.timer")
     try:
         host.run("systemctl start rigkit-power.service")  # a oneshot: returns once it ran
-        before = scrape(host.url)
+        before = scrape(host)
         n = before[("rigkit_power_limit_reapplies_total", ())]
         assert before[("rigkit_power_check_result", (("result", "as declared"),))] == 1.0
         assert before[("rigkit_power_limit_enforced_watts", ())] == 420.0
         host.run("touch /run/fake-gpu/driver_reload")
         host.run("systemctl start rigkit-power.service")
-        after = scrape(host.url)
+        after = scrape(host)
     finally:
         host.run("systemctl start rigkit-power.timer hyperqwen-watchdog.timer rigkit-keeper.timer")
     assert after[("rigkit_power_limit_reapplies_total", ())] == n + 1
@@ -165,14 +254,14 @@ def test_a_failed_deploy_put_back_is_a_failed_generation(host):
     records the attempt as a failed generation and puts the one it started from back
     (tests/harness/test_wirein.py holds the deploy's side); the generation command's run writes the state."""
     host.run("systemctl start rigkit-power.service")  # a timer job: writes the state part
-    before = scrape(host.url)
+    before = scrape(host)
     current = before[("rigkit_generation_current", ())]
     failed = before[("rigkit_generations_failed", ())]
     proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--data",
                   'strata={"args": ["--threads", "1", "--no-such-flag"]}')
     assert proc.returncode == 1, proc.stderr[-4000:]
     assert f"reverted to generation {int(current)}, confirmed" in proc.stderr, proc.stderr[-4000:]
-    after = scrape(host.url)
+    after = scrape(host)
     assert after[("rigkit_generations_failed", ())] == failed + 1
     assert after[("rigkit_generation_current", ())] == current
     assert after[("rigkit_generation_last_failed", ())] > current
@@ -233,12 +322,12 @@ def test_the_deploys_smoke_writes_its_figures_on_the_host(host, tmp_path):
                 and dict(k[1]).get("member") == "strata" and dict(k[1]).get("workload") == "chat-greedy"
                 and dict(k[1]).get("host") == host.name}
 
-    assert strata(scrape(host.url), "rigkit_bench_decode_tokens_per_second") == {}
+    assert strata(scrape(host), "rigkit_bench_decode_tokens_per_second") == {}
     proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--smoke", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     prom = f"{host.textfile_dir}/rigkit_bench.prom"
     assert f"post-deploy smoke: metrics on {host.name}: written {prom}" in proc.stderr, proc.stderr[-4000:]
-    after = scrape(host.url)
+    after = scrape(host)
     [decode] = strata(after, "rigkit_bench_decode_tokens_per_second").values()
     assert decode > 0
     words = [w for w, v in strata(after, "rigkit_bench_verdict").items() if v == 1.0]

@@ -275,12 +275,14 @@ def test_the_healer_run_writes_its_part_and_the_state(tmp_path, monkeypatch):
     assert iso_utc(0) == "1970-01-01T00:00:00Z" and promfile.epoch(iso_utc(0)) == 0.0
 
 
-def test_the_example_alerts_are_valid_and_fire_only_after_their_event():
-    """notes/metrics.rules.yml: ``promtool check rules`` and ``promtool test rules`` (each alert quiet
-    before its event, firing with its labels and annotations after)."""
-    rc, out = promtool.check_rules(ROOT / "notes" / "metrics.rules.yml")
-    assert rc == 0 and "SUCCESS: 3 rules found" in out, out
-    proc = subprocess.run([str(promtool.promtool()), "test", "rules", "metrics.rules.test.yml"],
+def test_the_shipped_alerts_are_valid_and_fire_only_after_their_event():
+    """rigkit/report/rigkit.rules.yml (issue 66: moved from notes/ into the product, ``rigkit render`` writes it):
+    ``promtool check rules`` and ``promtool test rules`` (each alert quiet before its event, firing with its
+    labels and annotations after): drift, the healer, a failed generation, a FAIL verdict, acceptance collapse,
+    node_exporter down, a textfile error."""
+    rc, out = promtool.check_rules(ROOT / "rigkit" / "report" / "rigkit.rules.yml")
+    assert rc == 0 and "SUCCESS: 7 rules found" in out, out
+    proc = subprocess.run([str(promtool.promtool()), "test", "rules", "rigkit.rules.test.yml"],
                           cwd=ROOT / "tests" / "unit" / "data", capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout, proc.stdout + proc.stderr
 
