@@ -15,7 +15,10 @@ from pyinfra.operations import files
 from rigkit import paths
 from rigkit.agentcmd import locked_command
 from rigkit.operations.config import _backup
-from rigkit.operations.facts import DkmsStatus, KernelState, MkinitcpioHooks, RigBusy
+from rigkit.operations.facts.dkms import DkmsStatus
+from rigkit.operations.facts.mkinitcpio import MkinitcpioHooks
+from rigkit.operations.facts.rig import RigBusy
+from rigkit.operations.facts.server import KernelState
 from rigkit.common import mkinitcpio
 from rigkit.common import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
@@ -29,7 +32,7 @@ def mkinitcpio_without_kms():
     editing the operator's files; rebuild the initramfs (``mkinitcpio -P``) only when the effective
     HOOKS change.
 
-    Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
+    Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.mkinitcpio.MkinitcpioHooks`,
     the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
     nothing to do. Raises ``OperationError`` (:func:`rigkit.common.mkinitcpio.refusal`) when a preset
     names its own config holding kms (no drop-in would be read for it; one without kms needs nothing)

@@ -477,7 +477,7 @@ def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tm
     ``json.dump`` does) must not swallow the next section's marker."""
     import subprocess
 
-    from rigkit.operations.facts import JsonFile
+    from rigkit.operations.facts.files import JsonFile
 
     p = tmp_path / "daemon.json"
     p.write_text(json.dumps({"runtimes": {}, "log-level": "warn"}, indent=4))
