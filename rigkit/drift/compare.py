@@ -455,7 +455,7 @@ def without_pacman_unanswered(found: list[Finding], ignorepkg: dict[str, Any] | 
     return [f for f in found if not (f.actual == "not installed" and f.kind in ("package", "pin", "driver", "cuda"))]
 
 
-def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None,
+def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False,
                  wheelhouse: dict[str, str] | str | None = None) -> list[Finding]:
     """Every comparison for one host's parsed probe (``facts``, :func:`rigkit.drift.probe.parse_probe`)
     against ``decl``; ``wheelhouse``: the agent's wheelhouse built here (:func:`compare_wheelhouse`'s
@@ -476,7 +476,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_legacy_backups(host, facts.get("legacy_backup") or {})
     if "wheels" in facts:
         out += compare_wheelhouse(host, facts.get("wheels"), wheelhouse)
-    out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
+    out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), decl.token_source)
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     driver = declared_state.pinned_driver(spec)
     out += compare_driver(host, driver, spec.driver_flavour, installed, kernel, smi)
