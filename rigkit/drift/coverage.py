@@ -15,7 +15,7 @@ from the source, so a new one is seen without running anything) has exactly one
   (a pending reboot, rigkit's own generation record): outside the equivalence, each says why;
 - ``plan-only``: the probe cannot see it; ``rigkit drift --plan`` does (listed in ``--help``).
 
-tests/unit/test_drift_coverage.py fails when an operation has no row, a row names no operation, or
+tests/drift/test_coverage.py fails when an operation has no row, a row names no operation, or
 a ``probe`` row names a finding kind the probe does not produce.
 """
 

@@ -180,7 +180,7 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
         raise OperationError("; ".join(unbuilt) + " — a reboot now would boot without the driver; see `dkms status`")
     if not allow_reboot:
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
-    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
+    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption and reboots")
     busy = host.get_fact(RigBusy, port=proxy_port, own_units=own_units or [], lock_files=lock_files or [])
     refused = rig_busy.refusal(busy, f"a reboot is needed ({'; '.join(reasons)})")
     if refused and not force:
