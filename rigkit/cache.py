@@ -1,5 +1,5 @@
 """The control machine's download cache: pinned external artefacts, fetched by URL and kept by
-sha256 (DESIGN.md "Versions": a cache folder that an option or ``RIGKIT_CACHE`` overrides)."""
+sha256 (DESIGN.md "Operator-supplied values": a cache folder that an option or ``RIGKIT_CACHE`` overrides)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pyinfra.operations.util import any_changed
 
 from rigkit import paths
 from rigkit.deploy import wheelhouse
-from rigkit.operations.facts import PYTHON_VERSION_COMMAND
+from rigkit.operations.facts.server import PYTHON_VERSION_COMMAND
 from rigkit.operations.shell import argv, script
 from rigkit.operations.wheels import wheelhouse_synced
 from rigkit.render.declared_state import directories

@@ -10,7 +10,11 @@ from pyinfra.facts.systemd import SystemdStatus
 
 from rigkit import agentcmd, paths
 from rigkit.common import mkinitcpio
-from rigkit.operations.facts import Holds, JsonFile, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions, RigBusy, RigLockState
+from rigkit.operations.facts.files import JsonFile
+from rigkit.operations.facts.mkinitcpio import MkinitcpioHooks
+from rigkit.operations.facts.nvidia import NvidiaSmi
+from rigkit.operations.facts.pacman import PacmanIgnorePkg, PacmanVersions
+from rigkit.operations.facts.rig import Holds, RigBusy, RigLockState
 from rigkit.deploy.preflight import disruptive_steps, refusals
 from rigkit.common.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages

@@ -9,7 +9,7 @@ from pyinfra.operations import files, server
 from rigkit import paths
 from rigkit.operations.secrets import generated_secret, secret_env_file
 from rigkit.render.declared_state import accounts, secret_files
-from rigkit.spec.secrets import hf_token_source, read_hf_token
+from rigkit.spec.secrets import hf_token
 from rigkit.spec.model import RigSpec
 
 
@@ -28,9 +28,9 @@ def secrets(spec: RigSpec):
     # hyperqwen.env through it
     files.directory(name="Create /etc/rigkit/secrets (root:llama-swap 0750)", path=paths.SECRETS_DIR,
                     **declared[paths.SECRETS_DIR])
-    token = read_hf_token()
+    token = hf_token()  # once per host's run of the deploy (pyinfra runs this role for each)
     if token:
-        secret_env_file(name=f"Install the HF token from the control machine's {hf_token_source()}",
-                        path=paths.HF_TOKEN_FILE, key="HF_TOKEN", value=token, **declared[paths.HF_TOKEN_FILE])
+        secret_env_file(name=f"Install the HF token from the control machine's {token.source}",
+                        path=paths.HF_TOKEN_FILE, key="HF_TOKEN", value=token.value, **declared[paths.HF_TOKEN_FILE])
     generated_secret(name="Generate HyperQwen's VLLM_API_KEY once on the host", path=paths.HYPERQWEN_SECRET_FILE,
                      key="VLLM_API_KEY", **declared[paths.HYPERQWEN_SECRET_FILE])

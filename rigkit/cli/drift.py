@@ -152,12 +152,13 @@ def drift(inventory: str | None, hosts: tuple[str, ...], as_json: bool, deep: bo
     Exit 0 nothing found, 3 drift found, 1 a host unreachable or a check failed, 2 invalid input.
     """
     from rigkit.drift import check
+    from rigkit.spec.secrets import hf_token
     from rigkit.spec.inventory import default_inventory
 
     host_specs = load_or_exit(inventory, hosts)
     inv = inventory or default_inventory()
     states: dict = {}
-    findings, codes = check(host_specs, inv, deep=deep, diff=show_diff, plan=with_plan, states=states)
+    findings, codes = check(host_specs, inv, hf_token(), deep=deep, diff=show_diff, plan=with_plan, states=states)
     wrote = exitcodes.OK
     if metrics_file:
         try:

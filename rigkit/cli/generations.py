@@ -96,7 +96,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     from rigkit.drift.masking import mask
     from rigkit.deploy.generations import diff, diff_text
     from rigkit.common.holds import GENERATION
-    from rigkit.spec.secrets import read_hf_token
+    from rigkit.spec.secrets import hf_token
 
     hs = _one_host(inventory, host)
     remote = _remote(hs)
@@ -108,8 +108,8 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
                   f"{unknown[0]} (kept: {', '.join(map(str, known)) or 'none'})")
             sys.exit(exitcodes.INVALID)
         a, b = (_agent_json(remote, "generation", "show", str(n), "--files") for n in diff_pair)
-        token = read_hf_token()
-        d = diff(a, b, lambda text: mask(text, [token] if token else []) or "")
+        token = hf_token()
+        d = diff(a, b, lambda text: mask(text, [token.value] if token else []) or "")
         if as_json:
             sys.stdout.write(json.dumps(d, indent=2, sort_keys=True) + "\n")
         else:

@@ -74,7 +74,7 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     from rigkit.lockfile.view import model_problems
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.model import unset_operator_values
-    from rigkit.spec.secrets import hf_token_source
+    from rigkit.spec.secrets import hf_token
     from rigkit.spec.validate import spec_warnings
 
     host_specs = load_or_exit(inventory, hosts, parse_data(data))
@@ -117,8 +117,8 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
             host_code, "spec valid as far as checked (a validator could not run: above)")
         out.print(Text.assemble((hs.name, "bold"), f": {verdict}"))
         codes += host_codes
-    source = hf_token_source()
-    out.print(f"HF token: {'from ' + source if source else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
+    token = hf_token()  # the one read of this command
+    out.print(f"HF token: {'from ' + token.source if token else 'none found (set HF_TOKEN or run `hf auth login`)'}; "
               "value not shown, installed only as /etc/rigkit/secrets/hf.env")
     sys.exit(exitcodes.combine(*codes))
 
@@ -248,12 +248,13 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     from rigkit.drift.converged import begin_all, choose_paths, declare, restamp_after, say
     from rigkit.remote import Remote, RemoteError
     from rigkit.render.files import render
+    from rigkit.spec.secrets import hf_token
 
     lease = pysecrets.token_hex(8)
     chosen = {}
     if not full:  # issue 48: each host's lock taken, where it starts read and its state probed: one round trip
         try:
-            chosen = choose_paths(host_specs, declare(host_specs, inv, {hs.name: f for hs, f, _ in checked}), lease,
+            chosen = choose_paths(host_specs, declare(host_specs, inv, hf_token(), {hs.name: f for hs, f, _ in checked}), lease,
                                   warn=lambda line: out.note(line))
         except ChangeRefused as exc:  # a lock held or a window open: nothing touched on any host
             error(str(exc))

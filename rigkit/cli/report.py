@@ -39,6 +39,7 @@ def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_
     """
     from rigkit.spec.inventory import default_inventory
     from rigkit.report.page import drift_from_file, drift_live, write_report
+    from rigkit.spec.secrets import hf_token
 
     host_specs = load_or_exit(inventory, hosts)
     inv = inventory or default_inventory()
@@ -50,7 +51,7 @@ def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_
             sys.exit(exitcodes.INVALID)
         source = f"read from {drift_file}"
     else:
-        doc = drift_live(host_specs, inv, plan=with_plan)
+        doc = drift_live(host_specs, inv, hf_token(), plan=with_plan)
         source = "run live" + (" (with pyinfra's plan)" if with_plan else "")
     try:
         path = write_report(host_specs, inv, out_dir, results_dir, doc, source)

@@ -54,7 +54,8 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     generation (module docstring) read from the host (``GenerationBundle``). Raises ``DeployError``
     for an invalid spec, a generation the host cannot show, or a stored spec no longer valid."""
     from rigkit import paths
-    from rigkit.operations.facts import GenerationBundle, Holds
+    from rigkit.operations.facts.agent import GenerationBundle
+    from rigkit.operations.facts.rig import Holds
     from rigkit.common.holds import GENERATION
     from rigkit.render.files import render
 

@@ -13,25 +13,61 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 from rigkit.cache import cache_dir
 
-#: What the agent imports beyond the standard library, pinned exactly (huggingface-hub: the
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: What the agent imports beyond the standard library, by distribution name (huggingface-hub: the
 #: model fetch, rigkit.host.fetch; nvidia-ml-py: NVIDIA's NVML binding ``pynvml``, pure Python over the
 #: driver's ``libnvidia-ml.so.1``, the card's energy counter, rigkit.bench.nvml; prometheus-client: the
-#: rig's metrics in node_exporter's textfile format, pure Python, rigkit.host.promfile).
-AGENT_REQUIREMENTS = ("requests==2.34.2", "pyyaml==6.0.3", "huggingface-hub==2.4.0", "nvidia-ml-py==13.615.71",
-                      "prometheus-client==0.26.0")
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: rig's metrics in node_exporter's textfile format, pure Python, rigkit.host.promfile). Their versions
+#: are the project's own pins (:data:`AGENT_REQUIREMENTS`): one place to type a version.
+AGENT_PACKAGES = ("requests", "pyyaml", "huggingface-hub", "nvidia-ml-py", "prometheus-client")
+
+
+def _canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares them: lower case, runs of ``-_.`` one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned(names: tuple[str, ...] | list[str], pyproject: Path = PROJECT_ROOT / "pyproject.toml") -> tuple[str, ...]:
+    """``("name==version", ...)`` for each of ``names``, in order, as ``pyproject``'s ``[project]
+    dependencies`` pin it (an exact ``==`` pin, names compared as PEP 503 does). Raises
+    :class:`WheelhouseError` naming a package that is not a dependency there or is not pinned exactly."""
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    found: dict[str, str] = {}
+    for dep in deps:
+        m = re.fullmatch(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(.*?)\s*", dep.split(";")[0])
+        if m:
+            found[_canonical(m.group(1))] = m.group(2)
+    out = []
+    for name in names:
+        spec = found.get(_canonical(name))
+        if spec is None:
+            raise WheelhouseError(f"{name}: the agent needs it, but {pyproject.name}'s [project] dependencies do not "
+                                  "list it (pin it there: name==version)")
+        if not re.fullmatch(r"==\s*[A-Za-z0-9.+!-]+", spec):
+            raise WheelhouseError(f"{name}: {pyproject.name} gives it as {spec or 'no version'!r}; the agent's "
+                                  "wheelhouse needs an exact pin (name==version)")
+        out.append(f"{name}=={spec[2:].strip()}")
+    return tuple(out)
 
 
 class WheelhouseError(RuntimeError):
-    """pip could not build or download a wheel; the message carries pip's output."""
+    """pip could not build or download a wheel (the message carries pip's output), or the project
+    does not pin a package the agent needs (:func:`pinned`)."""
+
+
+#: :data:`AGENT_PACKAGES` pinned as ``pyproject.toml`` pins them (``"requests==2.34.2"``, ...): what
+#: the wheelhouse downloads and the agent's wheel requires.
+AGENT_REQUIREMENTS = pinned(AGENT_PACKAGES)
 
 
 #: The packages the agent's wheel ships (folders under ``rigkit/``, each with its subfolders).

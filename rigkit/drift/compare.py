@@ -112,7 +112,7 @@ def compare_secrets(host: str, declared: dict[str, tuple[str, str, str | None]],
 def compare_pins(host: str, pins: dict[str, str] | None, installed: dict[str, str | None],
                  ignorepkg: dict[str, Any] | None) -> list[Finding]:
     """Each pin installed at its full version, and held: an entry of the effective ``IgnorePkg``
-    (``pacman-conf IgnorePkg``, :class:`~rigkit.operations.facts.PacmanIgnorePkg`) matches it as
+    (``pacman-conf IgnorePkg``, :class:`~rigkit.operations.facts.pacman.PacmanIgnorePkg`) matches it as
     libalpm matches (:func:`rigkit.common.pacman.ignored_by`). pacman-conf failing (a missing
     ``Include`` target, no pacman.conf) is one finding naming its error."""
     from rigkit.common.pacman import ignored_by
@@ -295,7 +295,7 @@ def compare_release_binary(host: str, sha256: str | None, binary: dict[str, Any]
 
 
 def compare_mkinitcpio(host: str, loaded: dict[str, Any] | None) -> list[Finding]:
-    """No ``kms`` hook in mkinitcpio's effective HOOKS (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
+    """No ``kms`` hook in mkinitcpio's effective HOOKS (:class:`~rigkit.operations.facts.mkinitcpio.MkinitcpioHooks`,
     the deploy's own reading: the main file and the drop-ins as mkinitcpio v41 loads them); a preset
     naming its own config that holds kms or does not load (:func:`rigkit.common.mkinitcpio.preset_problem`;
     one without kms is clean), or a configuration that does not load, is a finding (the deploy refuses
@@ -455,7 +455,7 @@ def without_pacman_unanswered(found: list[Finding], ignorepkg: dict[str, Any] | 
     return [f for f in found if not (f.actual == "not installed" and f.kind in ("package", "pin", "driver", "cuda"))]
 
 
-def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, token_source: str | None = None,
+def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False,
                  wheelhouse: dict[str, str] | str | None = None) -> list[Finding]:
     """Every comparison for one host's parsed probe (``facts``, :func:`rigkit.drift.probe.parse_probe`)
     against ``decl``; ``wheelhouse``: the agent's wheelhouse built here (:func:`compare_wheelhouse`'s
@@ -476,7 +476,7 @@ def compare_host(decl: Declared, facts: dict[str, Any], diff: bool = False, toke
     out += compare_legacy_backups(host, facts.get("legacy_backup") or {})
     if "wheels" in facts:
         out += compare_wheelhouse(host, facts.get("wheels"), wheelhouse)
-    out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), token_source)
+    out += compare_secrets(host, decl.secrets, facts.get("secrets", {}), decl.token_source)
     out += compare_pins(host, spec.pacman_pins, installed, facts.get("ignorepkg"))
     driver = declared_state.pinned_driver(spec)
     out += compare_driver(host, driver, spec.driver_flavour, installed, kernel, smi)

@@ -186,15 +186,15 @@ class _Raised:
     exc: Exception
 
 
-def declare(host_specs: list[Any], inventory: str, rendered: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def declare(host_specs: list[Any], inventory: str, token: Any,
+            rendered: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{host: its drift declaration}`` (:class:`rigkit.drift.declared.Declared`) for ``host_specs``
-    (:class:`rigkit.spec.inventory.HostSpec`); ``rendered``: ``{host: its rendered files}`` when the
+    (:class:`rigkit.spec.inventory.HostSpec`); ``token``: the command's HF token
+    (:func:`rigkit.spec.secrets.hf_token`, or None); ``rendered``: ``{host: its rendered files}`` when the
     caller has them (the deploy's validators rendered them), else rendered here."""
     from rigkit.drift.declared import declared_for
     from rigkit.render.files import render
-    from rigkit.spec.secrets import read_hf_token
 
-    token = read_hf_token()
     return {hs.name: declared_for(hs.name, hs.spec, inventory, token, files=(rendered or {}).get(hs.name) or render(hs.spec))
             for hs in host_specs}
 
@@ -217,9 +217,7 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
     from rigkit.drift.masking import mask
     from rigkit.drift.probe import probe_under_lock
     from rigkit.drift.run import wheelhouse_for
-    from rigkit.spec.secrets import hf_token_source, read_hf_token
 
-    source = hf_token_source() if read_hf_token() else None
     reads = probe_under_lock([declared[hs.name] for hs in host_specs], {hs.name: hs.connection for hs in host_specs},
                              what, lease, connect_timeout=connect_timeout)
     refused = []
@@ -247,7 +245,7 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
                 try:
                     if read["facts"] is None:
                         raise RuntimeError("its output is not the probe's")
-                    c.findings = compare_host(decl, read["facts"], token_source=source,
+                    c.findings = compare_host(decl, read["facts"],
                                               wheelhouse=wheelhouse_for(read["facts"]))
                     c.reasons = state_reasons(c.findings, lease, read["facts"], decl.secret_values)
                 except Exception as exc:  # noqa: BLE001 - a probe that cannot be read is a reason, never a crash

@@ -15,7 +15,7 @@ from the source, so a new one is seen without running anything) has exactly one
   (a pending reboot, rigkit's own generation record): outside the equivalence, each says why;
 - ``plan-only``: the probe cannot see it; ``rigkit drift --plan`` does (listed in ``--help``).
 
-tests/unit/test_drift_coverage.py fails when an operation has no row, a row names no operation, or
+tests/drift/test_coverage.py fails when an operation has no row, a row names no operation, or
 a ``probe`` row names a finding kind the probe does not produce.
 """
 
@@ -220,7 +220,7 @@ COVERAGE: tuple[Coverage, ...] = (
       **_chmod("/etc/rigkit/secrets", "755", "750", "secret-mode", "Secrets | Create /etc/rigkit/secrets*")),
     C("secrets", "Generate HyperQwen's VLLM_API_KEY once on the host", "probe", "presence, owner, mode (never content)",
       **_chmod("/etc/rigkit/secrets/hyperqwen.env", "644", "640", "secret-mode", "Secrets | Generate HyperQwen's*")),
-    C("secrets", "Install the HF token from the control machine's {hf_token_source()}", "probe",
+    C("secrets", "Install the HF token from the control machine's {token.source}", "probe",
       "owner, mode; content by sha256 when the token is at hand",
       **_chmod("/etc/rigkit/secrets/hf.env", "644", "600", "secret-mode", "Secrets | Install the HF token*")),
     # hyperqwen

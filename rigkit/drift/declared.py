@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rigkit import hints, paths
+from rigkit.spec.secrets import HfToken
 
 
 @dataclass
@@ -19,8 +20,9 @@ class Declared:
     ``{unit: {"enabled": bool | None, "active": bool | None}}`` (None: not checked), plus
     ``installed_only`` (must exist, must not be enabled) and ``legacy`` units (backed up in
     :data:`rigkit.render.declared_state.LEGACY_BACKUP_DIR`); ``members``: unit names llama-swap must not be tied to; ``lock``: the
-    model lock (dict) or None with ``lock_note`` saying why; ``generation``: the held generation this
-    is (None: the spec). ``uploads``: files the deploy installs that are not rendered ones (the staged
+    model lock (dict) or None with ``lock_note`` saying why; ``secret_values``: the secrets at hand
+    (masked out of every finding); ``token_source``: where the HF token at hand came from (words, for
+    a finding), None without one; ``generation``: the held generation this is (None: the spec). ``uploads``: files the deploy installs that are not rendered ones (the staged
     live config, the model lock; ``{path: RenderedFile}``); ``directories``/``accounts``: as
     :func:`rigkit.render.declared_state.directories`/``accounts``; ``packages`` holds the pinned and
     the repo packages (``repo_packages``: installed at any version); ``release_sha256``: the
@@ -40,6 +42,7 @@ class Declared:
     lock: dict[str, Any] | None = None
     lock_note: str | None = None
     secret_values: list[str] = field(default_factory=list)
+    token_source: str | None = None
     generation: int | None = None
     uploads: dict[str, Any] = field(default_factory=dict)
     directories: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -66,11 +69,11 @@ def declared_lock_file(spec: Any, inventory: str) -> tuple[dict[str, Any] | None
         return None, f"model lock {path} unreadable ({exc}); model files not checked", None
 
 
-def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
+def declared_for(name: str, spec: Any, inventory: str, hf_token: HfToken | None,
                  files: dict[str, Any] | None = None, generation: int | None = None) -> Declared:
     """Everything drift compares for host ``name``: rendered files, secret files, units (DESIGN.md
-    "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the value at hand
-    on the control machine (:func:`rigkit.spec.secrets.read_hf_token`) or None. ``files`` replaces the
+    "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the token at hand
+    on the control machine, as the command read it once (:func:`rigkit.spec.secrets.hf_token`), or None. ``files`` replaces the
     rendered spec (a held ``generation``'s stored files, :func:`rigkit.deploy.generations.source_from_bundle`)."""
     from rigkit.render import declared_state
     from rigkit.render.files import RenderedFile, render
@@ -88,7 +91,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
         secrets[path] = (*owner_mode(d), None)
     if hf_token:
         secrets[paths.HF_TOKEN_FILE] = (*owner_mode(declared_secrets[paths.HF_TOKEN_FILE]),
-                                        hashlib.sha256(f"HF_TOKEN={hf_token}\n".encode()).hexdigest())
+                                        hashlib.sha256(f"HF_TOKEN={hf_token.value}\n".encode()).hexdigest())
     else:  # not at hand: presence is not required, owner and mode are checked when it is there
         secrets[paths.HF_TOKEN_FILE] = (*owner_mode(declared_secrets[paths.HF_TOKEN_FILE]), "")
     units: dict[str, dict[str, bool | None]] = {
@@ -112,7 +115,8 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: str | None,
                                                   declared_state.MODELS_LOCK_OWNER_MODE[0])
     return Declared(host=name, spec=spec, files=files, secrets=secrets, units=units,
                     installed_only=["hyperqwen.service"], legacy=list(spec.legacy_units), members=members,
-                    packages=packages, lock=lock, lock_note=note, secret_values=[hf_token] if hf_token else [],
+                    packages=packages, lock=lock, lock_note=note, secret_values=[hf_token.value] if hf_token else [],
+                    token_source=hf_token.source if hf_token else None,
                     generation=generation, uploads=uploads, directories=declared_state.directories(spec),
                     accounts=declared_state.accounts(spec), repo_packages=repo,
                     release_sha256=getattr(spec.llama_swap, "release_sha256", None),

@@ -17,8 +17,13 @@ from rigkit import paths
 from rigkit.common import gpu
 from rigkit.render import declared_state
 from rigkit.drift.declared import Declared
-from rigkit.operations.facts import (PYTHON_VERSION_COMMAND, DkmsStatus, FileStates, FolderFiles, parse_file_state, Holds, JsonFile, KernelState, MkinitcpioHooks, NvidiaSmi, PacmanIgnorePkg, PacmanVersions,
-                          RigLockState)
+from rigkit.operations.facts.dkms import DkmsStatus
+from rigkit.operations.facts.files import FileStates, FolderFiles, JsonFile, parse_file_state
+from rigkit.operations.facts.mkinitcpio import MkinitcpioHooks
+from rigkit.operations.facts.nvidia import NvidiaSmi
+from rigkit.operations.facts.pacman import PacmanIgnorePkg, PacmanVersions
+from rigkit.operations.facts.rig import Holds, RigLockState
+from rigkit.operations.facts.server import PYTHON_VERSION_COMMAND, KernelState
 
 SECTION = "__RIGKIT_DRIFT__"
 GROUPS_MARK, GROUP_MARK, PRESENT_MARK, ABSENT_MARK, WHEELS_MARK = ("__GROUPS__", "__GROUP__", "__PRESENT__", "__ABSENT__",
@@ -41,7 +46,7 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
 def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
     :func:`parse_probe`. Commands of rigkit's facts are reused verbatim. Every rendered file and
-    upload is read by one :class:`~rigkit.operations.facts.FileStates` (the deploy's own fact); with
+    upload is read by one :class:`~rigkit.operations.facts.files.FileStates` (the deploy's own fact); with
     ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`)."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
@@ -166,7 +171,7 @@ class HostProbe(FactBase):
 
 
 def _stat(lines: list[str]) -> dict[str, Any] | None:
-    """A section's first line read as :func:`~rigkit.operations.facts.parse_file_state` (``"640 root
+    """A section's first line read as :func:`~rigkit.operations.facts.files.parse_file_state` (``"640 root
     llama-swap 123 <sha256>"``, ``dir`` for a folder's sha256) → ``{mode, user, group, size, sha256}``;
     None: missing."""
     return parse_file_state(lines[0]) if lines else None

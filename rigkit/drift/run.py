@@ -33,7 +33,7 @@ from rigkit.drift.probe import connect_and_probe
 
 
 def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], inventory: str,
-                  token: str | None) -> Any:
+                  token: Any) -> Any:
     """``decl`` declared again from the generation a hold keeps its host at (read with
     ``rigkit-agent generation show N --files`` over SSH); ``decl`` unchanged, with a warning in its
     ``lock_note``, when that generation cannot be read."""
@@ -103,16 +103,15 @@ def exit_code(findings: list[Finding]) -> int:
     return severity.exit_code({f.severity for f in findings})
 
 
-def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool = False, plan: bool = True,
-          connect_timeout: int = 10, states: dict[str, Any] | None = None) -> tuple[list[Finding], dict[str, int]]:
-    """Drift of every host: ``(findings, {host: exit code})``, every host reported. Findings are
+def check(host_specs: list[Any], inventory: str, token: Any, deep: bool = False, diff: bool = False,
+          plan: bool = True, connect_timeout: int = 10,
+          states: dict[str, Any] | None = None) -> tuple[list[Finding], dict[str, int]]:
+    """Drift of every host: ``(findings, {host: exit code})``, every host reported. ``token``: the
+    command's HF token (:func:`rigkit.spec.secrets.hf_token`, read once by the command) or None: with
+    one, hf.env's content is compared and the value masked out of every finding. Findings are
     masked; an unreachable host is one ``error`` finding (kind ``host``). When ``states`` (a
     dict) is given, it is filled with each host's :func:`host_state` (None when not reached).
     The hosts are probed at once (pyinfra's own parallel connect and fact gathering)."""
-    from rigkit.spec.secrets import hf_token_source, read_hf_token
-
-    token = read_hf_token()
-    source = hf_token_source() if token else None
     decls = [declared_for(hs.name, hs.spec, inventory, token) for hs in host_specs]
     # one plan per host, all at once: a DeployError on one host (a refusal in preflight) aborts
     # pyinfra's whole run, and every other host must still be reported
@@ -137,7 +136,7 @@ def check(host_specs: list[Any], inventory: str, deep: bool = False, diff: bool 
         if facts is None:
             host_findings = [Finding(decl.host, "host", "connection", "reachable, probed", why)]
         else:
-            host_findings = compare_host(decl, facts, diff=diff, token_source=source, wheelhouse=wheelhouse_for(facts))
+            host_findings = compare_host(decl, facts, diff=diff, wheelhouse=wheelhouse_for(facts))
             if plan and window_open(facts):
                 host_findings.append(Finding(decl.host, "not-compared", "pyinfra --dry --json", "a plan",
                                              "skipped: the deploy refuses while a window is open"))

@@ -12,7 +12,8 @@ which is what makes a converged run report 0 changes). One module per concern; t
 - :mod:`rigkit.operations.llama_swap`: activating llama-swap's live config on the host
 - :mod:`rigkit.operations.models`: model weights fetched and HyperQwen's prepare step
 - :mod:`rigkit.operations.generations`: the generation a deploy leaves, recorded on the host
-- :mod:`rigkit.operations.facts`: the facts they (and the preflight and drift) read, shaped like pyinfra's
+- :mod:`rigkit.operations.facts`: the facts they (and the preflight and drift) read, a module per
+  tool, shaped like pyinfra's own (``pyinfra/facts/*.py``)
 
 The pure helpers (:func:`~rigkit.operations.pacman.archive_url`,
 :func:`~rigkit.operations.pacman.include_argv`, :func:`~rigkit.operations.config.merge_json`) are

@@ -15,7 +15,10 @@ from pyinfra.operations import files
 from rigkit import paths
 from rigkit.agentcmd import locked_command
 from rigkit.operations.config import _backup
-from rigkit.operations.facts import DkmsStatus, KernelState, MkinitcpioHooks, RigBusy
+from rigkit.operations.facts.dkms import DkmsStatus
+from rigkit.operations.facts.mkinitcpio import MkinitcpioHooks
+from rigkit.operations.facts.rig import RigBusy
+from rigkit.operations.facts.server import KernelState
 from rigkit.common import mkinitcpio
 from rigkit.common import busy as rig_busy
 from rigkit.render.declared_state import reboot_reasons
@@ -29,7 +32,7 @@ def mkinitcpio_without_kms():
     editing the operator's files; rebuild the initramfs (``mkinitcpio -P``) only when the effective
     HOOKS change.
 
-    Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.MkinitcpioHooks`,
+    Reads the effective HOOKS with mkinitcpio's own loading (:class:`~rigkit.operations.facts.mkinitcpio.MkinitcpioHooks`,
     the fact drift reads too), now and with the drop-in as declared. No ``/etc/mkinitcpio.conf``:
     nothing to do. Raises ``OperationError`` (:func:`rigkit.common.mkinitcpio.refusal`) when a preset
     names its own config holding kms (no drop-in would be read for it; one without kms needs nothing)
@@ -177,7 +180,7 @@ def reboot_gate(driver_version: str, flavour: str, allow_reboot: bool, reboot_ti
         raise OperationError("; ".join(unbuilt) + " — a reboot now would boot without the driver; see `dkms status`")
     if not allow_reboot:
         raise OperationError("; ".join(reasons) + " — reboot, then run again (or pass --data reboot=true)")
-    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption")
+    # a reboot interrupts service: the same preflight as a window (DESIGN.md "Disruption and reboots")
     busy = host.get_fact(RigBusy, port=proxy_port, own_units=own_units or [], lock_files=lock_files or [])
     refused = rig_busy.refusal(busy, f"a reboot is needed ({'; '.join(reasons)})")
     if refused and not force:

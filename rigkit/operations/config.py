@@ -16,7 +16,7 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.common import written
-from rigkit.operations.facts import JsonFile
+from rigkit.operations.facts.files import JsonFile
 from rigkit.render.declared_state import merge_json  # the one definition (drift compares with it too)
 from rigkit.operations.shell import argv, script
 
@@ -80,14 +80,14 @@ def _backup(path: str, what: str):
 
 
 def file_states(batch: tuple[str, ...]) -> dict[str, Any]:
-    """:class:`~rigkit.operations.facts.FileStates` of ``batch`` on the current host, read once per
+    """:class:`~rigkit.operations.facts.files.FileStates` of ``batch`` on the current host, read once per
     stage of the run (pyinfra 3 reads a fact afresh on every call, and evaluates each operation in
     the prepare stage and again in the execute stage). Within a stage the answer holds for a path
     until that path's own :func:`rendered_file` changes it: no other operation of the deploy writes
     a rendered file."""
     from pyinfra import state
 
-    from rigkit.operations.facts import FileStates
+    from rigkit.operations.facts.files import FileStates
 
     cache = host.__dict__.setdefault("_rigkit_file_states", {})
     key = (state.current_stage, batch)
@@ -104,7 +104,7 @@ def rendered_file(path: str, text: str, user: str = "root", group: str = "root",
     + path: the remote file; text: its content (from :func:`rigkit.render.files.render`)
     + user/group/mode: ownership and octal mode (``"644"``)
     + batch: every rendered path of the deploy (``path`` among them): their state is read in one
-      command (:class:`~rigkit.operations.facts.FileStates`, the same fact for each), and a file whose
+      command (:class:`~rigkit.operations.facts.files.FileStates`, the same fact for each), and a file whose
       content, owner and mode hold is left without asking pyinfra's ``files.put`` (three more commands)
 
     When ``path`` exists with other content and that content is not what rigkit wrote there last

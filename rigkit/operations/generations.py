@@ -13,7 +13,7 @@ from pyinfra.operations import files
 
 from rigkit import paths
 from rigkit.agentcmd import record_command
-from rigkit.operations.facts import JsonFile
+from rigkit.operations.facts.files import JsonFile
 
 #: Where the manifest waits for ``rigkit-agent generation record`` (root 0600; removed after).
 MANIFEST_PATH = f"{paths.STATE_DIR}/generation.next.json"

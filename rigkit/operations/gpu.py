@@ -7,7 +7,7 @@ from pyinfra.api import FunctionCommand, OperationError, operation
 
 from rigkit.common.gpu import card, power_limit_problem
 from rigkit.common.powerlimit import GPU_INDEX, limit_agrees, read_back_problem, set_argv
-from rigkit.operations.facts import NvidiaSmi
+from rigkit.operations.facts.nvidia import NvidiaSmi
 from rigkit.operations.shell import argv
 
 

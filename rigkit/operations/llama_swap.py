@@ -8,7 +8,7 @@ from pyinfra.api import OperationError, StringCommand, operation
 from pyinfra.facts.files import Sha256File
 
 from rigkit import hints, paths
-from rigkit.operations.facts import Holds
+from rigkit.operations.facts.rig import Holds
 from rigkit.agentcmd import activate_command
 from rigkit.common import swapconfig
 from rigkit.common.holds import LLAMA_SWAP

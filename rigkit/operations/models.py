@@ -10,7 +10,7 @@ from pyinfra.api import operation
 
 from rigkit import paths
 from rigkit.spec import members
-from rigkit.operations.facts import ModelStatus
+from rigkit.operations.facts.agent import ModelStatus
 from rigkit.operations.shell import argv
 
 

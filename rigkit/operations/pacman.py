@@ -8,7 +8,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, operation
 from pyinfra.facts.files import FileContents
 
-from rigkit.operations.facts import PacmanSyncDbs, PacmanVersions
+from rigkit.operations.facts.pacman import PacmanSyncDbs, PacmanVersions
 from rigkit import paths
 from rigkit.common.pacman import options_include
 from rigkit.render.declared_state import missing_packages  # the one definition (drift's too)

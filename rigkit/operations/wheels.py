@@ -1,5 +1,5 @@
 """The host agent's wheelhouse on the host: pyinfra's ``files.sync``, asked for only when the host's
-folder differs (one command, :class:`~rigkit.operations.facts.FolderFiles`, instead of two per wheel)."""
+folder differs (one command, :class:`~rigkit.operations.facts.files.FolderFiles`, instead of two per wheel)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.operations import files
 
-from rigkit.operations.facts import FolderFiles
+from rigkit.operations.facts.files import FolderFiles
 from rigkit.render import declared_state
 
 # the owner and modes of the synced wheels and what differs: one definition with drift's

@@ -233,7 +233,7 @@ WHEEL_OWNER, WHEEL_MODE, WHEEL_DIR_MODE = ("root", "root"), "644", "755"
 
 
 def wheel_differences(want: dict[str, str], got: dict[str, dict[str, Any]] | None) -> dict[str, list[str]]:
-    """What keeps the host's wheelhouse folder (``got``: :class:`~rigkit.operations.facts.FolderFiles`,
+    """What keeps the host's wheelhouse folder (``got``: :class:`~rigkit.operations.facts.files.FolderFiles`,
     ``{name: {mode, user, group, size, sha256}}``) from being ``want`` (``{name: sha256}`` of the
     wheelhouse built here) as ``files.sync(..., delete=True)`` leaves it: ``{"missing" (absent or
     other content), "extra" (not in ``want``), "wrong" (not root 0644)}`` of file names; all empty

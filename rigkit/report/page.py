@@ -263,13 +263,14 @@ def energy_cells(run: Run) -> list[tuple[str, str, str]]:
     return out
 
 
-def drift_live(host_specs: list[Any], inventory: str, plan: bool = False) -> dict[str, Any]:
+def drift_live(host_specs: list[Any], inventory: str, token: Any, plan: bool = False) -> dict[str, Any]:
     """Run drift now on every host at once and return its document, read back
-    (:func:`rigkit.drift.run.read_document`)."""
+    (:func:`rigkit.drift.run.read_document`); ``token``: the command's HF token
+    (:func:`rigkit.spec.secrets.hf_token`) or None."""
     from rigkit.drift.run import check, document, dumps_document, read_document
 
     states: dict[str, Any] = {}
-    findings, codes = check(host_specs, inventory, plan=plan, states=states)
+    findings, codes = check(host_specs, inventory, token, plan=plan, states=states)
     records = document(findings, codes, [hs.name for hs in host_specs], inventory, states)
     return read_document(dumps_document(records), "rigkit drift")
 

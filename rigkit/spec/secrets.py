@@ -14,6 +14,7 @@ import re
 import shlex
 import unicodedata
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,33 +34,37 @@ def hf_token_file(env: Mapping[str, str] | None = None) -> Path:
     return cache / "huggingface" / "token"
 
 
-def hf_token_source(env: Mapping[str, str] | None = None) -> str | None:
-    """Where the HF token would come from, as words (``"environment variable HF_TOKEN"`` or
-    ``"file /root/.cache/huggingface/token"``), or None when there is none. Reads the file's
-    size only, never prints or returns the value."""
+@dataclass(frozen=True)
+class HfToken:
+    """The HF token as one command read it (:func:`hf_token`), handed down from there.
+
+    ``value``: the token itself — never printed, logged or put in a file other than
+    ``/etc/rigkit/secrets/hf.env`` (its ``repr`` leaves it out; an operation gets it wrapped in
+    pyinfra's ``HiddenValue``); ``source``: where it came from, as words for messages
+    (``"environment variable HF_TOKEN"`` or ``"file /root/.cache/huggingface/token"``)."""
+
+    value: str = field(repr=False)
+    source: str
+
+    def __str__(self) -> str:
+        return f"the HF token from {self.source}"
+
+
+def hf_token(env: Mapping[str, str] | None = None) -> HfToken | None:
+    """The HF token on the control machine, read once by each command (DESIGN.md "Secrets"):
+    ``$HF_TOKEN`` (stripped, when not blank), else the file :func:`hf_token_file` names (stripped,
+    when not empty), else None. ``env`` defaults to ``os.environ``. An unreadable file counts as
+    none (its path is not the value, so nothing secret is lost by saying so elsewhere). The one
+    reader: every command calls it once and hands the :class:`HfToken` down."""
     env = os.environ if env is None else env
     if env.get("HF_TOKEN", "").strip():
-        return "environment variable HF_TOKEN"
+        return HfToken(env["HF_TOKEN"].strip(), "environment variable HF_TOKEN")
     path = hf_token_file(env)
     try:
-        if path.is_file() and path.stat().st_size > 0:
-            return f"file {path}"
-    except OSError:
+        value = path.read_text().strip() if path.is_file() else ""
+    except (OSError, UnicodeDecodeError):
         return None
-    return None
-
-
-def read_hf_token(env: Mapping[str, str] | None = None) -> str | None:
-    """The HF token's value for the deploy to install on the host, or None. Callers must wrap
-    it (pyinfra ``HiddenValue``) before it reaches an operation."""
-    env = os.environ if env is None else env
-    if env.get("HF_TOKEN", "").strip():
-        return env["HF_TOKEN"].strip()
-    path = hf_token_file(env)
-    if path.is_file():
-        value = path.read_text().strip()
-        return value or None
-    return None
+    return HfToken(value, f"file {path}") if value else None
 
 
 

@@ -11,6 +11,7 @@ from rigkit.drift import Finding, HostProbe, compare, mask, probe
 from rigkit.drift import plan as drift_plan
 from rigkit.render.files import RenderedFile, render
 from rigkit.spec.model import RigSpec
+from rigkit.spec.secrets import HfToken
 from rigkit.spec.validate import spec_from_dict
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
@@ -22,7 +23,8 @@ def spec(**over) -> RigSpec:
 
 
 def decl(hf_token=None, **over) -> drift.Declared:
-    return drift.declared_for("h1", spec(**over), "inventory/nonexistent.py", hf_token)
+    token = HfToken(hf_token, "environment variable HF_TOKEN") if hf_token else None
+    return drift.declared_for("h1", spec(**over), "inventory/nonexistent.py", token)
 
 
 def smi_ok(power=420.0, driver="610.57"):
@@ -477,7 +479,7 @@ def test_probe_script_keeps_sections_apart_after_a_file_without_final_newline(tm
     ``json.dump`` does) must not swallow the next section's marker."""
     import subprocess
 
-    from rigkit.operations.facts import JsonFile
+    from rigkit.operations.facts.files import JsonFile
 
     p = tmp_path / "daemon.json"
     p.write_text(json.dumps({"runtimes": {}, "log-level": "warn"}, indent=4))

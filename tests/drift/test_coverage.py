@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from hypothesis import given, strategies as st
 
 from rigkit.drift import compare, coverage, probe
-from rigkit.operations.facts import RC_MARK, FileStates, FolderFiles
+from rigkit.operations.facts.files import FileStates, FolderFiles
+from rigkit.operations.facts.util import RC_MARK
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -59,7 +59,8 @@ def test_every_section_is_read_whatever_the_others_do(specs):
 def test_a_missing_wheelhouse_and_a_missing_nvidia_smi_do_not_end_the_probe(tmp_path):
     """The deploy's own facts: FolderFiles of a missing folder and NvidiaSmi without the tool `exit 0`;
     the sections after them are still read (they were lost before the sections ran in subshells)."""
-    from rigkit.operations.facts import FolderFiles, NvidiaSmi
+    from rigkit.operations.facts.files import FolderFiles
+    from rigkit.operations.facts.nvidia import NvidiaSmi
 
     script = probe.probe_script([("wheels", FolderFiles().command(str(tmp_path / "gone"))),
                                  ("smi", f"PATH={tmp_path}; " + NvidiaSmi().command()),

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.operations.facts import RC_MARK, DkmsStatus, JsonFile, KernelState, NvidiaSmi, PacmanVersions
+from rigkit.operations.facts.dkms import DkmsStatus
+from rigkit.operations.facts.files import JsonFile
+from rigkit.operations.facts.nvidia import NvidiaSmi
+from rigkit.operations.facts.pacman import PacmanVersions
+from rigkit.operations.facts.server import KernelState
+from rigkit.operations.facts.util import RC_MARK
 from rigkit.operations.config import merge_json
 from rigkit.operations.pacman import archive_url
 
@@ -120,7 +125,7 @@ def test_the_hosts_python_version_is_its_major_and_minor(tmp_path, said, version
     import subprocess
     import sys
 
-    from rigkit.operations.facts import PYTHON_VERSION_COMMAND
+    from rigkit.operations.facts.server import PYTHON_VERSION_COMMAND
 
     if said is not None:
         (tmp_path / "python3").write_text(f"#!/bin/sh\necho '{said}'\n")

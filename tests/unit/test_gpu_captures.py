@@ -24,7 +24,8 @@ import pytest
 from rigkit.common import gpu
 from rigkit.host.gpu import PARSED
 from rigkit.common import versions
-from rigkit.operations.facts import RC_MARK, NvidiaSmi
+from rigkit.operations.facts.nvidia import NvidiaSmi
+from rigkit.operations.facts.util import RC_MARK
 from rigkit.render.declared_state import reboot_reasons
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.api import DeployError
 
-from rigkit.operations.facts import RC_MARK, Holds
+from rigkit.operations.facts.rig import Holds
+from rigkit.operations.facts.util import RC_MARK
 from rigkit.common import holds
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -266,7 +266,7 @@ def test_one_nvidia_smi_parser_for_facts_window_and_bench():
 
 
 def test_the_deploy_fact_uses_the_same_parser():
-    from rigkit.operations.facts import NvidiaSmi
+    from rigkit.operations.facts.nvidia import NvidiaSmi
 
     fact = NvidiaSmi()
     assert fact.process([SMI_OK.strip(), "__RIGKIT_RC__=0"]) == gpu.parse_query(SMI_OK, 0)
@@ -332,7 +332,7 @@ def test_no_journal_or_a_closed_one_means_no_window_and_no_expected_deviation(tm
 
 
 def test_the_deploy_fact_counts_clients_with_the_same_counter():
-    from rigkit.operations.facts import RigBusy
+    from rigkit.operations.facts.rig import RigBusy
 
     fact = RigBusy()
     cmd = fact.command(8080, ["rigkit-keeper.service"], ["/run/agent session.lock"])

@@ -204,7 +204,7 @@ def test_the_tolerance_is_half_the_specs_resolution():
 
 def test_one_holds_reader_over_ssh():
     """Outside the host side, the holds text is parsed by :func:`rigkit.remote.read_holds` (direct SSH)
-    and the pyinfra fact (rigkit/operations/facts.py, the deploy's and drift's probe) only."""
+    and the pyinfra fact (rigkit/operations/facts/rig.py, the deploy's and drift's probe) only."""
     callers = []
     for rel, tree in _trees():
         if rel.startswith("rigkit/host/"):
@@ -213,7 +213,7 @@ def test_one_holds_reader_over_ssh():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse" \
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "holds":
                 callers.append(rel)
-    assert sorted(set(callers)) == ["rigkit/operations/facts.py", "rigkit/remote.py"], callers
+    assert sorted(set(callers)) == ["rigkit/operations/facts/rig.py", "rigkit/remote.py"], callers
 
 
 class _LocalRemote:

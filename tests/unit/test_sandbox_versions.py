@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rigkit.common import versions
-from rigkit.operations.facts import DkmsStatus
+from rigkit.operations.facts.dkms import DkmsStatus
 from rigkit.render.declared_state import pinned_driver, reboot_reasons
 from rigkit.spec.validate import check_spec, spec_from_dict
 from tests.unit import fake_gpu
