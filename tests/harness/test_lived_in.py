@@ -9,7 +9,9 @@ this: the unit's ``/usr/bin/btrbk`` exists only on the operator's box, so the ho
 that name; a drop-in makes the unit ``Wants=``/``After=`` llama-swap (the unit then calls what the
 rig serves), so its timer is declared in ``paused_timers`` as docs/operating.md asks; the crontab
 gets one line calling the proxy (no public crontab found calls llama-swap's port). The models folder
-holds files rigkit does not manage.
+holds files rigkit does not manage. The operator's own llama-swap member is llama-swap's own Docker
+example (v250 ``config.example.yaml`` ``docker-llama``: ``--name ${MODEL_ID}``, ``docker stop
+${MODEL_ID}``), declared live, adapted to the rig's models folder, image and loopback port.
 
 The journey, as the operator runs it, every command with the same declared data: ``rigkit check``,
 ``rigkit deploy`` (its own lock is not needed: ``rigkit lock`` resolves pins, images, the release and
@@ -34,10 +36,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.harness
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hostctl  # noqa: E402
 import sandbox_project  # noqa: E402
 
 CORPUS = json.loads((ROOT / "tests" / "unit" / "data" / "owner_corpus.json").read_text())["lived_in"]
@@ -55,13 +59,35 @@ MODELS = {
 OPERATOR_FILES = {**FILES, **ADAPTED, **MODELS}
 PACMAN_CONF, DAEMON_JSON, CRONTAB = "/etc/pacman.conf", "/etc/docker/daemon.json", "/var/spool/cron/rig"
 TIMERS = ["agent-sync.timer", "backup.timer"]
-DATA = {"paused_timers": TIMERS}  # the sandbox's declared timer and the operator's own
+UPSTREAM = yaml.safe_load((ROOT / "tests" / "unit" / "data" / "llama_swap" / "config.example.yaml").read_text())
+
+
+def own_member() -> dict:
+    """The operator's member: llama-swap's own Docker example (v250 config.example.yaml ``docker-llama``)
+    as copied into their config, adapted where the rig differs: the models folder, the rig's llama.cpp
+    image by its digest, and the port published on loopback (rigkit refuses ``-p ${PORT}:8080``, which
+    publishes on every interface, naming this fix)."""
+    ex = UPSTREAM["models"]["docker-llama"]
+    digest = json.loads((hostctl.fixtures_www() / "images.json").read_text())["ghcr.io/ggml-org/llama.cpp"]
+    cmd = (ex["cmd"].replace("/mnt/nvme/models", "/srv/models/strata")
+           .replace("ghcr.io/ggml-org/llama.cpp:server", f"ghcr.io/ggml-org/llama.cpp@{digest}")
+           .replace("-p ${PORT}:8080", "-p 127.0.0.1:${PORT}:8080")
+           .replace("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf", "strata-coder-Q4_K_M.gguf"))
+    return {"cmd": cmd, "cmd_stop": ex["cmdStop"], "proxy": ex["proxy"], "staged": False,
+            "cold_boot_s": 60, "vram_gib": 1.0, "ttl": 300, "name": "docker-llama (llama-swap's example)"}
+
+
+def declared() -> dict:
+    """What every command of the journey declares beside the sandbox: the sandbox's timer and the
+    operator's own in ``paused_timers``, and the operator's own llama-swap member (read once the
+    fixtures, whose images.json names the digest, are up)."""
+    return {"paused_timers": TIMERS, "llama_swap": {"members": {"docker-llama": own_member()}}}
 FLIP = 'llama_swap={"members": {"hyperqwen": {"staged": false}}}'
 PINS_INCLUDE = "Include = /etc/rigkit/pacman-pins.conf\n"
 
 
 def rigkit(host, *args, timeout: float = 900):
-    return sandbox_project.rigkit(host, *args, timeout=timeout, data=DATA)
+    return sandbox_project.rigkit(host, *args, timeout=timeout, data=declared())
 
 
 def sha(host) -> dict[str, str]:
@@ -101,12 +127,16 @@ def host(make_module_host):
 def test_check_passes_on_the_declared_data(host):
     proc = rigkit(host, "check", "-i", "inventory/sandbox.py")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # upstream's example has no rigkit.member label: a warning (an orphan after a killed proxy), not a refusal
+    assert "warn  llama_swap.members.docker-llama.cmd: runs container 'docker-llama' without --label" in proc.stdout + proc.stderr
 
 
 def test_the_deploy_keeps_every_operator_byte_but_its_one_line_and_daemon_jsons_merged_keys(host):
     pacman_before = host.run(f"cat {PACMAN_CONF}").stdout
     proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--full", "--no-smoke")
     assert proc.returncode == 0, proc.stderr[-6000:]
+    log = host.run("cat /var/lib/rigkit/activate.log").stdout
+    assert "completion to docker-llama (its definition changed)" in log, log[-3000:]  # the operator's member answered
     after = host.run(f"cat {PACMAN_CONF}").stdout.splitlines(keepends=True)
     assert [ln for ln in after if ln != PINS_INCLUDE] == pacman_before.splitlines(keepends=True)
     assert after.count(PINS_INCLUDE) == 1 and after.index(PINS_INCLUDE) == after.index("[options]\n") + 1
