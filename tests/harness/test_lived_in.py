@@ -3,8 +3,9 @@
 The copy gets the operator's real files (``lived_in`` in tests/unit/data/owner_corpus.json, each cited
 by repository, path and commit, written byte for byte): a pacman.conf whose repository sections
 ``Include`` two mirrorlists (and whose ``[options]`` holds its own ``IgnorePkg``) with those
-mirrorlists, a mkinitcpio preset of its own kernel, a daemon.json of its own keys without a final
-newline, a unit of its own and its hourly timer, and a user crontab. Adapted to the rig, and only
+mirrorlists, two mkinitcpio presets of kernels of its own (an image preset with a microcode glob, a
+UKI preset) and a ``MODULES+=`` drop-in without a final newline, a daemon.json of its own keys without
+a final newline, a unit of its own and its hourly timer, and a user crontab. Adapted to the rig, and only
 this: the unit's ``/usr/bin/btrbk`` exists only on the operator's box, so the host gets a script of
 that name; a drop-in makes the unit ``Wants=``/``After=`` llama-swap (the unit then calls what the
 rig serves), so its timer is declared in ``paused_timers`` as docs/operating.md asks; the crontab
@@ -114,6 +115,7 @@ def host(make_module_host):
         mode = "0755" if path == "/usr/bin/btrbk" else "0600" if path == CRONTAB else "0644"
         put(h, path, text, mode=mode, owner="rig:rig" if path == CRONTAB else "root:root")
     h.run("systemctl daemon-reload && systemctl enable --now backup.timer")
+    h.builds = h.run("cat /var/lib/fake-mkinitcpio/builds.jsonl 2>/dev/null || true").stdout
     h.before = sha(h)
     assert set(h.before) == set(OPERATOR_FILES)
     # the premises: pacman follows the operator's Include chain, the unit wants llama-swap, both timers run
@@ -198,6 +200,8 @@ def test_the_deploy_again_then_drift_is_clean_and_the_operators_files_are_as_the
     # nothing of the operator's left paused or stopped, no window unit left
     assert active(host, *TIMERS, "llama-swap.service") == ["active", "active", "active"]
     assert active(host, "rigkit-window.service", "hyperqwen.service") == ["inactive", "inactive"]
+    # the operator's presets and drop-in leave the effective HOOKS as they were: nothing rebuilt
+    assert host.run("cat /var/lib/fake-mkinitcpio/builds.jsonl 2>/dev/null || true").stdout == host.builds
     print("lived-in operator files, sha256 before -> after:")
     for p in sorted(after):
         print(f"  {p}: {host.before[p][:16]} -> {after[p][:16]}{'  (changed)' if p in changed else ''}")

@@ -486,10 +486,11 @@ def test_the_lived_in_hosts_files_are_real_files_byte_for_byte_with_their_source
     """Issue 63: the operator's files of tests/harness/test_lived_in.py, each cited at a commit; the
     one adapted file (the crontab) carries what was added apart from the real bytes."""
     files = CORPUS["lived_in"]
-    assert {f["role"] for f in files} >= {"pacman.conf", "pacman include", "mkinitcpio preset", "daemon.json", "unit",
-                                         "timer", "crontab"}
+    assert {f["role"] for f in files} == {"pacman.conf", "pacman include", "mkinitcpio preset", "mkinitcpio drop-in",
+                                         "daemon.json", "unit", "timer", "crontab"}
     assert all(f["source"].startswith("https://github.com/") and "/blob/" in f["source"] for f in files)
     assert all(git_blob(f["text"].encode()) == f["git_blob"] for f in files)
     assert all(f["final_newline"] == f["text"].endswith("\n") for f in files)
-    assert [f["role"] for f in files if not f["final_newline"]] == ["daemon.json"]  # alainpham's: no final newline
+    # alainpham's daemon.json and dborseth's MODULES+= drop-in end without a newline
+    assert [f["role"] for f in files if not f["final_newline"]] == ["daemon.json", "mkinitcpio drop-in"]
     assert [f["role"] for f in files if "adapted_append" in f] == ["crontab"]
