@@ -6,10 +6,12 @@ operator's crontab, which it never does, so the window *warns*, naming each line
 (docs/operating.md "Cron jobs that call the proxy"). Only the crontab line is read: a script the
 line runs is not looked into.
 
-The lines are read as cronie reads a user crontab (Arch's cron, ``/var/spool/cron/<user>``,
-cronie 1.7 ``src/entry.c`` ``load_entry`` and ``src/env.c`` ``load_env``): leading blanks skipped;
-an empty line or one whose first non-blank character is ``#`` is a comment; ``NAME=VALUE`` (blanks
-around ``=`` allowed, the name up to ``=`` or a blank) sets the environment; otherwise an entry:
+The lines are read as cronie reads a user crontab (Arch's cron; its user crontabs in ``SPOOL_DIR``,
+``${localstatedir}/spool/cron``: ``/var/spool/cron/<user>``; cronie-crond/cronie ``src/env.c``
+``load_env`` at 730b23d8a741342fad62363a9d54eae6d75adbd8, ``src/entry.c`` ``load_entry``): leading
+blanks skipped; an empty line or one whose first non-blank character is ``#`` is a comment; a name
+(unquoted: up to a blank or ``=``; or in quotes, without ``=``), blanks, ``=`` sets the environment;
+otherwise an entry:
 ``@keyword`` (``@reboot``, ``@yearly``, ``@annually``, ``@monthly``, ``@weekly``, ``@daily``,
 ``@midnight``, ``@hourly``) or five time fields, then the command; an unescaped ``%`` ends the
 command (the rest is its standard input, cron(5)).
@@ -24,7 +26,9 @@ from typing import Iterator
 
 #: where cronie keeps user crontabs on Arch (cronie's ``SPOOL_DIR``, ``/var/spool/cron``)
 SPOOL = "/var/spool/cron"
-_ENV = re.compile(r"^[ \t]*[^=\s#]+[ \t]*=")
+#: load_env's states NAMEI..EQ1: a name (unquoted: up to a blank or ``=``; quoted: no ``=`` inside), then
+#: blanks, then ``=`` (any other character there: not an environment line)
+_ENV = re.compile(r"""^[ \t]*(?:"[^"=]*"|'[^'=]*'|[^=\s]+)[ \t]*=""")
 _KEYWORDS = ("@reboot", "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 _LOCAL = r"(?:localhost|127(?:\.\d{1,3}){3}|\[::1\]|0\.0\.0\.0)"
 

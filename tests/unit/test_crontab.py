@@ -47,14 +47,14 @@ _word = st.text(alphabet="abcdefghij/._-", min_size=1, max_size=8)
 
 
 @settings(max_examples=300, deadline=None)
-@given(kind=st.sampled_from(["comment", "env", "short", "entry"]), t=_time, words=st.lists(_word, min_size=1, max_size=4),
+@given(kind=st.sampled_from(["comment", "env", "quoted env", "short", "entry"]), t=_time, words=st.lists(_word, min_size=1, max_size=4),
        port=st.sampled_from([8080, 18020]), host=st.sampled_from(["localhost", "127.0.0.1", "[::1]", "0.0.0.0", "10.0.0.2", "example.org"]),
        stdin=st.booleans(), indent=st.sampled_from(["", " ", "\t"]))
 def test_every_generated_line_is_read_as_cronie_reads_it(kind, t, words, port, host, stdin, indent):
     url = f"http://{host}:{port}/v1/models"
     cmd = " ".join([*words, "curl", "-s", url])
     timing = t if t.startswith("@") else f"{t} * * * *"
-    line = {"comment": f"#{timing} {cmd}", "env": f"URL = {url}", "short": "0 3 * *",
+    line = {"comment": f"#{timing} {cmd}", "env": f"URL = {url}", "quoted env": f"'URL'={url}", "short": "0 3 * *",
             "entry": f"{timing} {cmd}" + ("%input for stdin" if stdin else "")}[kind]
     got = list(crontab.commands(indent + line + "\n"))
     if kind != "entry":
