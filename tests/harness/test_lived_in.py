@@ -3,7 +3,8 @@
 The copy gets the operator's real files (``lived_in`` in tests/unit/data/owner_corpus.json, each cited
 by repository, path and commit, written byte for byte): a pacman.conf whose repository sections
 ``Include`` two mirrorlists (and whose ``[options]`` holds its own ``IgnorePkg``) with those
-mirrorlists, two mkinitcpio presets of kernels of its own (an image preset with a microcode glob, a
+mirrorlists, and at its bottom the ``Include = /etc/pacman.d/*.conf`` glob whose file opens a repository
+of its own (TuxLAVA's Arch install page, followed as written), two mkinitcpio presets of kernels of its own (an image preset with a microcode glob, a
 UKI preset) and a ``MODULES+=`` drop-in without a final newline, a daemon.json of its own keys without
 a final newline, a unit of its own and its hourly timer, and a user crontab. Adapted to the rig, and only
 this: the unit's ``/usr/bin/btrbk`` exists only on the operator's box, so the host gets a script of
@@ -119,7 +120,8 @@ def host(make_module_host):
     h.before = sha(h)
     assert set(h.before) == set(OPERATOR_FILES)
     # the premises: pacman follows the operator's Include chain, the unit wants llama-swap, both timers run
-    assert h.run("pacman-conf --repo-list").stdout.split()[:3] == ["garuda", "wayland", "archcraft"]
+    # ... the glob at the bottom (in [extra], the last section open) brings tuxlava.conf's own section
+    assert h.run("pacman-conf --repo-list").stdout.split() == ["garuda", "wayland", "archcraft", "core", "extra", "tuxpkg"]
     assert "https://cdn-mirror.chaotic.cx/garuda/x86_64" in h.run("pacman-conf --repo garuda Server").stdout
     assert "llama-swap.service" in h.run("systemctl show -p Wants --value backup.service").stdout
     assert active(h, *TIMERS) == ["active", "active"]

@@ -491,6 +491,7 @@ def test_the_lived_in_hosts_files_are_real_files_byte_for_byte_with_their_source
     assert all(f["source"].startswith("https://github.com/") and "/blob/" in f["source"] for f in files)
     assert all(git_blob(f["text"].encode()) == f["git_blob"] for f in files)
     assert all(f["final_newline"] == f["text"].endswith("\n") for f in files)
+    assert [f["host_path"] for f in files if "from_document" in f] == ["/etc/pacman.d/tuxlava.conf"]
     # alainpham's daemon.json and dborseth's MODULES+= drop-in end without a newline
     assert [f["role"] for f in files if not f["final_newline"]] == ["daemon.json", "mkinitcpio drop-in"]
-    assert [f["role"] for f in files if "adapted_append" in f] == ["crontab"]
+    assert [f["role"] for f in files if "adapted_append" in f] == ["pacman.conf", "crontab"]
