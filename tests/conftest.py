@@ -73,12 +73,12 @@ MODULE_ORDER = (
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
+    "tests/harness/test_lived_in.py",          # 145-205 s loaded (issue 63): a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift
     "tests/harness/test_generations.py",       # 170 s
     "tests/harness/test_sweep.py",             # 115 s
     "tests/harness/test_safety.py",            # 111 s
     "tests/harness/test_drift.py",             # 68 s + ~45 s (issue 48: the deploy's path choice, seven deploys)
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
-    "tests/harness/test_lived_in.py",          # COST (issue 63): the journey on a lived-in copy: two deploys, wire-in, a window, a rollback, drift
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
