@@ -64,3 +64,18 @@ def test_the_container_is_the_name_llama_swaps_loader_runs_for_every_member_id(m
     spec = spec_from_layers([SANDBOX, member(cmd, mid)])
     assert members.resolve_member(mid, spec).container == runs
     assert [p for p in check_spec(spec) if "container" in p.allowed] == []
+
+
+def test_a_member_missing_a_required_key_names_the_key_not_the_whole_member():
+    """Issue 63: pydantic hands a missing key's error the mapping it is missing from; the message showed
+    that whole member as the value (``cold_boot_s: {'proxy': …, 'cmd': …} (dict) — required``)."""
+    cmd = EXAMPLE["cmd"].replace("-p ${PORT}:8080", "-p 127.0.0.1:${PORT}:8080")
+    full = member(cmd)["llama_swap"]["members"]["docker-llama"]
+    required = []
+    for k in full:
+        found = problems({"llama_swap": {"members": {"docker-llama": {f: v for f, v in full.items() if f != k}}}})
+        mine = [p for p in found if p.startswith(f"llama_swap.members.docker-llama.{k}: ") and p.endswith(" — required")]
+        if mine:
+            required.append(k)
+            assert mine == [f"llama_swap.members.docker-llama.{k}: missing — required"], found
+    assert "cold_boot_s" in required
