@@ -84,6 +84,8 @@ def declared() -> dict:
     operator's own in ``paused_timers``, and the operator's own llama-swap member (read once the
     fixtures, whose images.json names the digest, are up)."""
     return {"paused_timers": TIMERS, "llama_swap": {"members": {"docker-llama": own_member()}}}
+
+
 FLIP = 'llama_swap={"members": {"hyperqwen": {"staged": false}}}'
 PINS_INCLUDE = "Include = /etc/rigkit/pacman-pins.conf\n"
 
@@ -159,6 +161,8 @@ def test_the_deploy_keeps_every_operator_byte_but_its_one_line_and_daemon_jsons_
 def test_wire_in_show_activate_rollback_release(host):
     shown = rigkit(host, "wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--show", "--data", FLIP)
     assert shown.returncode == 3, shown.stdout[-3000:] + shown.stderr[-3000:]
+    # --data is merged into the declared members, not over them: the operator's member stays (deep merge)
+    assert f"{host.name}: members added: hyperqwen; " in shown.stdout, shown.stdout[-3000:]
     on = rigkit(host, "wire-in", "-i", "inventory/sandbox.py", "--host", host.name, "--activate", "--data", FLIP)
     assert on.returncode == 0, on.stdout[-3000:] + on.stderr[-3000:]
     assert '"hyperqwen":' in host.run("cat /etc/llama-swap/config.yaml").stdout
