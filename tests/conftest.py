@@ -73,6 +73,7 @@ MODULE_ORDER = (
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
     "tests/harness/test_window.py",            # 229 s
     "tests/harness/test_lock.py",              # 220 s
+    "tests/harness/test_lived_in.py",          # 110-205 s (issue 63; 205 loaded): a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift
     "tests/harness/test_generations.py",       # 170 s
     "tests/harness/test_sweep.py",             # 115 s
     "tests/harness/test_safety.py",            # 111 s

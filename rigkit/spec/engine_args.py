@@ -261,7 +261,7 @@ def _member_command(spec: RigSpec, mid: str, m: members_mod.Member, out: Finding
                     "shlex.Posix.Split), so ~ and $NAME reach the program as written; write the path out, quote it "
                     "in single quotes if it is meant literally, or run the command under sh -c '…'"))
     if m.cmd_stop and m.container and m.spec.service is None:
-        targets = _stop_targets(m.cmd_stop)
+        targets = _stop_targets(members_mod.expand_model_id(m.cmd_stop, mid))  # as llama-swap runs it
         if targets is not None and m.container not in targets:
             out.problems.append(SpecProblem(
                 key=f"{key}.cmd_stop", value=repr(m.cmd_stop),

@@ -269,6 +269,10 @@ def _problems_from_pydantic(exc: ValidationError, data: Mapping[str, Any]) -> li
                 owned_hint = did_you_mean(str(loc[-1]), _owned_cache())
             problem = SpecProblem(key=key, value="unknown key",
                                   allowed=f"not a rigkit or pyinfra key{hint or owned_hint}")
+        elif err["type"] == "missing":
+            # pydantic's input here is the mapping the key is missing from: name the absence, not that mapping
+            # (issue 63: a member without cold_boot_s printed the whole member as the value)
+            problem = SpecProblem(key=key, value="missing", allowed=_allowed_text(err))
         else:
             value = err.get("input")
             # a type's own rule (rigkit.spec.types) names the kind: the value alone; pydantic's, with its type

@@ -142,9 +142,18 @@ def resolve_member(member_id: str, spec: RigSpec) -> Member:
     return Member(
         id=member_id, spec=m, cmd=m.cmd, cmd_stop=m.cmd_stop, proxy=m.proxy, port=port,
         vram_gib=m.vram_gib, unload_timeout_s=m.unload_timeout_s, use_model_name=m.use_model_name,
-        container=container_name(m.cmd) if m.cmd else None,
+        container=container_name(expand_model_id(m.cmd, member_id)) if m.cmd else None,
         argv=split_command(m.cmd) if m.cmd else [],
     )
+
+
+def expand_model_id(cmd: str, member_id: str) -> str:
+    """``cmd`` with ``${MODEL_ID}`` as llama-swap 250 expands it before it runs the command: the
+    member's id (macros.go ``resolveConfigMacros``: ``MODEL_ID`` first among a model's macros;
+    ``rigkit.spec.llama_swap_load.expand_macros`` emulates it whole). Upstream's own Docker example
+    names its container ``--name ${MODEL_ID}`` (config.example.yaml, ``docker-llama``), so the
+    container is the expanded name, never the literal macro (issue 63)."""
+    return cmd.replace("${MODEL_ID}", member_id)
 
 
 def own_server(member_id: str, spec: RigSpec) -> LlamaCppSpec:

@@ -13,7 +13,7 @@ when an input does):
 
 - ``ghcr.io/ggml-org/llama.cpp:server-cuda`` — llama.cpp's own server (the ``xllamacpp`` wheel's
   build of llama.cpp, from the project's venv) in a minimal root (Debian 12's Python 3.11 and the
-  C/C++ runtime, :data:`debs.IMAGE_DEBS`); ``ENTRYPOINT ["/app/llama-server"]``, ``WORKDIR /app``
+  C/C++ runtime, :data:`debs.IMAGE_DEBS`); ``ENTRYPOINT ["/app/llama-server"]``, ``WORKDIR /app``, ``LLAMA_ARG_HOST=0.0.0.0``
   like upstream's ``.devops/cuda.Dockerfile`` ``server`` stage. ``/app/llama-server``
   (stubs/llama_server.py) parses its command line as llama-server does (``/app/llama_args.py``
   over ``/app/llama_server_args.py``: rigkit/spec/llama_server.py over the table of the options of the
@@ -181,7 +181,11 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
                          ("app/hyperqwen_prepare.py", "f", (HERE / "stubs/hyperqwen_prepare.py").read_bytes(), 0o644),
                          ("app/models", "d", None, 0o755), ("cache", "d", None, 0o755)])
     out = {}
-    out[LLAMA_REPO] = ("server-cuda", *image([base, xl, llama_app], ["/app/llama-server"], None, ENV))
+    # upstream's server images set LLAMA_ARG_HOST=0.0.0.0, so a `docker run` of the image without --host
+    # (llama-swap's own Docker example) is reachable through its published port: ggml-org/llama.cpp
+    # .devops/cuda.Dockerfile, stage `server`, at bb0e507a4dd9f444c3b8bdb6f888634a6da712f7 (issue 63)
+    out[LLAMA_REPO] = ("server-cuda", *image([base, xl, llama_app], ["/app/llama-server"], None,
+                                             ENV + ["LLAMA_ARG_HOST=0.0.0.0"]))
     out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"],
                                         ENV + ["FAKE_GPU_SHARE=/app/models/.sandbox-control/gpu"]))
     return out

@@ -480,3 +480,18 @@ def test_rigkits_earlier_drop_in_is_known_as_its_own():
     exec(compile(old.stdout, "mkinitcpio.py@4f241d1", "exec"), scope)
     assert hashlib.sha256(scope["DROPIN_TEXT"].encode()).hexdigest() in mkinitcpio.EARLIER_DROPIN_SHA256
     assert hashlib.sha256(mkinitcpio.DROPIN_TEXT.encode()).hexdigest() not in mkinitcpio.EARLIER_DROPIN_SHA256
+
+
+def test_the_lived_in_hosts_files_are_real_files_byte_for_byte_with_their_sources():
+    """Issue 63: the operator's files of tests/harness/test_lived_in.py, each cited at a commit; the
+    one adapted file (the crontab) carries what was added apart from the real bytes."""
+    files = CORPUS["lived_in"]
+    assert {f["role"] for f in files} == {"pacman.conf", "pacman include", "mkinitcpio preset", "mkinitcpio drop-in",
+                                         "daemon.json", "unit", "timer", "crontab"}
+    assert all(f["source"].startswith("https://github.com/") and "/blob/" in f["source"] for f in files)
+    assert all(git_blob(f["text"].encode()) == f["git_blob"] for f in files)
+    assert all(f["final_newline"] == f["text"].endswith("\n") for f in files)
+    assert [f["host_path"] for f in files if "from_document" in f] == ["/etc/pacman.d/tuxlava.conf"]
+    # alainpham's daemon.json and dborseth's MODULES+= drop-in end without a newline
+    assert [f["role"] for f in files if not f["final_newline"]] == ["daemon.json", "mkinitcpio drop-in"]
+    assert [f["role"] for f in files if "adapted_append" in f] == ["pacman.conf", "crontab"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rigkit.common import atomic, busy, envfile, gpu
 from rigkit.host import busy as host_busy
+from rigkit.host import crontab
 from rigkit.host import gpu as host_gpu
 from rigkit.host import net
 from rigkit.bench import llama_swap
@@ -86,9 +87,23 @@ class Window:
         refused = preflight_problem(p)  # a power-limit sweep: every limit within the card's range
         if refused:
             raise Refused(refused)
-        return (f"no client connections on :{p['proxy_port']}; lock files absent: "
-                f"{', '.join(p.get('lock_files') or []) or '(none declared)'}; "
-                f"{p['tenant']} {need:g} GiB + {reserve:g} GiB reserve fits {total / 1024:.2f} GiB")
+        detail = (f"no client connections on :{p['proxy_port']}; lock files absent: "
+                  f"{', '.join(p.get('lock_files') or []) or '(none declared)'}; "
+                  f"{p['tenant']} {need:g} GiB + {reserve:g} GiB reserve fits {total / 1024:.2f} GiB")
+        return detail + self._cron_warning(int(p["proxy_port"]))
+
+    def _cron_warning(self, port: int) -> str:
+        """The user crontabs' entries that call the proxy (:func:`rigkit.host.crontab.proxy_callers`),
+        journalled as a note and returned as the preflight's warning (a window warns about them:
+        docs/operating.md "Cron jobs that call the proxy"); "" when none."""
+        callers = crontab.proxy_callers(port)
+        if not callers:
+            return ""
+        text = (f"warning: cron calls the proxy, and cron is not paused (rigkit never edits a crontab): "
+                f"{'; '.join(callers)} — a run during this window gets connection refused on :{port}; "
+                f"to pause it, make it a systemd timer and declare it in paused_timers")
+        self.j.note(text)
+        return "; " + text
 
     def pause_timers(self) -> str:
         declared = list(self.plan.get("paused_timers") or [])
