@@ -157,7 +157,7 @@ def steps(k, quoting, collapse_after=None):
         if collapse_after is not None and done >= collapse_after:
             acc = 0
         n = min(acc + 1, k - done)
-        out.append((n, acc))
+        out.append((n, n - 1))  # a step cut by max_tokens counts what it emitted
         done += n
     return out[:k]
 
