@@ -15,9 +15,7 @@ prometheus-client's own (:func:`vllm_exposition` builds it with the same library
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -31,13 +29,12 @@ from rigkit.bench import metrics
 from rigkit.bench.context import Target
 from rigkit.bench.runner import report_lines, run_workloads
 from rigkit.bench.workloads import PRESETS, RequestSpec, Workload, build_workloads
-from rigkit.remote import free_port
 from rigkit.report import prometheus
 
 from .replay import Script, vllm_stream
+from .standin import stand_in
 
 ROOT = Path(__file__).resolve().parents[2]
-STUB = ROOT / "tests" / "harness" / "stubs" / "openai_stub.py"
 sys.path.insert(0, str(ROOT / "tests" / "harness"))
 
 #: vLLM's families: name → (documentation, label names). Source: module docstring.
@@ -105,8 +102,8 @@ def test_acceptance_is_bounded_and_mixed_intervals_carry_no_figure(drafts, k, da
         assert 0.0 <= d["acceptance_rate"] <= 1.0
         assert 1.0 <= d["acceptance_length"] <= 1 + k
         assert d["acceptance_length"] == round(1 + accepted / drafts, 3)
-    assert metrics.spec_delta(before, {**after, "requests": None} if False else {k_: v for k_, v in after.items()
-                                                                                  if k_ != "requests"}, own)["mixed"] is None
+    no_counter = {key: v for key, v in after.items() if key != "requests"}  # an engine without the request counter
+    assert metrics.spec_delta(before, no_counter, own)["mixed"] is None
 
 
 @settings(max_examples=100, deadline=None)
@@ -137,24 +134,10 @@ def test_windows_tile_the_generation_without_gap_or_overlap(steps_):
 
 @pytest.fixture
 def engine(tmp_path):
-    """The stand-in HyperQwen engine (DFLASH_TOKENS 7) on a free port, its control folder; ``chunk_s`` 0."""
+    """The stand-in HyperQwen engine (DFLASH_TOKENS 7) and its control folder (:mod:`.standin`)."""
     control = tmp_path / "control"
-    control.mkdir()
-    (control / "chunk_s").write_text("0")
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(port), "--alias", "hq",
-                             "--control-dir", str(control)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={"PATH": "/usr/bin:/bin", "DFLASH_TOKENS": "7"})
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):  # bounded poll until it listens
-        try:
-            requests.get(url + "/health", timeout=1)
-            break
-        except requests.RequestException:
-            time.sleep(0.05)
-    yield url, control
-    proc.terminate()
-    proc.wait(timeout=10)
+    with stand_in(control) as url:
+        yield url, control
 
 
 def target(url: str) -> Target:
