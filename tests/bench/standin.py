@@ -18,12 +18,12 @@ STUB = Path(__file__).resolve().parents[2] / "tests" / "harness" / "stubs" / "op
 
 
 @contextlib.contextmanager
-def stand_in(control: Path, draft: int = 7, alias: str = "hq") -> Iterator[str]:
+def stand_in(control: Path, draft: int = 7, alias: str = "hq", chunk_s: float = 0.0) -> Iterator[str]:
     """Run the stand-in with ``DFLASH_TOKENS=draft`` and ``control`` as its control folder (made here;
-    ``chunk_s`` 0: chunks as fast as it can write them); yields its base URL, stops it after. Waits for it
+    ``chunk_s``: seconds per chunk, 0: as fast as it can write them); yields its base URL, stops it after. Waits for it
     by a bounded poll of ``/health`` (RuntimeError when it never answers)."""
     control.mkdir(parents=True, exist_ok=True)
-    (control / "chunk_s").write_text("0")
+    (control / "chunk_s").write_text(str(chunk_s))
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(port), "--alias", alias,
                              "--control-dir", str(control)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
