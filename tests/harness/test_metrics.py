@@ -17,6 +17,7 @@ clean and node_exporter reports no textfile error.
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import socket
 import subprocess
@@ -102,6 +103,31 @@ def control(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_scrape_of_a_member_llama_swap_has_not_loaded_does_not_load_it(host):
+    """Issue 65: through llama-swap v250, ``/upstream/<member>/metrics`` starts a member that is not running
+    (``handleUpstream``, ``internal/server/api.go:479-546``; the default ``upstream.ignorePaths`` covers static
+    files only). The bench's reader (:func:`rigkit.bench.metrics.scrape`, the agent's own copy of it on the
+    host) asks ``/running`` first: gguf-baseline, not loaded, is not scraped, and is still not loaded after;
+    Strata, the resident, is still the one ready. Strata (ready) is scraped: its answer is llama.cpp's."""
+    def running():
+        return {m["model"]: m["state"] for m in json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]}
+
+    def scrape_on_host(member):
+        code = ("import json; from rigkit.bench import metrics; print(json.dumps(metrics.scrape("
+                f"'http://127.0.0.1:8080/upstream/{member}', swap_base='http://127.0.0.1:8080', member='{member}')))")
+        return json.loads(host.run(f"/opt/rigkit/venv/bin/python -c {shlex.quote(code)}").stdout)
+
+    before = running()
+    assert "gguf-baseline" not in before and before.get("strata") == "ready", before  # the premise
+    got, why = scrape_on_host("gguf-baseline")
+    assert got is None and "member gguf-baseline is stopped in llama-swap's /running: not scraped" in why, why
+    assert running() == before
+    got, why = scrape_on_host("strata")  # ready: scraped (llama.cpp serves no vLLM counters)
+    assert "not scraped" not in (why or ""), why
+    assert running() == before
+    print(f"\nscrape of gguf-baseline (not loaded): {why!r}; /running before and after: {before}")
 
 
 def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):
