@@ -44,7 +44,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-import requests
+# requests is imported where it is used: ``rigkit.cli`` imports this module's ACCEPTANCE_FLOOR for its
+# options, and ssl imported before a command's gevent monkey-patching recurses (``rigkit lock``)
 
 #: vLLM's counters: key → (metric family as vLLM names it, its label names). Source: module docstring.
 VLLM_COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -92,6 +93,8 @@ def parse_counters(text: str) -> dict[str, Any]:
 def member_state(swap_base: str, member: str, api_key: str | None = None) -> str | None:
     """The member's state in llama-swap's ``GET /running`` (``ready``, ``starting``, …), ``"stopped"``
     when it is not listed (v250 lists every process not stopped), None when ``/running`` cannot be read."""
+    import requests
+
     from rigkit.bench.llama_swap import running
 
     try:
@@ -114,6 +117,8 @@ def scrape(base_url: str, headers: dict[str, str] | None = None, timeout_s: floa
     when the member is ``ready`` (module docstring: a scrape of a member not running would start it);
     otherwise the skip says ``member <m> is <state> in llama-swap's /running: not scraped (a scrape
     would load it)``."""
+    import requests
+
     if swap_base and member:
         state = member_state(swap_base, member, api_key)
         if state != "ready":

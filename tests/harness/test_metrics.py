@@ -124,10 +124,11 @@ def test_a_scrape_of_a_member_llama_swap_has_not_loaded_does_not_load_it(host):
     got, why = scrape_on_host("gguf-baseline")
     assert got is None and "member gguf-baseline is stopped in llama-swap's /running: not scraped" in why, why
     assert running() == before
-    got, why = scrape_on_host("strata")  # ready: scraped (llama.cpp serves no vLLM counters)
-    assert "not scraped" not in (why or ""), why
+    got, said = scrape_on_host("strata")  # ready: scraped (llama.cpp serves no vLLM counters)
+    assert "not scraped" not in (said or ""), said
     assert running() == before
-    print(f"\nscrape of gguf-baseline (not loaded): {why!r}; /running before and after: {before}")
+    print(f"\nscrape of gguf-baseline (not loaded): {why!r}; of strata (ready): {said!r}; "
+          f"/running before and after: {before}")
 
 
 def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):
