@@ -295,3 +295,14 @@ def test_the_bench_families_pass_promtool(engine, tmp_path):
     assert sorted(s.labels["position"] for s in pos) == [str(i) for i in range(7)]
     assert {s.labels["workload"]: s.value for s in fams["rigkit_bench_spec_acceptance_mixed"].samples} == \
         {"chat-greedy": 0.0, "quoting": 0.0}
+
+
+def test_the_cli_imports_no_http_client_before_its_commands_run():
+    """``rigkit.cli`` imports this module's floor for ``--acceptance-floor``; a ``requests`` imported with it
+    puts urllib3's ssl ahead of pyinfra's gevent monkey-patching, and ``rigkit lock`` then recursed in ssl
+    (the golden build's lock, issue 65). The reader imports it where it is used."""
+    import subprocess
+
+    code = "import sys, rigkit.cli.main; print(sorted(m for m in ('requests', 'urllib3') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
