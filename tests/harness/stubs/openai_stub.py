@@ -37,7 +37,7 @@ real parts"), from ``DFLASH_TOKENS`` in its environment (the ``.env`` compose pa
   drafts d tokens and keeps a prefix of them; position i (0-based) is kept with probability
   ``q_i = r ** (i + 1)``, r chosen so that ``sum(q_i)`` is the mean accepted per step the tokens per
   chunk above imply (chat 1.5 of 7: 21%, low, thinking-heavy; quoting 4.2 of 7: 60%, high). The
-  steps are drawn from a low-discrepancy sequence (step j keeps the positions with
+  steps are drawn from a low-discrepancy sequence (step j of a request keeps the positions with
   ``frac(j * 0.618…) < q_i``), so a request's counters are the same every time and the
   per-position rates tend to ``q_i``; tokens per chunk equal the accepted batch plus one.
   prefill at :data:`PREFILL_TPS` tok/s; prompt tokens are characters / 4 (there is no /tokenize).
@@ -124,7 +124,6 @@ GOLDEN = (5 ** 0.5 - 1) / 2
 METRICS = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * (DRAFT or 0),
            "requests": {"stop": 0, "length": 0, "abort": 0}}
 METRICS_LOCK = threading.Lock()
-SEQ = [0]  # verify steps taken by this process (the low-discrepancy sequence's index)
 
 
 def position_rates(mean_accepted, d):
@@ -148,11 +147,10 @@ def steps(k, quoting, collapse_after=None):
     if DRAFT is None:
         return [(1, None)] * k
     q = position_rates(tokens_per_chunk(quoting) - 1, DRAFT)
-    out, done = [(1, None)], 1
+    out, done, j = [(1, None)], 1, 0
     while done < k:
-        with METRICS_LOCK:
-            SEQ[0] += 1
-            u = (SEQ[0] * GOLDEN) % 1.0
+        j += 1  # each request runs the sequence from its start: the same request, the same steps
+        u = (j * GOLDEN) % 1.0
         acc = sum(1 for qi in q if u < qi)
         if collapse_after is not None and done >= collapse_after:
             acc = 0
