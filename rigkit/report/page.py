@@ -376,8 +376,8 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% endfor %}</table>
 {% if sw.param == 'power_limit' %}<table class="frontier"><tr><th>power limit (W)</th><th>decode tok/s</th><th>tok/J</th><th>J/token</th><th>average W</th><th>enforced W</th></tr>
 {% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.decode_tps }}</td><td>{{ f.tok_per_j }}</td><td>{{ f.j_per_token }}</td><td>{{ f.avg_w }}</td><td>{{ f.enforced_w }}</td></tr>
-{% endfor %}</table>{% else %}<table class="frontier"><tr><th>{{ sw.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
-{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
+{% endfor %}</table>{% else %}<table class="frontier"><tr><th>{{ sw.param }}</th><th>longest context survived</th><th>crashed at</th><th>speculative decoding's acceptance there</th></tr>
+{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td><td class="acceptance">{{ f.acceptance }}</td></tr>
 {% endfor %}</table>{% endif %}
 <p class="recommendation">{{ sw.recommendation }}</p>
 {% if sw.group_data %}<p>to declare it (nothing was applied): <code>{{ sw.group_data }}</code></p>{% endif %}
@@ -421,7 +421,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_tokens") -> dict[str, Any] | None:
     """The last ``param`` sweep of ``host`` in ``results_dir`` (:func:`rigkit.report.sweep.find_results`) for
     the page: the table (decode tok/s or CRASH per setting × workload × context), the frontier (a draft
-    length's longest context survived; a power limit's decode tok/s, tok/J, J/token, average and
+    length's longest context survived and speculative decoding's acceptance per workload there; a power limit's decode tok/s, tok/J, J/token, average and
     enforced W), the recommendation, its group_data line and warning, the chart (inline SVG, also
     written to ``out_dir/charts/<host>-sweep-<param>.svg``); None when the host has no such sweep."""
     from matplotlib import rc_context
@@ -446,7 +446,9 @@ def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_t
                                    for k in ("decode_tps", "tok_per_j", "j_per_token", "avg_w", "enforced_w")}}
                  for s in grid["settings"]] if power else
                 [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
-                  else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]])
+                  else "none", "crashed_at": front[str(s)]["crashed_at"] or "-",
+                  "acceptance": ", ".join(f"{w} {100 * r:.0f}%" for w, r in (front[str(s)].get("acceptance") or {}).items())
+                  or "-"} for s in grid["settings"]])
     return {"window": res.get("window"), "param": grid["param"], "contexts": grid["contexts"], "rows": rows,
             "title": "power-limit sweep" if power else "HyperQwen sweep",
             "caption": ("decode tok/s and tok/J (geometric means over the cells) by power limit; ringed: the "

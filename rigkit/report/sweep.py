@@ -287,8 +287,10 @@ def acceptance_text(cell: dict[str, Any]) -> str:
     if cell.get("acceptance_rate") is None:
         return ""
     pos = cell.get("acceptance_by_position") or {}
-    return (f" · acceptance {100 * cell['acceptance_rate']:.0f}% ({cell['acceptance_length']:.2f} tokens/step"
-            + ("; by draft position " + " ".join(f"{p}:{100 * r:.0f}%" for p, r in pos.items()) if pos else "") + ")")
+    length = cell.get("acceptance_length")
+    more = ([f"{length:.2f} tokens/step"] if length is not None else []) + \
+        (["by draft position " + " ".join(f"{p}:{100 * r:.0f}%" for p, r in pos.items())] if pos else [])
+    return f" · acceptance {100 * cell['acceptance_rate']:.0f}%" + (f" ({'; '.join(more)})" if more else "")
 
 
 def survival_lines(res: dict[str, Any]) -> list[str]:

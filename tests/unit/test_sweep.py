@@ -102,7 +102,8 @@ def stub_truth(setting: int, workload: str, context: int) -> dict:
     tpc = 1 + 0.6 * setting if workload == "quoting" else 1 + 1.5 * min(setting, 7) / 7
     return {"setting": setting, "workload": workload, "context": context, "status": "ok",
             "decode_tps": round(tpc / 0.01, 1), "prefill_tps": 4e5, "ttft_s": 0.05, "tokens_per_chunk": tpc,
-            "runs": 2, "error": None}
+            "runs": 2, "error": None, "acceptance_rate": round((tpc - 1) / setting, 4), "acceptance_length": round(tpc, 3),
+            "acceptance_mixed": False}
 
 
 def run_grid(grid: dict, stop_after: int | None = None) -> list[dict]:
@@ -237,7 +238,8 @@ def test_the_report_shows_the_last_sweep(tmp_path):
     assert view["group_data"] == 'hyperqwen = {"dflash_tokens": 7}'
     assert view["rows"][6] == {"setting": 9, "workload": "chat-greedy",
                                "cells": ["250.0 tok/s", "250.0 tok/s", "CRASH"]}
-    assert view["frontier"][3] == {"setting": 9, "survived": "16384 tokens", "crashed_at": 20480}
+    assert view["frontier"][3] == {"setting": 9, "survived": "16384 tokens", "crashed_at": 20480,
+                                   "acceptance": "chat-greedy 17%, quoting 60%"}
     assert view["chart"].startswith("<svg") and "crash @ 20480" in view["chart"]
     assert sweep_view("other", str(tmp_path / "results"), str(tmp_path / "out")) is None
 
