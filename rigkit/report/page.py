@@ -239,8 +239,8 @@ def spec_cells(run: Run) -> list[tuple[str, str, str]]:
     """``[(workload, text, title)]`` of a run's speculative decoding (each workload's ``spec_decode``,
     :func:`rigkit.bench.metrics.spec_delta`): ``acceptance 21.4% · 2.50 tokens/step · by draft position
     0 60% · 1 36% …``; ``MIXED: 1 request not the bench's moved the counters`` (no figure); the long
-    workload's collapse with its window; a member without speculative decoding said once
-    (``("", "none on this member", why)``); ``[]`` when nothing was read."""
+    workload's collapse with its window; a member without speculative decoding, or counters not read (and
+    why), said once (``("", "no speculative decoding on this member", why)``)."""
     from rigkit.bench.metrics import NO_SPEC
 
     out: list[tuple[str, str, str]] = []
@@ -249,9 +249,9 @@ def spec_cells(run: Run) -> list[tuple[str, str, str]]:
         sd = (w or {}).get("spec_decode")
         if not sd:
             note = (w or {}).get("spec_decode_note")
-            if note == NO_SPEC and note not in notes:
-                out.append(("", "no speculative decoding on this member", note))
-            if note:
+            if note and note not in notes:
+                out.append(("", "no speculative decoding on this member" if note == NO_SPEC else f"not read: {note}",
+                            note))
                 notes.add(note)
             continue
         if sd.get("mixed"):

@@ -272,6 +272,14 @@ def test_a_member_without_speculative_decoding_says_so_once(replay, tmp_path):
                                         label="t"), wls, run_id="r", out_dir=str(tmp_path))
     lines = [x for x in report_lines(_summary(summaries)) if "speculative decoding" in x]
     assert lines == ["  speculative decoding: not read — /metrics answered HTTP 404"]
+    # and once in the report's runs table, for a member whose /metrics has no vLLM counters
+    from datetime import datetime, timezone
+
+    from rigkit.report.page import Run, spec_cells
+
+    quiet = {n: {"spec_decode": None, "spec_decode_note": metrics.NO_SPEC} for n in ("chat-greedy", "quoting")}
+    run = Run(datetime.now(timezone.utc), "r", "f", {"workloads": quiet})
+    assert spec_cells(run) == [("", "no speculative decoding on this member", metrics.NO_SPEC)]
 
 
 def test_the_bench_families_pass_promtool(engine, tmp_path):
