@@ -314,3 +314,31 @@ def test_the_cli_imports_no_http_client_before_its_commands_run():
     code = "import sys, rigkit.cli.main; print(sorted(m for m in ('requests', 'urllib3') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.fixture(scope="module", params=[3, 7, 15])
+def engine_at(request, tmp_path_factory):
+    """The stand-in at draft length 3, 7 and 15 (a process each)."""
+    with stand_in(tmp_path_factory.mktemp("control"), draft=request.param) as url:
+        yield url, request.param
+
+
+@settings(max_examples=8, deadline=None)
+@given(k=st.integers(1, 300))
+def test_each_chunk_is_one_verify_steps_accepted_batch_and_the_counters_add_them_up(engine_at, k):
+    """Every chat answer of the stand-in: its first chunk the prefill's one token, each later chunk one
+    verify step (its accepted drafts and the bonus token; a chat token is one ``sandbox ``); the counters
+    moved by exactly those steps: drafts, draft tokens (d per step), accepted, and per position p the steps
+    that kept more than p."""
+    url, d = engine_at
+    before = metrics.parse_counters(requests.get(url + "/metrics", timeout=5).text)
+    chunks, usage = _stream(url, "think", k, ignore_eos=True)
+    after = metrics.parse_counters(requests.get(url + "/metrics", timeout=5).text)
+    sizes = [c.count("sandbox") for c in chunks]
+    assert sum(sizes) == usage["completion_tokens"] == k and sizes[0] == 1
+    kept = [n - 1 for n in sizes[1:]]
+    assert all(0 <= a <= d for a in kept)
+    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in ("drafts", "draft_tokens", "accepted", "requests")}
+    assert delta == {"drafts": len(kept), "draft_tokens": d * len(kept), "accepted": sum(kept), "requests": 1}
+    per_pos = {p: after["per_pos"][p] - before["per_pos"].get(p, 0.0) for p in after["per_pos"]}
+    assert per_pos == {p: float(sum(1 for a in kept if a > p)) for p in range(d)}
