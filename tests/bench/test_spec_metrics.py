@@ -282,6 +282,7 @@ def test_a_member_without_speculative_decoding_says_so_once(replay, tmp_path):
     assert spec_cells(run) == [("", "no speculative decoding on this member", metrics.NO_SPEC)]
 
 
+@pytest.mark.slow  # Debian's promtool, fetched and unpacked on first use (tests/harness/promtool.py)
 def test_the_bench_families_pass_promtool(engine, tmp_path):
     import promtool
 
