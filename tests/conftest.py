@@ -68,6 +68,8 @@ MODULE_ORDER = (
     "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
     "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
     "tests/bench/test_failure_kinds.py",       # 5 s: hypothesis, the client before the split (from git) beside today's
+    "tests/bench/test_spec_metrics.py",        # 17 s (issue 65): the stand-in engine as local processes, the rig's 20k-token long workload
+    "tests/report/test_spec_report.py",        # 15 s (issue 65): four benches of the stand-in, the report in Chromium
     "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
     "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
