@@ -68,6 +68,8 @@ MODULE_ORDER = (
     "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
     "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
     "tests/bench/test_failure_kinds.py",       # 5 s: hypothesis, the client before the split (from git) beside today's
+    "tests/bench/test_spec_metrics.py",        # 17 s (issue 65): the stand-in engine as local processes, the rig's 20k-token long workload
+    "tests/report/test_spec_report.py",        # 15 s (issue 65): four benches of the stand-in, the report in Chromium
     "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
     "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
@@ -82,7 +84,7 @@ MODULE_ORDER = (
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
-    "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench; +21 s (issue 66: a drift with node_exporter stopped, a render, the targets scraped)
+    "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench; +21 s (issue 66: a drift with node_exporter stopped, a render, the targets scraped); + ~1 s (issue 65: a scrape that must not load a member)
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
     "tests/unit/test_dashboard.py",            # 13 s (issue 66): one rigkit render in a subprocess, promql-parser over every query
     "tests/unit/test_promfile.py",             # 8-13 s (issue 47): promtool on 40 generated files, the agent run thrice

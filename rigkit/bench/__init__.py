@@ -13,10 +13,12 @@ and :mod:`rigkit.common` only
 - :mod:`rigkit.bench.session` — one bench run from the target to the summary, for
   ``rigkit bench`` and the window alike.
 - :mod:`rigkit.bench.workloads` — the presets (``warmup``, ``chat-greedy``, ``chat-sampled``,
-  ``quoting``) and the verbatim check.
+  ``quoting``, ``long``) and the verbatim check.
 - :mod:`rigkit.bench.results` — JSONL records, per-workload summaries, verdicts.
 - :mod:`rigkit.bench.context` — what makes numbers comparable (GPU, driver, engine, model).
-- :mod:`rigkit.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters.
+- :mod:`rigkit.bench.metrics` — vLLM ``/metrics`` speculative-decoding counters: acceptance per workload and
+  draft position, never scraped from a member llama-swap has not loaded, mixed when other requests moved
+  them, and in windows along the long workload.
 - :mod:`rigkit.bench.energy` — the energy of each request, from :mod:`rigkit.bench.nvml`'s readings
   (the card's counter through NVML, else sampled ``power.draw``).
 - :mod:`rigkit.bench.llama_swap` — the one client of llama-swap (a completion, ``/running``, the

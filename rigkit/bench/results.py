@@ -295,7 +295,10 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
 
 def compared_metrics(name: str) -> list[str]:
     """The figures a verdict of workload ``name`` compares: decode tok/s, and prefill tok/s for
-    ``quoting``."""
+    ``quoting``; none for ``long`` (one request: what it measures is acceptance along the generation,
+    judged against the floor, not a speed against a baseline)."""
+    if name == "long":
+        return []
     return ["decode_tps"] + (["prefill_tps"] if name == "quoting" else [])
 
 
@@ -434,6 +437,13 @@ def verdict(name: str, current: dict[str, Any], context: dict[str, Any],
             if s and s.get("cv") is not None and s["cv"] > MAX_CV:
                 reasons.append(f"{m} CV {100 * s['cv']:.1f}% > {100 * MAX_CV:.0f}%: unstable, rerun")
                 label = "WARN"
+    fell = (current.get("spec_decode") or {}).get("collapse")
+    if fell:
+        reasons.append(f"speculative decoding's acceptance fell to {100 * fell['acceptance_rate']:.1f}% in window "
+                       f"{fell['window']} (generated tokens {fell['from_token']}-{fell['to_token']}), below the floor "
+                       f"of {100 * fell['floor']:.1f}%")
+        if label in ("PASS", "no baseline", "not comparable"):
+            label = "WARN"
     if failed_quotes:
         label = "FAIL"
     baseline_why = None

@@ -202,6 +202,7 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                   idle_s: float = IDLE_S,
                   repeat_unstable: int = 0,
                   doubt: Callable[[str, dict[str, Any]], str | None] | None = None,
+                  acceptance_floor: float = spec_metrics.ACCEPTANCE_FLOOR,
                   ) -> tuple[dict[str, Any], list[str]]:
     """Run ``workloads`` one request at a time; append each record to
     ``out_dir/requests.jsonl`` as it completes.
@@ -236,6 +237,14 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
     a slowdown must hold when measured again before it is a FAIL — two runs' own spreads do not
     hold the run-to-run drift of a shared host (the sandbox's twenty pairs: one FAIL between two
     steady runs of the same settings, 35% apart).
+
+    Speculative decoding (:mod:`rigkit.bench.metrics`): the engine's counters are scraped around each
+    workload — behind llama-swap only while ``/running`` says the member ``ready`` (a scrape never loads
+    it) — and differenced into the summary's ``spec_decode``, ``mixed`` when the engine finished more
+    requests than this workload sent (then no acceptance figure). A workload with ``window_tokens``
+    (``long``) is also scraped during its stream: its ``spec_decode["windows"]``, and a window whose
+    acceptance rate falls below ``acceptance_floor`` (0–1) is a warning naming it
+    (:func:`rigkit.bench.metrics.collapse_warning`) and the summary's ``spec_decode["collapse"]``.
     """
     os.makedirs(out_dir, exist_ok=True)
     jsonl = os.path.join(out_dir, "requests.jsonl")
@@ -264,8 +273,15 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                 summaries[wl.name]["discarded"] = wl.discard
                 continue
             tries: list[dict[str, Any]] = []
+            def scrape_now() -> tuple[dict[str, Any] | None, str | None]:
+                return spec_metrics.scrape(target.aux_base, target.headers(), swap_base=target.swap_base,
+                                           member=target.model, api_key=target.api_key)
+
             for attempt in range(1, 1 + (1 if wl.discard else 1 + max(repeat_unstable, 0))):
-                before, note = spec_metrics.scrape(target.aux_base, target.headers())
+                before, note = scrape_now()
+                sent_before = sent
+                reader = (spec_metrics.WindowReader(lambda: scrape_now()[0], wl.window_tokens)
+                          if wl.window_tokens and before else None)
                 records: list[dict[str, Any]] = []
                 quotes: list[dict[str, Any]] = []
                 swapped_total = 0
@@ -274,10 +290,18 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                     if progress:
                         progress(wl.name, i, len(wl.requests))
                     def send() -> RequestResult:
-                        return send_patiently(
+                        if reader is not None:
+                            reader.samples.clear()
+                            reader.start()
+                        got = send_patiently(
                             lambda: stream_chat(target.chat_url, spec.payload, api_key=target.api_key,
-                                                session=session, stall_timeout_s=stall_timeout_s),
+                                                session=session, stall_timeout_s=stall_timeout_s,
+                                                on_chunk=(lambda r: reader.on_chunk(r.token_chunks))
+                                                if reader is not None else None),
                             health_budget_s=health_budget_s, poll_s=poll_s)
+                        if reader is not None:
+                            reader.finish()
+                        return got
 
                     def record(r: RequestResult, energy: dict[str, Any], discarded: bool) -> dict[str, Any]:
                         return {"schema_version": SCHEMA_VERSION, "run_id": run_id,
@@ -343,9 +367,20 @@ def run_workloads(target: Target, workloads: list[Workload], *, run_id: str, out
                         break
                 if progress:
                     progress(wl.name, len(records), len(wl.requests))
-                after, note2 = spec_metrics.scrape(target.aux_base, target.headers()) \
-                    if before else (None, note)
-                delta = spec_metrics.spec_delta(before, after)
+                after, note2 = scrape_now() if before else (None, note)
+                delta = spec_metrics.spec_delta(before, after, own_requests=sent - sent_before)
+                if delta and delta.get("mixed"):
+                    _warn(f"{wl.name}: {delta['foreign_requests']} request(s) that were not the bench's moved "
+                          f"the engine's counters (vllm:request_success_total rose by {delta['requests']}, the "
+                          f"bench sent {delta['own_requests']}): its acceptance is mixed, not reported")
+                if delta and reader is not None and not delta.get("mixed"):
+                    delta["windows"] = reader.windows()
+                    fell = spec_metrics.collapsed(delta["windows"], acceptance_floor)
+                    delta["collapse"] = fell and {"window": fell["index"], "from_token": fell["from_token"],
+                                                  "to_token": fell["to_token"], "acceptance_rate": fell["acceptance_rate"],
+                                                  "floor": acceptance_floor}
+                    if fell:
+                        _warn(spec_metrics.collapse_warning(wl.name, fell, acceptance_floor, len(delta["windows"])))
                 summaries[wl.name] = summarize_workload(
                     wl.name, records, error=error,
                     error_kind=kind, spec_decode=delta,
@@ -467,6 +502,37 @@ def impossible_lines(marks: list[dict[str, Any]], most: int = 3) -> list[str]:
     return lines
 
 
+def spec_lines(w: dict[str, Any], said: set[str]) -> list[str]:
+    """A workload's speculative-decoding lines (``w``: a :func:`summarize_workload` dict): ``  speculative
+    decoding: acceptance length 3.50 tokens/step, acceptance rate 35.7% · by draft position 0 71% · 1 57% …``;
+    ``MIXED`` with the foreign requests (no figure); the ``long`` workload's windows; why nothing was
+    read. A note already in ``said`` (the member has no speculative decoding) is not said again."""
+    sd = w.get("spec_decode")
+    if not sd:
+        note = w.get("spec_decode_note")
+        if not note or note in said:
+            return []
+        said.add(note)
+        return [f"  speculative decoding: {note}" if note == spec_metrics.NO_SPEC
+                else f"  speculative decoding: not read — {note}"]
+    if sd.get("mixed"):
+        return [f"  speculative decoding: MIXED — {sd['foreign_requests']} request(s) not the bench's moved the "
+                f"engine's counters ({sd['requests']} finished, {sd['own_requests']} sent by the bench): no "
+                f"acceptance figure"]
+    line = (f"  speculative decoding: acceptance length {sd['acceptance_length']:.2f} tokens/step, acceptance rate "
+            + (f"{100 * sd['acceptance_rate']:.1f}%" if sd.get("acceptance_rate") is not None else "n/a"))
+    pos = sd.get("by_position") or {}
+    if pos:
+        line += " · by draft position " + " · ".join(f"{p} {100 * r:.0f}%" for p, r in pos.items())
+    out = [line]
+    wins = sd.get("windows") or []
+    if wins:
+        out.append(f"  acceptance in {len(wins)} windows along {wins[-1]['to_token']} generated tokens: "
+                   + " · ".join(f"{x['from_token']}-{x['to_token']} {100 * (x['acceptance_rate'] or 0):.0f}%"
+                                for x in wins))
+    return out
+
+
 def report_lines(summary: dict[str, Any]) -> list[str]:
     """Plain-text lines for stdout: one block per workload (figures, then its verdict), then
     speed-ups and the overall result."""
@@ -479,6 +545,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     en = summary.get("energy")
     if en:
         lines.append(energy_header(en))
+    said: set[str] = set()
     for name, w in summary["workloads"].items():
         v = summary["verdicts"][name]
         if w["status"] != "ok":
@@ -520,11 +587,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             if st and st.get("predicted_per_second"):
                 lines.append(f"  server timings: prefill {_fmt(st['prompt_per_second'], 'tok/s')}"
                              f" · decode {_fmt(st['predicted_per_second'], 'tok/s')}")
-            if w.get("spec_decode"):
-                sd = w["spec_decode"]
-                lines.append(f"  speculative decoding: acceptance length "
-                             f"{sd['acceptance_length']:.2f} tokens/step, acceptance rate "
-                             f"{100 * (sd['acceptance_rate'] or 0):.1f}%")
+            lines.extend(spec_lines(w, said))
             if w.get("energy"):
                 lines.append(energy_line(w["energy"]))
             for q in w.get("verbatim") or []:

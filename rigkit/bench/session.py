@@ -34,9 +34,10 @@ from typing import Any, Callable, Mapping
 
 from rigkit.bench.context import Target, measure_chars_per_token, probe_engine
 from rigkit.bench.energy import EnergyMeter
+from rigkit.bench.metrics import ACCEPTANCE_FLOOR
 from rigkit.bench.results import summarize_workload
 from rigkit.bench.runner import build_summary, new_run_id, regression_doubt, run_workloads
-from rigkit.bench.workloads import (PRESETS, WORKLOAD_NAMES, Preset, Workload, build_quoting_prompt, build_workloads,
+from rigkit.bench.workloads import (DEFAULT_WORKLOADS, PRESETS, Preset, Workload, build_quoting_prompt, build_workloads,
                                     make_document, mark_unrunnable, quoting_sizes)
 
 #: The host's bench settings (``spec.bench``) that size the workloads, each with the rig
@@ -102,10 +103,10 @@ def _setting(settings: Mapping[str, Any] | None, key: str, default: Any) -> Any:
 
 
 def workload_names(names: list[str] | None, warmup: bool = True) -> list[str]:
-    """The workloads to run, in order: ``names`` (None or empty: every measured one of
-    :data:`rigkit.bench.workloads.WORKLOAD_NAMES`), after the discarded warm-up unless
+    """The workloads to run, in order: ``names`` (None or empty:
+    :data:`rigkit.bench.workloads.DEFAULT_WORKLOADS`), after the discarded warm-up unless
     ``warmup`` is False."""
-    return (["warmup"] if warmup else []) + list(names or WORKLOAD_NAMES[1:])
+    return (["warmup"] if warmup else []) + list(names or DEFAULT_WORKLOADS)
 
 
 @dataclass
@@ -119,7 +120,7 @@ class BenchSession:
     + workloads, warmup: what to run (:func:`workload_names`).
     + quoting_tokens, max_tokens (tokens), stall_timeout_s (s): the command line's values, over
       the settings (None: not given).
-    + health_budget_s (s), repeat_unstable: :func:`rigkit.bench.runner.run_workloads`'s.
+    + health_budget_s (s), repeat_unstable, acceptance_floor (0–1): :func:`rigkit.bench.runner.run_workloads`'s.
     + baselines: summaries to judge against (``[]``: none; the window judges against none).
     + context: the caller's context (host, GPU, window…), over the engine's and under the
       measured characters per token.
@@ -137,6 +138,7 @@ class BenchSession:
     stall_timeout_s: float | None = None
     health_budget_s: float = 120.0
     repeat_unstable: int = 0
+    acceptance_floor: float = ACCEPTANCE_FLOOR
     baselines: list[dict[str, Any]] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=new_run_id)
@@ -232,7 +234,7 @@ class BenchSession:
             self.target, self.planned, run_id=self.run_id, out_dir=out_dir,
             stall_timeout_s=self.stall_timeout_s or STALL_TIMEOUT_S,
             health_budget_s=self.health_budget_s, progress=progress, warn=warn, meter=meter,
-            repeat_unstable=self.repeat_unstable,
+            repeat_unstable=self.repeat_unstable, acceptance_floor=self.acceptance_floor,
             doubt=regression_doubt(self.measured_context, self.baselines, self.preset))
         return build_summary(self.run_id, self.target, self.measured_context, summaries,
                              self.baselines, warnings, self.preset,

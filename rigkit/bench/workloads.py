@@ -9,6 +9,12 @@ figures, ``notes/bench.md`` §4.12):
 - ``chat-sampled`` — the same prompts at temperature 0.7 with a fixed seed.
 - ``quoting`` — a long generated document with a marked passage the model must reproduce
   verbatim (checked exactly), a unique nonce first so the prefix cache cannot fake prefill.
+- ``long`` — one generation of the preset's ``long_tokens`` (``ignore_eos``: it runs to the end),
+  long enough to cross the acceptance collapse operators report on long runs (to 0% after ~14.5k
+  generated tokens, INT4 27B with MTP: club-3090 #1052); speculative decoding's acceptance is read in
+  windows of ``long_window_tokens`` along it (:class:`rigkit.bench.metrics.WindowReader`). Not in the
+  default run (:data:`DEFAULT_WORKLOADS`): on the rig it is ~3 minutes of decode (20k tokens at
+  118 tok/s), more than the deploy's smoke spends on everything else; ``--workload long`` asks for it.
 
 Every prompt starts with a run nonce for the same reason. Sizes are in tokens; the text is
 sized with a measured characters-per-token ratio (the server's ``/tokenize``), so the rig's
@@ -22,8 +28,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-WORKLOAD_NAMES = ("warmup", "chat-greedy", "chat-sampled", "quoting")
+WORKLOAD_NAMES = ("warmup", "chat-greedy", "chat-sampled", "quoting", "long")
+#: The measured workloads run when none is named (``long`` only on request: module doc).
+DEFAULT_WORKLOADS = ("chat-greedy", "chat-sampled", "quoting")
 QUOTE_START, QUOTE_END = "<<<QUOTE START>>>", "<<<QUOTE END>>>"
+LONG_PROMPT = ("Write a long, detailed field manual for surveying a tidal estuary: equipment, "
+               "daily procedure, sources of error, worked examples with numbers, and a glossary. "
+               "Keep writing until you are stopped.")
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,8 @@ class Preset:
     + quoting_max_tokens: budget for the quoting answer (thinking headroom + the passage).
     + quoting_runs: quoting repetitions, each with a fresh nonce.
     + extra_body: request extras, e.g. ``chat_template_kwargs.reasoning_effort``.
+    + long_tokens / long_window_tokens: the ``long`` workload's generation and the windows its
+      acceptance is read in (tokens).
     """
 
     name: str
@@ -48,6 +61,8 @@ class Preset:
     quoting_runs: int
     min_context_tokens: int
     extra_body: dict[str, Any] = field(default_factory=dict)
+    long_tokens: int = 20_480
+    long_window_tokens: int = 2_048
 
 
 PRESETS: dict[str, Preset] = {
@@ -63,7 +78,7 @@ PRESETS: dict[str, Preset] = {
     "small": Preset(
         name="small", repetitions=1, chat_max_tokens=48, warmup_prompt_tokens=1_000,
         quoting_tokens=600, quote_tokens=40, quoting_max_tokens=96, quoting_runs=1,
-        min_context_tokens=2_048,
+        min_context_tokens=2_048, long_tokens=256, long_window_tokens=32,
     ),
 }
 
@@ -130,6 +145,7 @@ class Workload:
     discard: bool = False
     temperature: float | None = None
     not_run: str | None = None
+    window_tokens: int | None = None  # ``long``: read acceptance in windows of this many tokens
 
 
 def _body(model: str | None, content: str, *, max_tokens: int, temperature: float,
@@ -213,6 +229,12 @@ def build_workloads(preset: Preset, names: list[str], *, model: str | None, nonc
                         model, f"Run {nonce}-{name}-{rep}.\n{prompt}", max_tokens=max_tokens,
                         temperature=temp, extra=extra, seed=seed)))
             out.append(Workload(name, reqs, temperature=temp))
+        elif name == "long":
+            body = _body(model, f"Run {nonce}-long.\n{LONG_PROMPT}", max_tokens=preset.long_tokens,
+                         temperature=0.0, extra=extra)
+            body["ignore_eos"] = True  # vLLM's and llama.cpp's sampling extra: generate max_tokens, no early stop
+            reqs.append(RequestSpec("long", 0, body))
+            out.append(Workload(name, reqs, temperature=0.0, window_tokens=preset.long_window_tokens))
         else:
             n_tok, quote_tok = quoting_sizes(preset, quoting_tokens)
             for rep in range(preset.quoting_runs):

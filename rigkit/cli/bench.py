@@ -21,6 +21,7 @@ from rigkit import exitcodes, paths
 from rigkit.cli.common import labelled, styled
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
+from rigkit.bench.metrics import ACCEPTANCE_FLOOR
 from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
 
 # requests, rich and the rest load inside the command: `rigkit` imports this module before
@@ -304,7 +305,7 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
 @click.option("--host", help="Inventory host whose llama-swap member to bench (with --member).")
 @click.option("--member", help="llama-swap member to bench; it must already be running (ready).")
 @click.option("--workload", "workloads", multiple=True, type=click.Choice(WORKLOAD_NAMES[1:]),
-              help="Workload to run (repeatable; default all). The warm-up always runs first "
+              help="Workload to run (repeatable; default all but long). The warm-up always runs first "
                    "unless --no-warmup.")
 @click.option("--no-warmup", is_flag=True, help="Skip the discarded warm-up (figures are then "
                                                 "marked warm-up NOT done).")
@@ -348,10 +349,13 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
               help="Seconds to wait for a server that is loading its model (HTTP 503 Loading "
                    "model) or asks to retry later (429/503 Retry-After) before the workload "
                    "fails as loading/rate-limited (never as a dead engine).")
+@click.option("--acceptance-floor", type=click.FloatRange(0.0, 1.0), default=ACCEPTANCE_FLOOR, show_default=True,
+              help="The long workload (--workload long): a window of its generation whose speculative-decoding "
+                   "acceptance rate (accepted / drafted tokens, 0-1) falls below this is a WARN naming the window.")
 @metrics_option("bench")
 def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
           results_dir, repeat_unstable, context_file, model, api_key_file, preset, quoting_tokens,
-          max_tokens, stall_timeout, no_energy, health_budget, metrics_file):
+          max_tokens, stall_timeout, no_energy, health_budget, acceptance_floor, metrics_file):
     """Smoke-bench a served model: tokens from usage, warm first, thinking-aware.
 
     Either --url URL, or -i INVENTORY --host NAME --member NAME (through an SSH forward to the
@@ -370,7 +374,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
                     quoting_tokens, max_tokens, stall_timeout, health_budget, no_energy,
-                    results_dir, repeat_unstable, metrics_file=metrics_file)
+                    results_dir, repeat_unstable, metrics_file=metrics_file, acceptance_floor=acceptance_floor)
     except BenchAbort as exc:
         click.echo(f"rigkit bench: {exc}", err=True)
         sys.exit(exc.code)
@@ -404,7 +408,7 @@ def _not_running(console, target, host_ctx, workloads, no_warmup, out_dir, prese
 def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_files, out_dir,
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
          stall_timeout, health_budget=120.0, no_energy=False, results_dir="results",
-         repeat_unstable=2, metrics_file=None) -> int:
+         repeat_unstable=2, metrics_file=None, acceptance_floor=None) -> int:
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn)
 
@@ -455,7 +459,7 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
             preset=preset_name, workloads=workloads, warmup=not no_warmup,
             quoting_tokens=quoting_tokens, max_tokens=max_tokens, stall_timeout_s=stall_timeout,
             health_budget_s=health_budget, repeat_unstable=repeat_unstable, baselines=baselines,
-            context=context, say=lambda text: console.print(text, highlight=False))
+            acceptance_floor=ACCEPTANCE_FLOOR if acceptance_floor is None else acceptance_floor, context=context, say=lambda text: console.print(text, highlight=False))
         out_dir = out_dir or os.path.join("results", f"bench-{session.run_id}")
         if not baselines:  # the last comparable run of this member, per workload (verdict)
             session.baselines = find_baselines(results_dir, exclude=out_dir)

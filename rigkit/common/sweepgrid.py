@@ -14,6 +14,10 @@ measured (setting, workload, context)::
      "energy_j": J | None, "avg_w": W | None, "tok_per_j": tok/J | None, "j_per_token": J | None,
      "power_modelled": bool | None, "energy_note": str | None,
      "enforced_w": W | None (power_limit only: enforced.power.limit read back before the cell),
+     "acceptance_rate": 0-1 | None, "acceptance_length": tokens per verify step | None,
+     "acceptance_by_position": {"0": 0-1, ...}, "acceptance_mixed": bool | None
+     (speculative decoding's counters around the cell, rigkit.bench.metrics.spec_delta; None: not read;
+     mixed: requests not the sweep's moved them, and then no acceptance figure),
      "error": str | None, "window": window id, "measured": UTC ISO}
 
 Figures are medians over the cell's runs; the energy ones are sums over its measured requests
@@ -99,7 +103,9 @@ def frontier(grid: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[int,
     measured ``ok``), and over its ``ok`` cells the geometric means ``decode_tps`` (tok/s),
     ``tok_per_j`` (tok/J) and ``j_per_token`` (J), the mean ``avg_w`` (W), ``enforced_w`` (W, the
     power limit read back; None for a draft-length sweep), ``power_modelled`` (False when any cell's
-    draw stayed at the idle level, None when unknown) and ``cells`` (how many were ``ok``)."""
+    draw stayed at the idle level, None when unknown), ``cells`` (how many were ``ok``) and
+    ``acceptance`` (``{workload: acceptance rate 0-1}`` of its cells at the context ``survived``; ``{}``
+    when none survived or none was read)."""
     done = latest(cells)
     left = {(s, ctx, w) for s, ctx, w in pending(grid, done.values())}
     out: dict[int, dict[str, Any]] = {}
@@ -125,7 +131,10 @@ def frontier(grid: dict[str, Any], cells: Iterable[dict[str, Any]]) -> dict[int,
                   "j_per_token": round(1 / tpj, 4) if tpj else None,
                   "avg_w": round(sum(watts) / len(watts), 1) if watts else None,
                   "enforced_w": enforced[-1] if enforced else None,
-                  "power_modelled": all(modelled) if modelled else None, "cells": len(ok)}
+                  "power_modelled": all(modelled) if modelled else None, "cells": len(ok),
+                  "acceptance": {w: done[(s, w, survived)]["acceptance_rate"] for w in grid["workloads"]
+                                 if survived is not None
+                                 and done.get((s, w, survived), {}).get("acceptance_rate") is not None}}
     return out
 
 

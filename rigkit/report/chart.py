@@ -39,7 +39,15 @@ ENERGY_METRICS = ("tok_per_j", "j_per_token", "avg_w")
 RUN_COLOUR, BASE_COLOUR, FAIL_COLOUR, MUTED = "#2b6cb0", "#a0aec0", "#c53030", "#718096"
 
 
+#: Speculative decoding's figures (a workload's ``spec_decode``, :func:`rigkit.bench.metrics.spec_delta`):
+#: history metric → its key there. None for a mixed workload (other requests moved the counters).
+SPEC_METRICS = {"spec_acceptance_rate": "acceptance_rate", "spec_acceptance_length": "acceptance_length"}
+
+
 def _median(summary: dict[str, Any] | None, metric: str) -> float | None:
+    if metric in SPEC_METRICS:
+        sd = (summary or {}).get("spec_decode") or {}
+        return None if sd.get("mixed") or (summary or {}).get("status", "ok") != "ok" else sd.get(SPEC_METRICS[metric])
     if metric in ENERGY_METRICS:
         energy = (summary or {}).get("energy") or {}
         if energy.get("power_modelled") is False and metric in ("tok_per_j", "j_per_token"):
@@ -238,7 +246,8 @@ def write_outputs(out_dir: str, summary: dict[str, Any],
 
 #: The history panels: metric, label, and the DESIGN.md reference key of each workload.
 HISTORY = (("decode_tps", "decode tok/s"), ("prefill_tps", "prefill tok/s"), ("ttft_s", "TTFT s"),
-           ("tok_per_j", "tok/J"))
+           ("tok_per_j", "tok/J"), ("spec_acceptance_rate", "spec. decoding acceptance (0-1)"),
+           ("spec_acceptance_length", "tokens per verify step"))
 
 
 def series_key(workload: str, summary: dict[str, Any] | None, run: dict[str, Any]) -> str:
@@ -357,7 +366,7 @@ def _one_run_svg(path, title, run, keyed, panels, colours, base_value, reference
     metric; the value written on each bar, the series' baseline as a dashed tick beside it, a
     failed workload marked at its label, the reference figures dotted."""
     names = sorted(keyed)
-    fig = Figure(figsize=(8.0, 3.6), dpi=100)
+    fig = Figure(figsize=(max(8.0, 1.8 * len(panels)), 3.6), dpi=100)
     FigureCanvasAgg(fig)
     fig.suptitle(f"{title}\none run: {run['run_id']} at {run['time']:%Y-%m-%d %H:%M:%S} UTC",
                  fontsize=10)

@@ -15,7 +15,8 @@ that host and member: ``rigkit bench --host``, the deploy's smoke), decode and p
 TTFT and tok/J (the GPU's energy, issue 31) over time against the member's baseline (``bench.baseline``) and the reference figures
 DESIGN.md gives for the real rig (:data:`REFERENCES`); every point links to its run's files,
 copied under ``runs/<host>/<member>/<run id>/``; each run's row shows its energy
-(:func:`energy_cells`: the idle draw apart, tok/J and J/token per workload).
+(:func:`energy_cells`: the idle draw apart, tok/J and J/token per workload) and speculative decoding's
+acceptance (:func:`spec_cells`: per workload and per draft position; mixed, or none on the member).
 """
 
 from __future__ import annotations
@@ -234,6 +235,44 @@ def verdict_cells(run: Run) -> list[dict[str, Any]]:
             for n, v in verdicts.items()]
 
 
+def spec_cells(run: Run) -> list[tuple[str, str, str]]:
+    """``[(workload, text, title)]`` of a run's speculative decoding (each workload's ``spec_decode``,
+    :func:`rigkit.bench.metrics.spec_delta`): ``acceptance 21.4% · 2.50 tokens/step · by draft position
+    0 60% · 1 36% …``; ``MIXED: 1 request not the bench's moved the counters`` (no figure); the long
+    workload's collapse with its window; a member without speculative decoding, or counters not read (and
+    why), said once (``("", "no speculative decoding on this member", why)``)."""
+    from rigkit.bench.metrics import NO_SPEC
+
+    out: list[tuple[str, str, str]] = []
+    notes: set[str] = set()
+    for name, w in (run.summary.get("workloads") or {}).items():
+        sd = (w or {}).get("spec_decode")
+        if not sd:
+            note = (w or {}).get("spec_decode_note")
+            if note and note not in notes:
+                out.append(("", "no speculative decoding on this member" if note == NO_SPEC else f"not read: {note}",
+                            note))
+                notes.add(note)
+            continue
+        if sd.get("mixed"):
+            out.append((name, f"MIXED: {sd['foreign_requests']} request(s) not the bench's moved the counters",
+                        f"vllm:request_success_total rose by {sd['requests']}, the bench sent {sd['own_requests']}: "
+                        "no acceptance figure"))
+            continue
+        rate = sd.get("acceptance_rate")
+        text = (f"acceptance {100 * rate:.1f}% · " if rate is not None else "") + f"{sd['acceptance_length']:.2f} tokens/step"
+        pos = sd.get("by_position") or {}
+        if pos:
+            text += " · by draft position " + " ".join(f"{p}:{100 * r:.0f}%" for p, r in pos.items())
+        fell = sd.get("collapse")
+        if fell:
+            text += (f" · FELL to {100 * fell['acceptance_rate']:.1f}% in window {fell['window']} "
+                     f"(tokens {fell['from_token']}-{fell['to_token']})")
+        out.append((name, text, f"{sd['drafts']} drafts, {sd['draft_tokens']} draft tokens, {sd['accepted']} accepted "
+                    "(vLLM's counters, differenced around the workload)"))
+    return out
+
+
 def energy_cells(run: Run) -> list[tuple[str, str, str]]:
     """``[(label, text, title)]`` of a run's energy (rigkit.bench.energy): the idle draw
     first (``idle``, ``32.0 W``: measured apart, never subtracted), then per measured workload
@@ -338,8 +377,8 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% endfor %}</table>
 {% if sw.param == 'power_limit' %}<table class="frontier"><tr><th>power limit (W)</th><th>decode tok/s</th><th>tok/J</th><th>J/token</th><th>average W</th><th>enforced W</th></tr>
 {% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.decode_tps }}</td><td>{{ f.tok_per_j }}</td><td>{{ f.j_per_token }}</td><td>{{ f.avg_w }}</td><td>{{ f.enforced_w }}</td></tr>
-{% endfor %}</table>{% else %}<table class="frontier"><tr><th>{{ sw.param }}</th><th>longest context survived</th><th>crashed at</th></tr>
-{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td></tr>
+{% endfor %}</table>{% else %}<table class="frontier"><tr><th>{{ sw.param }}</th><th>longest context survived</th><th>crashed at</th><th>speculative decoding's acceptance there</th></tr>
+{% for f in sw.frontier %}<tr><td>{{ f.setting }}</td><td>{{ f.survived }}</td><td>{{ f.crashed_at }}</td><td class="acceptance">{{ f.acceptance }}</td></tr>
 {% endfor %}</table>{% endif %}
 <p class="recommendation">{{ sw.recommendation }}</p>
 {% if sw.group_data %}<p>to declare it (nothing was applied): <code>{{ sw.group_data }}</code></p>{% endif %}
@@ -357,17 +396,18 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 {% if m.chart %}<figure class="chart" data-chart="{{ h.name }}/{{ m.name }}">{{ m.chart|safe }}
 <figcaption class="meta">{% if m.runs|length == 1 %}one run: a bar per workload and its settings (max_tokens, power limit, preset), the value on it{% else %}median per run, a line per workload and its settings (max_tokens, power limit, preset: runs of different settings are never joined); x: the run's time (UTC){% endif %}; hollow or hatched: chunk-count estimates; red: failed runs
 {%- if m.baseline %}; dashed: the baseline{% endif %}
-{%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}; tok/J only where the energy was the engine's work (else n/a: not power-modelled). Each point links to its run's files.</figcaption></figure>
+{%- if m.references %}; dotted: DESIGN.md's figures for the real rig{% endif %}; tok/J only where the energy was the engine's work (else n/a: not power-modelled); speculative decoding's acceptance (accepted / drafted tokens) and tokens per verify step from vLLM's counters, none for a workload other requests mixed into. Each point links to its run's files.</figcaption></figure>
 {% elif m.runs %}<p class="none">nothing measured in {{ m.runs|length }} run(s) of {{ m.name }} on {{ h.name }}: see the verdicts</p>
 {% else %}<p class="none">no bench run of {{ m.name }} on {{ h.name }} in the results folder</p>{% endif %}
 {% if m.baseline_note %}<p class="meta">{{ m.baseline_note }}</p>{% endif %}
-{% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>energy (GPU)</th><th>files</th></tr>
+{% if m.runs %}<table class="runs"><tr><th>time (UTC)</th><th>run</th><th>preset</th><th>verdicts</th><th>energy (GPU)</th><th>speculative decoding</th><th>files</th></tr>
 {% for r in m.runs|reverse %}<tr><td>{{ r.time.strftime('%Y-%m-%d %H:%M:%S') }}</td><td>{{ r.run_id }}</td><td>{{ r.summary.preset }}</td>
 <td>{% for c in verdict_cells(r) %}<div class="verdict" data-workload="{{ c.workload }}"><span class="status {{ c.verdict|replace(' ', '-') }}">{{ c.workload }}: {{ c.verdict }}</span>
 {%- if c.reasons %} <span class="why">{{ c.reasons }}</span>{% endif %}
 {%- if c.baseline %}<br><span class="baseline">baseline: {{ c.baseline }}</span>{% endif %}
 {%- for line in c.impossible %}<br><span class="impossible">{{ line }}</span>{% endfor %}</div>{% endfor %}</td>
 <td>{% for n, text, why in energy_cells(r) %}<span class="energy" data-energy="{{ n }}" title="{{ why }}">{{ n }}: {{ text }}</span> {% endfor %}</td>
+<td>{% for n, text, why in spec_cells(r) %}<div class="spec" data-spec="{{ n }}" title="{{ why }}">{% if n %}{{ n }}: {% endif %}{{ text }}</div>{% endfor %}</td>
 <td><a href="{{ r.href }}">summary.json</a>{% for f in r.extra %} · <a href="{{ f.href }}">{{ f.name }}</a>{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}
 </section>
@@ -382,7 +422,7 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_tokens") -> dict[str, Any] | None:
     """The last ``param`` sweep of ``host`` in ``results_dir`` (:func:`rigkit.report.sweep.find_results`) for
     the page: the table (decode tok/s or CRASH per setting × workload × context), the frontier (a draft
-    length's longest context survived; a power limit's decode tok/s, tok/J, J/token, average and
+    length's longest context survived and speculative decoding's acceptance per workload there; a power limit's decode tok/s, tok/J, J/token, average and
     enforced W), the recommendation, its group_data line and warning, the chart (inline SVG, also
     written to ``out_dir/charts/<host>-sweep-<param>.svg``); None when the host has no such sweep."""
     from matplotlib import rc_context
@@ -407,7 +447,9 @@ def sweep_view(host: str, results_dir: str, out_dir: str, param: str = "dflash_t
                                    for k in ("decode_tps", "tok_per_j", "j_per_token", "avg_w", "enforced_w")}}
                  for s in grid["settings"]] if power else
                 [{"setting": s, "survived": f"{front[str(s)]['survived']} tokens" if front[str(s)]["survived"]
-                  else "none", "crashed_at": front[str(s)]["crashed_at"] or "-"} for s in grid["settings"]])
+                  else "none", "crashed_at": front[str(s)]["crashed_at"] or "-",
+                  "acceptance": ", ".join(f"{w} {100 * r:.0f}%" for w, r in (front[str(s)].get("acceptance") or {}).items())
+                  or "-"} for s in grid["settings"]])
     return {"window": res.get("window"), "param": grid["param"], "contexts": grid["contexts"], "rows": rows,
             "title": "power-limit sweep" if power else "HyperQwen sweep",
             "caption": ("decode tok/s and tok/J (geometric means over the cells) by power limit; ringed: the "
@@ -523,6 +565,7 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
     page = env.from_string(TEMPLATE).render(
         inventory=inventory, hosts=hosts, verdict_cells=verdict_cells, energy_cells=energy_cells,
+        spec_cells=spec_cells,
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         drift_source=drift_source, drift_generated=(drift_doc.get("run") or {}).get("generated"))
     path = os.path.join(out_dir, "index.html")

@@ -91,7 +91,15 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
     :data:`BENCH_FIGURES`, ``rigkit_bench_energy_joules_per_token`` (J/token from the card's counter or
     sampled power.draw; absent when not measured, and when the bench does not stand behind it:
     :func:`stands_behind`), ``rigkit_bench_verdict{verdict}`` (1 for the
-    workload's verdict, 0 for the other :data:`VERDICTS`) and ``rigkit_bench_timestamp_seconds``."""
+    workload's verdict, 0 for the other :data:`VERDICTS`) and ``rigkit_bench_timestamp_seconds``.
+
+    Speculative decoding (the workload's ``spec_decode``, :func:`rigkit.bench.metrics.spec_delta`):
+    ``rigkit_bench_spec_acceptance_rate`` (accepted / drafted tokens, 0–1),
+    ``rigkit_bench_spec_acceptance_length`` (tokens per verify step, the bonus token included:
+    1 + accepted / drafts), ``rigkit_bench_spec_acceptance_rate_by_position{position}`` (vLLM's
+    ``position`` label, 0-based) — none of them for a workload whose counters other requests moved,
+    and ``rigkit_bench_spec_acceptance_mixed`` (1 for such a workload, 0 for one read clean; absent where
+    nothing was read: no speculative decoding, or not scraped)."""
     host, member = host or "", member or ""
     labels = ["host", "member", "workload"]
     fams = {name: GaugeMetricFamily(name, doc, labels=labels) for name, _m, doc in BENCH_FIGURES}
@@ -100,6 +108,7 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
     verdict = GaugeMetricFamily("rigkit_bench_verdict", "The last smoke's verdict (1 for the one it was).",
                                 labels=labels + ["verdict"])
     at = GaugeMetricFamily("rigkit_bench_timestamp_seconds", "When the last smoke ran (Unix time, s).", labels=labels)
+    spec = spec_families(labels)
     try:
         when = datetime.fromisoformat(str(summary.get("timestamp"))).timestamp()
     except ValueError:
@@ -119,7 +128,41 @@ def bench_families(summary: dict[str, Any], host: str | None, member: str | None
             verdict.add_metric(key + [v], 1.0 if v == word else 0.0)
         if when is not None:
             at.add_metric(key, when)
-    return [*fams.values(), jpt, verdict, at]
+        add_spec(spec, key, w.get("spec_decode"))
+    return [*fams.values(), jpt, verdict, at, *spec.values()]
+
+
+def spec_families(labels: list[str]) -> dict[str, GaugeMetricFamily]:
+    """The empty speculative-decoding families of :func:`bench_families` (and the sweep's), keyed by name."""
+    return {
+        "rate": GaugeMetricFamily("rigkit_bench_spec_acceptance_rate", "Speculative decoding's acceptance rate of the "
+                                  "last smoke: accepted / drafted tokens (0-1).", labels=labels),
+        "length": GaugeMetricFamily("rigkit_bench_spec_acceptance_length", "Speculative decoding's mean acceptance "
+                                    "length of the last smoke: tokens per verify step, the bonus token included "
+                                    "(1 + accepted / drafts).", labels=labels),
+        "by_position": GaugeMetricFamily("rigkit_bench_spec_acceptance_rate_by_position", "Speculative decoding's "
+                                         "acceptance rate of the last smoke at one draft position (0-based, vLLM's "
+                                         "position label): accepted at it / drafts (0-1).",
+                                         labels=labels + ["position"]),
+        "mixed": GaugeMetricFamily("rigkit_bench_spec_acceptance_mixed", "1 when requests that were not the bench's "
+                                   "moved the engine's counters during the workload (no acceptance series then), "
+                                   "else 0.", labels=labels),
+    }
+
+
+def add_spec(fams: dict[str, GaugeMetricFamily], key: list[str], sd: dict[str, Any] | None) -> None:
+    """Add one workload's ``spec_decode`` (None: nothing read, nothing added) to :func:`spec_families`."""
+    if not sd:
+        return
+    fams["mixed"].add_metric(key, 1.0 if sd.get("mixed") else 0.0)
+    if sd.get("mixed"):
+        return
+    if sd.get("acceptance_rate") is not None:
+        fams["rate"].add_metric(key, float(sd["acceptance_rate"]))
+    if sd.get("acceptance_length") is not None:
+        fams["length"].add_metric(key, float(sd["acceptance_length"]))
+    for pos, rate in (sd.get("by_position") or {}).items():
+        fams["by_position"].add_metric(key + [str(pos)], float(rate))
 
 
 def url_labels(url: str, model: str | None) -> tuple[str, str]:

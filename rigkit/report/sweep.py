@@ -279,6 +279,20 @@ def power_frontier_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def acceptance_text(cell: dict[str, Any]) -> str:
+    """A cell's speculative decoding for its details line: `` · acceptance 60% (5.20 tokens/step; by draft
+    position 0:93% 1:86% …)``, `` · acceptance MIXED (requests not the sweep's)``, or ``""`` when not read."""
+    if cell.get("acceptance_mixed"):
+        return " · acceptance MIXED (requests not the sweep's moved the counters)"
+    if cell.get("acceptance_rate") is None:
+        return ""
+    pos = cell.get("acceptance_by_position") or {}
+    length = cell.get("acceptance_length")
+    more = ([f"{length:.2f} tokens/step"] if length is not None else []) + \
+        (["by draft position " + " ".join(f"{p}:{100 * r:.0f}%" for p, r in pos.items())] if pos else [])
+    return f" · acceptance {100 * cell['acceptance_rate']:.0f}%" + (f" ({'; '.join(more)})" if more else "")
+
+
 def survival_lines(res: dict[str, Any]) -> list[str]:
     """The draft-length frontier: per setting the longest context survived on every workload and
     where it crashed."""
@@ -286,9 +300,11 @@ def survival_lines(res: dict[str, Any]) -> list[str]:
     lines = ["frontier (longest context survived on every workload):"]
     for s in grid["settings"]:
         f = front[str(s)]
+        acc = f.get("acceptance") or {}
         lines.append(f"  {grid['param']}={s}: " + (f"{f['survived']} tokens" if f["survived"] else "none")
                      + (f", crashed at {f['crashed_at']}" if f["crashed_at"] else "")
-                     + ("" if f["complete"] else " (cells left)"))
+                     + ("" if f["complete"] else " (cells left)")
+                     + (" · acceptance there " + ", ".join(f"{w} {100 * r:.0f}%" for w, r in acc.items()) if acc else ""))
     return lines
 
 
@@ -313,7 +329,7 @@ def table_lines(res: dict[str, Any]) -> list[str]:
             lines.append(f"  {grid['param']}={c['setting']} {c['workload']} @ {c['context']}: "
                          f"{c['tokens_per_chunk']} tokens/chunk · prefill {c['prefill_tps']} tok/s · "
                          f"TTFT {c['ttft_s']} s · " + (f"{energy_text(c)} · " if grid["param"] == "power_limit"
-                                                        else "") + f"{c['runs']} run(s)")
+                                                        else "") + f"{c['runs']} run(s)" + acceptance_text(c))
         else:
             lines.append(f"  {grid['param']}={c['setting']} {c['workload']} @ {c['context']}: "
                          f"{c['status'].upper()} — {c['error']}")

@@ -216,6 +216,7 @@ class ReplayServer:
         self.dead = False
         self.requests_seen: list[dict] = []
         self.seen_headers: list[dict[str, str]] = []
+        self.gets: list[str] = []  # the paths of every GET, as asked (before /upstream/<model> is stripped)
         self.spec_counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
         self.metrics_enabled = True
         self.running: list[dict] = []
@@ -246,6 +247,7 @@ class ReplayServer:
 
             def do_GET(self):  # noqa: N802
                 server.seen_headers.append(dict(self.headers))
+                server.gets.append(self.path)
                 self._strip_upstream()
                 if self.path == "/running":
                     self._json(200, {"running": server.running_queue.popleft() if server.running_queue

@@ -127,6 +127,7 @@ def test_spec_decode_counters_are_summed_over_labels_and_differenced():
     after = parse_counters(text)
     assert after == {"drafts": 15.0, "draft_tokens": 105.0, "accepted": 45.0}
     d = spec_delta({"drafts": 5, "draft_tokens": 35, "accepted": 15}, after)
-    assert d == {"drafts": 10, "draft_tokens": 70, "accepted": 30,
-                 "acceptance_length": 4.0, "acceptance_rate": 0.4286}
+    assert d == {"drafts": 10, "draft_tokens": 70, "accepted": 30, "generated": 40,
+                 "acceptance_length": 4.0, "acceptance_rate": 0.4286, "by_position": {},
+                 "requests": None, "own_requests": None, "mixed": None}
     assert spec_delta(None, after) is None

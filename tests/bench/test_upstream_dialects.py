@@ -114,7 +114,9 @@ def test_a_request_that_carried_a_swap_is_measured_again_and_kept_out_of_n(repla
     the second try carries llama-swap's frames; the third is measured. n counts only it; the two are
     in requests.jsonl, discarded, with their swap."""
     member = vllm_stream(answer=["Hello"] * 3)
-    replay.running_queue.extend([[{"model": "m", "state": "starting"}], [{"model": "m", "state": "ready"}]])
+    # the first /running read is the counters' scrape before the workload (rigkit.bench.metrics.scrape)
+    replay.running_queue.extend([[{"model": "m", "state": "ready"}], [{"model": "m", "state": "starting"}],
+                                 [{"model": "m", "state": "ready"}]])
     replay.running = [{"model": "m", "state": "ready"}]
     replay.queue(Script(member), Script(llama_swap_loading("m", ["."], 0.2) + member), Script(member))
     target = Target(chat_url=replay.url + "/v1/chat/completions", aux_base=replay.url, label="t", model="m",

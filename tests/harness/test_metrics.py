@@ -20,6 +20,7 @@ drift`` and one ``rigkit render``.
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -191,6 +192,30 @@ def test_every_rendered_scrape_target_is_scraped_without_loading_a_model(host, t
     assert "hyperqwen" not in host.run("docker ps --format '{{.Names}}'").stdout
     print(f"\nscrape targets: {', '.join(f'{j} {t}: curl {c[0]} http {c[1]}' for (j, t), c in sorted(codes.items()))}; "
           f"llama-swap running {before} -> {running()}")
+def test_a_scrape_of_a_member_llama_swap_has_not_loaded_does_not_load_it(host):
+    """Issue 65: through llama-swap v250, ``/upstream/<member>/metrics`` starts a member that is not running
+    (``handleUpstream``, ``internal/server/api.go:479-546``; the default ``upstream.ignorePaths`` covers static
+    files only). The bench's reader (:func:`rigkit.bench.metrics.scrape`, the agent's own copy of it on the
+    host) asks ``/running`` first: gguf-baseline, not loaded, is not scraped, and is still not loaded after;
+    Strata, the resident, is still the one ready. Strata (ready) is scraped: its answer is llama.cpp's."""
+    def running():
+        return {m["model"]: m["state"] for m in json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]}
+
+    def scrape_on_host(member):
+        code = ("import json; from rigkit.bench import metrics; print(json.dumps(metrics.scrape("
+                f"'http://127.0.0.1:8080/upstream/{member}', swap_base='http://127.0.0.1:8080', member='{member}')))")
+        return json.loads(host.run(f"/opt/rigkit/venv/bin/python -c {shlex.quote(code)}").stdout)
+
+    before = running()
+    assert "gguf-baseline" not in before and before.get("strata") == "ready", before  # the premise
+    got, why = scrape_on_host("gguf-baseline")
+    assert got is None and "member gguf-baseline is stopped in llama-swap's /running: not scraped" in why, why
+    assert running() == before
+    got, said = scrape_on_host("strata")  # ready: scraped (llama.cpp serves no vLLM counters)
+    assert "not scraped" not in (said or ""), said
+    assert running() == before
+    print(f"\nscrape of gguf-baseline (not loaded): {why!r}; of strata (ready): {said!r}; "
+          f"/running before and after: {before}")
 
 
 def test_a_drift_finding_reaches_the_control_machines_exporter(host, control):

@@ -124,6 +124,11 @@ def test_the_sweep_finds_9_and_15_crashing_at_20480_recommends_7_and_resume_meas
     tpc = {(c["setting"], c["workload"]): c["tokens_per_chunk"] for c in sw["cells"] if c["context"] == 4096}
     assert 2.3 <= tpc[(7, "chat-greedy")] <= 2.7
     assert tpc[(3, "quoting")] < tpc[(5, "quoting")] < tpc[(7, "quoting")] < tpc[(9, "quoting")] < tpc[(15, "quoting")]
+    # speculative decoding's acceptance per cell, from the stand-in engine's counters in its container (issue 65):
+    # chat low, quoting high, as its model gives it; per setting at the context it survived in the frontier
+    acc = {(c["setting"], c["workload"]): c["acceptance_rate"] for c in sw["cells"] if c["context"] == 4096}
+    assert all(acc[(s, "chat-greedy")] < 0.35 < acc[(s, "quoting")] for s in (5, 7, 9, 15)), acc
+    assert all(c["acceptance_mixed"] is False for c in sw["cells"] if c["status"] == "ok")
     # the first start after 9's crash still answered 500: torn down and started again; so after 15's
     assert [a["probe"] == "ok" for a in sw["starts"]["dflash_tokens=15"]] == [False, True]
     assert "HTTP 500" in sw["starts"]["dflash_tokens=15"][0]["probe"]
@@ -142,6 +147,8 @@ def test_the_sweep_finds_9_and_15_crashing_at_20480_recommends_7_and_resume_meas
     folder = tmp_path / j["id"]
     res = json.loads((folder / "sweep.json").read_text())
     assert res["recommendation"]["setting"] == 7 and res["frontier"]["9"]["crashed_at"] == 20480
+    assert set(res["frontier"]["7"]["acceptance"]) == {"chat-greedy", "quoting"}
+    assert "· acceptance there chat-greedy " in out
     assert "crash @ 20480" in (folder / "sweep.svg").read_text()
     print(f"sweep of 5 settings x 3 contexts x 2 workloads: {wall:.1f} s wall")
     # nothing the deploy owns is left changed: drift is clean

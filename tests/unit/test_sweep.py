@@ -102,7 +102,8 @@ def stub_truth(setting: int, workload: str, context: int) -> dict:
     tpc = 1 + 0.6 * setting if workload == "quoting" else 1 + 1.5 * min(setting, 7) / 7
     return {"setting": setting, "workload": workload, "context": context, "status": "ok",
             "decode_tps": round(tpc / 0.01, 1), "prefill_tps": 4e5, "ttft_s": 0.05, "tokens_per_chunk": tpc,
-            "runs": 2, "error": None}
+            "runs": 2, "error": None, "acceptance_rate": round((tpc - 1) / setting, 4), "acceptance_length": round(tpc, 3),
+            "acceptance_mixed": False}
 
 
 def run_grid(grid: dict, stop_after: int | None = None) -> list[dict]:
@@ -237,7 +238,8 @@ def test_the_report_shows_the_last_sweep(tmp_path):
     assert view["group_data"] == 'hyperqwen = {"dflash_tokens": 7}'
     assert view["rows"][6] == {"setting": 9, "workload": "chat-greedy",
                                "cells": ["250.0 tok/s", "250.0 tok/s", "CRASH"]}
-    assert view["frontier"][3] == {"setting": 9, "survived": "16384 tokens", "crashed_at": 20480}
+    assert view["frontier"][3] == {"setting": 9, "survived": "16384 tokens", "crashed_at": 20480,
+                                   "acceptance": "chat-greedy 17%, quoting 60%"}
     assert view["chart"].startswith("<svg") and "crash @ 20480" in view["chart"]
     assert sweep_view("other", str(tmp_path / "results"), str(tmp_path / "out")) is None
 
@@ -408,6 +410,13 @@ def test_the_host_runner_records_the_crash_restarts_twice_and_puts_the_deployed_
         "sweep:dflash_tokens=7", "sweep:dflash_tokens=9", "sweep:recover"]
     assert runner.env_file.read_text() == runner.deployed and oct(runner.env_file.stat().st_mode & 0o777) == "0o640"
     assert any("the engine died at 20480 tokens on chat-greedy" in n for n in data["notes"])
+    # speculative decoding's acceptance per cell, from the stand-in's counters (chat: low, its model's)
+    ok = [c for c in data["sweep"]["cells"] if c["status"] == "ok"]
+    assert all(c["acceptance_mixed"] is False and 0 < c["acceptance_rate"] < 0.35 for c in ok), ok
+    assert all(len(c["acceptance_by_position"]) == c["setting"] for c in ok)
+    from rigkit.common.sweepgrid import frontier
+    from rigkit.report.sweep import grid_of
+    assert set(frontier(grid_of(data["plan"]["sweep"]), data["sweep"]["cells"])[7]["acceptance"]) == {"chat-greedy"}
 
 
 def test_the_host_runner_stops_cleanly_on_its_time_budget_and_restore_puts_the_env_back(runner, monkeypatch):
@@ -445,3 +454,14 @@ def test_sweep_options_out_of_place_are_usage_errors_before_any_inventory_is_rea
     res = CliRunner().invoke(window, ["-i", str(tmp_path / "missing.py"), *args])
     assert res.exit_code == 2
     assert message in " ".join(res.output.split())
+
+
+def test_a_cells_acceptance_is_in_its_details_line_and_a_mixed_one_has_no_figure():
+    from rigkit.report.sweep import acceptance_text
+
+    cell = {"acceptance_rate": 0.6, "acceptance_length": 5.2, "acceptance_by_position": {"0": 0.93, "1": 0.86},
+            "acceptance_mixed": False}
+    assert acceptance_text(cell) == " · acceptance 60% (5.20 tokens/step; by draft position 0:93% 1:86%)"
+    assert acceptance_text({**cell, "acceptance_rate": None, "acceptance_mixed": True}) == \
+        " · acceptance MIXED (requests not the sweep's moved the counters)"
+    assert acceptance_text({"acceptance_rate": None}) == ""

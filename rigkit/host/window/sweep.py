@@ -54,6 +54,7 @@ from typing import Any
 from rigkit.common import atomic, envfile, gpu, powerlimit
 from rigkit.host import gpu as host_gpu
 from rigkit.host import powerlimit as host_powerlimit
+from rigkit.bench import metrics as spec_metrics
 from rigkit.bench.client import ChatSession, stream_chat
 from rigkit.bench.energy import EnergyMeter, summarize_energy
 from rigkit.bench.nvml import EnergyReader
@@ -103,12 +104,13 @@ def cell_payload(workload: str, context: int, max_tokens: int, chars_per_token: 
 
 def summarize_cell(setting: int, workload: str, context: int, results: list, expected: list,
                    tenant_active: bool, window_id: str, energy: dict[str, Any] | None = None,
-                   enforced_w: float | None = None) -> dict[str, Any]:
+                   enforced_w: float | None = None, spec: dict[str, Any] | None = None) -> dict[str, Any]:
     """The journal cell (:mod:`rigkit.common.sweepgrid`) of ``results``
     (:class:`rigkit.bench.client.RequestResult`, in order; the first failed one ends the cell):
     medians of the answered requests, status by :func:`~rigkit.common.sweepgrid.classify`;
     ``energy`` is :func:`rigkit.bench.energy.summarize_energy` of its requests (None: not
-    measured), ``enforced_w`` the power limit read back before it (W)."""
+    measured), ``enforced_w`` the power limit read back before it (W), ``spec`` speculative decoding's
+    counters differenced around the cell (:func:`rigkit.bench.metrics.spec_delta`; None: not read)."""
     ok = [r for r in results if r.ok]
     bad = next((r for r in results if not r.ok), None)
     status = classify(bad.error_kind if bad else None, tenant_active)
@@ -125,6 +127,12 @@ def summarize_cell(setting: int, workload: str, context: int, results: list, exp
     cell.update({"energy_j": e.get("joules"), "avg_w": e.get("avg_w"), "tok_per_j": e.get("tok_per_j"),
                  "j_per_token": e.get("j_per_token"), "power_modelled": e.get("power_modelled"),
                  "energy_note": e.get("note") if energy else "not measured", "enforced_w": enforced_w})
+    sd = spec or {}
+    clean = bool(spec) and not sd.get("mixed")
+    cell.update({"acceptance_rate": sd.get("acceptance_rate") if clean else None,
+                 "acceptance_length": sd.get("acceptance_length") if clean else None,
+                 "acceptance_by_position": (sd.get("by_position") or {}) if clean else {},
+                 "acceptance_mixed": sd.get("mixed") if spec else None})
     if status != "ok":
         cell.update(decode_tps=None, prefill_tps=None, ttft_s=None, tokens_per_chunk=None)
         cell["error"] = (f"{bad.error_kind}: {bad.error}" if bad else "the tenant's unit is gone") + \
@@ -293,6 +301,7 @@ class Sweep:
         results, expected, records = [], [], []
         self.data["current"] = {"setting": setting, "workload": workload, "context": context, "started": now_iso()}
         self.j.save()
+        before, _why = spec_metrics.scrape(t.aux_base, t.headers())  # the tenant alone, no llama-swap: nothing to swap
         with ChatSession() as session:
             for i in range(int(self.sp.get("runs", 3))):
                 self.w.checkpoint()
@@ -316,8 +325,9 @@ class Sweep:
         if self.meter:
             idle = self.meter.idle_span.avg_w if self.meter.idle_span is not None else None
             energy = summarize_energy(records, idle, self.meter.method)
+        after = spec_metrics.scrape(t.aux_base, t.headers())[0] if before and active else None
         cell = summarize_cell(setting, workload, context, results, expected, active, self.j.data["id"],
-                              energy, self.enforced)
+                              energy, self.enforced, spec_metrics.spec_delta(before, after, own_requests=len(results)))
         self.data["cells"].append(cell)
         self.data["current"] = None
         self.j.save()

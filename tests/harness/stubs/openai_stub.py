@@ -12,6 +12,9 @@ hostctl.HQ_CONTROL; kept across restarts of the container):
   engine is up); a large value means it never gets healthy.
 - ``chunk_s``: seconds between streamed chunks (HyperQwen's engine; default :data:`CHUNK_S`), to make
   a request last long enough for a test to interrupt it.
+- ``collapse_after``: an integer N; from a request's N-th generated token on, speculative decoding
+  accepts nothing (one token per chunk): the collapse operators report on long runs (club-3090 #1052),
+  planted.
 A chat prompt holding a passage between ``<<<QUOTE START>>>`` and ``<<<QUOTE END>>>`` lines is
 answered with that passage (the bench's quoting workload), like a model that quotes correctly.
 
@@ -20,6 +23,23 @@ real parts"), from ``DFLASH_TOKENS`` in its environment (the ``.env`` compose pa
 - tokens per chunk grow with the draft length: chat ``1 + 1.5 * min(d, 7) / 7`` (2.5 at 7, the
   seeds' figure; longer drafts buy chat nothing), quoting ``1 + 0.6 * d`` (5.2 at 7, 10 at 15);
   one chunk every :data:`CHUNK_S` s (the verify step), so decode tok/s follows tokens per chunk;
+  the first chunk is the prefill's one token (no draft), each later chunk one verify step: its
+  accepted draft tokens and the bonus token. A request with ``ignore_eos`` (vLLM's sampling extra)
+  generates its whole ``max_tokens``; other chat answers stop at 64 tokens.
+- ``GET /metrics`` serves vLLM's speculative-decoding counters and its finished-request counter in
+  Prometheus text format with vLLM's names, types and labels (``vllm:spec_decode_num_drafts_total``,
+  ``…_num_draft_tokens_total``, ``…_num_accepted_tokens_total`` labelled ``model_name``, ``engine``;
+  ``…_num_accepted_tokens_per_pos_total`` with ``position`` 0 … d-1; ``vllm:request_success_total``
+  with ``finished_reason``; source: :mod:`rigkit.bench.metrics`, vLLM commits cited there), counted as
+  the chunks are sent. Whether HyperQwen's DFlash2 patch feeds vLLM's counters is **unverified** (no
+  capture of its /metrics exists); the stand-in assumes it does.
+- **ASSUMPTION, a model of our own** (no measurement behind it): the acceptance. Each verify step
+  drafts d tokens and keeps a prefix of them; position i (0-based) is kept with probability
+  ``q_i = r ** (i + 1)``, r chosen so that ``sum(q_i)`` is the mean accepted per step the tokens per
+  chunk above imply (chat 1.5 of 7: 21%, low, thinking-heavy; quoting 4.2 of 7: 60%, high). The
+  steps are drawn from a low-discrepancy sequence (step j of a request keeps the positions with
+  ``frac(j * 0.618…) < q_i``), so a request's counters are the same every time and the
+  per-position rates tend to ``q_i``; tokens per chunk equal the accepted batch plus one.
   prefill at :data:`PREFILL_TPS` tok/s; prompt tokens are characters / 4 (there is no /tokenize).
 - a prompt of :data:`CRASH_PROMPT_TOKENS` tokens or more with ``DFLASH_TOKENS`` above 7 kills the
   engine: ``EngineDeadError`` (marlin_gemm allocation failure) in the log, that request and every
@@ -100,6 +120,81 @@ def busy(delta):
             pass
 
 
+GOLDEN = (5 ** 0.5 - 1) / 2
+METRICS = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * (DRAFT or 0),
+           "requests": {"stop": 0, "length": 0, "abort": 0}}
+METRICS_LOCK = threading.Lock()
+
+
+def position_rates(mean_accepted, d):
+    """``[q_0 … q_{d-1}]`` with ``q_i = r ** (i + 1)`` summing to ``mean_accepted`` (module doc:
+    ASSUMPTION); r by bisection."""
+    if d <= 0 or mean_accepted <= 0:
+        return [0.0] * max(d, 0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        r = (lo + hi) / 2
+        if sum(r ** (i + 1) for i in range(d)) < mean_accepted:
+            lo = r
+        else:
+            hi = r
+    return [lo ** (i + 1) for i in range(d)]
+
+
+def steps(k, quoting, collapse_after=None):
+    """The chunk sizes (tokens) of an answer of ``k`` tokens and the accepted count of each verify
+    step: ``[(tokens, accepted or None for the prefill's chunk)]`` (module doc)."""
+    if DRAFT is None:
+        return [(1, None)] * k
+    q = position_rates(tokens_per_chunk(quoting) - 1, DRAFT)
+    out, done, j = [(1, None)], 1, 0
+    while done < k:
+        j += 1  # each request runs the sequence from its start: the same request, the same steps
+        u = (j * GOLDEN) % 1.0
+        acc = sum(1 for qi in q if u < qi)
+        if collapse_after is not None and done >= collapse_after:
+            acc = 0
+        n = min(acc + 1, k - done)
+        out.append((n, n - 1))  # a step cut by max_tokens counts what it emitted
+        done += n
+    return out[:k]
+
+
+def count_step(accepted):
+    """One verify step into the counters (drafts, draft tokens, accepted, per position)."""
+    with METRICS_LOCK:
+        METRICS["drafts"] += 1
+        METRICS["draft_tokens"] += DRAFT
+        METRICS["accepted"] += accepted
+        for i in range(accepted):
+            METRICS["per_pos"][i] += 1
+
+
+def exposition():
+    """The counters as prometheus-client writes vLLM's: ``# HELP``/``# TYPE`` per family, the
+    ``_total`` sample with labels ``model_name`` and ``engine`` (and ``position`` /
+    ``finished_reason``), documentation strings as vLLM's source has them."""
+    lab = f'engine="0",model_name="{NAME}"'
+    with METRICS_LOCK:
+        m = {k: (list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v) for k, v in METRICS.items()}
+    lines = []
+
+    def family(name, doc, samples):
+        lines.append(f"# HELP {name}_total {doc}")
+        lines.append(f"# TYPE {name}_total counter")
+        lines.extend(f"{name}_total{{{labels}}} {float(v)}" for labels, v in samples)
+
+    if DRAFT is not None:
+        family("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [(lab, m["drafts"])])
+        family("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [(lab, m["draft_tokens"])])
+        family("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [(lab, m["accepted"])])
+        family("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.",
+               [(f'{lab},position="{i}"', v) for i, v in enumerate(m["per_pos"])])
+    family("vllm:request_success", "Count of successfully processed requests.",
+           [(f'{lab},finished_reason="{r}"', v) for r, v in m["requests"].items()])
+    return ("\n".join(lines) + "\n").encode()
+
+
 def tokens_per_chunk(quoting):
     """Accepted tokens per streamed chunk at this draft length (module doc)."""
     if DRAFT is None:
@@ -163,6 +258,13 @@ class H(BaseHTTPRequestHandler):
             return
         if self.path == "/v1/models":
             return self.send(200, {"object": "list", "data": [{"id": NAME, "object": "model", "created": T0, "owned_by": "sandbox"}]})
+        if self.path == "/metrics" and VLLM:
+            body = exposition()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
         self.send(404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
 
     def do_POST(self):
@@ -210,25 +312,36 @@ class H(BaseHTTPRequestHandler):
     def answer(self, req, n_prompt):
         if VLLM:
             time.sleep(n_prompt / PREFILL_TPS)
-        k = max(1, min(int(req.get("max_tokens") or 8), 64))
-        words = ["sandbox"] * k
+        cap = 10 ** 7 if req.get("ignore_eos") else 64
+        k = max(1, min(int(req.get("max_tokens") or 8), cap))
+        pieces = ["sandbox "] * k  # one piece per token
         passage = quoted(req) if self.path.endswith("chat/completions") else None
         if passage is not None:
-            words = passage.split(" ")
             k = max(1, min(len(passage) // 4, int(req.get("max_tokens") or 10 ** 6)))
-        pieces = [w + " " for w in words[:-1]] + [words[-1] + ("" if passage is not None else " ")]
-        if VLLM:  # whole accepted batches per chunk: ceil(k / tokens per chunk) chunks
-            n_chunks = max(1, min(len(pieces), round(k / tokens_per_chunk(passage is not None))))
-            step = len(pieces) / n_chunks
-            pieces = ["".join(pieces[round(i * step):round((i + 1) * step)]) for i in range(n_chunks)]
+            cut = [round(i * len(passage) / k) for i in range(k + 1)]
+            pieces = [passage[a:b] for a, b in zip(cut, cut[1:])]
+        plan = [(1, None)] * k
+        if VLLM:  # whole accepted batches per chunk (module doc)
+            collapse = control("collapse_after")
+            plan = steps(k, passage is not None, int(collapse) if collapse and collapse.isdigit() else None)
+            edges = [0]
+            for n, _acc in plan:
+                edges.append(edges[-1] + n)
+            pieces = ["".join(pieces[a:b]) for a, b in zip(edges, edges[1:])]
         usage = {"prompt_tokens": n_prompt, "completion_tokens": k, "total_tokens": n_prompt + k}
         chat = self.path.endswith("chat/completions")
         if not req.get("stream"):
+            for _n, acc in plan:
+                if acc is not None:
+                    count_step(acc)
+            with METRICS_LOCK:
+                METRICS["requests"]["length"] += 1
             choice = {"index": 0, "finish_reason": "length"}
+            text = "".join(pieces) if passage is not None else "".join(pieces).rstrip()
             if chat:
-                choice["message"] = {"role": "assistant", "content": " ".join(words)}
+                choice["message"] = {"role": "assistant", "content": text}
             else:
-                choice["text"] = " ".join(words)
+                choice["text"] = text
             return self.send(200, {"id": "cmpl-sandbox", "object": "chat.completion" if chat else "text_completion",
                                    "created": int(time.time()), "model": NAME, "choices": [choice], "usage": usage})
         self.send_response(200)
@@ -237,15 +350,23 @@ class H(BaseHTTPRequestHandler):
         self.end_headers()
         chunk_s = control("chunk_s")
         step_s = (float(chunk_s) if chunk_s else CHUNK_S) / speed_factor()
-        for w in pieces:
-            if VLLM:
-                time.sleep(step_s)
-            d = {"delta": {"content": w}} if chat else {"text": w}
-            ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
-            self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
-        if (req.get("stream_options") or {}).get("include_usage"):
-            self.wfile.write(b"data: " + json.dumps({"id": "cmpl-sandbox", "choices": [], "usage": usage}).encode() + b"\n\n")
-        self.wfile.write(b"data: [DONE]\n\n")
+        finished = "abort"
+        try:
+            for w, (_n, acc) in zip(pieces, plan):
+                if VLLM:
+                    time.sleep(step_s)
+                if acc is not None:
+                    count_step(acc)
+                d = {"delta": {"content": w}} if chat else {"text": w}
+                ch = {"id": "cmpl-sandbox", "object": "chat.completion.chunk", "model": NAME, "choices": [{"index": 0, **d, "finish_reason": None}]}
+                self.wfile.write(b"data: " + json.dumps(ch).encode() + b"\n\n")
+            if (req.get("stream_options") or {}).get("include_usage"):
+                self.wfile.write(b"data: " + json.dumps({"id": "cmpl-sandbox", "choices": [], "usage": usage}).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+            finished = "length"
+        finally:
+            with METRICS_LOCK:
+                METRICS["requests"][finished] += 1
         self.close_connection = True
 
 
