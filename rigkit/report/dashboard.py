@@ -11,7 +11,7 @@ Python binding of GreptimeTeam's Rust PromQL parser) and checks every metric it 
 node_exporter, llama-swap v250 and vLLM write.
 
 Metric names: rigkit's own (``rigkit/report/prometheus.py``, ``rigkit/host/promfile.py``; notes/metrics.md),
-the bench's acceptance figures (``rigkit_bench_spec_acceptance_*``, written by issue 65's bench), llama-swap
+the bench's acceptance figures (``rigkit_bench_spec_acceptance_*``, the bench's spec families), llama-swap
 v250's ``internal/perf/prometheus.go`` (``llamaswap_*``), vLLM's ``vllm/v1/metrics/loggers.py`` (``vllm:*``).
 """
 
