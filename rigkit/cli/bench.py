@@ -369,7 +369,7 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
         raise click.UsageError("--host and --member go together")
     from rich.console import Console
 
-    console = Console(stderr=True, markup=False)  # text as it is; colour from styles (rigkit.cli.common)
+    console = Console(stderr=True, markup=False, soft_wrap=True)  # text as it is, a line whole in a pipe; colour from styles (rigkit.cli.common)
     try:
         code = _run(console, url, inventory, host, member, list(workloads), no_warmup,
                     list(baseline_files), out_dir, context_file, model, api_key_file, preset,
