@@ -2,8 +2,9 @@
 included; what each side may import at all is test_layout.py's business) imports, at module level or
 inside a function, a ``rigkit`` module that imports it back, directly or through others. At folder
 (subpackage) level the same is asked with no exception: the control side's folders (``cli`` → ``report``,
-``bench``, ``drift`` → ``deploy``, ``operations`` → ``render`` → ``spec`` → the shared ``rigkit`` modules →
-``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way."""
+``bench``, ``deploy`` → ``drift`` → ``operations`` → ``render`` → ``spec`` → the shared ``rigkit`` modules →
+``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way; the
+change to the rig's floors (:data:`ORDER`: ``cli`` → ``deploy`` → ``drift``, issue 64) in that order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = ROOT / "rigkit"
+#: Folders from the top down: none imports, directly or through others, a folder before it (the deploy
+#: holds every change to the rig and reads drift's probe; what drift reads of a generation is in render).
+ORDER = ("rigkit.cli", "rigkit.deploy", "rigkit.drift", "rigkit.operations", "rigkit.render", "rigkit.spec")
 
 
 def modules(root: Path = RIGKIT) -> dict[str, Path]:
@@ -138,6 +142,32 @@ def test_no_import_cycle_between_folders():
             "rigkit.host.window", "rigkit.bench", "rigkit.common", "rigkit.host.__main__"} <= set(edges)
     cyclic = sorted(cyclic_edges(edges))
     assert not cyclic, "folder-level import cycle through: " + ", ".join(f"{a} -> {b}" for a, b in cyclic)
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every node ``start`` reaches through ``edges`` (itself excluded unless on a cycle)."""
+    seen: set[str] = set()
+    todo = list(edges.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(edges.get(node, ()))
+    return seen
+
+
+def test_the_folders_stand_in_order():
+    edges = folder_graph()
+    for i, folder in enumerate(ORDER):
+        above = set(ORDER[:i]) & reachable(edges, folder)
+        assert not above, f"{folder} imports {sorted(above)}, above it in {' -> '.join(ORDER)}"
+    for upper, lower in zip(ORDER, ORDER[1:]):  # each floor uses the next: the order is not vacuous
+        assert lower in reachable(edges, upper), (upper, lower)
+
+
+def test_reachable_follows_every_path():
+    edges = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert reachable(edges, "a") == {"b", "c"} and reachable(edges, "c") == set() and reachable(edges, "d") == {"a", "b", "c"}
 
 
 def test_the_graph_sees_function_level_and_package_imports(tmp_path):

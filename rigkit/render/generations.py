@@ -50,7 +50,7 @@ def spec_hash(spec: RigSpec) -> str:
     """sha256 of the canonical JSON of :func:`spec_snapshot` without ``models_lock``: where the control
     machine keeps the lock is no part of what the host is declared to be (a rollback deploys a
     generation's lock from a temporary file), and the lock's content is keyed (the manifest's
-    ``files``) and checked by its own sha256 (:func:`rigkit.drift.converged.stamp_reasons`)."""
+    ``files``) and checked by its own sha256 (:func:`rigkit.deploy.converged.stamp_reasons`)."""
     data = spec_snapshot(spec)
     data.pop("models_lock", None)
     return hashlib.sha256(_canonical(data).encode()).hexdigest()
