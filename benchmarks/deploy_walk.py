@@ -16,7 +16,10 @@ Not a test: prints figures. Nothing is imported from ``rigkit``; every figure is
 - **cli**: the line count of ``rigkit/cli/*.py``; the **longest functions** of ``rigkit/`` (top 5 by
   lines, ``end_lineno - lineno + 1``, decorators excluded).
 
-Run: ``.venv/bin/python benchmarks/deploy_walk.py [--entry rigkit.cli.main:deploy] [--top 5]``
+The walk is printed two and three calls deep (the top of the flow: where the deploy's own decisions
+are) and whole (down to every parser the validators use).
+
+Run: ``.venv/bin/python benchmarks/deploy_walk.py [--entry rigkit.cli.main:deploy] [--depth 2 3] [--top 5]``
 """
 
 from __future__ import annotations
@@ -109,13 +112,14 @@ def references(index: Index, module: str, fn: ast.AST) -> list[tuple[str, str]]:
     return [t for _, _, t in sorted(found, key=lambda x: (x[0], x[1]))]
 
 
-def walk(index: Index, entry: tuple[str, str]) -> list[tuple[str, str]]:
-    """Every function and class reachable from ``entry``, depth first, in the order first reached."""
+def walk(index: Index, entry: tuple[str, str], depth: int | None = None) -> list[tuple[str, str]]:
+    """Every function and class reachable from ``entry`` (within ``depth`` calls of it; None: any),
+    depth first, in the order first reached."""
     order: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
 
-    def visit(target: tuple[str, str]) -> None:
-        if target in seen:
+    def visit(target: tuple[str, str], level: int = 0) -> None:
+        if target in seen or (depth is not None and level > depth):
             return
         seen.add(target)
         order.append(target)
@@ -127,7 +131,7 @@ def walk(index: Index, entry: tuple[str, str]) -> list[tuple[str, str]]:
             bodies = [node]
         for body in bodies:
             for ref in references(index, module, body):
-                visit(ref)
+                visit(ref, level + 1)
 
     visit(entry)
     return order
@@ -156,6 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entry", default="rigkit.cli.main:deploy", help="MODULE:FUNCTION to walk from")
     parser.add_argument("--top", type=int, default=5, help="how many of the longest functions to print")
+    parser.add_argument("--depth", type=int, nargs="*", default=[2, 3],
+                        help="also walk only this many calls deep (the top of the flow), each; the whole walk last")
     args = parser.parse_args()
     index = Index()
     floor = floors()
@@ -163,15 +169,19 @@ def main() -> None:
     for level in sorted(set(floor.values()), reverse=True):
         print(f"  {level:>2}  " + ", ".join(sorted(f for f, n in floor.items() if n == level)))
     module, name = args.entry.split(":")
-    order = walk(index, (module, name))
-    steps = [m for m, _ in order]
-    steps = [m for i, m in enumerate(steps) if i == 0 or steps[i - 1] != m]
-    climbs = [(a, b) for a, b in zip(steps, steps[1:]) if floor[folder(b, index)] > floor[folder(a, index)]]
-    rooms = sorted(set(steps))
-    print(f"\nwalk from {args.entry}: {len(order)} functions, {len(rooms)} modules (rooms), {len(climbs)} climbs back up")
-    print("  modules: " + ", ".join(rooms))
-    for a, b in climbs:
-        print(f"  climb: {a} (floor {floor[folder(a, index)]}) -> {b} (floor {floor[folder(b, index)]})")
+    node = index.defs[module][name]
+    print(f"\n{args.entry}: {node.end_lineno - node.lineno + 1} lines")
+    for depth in (*args.depth, None):
+        order = walk(index, (module, name), depth)
+        steps = [m for m, _ in order]
+        steps = [m for i, m in enumerate(steps) if i == 0 or steps[i - 1] != m]
+        climbs = [(a, b) for a, b in zip(steps, steps[1:]) if floor[folder(b, index)] > floor[folder(a, index)]]
+        rooms = sorted(set(steps))
+        print(f"\nwalk from {args.entry}, {'every call' if depth is None else f'{depth} calls deep'}: {len(order)} "
+              f"functions, {len(rooms)} modules (rooms), {len(climbs)} climbs back up")
+        print("  modules: " + ", ".join(rooms))
+        for a, b in climbs:
+            print(f"  climb: {a} (floor {floor[folder(a, index)]}) -> {b} (floor {floor[folder(b, index)]})")
     cli = sorted((ROOT / "rigkit" / "cli").glob("*.py"))
     print(f"\nrigkit/cli/: {sum(len(p.read_text().splitlines()) for p in cli)} lines in {len(cli)} files")
     print(f"longest functions (top {args.top}, lines):")
