@@ -19,6 +19,9 @@ import click
 
 from rigkit import exitcodes, hints
 from rigkit.cli.common import error, exits_when_unreachable, inventory_option, load_or_exit, out
+from rigkit.cli.deployout import Console
+from rigkit.common.holds import GENERATION, HoldsError
+from rigkit.remote import HostReadError, Remote, read_holds
 
 
 def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
@@ -30,8 +33,6 @@ def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
 
 
 def _remote(hs):
-    from rigkit.remote import Remote
-
     return Remote(hs.name, hs.connection)
 
 
@@ -53,9 +54,6 @@ def _holds(remote) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); exits 1 naming the host
     and the file when it cannot be read over SSH (a failed connection: :func:`exits_when_unreachable`)
     or is not a JSON object of hold records (a hold is a safety record: never read as "no hold")."""
-
-    from rigkit.common.holds import HoldsError
-    from rigkit.remote import HostReadError, read_holds
 
     try:
         return read_holds(remote)
@@ -94,7 +92,6 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
     from rigkit.drift.masking import mask
     from rigkit.render.generations import diff, diff_text
-    from rigkit.common.holds import GENERATION
     from rigkit.spec.secrets import read_hf_token
 
     hs = _one_host(inventory, host)
@@ -155,7 +152,6 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     (exit 1, nothing touched) while the lock is held, or when generation N needs a model the host has
     not verified (named); exit 2 for a generation that is not kept or is a failed one."""
 
-    from rigkit.cli.deployout import Console
     from rigkit.deploy import changes
     from rigkit.spec.inventory import default_inventory
 

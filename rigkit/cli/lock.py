@@ -14,12 +14,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, parse_data
+from rigkit.cli.models import _models_of
+from rigkit.resolve import ResolveError, SourceUnreachable
 
 
 def _one_declaration(host_specs) -> None:
@@ -46,8 +49,6 @@ def model_sources(spec, wanted: dict) -> list[tuple[str, str]]:
     """``[(models.NAME, server)]`` for every model ``wanted`` declares a source for: its URL's server, or
     the hub (``hf_endpoint``, else ``$HF_ENDPOINT``, else huggingface.co, as the lock asks it), as
     :func:`rigkit.spec.riglock.origin` (no credentials)."""
-    import os
-
     from rigkit.spec.modellock import source_of
     from rigkit.spec.riglock import origin
 
@@ -65,8 +66,6 @@ def offline(path: str, existed: bool, asked: list[tuple[str, str]], data: tuple[
     ``path`` as it was, or still absent), every server the run needed and the entries it needed each for
     (``asked``: :func:`rigkit.spec.riglock.sources_asked` and :func:`model_sources`), and how to lock on a
     machine that reaches them and bring the lock here (``data``: the run's ``--data``, to be given there too)."""
-    from rigkit import hints
-
     lines = [f"nothing written: {path} " + ("is as it was" if existed else "still does not exist")]
     by_server: dict[str, list[str]] = {}
     for entry, server in asked:
@@ -103,7 +102,6 @@ def _describe(section: str, name: str, entry: dict) -> str:
 def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: bool, data: tuple[str, ...],
          names: tuple[str, ...]) -> None:
     """Resolve the pins, images, llama-swap release and models into <inventory>.lock.json."""
-    from rigkit.resolve import ResolveError, SourceUnreachable
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.modellock import (LockError, LockFormatError, ModelSourceUnreachable, check_lock, load_lock,
                                        lock_models, write_lock)
@@ -134,7 +132,6 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         for p in exc.problems:
             error(p)
         sys.exit(exitcodes.INVALID)
-    from rigkit.cli.models import _models_of
 
     wanted = _models_of(host_specs)
     try:

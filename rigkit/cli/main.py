@@ -3,16 +3,17 @@ codes (:mod:`rigkit.exitcodes`): 0 done, 1 failed, 2 invalid input (nothing touc
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import click
-
-from rigkit import __version__, exitcodes
 from rich.text import Text
 
-from rigkit.cli.common import (check_hosts, err, error, exits_when_unreachable, host_option, inventory_option, load_or_exit,
-                               out, parse_data, print_verdicts, validate_or_exit, warn)
+from rigkit import __version__, exitcodes, hints
+from rigkit.cli.common import (check_hosts, err, error, exits_when_unreachable, host_option, inventory_option,
+                               load_or_exit, out, parse_data, print_verdicts, validate_or_exit, warn)
+from rigkit.cli.deployout import Console, print_plan
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,7 +61,6 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     """
     from rigkit.render.checks import verdict_code
 
-    from rigkit import hints
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.model import unset_operator_values
     from rigkit.spec.modellock import lock_path_for, lock_problems_for
@@ -215,7 +215,6 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         for line in lock_refusals:
             error(line)
         sys.exit(exitcodes.INVALID)
-    from rigkit.cli.deployout import Console, print_plan
     from rigkit.deploy import changes
 
     inv = inventory or default_inventory()
@@ -254,8 +253,6 @@ class PipeSafe:
         self._gone = False
 
     def _lost(self) -> None:
-        import os
-
         self._gone = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self._stream.fileno())  # Python's own flush at exit then succeeds

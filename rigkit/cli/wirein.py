@@ -20,9 +20,13 @@ import difflib
 import sys
 
 import click
+import yaml
 
-from rigkit import exitcodes, hints
-from rigkit.cli.common import err, error, exits_when_unreachable, inventory_option
+from rigkit import exitcodes, hints, paths
+from rigkit.cli.common import err, error, exits_when_unreachable, inventory_option, load_or_exit, parse_data
+from rigkit.cli.deployout import Console
+from rigkit.common.holds import LLAMA_SWAP
+from rigkit.common.swapconfig import member_diff, parse_config
 
 
 def describe_hold(hold: dict) -> str:
@@ -35,11 +39,6 @@ def describe_hold(hold: dict) -> str:
 
 def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
     """Print the diff live -> declared for one host; returns 0 (same) or 3 (differences)."""
-    import yaml
-
-    from rigkit import paths
-    from rigkit.common.holds import LLAMA_SWAP
-    from rigkit.common.swapconfig import member_diff, parse_config
     from rigkit.deploy.wirein import host_holds, live_config
     from rigkit.render.files import render_llama_swap
 
@@ -80,7 +79,6 @@ def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:
 def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], action: str | None,
             no_revert: bool) -> None:
     """Review, activate, roll back or release the llama-swap wire-in on a host."""
-    from rigkit.cli.common import load_or_exit, parse_data
     from rigkit.spec.inventory import load_hosts
 
     if action is None:
@@ -93,7 +91,6 @@ def wire_in(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...]
     declared = {hs.name: hs.spec for hs in host_specs}
     if data and action == "activate":
         declared = {hs.name: hs.spec for hs in load_hosts(inventory, list(hosts))}
-    from rigkit.cli.deployout import Console
     from rigkit.deploy import wirein
 
     codes = []

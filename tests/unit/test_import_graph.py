@@ -191,3 +191,17 @@ def test_the_graph_sees_function_level_and_package_imports(tmp_path):
     assert find_cycle(edges) == ["rigkit.a", "rigkit.sub.b", "rigkit.a"]
     (pkg / "sub" / "b.py").write_text("from rigkit import paths\n")
     assert find_cycle(graph(pkg)) is None
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    """``rigkit --help`` imports every command module (rigkit/cli/__init__.py): what they import at module
+    level loads none of the libraries the commands import inside themselves — pydantic (the spec),
+    requests and urllib3 (which must not load before pyinfra's CLI package gevent-patches the process),
+    matplotlib (the report's charts), pyinfra and gevent (drift; importing ``pyinfra_cli`` patches)."""
+    import subprocess
+    import sys
+
+    heavy = ("pydantic", "requests", "urllib3", "matplotlib", "pyinfra", "pyinfra_cli", "gevent")
+    code = f"import sys, rigkit.cli.main; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded
