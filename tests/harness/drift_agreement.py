@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import hostctl  # noqa: E402
 
-from rigkit.deploy import converged  # noqa: E402
+from rigkit.deploy import converged as path_choice  # noqa: E402
 from rigkit.drift import coverage  # noqa: E402
 from rigkit.common.lock import LEASE_ENV  # noqa: E402
 
@@ -95,7 +95,7 @@ def run_batch(host, rows: list, project: Path) -> Batch:
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
     out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
-    out.problems += converged.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
+    out.problems += path_choice.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
     if any(r["kind"] == "plan-failed" for r in records):
         out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records if r["kind"] == "plan-failed"))
     return out
@@ -109,7 +109,7 @@ def converged(host, project: Path) -> Batch:
     out.seconds = time.monotonic() - t0
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
-    out.problems = coverage.agreement([], out.findings, out.plan_rows) + converged.path_agreement([], out.findings)
+    out.problems = coverage.agreement([], out.findings, out.plan_rows) + path_choice.path_agreement([], out.findings)
     return out
 
 
