@@ -5,7 +5,7 @@ copy of the converged sandbox host (golden.py), in batches of independent breaka
 default 8; an ``alone`` row in a batch of its own), under the host lock; ``rigkit drift --json
 --plan`` runs once per batch (one probe and one ``pyinfra --dry`` at once); everything is put back;
 :func:`rigkit.drift.coverage.agreement` judges the batch. The converged host is checked first and
-last (both empty), and the deploy's path choice with it (:func:`rigkit.drift.coverage.path_agreement`:
+last (both empty), and the deploy's path choice with it (:func:`rigkit.deploy.converged.path_agreement`:
 every breakage sends the deploy to the full run, the converged host takes the probe path). With
 ``--deploy``, every batch is then applied again and repaired by the deploy itself
 (``drift_agreement.repair_batch``: the full run taken, exit 0, drift clean after, the next deploy on

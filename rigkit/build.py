@@ -1,5 +1,5 @@
 """This rigkit's build: what the deploy's generations record as ``rigkit_version`` and what the
-deploy's probe path (:mod:`rigkit.drift.converged`) and the verdict memory of ``rigkit deploy``'s
+deploy's probe path (:mod:`rigkit.deploy.converged`) and the verdict memory of ``rigkit deploy``'s
 validators (:func:`rigkit.render.checks.run_checks`) ask. ``__version__`` alone stays ``0.1.0``
 across every change of the code; the build changes with any of it."""
 

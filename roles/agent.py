@@ -13,7 +13,7 @@ from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from rigkit import paths
-from rigkit.deploy import wheelhouse
+from rigkit.render import wheelhouse
 from rigkit.operations.facts.server import PYTHON_VERSION_COMMAND
 from rigkit.operations.shell import argv, script
 from rigkit.operations.wheels import wheelhouse_synced

@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from rigkit.deploy.source import REASON_ENV
-from rigkit.deploy.generations import Source, manifest
+from rigkit.render.generations import Source, manifest
 from rigkit.operations.facts.files import JsonFile
 from rigkit.operations.generations import INDEX, RECORD_OP, plan_line, recorded_generation
 

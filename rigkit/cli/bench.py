@@ -9,23 +9,35 @@ the llama-swap member is not already running; 2 bad arguments, inventory or inpu
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
+import subprocess
 import sys
 import threading
 from contextlib import ExitStack
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rigkit import exitcodes, paths
+from rigkit.bench import llama_swap
+from rigkit.bench.nvml import EnergyReader
+from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
 from rigkit.cli.common import labelled, styled
+from rigkit.common import gpu
+from rigkit.common.envfile import parse_env_text
+from rigkit.remote import Remote, RemoteError, SSHForward
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
 from rigkit.bench.metrics import ACCEPTANCE_FLOOR
-from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
 
-# requests, rich and the rest load inside the command: `rigkit` imports this module before
-# pyinfra_cli gevent-patches sockets (rigkit.cli.main.main), and nothing may import urllib3 first.
+# requests and what imports it (the bench's client, runner, session, context, results) load inside the
+# command: `rigkit` imports this module before pyinfra_cli gevent-patches sockets (rigkit.cli.main.main),
+# and nothing may import urllib3 first (rigkit/cli/__init__.py).
 
 REMOTE_KEY_FILE = paths.HYPERQWEN_SECRET_FILE
 KEY_NAME = "VLLM_API_KEY"
@@ -43,8 +55,6 @@ def parse_key_file(text: str, source: str) -> str:
     """The API key from an env file (``VLLM_API_KEY=...``, read by :func:`rigkit.common.envfile.parse_env_text`,
     the host side's reader) or a file holding only the key. Raises ValueError naming the key and
     ``source`` — never the value."""
-    from rigkit.common.envfile import parse_env_text
-
     value = parse_env_text(text).get(KEY_NAME)
     if value:
         return value
@@ -71,8 +81,6 @@ def check_member_running(base_url: str, member: str, api_key: str | None) -> str
     swap the resident out). Raises :class:`BenchAbort` (exit 1) when ``/running`` does not
     answer."""
     import requests
-
-    from rigkit.bench import llama_swap
 
     try:
         running = llama_swap.running(base_url, timeout_s=10, api_key=api_key)
@@ -125,10 +133,6 @@ class AgentEnergyReader:
 
     def _start(self) -> None:
         import queue
-        import shlex
-        import subprocess
-
-        from rigkit.remote import Remote
 
         self._proc = Remote(self.host_name, self.connection).popen(
             shlex.join([paths.AGENT_BIN, "energy", "--serve"]), as_root=False, stdin=subprocess.PIPE,
@@ -156,7 +160,6 @@ class AgentEnergyReader:
                 + (f": {err}" if err else ""), "gpus": []}
 
     def __call__(self) -> dict[str, Any]:
-        import json
         import queue
 
         with self._lock:
@@ -202,10 +205,6 @@ def local_energy_reader(base_url: str):
     (:class:`rigkit.bench.nvml.EnergyReader`: the counter, else sampled power.draw) when the URL's host is
     a loopback address (the server runs here), else ``(None, why)``: another machine's GPU cannot be
     read from here."""
-    from urllib.parse import urlsplit
-
-    from rigkit.bench.nvml import EnergyReader
-
     hostname = (urlsplit(base_url).hostname or "").lower()
     if hostname in ("localhost", "::1") or hostname.startswith("127."):
         return EnergyReader(), "this machine (the --url server is local)"
@@ -218,8 +217,6 @@ def host_target(stack: ExitStack, inventory: str, host: str, member: str,
     host context (nvidia-smi over the same SSH) and the API key. Returns the target, the
     host context, the host's ``spec.bench`` (BenchSpec: the operator's bench defaults) and the
     energy reader (:class:`AgentEnergyReader`, closed with ``stack``); raises :class:`BenchAbort`."""
-    from rigkit.remote import Remote, RemoteError, SSHForward
-    from rigkit.common import gpu
     from rigkit.bench.context import Target
     try:
         from rigkit.spec.inventory import load_hosts
@@ -367,7 +364,6 @@ def bench(url, inventory, host, member, workloads, no_warmup, baseline_files, ou
         raise click.UsageError("give either --url, or --host and --member (with -i)")
     if not url and not (host and member):
         raise click.UsageError("--host and --member go together")
-    from rich.console import Console
 
     console = Console(stderr=True, markup=False, soft_wrap=True)  # text as it is, a line whole in a pipe; colour from styles (rigkit.cli.common)
     try:
@@ -409,9 +405,6 @@ def _run(console, url, inventory, host, member, workloads, no_warmup, baseline_f
          context_file, model, api_key_file, preset_name, quoting_tokens, max_tokens,
          stall_timeout, health_budget=120.0, no_energy=False, results_dir="results",
          repeat_unstable=2, metrics_file=None, acceptance_floor=None) -> int:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-
     from rigkit.bench.context import Target, load_context_file
     from rigkit.bench.results import find_baselines, load_baseline
     from rigkit.bench.runner import report_lines

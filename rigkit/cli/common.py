@@ -5,6 +5,7 @@ one-way (cli → *_cli → cliutil)."""
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from rigkit import exitcodes
+from rigkit.remote import RemoteError
 
 #: Warnings and progress go to stderr; results and data (check verdicts, JSON, manifests) to stdout.
 #: Neither reads rich markup: a string prints as it is (a message with ``[options]`` or ``[red]`` in it
@@ -164,12 +166,8 @@ def exits_when_unreachable(command):
     (:class:`rigkit.remote.RemoteError`, raised by :meth:`rigkit.remote.Remote.run`: the message names
     the host and what ssh said) is one error line and exit 1 — never read as "nothing there".
     Cleanup (``finally``: the host lock's release) has run by then."""
-    import functools
-
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from rigkit.remote import RemoteError
-
         try:
             return command(*args, **kwargs)
         except RemoteError as exc:

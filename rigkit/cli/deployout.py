@@ -38,6 +38,12 @@ class Console:
             self._log = QuietLog(sys.stderr, verbose=self.verbose > 0)
         self._log.write(line)
 
+    def host_log(self, stdout: str, stderr: str) -> None:
+        """What a command on the host printed: its stdout to stdout, its stderr to stderr."""
+        sys.stdout.write(stdout)
+        if stderr:
+            sys.stderr.write(stderr)
+
     def pyinfra_ended(self, proc: subprocess.CompletedProcess, dry: bool) -> None:
         """The log's last block and count; a real run's results per host (a dry run's plan is the
         caller's to summarize: :func:`print_plan`)."""

@@ -18,18 +18,20 @@ is still reported.
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import click
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
+from rigkit.cli.common import host_option, inventory_option, load_or_exit
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
-from rigkit.cli.common import host_option, inventory_option, load_or_exit
 
 SEVERITY_STYLE = {"error": "bold red", "drift": "yellow", "warn": "cyan", "hold": "cyan"}
 
@@ -38,8 +40,6 @@ def plain_console() -> Console:
     """The console of the plain output: as wide as the terminal, or ``$COLUMNS``, or 80 columns when
     stdout is a pipe or a file (cron, ``| mail``); colour only on a terminal, and in a pipe no line is
     wrapped (``soft_wrap``: a line is as long as what it says)."""
-    import shutil
-
     width = shutil.get_terminal_size((80, 24)).columns
     console = Console(highlight=False, soft_wrap=False, width=width, markup=False)
     if not console.is_terminal:
@@ -69,8 +69,6 @@ def finding_lines(findings: list) -> list[str]:
     trailing space. No value is folded or cut: a line is as long as its values; a line break inside
     a value is written as the two characters ``\\n`` (``\\r`` likewise), so that ``grep`` finds a
     finding on one line and ``wc -l`` counts them."""
-    from rich.cells import cell_len
-
     def one_line(value: object) -> str:
         return str(value).replace("\r", "\\r").replace("\n", "\\n")
 
@@ -82,8 +80,6 @@ def finding_lines(findings: list) -> list[str]:
 def repair_hint(host: str, findings: list) -> str | None:
     """The command that repairs what drift counted on ``host`` (the deploy; with ``--reboot`` when a
     reboot is pending), or None when nothing counted is a difference the deploy repairs."""
-    from rigkit import hints
-
     if not any(f.severity == "drift" for f in findings):
         return None
     extra = ("--reboot",) if any(f.kind == "reboot" and f.severity == "drift" for f in findings) else ()

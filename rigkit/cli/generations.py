@@ -1,25 +1,27 @@
 """``rigkit generations`` (list and compare what each deploy left on a host) and ``rigkit rollback``
-(bring one back, under the host lock, and hold it there) — :mod:`rigkit.deploy.generations`,
+(bring one back, under the host lock, and hold it there) — :mod:`rigkit.render.generations`,
 :mod:`rigkit.host.generations`.
 
 A rollback is the deploy itself (``deploy.py`` through pyinfra) applying a recorded generation
 instead of the spec: the same pinned ``pacman -U`` path for pins (a driver change reaches the
 reboot gate), the same activation path for llama-swap's config (a real completion to the changed
-members, then the resident), the same daemon.json merge. ``rigkit rollback`` holds the host lock
-for the whole run (``rigkit-agent lock hold`` over SSH, a lease its own commands join); a run that
-fails part-way is followed by a deploy of the generation it started from, and says so.
+members, then the resident), the same daemon.json merge. The change is
+:func:`rigkit.deploy.changes.rollback` (under the host lock for the whole run); this module parses
+the arguments and prints.
 """
 
 from __future__ import annotations
 
 import json
-import secrets as pysecrets
 import sys
 
 import click
 
 from rigkit import exitcodes, hints
-from rigkit.cli.common import err, error, exits_when_unreachable, inventory_option, load_or_exit, out
+from rigkit.cli.common import error, exits_when_unreachable, inventory_option, load_or_exit, out
+from rigkit.cli.deployout import Console
+from rigkit.common.holds import GENERATION, HoldsError
+from rigkit.remote import HostReadError, Remote, read_holds
 
 
 def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
@@ -31,8 +33,6 @@ def _one_host(inventory: str | None, host: str, overrides: dict | None = None):
 
 
 def _remote(hs):
-    from rigkit.remote import Remote
-
     return Remote(hs.name, hs.connection)
 
 
@@ -54,9 +54,6 @@ def _holds(remote) -> dict:
     """The host's holds (:func:`rigkit.remote.read_holds`, the one reader); exits 1 naming the host
     and the file when it cannot be read over SSH (a failed connection: :func:`exits_when_unreachable`)
     or is not a JSON object of hold records (a hold is a safety record: never read as "no hold")."""
-
-    from rigkit.common.holds import HoldsError
-    from rigkit.remote import HostReadError, read_holds
 
     try:
         return read_holds(remote)
@@ -94,8 +91,7 @@ def generations(inventory: str | None, host: str, diff_pair: tuple[int, int] | N
     ``--diff A B`` what differs between two: files as diffs (secrets masked), pins, units,
     llama-swap members, the spec's keys. Exit 0, 1 when the host cannot be read, 2 bad input."""
     from rigkit.drift.masking import mask
-    from rigkit.deploy.generations import diff, diff_text
-    from rigkit.common.holds import GENERATION
+    from rigkit.render.generations import diff, diff_text
     from rigkit.spec.secrets import hf_token
 
     hs = _one_host(inventory, host)
@@ -156,10 +152,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
     (exit 1, nothing touched) while the lock is held, or when generation N needs a model the host has
     not verified (named); exit 2 for a generation that is not kept or is a failed one."""
 
-    from rigkit.common.lock import LEASE_ENV
-    from rigkit.cli.deployout import Console
-    from rigkit.deploy.run import run_pyinfra, smoke
-    from rigkit.deploy.source import GENERATION_ENV, REASON_ENV
+    from rigkit.deploy import changes
     from rigkit.spec.inventory import default_inventory
 
     if release == (to is not None):
@@ -170,61 +163,7 @@ def rollback(inventory: str | None, host: str, to: int | None, release: bool, fo
         sys.exit(exitcodes.INVALID)
     overrides = {k: True for k, on in (("force", force), ("reboot", reboot)) if on}
     hs = _one_host(inventory, host, overrides)
-    remote = _remote(hs)
     if release:
-        proc = remote.agent("generation", "release", timeout=60)
-        for line in (proc.stderr + proc.stdout).splitlines():
-            err.print(f"{hs.name}: {hints.complete(line, host=hs.name)}")
-        sys.exit(exitcodes.OK if proc.returncode == 0 else exitcodes.FAILED)
-    index = _agent_json(remote, "generation", "list")
-    known = [g["n"] for g in index.get("generations", [])]
-    start = index.get("current")
-    if to not in known:
-        error(f"--to {to}: {hs.name} has no generation {to} (kept: "
-              f"{', '.join(map(str, known)) or 'none'})")
-        sys.exit(exitcodes.INVALID)
-    if (next(g for g in index["generations"] if g["n"] == to) or {}).get("failed"):
-        error(f"--to {to}: generation {to} on {hs.name} is a failed change that was put back "
-              f"(`{hints.command('generations', host=hs.name)}` lists it as failed); it was never current and cannot "
-              "be brought back")
-        sys.exit(exitcodes.INVALID)
-    if to == start:
-        err.print(f"{hs.name}: generation {to} is already the current one; nothing to roll back")
-        sys.exit(exitcodes.OK)
-    missing = _agent_json(remote, "generation", "check", str(to)).get("missing") or []
-    if missing:
-        error(f"{hs.name}: generation {to} needs what this host has not verified; refused, nothing "
-              "touched (deploy a spec with those models, or fetch them, first):")
-        for m in missing:
-            err.print(f"  {m}")
-        sys.exit(exitcodes.FAILED)
-    from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
-    from rigkit.deploy.generations import manifest_of_record
-
-    inv = inventory or default_inventory()
-    lease = pysecrets.token_hex(8)
-    out = Console(verbose)
-    try:
-        ch = begin(hs, remote, f"rollback to generation {to}", lease, f"rollback to generation {to}", out)
-    except ChangeRefused as exc:
-        error(str(exc))
-        sys.exit(exitcodes.FAILED)
-    err.print(f"{hs.name}: holding the host lock for the rollback to generation {to} (from generation {start})")
-    try:
-        env = {GENERATION_ENV: str(to), REASON_ENV: f"rollback to {to}", LEASE_ENV: lease}
-        proc, run_env = run_pyinfra(inv, [hs.name], overrides, verbose=verbose, extra_env=env, out=out)
-        attempt = manifest_of_record(_agent_json(remote, "generation", "show", str(to))["record"], f"rollback to {to}")
-        code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
-        if code == exitcodes.OK:
-            after = _agent_json(remote, "generation", "list")
-            err.print(f"{hs.name}: rolled back to generation {to}, recorded as generation {after.get('current')}; "
-                      f"held: the next deploy keeps this host there until `{hints.command('rollback', '--release', host=hs.name)}`")
-            # the smoke while the lock is still held: nothing else changes the rig between the rollback and it
-            code = exitcodes.OK if no_smoke else smoke(hs, inv, run_env, out)
-            if code:
-                error(f"{hs.name}: the rollback to generation {to} is done, confirmed and "
-                      f"recorded (generation {after.get('current')}, held), but its post-deploy smoke FAILED "
-                      f"(above); the host stays at generation {after.get('current')}")
-    finally:
-        end(ch)
-    sys.exit(code)
+        sys.exit(changes.release(hs, Console(verbose)))
+    sys.exit(changes.rollback(hs, inventory or default_inventory(), to, overrides, Console(verbose), no_smoke=no_smoke,
+                              no_revert=no_revert, confirm_budget=confirm_budget, verbose=verbose))

@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, parse_data
+from rigkit.cli.models import _models_of
 
 
 def _one_declaration(host_specs) -> None:
@@ -46,8 +48,6 @@ def model_sources(spec, wanted: dict) -> list[tuple[str, str]]:
     """``[(models.NAME, server)]`` for every model ``wanted`` declares a source for: its URL's server, or
     the hub (``hf_endpoint``, else ``$HF_ENDPOINT``, else huggingface.co, as the lock asks it), as
     :func:`rigkit.lockfile.resolve.origin` (no credentials)."""
-    import os
-
     from rigkit.lockfile.document import source_of
     from rigkit.lockfile.resolve import origin
 
@@ -65,8 +65,6 @@ def offline(path: str, existed: bool, asked: list[tuple[str, str]], data: tuple[
     ``path`` as it was, or still absent), every server the run needed and the entries it needed each for
     (``asked``: :func:`rigkit.lockfile.resolve.sources_asked` and :func:`model_sources`), and how to lock on a
     machine that reaches them and bring the lock here (``data``: the run's ``--data``, to be given there too)."""
-    from rigkit import hints
-
     lines = [f"nothing written: {path} " + ("is as it was" if existed else "still does not exist")]
     by_server: dict[str, list[str]] = {}
     for entry, server in asked:
@@ -137,7 +135,6 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
         for p in exc.problems:
             error(p)
         sys.exit(exitcodes.INVALID)
-    from rigkit.cli.models import _models_of
 
     wanted = _models_of(host_specs)
     try:

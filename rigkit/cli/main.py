@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import click
-
-from rigkit import __version__, exitcodes
 from rich.text import Text
 
-from rigkit.cli.common import (check_hosts, err, error, exits_when_unreachable, host_option, inventory_option, load_or_exit,
-                               out, parse_data, print_verdicts, validate_or_exit, warn)
+from rigkit import __version__, exitcodes, hints
+from rigkit.cli.common import (check_hosts, err, error, exits_when_unreachable, host_option, inventory_option,
+                               load_or_exit, out, parse_data, print_verdicts, validate_or_exit, warn)
+from rigkit.cli.deployout import Console, print_plan
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -69,7 +69,6 @@ def check(inventory: str | None, hosts: tuple[str, ...], verbose: int, data: tup
     """
     from rigkit.render.checks import verdict_code
 
-    from rigkit import hints
     from rigkit.lockfile.path import lock_file_path
     from rigkit.lockfile.view import model_problems
     from rigkit.spec.inventory import default_inventory
@@ -182,7 +181,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     leaves it as the change left it. Then the post-deploy smoke, still under the lock.
 
     First, unless --full, each host's lock is taken, its current generation read and drift's probe run
-    under it, in one round trip per host, every host at once (rigkit.drift.converged; a lock refused:
+    under it, in one round trip per host, every host at once (rigkit.deploy.converged; a lock refused:
     exit 1, nothing touched). A host whose generation was recorded by this rigkit build from this
     spec and lock, with no hold, window, pending reboot or other lock holder, where the probe finds
     nothing the deploy would change, is said "converged (probe)" and left alone — no pyinfra run, no
@@ -225,80 +224,21 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         for line in lock_refusals:
             error(line)
         sys.exit(exitcodes.INVALID)
-    from rigkit.cli.deployout import Console, print_plan
-    from rigkit.deploy.run import run_pyinfra, smoke
+    from rigkit.deploy import changes
 
     inv = inventory or default_inventory()
     out = Console(verbose)
     if dry:  # pyinfra's plan, then rigkit's own summary of it per host, each conditional row said to run or not
-        import tempfile
-
-        from rigkit.deploy import planned
-
         names = [hs.name for hs in host_specs]
-        with tempfile.TemporaryDirectory(prefix="rigkit-plan-") as folder:
-            proc, _ = run_pyinfra(inv, hosts, overrides, dry, verbose, extra_env={planned.PLAN_ENV: folder}, out=out)
-            print_plan(proc.stdout, names, planned.read(folder, names))
+        proc, plans = changes.plan(inv, hosts, names, overrides, verbose, out)
+        print_plan(proc.stdout, names, plans)
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
-    import secrets as pysecrets
-
-    from rigkit.deploy.transaction import ChangeRefused, begin, end, settle
-    from rigkit.deploy.generations import lock_text, manifest
-    from rigkit.common.lock import LEASE_ENV
-    from rigkit.drift.converged import begin_all, choose_paths, declare, restamp_after, say
-    from rigkit.remote import Remote, RemoteError
-    from rigkit.render.files import render
     from rigkit.spec.secrets import hf_token
 
-    lease = pysecrets.token_hex(8)
-    chosen = {}
-    if not full:  # issue 48: each host's lock taken, where it starts read and its state probed: one round trip
-        try:
-            chosen = choose_paths(host_specs, declare(host_specs, inv, hf_token(), {hs.name: f for hs, f, _ in checked}), lease,
-                                  warn=lambda line: out.note(line))
-        except ChangeRefused as exc:  # a lock held or a window open: nothing touched on any host
-            error(str(exc))
-            sys.exit(exitcodes.FAILED)
-        for choice in chosen.values():
-            err.print(say(choice))
-    converged_names = {name for name, choice in chosen.items() if choice.probe}
-    # a converged host is left alone; only --smoke locks it again, for its smoke
-    to_begin = [hs for hs in host_specs if hs.name not in converged_names or smoke_asked]
-    if not to_begin:
-        sys.exit(exitcodes.OK)
-    try:
-        changes = begin_all(to_begin, lambda hs: begin(hs, Remote(hs.name, hs.connection), "the deploy", lease,
-                                                        "rigkit deploy", out), end)  # every host at once
-    except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached: nothing touched (begin_all ended the rest)
-        error(str(exc))
-        sys.exit(exitcodes.FAILED)
-    codes = []
-    try:
-        from rigkit.agentcmd import NO_REVERT_ENV
-
-        converged = [ch for ch in changes if ch.name in converged_names]
-        codes += [smoke(ch.hs, inv, dict(os.environ), out) for ch in converged]  # only with --smoke
-        changes_full = [ch for ch in changes if ch not in converged]
-        if not changes_full:
-            sys.exit(exitcodes.combine(*codes))
-        proc, env = run_pyinfra(inv, [ch.name for ch in changes_full], overrides, dry, verbose,
-                                extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})}, out=out)
-        for ch in changes_full:
-            attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
-            code = settle(ch, proc, inv, overrides, verbose, lease, attempt, no_revert, confirm_budget)
-            if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
-                err.print(line)
-            if code == exitcodes.OK and not no_smoke and ch.staged_only:
-                err.print(f"{ch.name}: no smoke: the deploy only staged (nothing that serves changed; `--smoke` on a "
-                          "later run benches it)")
-            elif code == exitcodes.OK and not no_smoke:
-                code = smoke(ch.hs, inv, env, out)  # still under the lock: nothing changes the rig in between
-            codes.append(code)
-    finally:
-        for ch in changes:
-            end(ch)
-    sys.exit(exitcodes.combine(*codes))
-
+    sys.exit(changes.deploy(host_specs, inv, overrides, {hs.name: f for hs, f, _ in checked}, out,
+                            hf_token(), full=full,
+                            smoke_asked=smoke_asked, no_smoke=no_smoke, no_revert=no_revert,
+                            confirm_budget=confirm_budget, verbose=verbose))
 
 
 def main() -> None:
@@ -325,8 +265,6 @@ class PipeSafe:
         self._gone = False
 
     def _lost(self) -> None:
-        import os
-
         self._gone = True
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, self._stream.fileno())  # Python's own flush at exit then succeeds

@@ -37,8 +37,11 @@ import click
 from rich.text import Text
 
 from rigkit import exitcodes, hints, paths
+from rigkit.bench.workloads import PRESETS
+from rigkit.cli.common import (err, error, exits_when_unreachable, host_option, inventory_option, labelled, load_or_exit,
+                               parse_data, styled)
+from rigkit.common.gpu import QUERY_COMMAND, parse_query
 from rigkit.remote import Remote, RemoteError
-from rigkit.cli.common import err, error, exits_when_unreachable, host_option, inventory_option, labelled, styled
 
 TENANTS = ("hyperqwen",)
 #: Following the journal survives SSH drops shorter than this (s).
@@ -260,7 +263,6 @@ def _sweep_plan(hs: Any, sweep: str, contexts: str | None, workloads: str | None
     measure (the result is printed, no window is opened)."""
     from rigkit.report.sweep import (SweepArgError, check_power_limits, parse_contexts, parse_sweep, parse_workloads,
                                      plan_sweep)
-    from rigkit.common.gpu import QUERY_COMMAND, parse_query
 
     try:
         key, values = parse_sweep(sweep)
@@ -365,9 +367,6 @@ def window(inventory, hosts, tenant, presets, data, force, healthy_timeout, out_
     best decode tok/s recommended as a gpu_power_limit_w line; the declared limit is put back at
     restore, whatever happens. Exit 0 done, 1 failed/refused/aborted, 2 invalid input.
     """
-    from rigkit.bench.workloads import PRESETS
-    from rigkit.cli.common import load_or_exit, parse_data
-
     bad = [p for p in presets if p not in PRESETS]
     if bad:
         raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(PRESETS)}", param_hint="--bench")

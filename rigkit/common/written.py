@@ -1,6 +1,6 @@
 """What rigkit wrote last to each file it writes on the host, one way (issue 61): whoever writes — the
 deploy's :func:`rigkit.operations.config.rendered_file`, the wire-in's companions
-(:func:`rigkit.cli.wirein.install_declared_companions`), the agent's activation and rollback
+(:func:`rigkit.deploy.wirein.install_declared_companions`), the agent's activation and rollback
 (:mod:`rigkit.host.activate`) — records the sha256 of what it wrote here, so a file whose content is
 not its record was changed by someone else ("edited by hand?") and only then is backed up.
 

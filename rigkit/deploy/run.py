@@ -30,6 +30,10 @@ class Output(Protocol):
     def pyinfra_ended(self, proc: subprocess.CompletedProcess, dry: bool) -> None:
         """pyinfra's run ended: ``proc.stdout`` holds its ``--json`` results (a dry run's plan)."""
 
+    def host_log(self, stdout: str, stderr: str) -> None:
+        """What a command on the host printed, as it printed it (the wire-in's activation log: its
+        stdout to stdout, its stderr to stderr)."""
+
 
 def data_text(value) -> str:
     """The ``--data KEY=TEXT`` text that pyinfra reads back as ``value`` (``pyinfra_cli.util.parse_cli_arg``

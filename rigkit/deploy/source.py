@@ -18,7 +18,7 @@ from pyinfra import logger
 from pyinfra.api import DeployError
 
 from rigkit import hints
-from rigkit.deploy.generations import Source, lock_text, source_from_bundle
+from rigkit.render.generations import Source, lock_text, source_from_bundle
 from rigkit.spec.inventory import data_layers
 from rigkit.spec.model import RigSpec
 from rigkit.spec.problems import SpecError

@@ -3,7 +3,9 @@ the one confirmation and the one revert of ``rigkit deploy``, ``rigkit rollback`
 wire-in --activate``.
 
 Each command takes the host lock for its whole run (:class:`LockHold`, one lease that its own
-commands join), applies its change (the deploy through pyinfra), and then, on each host it changed:
+commands join) in the one change context, :func:`held` (every host's :func:`begin` at once, each
+:func:`end` on the way out whatever raises), applies its change (the deploy through pyinfra), and
+then, on each host it changed:
 
 - **confirm** the generation the host should now be at (``rigkit-agent confirm``,
   :mod:`rigkit.host.confirm`: the declared services active, the power limit read back, the
@@ -38,8 +40,10 @@ import json
 import secrets as pysecrets
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from rigkit import exitcodes, hints, paths
 from rigkit.deploy import run
@@ -208,6 +212,56 @@ class ChangeRefused(RuntimeError):
     """The host lock could not be taken before a change: the message names the holder."""
 
 
+@contextmanager
+def held(host_specs: list[Any], what: str, lock_what: str, out: run.Output, lease: str | None = None,
+         remote: Callable[[Any], Any] | None = None) -> Iterator[list[Change]]:
+    """The one change context of ``rigkit deploy``, ``rigkit rollback`` and ``rigkit wire-in --activate``:
+    every host of ``host_specs`` (:class:`rigkit.spec.inventory.HostSpec`) begun at once under
+    ``lease`` (a new one when None) — :func:`begin`, the lock taken naming ``lock_what``, where it
+    starts read, messages to ``out`` — yields their :class:`Change` s in ``host_specs``' order, and
+    :func:`end` s every one on the way out, whatever raises. ``remote(hs)`` makes a host's
+    :class:`rigkit.remote.Remote` (default: from ``hs.connection``).
+
+    Raises (nothing touched, every lock already taken released): :class:`ChangeRefused` when a lock is
+    held elsewhere or a window is open, :class:`rigkit.remote.RemoteError` when a host is not reached."""
+    from rigkit.remote import Remote
+
+    lease = lease or pysecrets.token_hex(8)
+    make = remote or (lambda hs: Remote(hs.name, hs.connection))
+    changes = begin_all(list(host_specs), lambda hs: begin(hs, make(hs), what, lease, lock_what, out), end)
+    try:
+        yield changes
+    finally:
+        for ch in changes:
+            end(ch)
+
+
+def begin_all(items: list[Any], begin_one: Callable[[Any], Any], end_one: Callable[[Any], None]) -> list[Any]:
+    """``begin_one(item)`` on every item at once (threads: each is a few SSH commands — :func:`begin`,
+    taking a host's lock), results in ``items``' order. When one raises, ``end_one`` releases every
+    one that began and the first exception (in ``items``' order) is raised again."""
+    def one(item):
+        try:
+            return begin_one(item)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after every other lock is released
+            return _Raised(exc)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
+        done = list(pool.map(one, items))
+    raised = [r for r in done if isinstance(r, _Raised)]
+    if raised:
+        for began in done:
+            if not isinstance(began, _Raised):
+                end_one(began)
+        raise raised[0].exc
+    return done
+
+
+@dataclass
+class _Raised:
+    exc: Exception
+
+
 def relock(ch: Change, lease: str) -> None:
     """Take the host lock again when the SSH session holding it ended (a reboot of the change), so
     the confirmation and a revert run under it; said when it cannot."""
@@ -332,7 +386,7 @@ def put_back(ch: Change, inventory: str, overrides: dict, verbose: int, lease: s
                "recorded before it); the host is left as the change left it", error=True)
         return exitcodes.FAILED
     ch.say(f"{ch.what} FAILED ({why}); reverting to generation {ch.start}, where it started")
-    from rigkit.deploy.generations import RUN_KEYS
+    from rigkit.render.generations import RUN_KEYS
 
     run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}  # the generation's spec, this run's flags
     back, _ = run.run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,

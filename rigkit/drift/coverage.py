@@ -431,34 +431,6 @@ def agreement(rows: list[Coverage], findings: list[tuple[str, str, str]], plan_r
     return problems
 
 
-def path_agreement(rows: list[Coverage], findings: list[tuple[str, str, str]], lease: str | None = None) -> list[str]:
-    """What breaks "the deploy takes the full run exactly when a breakage stands" (issue 48) for one
-    batch (``rows``, applied together; none: the converged host), judged by the deploy's own choice
-    (:func:`rigkit.drift.converged.state_reasons`) over the probe's ``(kind, item, severity)``
-    ``findings`` (drift's ``--plan`` rows left out: the deploy does not plan). ``lease``: the host
-    lock's holder during the probe stands for the deploy's own (its lock is not a reason).
-
-    Returns one line per problem (empty: they agree): on the converged host, any reason for the full
-    run; with breakages, a row whose own findings alone would leave the deploy on the probe path."""
-    from types import SimpleNamespace
-
-    from rigkit.drift.converged import state_reasons
-
-    # the findings as drift's document gave them (kind, item, severity: an open window's "expected" kept)
-    found = [SimpleNamespace(kind=kind, item=item, severity=sev, actual="") for kind, item, sev in findings
-             if not kind.startswith("plan") and item != "pyinfra --dry --json"]
-    facts = {"rig_lock": {"held": True, "holder": {"lease": lease}}} if lease else None
-    if not rows:
-        reasons = state_reasons(found, lease, facts)
-        return [f"on the converged host the deploy would take the full run: {'; '.join(reasons)}"] if reasons else []
-    problems = []
-    for c in rows:
-        mine = [f for f in found if matches(c.findings, f.kind, f.item)]
-        if not state_reasons(mine, lease, facts):
-            problems.append(f"{c.role}: {c.op}: the deploy would take the probe path with it broken")
-    return problems
-
-
 def batches(rows: list[Coverage], size: int) -> list[list[Coverage]]:
     """The ``probe`` rows with a breakage in batches of at most ``size`` independent ones (an
     ``alone`` row is a batch of its own), in table order."""

@@ -74,7 +74,7 @@ def declared_for(name: str, spec: Any, inventory: str, hf_token: HfToken | None,
     """Everything drift compares for host ``name``: rendered files, secret files, units (DESIGN.md
     "Host paths and units"), pinned packages, the model lock. ``hf_token`` is the token at hand
     on the control machine, as the command read it once (:func:`rigkit.spec.secrets.hf_token`), or None. ``files`` replaces the
-    rendered spec (a held ``generation``'s stored files, :func:`rigkit.deploy.generations.source_from_bundle`)."""
+    rendered spec (a held ``generation``'s stored files, :func:`rigkit.render.generations.source_from_bundle`)."""
     from rigkit.render import declared_state
     from rigkit.render.files import RenderedFile, render
     from rigkit.spec import members as members_mod

@@ -40,7 +40,7 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
     import tempfile
     from pathlib import Path
 
-    from rigkit.deploy.generations import source_from_bundle
+    from rigkit.render.generations import source_from_bundle
     from rigkit.remote import Remote, RemoteError
 
     n = generation_hold(facts)["generation"]
@@ -64,11 +64,11 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
 @functools.lru_cache(maxsize=8)
 def built_wheelhouse(python: str) -> dict[str, str] | str:
     """The agent's wheelhouse this checkout builds for Python ``python`` (``"3.13"``;
-    :func:`rigkit.deploy.wheelhouse.build`, what the deploy syncs) as ``{file name: sha256}``
+    :func:`rigkit.render.wheelhouse.build`, what the deploy syncs) as ``{file name: sha256}``
     (:func:`rigkit.operations.wheels.local_sums`), or why it cannot be built here (the error's text;
     drift says so and does not compare). Once per process: every host of a fleet on the same Python
     compares with the same build."""
-    from rigkit.deploy import wheelhouse
+    from rigkit.render import wheelhouse
     from rigkit.operations.wheels import local_sums
 
     try:
@@ -86,9 +86,9 @@ def wheelhouse_for(facts: dict[str, Any]) -> dict[str, str] | str | None:
 
 def spec_is_generation(decl: Declared, entry: dict[str, Any]) -> bool | None:
     """Whether the spec declares what generation ``entry`` (an index entry) recorded — the key the
-    next deploy would record is its key (:func:`rigkit.deploy.generations.manifest`, the model lock read as
+    next deploy would record is its key (:func:`rigkit.render.generations.manifest`, the model lock read as
     :func:`rigkit.deploy.source.source_for` reads it) — or None when it cannot be told."""
-    from rigkit.deploy.generations import lock_text, manifest
+    from rigkit.render.generations import lock_text, manifest
 
     try:
         key = manifest(decl.spec, decl.files, lock_text(decl.spec))["key"]

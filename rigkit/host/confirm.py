@@ -92,7 +92,7 @@ def completion(base: str, member: str, api_key: str | None, timeout_s: float) ->
 
 def asked_members(spec: dict[str, Any], touched: list[str]) -> list[str]:
     """The members a confirmation asks, in order: each of ``touched`` that ``spec`` (a generation's
-    spec snapshot, :func:`rigkit.deploy.generations.spec_snapshot`) declares live — not ``staged`` —
+    spec snapshot, :func:`rigkit.render.generations.spec_snapshot`) declares live — not ``staged`` —
     then the resident (``llama_swap.preload[0]``) last. Unknown and staged ids are left out."""
     ls = spec.get("llama_swap") or {}
     members = ls.get("members") or {}

@@ -74,7 +74,7 @@ def _root(cfg: Any) -> Path:
 
 #: What a generation's index entry and record say about how it was made, beside its ``key``: the
 #: rigkit build that recorded it and the hash of the spec it was deployed from
-#: (:func:`rigkit.deploy.generations.manifest`). A deploy whose stamps differ while its key is the
+#: (:func:`rigkit.render.generations.manifest`). A deploy whose stamps differ while its key is the
 #: current one's stamps the current generation again (:func:`restamp`, asked by the deploy after it).
 STAMP = ("rigkit_version", "spec_hash")
 
@@ -294,7 +294,7 @@ def restamp(cfg: Any, manifest: dict[str, Any], log: Callable[[str], None] = pri
     it has ``manifest``'s key and other stamps (the caller holds the host lock): a deploy by another
     rigkit build, or from a spec that differs only where nothing on the host depends on it, left the
     host alike, so it recorded no generation, but the current one now says it was this build from this
-    spec — what ``rigkit deploy``'s probe path asks (:mod:`rigkit.drift.converged`; the deploy asks this
+    spec — what ``rigkit deploy``'s probe path asks (:mod:`rigkit.deploy.converged`; the deploy asks this
     after a confirmed pyinfra run, outside pyinfra's operations, whose counts stay the deploy's own).
     Its record keeps the stamps it replaced under ``restamped`` (``[{"time", "rigkit_version",
     "spec_hash"}]``). Returns the entry with ``"restamped": True``, or ``{"restamped": False, "why"}``

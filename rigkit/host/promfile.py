@@ -34,7 +34,7 @@ side only: on the host, the scrape's ``instance`` names it), ``member`` and ``wo
 escaped by prometheus-client's exposition (``\\``, ``"`` and newline), so any spec name stays one
 value; tests/unit/test_promfile.py holds that with generated names and ``promtool check metrics``.
 
-Host side: standard library + prometheus-client (the agent's allowed set, rigkit.deploy.wheelhouse).
+Host side: standard library + prometheus-client (the agent's allowed set, rigkit.render.wheelhouse).
 """
 
 from __future__ import annotations

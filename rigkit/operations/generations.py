@@ -41,7 +41,7 @@ def plan_line(index: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, st
 
 @operation()
 def recorded_generation(manifest: dict[str, Any]):
-    """Record ``manifest`` (:func:`rigkit.deploy.generations.manifest`) as the host's next generation
+    """Record ``manifest`` (:func:`rigkit.render.generations.manifest`) as the host's next generation
     unless the current generation has its ``key`` (and no hold comes with it): :func:`plan_line`,
     read again when the operation runs. Runs last: pyinfra stops a host at its first failed
     operation, so only a deploy that succeeded is recorded.
@@ -51,7 +51,7 @@ def recorded_generation(manifest: dict[str, Any]):
     .. code:: python
 
         from rigkit.operations.generations import recorded_generation
-        # wanted = rigkit.deploy.generations.manifest(spec, rendered, lock_text(spec)): a dict of ~15 keys
+        # wanted = rigkit.render.generations.manifest(spec, rendered, lock_text(spec)): a dict of ~15 keys
         recorded_generation(
             name="Record the generation this deploy leaves",
             manifest=wanted,

@@ -27,7 +27,7 @@ def wheelhouse_synced(src: str, dest: str):
     """Make ``dest`` hold exactly the files of the local folder ``src`` (root, 0644; the folder 0755),
     through pyinfra's ``files.sync`` (``delete=True``), only when they differ.
 
-    + src: the local wheelhouse (:func:`rigkit.deploy.wheelhouse.build`)
+    + src: the local wheelhouse (:func:`rigkit.render.wheelhouse.build`)
     + dest: the host's folder (``/opt/rigkit/wheels``)
 
     **Example:**

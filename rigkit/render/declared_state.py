@@ -140,7 +140,7 @@ CDI_REFRESH_FILE = f"/usr/lib/systemd/system/{CDI_REFRESH}"
 
 def enabled_units(spec: Any) -> dict[str, bool | None]:
     """The units the deploy enables, the one list (a generation's ``units.enabled``:
-    :func:`rigkit.deploy.generations.declared_units`; drift's units: :func:`rigkit.drift.declared.declared`):
+    :func:`rigkit.render.generations.declared_units`; drift's units: :func:`rigkit.drift.declared.declared`):
     ``{unit name: whether it must be active}`` (None: a oneshot, not checked). llama-swap, the power
     limit (``gpu-power-limit.service``, a oneshot), docker, nvidia-persistenced, the agent's timers
     (:data:`AGENT_TIMERS`), the operator's timers (``spec.operator_units``

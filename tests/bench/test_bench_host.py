@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import subprocess
 
+import rigkit.cli.bench as cli_bench
 import rigkit.remote as remote
 import rigkit.spec.inventory
 from rigkit.cli.bench import bench
@@ -64,7 +65,7 @@ def rig(monkeypatch, replay):
         return subprocess.CompletedProcess(command, 127, "", "not found")
 
     monkeypatch.setattr(rigkit.spec.inventory, "load_hosts", load_hosts)
-    monkeypatch.setattr(remote, "SSHForward", FakeForward)
+    monkeypatch.setattr(cli_bench, "SSHForward", FakeForward)  # where the bench command reads it
     monkeypatch.setattr(remote.Remote, "run", run)
     replay.default = Script(vllm_stream(answer=["abc"] * 4))
     return SimpleNamespace(replay=replay, calls=calls)

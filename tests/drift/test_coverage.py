@@ -204,7 +204,7 @@ def test_wheelhouse_compared_file_by_file(tmp_path, monkeypatch):
     def fails(version):
         raise RuntimeError("pip download failed\nmore")
 
-    monkeypatch.setattr("rigkit.deploy.wheelhouse.build", fails)
+    monkeypatch.setattr("rigkit.render.wheelhouse.build", fails)
     from rigkit.drift.run import built_wheelhouse
 
     built_wheelhouse.cache_clear()

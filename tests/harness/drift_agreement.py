@@ -3,7 +3,7 @@ time (:data:`rigkit.drift.coverage.COVERAGE`): apply the batch under the host lo
 timers stand down, so nothing undoes a breakage meanwhile), run ``rigkit drift --json --plan`` once
 (one probe and one ``pyinfra --dry``, at once), put everything back, and judge with
 :func:`rigkit.drift.coverage.agreement`, and the deploy's path choice with
-:func:`rigkit.drift.coverage.path_agreement` (every breakage takes the full run, the converged host
+:func:`rigkit.deploy.converged.path_agreement` (every breakage takes the full run, the converged host
 the probe path). Used by tests/harness/test_drift.py (a sample) and
 benchmarks/drift_coverage.py (the whole table)."""
 
@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import hostctl  # noqa: E402
 
+from rigkit.deploy import converged as path_choice  # noqa: E402
 from rigkit.drift import coverage  # noqa: E402
 from rigkit.common.lock import LEASE_ENV  # noqa: E402
 
@@ -94,7 +95,7 @@ def run_batch(host, rows: list, project: Path) -> Batch:
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
     out.problems = coverage.agreement(out.rows, out.findings, out.plan_rows)
-    out.problems += coverage.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
+    out.problems += path_choice.path_agreement(out.rows, out.findings, LEASE)  # the deploy's path choice (issue 48)
     if any(r["kind"] == "plan-failed" for r in records):
         out.problems.append("the plan failed: " + "; ".join(r["actual"] for r in records if r["kind"] == "plan-failed"))
     return out
@@ -108,7 +109,7 @@ def converged(host, project: Path) -> Batch:
     out.seconds = time.monotonic() - t0
     out.findings = [(r["kind"], r["item"], r["severity"]) for r in records]
     out.plan_rows = [r["item"] for r in records if r["kind"] == "plan" and r["severity"] == "drift"]
-    out.problems = coverage.agreement([], out.findings, out.plan_rows) + coverage.path_agreement([], out.findings)
+    out.problems = coverage.agreement([], out.findings, out.plan_rows) + path_choice.path_agreement([], out.findings)
     return out
 
 

@@ -54,7 +54,7 @@ def rig(make_module_host):
 
 
 def _agent_digest() -> str:
-    from rigkit.deploy import wheelhouse
+    from rigkit.render import wheelhouse
 
     return wheelhouse._source_digest()
 

@@ -1,4 +1,4 @@
-"""The deploy's path choice (issue 48, rigkit.drift.converged): the stamps a generation carries, the
+"""The deploy's path choice (issue 48, rigkit.deploy.converged): the stamps a generation carries, the
 probe's findings that send a host to the full run, the one line per host, and the restamp on the
 host (rigkit.host.generations.restamp) that lets the next deploy take the probe path."""
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rigkit import build, paths
-from rigkit.drift import converged
-from rigkit.deploy import generations as gen
+from rigkit.deploy import converged, transaction
+from rigkit.render import generations as gen
 from rigkit.drift.compare import Finding
 from rigkit.drift.severity import KINDS
 from rigkit.host import generations as hostgen
@@ -194,7 +194,7 @@ def test_a_deploy_by_another_build_stamps_the_current_generation_again(host):  #
 
 
 def test_every_host_begins_at_once_and_one_refusal_releases_the_others():
-    """begin_all: results in order; when one host refuses, every lock taken is released and the first
+    """transaction.begin_all (under the change context, transaction.held): results in order; when one host refuses, every lock taken is released and the first
     refusal (in the hosts' order) is raised."""
     import threading
 
@@ -207,10 +207,10 @@ def test_every_host_begins_at_once_and_one_refusal_releases_the_others():
             raise RuntimeError(f"{name} refused")
         return name
 
-    assert converged.begin_all(["a", "b", "c"], begin, ended.append) == ["a", "b", "c"] and ended == []
+    assert transaction.begin_all(["a", "b", "c"], begin, ended.append) == ["a", "b", "c"] and ended == []
     barrier.reset()
     try:
-        converged.begin_all(["a", "refuse-1", "refuse-2"], begin, ended.append)
+        transaction.begin_all(["a", "refuse-1", "refuse-2"], begin, ended.append)
     except RuntimeError as exc:
         assert str(exc) == "refuse-1 refused"
     else:
@@ -221,7 +221,7 @@ def test_every_host_begins_at_once_and_one_refusal_releases_the_others():
 def test_every_breakage_of_the_coverage_table_sends_the_deploy_to_the_full_run():
     """For every row of the coverage table that has a breakage, the findings the probe reports for it
     (its declared ``(kind, item)`` patterns, one finding each, with the severity its kind has) alone
-    send the deploy to the full run (rigkit.drift.coverage.path_agreement); on the converged host
+    send the deploy to the full run (rigkit.deploy.converged.path_agreement); on the converged host
     (no findings, the lock this deploy's) it takes the probe path. The sandbox's real walk:
     tests/harness/drift_agreement.py (a batch in the suite, the whole table in benchmarks/drift_coverage.py)."""
     from rigkit.drift import coverage
@@ -231,9 +231,9 @@ def test_every_breakage_of_the_coverage_table_sends_the_deploy_to_the_full_run()
     for c in rows:
         findings = [(k, i.replace("*", "x"), KINDS.get(k, "drift")) for k, i in c.findings]
         assert findings, f"{c.role}: {c.op}: a breakage with no finding"
-        assert coverage.path_agreement([c], findings, "L1") == [], (c.role, c.op)
-    assert coverage.path_agreement([], [("lock", paths.RIG_LOCK, "warn")], "L1") == []
-    assert coverage.path_agreement([], [("lock", paths.RIG_LOCK, "warn")]) != []
+        assert converged.path_agreement([c], findings, "L1") == [], (c.role, c.op)
+    assert converged.path_agreement([], [("lock", paths.RIG_LOCK, "warn")], "L1") == []
+    assert converged.path_agreement([], [("lock", paths.RIG_LOCK, "warn")]) != []
 
 
 def test_the_deploy_remembers_passing_verdicts_only_and_never_for_other_files(tmp_path, monkeypatch):
@@ -317,7 +317,6 @@ def test_the_path_choice_reads_each_hosts_one_locked_round_trip(monkeypatch):
     import pytest
 
     from rigkit.deploy.transaction import ChangeRefused
-    from rigkit.drift import probe
 
     s = spec()
     want = gen.manifest(s, render(s), gen.lock_text(s))
@@ -335,7 +334,7 @@ def test_the_path_choice_reads_each_hosts_one_locked_round_trip(monkeypatch):
         asked.append((sorted(d.host for d in decls), what, lease))
         return {d.host: answers[d.host] for d in decls}
 
-    monkeypatch.setattr(probe, "probe_under_lock", fake)
+    monkeypatch.setattr(converged, "probe_under_lock", fake)  # the probe, as the path choice imports it
     hosts = [SimpleNamespace(name=n, spec=s, connection={}) for n in answers]
     declared = {n: SimpleNamespace(host=n, files=render(s), secret_values=[SECRET]) for n in answers}
     warned: list[str] = []

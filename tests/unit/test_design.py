@@ -1,6 +1,6 @@
 """``../shared/DESIGN.md`` held to the code where the code is the truth (issue #64): the folders its
 Layout names against test_layout.py's, the host side's third-party set and what the agent's wheel
-ships against :mod:`rigkit.deploy.wheelhouse` (whose pins are ``pyproject.toml``'s), every unit the
+ships against :mod:`rigkit.render.wheelhouse` (whose pins are ``pyproject.toml``'s), every unit the
 deploy installs for the agent named, and every ``tests/…`` path and ``DESIGN.md "Section"`` that
 rigkit's code cites existing.
 
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from rigkit import paths
-from rigkit.deploy import wheelhouse
+from rigkit.render import wheelhouse
 from tests.unit import design_exceptions, test_layout
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rigkit.deploy import generations as gen
+from rigkit.render import generations as gen
 from rigkit.host import generations as hostgen
 from rigkit.host import lock as host_lock
 from rigkit.host.config import HostConfig

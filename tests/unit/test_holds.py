@@ -82,15 +82,15 @@ def test_rigkit_generations_exits_1_on_a_corrupt_holds_file(capsys):
 
 
 def test_wire_in_fails_on_a_corrupt_holds_file(monkeypatch):
-    from rigkit.cli import wirein as wirein_cli
+    from rigkit.deploy import wirein
 
     from rigkit import remote
 
     monkeypatch.setattr(remote.Remote, "run", lambda self, cmd, **kw: subprocess.CompletedProcess(cmd, 0, "[1]", ""))
     hs = SimpleNamespace(name="h1", connection={})
-    with pytest.raises(wirein_cli._Fail) as exc:
-        wirein_cli.host_holds(hs)
-    assert exc.value.message == f"h1: /var/lib/rigkit/holds.json: not a JSON object{ADVICE}"
+    with pytest.raises(wirein.WireInFailed) as exc:
+        wirein.host_holds(hs)
+    assert str(exc.value) == f"h1: /var/lib/rigkit/holds.json: not a JSON object{ADVICE}"
     assert exc.value.exit_code == 1
 
 

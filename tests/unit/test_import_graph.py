@@ -2,8 +2,9 @@
 included; what each side may import at all is test_layout.py's business) imports, at module level or
 inside a function, a ``rigkit`` module that imports it back, directly or through others. At folder
 (subpackage) level the same is asked with no exception: the control side's folders (``cli`` → ``report``,
-``bench``, ``drift`` → ``deploy``, ``operations`` → ``lockfile``, ``render`` → ``spec`` → the shared ``rigkit``
-modules → ``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way.
+``bench``, ``deploy`` → ``drift`` → ``operations`` → ``lockfile``, ``render`` → ``spec`` → the shared ``rigkit``
+modules → ``host``) and the host side's (``host.window`` → ``host`` → ``bench`` → ``common``) import one way; the
+change to the rig's floors (:data:`ORDER`: ``cli`` → ``deploy`` → ``drift``, issue 64) in that order.
 
 ``lockfile`` (issue #64) stands above ``spec`` and beside ``render``: the lock file is the spec resolved
 (its entries are keyed by what the spec declares, its view is the spec with the lock's answers in place), so
@@ -17,6 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RIGKIT = ROOT / "rigkit"
+#: Folders from the top down: none imports, directly or through others, a folder before it (the deploy
+#: holds every change to the rig and reads drift's probe; what drift reads of a generation is in render).
+ORDER = ("rigkit.cli", "rigkit.deploy", "rigkit.drift", "rigkit.operations", "rigkit.render", "rigkit.spec")
 
 
 def modules(root: Path = RIGKIT) -> dict[str, Path]:
@@ -145,6 +149,32 @@ def test_no_import_cycle_between_folders():
     assert not cyclic, "folder-level import cycle through: " + ", ".join(f"{a} -> {b}" for a, b in cyclic)
 
 
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    """Every node ``start`` reaches through ``edges`` (itself excluded unless on a cycle)."""
+    seen: set[str] = set()
+    todo = list(edges.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(edges.get(node, ()))
+    return seen
+
+
+def test_the_folders_stand_in_order():
+    edges = folder_graph()
+    for i, folder in enumerate(ORDER):
+        above = set(ORDER[:i]) & reachable(edges, folder)
+        assert not above, f"{folder} imports {sorted(above)}, above it in {' -> '.join(ORDER)}"
+    for upper, lower in zip(ORDER, ORDER[1:]):  # each floor uses the next: the order is not vacuous
+        assert lower in reachable(edges, upper), (upper, lower)
+
+
+def test_reachable_follows_every_path():
+    edges = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert reachable(edges, "a") == {"b", "c"} and reachable(edges, "c") == set() and reachable(edges, "d") == {"a", "b", "c"}
+
+
 def test_the_graph_sees_function_level_and_package_imports(tmp_path):
     pkg = tmp_path / "rigkit"
     (pkg / "sub").mkdir(parents=True)
@@ -175,3 +205,17 @@ def test_the_lock_file_stands_above_the_spec_and_below_what_reads_it():
     assert "rigkit.spec" in edges["rigkit.lockfile"] and not edges["rigkit.lockfile"] & above
     assert "rigkit.lockfile" not in edges["rigkit.spec"] and "rigkit.lockfile" not in edges["rigkit.render"]
     assert {"rigkit.cli", "rigkit.deploy", "rigkit.drift"} <= {k for k, v in edges.items() if "rigkit.lockfile" in v}
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    """``rigkit --help`` imports every command module (rigkit/cli/__init__.py): what they import at module
+    level loads none of the libraries the commands import inside themselves — pydantic (the spec),
+    requests and urllib3 (which must not load before pyinfra's CLI package gevent-patches the process),
+    matplotlib (the report's charts), pyinfra and gevent (drift; importing ``pyinfra_cli`` patches)."""
+    import subprocess
+    import sys
+
+    heavy = ("pydantic", "requests", "urllib3", "matplotlib", "pyinfra", "pyinfra_cli", "gevent")
+    code = f"import sys, rigkit.cli.main; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", loaded

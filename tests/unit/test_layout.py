@@ -85,10 +85,10 @@ BENCH_THIRD_PARTY = {"requests", "pynvml"}
 def agent_import_names() -> frozenset[str]:
     """The import names the agent's wheelhouse provides: every top-level name that
     ``importlib.metadata.packages_distributions`` maps to a distribution pinned in
-    :data:`rigkit.deploy.wheelhouse.AGENT_REQUIREMENTS` (``pyyaml`` → ``yaml``, ``nvidia-ml-py`` → ``pynvml``)."""
+    :data:`rigkit.render.wheelhouse.AGENT_REQUIREMENTS` (``pyyaml`` → ``yaml``, ``nvidia-ml-py`` → ``pynvml``)."""
     from importlib.metadata import packages_distributions
 
-    from rigkit.deploy.wheelhouse import AGENT_REQUIREMENTS
+    from rigkit.render.wheelhouse import AGENT_REQUIREMENTS
 
     norm = lambda name: name.lower().replace("_", "-")  # noqa: E731
     pinned = {norm(r.split("==")[0]) for r in AGENT_REQUIREMENTS}
@@ -182,7 +182,7 @@ def test_the_agent_wheel_ships_the_host_side_and_what_it_shares(tmp_path):
     """The staged project holds exactly rigkit/__init__.py and rigkit/{common,bench,host}/ ; every rigkit module a staged file imports is staged too, and
     the agent's entry point imports from the staged copy alone (``python -I -S``: no site-packages,
     only that folder on the path)."""
-    from rigkit.deploy import wheelhouse
+    from rigkit.render import wheelhouse
 
     staged = wheelhouse.stage_host_project(tmp_path / "src")
     files = {p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file()}

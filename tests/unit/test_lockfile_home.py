@@ -141,7 +141,7 @@ def _control_side_sources() -> list[Path]:
 
 #: Where a ``.lock.json`` name is built outside the path function, and why that is no second answer to
 #: "where is this spec's lock file".
-OTHER_LOCK_NAMES = {"rigkit/deploy/generations.py": "a recorded generation's lock written to a temporary file, "
+OTHER_LOCK_NAMES = {"rigkit/render/generations.py": "a recorded generation's lock written to a temporary file, "
                                                     "which then becomes that generation's spec's lockfile"}
 
 

@@ -340,9 +340,11 @@ def test_every_caller_of_the_runner_handles_the_raise():
 # --- the deploy's transaction ------------------------------------------------------------------
 
 #: The transaction's pieces and the pyinfra run: defined in rigkit/deploy/ only.
-TRANSACTION = {"LockHold", "Change", "ChangeRefused", "begin", "settle", "put_back", "relock", "end", "confirm",
-               "record_failed", "mark_failed", "agent_json", "run_pyinfra", "host_result", "failed_operations",
-               "smoke"}
+TRANSACTION = {"LockHold", "Change", "ChangeRefused", "held", "begin_all", "begin", "settle", "put_back", "relock",
+               "end", "confirm", "record_failed", "mark_failed", "agent_json", "run_pyinfra", "host_result",
+               "failed_operations", "smoke"}
+#: The changes to the rig (deploy, rollback, the wire-in's activation): each under the change context.
+CHANGES = ("rigkit/deploy/changes.py", "rigkit/deploy/wirein.py")
 
 
 def test_the_transaction_is_not_in_cli():
@@ -359,8 +361,16 @@ def test_the_transaction_is_not_in_cli():
     trees = dict(_trees())
     importers = {rel for rel, tree in trees.items() for n in ast.walk(tree)
                  if isinstance(n, ast.ImportFrom) and n.module == "rigkit.deploy.transaction"}
-    assert {"rigkit/cli/main.py", "rigkit/cli/generations.py", "rigkit/cli/wirein.py"} <= importers, importers
-    for rel in ("rigkit/deploy/transaction.py", "rigkit/deploy/run.py"):  # it prints nothing: cli does
+    # one change context (issue 64): lock, begin and end are transaction.held's alone, every change goes
+    # through it, and cli/ begins nothing (it parses, calls one function, prints)
+    assert importers <= {*CHANGES, "rigkit/deploy/converged.py", "rigkit/cli/generations.py"}, importers
+    held_by = {rel for rel in importers for n in ast.walk(trees[rel]) if isinstance(n, ast.ImportFrom)
+               and n.module == "rigkit.deploy.transaction" and "held" in {a.name for a in n.names}}
+    assert held_by == set(CHANGES), held_by
+    began = {rel for rel, tree in trees.items() for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", getattr(n.func, "attr", None)) in ("begin", "begin_all", "LockHold")}
+    assert began == {"rigkit/deploy/transaction.py"}, began
+    for rel in ("rigkit/deploy/transaction.py", "rigkit/deploy/run.py", *CHANGES):  # they print nothing: cli does
         mods = {n.module for n in ast.walk(trees[rel]) if isinstance(n, ast.ImportFrom)} | \
                {a.name for n in ast.walk(trees[rel]) if isinstance(n, ast.Import) for a in n.names}
         assert not {m for m in mods if m and (m.startswith("rigkit.cli") or m.startswith("rich"))}, (rel, mods)
@@ -419,11 +429,11 @@ def test_compare_is_pure_and_findings_are_masked_in_one_place():
     assert not {m for m in mods if m and m.startswith(impure)}, mods
     calls = {rel: [n.lineno for n in ast.walk(t) if isinstance(n, ast.Call) and
                    getattr(n.func, "id", getattr(n.func, "attr", None)) in ("mask", "masked")]
-             for rel, t in trees.items() if rel.startswith("rigkit/drift/")}
+             for rel, t in trees.items() if rel.startswith("rigkit/drift/") or rel == "rigkit/deploy/converged.py"}
     # findings leave drift in two places: `rigkit drift` (run.check, every finding masked at once) and the
     # deploy's path choice (converged: the reasons it prints, each named finding and a failed probe's message)
     assert {rel: len(lines) for rel, lines in calls.items() if lines} == {"rigkit/drift/run.py": 1,
-                                                                        "rigkit/drift/converged.py": 3,
+                                                                        "rigkit/deploy/converged.py": 3,
                                                                         "rigkit/drift/masking.py": 4}, calls
 
 
@@ -493,7 +503,7 @@ def test_what_the_spec_refuses_as_a_token_drift_masks(tail):
 
 
 def test_the_enabled_units_are_listed_once():
-    from rigkit.deploy.generations import declared_units
+    from rigkit.render.generations import declared_units
     from rigkit.render.declared_state import enabled_units
     from rigkit.spec.validate import spec_from_layers
 

@@ -38,7 +38,7 @@ OPS_DIR = Path(rigkit.operations.__file__).parent
 #: ``(operation, argument)`` whose value is no literal in any real call, so the example passes a
 #: bare Name for it (and says in a comment where the value comes from). Only these.
 NAME_ARGUMENTS = {
-    # the manifest is rigkit.deploy.generations.manifest(spec, rendered, lock_text): ~15 keys of sha256s,
+    # the manifest is rigkit.render.generations.manifest(spec, rendered, lock_text): ~15 keys of sha256s,
     # the spec snapshot and versions; a literal copy in a docstring would only go stale
     ("recorded_generation", "manifest"),
 }

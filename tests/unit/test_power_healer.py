@@ -48,7 +48,7 @@ def pl_calls(rig) -> list[str]:
 
 
 def test_the_host_config_declares_the_spec_limit_and_the_agent_runs_the_healer_every_30_s():
-    from rigkit.deploy.generations import declared_units
+    from rigkit.render.generations import declared_units
     from rigkit.render.files import AGENT_TIMERS, render, render_host_config
     from rigkit.spec.validate import spec_from_layers
     from roles.agent import TIMERS

@@ -141,20 +141,20 @@ def test_the_lock_hold_on_a_host_not_reached_raises_instead_of_refusing(tmp_path
 
 
 def test_wire_in_runs_its_commands_through_remote_as_root(monkeypatch):
-    from rigkit.cli import wirein as wirein_cli
+    from rigkit.deploy import wirein
 
     seen = []
     monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append((argv, kw)) or
                         subprocess.CompletedProcess(argv, 0, "__RIGKIT_NONE__\n", ""))
     hs = SimpleNamespace(name="h1", connection={"ssh_hostname": "rig.lan", "ssh_user": "op", "_sudo": True})
-    assert wirein_cli.live_config(hs) is None
+    assert wirein.live_config(hs) is None
     (argv, kw), = seen
     assert argv[:-1] == Remote("h1", hs.connection).argv("x", as_root=True)[:-1]
     assert argv[-1].startswith("sudo -n sh -c ") and kw["timeout"] == 60.0
 
 
 def test_a_wire_in_timeout_is_a_failure_naming_the_host(monkeypatch):
-    from rigkit.cli import wirein as wirein_cli
+    from rigkit.deploy import wirein
 
     def hang(argv, **kw):
         raise subprocess.TimeoutExpired(argv, kw["timeout"])
@@ -162,9 +162,9 @@ def test_a_wire_in_timeout_is_a_failure_naming_the_host(monkeypatch):
     monkeypatch.setattr(subprocess, "run", hang)
     hs = SimpleNamespace(name="h1", connection={})
     try:
-        wirein_cli.live_config(hs)
-    except wirein_cli._Fail as exc:
-        assert exc.message == ("h1: 'sh -c '\"'\"'if [ -e /etc/llama-swap/config.yaml ]; then cat /etc/llama-swap/"
+        wirein.live_config(hs)
+    except wirein.WireInFailed as exc:
+        assert str(exc) == ("h1: 'sh -c '\"'\"'if [ -e /etc/llama-swap/config.yaml ]; then cat /etc/llama-swap/"
                                "config.yaml; else echo __RIGKIT_NONE__; fi'\"'\"'' did not finish within 60 s")
     else:
         raise AssertionError("no failure")

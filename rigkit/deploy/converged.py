@@ -1,9 +1,9 @@
 """A converged deploy in one round trip (issue 48): ``rigkit deploy`` probes first and runs pyinfra
 only on the hosts where something differs.
 
-It lives with drift because it is drift's probe and comparison put to the deploy's use (the
-control side's folders import one way: ``cli`` → ``drift`` → ``deploy``); ``rigkit/cli/main.py``'s
-deploy calls it in a few lines.
+These are the deploy's own decisions (which host takes the full run, the restamp), made from drift's
+probe and comparison: they live with the deploy, above drift (the control side's folders import one
+way: ``cli`` → ``deploy`` → ``drift``); :func:`rigkit.deploy.changes.deploy` calls them.
 
 Each host's path is chosen (:func:`choose_paths`) from one command per host, every host at once over
 pyinfra's connection (:func:`rigkit.drift.probe.probe_under_lock`): the agent takes the host lock for
@@ -27,8 +27,8 @@ reason, printed on the host's one line (:func:`say`):
   operation of the deploy is in the probe's coverage, each breakage agreeing with ``pyinfra --dry``),
   and a finding drift could not check (``error``, ``not-compared``, ``model-lock``) is a reason too.
 
-Otherwise the host takes the **full run**: its lock taken again for the whole run (:func:`begin_all`
-around :func:`rigkit.deploy.transaction.begin`), then the deploy exactly as before (pyinfra,
+Otherwise the host takes the **full run**: its lock taken again for the whole run
+(:func:`rigkit.deploy.transaction.held`), then the deploy exactly as before (pyinfra,
 confirmation, put back, smoke), limited to those hosts. ``--full`` takes it on every host without
 probing. A host whose stamps differ takes it whatever its probe found (its reasons are its stamps);
 so does a host not reached or without an agent that can take the lock and probe (a first deploy).
@@ -41,11 +41,20 @@ so the next deploy takes the probe path.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from rigkit import paths
+from rigkit.deploy.transaction import ChangeRefused
+from rigkit.drift import coverage
+from rigkit.drift.compare import compare_host
+from rigkit.drift.declared import declared_for
+from rigkit.drift.masking import mask
+from rigkit.drift.probe import probe_under_lock
+from rigkit.drift.run import wheelhouse_for
+from rigkit.render.files import render
+from rigkit.render.generations import lock_text, manifest
 
 #: Finding kinds that never send a host to the full run: the power-limit healer's note (the limit is
 #: back; a ``power`` finding says when it is not). The host lock held by this deploy's own lease is
@@ -76,7 +85,7 @@ def _lock_sha(files: dict[str, Any] | None) -> str | None:
 
 def stamp_reasons(n: int | None, record: dict[str, Any] | None, want: dict[str, Any], agent: bool = True) -> list[str]:
     """Why generation ``n`` (its ``record``: ``rigkit-agent generation show N``'s) is not what this
-    deploy would record (``want``: :func:`rigkit.deploy.generations.manifest` of this run's spec,
+    deploy would record (``want``: :func:`rigkit.render.generations.manifest` of this run's spec,
     rendered files and lock): each of the rigkit build, the spec hash, the model lock's sha256 and
     the key that differs is one reason (``[]``: all four match). ``agent`` False: the host agent is
     not installed (a first deploy)."""
@@ -114,8 +123,6 @@ def state_reasons(findings: list[Any], lease: str | None, facts: dict[str, Any] 
     lock reclaims). ``facts`` (the parsed probe) tells whose lease holds the lock; without it a
     ``lock`` finding whose ``actual`` says the lock is free (a dead holder's record) is no reason, any
     other is."""
-    from rigkit.drift.masking import mask
-
     state = (facts or {}).get("rig_lock") or {}
     holder = state.get("holder") or {}
     own_lock = bool(lease) and state.get("held") and holder.get("lease") == lease
@@ -159,42 +166,12 @@ def say(choice: Choice) -> str:
     return f"{choice.host}: full run: " + "; ".join(choice.reasons)
 
 
-def begin_all(items: list[Any], begin_one: Callable[[Any], Any], end_one: Callable[[Any], None]) -> list[Any]:
-    """``begin_one(item)`` on every item at once (threads: each is a few SSH commands — the deploy's
-    :func:`rigkit.deploy.transaction.begin`, taking a host's lock), results in ``items``' order. When one
-    raises, ``end_one`` releases every one that began and the first exception (in that order) is
-    raised again."""
-    def one(item):
-        try:
-            return begin_one(item)
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after every other lock is released
-            return _Raised(exc)
-
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(items)))) as pool:
-        done = list(pool.map(one, items))
-    raised = [r for r in done if isinstance(r, _Raised)]
-    if raised:
-        for began in done:
-            if not isinstance(began, _Raised):
-                end_one(began)
-        raise raised[0].exc
-    return done
-
-
-@dataclass
-class _Raised:
-    exc: Exception
-
-
 def declare(host_specs: list[Any], inventory: str, token: Any,
             rendered: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{host: its drift declaration}`` (:class:`rigkit.drift.declared.Declared`) for ``host_specs``
     (:class:`rigkit.spec.inventory.HostSpec`); ``token``: the command's HF token
     (:func:`rigkit.spec.secrets.hf_token`, or None); ``rendered``: ``{host: its rendered files}`` when the
     caller has them (the deploy's validators rendered them), else rendered here."""
-    from rigkit.drift.declared import declared_for
-    from rigkit.render.files import render
-
     return {hs.name: declared_for(hs.name, hs.spec, inventory, token, files=(rendered or {}).get(hs.name) or render(hs.spec))
             for hs in host_specs}
 
@@ -211,13 +188,6 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
     Raises :class:`rigkit.deploy.transaction.ChangeRefused` when a host's lock is refused (held by
     another, a window open: nothing touched anywhere). A host not reached, or whose agent is missing
     or predates the locked probe (a first deploy), takes the full run, which says why it cannot."""
-    from rigkit.deploy.generations import lock_text, manifest
-    from rigkit.deploy.transaction import ChangeRefused
-    from rigkit.drift.compare import compare_host
-    from rigkit.drift.masking import mask
-    from rigkit.drift.probe import probe_under_lock
-    from rigkit.drift.run import wheelhouse_for
-
     reads = probe_under_lock([declared[hs.name] for hs in host_specs], {hs.name: hs.connection for hs in host_specs},
                              what, lease, connect_timeout=connect_timeout)
     refused = []
@@ -264,13 +234,11 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
 def restamp_after(ch: Any, attempt: dict[str, Any], lease: str) -> str | None:
     """After a full run that ended well on ``ch``'s host (:class:`rigkit.deploy.transaction.Change`): stamp
     its current generation with ``attempt``'s build and spec hash (``attempt``:
-    :func:`rigkit.deploy.generations.manifest` of this run) when it has ``attempt``'s key and other
+    :func:`rigkit.render.generations.manifest` of this run) when it has ``attempt``'s key and other
     stamps (``rigkit-agent generation restamp`` under ``lease``, :func:`rigkit.host.generations.restamp`),
     so the next deploy can take the probe path. Outside pyinfra's operations: their counts stay the
     deploy's own. Returns the line to print, or None when nothing was stamped (or the agent could not
     be asked: the next deploy then takes the full run again and says why)."""
-    import json
-
     proc = ch.remote.agent("generation", "restamp", stdin=json.dumps(attempt, sort_keys=True), lease=lease,
                            timeout=60)
     try:
@@ -282,3 +250,29 @@ def restamp_after(ch: Any, attempt: dict[str, Any], lease: str) -> str | None:
     return (f"{ch.name}: generation {entry.get('n')} stamped again as made by rigkit {attempt.get('rigkit_version')} "
             f"from spec {str(attempt.get('spec_hash'))[:12]} (nothing else changed): the next deploy can take the "
             "probe path")
+
+
+def path_agreement(rows: list[Any], findings: list[tuple[str, str, str]], lease: str | None = None) -> list[str]:
+    """What breaks "the deploy takes the full run exactly when a breakage stands" (issue 48) for one
+    batch (``rows``, :class:`rigkit.drift.coverage.Coverage` rows applied together; none: the converged host), judged by the deploy's own choice
+    (:func:`state_reasons`) over the probe's ``(kind, item, severity)``
+    ``findings`` (drift's ``--plan`` rows left out: the deploy does not plan). ``lease``: the host
+    lock's holder during the probe stands for the deploy's own (its lock is not a reason).
+
+    Returns one line per problem (empty: they agree): on the converged host, any reason for the full
+    run; with breakages, a row whose own findings alone would leave the deploy on the probe path."""
+    from types import SimpleNamespace
+
+    # the findings as drift's document gave them (kind, item, severity: an open window's "expected" kept)
+    found = [SimpleNamespace(kind=kind, item=item, severity=sev, actual="") for kind, item, sev in findings
+             if not kind.startswith("plan") and item != "pyinfra --dry --json"]
+    facts = {"rig_lock": {"held": True, "holder": {"lease": lease}}} if lease else None
+    if not rows:
+        reasons = state_reasons(found, lease, facts)
+        return [f"on the converged host the deploy would take the full run: {'; '.join(reasons)}"] if reasons else []
+    problems = []
+    for c in rows:
+        mine = [f for f in found if coverage.matches(c.findings, f.kind, f.item)]
+        if not state_reasons(mine, lease, facts):
+            problems.append(f"{c.role}: {c.op}: the deploy would take the probe path with it broken")
+    return problems

@@ -53,7 +53,7 @@ def spec_hash(spec: RigSpec) -> str:
     """sha256 of the canonical JSON of :func:`spec_snapshot` without ``lockfile`` (``models_lock`` in a
     generation recorded before its rename): where the control machine keeps the lock is no part of what the host is declared to be (a rollback deploys a
     generation's lock from a temporary file), and the lock's content is keyed (the manifest's
-    ``files``) and checked by its own sha256 (:func:`rigkit.drift.converged.stamp_reasons`)."""
+    ``files``) and checked by its own sha256 (:func:`rigkit.deploy.converged.stamp_reasons`)."""
     data = spec_snapshot(spec)
     for key in LOCKFILE_KEYS:
         data.pop(key, None)
