@@ -149,6 +149,8 @@ def value_of(opt: dict, val: str):
         return number
     if kind == "enum" and val not in opt["choices"] and val not in opt.get("aliases", ()):
         raise _Why(opt["rejects"].replace("{value}", val))
+    if kind == "string" and val in opt.get("refuses", {}):  # the empty value, where its handler refuses it
+        raise _Why(opt["refuses"][val])
     return val
 
 

@@ -17,7 +17,8 @@ message for a bad value, ``{value}`` where it quotes the value); string), ``usag
 ``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {number: its message} at the numbers it was asked,
--3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
+-3 -1 0 1 7 70000, a float also nan inf -inf; a number between them is not tabled; for a string, {"": its
+message} when its handler refuses the empty value), ``words`` (for a numeric option, the
 quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``aliases`` (for an
 enum, the on/off/auto words of common.cpp it accepts besides its choices: -fa 1), ``removed`` (an option kept only to refuse
 every value: its message).
@@ -1140,7 +1141,10 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
   'conv': 'stof',
   'refuses': {'-3.0': 'error: repeat-penalty must be finite and greater than 0\n',
               '-1.0': 'error: repeat-penalty must be finite and greater than 0\n',
-              '0.0': 'error: repeat-penalty must be finite and greater than 0\n'}},
+              '0.0': 'error: repeat-penalty must be finite and greater than 0\n',
+              'nan': 'error: repeat-penalty must be finite and greater than 0\n',
+              'inf': 'error: repeat-penalty must be finite and greater than 0\n',
+              '-inf': 'error: repeat-penalty must be finite and greater than 0\n'}},
  {'names': ['--presence-penalty'],
   'section': 'sampling',
   'hint': 'N',
@@ -1151,7 +1155,10 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
   'usage': '--presence-penalty N                    repeat alpha presence penalty (default: 0.00, 0.0 = '
            'disabled)\n'
            '                                        (env: LLAMA_ARG_PRESENCE_PENALTY)\n',
-  'conv': 'stof'},
+  'conv': 'stof',
+  'refuses': {'nan': 'error: presence-penalty must be finite\n',
+              'inf': 'error: presence-penalty must be finite\n',
+              '-inf': 'error: presence-penalty must be finite\n'}},
  {'names': ['--frequency-penalty'],
   'section': 'sampling',
   'hint': 'N',
@@ -1162,7 +1169,10 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
   'usage': '--frequency-penalty N                   repeat alpha frequency penalty (default: 0.00, 0.0 = '
            'disabled)\n'
            '                                        (env: LLAMA_ARG_FREQUENCY_PENALTY)\n',
-  'conv': 'stof'},
+  'conv': 'stof',
+  'refuses': {'nan': 'error: frequency-penalty must be finite\n',
+              'inf': 'error: frequency-penalty must be finite\n',
+              '-inf': 'error: frequency-penalty must be finite\n'}},
  {'names': ['--dry-multiplier'],
   'section': 'sampling',
   'hint': 'N',
@@ -2284,7 +2294,8 @@ OPTIONS = [{'names': ['-h', '--help', '--usage'],
            '                                        overlapping addresses result in undefined behavior '
            '(default:\n'
            '                                        127.0.0.1)\n'
-           '                                        (env: LLAMA_ARG_HOST)\n'},
+           '                                        (env: LLAMA_ARG_HOST)\n',
+  'refuses': {'': '--host requires at least one address'}},
  {'names': ['--port'],
   'section': 'example-specific',
   'hint': 'PORT',

@@ -88,6 +88,9 @@ def choices_of(hint: str | None, usage: str) -> list[str]:
 BOOLEAN_WORDS = ("on", "off", "auto", "enabled", "disabled", "true", "false", "1", "0", "-1", "")
 #: Numbers each numeric option is asked at: its handler's own checks (a range, "removed") answer here.
 PROBES = ("-3", "-1", "0", "1", "7", "70000")
+#: And each float option besides: what std::stof reads that is no finite number (strtof takes "nan" and "inf";
+#: a handler may refuse them: --frequency-penalty "must be finite").
+FLOAT_PROBES = PROBES + ("nan", "inf", "-inf")
 
 
 def nargs_one_number(row: dict) -> bool:
@@ -100,15 +103,16 @@ def number_key(kind: str, text: str) -> str:
 
 
 def range_checks(name: str, kind: str, handled: str) -> dict:
-    """``refuses``: {number: the handler's message} at :data:`PROBES` where the handler refuses a number
-    it read (a range check); ``removed``: its message when it refuses every probe alike (an option
+    """``refuses``: {number: the handler's message} at :data:`PROBES` (a float at :data:`FLOAT_PROBES`: nan and
+    inf too) where the handler refuses a number it read (a range check); ``removed``: its message when it refuses every probe alike (an option
     llama.cpp keeps only to say it was removed)."""
     refuses = {}
-    for value in PROBES:
+    probes = FLOAT_PROBES if kind == "float" else PROBES
+    for value in probes:
         err = run([name, value])[2]
         if handled in err:
             refuses[number_key(kind, value)] = err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]
-    if len(refuses) == len(PROBES) and len(set(refuses.values())) == 1:
+    if len(refuses) == len(probes) and len(set(refuses.values())) == 1:
         return {"removed": next(iter(refuses.values()))}
     return {"refuses": refuses} if refuses else {}
 
@@ -133,6 +137,10 @@ def probe(opt: dict) -> dict:
     handled = f'error while handling argument "{name}": '
     if handled not in err:
         row["kind"] = "string"
+        if row["nargs"] == 1:  # the empty value: a handler that splits a list may find nothing in it (--host)
+            err = run([name, ""])[2]
+            if handled in err:
+                row["refuses"] = {"": err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]}
         return row
     why = err.split(handled, 1)[1].split("\n\nusage:\n", 1)[0]  # a what() may end in its own newline
     if why in NUMERIC:
@@ -178,7 +186,8 @@ message for a bad value, ``{{value}}`` where it quotes the value); string), ``us
 ``conv`` (for int/float/uint: the std:: conversion, whose name is the error's what()), ``exits``
 (a switch that ends the process when parsed: its exit code; None otherwise), ``refuses`` (for a
 numeric option whose handler checks a range: {{number: its message}} at the numbers it was asked,
--3 -1 0 1 7 70000; a number between them is not tabled), ``words`` (for a numeric option, the
+-3 -1 0 1 7 70000, a float also nan inf -inf; a number between them is not tabled; for a string, {{"": its
+message}} when its handler refuses the empty value), ``words`` (for a numeric option, the
 quoted words of its help it accepts besides numbers: -ngl's 'auto' and 'all'), ``aliases`` (for an
 enum, the on/off/auto words of common.cpp it accepts besides its choices: -fa 1), ``removed`` (an option kept only to refuse
 every value: its message).

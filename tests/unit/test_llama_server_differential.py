@@ -99,8 +99,9 @@ WORD = st.text(string.ascii_letters + string.digits + "/._", min_size=1, max_siz
 
 def _value(opt: dict) -> st.SearchStrategy[str]:
     kind = opt["kind"]
-    if "refuses" in opt:
-        return st.sampled_from(PROBES + opt.get("words", []))
+    if "refuses" in opt and kind != "string":  # drawn where the table knows the verdict: the probes (nan, inf)
+        return st.sampled_from(PROBES + [k for k in opt["refuses"] if k in ("nan", "inf", "-inf")]
+                               + opt.get("words", []))
     if kind == "int" or kind == "uint":
         good = st.one_of(st.integers(0, 70000).map(str), st.sampled_from(opt.get("words") or ["0"]))
     elif kind == "float":
