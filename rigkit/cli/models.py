@@ -77,6 +77,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
     if len(endpoints) > 1:
         error(f"hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
         sys.exit(exitcodes.INVALID)
+    target = _lock_file(host_specs, inventory)  # refused before the hub is asked anything
     try:
         result, skipped = lock_models(wanted, endpoint=endpoints.pop())
     except LockError as exc:
@@ -91,7 +92,6 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
         if entry.get("header_bytes_fetched") is not None:  # the GGUF headers, by range requests
             err.print(f"  {name}: GGUF header(s) read with {_human(entry['header_bytes_fetched'])} of "
                       f"{_human(entry['total_bytes'])}")
-    target = _lock_file(host_specs, inventory)
     try:  # the other sections of the lock (rigkit lock's pins, images, release) stay as they are
         from rigkit.lockfile.document import load_lock
 

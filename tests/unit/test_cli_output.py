@@ -168,6 +168,9 @@ SPLIT = ('hosts = [("a", {"ssh_hostname": "a.lan", "arch_archive_url": "http://a
 #: two hosts with one model source but two hubs
 TWO_HUBS = ('hosts = [("a", {"ssh_hostname": "a.lan", "hf_endpoint": "http://a.lan"}), '
             '("b", {"ssh_hostname": "b.lan", "hf_endpoint": "http://b.lan"})]\n')
+#: two hosts whose specs name different lock files (issue 64's ``lockfile`` key)
+TWO_LOCKS = ('hosts = [("a", {"ssh_hostname": "a.lan", "lockfile": "a.lock.json"}), '
+             '("b", {"ssh_hostname": "b.lan", "lockfile": "b.lock.json"})]\n')
 #: what each command needs besides -i to reach its inventory (a host, an action)
 REACH = {"bench": ["--host", "box", "--member", "strata"], "generations": ["--host", "box"],
          "rollback": ["--host", "box", "--to", "1"], "wire-in": ["--host", "box", "--show"], "window": []}
@@ -190,6 +193,7 @@ def projects(tmp_path_factory):
     (rig / "inventory" / "two.py").write_text(TWO_HOSTS)
     (rig / "inventory" / "split.py").write_text(SPLIT)
     (rig / "inventory" / "hubs.py").write_text(TWO_HUBS)
+    (rig / "inventory" / "locks.py").write_text(TWO_LOCKS)
     (rig / "inventory" / "broken.py").write_text('hosts = [("box", {"ssh_hostname": "box.lan"})]\n')
     (rig / "inventory" / "broken.lock.json").write_text('{"version": 2, "models": {"strata": 1}}\n')
     (rig / "inventory" / "units.py").write_text(
@@ -237,6 +241,7 @@ SPECIFIC = [
     ("lock: a lock file that is not one", ["lock", "-i", "inventory/broken.py"], "rig"),
     ("models lock: hosts declare a model differently", ["models", "lock", "-i", "inventory/split.py"], "rig"),
     ("models lock: two hubs", ["models", "lock", "-i", "inventory/hubs.py"], "rig"),
+    ("models lock: hosts name different lock files", ["models", "lock", "-i", "inventory/locks.py"], "rig"),
     ("models check: a lock file that is not one", ["models", "check", "-i", "inventory/broken.py"], "rig"),
     ("render: a validator rejects a file", ["render", "-i", "inventory/units.py", "--out", "out"], "rig"),
     ("deploy: a validator could not run (offline, no schema)", ["deploy", *SANDBOX, "--dry"], "sbx",
