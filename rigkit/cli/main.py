@@ -209,6 +209,8 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         for name, keys in unset.items():
             for key in keys:
                 error(f"{name}: {key} is unset (operator-supplied); the deploy needs it")
+        error(f"set each in group_data/all.py (or the host's data in the inventory); `{hints.command('check')}` "
+              "says what each value is and where to find it")
         sys.exit(exitcodes.INVALID)
     from rigkit.spec.validate import spec_warnings
 
