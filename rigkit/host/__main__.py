@@ -136,6 +136,11 @@ class _StopSignals:
         if self.stopped:
             return 128 + self.stopped[0]
         self.child = subprocess.Popen(cmd)
+        if self.stopped:  # it came while Popen forked, before the handler could see a child: pass it on now
+            try:
+                self.child.send_signal(self.stopped[0])
+            except ProcessLookupError:
+                pass
         return self.child.wait()
 
     def wait_for_eof(self, fd: int) -> None:
