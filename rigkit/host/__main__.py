@@ -102,6 +102,10 @@ class _StopSignals:
 
     def _on_signal(self, signum, _frame) -> None:
         self.stopped.append(signum)
+        self._pass_on(signum)
+
+    def _pass_on(self, signum: int) -> None:
+        """``signum`` to the command, when it has started and not ended."""
         if self.child is not None and self.child.poll() is None:
             try:
                 self.child.send_signal(signum)
@@ -137,10 +141,7 @@ class _StopSignals:
             return 128 + self.stopped[0]
         self.child = subprocess.Popen(cmd)
         if self.stopped:  # it came while Popen forked, before the handler could see a child: pass it on now
-            try:
-                self.child.send_signal(self.stopped[0])
-            except ProcessLookupError:
-                pass
+            self._pass_on(self.stopped[0])
         return self.child.wait()
 
     def wait_for_eof(self, fd: int) -> None:
