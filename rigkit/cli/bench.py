@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rigkit import exitcodes, paths
 from rigkit.bench import llama_swap
+from rigkit.bench.metrics import ACCEPTANCE_FLOOR
 from rigkit.bench.nvml import EnergyReader
 from rigkit.bench.workloads import PRESETS, WORKLOAD_NAMES
 from rigkit.cli.common import labelled, styled
@@ -33,7 +34,6 @@ from rigkit.common.envfile import parse_env_text
 from rigkit.remote import Remote, RemoteError, SSHForward
 from rigkit.report import prometheus
 from rigkit.report.prometheus import metrics_option
-from rigkit.bench.metrics import ACCEPTANCE_FLOOR
 
 # requests and what imports it (the bench's client, runner, session, context, results) load inside the
 # command: `rigkit` imports this module before pyinfra_cli gevent-patches sockets (rigkit.cli.main.main),
