@@ -21,16 +21,16 @@ import click
 
 from rigkit import exitcodes, hints
 from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, parse_data
-from rigkit.cli.models import _models_of
+from rigkit.cli.models import models_of
 
 
 def _one_declaration(host_specs) -> None:
     """Exit 2 when two hosts of the inventory declare one lock entry differently (one lock per inventory)."""
-    from rigkit.lockfile.view import _image_source, declared_images, declared_pins
+    from rigkit.lockfile.view import image_source, declared_images, declared_pins
 
     def declared(spec):
         return {**{f"pins.{p}": w[0] for p, w in declared_pins(spec).items()},
-                **{f"images.{n}": _image_source(i) for n, i in declared_images(spec).items()},
+                **{f"images.{n}": image_source(i) for n, i in declared_images(spec).items()},
                 "llama_swap": (spec.llama_swap.version, spec.llama_swap.release_url, spec.llama_swap.release_sha256),
                 "arch_archive_url": spec.arch_archive_url}
 
@@ -136,7 +136,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...], update: bool, write: boo
             error(p)
         sys.exit(exitcodes.INVALID)
 
-    wanted = _models_of(host_specs)
+    wanted = models_of(host_specs)
     try:
         sections = lock_sections(spec, current, update=list(names) if update else None)
         models = current.get("models", {})

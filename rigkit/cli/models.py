@@ -19,8 +19,9 @@ from rigkit import exitcodes, hints
 from rigkit.cli.common import err, error, host_option, inventory_option, load_or_exit, warn
 
 
-def _models_of(host_specs) -> dict:
-    """Union of the hosts' ``spec.models``; exits 2 when one name has two different sources."""
+def models_of(host_specs) -> dict:
+    """Union of the hosts' ``spec.models`` (``{name: ModelSpec}``); exits 2 (:data:`exitcodes.INVALID`) when
+    one name has two different sources in the inventory (one lock per inventory)."""
     from rigkit.lockfile.document import source_of
 
     models: dict = {}
@@ -72,7 +73,7 @@ def lock(inventory: str | None, hosts: tuple[str, ...]) -> None:
     from rigkit.lockfile.hub import lock_models
 
     host_specs = load_or_exit(inventory, hosts)
-    wanted = _models_of(host_specs)
+    wanted = models_of(host_specs)
     endpoints = {hs.spec.hf_endpoint for hs in host_specs}
     if len(endpoints) > 1:
         error(f"hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}")
@@ -112,7 +113,7 @@ def check(inventory: str | None, hosts: tuple[str, ...]) -> None:
     from rigkit.lockfile.view import check_lock
 
     host_specs = load_or_exit(inventory, hosts)
-    wanted = _models_of(host_specs)
+    wanted = models_of(host_specs)
     path = _lock_file(host_specs, inventory)
     try:
         current = load_lock(path)

@@ -55,7 +55,9 @@ def declared_images(spec: Any) -> dict[str, Any]:
     return {k: getattr(spec, k).image for k in IMAGE_KEYS}
 
 
-def _image_source(image: Any) -> dict[str, Any]:
+def image_source(image: Any) -> dict[str, Any]:
+    """Where the spec says an image comes from, as the lock's ``images.<name>`` entry records it:
+    ``{"repository": str, "ref": str (a tag or digest), "registry": str | None}``."""
     return {"repository": image.repository, "ref": image.ref, "registry": image.registry}
 
 
@@ -93,7 +95,7 @@ def lock_problems(spec: Any, lock: dict[str, Any], lock_file: str = "the lock") 
             continue  # an unset tag is the operator's to give: rigkit check warns about it
         if entry is None:
             out.append(f"images.{name}: not in {lock_file} ({image.repository}:{image.ref} unresolved); {fix}")
-        elif {k: entry.get(k) for k in ("repository", "ref", "registry")} != _image_source(image):
+        elif {k: entry.get(k) for k in ("repository", "ref", "registry")} != image_source(image):
             out.append(f"images.{name}: locked for {entry.get('repository')}:{entry.get('ref')}, the spec declares "
                        f"{image.repository}:{image.ref} ({name}.image); {fix}")
     ls = spec.llama_swap

@@ -119,13 +119,21 @@ def load_yaml(text: str) -> Any:
         raise LoadError(f"not YAML llama-swap can read: {exc}") from None
 
 
+#: The dumper of :func:`substitute_env`'s scan: libyaml's where PyYAML has it (the pure-Python emitter spent
+#: ~1 s of CPU on a 120 kB value, issue #28's line). The scan is only searched for ``${env.NAME}``, never
+#: written: libyaml's other choices (it escapes characters outside the BMP; it may pick another quoting style)
+#: cannot make or break a macro, whose characters are ASCII — ``tests/unit/test_llama_swap_env_scan.py``
+#: holds both dumpers to the same names over generated documents.
+_SCAN_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def substitute_env(text: str, environ: Mapping[str, str]) -> str:
     """``${env.X}`` replaced by ``environ[X]`` as ``substituteEnvMacros`` does (macros.go:452-514): the
     names are found in the comment-free text, a value is escaped for double quotes; raises
     :class:`LoadError` for an unset variable or a value holding a newline or NUL."""
     try:
-        scan = yaml.safe_dump(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
-                              allow_unicode=True, width=1 << 30)
+        scan = yaml.dump(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
+                         Dumper=_SCAN_DUMPER, allow_unicode=True, width=1 << 30)
     except Exception:  # noqa: BLE001 - upstream scans the raw text when the YAML does not parse
         scan = text
     for name in dict.fromkeys(ENV_MACRO_RE.findall(scan)):
