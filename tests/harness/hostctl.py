@@ -441,7 +441,56 @@ def copy_root(src: Path, root: Path) -> None:
     upper dir, so an overlay mount is no substitute)."""
     with timed("copy converged root"):
         root.parent.mkdir(parents=True, exist_ok=True)
-        sh("cp", "-a", "--reflink=auto", str(src), str(root))
+        if not take_spare(src, root):
+            sh("cp", "-a", "--reflink=auto", str(src), str(root))
+
+
+#: this process's spare copies being made (:func:`copy_spare`): spare folder -> its ``cp`` process
+_SPARE_COPIES: dict[Path, subprocess.Popen] = {}
+
+
+def _spare(src: Path) -> Path:
+    """The folder of this lane's (``RIGKIT_HARNESS_PREFIX``) spare copy of root ``src``: ``$STATE/spares/<prefix><hash>``."""
+    return STATE / "spares" / (os.environ.get("RIGKIT_HARNESS_PREFIX", "") + hashlib.sha256(str(src).encode()).hexdigest()[:12])
+
+
+def copy_spare(src: Path) -> None:
+    """Start copying root ``src`` (``cp -a``, as :func:`copy_root`) into this lane's spare in the background,
+    for its next host copied from ``src`` (:func:`take_spare`): a lane's next module then finds its root
+    made while the previous module's tests ran (a copy took 9-19 s on 2 busy cores, each module's lane
+    waiting for it). Made in ``<spare>.partial`` and renamed whole when complete."""
+    spare = _spare(src)
+    part = spare.with_name(spare.name + ".partial")
+    drop_spares(spare.name)
+    part.mkdir(parents=True)
+    _SPARE_COPIES[spare] = subprocess.Popen(
+        ["sh", "-c", 'cp -a --reflink=auto "$1" "$2/root" && mv "$2" "$3"', "copy_spare", str(src), str(part), str(spare)],
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def take_spare(src: Path, root: Path) -> bool:
+    """Move this lane's spare copy of ``src`` (:func:`copy_spare`; waiting for its ``cp`` when it is still
+    at work) to ``root``. Returns False when there is none (``root`` untouched)."""
+    spare = _spare(src)
+    proc = _SPARE_COPIES.pop(spare, None)
+    if proc is not None:
+        proc.wait()
+    if not (spare / "root").is_dir():
+        return False
+    (spare / "root").rename(root)
+    spare.rmdir()
+    return True
+
+
+def drop_spares(prefix: str) -> None:
+    """Remove the spares (complete or being made) whose folder name starts with ``prefix``: their ``cp``
+    stopped, the folders discarded (:func:`discard`)."""
+    for spare, proc in list(_SPARE_COPIES.items()):
+        if spare.name.startswith(prefix):
+            kill_group(proc.pid)
+            del _SPARE_COPIES[spare]
+    for d in (STATE / "spares").glob(f"{prefix}*") if (STATE / "spares").is_dir() else []:
+        discard(d)
 
 
 def repersonalize(root: Path, name: str, sshd_addr: str) -> None:
@@ -619,6 +668,35 @@ def make_host_cgroups(name: str) -> list[tuple[Path, Path]]:
                 if f.exists() and not f.read_text().strip():
                     f.write_text((level.parent / knob).read_text())
     return made
+
+
+def kill_host_cgroups(name: str, timeout: float = 10.0) -> None:
+    """SIGKILL every process in nspawn host ``name``'s cgroups (:func:`host_cgroups`, every level below them):
+    its supervisor, systemd-nspawn, the container's systemd and all it started, Docker's containers
+    included (their cgroups are below the host's). A SIGTERM to the supervisor made nspawn shut the
+    container down in order, which after a module's tests took up to kill_group's 10 s before the
+    SIGKILL — for a host whose root is deleted next. Repeats until no process is left (one forked
+    meanwhile is killed on the next pass), for at most ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while True:
+        pids = set()
+        for _mnt, d in host_cgroups(name):
+            for sub, _dirs, files in os.walk(d) if d.is_dir() else []:
+                if "cgroup.procs" in files:
+                    try:
+                        pids.update(int(x) for x in Path(sub, "cgroup.procs").read_text().split())
+                    except OSError:
+                        pass  # removed meanwhile
+        pids.discard(os.getpid())
+        if not pids or time.monotonic() > end:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, os.WNOHANG)  # the supervisor is this process's child: reap it
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        time.sleep(0.05)
 
 
 def remove_host_cgroups(name: str, timeout: float = 10.0) -> None:
@@ -843,6 +921,7 @@ def _host_down(name: str) -> None:
     d = host_dir(name)
     meta = read_meta(name) or {}
     if meta.get("supervisor_pid"):
+        kill_host_cgroups(name)  # a host on its way out: no orderly shutdown to wait out
         kill_group(meta["supervisor_pid"])
     cgroup_view_down(name)
     if meta.get("index"):
@@ -906,6 +985,7 @@ def clean(prefix: str = "", fixtures: bool = True) -> None:
         for name in all_hosts():
             if name.startswith(prefix):
                 host_down(name)
+        drop_spares(prefix)
         # leftovers of a failed run: namespaces and links with no host behind them
         live = {read_meta(h).get("index") for h in all_hosts() if read_meta(h)}
         for ns in Path("/run/netns").glob(f"{HOST_NS}*") if Path("/run/netns").exists() else []:
