@@ -98,7 +98,8 @@ def main() -> int:
     for r in recs:
         print(f"lane {r['lane']}: {r['wall_s']:6.1f} s wall; up {' '.join(f'{x:.1f}' for x in r['up_s'])} s, "
               f"down {' '.join(f'{x:.1f}' for x in r['down_s'])} s; lock waited {r['wait_s']:.1f} s, held {r['held_s']:.1f} s")
-    summary = {"harness": args.harness, "lanes": args.lanes, "rounds": args.rounds, "hold_s": args.hold, "spares": args.spares, "wall_s": round(time.monotonic() - t0, 1),
+    summary = {"harness": args.harness, "lanes": args.lanes, "rounds": args.rounds, "hold_s": args.hold,
+               "spares": args.spares, "wall_s": round(time.monotonic() - t0, 1),
                "lane_wall_s_median": round(statistics.median(r["wall_s"] for r in recs), 1),
                "lock_wait_s_total": round(sum(r["wait_s"] for r in recs), 1),
                "lock_held_s_total": round(sum(r["held_s"] for r in recs), 1)}
