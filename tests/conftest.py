@@ -53,8 +53,8 @@ def _leaves_the_process_unpatched(request):
 # its comment; the "lanes" section prints every module's); a module not listed starts after these, in
 # its own order.
 MODULE_ORDER = (
-    "tests/harness/test_wirein.py",            # 275 s; waits for the golden host: the first lane builds it
-    "tests/harness/test_deploy.py",            # 175 s; its fresh host first: beside the golden build
+    "tests/harness/test_wirein.py",            # 405 s loaded (88 s of it the golden build); waits for the golden host: the first lane builds it
+    "tests/harness/test_deploy.py",            # 188 s loaded; its fresh host first: beside the golden build
     "tests/harness/test_standins.py",          # 17 s; fresh, bare hosts and unit modules: beside the build too
     "tests/harness/test_host.py",              # 21 s
     "tests/harness/test_engine.py",            # 13 s
@@ -73,13 +73,13 @@ MODULE_ORDER = (
     "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
     "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
-    "tests/harness/test_window.py",            # 229 s
-    "tests/harness/test_lock.py",              # 220 s
-    "tests/harness/test_lived_in.py",          # 110-205 s (issue 63; 205 loaded): a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift
-    "tests/harness/test_generations.py",       # 170 s
-    "tests/harness/test_sweep.py",             # 115 s
-    "tests/harness/test_safety.py",            # 111 s
-    "tests/harness/test_drift.py",             # 68 s + ~45 s (issue 48: the deploy's path choice, seven deploys)
+    "tests/harness/test_lock.py",              # 232 s loaded
+    "tests/harness/test_window.py",            # 229 s loaded
+    "tests/harness/test_generations.py",       # 181 s loaded
+    "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys)
+    "tests/harness/test_sweep.py",             # 122 s loaded
+    "tests/harness/test_safety.py",            # 114 s loaded
+    "tests/harness/test_lived_in.py",          # 92 s loaded (issue 63: a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift)
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s

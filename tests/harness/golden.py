@@ -155,12 +155,22 @@ def _sandbox_lock() -> Path:
         shutil.copyfile(ROOT / "inventory" / "sandbox.lock.json", seed)
         seed.replace(target)  # whole: a reader outside the flock (a deploy's lockfile) sees old or new
         marker.write_text(sources)
+    # this process made this very file from these very sources already (a lane asks once per module: ~4 s
+    # each on 2 busy cores for a run that changes nothing); a file another process wrote since is locked again
+    made = (sources, target.stat().st_mtime_ns, target.stat().st_size)
+    if _LOCKED.get(target) == made:
+        return target
     rigkit = str(Path(sys.executable).parent / "rigkit")
     proc = subprocess.run([rigkit, "lock", "-i", "inventory/sandbox.py"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "HF_TOKEN": hostctl.hub_token()})
     if proc.returncode != 0:
         raise RuntimeError(f"rigkit lock -i inventory/sandbox.py exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    _LOCKED[target] = (sources, target.stat().st_mtime_ns, target.stat().st_size)
     return target
+
+
+#: what :func:`_sandbox_lock` made in this process: lock file -> (its sources, mtime_ns, size) after ``rigkit lock``
+_LOCKED: dict[Path, tuple[str, int, int]] = {}
 
 
 def variant_lock(tag: str, *data: str) -> list[str]:

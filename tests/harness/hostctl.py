@@ -441,7 +441,56 @@ def copy_root(src: Path, root: Path) -> None:
     upper dir, so an overlay mount is no substitute)."""
     with timed("copy converged root"):
         root.parent.mkdir(parents=True, exist_ok=True)
-        sh("cp", "-a", "--reflink=auto", str(src), str(root))
+        if not take_spare(src, root):
+            sh("cp", "-a", "--reflink=auto", str(src), str(root))
+
+
+#: this process's spare copies being made (:func:`copy_spare`): spare folder -> its ``cp`` process
+_SPARE_COPIES: dict[Path, subprocess.Popen] = {}
+
+
+def _spare(src: Path) -> Path:
+    """The folder of this lane's (``RIGKIT_HARNESS_PREFIX``) spare copy of root ``src``: ``$STATE/spares/<prefix><hash>``."""
+    return STATE / "spares" / (os.environ.get("RIGKIT_HARNESS_PREFIX", "") + hashlib.sha256(str(src).encode()).hexdigest()[:12])
+
+
+def copy_spare(src: Path) -> None:
+    """Start copying root ``src`` (``cp -a``, as :func:`copy_root`) into this lane's spare in the background,
+    for its next host copied from ``src`` (:func:`take_spare`): a lane's next module then finds its root
+    made while the previous module's tests ran (a copy took 9-19 s on 2 busy cores, each module's lane
+    waiting for it). Made in ``<spare>.partial`` and renamed whole when complete."""
+    spare = _spare(src)
+    part = spare.with_name(spare.name + ".partial")
+    drop_spares(spare.name)
+    part.mkdir(parents=True)
+    _SPARE_COPIES[spare] = subprocess.Popen(
+        ["sh", "-c", 'cp -a --reflink=auto "$1" "$2/root" && mv "$2" "$3"', "copy_spare", str(src), str(part), str(spare)],
+        start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def take_spare(src: Path, root: Path) -> bool:
+    """Move this lane's spare copy of ``src`` (:func:`copy_spare`; waiting for its ``cp`` when it is still
+    at work) to ``root``. Returns False when there is none (``root`` untouched)."""
+    spare = _spare(src)
+    proc = _SPARE_COPIES.pop(spare, None)
+    if proc is not None:
+        proc.wait()
+    if not (spare / "root").is_dir():
+        return False
+    (spare / "root").rename(root)
+    spare.rmdir()
+    return True
+
+
+def drop_spares(prefix: str) -> None:
+    """Remove the spares (complete or being made) whose folder name starts with ``prefix``: their ``cp``
+    stopped, the folders discarded (:func:`discard`)."""
+    for spare, proc in list(_SPARE_COPIES.items()):
+        if spare.name.startswith(prefix):
+            kill_group(proc.pid)
+            del _SPARE_COPIES[spare]
+    for d in (STATE / "spares").glob(f"{prefix}*") if (STATE / "spares").is_dir() else []:
+        discard(d)
 
 
 def repersonalize(root: Path, name: str, sshd_addr: str) -> None:
@@ -621,6 +670,35 @@ def make_host_cgroups(name: str) -> list[tuple[Path, Path]]:
     return made
 
 
+def kill_host_cgroups(name: str, timeout: float = 10.0) -> None:
+    """SIGKILL every process in nspawn host ``name``'s cgroups (:func:`host_cgroups`, every level below them):
+    its supervisor, systemd-nspawn, the container's systemd and all it started, Docker's containers
+    included (their cgroups are below the host's). A SIGTERM to the supervisor made nspawn shut the
+    container down in order, which after a module's tests took up to kill_group's 10 s before the
+    SIGKILL — for a host whose root is deleted next. Repeats until no process is left (one forked
+    meanwhile is killed on the next pass), for at most ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while True:
+        pids = set()
+        for _mnt, d in host_cgroups(name):
+            for sub, _dirs, files in os.walk(d) if d.is_dir() else []:
+                if "cgroup.procs" in files:
+                    try:
+                        pids.update(int(x) for x in Path(sub, "cgroup.procs").read_text().split())
+                    except OSError:
+                        pass  # removed meanwhile
+        pids.discard(os.getpid())
+        if not pids or time.monotonic() > end:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, os.WNOHANG)  # the supervisor is this process's child: reap it
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        time.sleep(0.05)
+
+
 def remove_host_cgroups(name: str, timeout: float = 10.0) -> None:
     """Remove host ``name``'s cgroups, deepest first, once their last task has gone (a cgroup with
     tasks cannot be removed; a killed container's processes take a moment to exit)."""
@@ -750,7 +828,7 @@ def host_up(name: str, lane: str = "nspawn", copy_of: Path | None = None) -> dic
     if not name.replace("-", "").isalnum() or len(name) > 40:
         raise SystemExit(f"host name {name!r}: use letters, digits and '-' (at most 40)")
     t0 = time.monotonic()
-    with lock():
+    with lock():  # what is shared: the fixtures, the host's index (its addresses) and its meta.json
         meta = read_meta(name)
         if meta and meta["lane"] != lane:
             raise SystemExit(f"host {name} exists in the {meta['lane']} lane; `down` it first")
@@ -768,31 +846,48 @@ def host_up(name: str, lane: str = "nspawn", copy_of: Path | None = None) -> dic
             if copy_of is not None:
                 meta["copy_of"] = str(copy_of)
             (d / "meta.json").write_text(json.dumps(meta, indent=1))
-            if copy_of is not None:
-                copy_root(copy_of, root)
-                repersonalize(root, name, meta["ssh_hostname"])
-            else:
-                unpack(root)
-                personalize(root, name, meta["ssh_hostname"])
-            if lane == "nspawn":  # pin the host's own key: addresses are reused by later hosts
-                keys = [(root / f"etc/ssh/ssh_host_{t}_key.pub").read_text().split()[:2] for t in ("ed25519", "ecdsa", "rsa")]
-                (d / "known_hosts").write_text("".join(f"{meta['ssh_hostname']} {k} {v}\n" for k, v in keys))
+    if not root.is_dir():
+        # the root is this host's own: made outside the harness lock (a converged copy is ~900 MB, 9-19 s
+        # on 2 busy cores, and every lane's host_up and host_down waited for it), in a folder of its own
+        # renamed into place whole, so a run killed half-way leaves no root that looks made
+        _make_root(d, meta, copy_of)
     if lane == "chroot":
         with timed("chroot mounts"):
             chroot_mounts(root, up=True)
             if not (root / "run/fake-kernel/release").exists():
                 sh("chroot", str(root), "/usr/lib/fake-arch/fake-boot", quiet=True)
     else:
-        with lock():
-            n = meta["index"]
-            host_net_up(n)
-            if not pid_alive(meta.get("supervisor_pid")):
-                with timed("boot to ssh"):
+        with timed("boot to ssh"):
+            with lock():
+                n = meta["index"]
+                host_net_up(n)
+                boot = not pid_alive(meta.get("supervisor_pid"))
+                if boot:
                     meta["supervisor_pid"] = nspawn_start(name, root, n)
                     (d / "meta.json").write_text(json.dumps(meta, indent=1))
-                    wait_ssh(meta)
+            if boot:  # outside the lock: the boot is this host's own
+                wait_ssh(meta)
     TIMINGS["host up total"] = round(time.monotonic() - t0, 2)
     return inventory_data(meta)
+
+
+def _make_root(d: Path, meta: dict, copy_of: Path | None) -> None:
+    """Make host ``meta["name"]``'s root at ``d/root``: a copy of ``copy_of`` re-personalized, or the root
+    tarball unpacked and personalized; for the nspawn lane its SSH host keys pinned in ``d/known_hosts``.
+    Built in ``d/root.partial`` (a leftover of a killed run removed first) and renamed into place."""
+    part, root = d / "root.partial", d / "root"
+    if part.exists():
+        sh("rm", "-rf", "--one-file-system", str(part))
+    if copy_of is not None:
+        copy_root(copy_of, part)
+        repersonalize(part, meta["name"], meta["ssh_hostname"])
+    else:
+        unpack(part)
+        personalize(part, meta["name"], meta["ssh_hostname"])
+    if meta["lane"] == "nspawn":  # pin the host's own key: addresses are reused by later hosts
+        keys = [(part / f"etc/ssh/ssh_host_{t}_key.pub").read_text().split()[:2] for t in ("ed25519", "ecdsa", "rsa")]
+        (d / "known_hosts").write_text("".join(f"{meta['ssh_hostname']} {k} {v}\n" for k, v in keys))
+    part.rename(root)
 
 
 def power_off(name: str, timeout: float = 90) -> None:
@@ -826,6 +921,7 @@ def _host_down(name: str) -> None:
     d = host_dir(name)
     meta = read_meta(name) or {}
     if meta.get("supervisor_pid"):
+        kill_host_cgroups(name)  # a host on its way out: no orderly shutdown to wait out
         kill_group(meta["supervisor_pid"])
     cgroup_view_down(name)
     if meta.get("index"):
@@ -833,12 +929,37 @@ def _host_down(name: str) -> None:
     root = d / "root"
     if root.exists():
         chroot_mounts(root, up=False)
-        left = mounts_under(root)
-        if left:
-            raise RuntimeError(f"refusing to delete {root}: still mounted: {left}")
-        shutil.rmtree(d, ignore_errors=True)
-    elif d.exists():
-        shutil.rmtree(d, ignore_errors=True)
+    left = mounts_under(d) if d.exists() else []
+    if left:
+        raise RuntimeError(f"refusing to delete {d}: still mounted: {left}")
+    if d.exists():
+        discard(d)
+
+
+def trash_dir() -> Path:
+    """``$STATE/trash``: removed hosts' folders on their way out (:func:`discard`)."""
+    return STATE / "trash"
+
+
+def discard(d: Path) -> None:
+    """Remove folder ``d`` (a host's, nothing mounted under it) without waiting for it: renamed into
+    :func:`trash_dir` at once (the host's name is free again), deleted by a detached ``rm -rf
+    --one-file-system``. A converged copy's root took 9-14 s to delete on 2 busy cores, which its lane
+    waited out holding the harness lock, so every lane waited. :func:`purge_trash` deletes what is
+    left (``clean``)."""
+    trash = trash_dir()
+    trash.mkdir(parents=True, exist_ok=True)
+    gone = trash / f"{d.name}.{os.getpid()}.{time.monotonic_ns()}"
+    d.rename(gone)
+    subprocess.Popen(["rm", "-rf", "--one-file-system", str(gone)], start_new_session=True,
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def purge_trash() -> None:
+    """Delete every folder :func:`discard` left in :func:`trash_dir` (one still being deleted by its own
+    ``rm`` included: both ignore what the other removed first), and wait for it."""
+    if trash_dir().is_dir():
+        sh("rm", "-rf", "--one-file-system", str(trash_dir()), check=False, quiet=True)
 
 
 def host_status(name: str) -> dict:
@@ -864,6 +985,7 @@ def clean(prefix: str = "", fixtures: bool = True) -> None:
         for name in all_hosts():
             if name.startswith(prefix):
                 host_down(name)
+        drop_spares(prefix)
         # leftovers of a failed run: namespaces and links with no host behind them
         live = {read_meta(h).get("index") for h in all_hosts() if read_meta(h)}
         for ns in Path("/run/netns").glob(f"{HOST_NS}*") if Path("/run/netns").exists() else []:
@@ -872,6 +994,8 @@ def clean(prefix: str = "", fixtures: bool = True) -> None:
                 host_net_down(int(n))
         if fixtures and not all_hosts():
             fixtures_down()
+    if fixtures:  # the last clean of a run (not a lane's): nothing of its hosts stays on disk
+        purge_trash()
 
 
 def main(argv: list[str]) -> int:
