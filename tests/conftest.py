@@ -57,7 +57,7 @@ MODULE_ORDER = (
     "tests/harness/test_deploy.py",            # 188 s loaded; its fresh host first: beside the golden build
     "tests/harness/test_standins.py",          # 17 s; fresh, bare hosts and unit modules: beside the build too
     "tests/harness/test_host.py",              # 21 s
-    "tests/harness/test_engine.py",            # 13 s
+    "tests/harness/test_engine.py",            # 13 s; + one test of six host commands (issue 58: the real nvidia-ctk; test_standins lost its one)
     "tests/unit/test_cli.py",                  # 23 s
     "tests/unit/test_cli_output.py",           # 45-57 s loaded (issue 61): ~80 CLI error paths, each in a pty and a pipe
     "tests/unit/test_llama_swap_upstream.py",  # 20 s

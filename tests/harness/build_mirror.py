@@ -47,11 +47,23 @@ def compose_binary() -> Path:
 def inputs_key() -> str:
     h = hashlib.sha256()
     for p in sorted([HERE / "mirror.json", Path(__file__).resolve(), HERE / "debs.py", HERE / "mkinitcpio_v41.py",
-                     *STUBS.rglob("*")]):
+                     HERE / "nvidia_ctk_release.py", *STUBS.rglob("*")]):
         if p.is_file():
             h.update(p.relative_to(HERE).as_posix().encode() + b"\0" + p.read_bytes())
     h.update(b"real-docker\0" + str(compose_binary().stat().st_size).encode())
     return h.hexdigest()[:16]
+
+
+def nvidia_ctk_binary() -> Path:
+    """The real ``nvidia-ctk`` (the pinned ``nvidia_ctk_release.VERSION``, built from its Go module and cached
+    there) for the ``nvidia-container-toolkit`` package. Raises SystemExit with a ``BLOCKED:`` line naming
+    the error when it cannot be built (no Go, the module proxy unreachable): there is no stand-in."""
+    import nvidia_ctk_release
+
+    try:
+        return nvidia_ctk_release.build(Path(tempfile.mkdtemp(prefix="rigkit-ctk.")))
+    except nvidia_ctk_release.Unbuildable as exc:
+        raise SystemExit(f"BLOCKED: the real nvidia-ctk: {exc}") from exc
 
 
 def deb(package: str, rel: str, which: str = "engine") -> Path:
@@ -183,8 +195,9 @@ def real_payload(pkg: dict) -> dict | None:
         for b in ("containerd", "containerd-shim", "containerd-shim-runc-v1", "containerd-shim-runc-v2", "ctr"):
             f[f"usr/bin/{b}"] = (deb("containerd", f"usr/bin/{b}"), 0o755)
         f["usr/lib/systemd/system/containerd.service"] = (ARCH_CONTAINERD_SERVICE, 0o644)
-    elif kind == "nvidia-container-toolkit":  # the GPU seam stays a stand-in, shaped like the real toolkit
+    elif kind == "nvidia-container-toolkit":  # the real nvidia-ctk; what needs a GPU stays a stand-in
         f = dict(payload(pkg))
+        f["usr/bin/nvidia-ctk"] = (nvidia_ctk_binary(), 0o755)
         f["usr/bin/nvidia-container-runtime"] = ("#!/bin/sh\n# a runc shim, as the real runtime is\nexec /usr/bin/runc \"$@\"\n", 0o755)
         f["usr/bin/nvidia-container-runtime-hook"] = (stub("nvidia-container-runtime-hook"), 0o755)
     elif name == "runc":
@@ -297,9 +310,7 @@ def payload(pkg: dict) -> dict[str, tuple[str, int]]:
             f"\"Version\":\"v{ver}\",\"ShortDescription\":\"Docker Buildx\"}}'; exit 0; }}\necho 'buildx is not implemented by the sandbox' >&2; exit 1\n", 0o755)
     elif kind == "libnvidia-container":
         f["usr/bin/nvidia-container-cli"] = (f"#!/bin/sh\necho 'cli-version: {ver}'\n", 0o755)
-    elif kind == "nvidia-container-toolkit":
-        f["usr/bin/nvidia-ctk"] = (stub("nvidia-ctk", NCT_VERSION=ver), 0o755)
-        f["usr/bin/nvidia-container-runtime"] = ("#!/bin/sh\nexec runc \"$@\"\n", 0o755)
+    elif kind == "nvidia-container-toolkit":  # real_payload adds the real nvidia-ctk and the runtime hook
         f["usr/bin/nvidia-cdi-hook"] = ("#!/bin/sh\nexit 0\n", 0o755)
         f["etc/nvidia-container-runtime/config.toml"] = ('[nvidia-container-cli]\nldconfig = "@/sbin/ldconfig"\n', 0o644)
     elif kind:

@@ -81,7 +81,10 @@ class HarnessHost:
 
     @property
     def ssh_config(self) -> Path:
-        """An ssh_config for this host (for testinfra and plain ssh), with connection sharing."""
+        """An ssh_config for this host (for testinfra and plain ssh), with connection sharing. The control
+        socket is ``<host dir>/cm-<user>`` (the folder is this host's own): ``cm-%C`` (40 hex digits, and ssh's
+        17-character temporary suffix) overran a Unix socket's 108 bytes under a state folder of 34 characters
+        (``unix_listener: … too long for Unix domain socket``, every command exit 255)."""
         p = hostctl.host_dir(self.name) / "ssh_config"
         if not p.exists():
             p.write_text(
@@ -89,7 +92,7 @@ class HarnessHost:
                 f"  User {self.ssh_user}\n  IdentityFile {self.ssh_key}\n  IdentitiesOnly yes\n"
                 f"  StrictHostKeyChecking yes\n  UserKnownHostsFile {self.data['ssh_known_hosts_file']}\n"
                 "  LogLevel ERROR\n  BatchMode yes\n"
-                f"  ConnectTimeout 5\n  ControlMaster auto\n  ControlPath {hostctl.host_dir(self.name)}/cm-%C\n"
+                f"  ConnectTimeout 5\n  ControlMaster auto\n  ControlPath {hostctl.host_dir(self.name)}/cm-%r\n"
                 "  ControlPersist 30\n")
         return p
 

@@ -1,6 +1,7 @@
 """The real Docker engine on the sandbox host: Debian's docker.io
 20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
-sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
+sandbox registry answering as ghcr.io, the NVIDIA toolkit's real ``nvidia-ctk`` (the pinned release, built from
+its Go module) and its stand-in hook recording GPU requests (the hook needs a GPU; the CLI does not).
 A fresh host, not the converged copy: the engine is installed by hand, outside any deploy."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostctl  # noqa: E402
+import nvidia_ctk_release  # noqa: E402
 
 pytestmark = pytest.mark.harness
 
@@ -35,6 +37,26 @@ def test_the_engine_is_real_and_compose_is_v2_40_3(ehost):
     assert ehost.run("timeout 20 docker compose version").stdout.strip() == "Docker Compose version v2.40.3"
     info = ehost.run("timeout 20 docker info --format '{{.Driver}} {{.CgroupDriver}} {{.CgroupVersion}}'").stdout.split()
     assert info == ["overlay2", "cgroupfs", "1"]
+
+
+def test_nvidia_ctk_is_the_real_pinned_release_and_merges_the_runtime_as_nvidia_documents(ehost):
+    """The package carries the real Go binary (an ELF, not a script) at the pinned version; ``runtime configure
+    --runtime=docker`` keeps other keys, logs on stderr (logrus), and fails on an empty file ("EOF") — the three
+    ways the retired Python stand-in differed. The deploy does not call it (README "Real parts")."""
+    pin = nvidia_ctk_release.VERSION.lstrip("v")
+    assert ehost.run("od -An -tx1 -N4 /usr/bin/nvidia-ctk").stdout.split() == ["7f", "45", "4c", "46"]  # \x7fELF
+    assert ehost.run("nvidia-ctk --version").stdout.splitlines()[0] == f"NVIDIA Container Toolkit CLI version {pin}"
+    assert ehost.run("pacman -Q nvidia-container-toolkit").stdout == f"nvidia-container-toolkit {pin}-1\n"
+    ehost.run("""mkdir -p /root/ctk && echo '{"log-driver": "journald", "exec-opts": ["native.cgroupdriver=cgroupfs"]}' """
+              "> /root/ctk/daemon.json")
+    r = ehost.run("nvidia-ctk runtime configure --runtime=docker --config=/root/ctk/daemon.json")
+    assert r.stdout == "" and "It is recommended that docker daemon be restarted." in r.stderr
+    assert json.loads(ehost.run("cat /root/ctk/daemon.json").stdout) == {
+        "exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald",
+        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
+    empty = ehost.run(": > /root/ctk/daemon.json && nvidia-ctk runtime configure --runtime=docker "
+                      "--config=/root/ctk/daemon.json", check=False)
+    assert empty.returncode == 1 and "unable to load config for runtime docker: EOF" in empty.stderr
 
 
 def test_a_digest_pull_comes_from_the_sandbox_registry_as_ghcr_io(ehost):

@@ -1,4 +1,5 @@
-"""The stand-ins behave like the real parts, failures included (nvidia-smi, DKMS, nvidia-ctk).
+"""The stand-ins behave like the real parts, failures included (nvidia-smi, DKMS; the real nvidia-ctk is
+in test_engine.py).
 Fresh hosts, not the converged copy: each installs the packages it tests itself."""
 from __future__ import annotations
 
@@ -154,16 +155,6 @@ def test_nvml_is_where_the_real_package_puts_it_and_answers_from_the_fake(gpu_ho
         assert gpu_host.run(NVML_CALLS).stdout == "18\n"  # NVML_ERROR_LIB_RM_VERSION_MISMATCH, as nvidia-smi's exit
     finally:
         gpu_host.run("rm -f /run/fake-gpu/force_mismatch")
-
-
-def test_nvidia_ctk_merges_the_runtime_and_keeps_other_keys(gpu_host):
-    gpu_host.run("pacman -S --noconfirm --needed nvidia-container-toolkit >/dev/null; mkdir -p /etc/docker; "
-                 "echo '{\"log-driver\": \"journald\", \"exec-opts\": [\"native.cgroupdriver=cgroupfs\"]}' > /etc/docker/daemon.json")
-    r = gpu_host.run("nvidia-ctk runtime configure --runtime=docker")
-    assert "It is recommended that docker daemon be restarted." in r.stdout
-    d = json.loads(gpu_host.run("cat /etc/docker/daemon.json").stdout)
-    assert d == {"exec-opts": ["native.cgroupdriver=cgroupfs"], "log-driver": "journald",
-                 "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}}
 
 
 def test_upgrade_without_reboot_mismatches_and_reboot_heals(make_host):
