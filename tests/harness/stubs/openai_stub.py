@@ -220,8 +220,9 @@ def paced(items, step_s, clock=time.monotonic, sleep=time.sleep):
     plus a step. So a stream of k items lasts k × ``step_s`` plus the last item's lateness, whatever the
     lateness of the others — as vLLM's engine core steps on (``vllm/v1/engine/core.py``
     ``EngineCoreProc.run_busy_loop``, a process of its own) while the front end that writes the stream
-    (``AsyncLLM.output_handler``) runs late. A sleep of ``step_s`` after each write instead adds every
-    wake's lateness to the stream (docs/bench.md "Why the sandbox's runs are rarely steady")."""
+    (``vllm/v1/engine/async_llm.py`` ``AsyncLLM._run_output_handler``) runs late. A sleep of ``step_s`` after
+    each write instead adds every wake's lateness to the stream (docs/bench.md "Why the sandbox's runs are
+    rarely steady")."""
     t0 = None
     for j, item in enumerate(items, 1):
         now = clock()
