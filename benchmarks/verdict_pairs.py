@@ -77,6 +77,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the host up")
     ap.add_argument("--max-tokens", type=int, default=256, help="max_tokens of each request (the smoke's: 256)")
     args = ap.parse_args()
+    if args.max_tokens < 1 or args.pairs < 1:
+        ap.error(f"--max-tokens {args.max_tokens} / --pairs {args.pairs}: each must be at least 1")
     SMOKE[-1] = str(args.max_tokens)
     loads: list[float] = []
     name = harness.PREFIX + "vp1"
