@@ -17,7 +17,12 @@ first.
 The host is a copy of the golden converged host (tests/harness/golden.py: built when its inputs
 changed, minutes), named ``<RIGKIT_HARNESS_PREFIX>vp1``, removed at the end unless ``--keep``.
 
-usage: .venv/bin/python benchmarks/verdict_pairs.py [--pairs 20] [--json out/verdict-pairs.json]
+Each pair's line and the summary say the machine's load (``/proc/loadavg``'s 1-minute figure) at its start
+and end: the sandbox's CPU llama.cpp server shares the machine's cores with everything else running, and
+its own decode time for the same work follows that load (docs/bench.md "Why the sandbox's runs are rarely
+steady"). ``--max-tokens`` (default 256, the smoke's) lengthens each request's decode.
+
+usage: .venv/bin/python benchmarks/verdict_pairs.py [--pairs 20] [--max-tokens 256] [--json out/verdict-pairs.json]
 (root, from the project root, with the harness variables exported; `make sandbox-fixtures` first)
 """
 
@@ -70,7 +75,12 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--json", type=Path, help="write the pairs here")
     ap.add_argument("--keep", action="store_true", help="leave the host up")
+    ap.add_argument("--max-tokens", type=int, default=256, help="max_tokens of each request (the smoke's: 256)")
     args = ap.parse_args()
+    if args.max_tokens < 1 or args.pairs < 1:
+        ap.error(f"--max-tokens {args.max_tokens} / --pairs {args.pairs}: each must be at least 1")
+    SMOKE[-1] = str(args.max_tokens)
+    loads: list[float] = []
     name = harness.PREFIX + "vp1"
     t0 = time.monotonic()
     host = harness._up(name, "nspawn", converged=True)
@@ -80,8 +90,11 @@ def main() -> int:
     try:
         for k in range(1, args.pairs + 1):
             results = work / f"pair-{k:02d}"
+            load0 = os.getloadavg()[0]
             rc1, s1, out1 = bench(name, results, results / "first")
             rc2, s2, out2 = bench(name, results, results / "second")
+            load1 = os.getloadavg()[0]
+            loads += [load0, load1]
             if not s1 or not s2:
                 print(f"pair {k}: a run wrote no summary:\n{out1[-1500:]}\n{out2[-1500:]}")
                 return 2
@@ -106,13 +119,14 @@ def main() -> int:
                    "second_reasons": v2["reasons"], "baseline_named": named,
                    "first_unsteady": shaky1, "second_unsteady": shaky2, "steady_pair": steady_pair,
                    "impossible": [len(s["workloads"]["chat-greedy"].get("implausible") or []) for s in (s1, s2)],
-                   "exit_codes": [rc1, rc2], "disagree": clash}
+                   "exit_codes": [rc1, rc2], "disagree": clash, "load": [load0, load1]}
             pairs.append(row)
             print(f"pair {k:2d}: first {row['first']} · second {row['second']} · second vs first "
                   f"{v2['verdict']}, first vs second {v1['verdict']}"
                   + (" · steady pair" if steady_pair else f" · not steady: {shaky1 or shaky2}")
                   + (f" · impossible figures left out {row['impossible']}" if any(row["impossible"]) else "")
-                  + ("" if named else " · WRONG BASELINE") + (" · DISAGREE" if clash else ""),
+                  + ("" if named else " · WRONG BASELINE") + (" · DISAGREE" if clash else "")
+                  + f" · load {load0:.1f}→{load1:.1f}",
                   flush=True)
     finally:
         if not args.keep:
@@ -126,11 +140,13 @@ def main() -> int:
           + ", ".join(f"{v} {n}" for v, n in sorted(tally.items()))
           + f"; FAIL/PASS disagreements {disagreements}; steady pairs {steady_pairs}, their second PASS in "
           f"{steady_pass}; the second chose its baseline right (the first exactly when steady) in "
-          f"{len(pairs) - not_named} of {len(pairs)}")
+          f"{len(pairs) - not_named} of {len(pairs)}; max_tokens {args.max_tokens}; load (1-min) "
+          + (f"{min(loads):.1f}-{max(loads):.1f}" if loads else "n/a"))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"pairs": pairs, "tally": tally, "disagreements": disagreements,
-                                         "steady_pairs": steady_pairs, "steady_pairs_pass": steady_pass},
+                                         "steady_pairs": steady_pairs, "steady_pairs_pass": steady_pass,
+                                         "max_tokens": args.max_tokens},
                                         indent=1))
     return 1 if disagreements or not_named or steady_pass < steady_pairs else 0
 

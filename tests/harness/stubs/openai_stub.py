@@ -23,6 +23,9 @@ real parts"), from ``DFLASH_TOKENS`` in its environment (the ``.env`` compose pa
 - tokens per chunk grow with the draft length: chat ``1 + 1.5 * min(d, 7) / 7`` (2.5 at 7, the
   seeds' figure; longer drafts buy chat nothing), quoting ``1 + 0.6 * d`` (5.2 at 7, 10 at 15);
   one chunk every :data:`CHUNK_S` s (the verify step), so decode tok/s follows tokens per chunk;
+  the steps keep the engine's own clock (:func:`paced`: chunk j leaves at the stream's start + j steps,
+  never a sleep after the last write: sleeps that each wake late add their lateness up, and the
+  figure then measures this host's scheduler, not the modelled engine);
   the first chunk is the prefill's one token (no draft), each later chunk one verify step: its
   accepted draft tokens and the bonus token. A request with ``ignore_eos`` (vLLM's sampling extra)
   generates its whole ``max_tokens``; other chat answers stop at 64 tokens.
@@ -210,6 +213,26 @@ def prompt_tokens(req):
     return max(1, chars // 4)
 
 
+def paced(items, step_s, clock=time.monotonic, sleep=time.sleep):
+    """Yield each of ``items`` at its deadline: item j (1-based) no earlier than the start + j × ``step_s``
+    (seconds), the start being the first call's ``clock()``. A wake that comes late (a busy host's scheduler)
+    delays that item only, never the ones after it: the next deadline is the schedule's, not the late wake
+    plus a step. So a stream of k items lasts k × ``step_s`` plus the last item's lateness, whatever the
+    lateness of the others — as vLLM's engine core steps on (``vllm/v1/engine/core.py``
+    ``EngineCoreProc.run_busy_loop``, a process of its own) while the front end that writes the stream
+    (``vllm/v1/engine/async_llm.py`` ``AsyncLLM._run_output_handler``) runs late. A sleep of ``step_s`` after
+    each write instead adds every wake's lateness to the stream (docs/bench.md "Why the sandbox's runs are
+    rarely steady")."""
+    t0 = None
+    for j, item in enumerate(items, 1):
+        now = clock()
+        t0 = now if t0 is None else t0
+        wait = t0 + j * step_s - now
+        if wait > 0:
+            sleep(wait)
+        yield item
+
+
 def control(name):
     """The content of CONTROL_DIR/name (stripped), or None when the file is absent."""
     path = os.path.join(a.control_dir, name) if a.control_dir else ""
@@ -352,9 +375,7 @@ class H(BaseHTTPRequestHandler):
         step_s = (float(chunk_s) if chunk_s else CHUNK_S) / speed_factor()
         finished = "abort"
         try:
-            for w, (_n, acc) in zip(pieces, plan):
-                if VLLM:
-                    time.sleep(step_s)
+            for w, (_n, acc) in paced(zip(pieces, plan), step_s if VLLM else 0.0):
                 if acc is not None:
                     count_step(acc)
                 d = {"delta": {"content": w}} if chat else {"text": w}
@@ -370,18 +391,24 @@ class H(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-if VLLM and control("crashed") is not None:  # the first boot after a crash comes up broken
-    os.remove(os.path.join(a.control_dir, "crashed"))
-    DEAD[0] = "sticky"
-    print("(sandbox) the engine crashed before this boot: every completion answers 500 until the next restart",
-          file=sys.stderr, flush=True)
-delay = control("boot_delay_s")
-if delay:
-    print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
-    time.sleep(float(delay))
-busy(0)  # load.json: not busy (a restarted engine starts its own count)
-srv = ThreadingHTTPServer((a.host, a.port), H)
-srv.daemon_threads = True
-signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
-print(f"main: server is listening on http://{a.host}:{a.port} (sandbox stand-in, model {NAME})", flush=True)
-srv.serve_forever()
+def main():
+    """Serve until SIGTERM (module doc)."""
+    if VLLM and control("crashed") is not None:  # the first boot after a crash comes up broken
+        os.remove(os.path.join(a.control_dir, "crashed"))
+        DEAD[0] = "sticky"
+        print("(sandbox) the engine crashed before this boot: every completion answers 500 until the next restart",
+              file=sys.stderr, flush=True)
+    delay = control("boot_delay_s")
+    if delay:
+        print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
+        time.sleep(float(delay))
+    busy(0)  # load.json: not busy (a restarted engine starts its own count)
+    srv = ThreadingHTTPServer((a.host, a.port), H)
+    srv.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown).start())
+    print(f"main: server is listening on http://{a.host}:{a.port} (sandbox stand-in, model {NAME})", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
