@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from rigkit import exitcodes
+from rigkit import exitcodes, hints
 from rigkit.cli.common import error, exits_when_unreachable, inventory_option, load_or_exit, out
 from rigkit.cli.deployout import Console
 
@@ -52,7 +52,7 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
         error("--abort takes no --good, --bad or --dry: it puts back what an interrupted bisect left")
         sys.exit(exitcodes.INVALID)
     if not abort_ and (good is None or bad is None):
-        error("give --good GEN and --bad GEN (`rigkit generations --host NAME` lists them), or --abort")
+        error(f"give --good GEN and --bad GEN (`{hints.command('generations', host=host)}` lists them), or --abort")
         sys.exit(exitcodes.INVALID)
     overrides = {k: True for k, on in (("force", force), ("reboot", reboot)) if on}
     specs = load_or_exit(inventory, (host,), overrides)

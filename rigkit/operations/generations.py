@@ -80,6 +80,6 @@ def bisect_ended():
     .. code:: python
 
         from rigkit.operations.generations import bisect_ended
-        bisect_ended(name=BISECT_END_OP)
+        bisect_ended(name="End the interrupted bisect: the host is back at its start")
     """
     yield bisect_end_command()
