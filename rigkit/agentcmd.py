@@ -67,6 +67,12 @@ def locked_command(what: str, argv: list[str]) -> str:
     return _env_prefix() + shlex.join([paths.AGENT_BIN, "lock", "run", "--what", what, "--", *argv])
 
 
+def bisect_end_command() -> str:
+    """``rigkit-agent generation bisect-end`` (under the host lock): the host, deployed back at an interrupted
+    bisect's start, made current there and the journal removed (:func:`rigkit.host.generations.bisect_end`)."""
+    return f"{_env_prefix()}{shlex.quote(paths.AGENT_BIN)} generation bisect-end"
+
+
 def record_command(manifest_path: str) -> str:
     """``rigkit-agent generation record < MANIFEST`` (under the host lock), then the manifest removed. Run as root."""
     q = shlex.quote(manifest_path)

@@ -25,7 +25,7 @@ DEFAULT_INVENTORY = "inventory/rig.py"
 
 #: rigkit's commands and the sub-commands of its groups (``rigkit models lock``).
 GROUPS = {"models": ("lock", "check")}
-VERBS = ("bench", "check", "deploy", "drift", "generations", "lock", "models", "render", "report", "rollback",
+VERBS = ("bench", "bisect", "check", "deploy", "drift", "generations", "lock", "models", "render", "report", "rollback",
          "window", "wire-in")
 #: Commands that take no ``--host`` (they act on the inventory as a whole).
 NO_HOST = frozenset()

@@ -33,6 +33,7 @@ WINDOW_JOURNAL = f"{STATE_DIR}/window.json"
 WINDOWS_DIR = f"{STATE_DIR}/windows"
 HOLDS_FILE = f"{STATE_DIR}/{_HOLDS_NAME}"  # rigkit.common.holds: its one reader and writer
 GENERATIONS_DIR = f"{STATE_DIR}/generations"  # root 0700: rigkit.host.generations
+BISECT_JOURNAL = f"{GENERATIONS_DIR}/bisect.json"  # an unfinished rigkit bisect: rigkit.host.generations.BISECT_JOURNAL
 MODELS_LOCK = f"{STATE_DIR}/models.lock.json"  # the model lock the deploy installed
 RIG_LOCK = f"{STATE_DIR}/rig.lock"  # the one host lock (flock + holder record), rigkit.host.lock
 ACTIVATE_LOG = f"{STATE_DIR}/activate.log"

@@ -66,14 +66,17 @@ def _holds(remote) -> dict:
 def list_lines(index: dict, hold: dict | None) -> list[str]:
     """One line per generation, oldest first: ``*`` marks the current one, ``H`` the held one; a
     failed change (never current) says ``(FAILED, put back: why)`` after its reason, or ``(FAILED,
-    left as it failed: why)`` when ``--no-revert`` left it;
+    left as it failed: why)`` when ``--no-revert`` left it; a ``rigkit bisect`` step says ``[bisect step K]``
+    (never a ``rollback --to`` target);
     ``n  time  operator  reason: what changed``."""
     from rigkit.deploy.transaction import LEFT
 
     lines = []
     for g in index.get("generations", []):
         mark = ("*" if g["n"] == index.get("current") else " ") + ("H" if hold and g["n"] == hold.get("generation") else " ")
+        step = (g.get("bisect") or {}).get("step")
         lines.append(f"{mark} {g['n']:>3}  {g.get('time')}  {g.get('operator')}  {g.get('reason')}"
+                     + (f" [bisect step {step}]" if step else "")
                      + ((f" (FAILED, left as it failed: {g['failed'].removesuffix(LEFT)})" if g["failed"].endswith(LEFT)
                          else f" (FAILED, put back: {g['failed']})") if g.get("failed") else "") + ": "
                      + "; ".join(g.get("changed") or []))

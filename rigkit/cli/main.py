@@ -319,3 +319,7 @@ from rigkit.cli.generations import generations, rollback  # noqa: E402
 
 cli.add_command(generations)
 cli.add_command(rollback)
+
+from rigkit.cli.bisect import bisect  # noqa: E402
+
+cli.add_command(bisect)

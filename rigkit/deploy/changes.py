@@ -168,6 +168,12 @@ def _rollback(hs: Any, remote: Any, inventory: str, to: int, overrides: dict[str
                     f"--to {to}: generation {to} on {hs.name} is a failed change that was put back "
                     f"(`{hints.command('generations', host=hs.name)}` lists it as failed); it was never current and "
                     "cannot be brought back")
+    step = (next(g for g in index["generations"] if g["n"] == to) or {}).get("bisect")
+    if step and step.get("step"):
+        raise _Stop(exitcodes.INVALID,
+                    f"--to {to}: generation {to} on {hs.name} is step {step.get('step')} of bisect {step.get('id')}, a "
+                    "trial mix of two generations that nobody declared; roll back to one of the generations it was "
+                    f"between (`{hints.command('generations', host=hs.name)}`)")
     if to == start:
         out.note(f"{hs.name}: generation {to} is already the current one; nothing to roll back")
         return exitcodes.OK

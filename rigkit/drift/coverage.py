@@ -104,6 +104,8 @@ COVERAGE: tuple[Coverage, ...] = (
     # roles/preflight.py and roles/generation.py add no operation that changes the rig but the record
     C("generation", "RECORD_OP", "outside",
       "rigkit's own record of the host, not the rig; drift's generation line says when the spec is not what it recorded"),
+    C("generation", "BISECT_END_OP", "outside",
+      "rigkit's own journal of an interrupted bisect, not the rig; runs only when the deploy puts such a host back"),
     # pins
     C("pins", "Hold the pinned packages: rigkit's pins file", "probe", "pacman-conf IgnorePkg holds every pin",
       breakage="cp -a /etc/rigkit/pacman-pins.conf /root/pins.conf.cov && echo '# emptied' > /etc/rigkit/pacman-pins.conf",

@@ -34,7 +34,8 @@ current, ``rigkit rollback --to`` it is refused, and pruning counts it like any 
 Sub-commands (``rigkit-agent generation ...``): ``record [--failed WHY]`` (manifest JSON on stdin,
 under the host lock), ``fail N --why WHY`` (the current generation failed: the one before it is
 current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``,
-``current`` (the index with the current generation's record), ``restamp`` (the current generation
+``current`` (the index with the current generation's record), ``bisect-begin`` / ``bisect-show`` /
+``bisect-end`` (the journal of a ``rigkit bisect``, below), ``restamp`` (the current generation
 stamped with the manifest on stdin's build and spec hash; under the host lock), ``show N [--files]``, ``check N`` (models generation
 N needs that this host lacks), ``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
 """
@@ -62,6 +63,11 @@ from rigkit.common.confirm import describe as describe_members, member_changes
 from rigkit.common.jsonfile import iso_utc, read_object, write_atomic
 
 DEFAULT_KEEP = 10
+#: The journal of a ``rigkit bisect`` (:mod:`rigkit.deploy.bisect`), in the generations folder: written before
+#: its first step (``{"id", "start", "good", "bad", "since", "by", "command"}``), removed once the host is back at
+#: ``start``. While it stands, ``start`` is never pruned, and the next deploy deploys ``start`` (not the spec) and
+#: ends it (:func:`rigkit.deploy.source.source_for`) — the window's journal is the model (DESIGN.md "Lifecycle").
+BISECT_JOURNAL = "bisect.json"
 
 
 class GenerationError(RuntimeError):
@@ -264,7 +270,7 @@ def record(cfg: Any, manifest: dict[str, Any], operator: str, log: Callable[[str
     write_atomic(root / f"{n}.json", rec, mode=0o600)
     entry = {"n": n, "time": rec["time"], "operator": operator, "reason": rec.get("reason", "deploy"),
              "key": manifest["key"], "changed": rec["changed"], **{k: manifest.get(k) for k in STAMP},
-             **({"failed": failed} if failed else {})}
+             **({"failed": failed} if failed else {}), **({"bisect": manifest["bisect"]} if manifest.get("bisect") else {})}
     index["generations"].append(entry)
     if not failed:
         index["previous"], index["current"] = current, n
@@ -358,7 +364,7 @@ def prune(root: Path, keep: int) -> list[int]:
     before it) and the objects no kept generation names. Returns the numbers removed."""
     index = read_index(root)
     keep = max(2, keep)
-    protected = {index["current"], index["previous"]}
+    protected = {index["current"], index["previous"], (read_object(root / BISECT_JOURNAL) or {}).get("start")}
     gens = sorted(g["n"] for g in index["generations"])
     removable = [n for n in gens if n not in protected]
     excess = len(gens) - keep
@@ -444,6 +450,50 @@ def hold(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict
     return holds[HOLD_KEY]
 
 
+def bisect_begin(cfg: Any, journal: dict[str, Any], log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Write the journal of a bisect (the caller holds the host lock): ``journal`` is ``{"id", "good", "bad",
+    ...}``; ``start`` (the current generation) and ``since`` are set here. Returns it. Raises GenerationError
+    when a journal already stands (an interrupted bisect: ``rigkit bisect --abort`` first) or nothing is current."""
+    root = _root(cfg)
+    old = read_object(root / BISECT_JOURNAL)
+    if old:
+        raise GenerationError(f"an interrupted bisect ({old.get('id')}, from generation {old.get('start')}, "
+                              f"{old.get('since')}) has not been put back: `rigkit bisect --abort` first")
+    start = read_index(root)["current"]
+    if start is None:
+        raise GenerationError("no current generation: a bisect needs one to come back to")
+    data = {**journal, "start": start, "since": iso_utc(time.time())}
+    write_atomic(root / BISECT_JOURNAL, data, mode=0o600)
+    log(f"bisect {data.get('id')} begins at generation {start} (journal {root / BISECT_JOURNAL})")
+    return data
+
+
+def bisect_end(cfg: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """End the bisect whose journal stands (the caller holds the host lock), once the host is back at its
+    ``start``: the current generation has ``start``'s key (a deploy of ``start`` left it so), so ``start``
+    is made current again (the steps' generations stay listed) and the journal is removed. Returns
+    ``{"ended": bool, "start": n | None, "current": n}``; with no journal ``ended`` is False. Raises
+    GenerationError when the host does not declare ``start``'s key (it is not back: nothing changed)."""
+    root = _root(cfg)
+    journal = read_object(root / BISECT_JOURNAL)
+    index = read_index(root)
+    if not journal:
+        return {"ended": False, "start": None, "current": index["current"]}
+    start = journal.get("start")
+    keys = {g["n"]: g.get("key") for g in index["generations"]}
+    if start not in keys:
+        raise GenerationError(f"the bisect's start generation {start} is not kept")
+    if keys.get(index["current"]) != keys[start]:
+        raise GenerationError(f"the host is at generation {index['current']}, not back at generation {start} "
+                              f"(another key): deploy generation {start} first")
+    if index["current"] != start:
+        index["previous"], index["current"] = index["current"], start
+        write_atomic(root / "index.json", index, mode=0o600)
+    (root / BISECT_JOURNAL).unlink(missing_ok=True)
+    log(f"bisect {journal.get('id')} ended: generation {start} is current again")
+    return {"ended": True, "start": start, "current": start}
+
+
 def release(cfg: Any, log: Callable[[str], None] = print) -> int:
     """Remove the generation hold (the caller holds the host lock); 0, also when there was none."""
     holds_path = cfg.path("holds")
@@ -483,6 +533,11 @@ def main(argv: list[str]) -> int:
     ck = sub.add_parser("check", help="models generation N needs that this host has not verified")
     ck.add_argument("n", type=int)
     sub.add_parser("release", help="remove the generation hold (under the host lock)")
+    sub.add_parser("bisect-begin", help="write a bisect's journal (JSON on stdin) at the current generation "
+                                        "(under the host lock)")
+    sub.add_parser("bisect-show", help="the journal of a bisect, or {} when none stands")
+    sub.add_parser("bisect-end", help="the host back at the bisect's start: make it current, remove the journal "
+                                      "(under the host lock)")
     hd = sub.add_parser("hold", help="hold the host at generation N: the next deploy applies it, not the spec")
     hd.add_argument("n", type=int)
     hd.add_argument("--why", required=True)
@@ -506,13 +561,17 @@ def main(argv: list[str]) -> int:
         if a.cmd == "current":
             print(json.dumps(current(root), sort_keys=True))
             return 0
+        if a.cmd == "bisect-show":
+            print(json.dumps(read_object(root / BISECT_JOURNAL) or {}, sort_keys=True))
+            return 0
         if a.cmd == "check":
             problems = check(cfg, a.n)
             print(json.dumps({"generation": a.n, "missing": problems}))
             return 0
         what = {"record": "deploy: record a generation", "restamp": "deploy: stamp the current generation",
                 "fail": "confirmation: mark a failed generation",
-                "hold": "revert: hold the host at a generation"}.get(
+                "hold": "revert: hold the host at a generation", "bisect-begin": "bisect: begin",
+                "bisect-end": "bisect: end"}.get(
             a.cmd, "rollback: release the generation hold")
         try:
             lock = standdown.lock_for_change(cfg, what, log)
@@ -522,6 +581,9 @@ def main(argv: list[str]) -> int:
         try:
             if a.cmd == "release":
                 return release(cfg, log)
+            if a.cmd == "bisect-end":
+                print(json.dumps(bisect_end(cfg, log), sort_keys=True))
+                return 0
             if a.cmd == "hold":
                 print(json.dumps(hold(cfg, a.n, a.why, log), sort_keys=True))
                 return 0
@@ -533,6 +595,9 @@ def main(argv: list[str]) -> int:
             except ValueError as exc:
                 log(f"error: the manifest on stdin is not JSON ({exc})")
                 return 2
+            if a.cmd == "bisect-begin":
+                print(json.dumps(bisect_begin(cfg, manifest, log), sort_keys=True))
+                return 0
             if a.cmd == "restamp":
                 print(json.dumps(restamp(cfg, manifest, log), sort_keys=True))
                 return 0

@@ -12,7 +12,7 @@ from pyinfra.api import operation
 from pyinfra.operations import files
 
 from rigkit import paths
-from rigkit.agentcmd import record_command
+from rigkit.agentcmd import bisect_end_command, record_command
 from rigkit.operations.facts.files import JsonFile
 
 #: Where the manifest waits for ``rigkit-agent generation record`` (root 0600; removed after).
@@ -20,6 +20,8 @@ MANIFEST_PATH = f"{paths.STATE_DIR}/generation.next.json"
 INDEX = f"{paths.GENERATIONS_DIR}/index.json"
 #: The deploy's name of the record (in roles/generation.py's ``Generation`` deploy); drift's plan skips it.
 RECORD_OP = "Record the generation this deploy leaves"
+#: The deploy's name of the end of an interrupted bisect's journal (:func:`bisect_ended`).
+BISECT_END_OP = "End the interrupted bisect: the host is back at its start"
 
 
 def plan_line(index: dict[str, Any], manifest: dict[str, Any]) -> tuple[bool, str]:
@@ -64,3 +66,20 @@ def recorded_generation(manifest: dict[str, Any]):
     yield from files.put._inner(src=StringIO(json.dumps(manifest, sort_keys=True)), dest=MANIFEST_PATH,
                                 user="root", group="root", mode="600")
     yield record_command(MANIFEST_PATH)
+
+
+@operation()
+def bisect_ended():
+    """End the journal of an interrupted ``rigkit bisect`` once this deploy put the host back at its start
+    (:func:`rigkit.host.generations.bisect_end`: that generation current again, the journal removed). Runs
+    after :func:`recorded_generation`, only when the deploy applied a bisect's start
+    (:func:`rigkit.deploy.source.source_for`).
+
+    **Example:**
+
+    .. code:: python
+
+        from rigkit.operations.generations import bisect_ended
+        bisect_ended(name="End the interrupted bisect: the host is back at its start")
+    """
+    yield bisect_end_command()

@@ -70,12 +70,14 @@ def declared_units(spec: RigSpec) -> dict[str, list[str]]:
 
 
 def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | None, reason: str = "deploy",
-             hold: dict[str, Any] | None = None) -> dict[str, Any]:
+             hold: dict[str, Any] | None = None, bisect: dict[str, Any] | None = None) -> dict[str, Any]:
     """What ``rigkit-agent generation record`` records for this deploy (shape: :mod:`rigkit.host.generations`).
 
     + rendered: ``{path: RenderedFile}`` the roles installed; lock_text: the model lock installed as
       ``/var/lib/rigkit/models.lock.json`` (or None)
     + reason: ``"deploy"``, ``"rollback to 3"``...; hold: recorded with the generation (a rollback's)
+    + bisect: a ``rigkit bisect`` step's ``{"id", "step", "entries": [suspect name]}`` (its record and index
+      entry say it was one; not keyed), None for every other deploy
     """
     files = {p: {"sha256": f.sha256, "mode": f.mode, "owner": f.owner} for p, f in sorted(rendered.items())}
     models: dict[str, Any] = {}
@@ -107,6 +109,7 @@ def manifest(spec: RigSpec, rendered: dict[str, RenderedFile], lock_text: str | 
         "prepared": sorted(PREPARED_MODELS & set(models)),
         "rigkit_version": rigkit_build(), "spec_hash": spec_hash(spec), "spec": spec_snapshot(spec),
         "keep": spec.generations_keep,
+        **({"bisect": bisect} if bisect else {}),
     }
 
 
@@ -137,12 +140,15 @@ def lock_text(spec: RigSpec) -> str | None:
 @dataclass
 class Source:
     """What a deploy applies: the ``spec`` and its ``rendered`` files, from the inventory
-    (``generation`` None) or from a recorded generation; ``lock_text`` the model lock it installs."""
+    (``generation`` None) or from a recorded generation; ``lock_text`` the model lock it installs;
+    ``bisect`` what the run is to a ``rigkit bisect`` (a step, or the way back to its start: recorded
+    with the generation, :func:`manifest`), None for every other deploy."""
 
     spec: RigSpec
     rendered: dict[str, RenderedFile]
     generation: int | None = None
     lock_text: str | None = None
+    bisect: dict[str, Any] | None = None
 
 
 def source_from_bundle(bundle: dict[str, Any], run_spec: RigSpec, lock_dir: Path) -> Source:
@@ -172,11 +178,13 @@ def source_from_bundle(bundle: dict[str, Any], run_spec: RigSpec, lock_dir: Path
     return Source(spec, rendered, int(rec["n"]), lock_text)
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``data`` (nested dicts) as ``{"dotted.key": leaf}``; an empty dict and every non-dict (a list
+    included) is a leaf. The one flattening of a spec snapshot (:func:`diff`, :mod:`rigkit.deploy.bisect`)."""
     if isinstance(data, dict) and data:
         out: dict[str, Any] = {}
         for k, v in data.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flat(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: data}
 
@@ -221,15 +229,15 @@ def diff(a: dict[str, Any], b: dict[str, Any], mask: Callable[[str], str] = lamb
     ida = (ra.get("spec") or {}).get("llama_swap", {}).get("members", {})
     idb = (rb.get("spec") or {}).get("llama_swap", {}).get("members", {})
     whole = {m: [_declared_as(ida.get(m)), _declared_as(idb.get(m))] for m in sorted(set(ida) ^ set(idb))}
-    ma = _flat({m: v for m, v in ida.items() if m in idb})
-    mb = _flat({m: v for m, v in idb.items() if m in ida})
+    ma = flat({m: v for m, v in ida.items() if m in idb})
+    mb = flat({m: v for m, v in idb.items() if m in ida})
     out["members"] = {**whole, **{k: [ma.get(k), mb.get(k)] for k in sorted(set(ma) | set(mb)) if ma.get(k) != mb.get(k)}}
     la, lb = (ra.get("llama_swap") or {}).get("release"), (rb.get("llama_swap") or {}).get("release")
     out["llama_swap_release"] = [la, lb] if la != lb else None
     out["daemon_json"] = [ra.get("daemon_json"), rb.get("daemon_json")] if ra.get("daemon_json") != rb.get("daemon_json") else None
     moa, mob = ra.get("models") or {}, rb.get("models") or {}
     out["models"] = {m: [moa.get(m), mob.get(m)] for m in sorted(set(moa) | set(mob)) if moa.get(m) != mob.get(m)}
-    sa, sb = _flat(ra.get("spec") or {}), _flat(rb.get("spec") or {})
+    sa, sb = flat(ra.get("spec") or {}), flat(rb.get("spec") or {})
     gone = tuple(f"llama_swap.members.{m}." for m in whole)  # said once, as the member's, not key by key
     out["spec"] = {k: [sa.get(k), sb.get(k)] for k in sorted(set(sa) | set(sb))
                    if sa.get(k) != sb.get(k) and not k.startswith(LOCKFILE_KEYS) and not k.startswith(gone)}

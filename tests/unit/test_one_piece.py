@@ -344,7 +344,7 @@ TRANSACTION = {"LockHold", "Change", "ChangeRefused", "held", "begin_all", "begi
                "end", "confirm", "record_failed", "mark_failed", "agent_json", "run_pyinfra", "host_result",
                "failed_operations", "smoke"}
 #: The changes to the rig (deploy, rollback, the wire-in's activation): each under the change context.
-CHANGES = ("rigkit/deploy/changes.py", "rigkit/deploy/wirein.py")
+CHANGES = ("rigkit/deploy/changes.py", "rigkit/deploy/wirein.py", "rigkit/deploy/bisect.py")
 
 
 def test_the_transaction_is_not_in_cli():

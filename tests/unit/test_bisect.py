@@ -1,0 +1,186 @@
+"""``rigkit bisect`` without a host (issue 68): the search names a planted culprit or pair among any
+number of suspects within its bound, the suspects of two real generations' specs and locks, every
+combination of them a valid spec whose ends are the two generations, the journal on the host (begin, end
+only once back at the start's key, the start never pruned), and the list's mark of a step."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rigkit.cli.generations import list_lines
+from rigkit.deploy import bisect as b
+from rigkit.host import generations as hostgen
+from rigkit.render.generations import LOCKFILE_KEYS, flat, spec_snapshot
+from rigkit.spec.validate import spec_from_dict, spec_from_layers
+from tests.unit.test_generations import _files, _manifest, host  # noqa: F401 - the host fixture
+
+PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
+
+
+# ------------------------------------------------------------------------------ the search
+def _oracle(bad: set[int]):
+    """slow(S): the planted culprit(s) all in S (a single one, or an interaction of two)."""
+    return lambda chosen: bad <= chosen
+
+
+@given(st.integers(1, 64).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n - 1))), st.booleans())
+def test_one_culprit_is_named_within_ceil_log2_n_probes_after_the_good_one(case, pairs):
+    n, culprit = case
+    answer = b.search(n, _oracle({culprit}), pairs)
+    assert answer.culprits == (culprit,)
+    assert answer.named_at <= math.ceil(math.log2(n))  # + the good generation's deploy: ⌈log2 N⌉ + 1
+    steps = b.plan_steps(n, pairs)
+    assert answer.named_at + 1 <= steps["name"]
+    assert len(answer.probes) <= steps["name"] - 1 + steps["alone"]
+    assert answer.alone == (pairs or culprit == 0)
+    for chosen, slow in answer.probes:  # every probe judged as the oracle says: nothing assumed
+        assert slow == (culprit in chosen)
+
+
+@given(st.integers(2, 64).flatmap(lambda n: st.tuples(st.just(n), st.sets(st.integers(0, n - 1), min_size=2,
+                                                                          max_size=2))))
+def test_a_pair_slow_only_together_is_named_as_the_pair(case):
+    n, pair = case
+    answer = b.search(n, _oracle(pair), pairs=True)
+    assert answer.culprits == tuple(sorted(pair))
+    steps = b.plan_steps(n, True)
+    assert len(answer.probes) <= steps["name"] - 1 + steps["alone"] + steps["partner"]
+
+
+@given(st.integers(2, 40).flatmap(lambda n: st.tuples(st.just(n), st.sets(st.integers(0, n - 1), min_size=2,
+                                                                          max_size=2))))
+def test_without_pairs_a_pair_is_named_by_its_second_entry(case):
+    n, pair = case
+    assert b.search(n, _oracle(pair), pairs=False).culprits == (max(pair),)
+
+
+def test_a_step_that_cannot_be_measured_stops_the_search():
+    def slow(chosen):
+        raise b.Untestable("step 2 refused")
+
+    with pytest.raises(b.Untestable, match="step 2 refused"):
+        b.search(8, slow)
+
+
+def test_the_plan_counts():
+    assert b.plan_steps(8) == {"name": 4, "alone": 1, "partner": 3, "bad": 0, "back": 1, "most": 9}
+    assert b.plan_steps(6, pairs=False, at_bad=False) == {"name": 4, "alone": 0, "partner": 0, "bad": 1, "back": 1,
+                                                          "most": 6}
+    assert b.plan_steps(1)["most"] == 2
+
+
+# ------------------------------------------------------------------------------ suspects and combinations
+def _spec(**over):
+    return spec_from_layers([{"pacman_pins": dict(PINS), "paused_timers": [], "lock_files": [], **over}])
+
+
+DIGEST_A, DIGEST_B = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+
+
+def _pair():
+    """Two generations' spec snapshots and locks with seven differences: an image digest, a model commit
+    (lock only), a member's key, a HyperQwen env value, the cuda pin, the llama-swap release, the driver."""
+    good = spec_snapshot(_spec())
+    bad_spec = _spec(nvidia_driver_version="610.60", hyperqwen={"dflash_tokens": 5}, llama_swap={"members": {"gguf-baseline": {"ttl": 300}}},
+                     pacman_pins={**PINS, "cuda": "13.3.2-1", "nvidia-open-dkms": "610.60-1",
+                                  "nvidia-utils": "610.60-1", "opencl-nvidia": "610.60-1"})
+    bad = spec_snapshot(bad_spec)
+    good["strata"]["image"]["ref"], bad["strata"]["image"]["ref"] = DIGEST_A, DIGEST_B
+    lock_good = {"images": {"strata": {"digest": DIGEST_A}}, "models": {"m": {"commit": "1" * 40, "files": []}},
+                 "pins": {"cuda": {"version": "13.3.1-1"}}, "llama_swap": {"sha256": "c" * 64}}
+    lock_bad = {"images": {"strata": {"digest": DIGEST_B}}, "models": {"m": {"commit": "2" * 40, "files": []}},
+                "pins": {"cuda": {"version": "13.3.2-1"}}, "llama_swap": {"sha256": "d" * 64}}
+    return good, bad, lock_good, lock_bad
+
+
+def test_the_suspects_of_two_generations_each_moved_whole():
+    good, bad, lg, lb = _pair()
+    found = b.suspects(good, bad, lg, lb)
+    names = [s.name for s in found]
+    assert names[-1] == "driver" and found[-1].reboot  # last: the search rarely needs its reboot
+    assert {"image strata", "model m", "pin cuda", "llama-swap release", "driver"} <= set(names)
+    assert any(n.startswith("member gguf-baseline:") for n in names)
+    assert any(n.startswith("spec hyperqwen.") for n in names)
+    image = found[names.index("image strata")]
+    assert image.spec_keys == ("strata.image.ref",) and image.lock_keys == (("images", "strata"),)
+    assert (image.good, image.bad) == (DIGEST_A, DIGEST_B)
+    assert found[names.index("model m")].bad == "2" * 40  # a commit only the lock records
+    assert not any(s.reboot for s in found[:-1])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_every_combination_is_a_valid_spec_between_the_two(data):
+    good, bad, lg, lb = _pair()
+    found = b.suspects(good, bad, lg, lb)
+    chosen = data.draw(st.sets(st.sampled_from(range(len(found)))))
+    spec, lock = b.combine(good, bad, lg, lb, [found[i] for i in chosen])
+    moved = {k for i in chosen for k in found[i].spec_keys}
+    fg, fb, fc = flat(good), flat(bad), flat(spec)
+    for key in set(fg) | set(fb):
+        if key.startswith(LOCKFILE_KEYS):
+            continue
+        owner = next((p for p in moved if key == p or key.startswith(p + ".")), None)
+        assert fc.get(key) == (fb.get(key) if owner else fg.get(key)), key
+    for s in found:
+        for section, name in s.lock_keys:
+            side = lb if found.index(s) in chosen else lg
+            assert (lock.get(section) if not name else lock[section].get(name)) == \
+                (side.get(section) if not name else side[section].get(name))
+    spec_from_dict({**spec, "reboot": False, "force": False})  # the validators accept it
+    assert b.combine(good, bad, lg, lb, []) == (good, lg)
+    assert b.combine(good, bad, lg, lb, found) == (bad, lb)
+
+
+def test_a_combination_the_validators_refuse_is_said():
+    good, bad, lg, lb = _pair()
+    bad["hyperqwen"]["dflash_tokens"] = -3  # not a draft length
+    found = [s for s in b.suspects(good, bad, lg, lb) if s.name.startswith("spec hyperqwen")]
+    spec, _ = b.combine(good, bad, lg, lb, found)
+    from rigkit.spec.problems import SpecError
+
+    with pytest.raises(SpecError, match="dflash_tokens"):
+        spec_from_dict({**spec, "reboot": False, "force": False})
+
+
+def test_dry_says_the_suspects_the_bound_and_what_is_skipped():
+    good, bad, lg, lb = _pair()
+    found = b.suspects(good, bad, lg, lb)
+    setup = b.Setup(1, 2, good, bad, lg, lb, [s for s in found if not s.reboot],
+                    {"driver": "needs a reboot, which --reboot did not allow"}, 2)
+    lines = b.dry_lines("rig", setup, pairs=True)
+    n = len(setup.tried)
+    assert lines[0] == f"rig: bisect generation 1 (good) .. 2 (bad): {n} suspect(s), 1 skipped"
+    assert "  skipped: driver: needs a reboot, which --reboot did not allow" in lines
+    assert any(f"to name one culprit (the good generation and ⌈log2 {n}⌉ = {math.ceil(math.log2(n))})" in ln
+               for ln in lines)
+    assert lines[-1].startswith("  estimated at most ")
+
+
+# ------------------------------------------------------------------------------ the journal on the host
+def test_the_journal_ends_only_once_the_host_is_back_at_its_start(host):  # noqa: F811
+    root = host.root
+    texts = _files(root)
+    hostgen.record(host, _manifest(texts, root), "rig")
+    begun = hostgen.bisect_begin(host, {"id": "x", "good": 1, "bad": 1})
+    assert begun["start"] == 1
+    with pytest.raises(hostgen.GenerationError, match="interrupted bisect"):
+        hostgen.bisect_begin(host, {"id": "y"})
+    step = _files(root, env="DFLASH_TOKENS=5\n")
+    entry = hostgen.record(host, _manifest(step, root, bisect={"id": "x", "step": 1, "entries": ["spec a"]}), "rig")
+    assert entry["bisect"]["step"] == 1 and hostgen.read_index(host.path("generations"))["current"] == 2
+    assert "[bisect step 1]" in list_lines(hostgen.read_index(host.path("generations")), None)[1]
+    with pytest.raises(hostgen.GenerationError, match="not back at generation 1"):
+        hostgen.bisect_end(host)
+    for _ in range(12):  # many steps: the start is never pruned while the journal stands
+        hostgen.record(host, _manifest(_files(root, env="DFLASH_TOKENS=3\n"), root, keep=2), "rig")
+        hostgen.record(host, _manifest(step, root, keep=2), "rig")
+    assert 1 in [g["n"] for g in hostgen.read_index(host.path("generations"))["generations"]]
+    hostgen.record(host, _manifest(_files(root), root), "rig")  # the way back: the start's key again
+    assert hostgen.bisect_end(host) == {"ended": True, "start": 1, "current": 1}
+    assert hostgen.read_index(host.path("generations"))["current"] == 1
+    assert hostgen.bisect_end(host)["ended"] is False  # no journal: nothing to end
