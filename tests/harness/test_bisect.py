@@ -133,10 +133,10 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
         while True:
             line = said.get(timeout=600)  # bounded: a bisect that never gets there fails here
             seen.append(line)
+            if stage == "$ pyinfra" and line.startswith("$ pyinfra"):
+                break
             if stage in line:
                 stage = "$ pyinfra"
-            elif stage == "$ pyinfra" and line.startswith("$ pyinfra"):
-                break
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # rigkit and the pyinfra it runs: SIGKILL, nothing runs after
         proc.wait()
