@@ -53,7 +53,7 @@ def _leaves_the_process_unpatched(request):
 # its comment; the "lanes" section prints every module's); a module not listed starts after these, in
 # its own order.
 MODULE_ORDER = (
-    "tests/harness/test_bisect.py",            # ~320 s loaded (issue 68): a golden copy + deploy B 89 s, a walk 177-205 s (3 deploys, 3-4 benches), a killed one put back 20 s
+    "tests/harness/test_bisect.py",            # 184 s (issue 68; ~320 s loaded): a golden copy + deploy B 42-89 s, a walk 98-205 s (3 deploys, 3-4 benches), a killed one put back 21 s
     "tests/harness/test_wirein.py",            # 275 s; waits for the golden host: the first lane builds it
     "tests/harness/test_deploy.py",            # 175 s; its fresh host first: beside the golden build
     "tests/harness/test_standins.py",          # 17 s; fresh, bare hosts and unit modules: beside the build too
