@@ -555,8 +555,9 @@ class Runner:
 
     def bench(self, step: Step, again: bool = False) -> dict[str, Any]:
         """Bench the host as it stands into ``step``'s folder (``rigkit bench --preset small`` through
-        llama-swap, one member, one workload): the summary's workload. Raises :class:`Untestable` when no
-        figure comes back."""
+        llama-swap, one member, one workload): its summary (``_file`` added; ``step.decode`` set, None when the
+        bench kept no decode figure). Raises :class:`Untestable` when the bench wrote no summary or the
+        workload failed."""
         out_dir = self.folder / (f"step-{step.n}" + ("-again" if again else ""))
         cmd = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", self.inventory, "--host", self.hs.name,
                "--member", self.member, "--workload", self.workload, "--preset", "small", "--max-tokens", "256",
@@ -571,10 +572,9 @@ class Runner:
             raise Untestable(f"step {step.n}: the bench wrote no summary ({exc})") from None
         summary["_file"] = str(out_dir / "summary.json")
         workload = (summary.get("workloads") or {}).get(self.workload) or {}
-        if workload.get("status") != "ok" or not _decode(workload):
-            raise Untestable(f"step {step.n}: the bench did not measure {self.workload}: "
-                             f"{workload.get('error') or 'no decode figure'}")
-        step.decode = _decode(workload)
+        if workload.get("status") != "ok":
+            raise Untestable(f"step {step.n}: the bench did not measure {self.workload}: {workload.get('error')}")
+        step.decode = _decode(workload)  # None when every figure was unmeasurable: judged undecided, measured again
         return summary
 
     def measure(self, chosen: Iterable[int], label: str, deploy: bool = True) -> tuple[Step, dict[str, Any]]:
@@ -590,7 +590,13 @@ class Runner:
         return step, self.bench(step)
 
     def baseline(self, step: Step, summary: dict[str, Any]) -> None:
-        """Take ``step`` (the good generation's) as the baseline every other step is judged against."""
+        """Take ``step`` (the good generation's) as the baseline every other step is judged against, benched
+        once more when it kept no decode figure. Raises :class:`Untestable` when it still has none."""
+        if step.decode is None:
+            summary = self.bench(step, again=True)
+            if step.decode is None:
+                raise Untestable(f"step {step.n}: the good generation's bench kept no decode figure twice (every "
+                                 "figure unmeasurable: see its summary); run the bisect with a longer workload")
         self.good_summary = summary
         step.slow, step.verdict = False, "baseline"
         self.say(f"step {step.n}: {figures(step)}: the good generation's figures, the baseline of every step")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import queue
 import signal
@@ -133,10 +132,10 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
         while True:
             line = said.get(timeout=600)  # bounded: a bisect that never gets there fails here
             seen.append(line)
+            if stage == "$ pyinfra" and line.startswith("$ pyinfra"):
+                break
             if stage in line:
                 stage = "$ pyinfra"
-            elif stage == "$ pyinfra" and line.startswith("$ pyinfra"):
-                break
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # rigkit and the pyinfra it runs: SIGKILL, nothing runs after
         proc.wait()
@@ -149,35 +148,3 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
     again = bisect(host, "--abort")
     assert again.returncode == 0 and "no interrupted bisect" in again.stderr, again.stderr
 
-
-#: C: B and three more entries, one of them a slowdown planted large: Strata's server at 16 threads on the
-#: sandbox's few CPUs (llama.cpp's threads spin while they wait for each other: oversubscribed, every token
-#: waits on descheduled threads) — a member argument, as an operator's typo would be.
-C_DATA = {"strata": {"args": ["--threads", "16"]}, "gguf_baseline": {"args": ["--threads", "2"]},
-          "hyperqwen": {"dflash_tokens": 5, "max_seqs": 2}}
-
-
-def test_a_planted_slowdown_is_named_within_the_bound(host):
-    data = {**b(), **{k: {**(b().get(k) or {}), **v} for k, v in C_DATA.items()}}
-    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=data)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    bad = index(host)["current"]
-    dry = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", "1", "--bad", str(bad),
-                 "--dry", data=data)
-    assert dry.returncode == 0, dry.stderr
-    n = int(dry.stdout.split(" suspect(s)")[0].rsplit(" ", 1)[1])
-    assert n >= 6 and "spec strata.args" in dry.stdout, dry.stdout
-    t0 = time.monotonic()
-    proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", "1", "--bad", str(bad),
-                  data=data, timeout=1800)
-    took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stderr[-6000:]
-    found = [ln for ln in proc.stderr.splitlines() if "FOUND" in ln]
-    assert len(found) == 1 and "FOUND: spec strata.args" in found[0] and "on its own" in found[0], proc.stderr[-3000:]
-    named_after = int(found[0].split("named after ")[1].split(" ")[0])
-    assert named_after <= math.ceil(math.log2(n)) + 1, found[0]  # the host started at the bad one: not deployed
-    idx = index(host)
-    assert idx["current"] == bad and host.run(f"test -e {JOURNAL}", check=False).returncode == 1
-    drift = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, data=data)
-    assert drift.returncode == 0, drift.stdout[-3000:]
-    print(f"\nbisect 1..{bad}, {n} suspects, the planted one named after {named_after} deploys: {took:.0f} s")
