@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUILDERS = {"argv", "script"}
 #: Functions that return one ``script(<constant template>, ...)`` (checked below: they are builders too).
 SCRIPT_FUNCTIONS = {"verified_fetch": "rigkit/operations/pacman.py"}
-AGENT_BUILDERS = {"locked_command", "activate_command", "record_command"}
+AGENT_BUILDERS = {"locked_command", "activate_command", "record_command", "bisect_end_command"}  # rigkit/agentcmd.py: each quotes its parts
 PYINFRA_COMMANDS = {"FunctionCommand", "FileUploadCommand"}
 QUOTING = {"quote", "join", "int"}
 
