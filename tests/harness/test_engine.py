@@ -1,5 +1,5 @@
-"""The real Docker engine on the sandbox host: Debian's docker.io
-20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
+"""The real Docker engine on the sandbox host: Debian 13's docker.io
+26.1 with containerd and runc under the host's systemd 257, Compose v2.40.3 as the CLI plugin, the
 sandbox registry answering as ghcr.io, and the NVIDIA toolkit's stand-in hook recording GPU requests.
 A fresh host, not the converged copy: the engine is installed by hand, outside any deploy."""
 from __future__ import annotations
@@ -30,11 +30,11 @@ def ehost(make_module_host):
 
 def test_the_engine_is_real_and_compose_is_v2_40_3(ehost):
     v = json.loads(ehost.run("timeout 20 docker version --format '{{json .}}'").stdout)
-    assert v["Server"]["Version"] == "20.10.24+dfsg1"
+    assert v["Server"]["Version"] == "26.1.5+dfsg1"
     assert {c["Name"] for c in v["Server"]["Components"]} >= {"Engine", "containerd", "runc", "docker-init"}
     assert ehost.run("timeout 20 docker compose version").stdout.strip() == "Docker Compose version v2.40.3"
     info = ehost.run("timeout 20 docker info --format '{{.Driver}} {{.CgroupDriver}} {{.CgroupVersion}}'").stdout.split()
-    assert info == ["overlay2", "cgroupfs", "1"]
+    assert info == ["overlay2", "systemd", "2"]  # cgroup v2 under systemd 257 (hostctl: the host's own v2 tree)
 
 
 def test_a_digest_pull_comes_from_the_sandbox_registry_as_ghcr_io(ehost):
