@@ -53,6 +53,11 @@ for b in apt apt-get apt-cache apt-config apt-mark dpkg dpkg-query dpkg-deb dpkg
   for d in usr/bin usr/sbin bin sbin; do [ -e "$R/$d/$b" ] && [ ! -L "$R/$d/$b" ] && mv "$R/$d/$b" "$R/usr/lib/fake-arch/debian-bin/$b"; done
 done
 
+# --- Debian's own units that Arch has not: trixie's run-lock.mount (a tmpfs on /run/lock; Arch's systemd ships
+# none), which the control machine's systemd-analyze 252 refuses when it verifies rigkit's units with this root
+# as --root ("Cannot create mount unit for API file system /run/lock")
+rm -f "$R/usr/lib/systemd/system/run-lock.mount" "$R"/usr/lib/systemd/system/*.wants/run-lock.mount
+
 # --- pacman: stock Arch layout ----------------------------------------------------------------
 mkdir -p "$R/etc/pacman.d" "$R/var/lib/pacman" "$R/var/cache/pacman/pkg"
 cp "$HERE/files/pacman.conf" "$R/etc/pacman.conf"
