@@ -317,11 +317,11 @@ def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deplo
 
 def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     """The units the deploy installed, read back from the host's root, are byte for byte what the
-    sandbox inventory renders for this host, and `systemd-analyze verify --root` passes on them:
-    the executables they name exist there, nothing is skipped."""
-    from rigkit.render.checks import check_units
-    from rigkit.render.files import RenderedFile
-
+    sandbox inventory renders for this host, and the host's own `systemd-analyze verify` (the root's
+    systemd, 257 on the trixie root: the rig's systemd is the authority on its units, and the control
+    machine's older analyzer cannot read a newer root's units, notes/sandbox-trixie.md item 7), run
+    inside the host as an operator would on the rig, says nothing about them: the executables they
+    name exist there, every key is known to that systemd, nothing is skipped."""
     host, _, _ = deployed
     out = tmp_path / "render"
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
@@ -333,10 +333,8 @@ def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     assert {"/etc/systemd/system/llama-swap.service", "/etc/systemd/system/agent-sync.timer"} <= set(units)
     on_host = {p: (host.root / p.lstrip("/")).read_text() for p in units}
     assert {p: t for p, t in on_host.items() if t != (out / p.lstrip("/")).read_text()} == {}
-    files = {p: RenderedFile(t, rendered[p]["mode"], rendered[p]["owner"]) for p, t in on_host.items()}
-    results = check_units(files, root=str(host.root))
-    assert sorted(r.path for r in results) == units
-    assert [(r.path, r.status, r.detail) for r in results if r.status != "pass"] == []
+    verify = host.run("systemd-analyze verify --man=no --generators=no " + " ".join(units), check=False)
+    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
 
 
 def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context(deployed, tmp_path):

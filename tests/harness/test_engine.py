@@ -5,6 +5,7 @@ A fresh host, not the converged copy: the engine is installed by hand, outside a
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +36,17 @@ def test_the_engine_is_real_and_compose_is_v2_40_3(ehost):
     assert ehost.run("timeout 20 docker compose version").stdout.strip() == "Docker Compose version v2.40.3"
     info = ehost.run("timeout 20 docker info --format '{{.Driver}} {{.CgroupDriver}} {{.CgroupVersion}}'").stdout.split()
     assert info == ["overlay2", "systemd", "2"]  # cgroup v2 under systemd 257 (hostctl: the host's own v2 tree)
+
+
+def test_the_host_is_as_new_as_a_rig_pacman_7_systemd_257_docker_26(ehost):
+    """Issue 58: the sandbox plays a current Arch box with programs of that age (Debian 13 trixie's,
+    notes/sandbox-trixie.md), not Debian 12's pacman 6.0, systemd 252 and Docker 20.10."""
+    pacman = re.search(r"Pacman v(\d+)\.(\d+)\.(\d+)", ehost.run("pacman --version").stdout)
+    assert pacman and int(pacman[1]) == 7, pacman
+    systemd = ehost.run("systemctl --version").stdout.splitlines()[0]  # "systemd 257 (257.13-1~deb13u1)"
+    assert systemd.startswith("systemd ") and int(systemd.split()[1]) >= 257, systemd
+    server = ehost.run("timeout 20 docker version --format '{{.Server.Version}}'").stdout.strip()
+    assert int(server.split(".")[0]) >= 26, server
 
 
 def test_a_digest_pull_comes_from_the_sandbox_registry_as_ghcr_io(ehost):
