@@ -315,6 +315,11 @@ def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deplo
     assert running() == ["strata"]
 
 
+PERSISTENCED_VAR_RUN = ("/usr/lib/systemd/system/nvidia-persistenced.service:7: PIDFile= references a path below legacy "
+                        "directory /var/run/, updating /var/run/nvidia-persistenced/nvidia-persistenced.pid → "
+                        "/run/nvidia-persistenced/nvidia-persistenced.pid; please update the unit file accordingly.")
+
+
 def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     """The units the deploy installed, read back from the host's root, are byte for byte what the
     sandbox inventory renders for this host, and the host's own `systemd-analyze verify` (the root's
@@ -334,7 +339,13 @@ def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     on_host = {p: (host.root / p.lstrip("/")).read_text() for p in units}
     assert {p: t for p, t in on_host.items() if t != (out / p.lstrip("/")).read_text()} == {}
     verify = host.run("systemd-analyze verify --man=no --generators=no " + " ".join(units), check=False)
-    assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+    said = [ln for ln in (verify.stdout + verify.stderr).splitlines() if ln.strip()]
+    ours = {Path(p).name for p in units}
+    assert [ln for ln in said if Path(ln.split(":", 1)[0]).name in ours] == []  # nothing about rigkit's units
+    # what it says of a package's unit one of rigkit's reaches (gpu-power-limit.service wants it): NVIDIA's own
+    # nvidia-persistenced.service (its init/systemd template, tests/harness/stubs/) names /var/run, which systemd
+    # 257 rewrites with this notice (systemd 252 on the bookworm root said nothing); the rig's says the same
+    assert (verify.returncode, said) == (0, [PERSISTENCED_VAR_RUN])
 
 
 def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context(deployed, tmp_path):
