@@ -54,8 +54,8 @@ for b in apt apt-get apt-cache apt-config apt-mark dpkg dpkg-query dpkg-deb dpkg
 done
 
 # --- Debian's own units that Arch has not: trixie's run-lock.mount (a tmpfs on /run/lock; Arch's systemd ships
-# none), which the control machine's systemd-analyze 252 refuses when it verifies rigkit's units with this root
-# as --root ("Cannot create mount unit for API file system /run/lock")
+# none; the control machine's systemd-analyze 252 refused it with this root as --root: "Cannot create mount unit
+# for API file system /run/lock", notes/sandbox-trixie.md item 7)
 rm -f "$R/usr/lib/systemd/system/run-lock.mount" "$R"/usr/lib/systemd/system/*.wants/run-lock.mount
 
 # --- pacman: stock Arch layout ----------------------------------------------------------------
