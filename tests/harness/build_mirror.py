@@ -173,11 +173,12 @@ def real_payload(pkg: dict) -> dict | None:
     kind, name = pkg.get("payload"), pkg["name"]
     f: dict = {}
     if kind == "docker":
-        f["usr/bin/docker"] = (deb("docker.io", "usr/bin/docker"), 0o755)
+        f["usr/bin/docker"] = (deb("docker-cli", "usr/bin/docker"), 0o755)  # trixie: the CLI is its own package
         f["usr/bin/dockerd"] = (deb("docker.io", "usr/sbin/dockerd"), 0o755)
         f["usr/bin/docker-proxy"] = (deb("docker.io", "usr/sbin/docker-proxy"), 0o755)
         f["usr/bin/docker-init"] = (deb("tini", "usr/bin/tini-static"), 0o755)
-        # dockerd also links libdevmapper.so.1.02.1, which the Debian root underneath already has
+        # dockerd 26 links libsystemd.so.0 and libc only (no devicemapper since Docker 25); runc libseccomp.so.2:
+        # the trixie root underneath has both
         f["usr/lib/systemd/system/docker.service"] = (ARCH_DOCKER_SERVICE, 0o644)
         f["usr/lib/systemd/system/docker.socket"] = (ARCH_DOCKER_SOCKET, 0o644)
         f["usr/lib/sysusers.d/docker.conf"] = ("g docker - -\n", 0o644)

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
 """Debian's real Docker engine for the sandbox mirror: the pinned .debs, fetched once and unpacked.
 
-``python tests/harness/debs.py`` prints the directory holding one unpacked tree per package
+``python tests/harness/debs.py [SET]`` prints the directory holding one unpacked tree per package
 (``<cache>/debs-<key>/<package>/``, the ``dpkg-deb -x`` of each); ``build_mirror.py`` copies the
 engine's files from there into the Arch-shaped ``docker``, ``containerd``, ``runc`` and
 ``iptables`` packages. Nothing is installed on the control machine: ``apt-get download`` (it checks
-each file against the signed Release of the configured Debian mirror) then ``dpkg-deb -x``.
+each file against the signed Release of the Debian mirror) then ``dpkg-deb -x``.
 
-Pins (Debian 12 "bookworm", measured on this machine with ``apt-cache policy``): :data:`DEBS`.
-The cache (``$RIGKIT_HARNESS_CACHE``, default ``${RIGKIT_CACHE:-~/.cache/rigkit}/harness``) is keyed
-by the pins, so a warm run does no network I/O; a cold one fetches ~70 MB (0.5-5 s here).
+Each set comes from one Debian suite (:data:`SUITES`). The engine runs on the fake-Arch host, whose root
+is Debian 13 "trixie" (rootfs.sh; issue 58: pacman 7, systemd 257, Docker 26), so it is trixie's and needs
+trixie's libc; the control machine's apt lists only bookworm, so trixie's packages are fetched through a
+private apt configuration (``<cache>/apt-trixie/``: its own sources list, lists and cache; signed by the
+machine's ``debian-archive-keyring``, which holds trixie's keys). The registry runs on the control machine
+(the fixtures namespace) and the model images carry their own Debian 12 root: those stay bookworm's, from
+the machine's own apt. Pins (``apt-cache policy``): :data:`DEBS` and the other sets. The cache
+(``$RIGKIT_HARNESS_CACHE``, default ``${RIGKIT_CACHE:-~/.cache/rigkit}/harness``) is keyed by the pins and
+the suite, so a warm run does no network I/O; a cold one fetches ~70 MB.
 """
 from __future__ import annotations
 
@@ -21,21 +27,25 @@ import sys
 import tempfile
 from pathlib import Path
 
-# package -> exact Debian version (bookworm + bookworm-security/updates as of 2026-12)
+# package -> exact Debian version: trixie (13.x) as of 2026-12, the fake-Arch host's own release.
+# docker.io no longer carries the CLI (trixie's docker-cli does) and ships docker-init -> tini-static.
 DEBS = {
-    "docker.io": "20.10.24+dfsg1-1+deb12u1+b6",
-    "containerd": "1.6.20~ds1-1+deb12u3",
-    "runc": "1.1.5+ds1-1+deb12u1",
-    "tini": "0.19.0-1+b3",
-    "iptables": "1.8.9-2",
-    "libip4tc2": "1.8.9-2",
-    "libip6tc2": "1.8.9-2",
-    "libxtables12": "1.8.9-2",
-    "libnftnl11": "1.2.4-2",
-    "libnetfilter-conntrack3": "1.0.9-3",
-    "libnfnetlink0": "1.0.2-2",
-    "libmnl0": "1.0.4-3",
-    "libdevmapper1.02.1": "2:1.02.185-2",
+    "docker.io": "26.1.5+dfsg1-9+deb13u1+b1",
+    "docker-cli": "26.1.5+dfsg1-9+deb13u1+b1",
+    "containerd": "1.7.24~ds1-6+deb13u1",
+    "runc": "1.1.15+ds1-2+b4",
+    "tini": "0.19.0-3+b8",
+    "iptables": "1.8.11-2",
+    "libip4tc2": "1.8.11-2",
+    "libip6tc2": "1.8.11-2",
+    "libxtables12": "1.8.11-2",
+    "libnftnl11": "1.2.9-1",
+    "libnetfilter-conntrack3": "1.1.0-1",
+    "libnfnetlink0": "1.0.2-3",
+    "libmnl0": "1.0.5-3",
+}
+# the sandbox registry, run on the control machine (bookworm) in the fixtures namespace
+REGISTRY_DEBS = {
     "docker-registry": "2.8.2+ds1-1",
 }
 
@@ -66,7 +76,11 @@ METRICS_DEBS = {
     "prometheus-node-exporter": "1.5.0-1+b6",
     "prometheus": "2.42.0+ds-5+deb12u1",
 }
-SETS = {"engine": DEBS, "image": IMAGE_DEBS, "metrics": METRICS_DEBS}
+SETS = {"engine": DEBS, "registry": REGISTRY_DEBS, "image": IMAGE_DEBS, "metrics": METRICS_DEBS}
+#: the Debian suite each set comes from; None: the control machine's own apt (bookworm)
+SUITES = {"engine": "trixie", "registry": None, "image": None, "metrics": None}
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 
 def cache_dir() -> Path:
@@ -75,15 +89,41 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RIGKIT_CACHE") or Path.home() / ".cache" / "rigkit") / "harness"
 
 
-def key(pins: dict) -> str:
-    return hashlib.sha256("\n".join(f"{k}={v}" for k, v in sorted(pins.items())).encode()).hexdigest()[:16]
+def key(pins: dict, suite: str | None = None) -> str:
+    text = "\n".join(f"{k}={v}" for k, v in sorted(pins.items())) + (f"\nsuite={suite}" if suite else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def apt_env(suite: str | None) -> dict:
+    """The environment ``apt-get`` runs with for ``suite``: the machine's own (None), or ``APT_CONFIG``
+    naming a private configuration for that suite under the cache (made once; its lists fetched with
+    ``apt-get update`` when it has none yet)."""
+    env = dict(os.environ)
+    if suite is None:
+        return env
+    d = cache_dir() / f"apt-{suite}"
+    conf = d / "apt.conf"
+    if not conf.is_file():
+        for sub in ("lists/partial", "cache/archives/partial", "etc/sources.list.d", "etc/preferences.d"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / "etc/sources.list").write_text(f"deb [signed-by={KEYRING}] {DEBIAN_MIRROR} {suite} main\n")
+        (d / "status").touch()
+        conf.write_text("".join(f'{k} "{v}";\n' for k, v in (
+            ("Dir::Etc::SourceList", d / "etc/sources.list"), ("Dir::Etc::SourceParts", d / "etc/sources.list.d"),
+            ("Dir::Etc::Preferences", d / "etc/preferences"), ("Dir::Etc::PreferencesParts", d / "etc/preferences.d"),
+            ("Dir::State::Lists", d / "lists"), ("Dir::Cache", d / "cache"), ("Dir::State::status", d / "status"),
+            ("APT::Architecture", "amd64"))))
+    env["APT_CONFIG"] = str(conf)
+    if not any((d / "lists").glob("*_Packages*")):
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    return env
 
 
 def unpacked(which: str = "engine") -> Path:
     """The directory of unpacked packages of set ``which`` (:data:`SETS`), fetching and unpacking
     them when missing."""
-    DEBS = SETS[which]
-    out = cache_dir() / f"debs-{key(DEBS)}"
+    DEBS, suite = SETS[which], SUITES[which]
+    out = cache_dir() / f"debs-{key(DEBS, suite)}"
     if (out / ".complete").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -93,10 +133,11 @@ def unpacked(which: str = "engine") -> Path:
         dl.mkdir()
         os.chmod(dl, 0o777)  # apt drops to _apt for downloads
         want = [f"{p}={v}" for p, v in DEBS.items()]
-        r = subprocess.run(["apt-get", "download", "-q", *want], cwd=dl, capture_output=True, text=True)
+        env = apt_env(suite)
+        r = subprocess.run(["apt-get", "download", "-q", *want], cwd=dl, capture_output=True, text=True, env=env)
         if r.returncode != 0:
-            subprocess.run(["apt-get", "update", "-qq"], check=True)
-            r = subprocess.run(["apt-get", "download", "-q", *want], cwd=dl, capture_output=True, text=True)
+            subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+            r = subprocess.run(["apt-get", "download", "-q", *want], cwd=dl, capture_output=True, text=True, env=env)
         if r.returncode != 0:
             raise SystemExit(f"apt-get download {' '.join(want)} exited {r.returncode}: {r.stderr.strip()}")
         for p in DEBS:

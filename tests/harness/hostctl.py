@@ -242,7 +242,7 @@ def registry_up() -> None:
     import debs
 
     tls = registry_tls()
-    binary = debs.unpacked("engine") / "docker-registry" / "usr/bin/docker-registry"
+    binary = debs.unpacked("registry") / "docker-registry" / "usr/bin/docker-registry"
     conf = STATE / "registry" / "config.yml"
     conf.write_text("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: "
                     f"{STATE / 'registry' / 'data'}\n  delete:\n    enabled: false\nhttp:\n  addr: {FIX_ADDR}:443\n"
@@ -639,7 +639,7 @@ def cgroup_hierarchies() -> list[tuple[Path, Path]]:
             continue
         root, mnt = fields[3], Path(fields[4])
         if mnt.parent != Path("/sys/fs/cgroup") and mnt != Path("/sys/fs/cgroup"):
-            continue  # a host's cgroup view (cgroup_view), not a hierarchy's own mount
+            continue  # not a hierarchy's own mount
         opts = set(options.split(","))
         key = "" if fstype == "cgroup2" else next((k for k in own if k and set(k.split(",")) <= opts), None)
         if key is None or key not in own:
@@ -718,29 +718,9 @@ def remove_host_cgroups(name: str, timeout: float = 10.0) -> None:
                 time.sleep(0.2)
 
 
-def cgroup_view(name: str) -> Path:
-    """Host ``name``'s view of the cgroup hierarchies, ``<host dir>/cgroup`` (a tmpfs): per hierarchy a directory
-    named like its mount point under /sys/fs/cgroup with the host's own cgroup bind-mounted on it
-    (symlinks such as ``cpu -> cpu,cpuacct`` copied). nspawn binds it recursively on the container's
-    /sys/fs/cgroup (one ``--bind`` per hierarchy fails: nspawn cannot make mount points in its
-    read-only cgroup tmpfs). Undone by :func:`cgroup_view_down`."""
-    view = host_dir(name) / "cgroup"
-    view.mkdir(exist_ok=True)
-    if str(view) not in mounts_under(view):  # a tmpfs, like /sys/fs/cgroup: nspawn remounts it read-only
-        sh("mount", "-t", "tmpfs", "-o", "mode=755,size=1m", "rigkit-cgroup", str(view), quiet=True)
-    for mnt, own in make_host_cgroups(name):
-        d = view / mnt.relative_to("/sys/fs/cgroup")
-        d.mkdir(parents=True, exist_ok=True)
-        if str(d) not in mounts_under(view):
-            sh("mount", "--bind", str(own), str(d), quiet=True)
-    for link in Path("/sys/fs/cgroup").iterdir():
-        if link.is_symlink() and not (view / link.name).is_symlink():
-            (view / link.name).symlink_to(os.readlink(link))
-    return view
-
-
 def cgroup_view_down(name: str) -> None:
-    """Unmount host ``name``'s cgroup view (:func:`cgroup_view`) and remove its cgroups."""
+    """Remove host ``name``'s cgroups (:func:`make_host_cgroups`; a cgroup view an earlier harness mounted,
+    a tmpfs under the host's folder, is unmounted first)."""
     view = host_dir(name) / "cgroup"
     for m in sorted(mounts_under(view), key=len, reverse=True) if view.exists() else []:
         sh("umount", "-l", m, check=False, quiet=True)
@@ -748,17 +728,19 @@ def cgroup_view_down(name: str) -> None:
 
 
 def docker_args(name: str) -> list[str]:
-    """What the real Docker engine (tests/harness/README.md) needs of
-    the container, as measured for issue 13 on Debian 12 with cgroup v1: every capability, the
-    syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for
-    device cgroups, mount for overlay2, @privileged for the rest), and writable cgroup hierarchies
-    (cgroupfs driver; nspawn's own cgroup view has no writable controllers): host ``name``'s own
-    cgroups (:func:`cgroup_view`) on /sys/fs/cgroup. Never the whole hierarchy: every host's systemd
-    would then make its units at the same paths (``/sys/fs/cgroup/<controller>/system.slice/<unit>``),
-    and two hosts' units of one name would share one cgroup (a window's transient unit "already
-    loaded" on one host while another ran one)."""
-    return ["--capability=all", "--system-call-filter=@keyring bpf @mount @privileged",
-            f"--bind={cgroup_view(name)}:/sys/fs/cgroup"]
+    """What the real Docker engine (tests/harness/README.md) needs of the container: every capability and
+    the syscall groups dockerd, containerd and runc use (keyrings for runc's session keyring, bpf for the
+    device cgroup, mount for overlay2, @privileged for the rest; measured for issue 13). Its cgroups are
+    its own v2 tree (:func:`nspawn_start`: the supervisor joins ``<this process's cgroup>/rigkit-harness/
+    <name>`` and nspawn, told ``SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1``, mounts cgroup2 rooted there), never
+    the whole hierarchy: every host's systemd would then make its units at the same paths and two hosts'
+    units of one name would share one cgroup. ``name`` is kept for callers' symmetry."""
+    return ["--capability=all",
+            # landlock: pacman 7 restricts its download process with it (lib/libalpm/sandbox_fs.c); nspawn 252's
+            # filter lacks it, and every download then said "error: restricting filesystem access failed
+            # because landlock is not supported by the kernel!"
+            "--system-call-filter=@keyring bpf @mount @privileged landlock_create_ruleset landlock_add_rule "
+            "landlock_restrict_self"]
 
 
 SUPERVISOR = r"""
@@ -780,10 +762,19 @@ done
 def nspawn_start(name: str, root: Path, n: int) -> int:
     args = ["-q", "-D", str(root), "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
             f"--network-namespace-path=/run/netns/{HOST_NS}{n}", *docker_args(name)]
-    cgroups = " ".join(str(own) for _mnt, own in host_cgroups(name))
+    # the host's own cgroups, which the supervisor joins: nspawn makes the container's cgroup (and its cgroup
+    # namespace) below them. SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1: the container gets a pure v2 tree even on this
+    # hybrid machine — the trixie root's systemd 257 refuses v1/hybrid (journald: "Failed to acquire cgroup root
+    # path: Protocol driver not attached"; issue 58); with the CI machine's controllers all on v1, that tree has
+    # none: processes are tracked, nothing is limited (docker info warns "No memory limit support" and the like).
+    # SYSTEMD_NSPAWN_API_VFS_WRITABLE=network: /proc/sys/net writable (the host's own network namespace only):
+    # Docker 26 disables IPv6 on each container's eth0 and failed on the read-only mount ("failed to disable
+    # IPv6 on container's interface eth0"; Docker 20.10 did not write it)
+    cgroups = " ".join(str(own) for _mnt, own in make_host_cgroups(name))
     logf = open(host_dir(name) / "console.log", "a")
     p = subprocess.Popen(["bash", "-c", SUPERVISOR, "supervisor", *args], start_new_session=True,
-                         env={**os.environ, "RIGKIT_HOST_CGROUPS": cgroups},
+                         env={**os.environ, "RIGKIT_HOST_CGROUPS": cgroups, "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1",
+                              "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"},
                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT)
     return p.pid
 

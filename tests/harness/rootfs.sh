@@ -9,7 +9,10 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${RIGKIT_HARNESS_CACHE:-${RIGKIT_CACHE:-$HOME/.cache/rigkit}/harness}
-SUITE=bookworm
+# Debian 13 "trixie" (issue 58): pacman 7.0.0 (pacman-package-manager 7.0.0-1+b1), systemd 257, Python 3.13,
+# and the libc trixie's Docker 26 needs (debs.py); bookworm's debootstrap knows trixie, and the machine's
+# debian-archive-keyring holds trixie's keys
+SUITE=trixie
 INCLUDE=systemd,systemd-sysv,dbus,openssh-server,python3,python3-venv,python3-yaml,sudo,procps,iproute2,curl,libgomp1,pacman-package-manager,less
 KEY=$( { cat "$HERE/rootfs.sh" "$HERE/files/pacman.conf"; echo "$SUITE $INCLUDE"; } | sha256sum | cut -c1-16)
 [ "${1:-}" = --key ] && { echo "$KEY"; exit 0; }
@@ -50,9 +53,20 @@ for b in apt apt-get apt-cache apt-config apt-mark dpkg dpkg-query dpkg-deb dpkg
   for d in usr/bin usr/sbin bin sbin; do [ -e "$R/$d/$b" ] && [ ! -L "$R/$d/$b" ] && mv "$R/$d/$b" "$R/usr/lib/fake-arch/debian-bin/$b"; done
 done
 
+# --- Debian's own units that Arch has not: trixie's run-lock.mount (a tmpfs on /run/lock; Arch's systemd ships
+# none; the control machine's systemd-analyze 252 refused it with this root as --root: "Cannot create mount unit
+# for API file system /run/lock", notes/sandbox-trixie.md item 7)
+rm -f "$R/usr/lib/systemd/system/run-lock.mount" "$R"/usr/lib/systemd/system/*.wants/run-lock.mount
+
 # --- pacman: stock Arch layout ----------------------------------------------------------------
 mkdir -p "$R/etc/pacman.d" "$R/var/lib/pacman" "$R/var/cache/pacman/pkg"
 cp "$HERE/files/pacman.conf" "$R/etc/pacman.conf"
+
+# --- pacman 7's download user, as Arch's pacman package makes it (its sysusers entry at the upgrade to 7.0.0:
+# "Creating group 'alpm' with GID 946. Creating user 'alpm' (Arch Linux Package Management) with UID 946";
+# Arch's news 2024-09-14 "Manual intervention for pacman 7.0.0 and local repositories required"); Debian's
+# pacman-package-manager makes none, and files/pacman.conf names it (DownloadUser = alpm)
+chroot "$R" sh -c 'getent group alpm >/dev/null || groupadd -r -g 946 alpm; id alpm >/dev/null 2>&1 || useradd -r -u 946 -g alpm -d / -s /usr/sbin/nologin -c "Arch Linux Package Management" alpm'
 
 # --- the operator user (Arch: wheel) with NOPASSWD sudo; systemctl real binary kept aside ----
 chroot "$R" sh -c 'getent group wheel >/dev/null || groupadd -r wheel; id rig >/dev/null 2>&1 || useradd -m -s /bin/bash -G wheel rig'
@@ -61,7 +75,8 @@ echo 'rig ALL=(ALL) NOPASSWD: ALL' > "$R/etc/sudoers.d/rig"; chmod 440 "$R/etc/s
 rm -f "$R"/etc/ssh/ssh_host_*   # generated per host
 # boot faster inside nspawn: mask units that only matter on real hardware
 for u in systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer dpkg-db-backup.timer \
-         systemd-networkd-wait-online.service getty@tty1.service console-getty.service; do
+         systemd-networkd-wait-online.service getty@tty1.service console-getty.service \
+         systemd-modules-load.service; do  # trixie's fails in a container: "Failed to initialize libkmod context"
   ln -sf /dev/null "$R/etc/systemd/system/$u"
 done
 : > "$R/etc/machine-id"

@@ -315,13 +315,18 @@ def test_a_request_for_the_gguf_baseline_swaps_it_in_and_strata_comes_back(deplo
     assert running() == ["strata"]
 
 
+PERSISTENCED_VAR_RUN = ("/usr/lib/systemd/system/nvidia-persistenced.service:7: PIDFile= references a path below legacy "
+                        "directory /var/run/, updating /var/run/nvidia-persistenced/nvidia-persistenced.pid → "
+                        "/run/nvidia-persistenced/nvidia-persistenced.pid; please update the unit file accordingly.")
+
+
 def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     """The units the deploy installed, read back from the host's root, are byte for byte what the
-    sandbox inventory renders for this host, and `systemd-analyze verify --root` passes on them:
-    the executables they name exist there, nothing is skipped."""
-    from rigkit.render.checks import check_units
-    from rigkit.render.files import RenderedFile
-
+    sandbox inventory renders for this host, and the host's own `systemd-analyze verify` (the root's
+    systemd, 257 on the trixie root: the rig's systemd is the authority on its units, and the control
+    machine's older analyzer cannot read a newer root's units, notes/sandbox-trixie.md item 7), run
+    inside the host as an operator would on the rig, says nothing about them: the executables they
+    name exist there, every key is known to that systemd, nothing is skipped."""
     host, _, _ = deployed
     out = tmp_path / "render"
     env = {**os.environ, "RIGKIT_SANDBOX_HOST": host.name}
@@ -333,10 +338,14 @@ def test_units_verify_for_real_inside_the_deployed_root(deployed, tmp_path):
     assert {"/etc/systemd/system/llama-swap.service", "/etc/systemd/system/agent-sync.timer"} <= set(units)
     on_host = {p: (host.root / p.lstrip("/")).read_text() for p in units}
     assert {p: t for p, t in on_host.items() if t != (out / p.lstrip("/")).read_text()} == {}
-    files = {p: RenderedFile(t, rendered[p]["mode"], rendered[p]["owner"]) for p, t in on_host.items()}
-    results = check_units(files, root=str(host.root))
-    assert sorted(r.path for r in results) == units
-    assert [(r.path, r.status, r.detail) for r in results if r.status != "pass"] == []
+    verify = host.run("systemd-analyze verify --man=no --generators=no " + " ".join(units), check=False)
+    said = [ln for ln in (verify.stdout + verify.stderr).splitlines() if ln.strip()]
+    ours = {Path(p).name for p in units}
+    assert [ln for ln in said if Path(ln.split(":", 1)[0]).name in ours] == []  # nothing about rigkit's units
+    # what it says of a package's unit one of rigkit's reaches (gpu-power-limit.service wants it): NVIDIA's own
+    # nvidia-persistenced.service (its init/systemd template, tests/harness/stubs/) names /var/run, which systemd
+    # rewrites with this notice; upstream's (Arch's) prints it, bookworm's patched it to debug for /usr units
+    assert (verify.returncode, said) == (0, [PERSISTENCED_VAR_RUN])
 
 
 def test_bench_reaches_the_resident_through_an_ssh_forward_with_the_host_context(deployed, tmp_path):

@@ -1,11 +1,12 @@
-"""The real Docker engine on the sandbox host: Debian's docker.io
-20.10 with containerd and runc under the host's systemd, Compose v2.40.3 as the CLI plugin, the
+"""The real Docker engine on the sandbox host: Debian 13's docker.io
+26.1 with containerd and runc under the host's systemd 257, Compose v2.40.3 as the CLI plugin, the
 sandbox registry answering as ghcr.io, the NVIDIA toolkit's real ``nvidia-ctk`` (the pinned release, built from
 its Go module) and its stand-in hook recording GPU requests (the hook needs a GPU; the CLI does not).
 A fresh host, not the converged copy: the engine is installed by hand, outside any deploy."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -32,11 +33,22 @@ def ehost(make_module_host):
 
 def test_the_engine_is_real_and_compose_is_v2_40_3(ehost):
     v = json.loads(ehost.run("timeout 20 docker version --format '{{json .}}'").stdout)
-    assert v["Server"]["Version"] == "20.10.24+dfsg1"
+    assert v["Server"]["Version"] == "26.1.5+dfsg1"
     assert {c["Name"] for c in v["Server"]["Components"]} >= {"Engine", "containerd", "runc", "docker-init"}
     assert ehost.run("timeout 20 docker compose version").stdout.strip() == "Docker Compose version v2.40.3"
     info = ehost.run("timeout 20 docker info --format '{{.Driver}} {{.CgroupDriver}} {{.CgroupVersion}}'").stdout.split()
-    assert info == ["overlay2", "cgroupfs", "1"]
+    assert info == ["overlay2", "systemd", "2"]  # cgroup v2 under systemd 257 (hostctl: the host's own v2 tree)
+
+
+def test_the_host_is_as_new_as_a_rig_pacman_7_systemd_257_docker_26(ehost):
+    """Issue 58: the sandbox plays a current Arch box with programs of that age (Debian 13 trixie's,
+    notes/sandbox-trixie.md), not Debian 12's pacman 6.0, systemd 252 and Docker 20.10."""
+    pacman = re.search(r"Pacman v(\d+)\.(\d+)\.(\d+)", ehost.run("pacman --version").stdout)
+    assert pacman and int(pacman[1]) == 7, pacman
+    systemd = ehost.run("systemctl --version").stdout.splitlines()[0]  # "systemd 257 (257.13-1~deb13u1)"
+    assert systemd.startswith("systemd ") and int(systemd.split()[1]) >= 257, systemd
+    server = ehost.run("timeout 20 docker version --format '{{.Server.Version}}'").stdout.strip()
+    assert int(server.split(".")[0]) >= 26, server
 
 
 def test_nvidia_ctk_is_the_real_pinned_release_and_merges_the_runtime_as_nvidia_documents(ehost):

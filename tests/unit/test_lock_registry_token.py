@@ -89,7 +89,7 @@ def token_registry(tmp_path_factory):
     sys.path.insert(0, str(HARNESS))
     import debs
 
-    binary = debs.unpacked("engine") / "docker-registry" / "usr/bin/docker-registry"
+    binary = debs.unpacked("registry") / "docker-registry" / "usr/bin/docker-registry"
     work = tmp_path_factory.mktemp("token-registry")
     issuer = TokenIssuer(work)
     asked: list[str] = []
