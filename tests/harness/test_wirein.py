@@ -526,9 +526,16 @@ def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
     assert changed(failing) == 0  # the deploy itself had converged
     smoke_path = re.search(r"^wrote .*?, (\S+summary\.json), ", failing.stdout, re.M)[1]
     smoke = json.loads((PROJECT / smoke_path).read_text())["workloads"]["chat-greedy"]
-    cv = smoke["metrics"]["decode_tps"]["cv"]
-    print(f"the smoke against a 10x baseline: decode CV {cv} after {smoke['attempts']} attempt(s), exit {failing.returncode}")
-    if cv is not None and cv > 0.10:
+    decode = (smoke.get("metrics") or {}).get("decode_tps")
+    cv = decode["cv"] if decode else None
+    print(f"the smoke against a 10x baseline: decode {decode} after {smoke['attempts']} attempt(s), exit {failing.returncode}")
+    if not decode or decode.get("median") is None:
+        # on a starved CPU every decode figure can be unmeasurable (a burst in one read): the smoke keeps none,
+        # says why, and the bench never calls a run it could not measure a FAIL
+        assert failing.returncode == 0, failing.stdout[-3000:] + failing.stderr[-3000:]
+        assert f"post-deploy smoke: {host.name}/strata: passed (with warnings: chat-greedy WARN" in failing.stderr, \
+            failing.stderr[-3000:]
+    elif cv is not None and cv > 0.10:
         # Strata on the sandbox's CPU through llama-swap and an SSH forward is often too noisy to compare
         # (issue 39: CV 125.8%): after its repeats the smoke says WARN unstable with its figures and the
         # deploy passes, saying so — never a FAIL on a run the bench calls unstable
