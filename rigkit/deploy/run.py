@@ -147,13 +147,15 @@ def smoke_members(spec) -> list[str]:
 def smoke_warnings(summary_path: Path) -> str:
     """`` (with warnings: chat-greedy WARN — decode unstable …)`` for a smoke whose verdicts
     passed with a WARN (an unstable run is never a FAIL on speed, and must not read as a clean
-    pass either); ``""`` when every verdict is PASS, or the summary cannot be read."""
+    pass either) or were ``not comparable`` against the baseline given (a run left with no decode
+    figure: not a FAIL, and not a pass either); ``""`` when every verdict is PASS or ``no baseline``,
+    or the summary cannot be read."""
     try:
         verdicts = json.loads(summary_path.read_text()).get("verdicts") or {}
     except (OSError, ValueError, AttributeError):
         return ""
     warned = [f"{n} {v.get('verdict')} — {'; '.join(v.get('reasons') or [])}"
-              for n, v in verdicts.items() if isinstance(v, dict) and v.get("verdict") == "WARN"]
+              for n, v in verdicts.items() if isinstance(v, dict) and v.get("verdict") in ("WARN", "not comparable")]
     return f" (with warnings: {' | '.join(warned)})" if warned else ""
 
 
