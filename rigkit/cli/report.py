@@ -63,7 +63,7 @@ def report(inventory: str | None, hosts: tuple[str, ...], out_dir: str, results_
     from rigkit.report import fleet
     from rigkit.report.page import find_runs
 
-    comparison = fleet.compare(find_runs(results_dir), [hs.name for hs in host_specs])
+    comparison = fleet.fleet_comparison(find_runs(results_dir), [hs.name for hs in host_specs])
     try:
         path = write_report(host_specs, inv, out_dir, results_dir, doc, source, fleet=comparison)
     except OSError as exc:

@@ -79,7 +79,7 @@ def judge(rigs: list[dict[str, Any]], unit: str = "decode") -> list[dict[str, An
     return out
 
 
-def compare(runs: dict[tuple[str, str], list[Any]], hosts: list[str]) -> list[dict[str, Any]]:
+def fleet_comparison(runs: dict[tuple[str, str], list[Any]], hosts: list[str]) -> list[dict[str, Any]]:
     """The fleet comparison of ``hosts`` (inventory order) from ``runs`` (:func:`groups`'s input): one entry
     per group, sorted by member, workload and metric::
 

@@ -550,7 +550,7 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
     + host_specs: the inventory's hosts (``name``, ``spec``), in order.
     + drift_doc: :func:`rigkit.drift.run.read_document`'s shape.
     + drift_source: how the drift state was had, for the page (``run live`` / the file).
-    + fleet: the fleet comparison (:func:`rigkit.report.fleet.compare`), shown when given.
+    + fleet: the fleet comparison (:func:`rigkit.report.fleet.fleet_comparison`), shown when given.
 
     Raises OSError when the folder cannot be written.
     """

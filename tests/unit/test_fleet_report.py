@@ -36,7 +36,7 @@ def _runs(figures: dict[str, list[float]], **ctx) -> dict:
 
 def test_a_rig_several_times_slower_than_the_others_is_named_the_slow_outlier_with_its_figure():
     figs = {"a": [40.1, 40.5, 39.8], "b": [41.0, 40.2, 40.7], "c": [10.2, 10.4, 10.1], "d": [40.3, 39.9, 40.8]}
-    (entry,) = fleet.compare(_runs(figs), list(figs))
+    (entry,) = fleet.fleet_comparison(_runs(figs), list(figs))
     assert [r["host"] for r in entry["rigs"] if r["outlier"]] == ["c"]
     assert entry["outliers"][0].startswith("c 10.2 tok/s, slow:")
     assert entry["fleet"] == {"median": pytest.approx(40.2), "low": 10.2, "high": pytest.approx(40.7), "n_rigs": 4}
@@ -45,16 +45,16 @@ def test_a_rig_several_times_slower_than_the_others_is_named_the_slow_outlier_wi
 
 def test_rigs_whose_requests_overlap_name_no_outlier_and_two_rigs_are_not_a_fleet():
     figs = {"a": [40.1, 42.5, 39.8], "b": [41.0, 40.2, 40.7], "c": [39.2, 41.4, 40.1]}
-    (entry,) = fleet.compare(_runs(figs), list(figs))
+    (entry,) = fleet.fleet_comparison(_runs(figs), list(figs))
     assert entry["outliers"] == [] and all(r["verdict"] == "PASS" for r in entry["rigs"])
-    (two,) = fleet.compare(_runs({"a": [40.0, 40.1, 40.2], "b": [10.0, 10.1, 10.2]}), ["a", "b"])
+    (two,) = fleet.fleet_comparison(_runs({"a": [40.0, 40.1, 40.2], "b": [10.0, 10.1, 10.2]}), ["a", "b"])
     assert two["outliers"] == [] and "needs 3" in two["note"]
 
 
 def test_rigs_of_another_context_or_a_host_not_asked_are_not_compared_together():
     runs = {**_runs({"a": [40.0, 40.1, 40.2], "b": [40.3, 40.1, 40.2]}),
             **_runs({"c": [10.0, 10.1, 10.2]}, power_limit_w=250), **_runs({"d": [10.0, 10.1, 10.2]})}
-    entries = fleet.compare(runs, ["a", "b", "c"])
+    entries = fleet.fleet_comparison(runs, ["a", "b", "c"])
     assert sorted(len(e["rigs"]) for e in entries) == [1, 2]  # c (250 W) apart; d not asked
     assert all(not e["outliers"] for e in entries)
 
@@ -67,7 +67,7 @@ FIG = st.floats(5, 200, allow_nan=False)
 def test_an_outlier_is_exactly_the_benchs_own_verdict_against_the_others_pooled(samples):
     hosts = [f"h{i}" for i in range(len(samples))]
     figs = dict(zip(hosts, samples))
-    (entry,) = fleet.compare(_runs(figs), hosts)
+    (entry,) = fleet.fleet_comparison(_runs(figs), hosts)
     for rig in entry["rigs"]:
         others = [_stats(figs[h]) for h in hosts if h != rig["host"]]
         lo = min(o["min"] for o in others)
