@@ -161,3 +161,30 @@ def test_an_outcome_not_known_and_a_file_that_is_not_a_record_are_refused_by_nam
     rec.path.write_text('{"hosts": [1]}')
     with pytest.raises(ValueError, match="not an outcome record"):
         rec.read()
+
+
+def test_the_cli_refuses_a_batch_plan_or_a_retry_it_cannot_do_before_any_host_is_touched(tmp_path, monkeypatch):
+    """``rigkit deploy`` (a subprocess: pyinfra's CLI gevent-patches the process): each refusal exit 2, naming
+    the option, its value and what is allowed, before pyinfra or a host is reached (the hosts listen nowhere)."""
+    from .test_cli import FULL_DATA, project, run
+
+    two = 'hosts = [("a", {"ssh_hostname": "127.0.0.1", "ssh_port": 1}), ("b", {"ssh_hostname": "127.0.0.2", "ssh_port": 1})]\n'
+    proj = project(tmp_path, FULL_DATA, two)
+    env = {outcomes.STATE_ENV: str(tmp_path / "state")}
+    deploy = ["deploy", "-i", "inventory/lab.py", "--no-smoke"]
+    too_many = run([*deploy, "--canary", "3"], cwd=proj, env_extra=env)
+    assert too_many.returncode == 2 and "--canary 3: allowed 1 to 2" in too_many.stderr, too_many.stderr
+    zero = run([*deploy, "--batch", "0"], cwd=proj, env_extra=env)
+    assert zero.returncode == 2 and "--batch" in zero.stderr and "0" in zero.stderr, zero.stderr
+    both = run([*deploy, "--retry-failed", "--host", "a"], cwd=proj, env_extra=env)
+    assert both.returncode == 2 and "--retry-failed and --host: choose one" in both.stderr, both.stderr
+    none = run([*deploy, "--retry-failed"], cwd=proj, env_extra=env)
+    assert none.returncode == 2 and "no deploy of" in none.stderr and "is recorded" in none.stderr, none.stderr
+    monkeypatch.setenv(outcomes.STATE_ENV, env[outcomes.STATE_ENV])  # the record the CLI reads, written here
+    rec = outcomes.Record(str(proj / "inventory" / "lab.py"))
+    rec.ended("a", "ok", "changed and confirmed")
+    rec.ended("b", "converged", "converged (probe)")
+    nothing = run([*deploy, "--retry-failed"], cwd=proj, env_extra=env)
+    assert nothing.returncode == 0 and "left no host to retry" in nothing.stderr, nothing.stderr
+    for proc in (too_many, zero, both, none, nothing):
+        assert "$ pyinfra" not in proc.stderr
