@@ -80,7 +80,7 @@ MODULE_ORDER = (
     "tests/harness/test_sweep.py",             # 115 s
     "tests/harness/test_safety.py",            # 111 s
     "tests/harness/test_drift.py",             # 68 s + ~45 s (issue 48: the deploy's path choice, seven deploys)
-    "tests/harness/test_fleet.py",             # ~? s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
+    "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
     "tests/harness/test_report.py",            # 60 s (niced, beside other checkouts' runs): three benches
     "tests/harness/test_operator_files.py",    # 40-67 s (issue 42: two deploys, drift, two refusals)
     "tests/harness/test_pin_bump.py",          # 36 s
