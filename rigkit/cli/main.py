@@ -291,7 +291,7 @@ def _retry_failed(inventory: str | None, host_specs: list) -> list:
         sys.exit(exitcodes.INVALID)
     if not last:
         error(f"--retry-failed: no deploy of {record.inventory} is recorded (looked for {record.path}); "
-              "run `rigkit deploy` first")
+              "a deploy without --retry-failed records one")
         sys.exit(exitcodes.INVALID)
     take, said = to_retry(last, [hs.name for hs in host_specs])
     for line in said:

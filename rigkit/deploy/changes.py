@@ -78,7 +78,9 @@ def deploy(host_specs: list[Any], inventory: str, overrides: dict[str, Any], ren
             out.note(say(choice))
     converged_names = {name for name, choice in chosen.items() if choice.probe}
     unreached = {name for name, choice in chosen.items() if choice.unreached} if ended else set()
-    for name in unreached:
+    for name in sorted(unreached):
+        out.note(f"{name}: not reached; nothing touched there, the other hosts go on (the deploy's "
+                 "--retry-failed takes it again)", error=True)
         ended(name, "unreachable", say(chosen[name]))
     if ended and not smoke_asked:
         for name in converged_names:

@@ -121,5 +121,5 @@ def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[lis
             break
     bad = [h for h in names if outcome.get(h) not in GOOD]
     if bad and len(names) > 1:
-        out.note(f"hosts to retry (`rigkit deploy --retry-failed` takes them): {', '.join(bad)}", error=True)
+        out.note(f"hosts to retry (the deploy's --retry-failed takes them): {', '.join(bad)}", error=True)
     return exitcodes.combine(*codes, exitcodes.FAILED if bad else exitcodes.OK)
