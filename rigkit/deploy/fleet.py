@@ -3,8 +3,8 @@ that fails (issue 67; ``rigkit deploy --canary N --batch K``, docs/operating.md 
 
 The model is Ansible's ``serial`` with ``max_fail_percentage: 0`` and deploy-rs's per-node confirm:
 
-- **Order** (:func:`batches`): the hosts in the order the command has them (the inventory's, or the
-  ``--host`` names'); the first ``canary`` hosts are batch 1, then batches of ``batch`` hosts (the rest
+- **Order** (:func:`batches`): the hosts in the inventory's order (``--host`` narrows them, the
+  order stays the inventory's); the first ``canary`` hosts are batch 1, then batches of ``batch`` hosts (the rest
   at once when ``batch`` is 0). Neither given: one batch of every host (the deploy as before).
 - **Each batch** is one :func:`rigkit.deploy.changes.deploy` (its hosts probed, locked when the batch
   starts — never a later batch's — deployed by pyinfra in parallel, each confirmed or put back, smoked),
