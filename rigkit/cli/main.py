@@ -162,11 +162,17 @@ def _print_fits(hs, lock_file: str) -> int:
 @click.option("--no-revert", is_flag=True, help="leave a host whose change failed as the change left it (said)")
 @click.option("--confirm-budget", type=click.FloatRange(min=1), metavar="S", default=None,
               help="seconds the confirmation may take [default: the asked members' cold_boot_s + 60]")
+@click.option("--canary", type=click.IntRange(min=1), metavar="N", default=None,
+              help="deploy the first N hosts first, confirmed, before any other (docs/operating.md 'A lab of rigs')")
+@click.option("--batch", type=click.IntRange(min=1), metavar="K", default=None,
+              help="then K hosts at a time [default: the rest at once]; the first batch that fails stops the run")
+@click.option("--retry-failed", is_flag=True,
+              help="only the hosts whose last deploy failed, was refused, unreachable or not reached (said which and why)")
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity (-v, -vv, -vvv)")
 @exits_when_unreachable
 def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...], reboot: bool, force: bool,
            dry: bool, no_smoke: bool, smoke_asked: bool, full: bool, no_revert: bool, confirm_budget: float | None,
-           verbose: int) -> None:
+           canary: int | None, batch: int | None, retry_failed: bool, verbose: int) -> None:
     """Converge the hosts to the declared rig with pyinfra (deploy.py), confirmed by inference or put back.
 
     Refuses with exit 2, touching nothing, when the spec is invalid, an operator value it needs is
@@ -191,6 +197,11 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
     A deploy that changes the host records a new generation on it (``rigkit generations``); ``--dry``
     says which generation it would replace. A host held by ``rigkit rollback`` is kept at the held
     generation (the spec is not applied; the deploy says so) until ``rigkit rollback --release``.
+
+    Across several hosts (rigkit.deploy.fleet): --canary N deploys the first N first, --batch K the rest K
+    at a time, each batch locked when it starts; a batch where a host failed or was refused, or no host was
+    reached, stops the run (the later hosts untouched, said "not reached"), exit 1. Each host's outcome is
+    recorded as it ends (rigkit.deploy.outcomes); --retry-failed takes the hosts the last run left to retry.
     """
     from rigkit.spec.inventory import default_inventory
     from rigkit.spec.model import unset_operator_values
@@ -203,7 +214,19 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         overrides["reboot"] = True
     if force:
         overrides["force"] = True
+    if retry_failed and hosts:
+        error("--retry-failed and --host: choose one (--retry-failed takes the hosts the last run left to retry)")
+        sys.exit(exitcodes.INVALID)
     host_specs = load_or_exit(inventory, hosts, overrides)
+    if retry_failed:
+        host_specs = _retry_failed(inventory, host_specs)
+    from rigkit.deploy import fleet
+
+    try:  # the batches, before any host is touched
+        plan = fleet.batches([hs.name for hs in host_specs], canary or 0, batch or 0)
+    except ValueError as exc:
+        error(str(exc))
+        sys.exit(exitcodes.INVALID)
     unset = {hs.name: unset_operator_values(hs.spec) for hs in host_specs}
     if any(unset.values()):
         for name, keys in unset.items():
@@ -237,10 +260,46 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         sys.exit(exitcodes.FAILED if proc.returncode else exitcodes.OK)
     from rigkit.spec.secrets import hf_token
 
-    sys.exit(changes.deploy(host_specs, inv, overrides, {hs.name: f for hs, f, _ in checked}, out,
-                            hf_token(), full=full,
-                            smoke_asked=smoke_asked, no_smoke=no_smoke, no_revert=no_revert,
-                            confirm_budget=confirm_budget, verbose=verbose))
+    import secrets as pysecrets
+
+    from rigkit.deploy.outcomes import Record
+
+    rendered, token = {hs.name: f for hs, f, _ in checked}, hf_token()
+    by_name = {hs.name: hs for hs in host_specs}
+
+    def deploy_batch(names: list[str], ended, watch) -> int:
+        return changes.deploy([by_name[n] for n in names], inv, overrides, rendered, watch, token, full=full,
+                              smoke_asked=smoke_asked, no_smoke=no_smoke, no_revert=no_revert,
+                              confirm_budget=confirm_budget, verbose=verbose, ended=ended)
+
+    record = Record(inv, run=pysecrets.token_hex(4))
+    sys.exit(fleet.rollout(list(by_name), plan, deploy_batch, record.ended, out))
+
+
+def _retry_failed(inventory: str | None, host_specs: list) -> list:
+    """``rigkit deploy --retry-failed``: of ``host_specs`` (the inventory's), those the last run left to
+    retry (:func:`rigkit.deploy.outcomes.to_retry`), each said with its last outcome and why. Exits 2 when
+    no run of this inventory is recorded (or its record cannot be read), 0 when nothing is left to retry."""
+    from rigkit.deploy.outcomes import Record, to_retry
+    from rigkit.spec.inventory import default_inventory
+
+    record = Record(inventory or default_inventory())
+    try:
+        last = record.read()
+    except ValueError as exc:
+        error(f"--retry-failed: {exc}")
+        sys.exit(exitcodes.INVALID)
+    if not last:
+        error(f"--retry-failed: no deploy of {record.inventory} is recorded (looked for {record.path}); "
+              "a deploy without --retry-failed records one")
+        sys.exit(exitcodes.INVALID)
+    take, said = to_retry(last, [hs.name for hs in host_specs])
+    for line in said:
+        err.print(Text(f"retry: {line}"))
+    if not take:
+        err.print(Text(f"retry: the last deploy left no host to retry (every host ok or converged; {record.path})"))
+        sys.exit(exitcodes.OK)
+    return [hs for hs in host_specs if hs.name in take]
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import secrets as pysecrets
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 from rigkit import exitcodes, hints
 from rigkit.agentcmd import NO_REVERT_ENV
@@ -48,7 +48,8 @@ def plan(inventory: str, hosts: tuple[str, ...] | list[str], names: list[str], o
 
 def deploy(host_specs: list[Any], inventory: str, overrides: dict[str, Any], rendered: dict[str, dict[str, Any]],
            out: Output, token: Any = None, *, full: bool = False, smoke_asked: bool = False, no_smoke: bool = False,
-           no_revert: bool = False, confirm_budget: float | None = None, verbose: int = 0) -> int:
+           no_revert: bool = False, confirm_budget: float | None = None, verbose: int = 0,
+           ended: Callable[[str, str, str], None] | None = None) -> int:
     """``rigkit deploy`` on ``host_specs`` (:class:`rigkit.spec.inventory.HostSpec`, already checked)
     of ``inventory`` with ``overrides`` (``--data`` and the run's switches), ``rendered`` their
     ``{host: {remote path: RenderedFile}}`` (what the validators passed), ``token`` the command's HF token
@@ -59,7 +60,11 @@ def deploy(host_specs: list[Any], inventory: str, overrides: dict[str, Any], ren
     then each host settled (confirmed or put back; ``no_revert``, ``confirm_budget`` seconds),
     restamped when that is all that differs, and smoke-benched (not with ``no_smoke``, nor when the
     run only staged). Returns 0 done, 1 failed (a lock refused or a host not reached: nothing touched;
-    a change that failed: said)."""
+    a change that failed: said).
+
+    ``ended(host, outcome, why)`` (issue 67's rollout, :mod:`rigkit.deploy.fleet`): called as each host's
+    part ends, ``outcome`` one of :data:`rigkit.deploy.outcomes.OUTCOMES`; with it, a host the probe did
+    not reach is recorded ``unreachable`` and the others go on without it (without it: as before)."""
     lease = pysecrets.token_hex(8)
     chosen = {}
     if not full:  # issue 48: each host's lock taken, where it starts read and its state probed: one round trip
@@ -67,38 +72,68 @@ def deploy(host_specs: list[Any], inventory: str, overrides: dict[str, Any], ren
             chosen = choose_paths(host_specs, declare(host_specs, inventory, token, rendered), lease, warn=out.note)
         except ChangeRefused as exc:  # a lock held or a window open: nothing touched on any host
             out.note(str(exc), error=True)
+            _refused(host_specs, str(exc), ended)
             return exitcodes.FAILED
         for choice in chosen.values():
             out.note(say(choice))
     converged_names = {name for name, choice in chosen.items() if choice.probe}
+    unreached = {name for name, choice in chosen.items() if choice.unreached} if ended else set()
+    for name in sorted(unreached):
+        out.note(f"{name}: not reached; nothing touched there, the other hosts go on (the deploy's "
+                 "--retry-failed takes it again)", error=True)
+        ended(name, "unreachable", say(chosen[name]))
+    if ended and not smoke_asked:
+        for name in converged_names:
+            ended(name, "converged", say(chosen[name]))
     # a converged host is left alone; only --smoke locks it again, for its smoke
-    to_begin = [hs for hs in host_specs if hs.name not in converged_names or smoke_asked]
+    to_begin = [hs for hs in host_specs if (hs.name not in converged_names or smoke_asked) and hs.name not in unreached]
     if not to_begin:
-        return exitcodes.OK
+        return exitcodes.FAILED if unreached else exitcodes.OK
     try:
         with held(to_begin, "the deploy", "rigkit deploy", out, lease) as changes:  # every host at once
-            codes = [smoke(ch.hs, inventory, dict(os.environ), out)  # only with --smoke
-                     for ch in changes if ch.name in converged_names]
+            codes = []
+            for ch in changes:  # only with --smoke
+                if ch.name in converged_names:
+                    codes.append(smoke(ch.hs, inventory, dict(os.environ), out))
+                    if ended:
+                        ended(ch.name, "failed" if codes[-1] else "converged",
+                              "its smoke failed" if codes[-1] else say(chosen[ch.name]))
             full_run = [ch for ch in changes if ch.name not in converged_names]
             if full_run:
                 codes += _full_run(full_run, inventory, overrides, lease, out, no_smoke=no_smoke, no_revert=no_revert,
-                                   confirm_budget=confirm_budget, verbose=verbose)
-            return exitcodes.combine(*codes)
+                                   confirm_budget=confirm_budget, verbose=verbose, ended=ended)
+            return exitcodes.combine(*codes, *([exitcodes.FAILED] if unreached else []))
     except (ChangeRefused, RemoteError) as exc:  # a lock held, or a host not reached (the locks taken released)
         out.note(str(exc), error=True)
+        _refused(to_begin, str(exc), ended, "unreachable" if isinstance(exc, RemoteError) else "refused")
         return exitcodes.FAILED
 
 
+def _refused(host_specs: list[Any], why: str, ended: Callable[[str, str, str], None] | None,
+             outcome: str = "refused") -> None:
+    """Every host of a deploy refused before anything was touched, ended (when ``ended`` is given): the
+    hosts ``why`` names (``NAME: …``, the refusal's own lines) as ``outcome``, the others ``not-reached``
+    (their locks let go, untouched, because of another host)."""
+    if not ended:
+        return
+    for hs in host_specs:
+        named = any(line.startswith(f"{hs.name}:") for line in why.splitlines())
+        ended(hs.name, outcome if named else "not-reached", why if named else f"untouched: the batch was refused ({why})")
+
+
 def _full_run(changes: list[Any], inventory: str, overrides: dict[str, Any], lease: str, out: Output, *,
-              no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int) -> list[int]:
+              no_smoke: bool, no_revert: bool, confirm_budget: float | None, verbose: int,
+              ended: Callable[[str, str, str], None] | None = None) -> list[int]:
     """pyinfra on ``changes``' hosts (:class:`rigkit.deploy.transaction.Change`, locked under
-    ``lease``), then each host settled, restamped and smoke-benched: one exit code per host."""
+    ``lease``), then each host settled, restamped and smoke-benched: one exit code per host, each
+    host's end told to ``ended`` (``ok`` or ``failed``) as it comes."""
     proc, env = run_pyinfra(inventory, [ch.name for ch in changes], overrides, False, verbose,
                             extra_env={LEASE_ENV: lease, **({NO_REVERT_ENV: "1"} if no_revert else {})}, out=out)
     codes = []
     for ch in changes:
         attempt = manifest(ch.hs.spec, render(ch.hs.spec), lock_text(ch.hs.spec))
         code = settle(ch, proc, inventory, overrides, verbose, lease, attempt, no_revert, confirm_budget)
+        settled = code
         if code == exitcodes.OK and (line := restamp_after(ch, attempt, lease)):  # issue 48
             out.note(line)
         if code == exitcodes.OK and not no_smoke and ch.staged_only:
@@ -106,6 +141,11 @@ def _full_run(changes: list[Any], inventory: str, overrides: dict[str, Any], lea
                      "later run benches it)")
         elif code == exitcodes.OK and not no_smoke:
             code = smoke(ch.hs, inventory, env, out)  # still under the lock: nothing changes the rig in between
+        if ended:
+            ended(ch.name, "failed" if code else "ok",
+                  "its change or confirmation failed (the run's lines say what, and whether it was put back)"
+                  if settled else "changed and confirmed, but its post-deploy smoke failed" if code
+                  else "changed and confirmed")
         codes.append(code)
     return codes
 

@@ -75,6 +75,8 @@ class Choice:
     reasons: list[str] = field(default_factory=list)
     generation: int | None = None
     findings: list[Any] = field(default_factory=list)
+    #: the host was not reached (``reasons`` say why): nothing was asked of it (issue 67's rollout records it)
+    unreached: bool = False
 
 
 def _lock_sha(files: dict[str, Any] | None) -> str | None:
@@ -199,6 +201,7 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
         lock = (read or {}).get("lock")
         if read is None:
             c.reasons = [f"the host was not probed ({why})"]
+            c.unreached = str(why).startswith("unreachable")
         elif lock is None:  # no agent, or one that predates the locked probe: the full run installs it
             said = "; ".join(read["said"])[-200:]
             missing = not said or "not found" in said or "No such file" in said

@@ -355,6 +355,14 @@ drift {{ drift_source }}{% if drift_generated %} ({{ drift_generated }}){% endif
 <td><span class="status {{ h.status|replace(' ', '-') }}">{{ h.status }}</span></td><td>{{ h.exit_code }}</td>
 <td>{{ h.power }}</td><td>{{ h.versions }}</td><td>{{ h.live }}</td><td>{{ h.n_runs }}</td></tr>
 {% endfor %}</table>
+{% if fleet %}<section class="fleet" id="fleet"><h2>fleet</h2>
+<p class="meta">each rig's newest smoke against the other rigs' (their median and spread), with the bench's own noise rules: an outlier is beyond every other rig's requests and more than 15% from their median</p>
+<table class="fleet-table"><tr><th>member / workload</th><th>figure</th><th>fleet median (spread)</th><th>rigs</th><th>outliers</th></tr>
+{% for e in fleet %}<tr data-fleet="{{ e.member }}/{{ e.workload }}/{{ e.metric }}"><td>{{ e.member }} / {{ e.workload }}</td><td>{{ e.metric }}</td>
+<td>{{ '%.1f'|format(e.fleet.median) }} ({{ '%.1f'|format(e.fleet.low) }}-{{ '%.1f'|format(e.fleet.high) }})</td>
+<td>{% for r in e.rigs %}<span class="status {{ r.verdict or '' }}" title="{{ r.reason or '' }}">{{ r.host }} {{ '%.1f'|format(r.median) }}</span> {% endfor %}</td>
+<td>{% for o in e.outliers %}<div class="outlier status FAIL">{{ o }}</div>{% endfor %}{% if e.note %}<span class="none">{{ e.note }}</span>{% elif not e.outliers %}none{% endif %}</td></tr>
+{% endfor %}</table></section>{% endif %}
 {% for h in hosts %}
 <section class="host" id="host-{{ h.anchor }}" data-host="{{ h.name }}">
 <h2>{{ h.name }} <span class="status {{ h.status|replace(' ', '-') }}">{{ h.status }}</span></h2>
@@ -536,12 +544,13 @@ def healer_text(healer: dict[str, Any] | None, reached: bool = True) -> str:
 
 
 def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_dir: str,
-                 drift_doc: dict[str, Any], drift_source: str) -> str:
+                 drift_doc: dict[str, Any], drift_source: str, fleet: list[dict[str, Any]] | None = None) -> str:
     """Write ``out_dir/index.html`` (+ ``runs/``, ``charts/``) and return its path.
 
     + host_specs: the inventory's hosts (``name``, ``spec``), in order.
     + drift_doc: :func:`rigkit.drift.run.read_document`'s shape.
     + drift_source: how the drift state was had, for the page (``run live`` / the file).
+    + fleet: the fleet comparison (:func:`rigkit.report.fleet.fleet_comparison`), shown when given.
 
     Raises OSError when the folder cannot be written.
     """
@@ -565,7 +574,7 @@ def write_report(host_specs: list[Any], inventory: str, out_dir: str, results_di
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=False)
     page = env.from_string(TEMPLATE).render(
         inventory=inventory, hosts=hosts, verdict_cells=verdict_cells, energy_cells=energy_cells,
-        spec_cells=spec_cells,
+        spec_cells=spec_cells, fleet=fleet or [],
         generated=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         drift_source=drift_source, drift_generated=(drift_doc.get("run") or {}).get("generated"))
     path = os.path.join(out_dir, "index.html")

@@ -232,6 +232,9 @@ SPECIFIC = [
     ("deploy: the issue's --dry (operator values unset)", ["deploy", "-i", "inventory/rig.py", "--dry"], "rig"),
     ("deploy: no lock yet", ["deploy", *SANDBOX, "--dry"], "sbx"),
     ("deploy: --smoke and --no-smoke", ["deploy", "--smoke", "--no-smoke"], "rig"),
+    ("deploy: --canary beyond the hosts", ["deploy", "-i", "inventory/two.py", "--canary", "3"], "rig"),
+    ("deploy: --retry-failed and --host", ["deploy", "--retry-failed", "--host", "box"], "rig"),
+    ("deploy: --retry-failed, no run recorded", ["deploy", "--retry-failed"], "rig", {"RIGKIT_STATE": "/nonexistent/state"}),
     ("check: warnings (no lock yet)", ["check", *SANDBOX], "sbx"),
     ("lock: NAME without --update", ["lock", "cuda"], "rig"),
     ("lock: --write without --update", ["lock", "--write"], "rig"),
@@ -288,6 +291,7 @@ NEEDS_A_HOST = {
     "main:check:problem": "a rig lock that lacks an entry (tests/unit/test_lock_cli.py)",
     "main:check:str(warning)": "a spec with an unsafe override (tests/unit/test_spec_types.py)",
     "main:deploy:f'{hs.name}: {warning}'": "a spec with an unsafe override, and a lock: then it reaches a host",
+    "main:_retry_failed:f'--retry-failed: {exc}'": "an outcome record that is not one (tests/unit/test_fleet.py reads one)",
     "models:check:p": "a model lock that disagrees with the spec (tests/unit/test_lock_cli.py)",
     "models:lock:f\"hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}\"":
         "hosts declaring one model source, then the hub",
