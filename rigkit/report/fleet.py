@@ -83,8 +83,8 @@ def fleet_comparison(runs: dict[tuple[str, str], list[Any]], hosts: list[str]) -
     """The fleet comparison of ``hosts`` (inventory order) from ``runs`` (:func:`groups`'s input): one entry
     per group, sorted by member, workload and metric::
 
-        {"member", "workload", "metric", "preset", "max_tokens", "rigs": [judge's rigs, or the figures
-         alone], "fleet": {"median", "low", "high", "n_rigs"}, "outliers": ["host 12.3 tok/s, slow: …"],
+        {"member", "workload", "metric", "preset", "max_tokens", "rigs": [judge's rigs; not judged: their
+         figures with verdict, reason and outlier None], "fleet": {"median", "low", "high", "n_rigs"}, "outliers": ["host 12.3 tok/s, slow: …"],
          "note": "too few rigs …" or None}
 
     A group of fewer than :data:`MIN_RIGS` rigs is listed with its figures and ``note``, not judged."""
@@ -99,7 +99,7 @@ def fleet_comparison(runs: dict[tuple[str, str], list[Any]], hosts: list[str]) -
                                            "high": max(medians), "n_rigs": len(rigs)},
                                  "outliers": [], "note": None}
         if len(rigs) < MIN_RIGS:
-            entry["rigs"] = rigs
+            entry["rigs"] = [{**r, "verdict": None, "reason": None, "outlier": None} for r in rigs]  # judge's shape
             entry["note"] = f"{len(rigs)} rig(s) with these settings: a fleet comparison needs {MIN_RIGS}"
         else:
             entry["rigs"] = judge(rigs, "decode" if metric == "decode_tps" else "prefill")

@@ -80,3 +80,20 @@ def test_an_outlier_is_exactly_the_benchs_own_verdict_against_the_others_pooled(
             assert rig["outlier"] is None
         pooled = {"median": statistics.median(o["median"] for o in others), "min": lo, "max": hi}
         assert rig["verdict"] == compare_speed(rig, pooled)[0]
+
+
+def test_the_page_renders_judged_groups_and_groups_too_small_to_judge_alike(tmp_path):
+    """Every rig of every entry has one shape (``verdict``, ``reason``, ``outlier``; None when the group is
+    too small to judge): the page's StrictUndefined template read ``r.verdict`` of a two-rig group's rig and
+    ``rigkit report`` crashed (the harness's README bench, three hosts' results, one group of two)."""
+    from rigkit.report.page import write_report
+
+    runs = {**_runs({"a": [40.1, 40.5, 39.8], "b": [41.0, 40.2, 40.7], "c": [10.2, 10.4, 10.1]}),
+            **_runs({"d": [40.0, 40.1, 40.2], "e": [40.3, 40.1, 40.2]}, power_limit_w=250)}
+    entries = fleet.fleet_comparison(runs, ["a", "b", "c", "d", "e"])
+    assert sorted(len(e["rigs"]) for e in entries) == [2, 3]
+    assert all({"verdict", "reason", "outlier"} <= set(r) for e in entries for r in e["rigs"])
+    page = open(write_report([], "inventory/x.py", str(tmp_path), str(tmp_path / "results"), {}, "run live",
+                             fleet=entries)).read()
+    assert page.count('data-fleet="strata/chat-greedy/decode_tps"') == 2
+    assert "c 10.2 tok/s, slow:" in page and "a fleet comparison needs 3" in page
