@@ -55,11 +55,7 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
         error(f"give --good GEN and --bad GEN (`{hints.command('generations', host=host)}` lists them), or --abort")
         sys.exit(exitcodes.INVALID)
     overrides = {k: True for k, on in (("force", force), ("reboot", reboot)) if on}
-    specs = load_or_exit(inventory, (host,), overrides)
-    if len(specs) != 1:
-        error(f"--host {host!r}: expected one host of the inventory, got {len(specs)}")
-        sys.exit(exitcodes.INVALID)
-    hs = specs[0]
+    (hs,) = load_or_exit(inventory, (host,), overrides)  # --host is required: exactly that host, or exit 2
     if member is not None and member not in hs.spec.llama_swap.members:
         error(f"--member {member!r}: not a member of {hs.name} (members: {', '.join(hs.spec.llama_swap.members)})")
         sys.exit(exitcodes.INVALID)

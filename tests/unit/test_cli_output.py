@@ -173,7 +173,8 @@ TWO_LOCKS = ('hosts = [("a", {"ssh_hostname": "a.lan", "lockfile": "a.lock.json"
              '("b", {"ssh_hostname": "b.lan", "lockfile": "b.lock.json"})]\n')
 #: what each command needs besides -i to reach its inventory (a host, an action)
 REACH = {"bench": ["--host", "box", "--member", "strata"], "generations": ["--host", "box"],
-         "rollback": ["--host", "box", "--to", "1"], "wire-in": ["--host", "box", "--show"], "window": []}
+         "rollback": ["--host", "box", "--to", "1"], "wire-in": ["--host", "box", "--show"], "window": [],
+         "bisect": ["--host", "box", "--good", "1", "--bad", "2"]}
 
 
 @pytest.fixture(scope="module")
@@ -232,6 +233,10 @@ SPECIFIC = [
     ("deploy: the issue's --dry (operator values unset)", ["deploy", "-i", "inventory/rig.py", "--dry"], "rig"),
     ("deploy: no lock yet", ["deploy", *SANDBOX, "--dry"], "sbx"),
     ("deploy: --smoke and --no-smoke", ["deploy", "--smoke", "--no-smoke"], "rig"),
+    ("bisect: --abort with --good", ["bisect", "--host", "box", "--abort", "--good", "1"], "rig"),
+    ("bisect: neither --good/--bad nor --abort", ["bisect", "--host", "box", "--good", "1"], "rig"),
+    ("bisect: --member not a member", ["bisect", "-i", "inventory/rig.py", "--host", "box", "--good", "1", "--bad", "2",
+                                       "--member", "nosuch"], "rig"),
     ("deploy: --canary beyond the hosts", ["deploy", "-i", "inventory/two.py", "--canary", "3"], "rig"),
     ("deploy: --retry-failed and --host", ["deploy", "--retry-failed", "--host", "box"], "rig"),
     ("deploy: --retry-failed, no run recorded", ["deploy", "--retry-failed"], "rig", {"RIGKIT_STATE": "/nonexistent/state"}),
@@ -291,6 +296,8 @@ NEEDS_A_HOST = {
     "main:check:problem": "a rig lock that lacks an entry (tests/unit/test_lock_cli.py)",
     "main:check:str(warning)": "a spec with an unsafe override (tests/unit/test_spec_types.py)",
     "main:deploy:f'{hs.name}: {warning}'": "a spec with an unsafe override, and a lock: then it reaches a host",
+    "bisect:bisect:str(exc)": "the good and bad generations read from the host (rigkit.deploy.bisect.read_setup over SSH; "
+                              "tests/harness/test_bisect.py)",
     "main:_retry_failed:f'--retry-failed: {exc}'": "an outcome record that is not one (tests/unit/test_fleet.py reads one)",
     "models:check:p": "a model lock that disagrees with the spec (tests/unit/test_lock_cli.py)",
     "models:lock:f\"hosts declare different hf_endpoint values: {', '.join(map(str, endpoints))}\"":
