@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from rigkit.bench.results import MAX_CV
+
 pytestmark = pytest.mark.harness
 
 HARNESS = Path(__file__).resolve().parent
@@ -158,7 +160,7 @@ def test_a_planted_slow_rig_is_named_the_outlier_beside_the_fleets_spread(fleet,
     try:
         for name in NAMES:  # one after another: the two shared cores serve one bench at a time
             proc = sandbox_project.rigkit(hosts[0], "bench", "-i", inventory, "--host", name, "--member", "strata",
-                                          "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "64",
+                                          "--workload", "chat-greedy", "--preset", "small", "--max-tokens", "256",
                                           "--out", str(results / name))
             assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
@@ -169,6 +171,15 @@ def test_a_planted_slow_rig_is_named_the_outlier_beside_the_fleets_spread(fleet,
     (entry,) = [e for e in json.loads(proc.stdout)["fleet"] if e["member"] == "strata" and e["metric"] == "decode_tps"]
     figures = {r["host"]: r["median"] for r in entry["rigs"]}
     print(f"\nfleet strata/chat-greedy decode tok/s: {figures}; outliers: {entry['outliers']}")
+    slow = next(r for r in entry["rigs"] if r["host"] == NAMES[2])
+    assert min(figures, key=figures.get) == NAMES[2], figures  # the throttle took: the slowest rig by far
+    assert all(r["outlier"] != "slow" for r in entry["rigs"] if r["host"] != NAMES[2]), entry
+    if (slow["cv"] or 0) > MAX_CV:
+        # a fifth of a CPU on 2 cores shared with other lanes can leave the slow rig's own run too noisy to judge
+        # (CFS quota periods of 100 ms against requests of a few periods): the bench's rule then names no one and
+        # says why — never a guess (tests/unit/test_fleet_report.py holds the rule over generated figures)
+        assert slow["outlier"] is None and slow["verdict"] == "WARN" and "unstable" in slow["reason"], slow
+        return
     assert [r["host"] for r in entry["rigs"] if r["outlier"]] == [NAMES[2]], entry
     assert entry["outliers"][0].startswith(f"{NAMES[2]} {figures[NAMES[2]]:.1f} tok/s, slow:")
     assert f"outlier: {NAMES[2]}" in proc.stderr
