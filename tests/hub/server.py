@@ -171,6 +171,8 @@ class Hub:
         self.faults: dict[tuple[str, str], Fault] = {}
         self.released = threading.Event()
         self.log: list[dict] = []
+        self.inflight = 0  # requests parsed and not yet answered and recorded (Handler.parse_request … handle_one_request)
+        self.idle = threading.Condition(self.lock)
         self.load()
 
     def load(self) -> None:
@@ -211,12 +213,17 @@ class Hub:
                     files[p] = d
             return r.commit(files, branch)
 
-    def reset(self) -> None:
-        """Forget faults, the log, pushes and removals."""
-        with self.lock:
+    def reset(self, drain_s: float = 10.0, caller_in_flight: int = 0) -> None:
+        """Forget faults, the log, pushes and removals — after the requests in flight have answered and been
+        recorded (at most ``drain_s`` s; stalls released first): a handler records its request after the body's
+        last byte, which its client may read, return on and reset the hub before — under load that record then
+        landed in the next test's log (tests/models/test_fetch.py's cut property saw an extra ``200``).
+        ``caller_in_flight``: 1 when a request (the ``reset`` control) asks, which is itself in flight."""
+        self.released.set()
+        with self.idle:
+            self.idle.wait_for(lambda: self.inflight <= caller_in_flight, timeout=drain_s)
             self.faults.clear()
             self.log.clear()
-            self.released.set()
             self.load()
 
     def take_fault(self, repo: str, path: str) -> Fault | None:
@@ -249,6 +256,25 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet; the hub keeps its own log
         pass
+
+    # --- in flight (Hub.reset waits for these) ---------------------------------------------
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:
+            with self.hub.idle:
+                self.hub.inflight += 1
+            self._counted = True
+        return ok
+
+    def handle_one_request(self) -> None:
+        self._counted = False
+        try:
+            super().handle_one_request()
+        finally:
+            if self._counted:
+                with self.hub.idle:
+                    self.hub.inflight -= 1
+                    self.hub.idle.notify_all()
 
     # --- plumbing ------------------------------------------------------------------------
     def _auth(self) -> str:
@@ -519,7 +545,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, {"commit": self.hub.push(body["repo"], changes)})
             return 200
         elif name == "reset":
-            self.hub.reset()
+            self.hub.reset(caller_in_flight=1)
         else:
             self._json(404, {"error": f"no control {name}"})
             return 404
