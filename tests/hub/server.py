@@ -234,9 +234,16 @@ class Hub:
             f.times -= 1
             return Fault(f.kind, f.after, 1)
 
-    def requests(self, method: str | None = None, contains: str = "") -> list[dict]:
-        """Logged requests, optionally filtered by method and a substring of the path."""
-        with self.lock:
+    def requests(self, method: str | None = None, contains: str = "", drain_s: float = 10.0,
+                 caller_in_flight: int = 0) -> list[dict]:
+        """Logged requests, optionally filtered by method and a substring of the path — read after the requests
+        in flight have answered and been recorded (at most ``drain_s`` s), as :meth:`reset` waits: a client
+        that read the body's last byte can return before its handler records the request (CI saw
+        test_url_model_is_fetched_and_verified_without_the_token read an empty log). A stalled request stays
+        in flight until released, so a read during a stall waits ``drain_s``.
+        ``caller_in_flight``: 1 when a request (the ``log`` control) asks."""
+        with self.idle:
+            self.idle.wait_for(lambda: self.inflight <= caller_in_flight, timeout=drain_s)
             return [r for r in self.log if (method is None or r["method"] == method) and contains in r["path"]]
 
 
@@ -530,7 +537,7 @@ class Handler(BaseHTTPRequestHandler):
     # --- controls -----------------------------------------------------------------------
     def _control(self, name: str) -> int:
         if name == "log":
-            self._json(200, self.hub.requests())
+            self._json(200, self.hub.requests(caller_in_flight=1))
             return 200
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
