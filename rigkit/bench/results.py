@@ -249,7 +249,9 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
       with both runs' figures (``attempts``: how many times this run was measured).
     - **a regression** (``FAIL``) — both stable, this run's median more than 15% below the
       baseline's (:data:`SLOWER`) *and* every request of this run slower than every request of
-      the baseline (this run's max below the baseline's min): beyond the noise of both runs.
+      the baseline (this run's max below the baseline's min): beyond the noise of both runs —
+      which needs each run's noise known: with fewer than :data:`MIN_STEADY_N` figures in either
+      (``n``; impossible figures left out can leave 1–2) the same finding is a ``WARN`` naming ``n``.
     - **faster beyond the noise** (``WARN``: a stale baseline or a counting bug) — the mirror
       image: more than 15% above (:data:`FASTER`) and this run's min above the baseline's max.
     - **within the noise** (``WARN``) — more than 15% apart but the spreads overlap: not
@@ -273,6 +275,13 @@ def compare_speed(cur: dict[str, Any], base: dict[str, Any], unit: str = "decode
     ratio = c / b
     (c_lo, c_hi), (b_lo, b_hi) = _spread(cur), _spread(base)
     if ratio < SLOWER:
+        few = [f"{who} {s.get('n') or 1}" for who, s in (("this run", cur), ("the baseline", base))
+               if (s.get("n") or 1) < MIN_STEADY_N]
+        if c_hi < b_lo and few:
+            return "WARN", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline {b:.1f} tok/s and "
+                            f"below its slowest, but with too few figures to know the noise ({', '.join(few)}; "
+                            f"a FAIL needs at least {MIN_STEADY_N} of each): not a certain regression, "
+                            f"rerun with more requests")
         if c_hi < b_lo:
             held = f"; measured {attempts} times" if attempts > 1 else ""
             return "FAIL", (f"{unit} {c:.1f} tok/s is {100 * (1 - ratio):.0f}% below baseline "

@@ -55,8 +55,8 @@ def test_counted_run_against_an_estimated_baseline_is_not_comparable_either():
 
 def test_timings_counted_run_is_judged_against_a_usage_baseline():
     base = {"context": dict(CTX), "_file": "b.json",
-            "workloads": {"chat-greedy": workload([118], "usage")}}
-    assert verdict("chat-greedy", workload([90], "timings"), CTX, [base])["verdict"] == "FAIL"
+            "workloads": {"chat-greedy": workload([118, 119, 118], "usage")}}
+    assert verdict("chat-greedy", workload([90, 91, 90], "timings"), CTX, [base])["verdict"] == "FAIL"
 
 
 def test_llama_cpp_timings_predicted_n_is_the_count_when_usage_is_missing(replay):

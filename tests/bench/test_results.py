@@ -88,11 +88,23 @@ def test_failed_workload_is_a_fail_naming_its_error():
 
 
 def test_quoting_prefill_is_judged_too():
+    b = {"context": CTX, "workloads": {"quoting": wl([237.6, 238, 237], [1210, 1215, 1205])}}
+    v = verdict("quoting", wl([240, 239, 241], [900, 905, 895]), CTX, [b])
+    assert v["verdict"] == "FAIL"
+    assert v["reasons"] == ["prefill 900.0 tok/s is 26% below baseline 1210.0 tok/s, beyond the "
+                            "noise of both runs (this run 900.0 tok/s (min 895.0, max 905.0, n 3, CV 0.6%), "
+                            "every request slower than the baseline's slowest 1205.0)"]
+
+
+def test_a_slowdown_from_one_figure_is_a_warn_naming_n_never_a_fail():
+    """The small preset's quoting workload is one request: one slow prefill cannot tell a regression from a
+    slow request, so the same finding is a WARN that names n (a FAIL needs 3 figures in each run)."""
     b = {"context": CTX, "workloads": {"quoting": wl([237.6], [1210])}}
     v = verdict("quoting", wl([240], [900]), CTX, [b])
-    assert v["reasons"] == ["prefill 900.0 tok/s is 26% below baseline 1210.0 tok/s, beyond the "
-                            "noise of both runs (this run 900.0 tok/s (min 900.0, max 900.0, n 1), "
-                            "every request slower than the baseline's slowest 1210.0)"]
+    assert v["verdict"] == "WARN"
+    assert v["reasons"] == ["prefill 900.0 tok/s is 26% below baseline 1210.0 tok/s and below its slowest, but "
+                            "with too few figures to know the noise (this run 1, the baseline 1; a FAIL needs at "
+                            "least 3 of each): not a certain regression, rerun with more requests"]
 
 
 def test_speed_up_against_the_gguf_baseline_when_both_measured():
