@@ -543,6 +543,13 @@ def test_deploy_runs_its_smoke_and_fails_on_a_fail_verdict(host, tmp_path):
         assert failing.returncode == 0, failing.stdout[-3000:] + failing.stderr[-3000:]
         assert (f"post-deploy smoke: {host.name}/strata: passed (with warnings: chat-greedy WARN — decode "
                 f"unstable after {smoke['attempts']} attempts: this run ") in failing.stderr, failing.stderr[-3000:]
+    elif min(decode.get("n") or 1, (((baseline["workloads"].get("chat-greedy") or {}).get("metrics") or {})
+                                    .get("decode_tps") or {}).get("n") or 1) < 3:
+        # figures left out as impossible (late reads under load) left fewer than 3 in a run: its noise is not
+        # known, so the slowdown is a WARN naming n, never a FAIL (results.compare_speed, docs/bench.md)
+        assert failing.returncode == 0, failing.stdout[-3000:] + failing.stderr[-3000:]
+        assert f"post-deploy smoke: {host.name}/strata: passed (with warnings: chat-greedy WARN — decode " \
+            in failing.stderr and "too few figures to know the noise" in failing.stderr, failing.stderr[-3000:]
     else:  # a steady smoke ten times slower than every request of the baseline: a FAIL, the deploy fails
         assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
         assert "beyond the noise of both runs" in failing.stdout
