@@ -544,8 +544,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     speed-ups and the overall result."""
     lines: list[str] = []
     ctx = summary["context"]
-    lines.append(f"target {summary['target']} · engine {ctx.get('engine') or 'unknown'} "
-                 f"{ctx.get('engine_version') or ''} · model {ctx.get('model') or 'unknown'} "
+    engine = " ".join(x for x in (ctx.get("engine") or "unknown", ctx.get("engine_version")) if x)
+    lines.append(f"target {summary['target']} · engine {engine} · model {ctx.get('model') or 'unknown'} "
                  f"({ctx.get('quantization') or 'quantization unknown'}) · preset "
                  f"{summary['preset']} · warm-up {'done' if ctx.get('warmup_done') else 'NOT done'}")
     en = summary.get("energy")

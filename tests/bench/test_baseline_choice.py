@@ -159,6 +159,18 @@ def _decode_printed(w: dict) -> str:
     return re.search(r" · decode (.*?) · prefill ", text).group(1)
 
 
+def test_the_target_line_names_an_engine_without_a_version_without_a_gap():
+    """A window's stand-in engine reports no version: ``engine unknown · model …``, not ``unknown  ·``."""
+    w = summarize_workload("chat-greedy", [record(100.0, i) for i in range(4)])
+    for ctx, said in (({**CTX, "engine": None, "engine_version": None}, "engine unknown · model tiny"),
+                      ({**CTX, "engine_version": ""}, "engine llama.cpp · model tiny"),
+                      (CTX, "engine llama.cpp b5000 · model tiny")):
+        first = report_lines({"target": "x", "preset": "small", "context": ctx, "workloads": {"chat-greedy": w},
+                              "verdicts": {"chat-greedy": {"verdict": "no baseline", "reasons": []}},
+                              "speedups": []})[0]
+        assert said in first, first
+
+
 @settings(max_examples=200, deadline=None)
 @given(kept=st.lists(st.floats(100.0, 5000.0), max_size=6), impossible=st.integers(0, 6))
 def test_the_printed_decode_says_how_many_requests_gave_it_when_some_were_left_out(kept, impossible):
