@@ -436,14 +436,20 @@ def build_summary(run_id: str, target: Target, context: dict[str, Any],
     }
 
 
-def _fmt(s: dict[str, Any] | None, unit: str, digits: int = 1) -> str:
+def _fmt(s: dict[str, Any] | None, unit: str, digits: int = 1, of: int | None = None) -> str:
+    """One figure as printed: ``"<median> <unit>"`` with ``(min, max, CV)`` when it has several values;
+    ``of`` (the workload's request count) adds ``n K of N`` when fewer requests gave the figure (the
+    others left out as impossible or unmeasurable), so a median of one request never reads as of all."""
     if not s:
         return "n/a"
     txt = f"{s['median']:.{digits}f} {unit}"
+    short = of is not None and s["n"] < of
+    parts = [f"n {s['n']} of {of}"] if short else []
     if s["n"] > 1:
-        txt += f" (min {s['min']:.{digits}f}, max {s['max']:.{digits}f}"
-        txt += f", CV {100 * s['cv']:.1f}%)" if s.get("cv") is not None else ")"
-    return txt
+        parts += [f"min {s['min']:.{digits}f}", f"max {s['max']:.{digits}f}"]
+        if s.get("cv") is not None:
+            parts.append(f"CV {100 * s['cv']:.1f}%")
+    return txt + (f" ({', '.join(parts)})" if parts else "")
 
 
 SOURCE_WORDS = {
@@ -538,8 +544,8 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
     speed-ups and the overall result."""
     lines: list[str] = []
     ctx = summary["context"]
-    lines.append(f"target {summary['target']} · engine {ctx.get('engine') or 'unknown'} "
-                 f"{ctx.get('engine_version') or ''} · model {ctx.get('model') or 'unknown'} "
+    engine = " ".join(x for x in (ctx.get("engine") or "unknown", ctx.get("engine_version")) if x)
+    lines.append(f"target {summary['target']} · engine {engine} · model {ctx.get('model') or 'unknown'} "
                  f"({ctx.get('quantization') or 'quantization unknown'}) · preset "
                  f"{summary['preset']} · warm-up {'done' if ctx.get('warmup_done') else 'NOT done'}")
     en = summary.get("energy")
@@ -555,13 +561,13 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             ct = m.get("completion_tokens")
             tpc = m.get("tokens_per_chunk")
             estimate = w.get("counts") == "estimate"
-            decode = _fmt(m.get("decode_tps"), "tok/s")
+            decode = _fmt(m.get("decode_tps"), "tok/s", of=w["n"])
             if estimate and m.get("decode_tps"):
                 decode = (f"~{decode} (ESTIMATE: chunks counted; "
                           f"{w.get('estimate_why') or 'the server sent no usage'})")
             lines.append(
                 f"{name}: n={w['n']} · prompt {_fmt(m.get('prompt_tokens'), 'tokens', 0)} · decode {decode} · prefill "
-                f"{_fmt(m.get('prefill_tps'), 'tok/s')} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
+                f"{_fmt(m.get('prefill_tps'), 'tok/s', of=w['n'])} · TTFT {_fmt(m.get('ttft_s'), 's', 3)}"
                 f" · answer TTFT {_fmt(m.get('ttft_answer_s'), 's', 3)}")
             if w.get("unmeasurable"):
                 figs = ", ".join(sorted(w["unmeasurable"]))

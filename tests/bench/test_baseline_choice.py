@@ -151,6 +151,47 @@ def test_the_issues_146318_tok_s_is_marked_and_left_out_of_the_figures():
             "over less than 10 ms") in text and "left out of the figures (kept in requests.jsonl)" in text
 
 
+def _decode_printed(w: dict) -> str:
+    text = "\n".join(report_lines({"target": "x", "preset": "small", "context": CTX,
+                                   "workloads": {"chat-greedy": w},
+                                   "verdicts": {"chat-greedy": {"verdict": "no baseline", "reasons": []}},
+                                   "speedups": []}))
+    return re.search(r" · decode (.*?) · prefill ", text).group(1)
+
+
+def test_the_target_line_names_an_engine_without_a_version_without_a_gap():
+    """A window's stand-in engine reports no version: ``engine unknown · model …``, not ``unknown  ·``."""
+    w = summarize_workload("chat-greedy", [record(100.0, i) for i in range(4)])
+    for ctx, said in (({**CTX, "engine": None, "engine_version": None}, "engine unknown · model tiny"),
+                      ({**CTX, "engine_version": ""}, "engine llama.cpp · model tiny"),
+                      (CTX, "engine llama.cpp b5000 · model tiny")):
+        first = report_lines({"target": "x", "preset": "small", "context": ctx, "workloads": {"chat-greedy": w},
+                              "verdicts": {"chat-greedy": {"verdict": "no baseline", "reasons": []}},
+                              "speedups": []})[0]
+        assert said in first, first
+
+
+@settings(max_examples=200, deadline=None)
+@given(kept=st.lists(st.floats(100.0, 5000.0), max_size=6), impossible=st.integers(0, 6))
+def test_the_printed_decode_says_how_many_requests_gave_it_when_some_were_left_out(kept, impossible):
+    """The workload's line starts ``n=N`` (its requests); its decode figure says ``n K of N`` exactly when
+    only K of them gave it (the rest marked impossible and left out) — a median of one request printed
+    beside ``n=4`` read as the median of four (the sandbox's smoke: ``n=4 · … decode 2080.9 tok/s`` with
+    three of four IMPOSSIBLE)."""
+    rates = kept + [1e7] * impossible  # 255 tokens in 25 us: far above any bound
+    if not rates:
+        return
+    w = summarize_workload("chat-greedy", [record(r, i) for i, r in enumerate(rates)])
+    printed = _decode_printed(w)
+    if not kept:
+        assert printed == "n/a"
+        return
+    n = w["metrics"]["decode_tps"]["n"]
+    assert n == len(kept)
+    assert (f"(n {n} of {len(rates)}" in printed) == (n < len(rates)), printed
+    assert ("min " in printed) == (n > 1), printed
+
+
 @settings(max_examples=300, deadline=None)
 @given(tokens=st.integers(2, 9000), interval=st.floats(1e-5, 30.0),
        server_ms=st.none() | st.floats(0.0, 30_000.0))
