@@ -774,17 +774,25 @@ def deploy_back(ch: Any, inventory: str, bisect_id: str, start: int, lease: str,
     from rigkit.common.lock import LEASE_ENV
     from rigkit.deploy.run import run_pyinfra
     from rigkit.deploy.source import BISECT_ENV, GENERATION_ENV
-    from rigkit.deploy.transaction import agent_json, settle
+    from rigkit.deploy.transaction import agent_json, current, settle
     from rigkit.render.generations import manifest_of_record
 
     info = {"id": bisect_id, "back_to": start, "reason": f"bisect {bisect_id}: back to generation {start}"}
     run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}
+    _n, last = current(ch)  # the step the host is at: the way back changes the members that differ from it
     out.note(f"{ch.name}: bisect {bisect_id}: deploying generation {start} back, where it started")
     proc, _ = run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
                           extra_env={GENERATION_ENV: str(start), BISECT_ENV: json.dumps(info), LEASE_ENV: lease}, out=out)
     shown, why = agent_json(ch.remote, "generation", "show", str(start), timeout=60)
     attempt = manifest_of_record((shown or {}).get("record") or {}, info["reason"])
-    code = settle(ch, proc, inventory, run_only, verbose, lease, attempt, False, budget_s)
+    # the confirmation asks the live members the way back touched — those of the start generation that differ
+    # from the step the host was at — besides the resident: judged against that step, not the start itself
+    # (inside the bisect the change began at the start, and the start against itself touches nothing)
+    kept, ch.start_record = ch.start_record, last or ch.start_record
+    try:
+        code = settle(ch, proc, inventory, run_only, verbose, lease, attempt, False, budget_s)
+    finally:
+        ch.start_record = kept
     if code != exitcodes.OK:
         out.note(f"{ch.name}: the way back to generation {start} did not confirm (above); the bisect's journal "
                  f"stays: `{hints.command('bisect', '--abort', host=ch.name, inventory_path=inventory)}` tries again",

@@ -184,3 +184,23 @@ def test_the_journal_ends_only_once_the_host_is_back_at_its_start(host):  # noqa
     assert hostgen.bisect_end(host) == {"ended": True, "start": 1, "current": 1}
     assert hostgen.read_index(host.path("generations"))["current"] == 1
     assert hostgen.bisect_end(host)["ended"] is False  # no journal: nothing to end
+
+
+def test_a_standing_journal_sends_the_next_deploy_to_the_full_run(host):  # noqa: F811
+    """The gap a killed bisect left (its last step declaring exactly the spec): the deploy's reading under the lock
+    (:func:`rigkit.host.generations.current`, ``lock run --current``) carries the journal, and a journal is a
+    reason for the full run (:func:`rigkit.deploy.converged.bisect_reasons`) whatever the stamps say — the full
+    run deploys the start back and ends it (rigkit.deploy.source.source_for)."""
+    from rigkit.deploy import converged
+
+    root = host.root
+    hostgen.record(host, _manifest(_files(root), root), "rig")
+    assert hostgen.current(host.path("generations"))["bisect"] is None
+    assert converged.bisect_reasons(None) == [] and converged.bisect_reasons({}) == []
+    hostgen.bisect_begin(host, {"id": "k", "good": 1, "bad": 2})
+    step = _manifest(_files(root, env="DFLASH_TOKENS=5\n"), root, bisect={"id": "k", "step": 1, "entries": ["spec a"]})
+    hostgen.record(host, step, "rig")
+    reading = hostgen.current(host.path("generations"))
+    assert reading["current"] == 2 and reading["bisect"]["id"] == "k" and reading["bisect"]["start"] == 1
+    reasons = converged.bisect_reasons(reading["bisect"])
+    assert len(reasons) == 1 and "interrupted bisect (k, " in reasons[0] and "at generation 1" in reasons[0], reasons
