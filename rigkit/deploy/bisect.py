@@ -432,11 +432,12 @@ def dry_lines(host: str, setup: Setup, pairs: bool) -> list[str]:
 
 @dataclass
 class Step:
-    """One measured combination: its number, the suspects it holds (names), the deploy's outcome and the
-    figures (``decode``: median tok/s and its spread; ``verdict``: the bench's against the good one)."""
+    """One measured combination: its number, the suspects it holds (names; ``chosen``: their indices), the
+    deploy's outcome and the figures (``decode``: median tok/s and its spread; ``verdict``: the bench's against the good one)."""
 
     n: int
     entries: list[str]
+    chosen: list[int] = field(default_factory=list)
     decode: dict[str, Any] | None = None
     verdict: str | None = None
     reasons: list[str] = field(default_factory=list)
@@ -456,16 +457,27 @@ def figures(step: Step) -> str:
     return f"decode {d['median']:.1f} tok/s ({d.get('min', 0):.1f}-{d.get('max', 0):.1f}, n {d.get('n')})"
 
 
+#: What :func:`judge` puts for a context key neither run reports (the two runs are one host's one member).
+WAIVED = "(not reported; the bisect's own host and member)"
+
+
 def judge(workload_name: str, current: dict[str, Any], good: dict[str, Any]) -> tuple[bool | None, str, list[str]]:
     """Whether a step's bench ``current`` (its summary's workload) is slow against the good generation's
     ``good`` summary (loaded, with ``_file``), by the bench's own rules (:func:`rigkit.bench.results.verdict`):
     ``(True: FAIL — slower beyond the noise of both runs; False: PASS, or faster; None: undecided, verdict,
     reasons)``. The step is judged in the good run's context on purpose: what differs between them (an image,
     a driver) is what the bisect is about, so the context check that keeps a bench from comparing across
-    them does not apply."""
+    them does not apply; a context key the good run left unknown is :data:`WAIVED` on both sides."""
+    from rigkit.bench.context import CONTEXT_KEYS
     from rigkit.bench.results import verdict
 
-    v = verdict(workload_name, current, good.get("context") or {}, [good])
+    # the context a server does not report (HyperQwen's engine version, say) is the same on both sides too:
+    # one host, one member, as the bisect found them — marked so, or the check would call it unknown
+    context = {**(good.get("context") or {})}
+    for key in CONTEXT_KEYS:
+        if context.get(key) in (None, ""):
+            context[key] = WAIVED
+    v = verdict(workload_name, current, context, [{**good, "context": context}])
     label = v["verdict"]
     if label == "FAIL":
         return True, label, v["reasons"]
@@ -498,6 +510,7 @@ class Runner:
         self.folder = Path("results") / "bisect" / hs.name / bisect_id
         self.deploys = 0
         self.benches = 0
+        self.at: Step | None = None  # the step whose combination the host stands at (None: none yet)
 
     def say(self, text: str, error: bool = False) -> None:
         self.out.note(f"{self.hs.name}: {text}", error=error)
@@ -546,8 +559,9 @@ class Runner:
         self.deploys += 1
         attempt = manifest(spec, render(spec), lock_text, info["reason"], bisect=info)
         code = settle(self.ch, proc, self.inventory, run_only, self.verbose, self.lease, attempt, False, self.budget_s)
-        step = Step(n, names)
+        step = Step(n, names, sorted(chosen))
         self.steps.append(step)
+        self.at = step
         if code != exitcodes.OK:
             raise Untestable(f"step {n} ({label}) did not deploy or confirm (above); the host was put back to "
                              f"generation {self.ch.start}")
@@ -584,8 +598,9 @@ class Runner:
         if deploy:
             step = self.deploy(chosen, label)
         else:
-            step = Step(len(self.steps) + 1, [self.setup.tried[i].name for i in chosen])
+            step = Step(len(self.steps) + 1, [self.setup.tried[i].name for i in chosen], sorted(chosen))
             self.steps.append(step)
+            self.at = step
             self.say(f"step {step.n}: {label} (the host is at it: no deploy)")
         return step, self.bench(step)
 
@@ -602,11 +617,16 @@ class Runner:
         self.say(f"step {step.n}: {figures(step)}: the good generation's figures, the baseline of every step")
 
     def decide(self, step: Step, summary: dict[str, Any], label: str) -> bool:
-        """Judge ``step`` against the baseline (:func:`judge`), benched once more when it cannot tell; says its
+        """Judge ``step`` against the baseline (:func:`judge`), measured once more when it cannot tell (benched
+        again where the host stands at it; deployed again first when the host has moved on since); says its
         line. Returns whether it is slow. Raises :class:`Untestable` when it still cannot tell."""
         slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {})
         if slow is None:
-            summary = self.bench(step, again=True)
+            if self.at is not step:  # the host moved on (the bad generation, benched first, then the good one's
+                # deploy): its combination is deployed again for the second measure, never another one benched
+                step, summary = self.measure(step.chosen, label)
+            else:
+                summary = self.bench(step, again=True)
             slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {})
         step.slow, step.verdict, step.reasons = slow, verdict, reasons
         self.say(f"step {step.n}: {figures(step)}: {verdict} against the good generation: "
