@@ -255,7 +255,7 @@ def test_an_undecided_step_the_host_has_left_is_deployed_again_before_its_second
     def bench(step, again=False):
         key = tuple(r.at.chosen)
         w = _workload(figures[key], spread=0.3 if key == (0, 1) and shaky.pop("first", False) else 0.01)
-        step.decode = w["metrics"]["decode_tps"]
+        step.figure = w["metrics"]["decode_tps"]
         return {"workloads": {"chat-greedy": w}, "context": {}, "_file": f"step-{step.n}"}
 
     r.deploy, r.bench = deploy, bench
@@ -264,3 +264,40 @@ def test_an_undecided_step_the_host_has_left_is_deployed_again_before_its_second
     r.baseline(good_step, good_summary)
     assert r.decide(bad_step, bad_summary, "bad") is True  # undecided (CV 15 %), then measured at it again
     assert deployed == [(), (0, 1)] and r.at.chosen == [0, 1]
+
+
+def _ttft(median: float, spread: float = 0.01, n: int = 4) -> dict:
+    """A workload whose time-to-first-token figure is ``median`` seconds."""
+    return {"status": "ok", "metrics": {"ttft_s": {"median": median, "min": median * (1 - spread),
+                                                   "max": median * (1 + spread), "cv": spread / 2, "n": n}}}
+
+
+@given(st.floats(min_value=0.005, max_value=30), st.floats(min_value=1.3, max_value=20),
+       st.floats(min_value=0.0, max_value=0.3))
+def test_ttft_is_judged_by_the_bench_speed_rule_on_its_rate(good, ratio, spread):
+    """``--metric ttft``: a step is slow exactly when the bench's own speed rule (compare_speed) says FAIL on the
+    rates (1/ttft): more than 15 % slower and every request slower to its first token than every good one;
+    an unstable run (CV above 10 %) is undecided; the same figures PASS, faster is never the slowdown."""
+    from rigkit.bench.results import compare_speed
+
+    step, base = _ttft(good * ratio, spread), _ttft(good, 0.01)
+    slow, label, reasons = b.judge("chat-greedy", step, {"workloads": {"chat-greedy": base}}, "ttft")
+    want, _ = compare_speed(b._rate(step["metrics"]["ttft_s"]), b._rate(base["metrics"]["ttft_s"]), "ttft")
+    assert label == want and reasons and reasons[0].startswith("ttft ")
+    assert slow is (True if want == "FAIL" else None)
+    if spread < 0.1:  # a CV below the bench's 10 %: disjoint spreads 30 % or more apart are a FAIL
+        assert slow is True
+    assert b.judge("chat-greedy", base, {"workloads": {"chat-greedy": base}}, "ttft")[:2] == (False, "PASS")
+    faster = b.judge("chat-greedy", _ttft(good / ratio, 0.01), {"workloads": {"chat-greedy": step}}, "ttft")
+    assert faster[0] is False or spread >= 0.2  # faster beyond the noise (a noisy baseline: not judged)
+    assert b.judge("chat-greedy", {"status": "ok", "metrics": {}}, {"workloads": {"chat-greedy": base}},
+                   "ttft")[:2] == (None, "not comparable")
+
+
+def test_the_cli_offers_the_metrics_the_bisect_judges():
+    from rigkit.cli.bisect import bisect as command
+
+    opt = next(p for p in command.params if p.name == "metric")
+    assert list(opt.type.choices) == list(b.METRICS)
+    step = b.Step(1, [], figure={"median": 0.182, "min": 0.17, "max": 0.19, "n": 5}, metric="ttft")
+    assert b.figures(step) == "ttft 182 ms (170-190, n 5)"
