@@ -73,7 +73,7 @@ MODULE_ORDER = (
     "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
     "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
     "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
-    "tests/harness/test_bisect.py",            # 184 s (issue 68; ~320 s loaded): a golden copy + deploy B 42-89 s, a walk 98-205 s (3 deploys, 3-4 benches), a killed one put back 21 s
+    "tests/harness/test_bisect.py",            # 245-315 s alone, golden cached (360-400 s with its build; issue 68): a golden copy + deploys A, B 49-56 s, the planted walk 156-188 s (5 deploys, 5 benches), a killed one put back 19-27 s, a left journal ended 11-26 s
     "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
     "tests/harness/test_lock.py",              # 232 s loaded
     "tests/harness/test_window.py",            # 229 s loaded

@@ -19,8 +19,9 @@ from rigkit.cli.deployout import Console
 @click.option("--bad", type=click.IntRange(min=1), metavar="GEN", help="a later generation that is slower")
 @click.option("--workload", type=click.Choice(["chat-greedy", "chat", "quoting"]), default="chat-greedy",
               show_default=True, help="the bench workload each step is judged on")
-@click.option("--metric", type=click.Choice(["decode"]), default="decode", show_default=True,
-              help="the figure judged (decode tok/s, by the bench's own verdict)")
+@click.option("--metric", type=click.Choice(["decode", "ttft"]), default="decode", show_default=True,
+              help="the figure judged: decode tok/s by the bench's own verdict, or the time to the first token by "
+                   "the bench's speed rule on its rate (rigkit.deploy.bisect.METRICS)")
 @click.option("--member", metavar="ID", default=None, help="the member benched [default: the resident]")
 @click.option("--reboot", is_flag=True, help="also try the suspects that need a reboot (the driver, a kernel)")
 @click.option("--no-pairs", is_flag=True, help="name the first bad entry without trying it alone (one deploy less; "
@@ -76,4 +77,5 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
             out.print(line)
         sys.exit(exitcodes.OK)
     sys.exit(walk.run(hs, inv, good, bad, console, member=member, workload=workload, reboot=reboot,
-                      pairs=not no_pairs, overrides=overrides, verbose=verbose, budget_s=confirm_budget))
+                      pairs=not no_pairs, overrides=overrides, verbose=verbose, budget_s=confirm_budget,
+                      metric=metric))

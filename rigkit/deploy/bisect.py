@@ -339,8 +339,12 @@ def estimate_s(tried: list[Suspect], steps: dict[str, int]) -> float:
 
 #: The workloads a bisect may judge on (those :func:`rigkit.bench.results.compared_metrics` compares decode for).
 WORKLOADS = ("chat-greedy", "chat", "quoting")
-#: The metrics a bisect may judge on (``--metric``): decode tok/s, by the bench's own verdict.
-METRICS = ("decode",)
+#: The metrics a bisect may judge on (``--metric``) and the bench figure each reads
+#: (:data:`rigkit.bench.results.METRICS`): decode tok/s by the bench's own verdict; the time to the first token
+#: (seconds) by the bench's own speed rule (:func:`rigkit.bench.results.compare_speed`) on its rate, one over the
+#: time (:func:`judge`). Not judged: acceptance (the bench has a floor for it, no comparison between runs) and
+#: J/token (one figure per run: no spread to tell a change from the noise by).
+METRICS = {"decode": "decode_tps", "ttft": "ttft_s"}
 
 
 @dataclass
@@ -432,46 +436,101 @@ def dry_lines(host: str, setup: Setup, pairs: bool) -> list[str]:
 
 @dataclass
 class Step:
-    """One measured combination: its number, the suspects it holds (names), the deploy's outcome and the
-    figures (``decode``: median tok/s and its spread; ``verdict``: the bench's against the good one)."""
+    """One measured combination: its number, the suspects it holds (names; ``chosen``: their indices), the
+    deploy's outcome and the figures (``figure``: the judged ``metric``'s median and spread, :data:`METRICS`;
+    ``verdict``: the bench's against the good one)."""
 
     n: int
     entries: list[str]
-    decode: dict[str, Any] | None = None
+    chosen: list[int] = field(default_factory=list)
+    figure: dict[str, Any] | None = None
+    metric: str = "decode"
     verdict: str | None = None
     reasons: list[str] = field(default_factory=list)
     slow: bool | None = None
     generation: int | None = None
 
 
-def _decode(workload: dict[str, Any]) -> dict[str, Any] | None:
-    return ((workload or {}).get("metrics") or {}).get("decode_tps")
+def _figure(workload: dict[str, Any], metric: str = "decode") -> dict[str, Any] | None:
+    """The stats (``median``, ``min``, ``max``, ``cv``, ``n``) of ``metric`` (:data:`METRICS`) in a summary's
+    workload, or None."""
+    return ((workload or {}).get("metrics") or {}).get(METRICS[metric])
 
 
 def figures(step: Step) -> str:
-    """``decode 41.2 tok/s (38.0-43.1, n 5)`` for a step's line."""
-    d = step.decode or {}
+    """``decode 41.2 tok/s (38.0-43.1, n 5)`` or ``ttft 182 ms (170-190, n 5)`` for a step's line."""
+    d = step.figure or {}
     if d.get("median") is None:
-        return "decode: no figure"
+        return f"{step.metric}: no figure"
+    if step.metric == "ttft":
+        return f"ttft {1000 * d['median']:.0f} ms ({1000 * d.get('min', 0):.0f}-{1000 * d.get('max', 0):.0f}, n {d.get('n')})"
     return f"decode {d['median']:.1f} tok/s ({d.get('min', 0):.1f}-{d.get('max', 0):.1f}, n {d.get('n')})"
 
 
-def judge(workload_name: str, current: dict[str, Any], good: dict[str, Any]) -> tuple[bool | None, str, list[str]]:
+def _rate(s: dict[str, Any]) -> dict[str, Any]:
+    """A time's stats (seconds) as its rate's (per second): the median, min and max inverted (the fastest
+    time is the highest rate); the CV kept (to first order the CV of 1/x is that of x)."""
+    return {"median": 1 / s["median"], "min": 1 / s["max"], "max": 1 / s["min"], "cv": s.get("cv"), "n": s.get("n")}
+
+
+def judge_ttft(current: dict[str, Any], good: dict[str, Any]) -> tuple[bool | None, str, list[str]]:
+    """:func:`judge` for ``--metric ttft``: the time to the first token of a step's workload (``current``) against
+    the good generation's workload (``good``), by the bench's own speed rule on the rates (one first token per
+    TTFT): :func:`rigkit.bench.results.compare_speed` — FAIL (slow) when the rate is more than 15 % lower and every
+    request of this run is slower to its first token than every request of the good run; unstable (CV above
+    10 %) is undecided; faster beyond the noise is not the slowdown. Returns ``(slow, label, reasons)``."""
+    from rigkit.bench.results import compare_speed
+
+    cur, base = _figure(current, "ttft"), _figure(good, "ttft")
+    if not cur or not base or not all(isinstance(x.get(k), (int, float)) and x[k] > 0
+                                      for x in (cur, base) for k in ("median", "min", "max")):
+        which = "this run" if not cur or not cur.get("median") else "the good run"
+        return None, "not comparable", [f"ttft not compared: {which} has no time-to-first-token figure"]
+    label, _reason = compare_speed(_rate(cur), _rate(base), "ttft")
+    said = (f"ttft {1000 * cur['median']:.0f} ms ({1000 * cur['min']:.0f}-{1000 * cur['max']:.0f}) against "
+            f"{1000 * base['median']:.0f} ms ({1000 * base['min']:.0f}-{1000 * base['max']:.0f}): the bench's speed "
+            f"rule on 1/ttft says {label}")
+    if label == "FAIL":
+        return True, label, [said]
+    if label == "PASS":
+        return False, label, [said]
+    if cur["max"] < base["min"]:
+        return False, label, [said]  # faster to the first token beyond the noise of both runs: not the slowdown
+    return None, label, [said]
+
+
+#: What :func:`judge` puts for a context key neither run reports (the two runs are one host's one member).
+WAIVED = "(not reported; the bisect's own host and member)"
+
+
+def judge(workload_name: str, current: dict[str, Any], good: dict[str, Any],
+          metric: str = "decode") -> tuple[bool | None, str, list[str]]:
     """Whether a step's bench ``current`` (its summary's workload) is slow against the good generation's
     ``good`` summary (loaded, with ``_file``), by the bench's own rules (:func:`rigkit.bench.results.verdict`):
     ``(True: FAIL — slower beyond the noise of both runs; False: PASS, or faster; None: undecided, verdict,
     reasons)``. The step is judged in the good run's context on purpose: what differs between them (an image,
     a driver) is what the bisect is about, so the context check that keeps a bench from comparing across
-    them does not apply."""
+    them does not apply; a context key the good run left unknown is :data:`WAIVED` on both sides. ``metric``
+    ``ttft``: :func:`judge_ttft`."""
+    from rigkit.bench.context import CONTEXT_KEYS
     from rigkit.bench.results import verdict
 
-    v = verdict(workload_name, current, good.get("context") or {}, [good])
+    if metric == "ttft":
+        return judge_ttft(current, (good.get("workloads") or {}).get(workload_name) or {})
+
+    # the context a server does not report (HyperQwen's engine version, say) is the same on both sides too:
+    # one host, one member, as the bisect found them — marked so, or the check would call it unknown
+    context = {**(good.get("context") or {})}
+    for key in CONTEXT_KEYS:
+        if context.get(key) in (None, ""):
+            context[key] = WAIVED
+    v = verdict(workload_name, current, context, [{**good, "context": context}])
     label = v["verdict"]
     if label == "FAIL":
         return True, label, v["reasons"]
     if label == "PASS":
         return False, label, v["reasons"]
-    cur, base = _decode(current), _decode((good.get("workloads") or {}).get(workload_name))
+    cur, base = _figure(current), _figure((good.get("workloads") or {}).get(workload_name))
     if label == "WARN" and cur and base and cur.get("min") is not None and base.get("max") is not None \
             and cur["min"] > base["max"]:
         return False, label, v["reasons"]  # faster beyond the noise of both runs: not the slowdown
@@ -485,12 +544,14 @@ class Runner:
     + hs: the host's :class:`rigkit.spec.inventory.HostSpec`; inventory: its path; setup: :class:`Setup`
     + member, workload: what is benched (through llama-swap, as the smoke); out: :class:`rigkit.deploy.run.Output`
     + overrides: this run's switches (``reboot``, ``force``); budget_s: the confirmation's budget (None: default)
+    + metric: the figure judged (:data:`METRICS`)
     """
 
     def __init__(self, ch: Any, hs: Any, inventory: str, setup: Setup, lease: str, bisect_id: str, member: str,
                  workload: str, out: Any, overrides: dict[str, Any], verbose: int = 0,
-                 budget_s: float | None = None) -> None:
+                 budget_s: float | None = None, metric: str = "decode") -> None:
         self.ch, self.hs, self.inventory, self.setup, self.lease = ch, hs, inventory, setup, lease
+        self.metric = metric
         self.id, self.member, self.workload, self.out = bisect_id, member, workload, out
         self.overrides, self.verbose, self.budget_s = overrides, verbose, budget_s
         self.steps: list[Step] = []
@@ -498,6 +559,7 @@ class Runner:
         self.folder = Path("results") / "bisect" / hs.name / bisect_id
         self.deploys = 0
         self.benches = 0
+        self.at: Step | None = None  # the step whose combination the host stands at (None: none yet)
 
     def say(self, text: str, error: bool = False) -> None:
         self.out.note(f"{self.hs.name}: {text}", error=error)
@@ -546,8 +608,9 @@ class Runner:
         self.deploys += 1
         attempt = manifest(spec, render(spec), lock_text, info["reason"], bisect=info)
         code = settle(self.ch, proc, self.inventory, run_only, self.verbose, self.lease, attempt, False, self.budget_s)
-        step = Step(n, names)
+        step = Step(n, names, sorted(chosen), metric=self.metric)
         self.steps.append(step)
+        self.at = step
         if code != exitcodes.OK:
             raise Untestable(f"step {n} ({label}) did not deploy or confirm (above); the host was put back to "
                              f"generation {self.ch.start}")
@@ -555,8 +618,8 @@ class Runner:
 
     def bench(self, step: Step, again: bool = False) -> dict[str, Any]:
         """Bench the host as it stands into ``step``'s folder (``rigkit bench --preset small`` through
-        llama-swap, one member, one workload): its summary (``_file`` added; ``step.decode`` set, None when the
-        bench kept no decode figure). Raises :class:`Untestable` when the bench wrote no summary or the
+        llama-swap, one member, one workload): its summary (``_file`` added; ``step.figure`` set, None when the
+        bench kept no figure of the metric). Raises :class:`Untestable` when the bench wrote no summary or the
         workload failed."""
         out_dir = self.folder / (f"step-{step.n}" + ("-again" if again else ""))
         cmd = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", self.inventory, "--host", self.hs.name,
@@ -574,7 +637,7 @@ class Runner:
         workload = (summary.get("workloads") or {}).get(self.workload) or {}
         if workload.get("status") != "ok":
             raise Untestable(f"step {step.n}: the bench did not measure {self.workload}: {workload.get('error')}")
-        step.decode = _decode(workload)  # None when every figure was unmeasurable: judged undecided, measured again
+        step.figure = _figure(workload, self.metric)  # None when every figure was unmeasurable: judged undecided, measured again
         return summary
 
     def measure(self, chosen: Iterable[int], label: str, deploy: bool = True) -> tuple[Step, dict[str, Any]]:
@@ -584,30 +647,37 @@ class Runner:
         if deploy:
             step = self.deploy(chosen, label)
         else:
-            step = Step(len(self.steps) + 1, [self.setup.tried[i].name for i in chosen])
+            step = Step(len(self.steps) + 1, [self.setup.tried[i].name for i in chosen], sorted(chosen),
+                        metric=self.metric)
             self.steps.append(step)
+            self.at = step
             self.say(f"step {step.n}: {label} (the host is at it: no deploy)")
         return step, self.bench(step)
 
     def baseline(self, step: Step, summary: dict[str, Any]) -> None:
         """Take ``step`` (the good generation's) as the baseline every other step is judged against, benched
-        once more when it kept no decode figure. Raises :class:`Untestable` when it still has none."""
-        if step.decode is None:
+        once more when it kept no figure of the metric. Raises :class:`Untestable` when it still has none."""
+        if step.figure is None:
             summary = self.bench(step, again=True)
-            if step.decode is None:
-                raise Untestable(f"step {step.n}: the good generation's bench kept no decode figure twice (every "
+            if step.figure is None:
+                raise Untestable(f"step {step.n}: the good generation's bench kept no {self.metric} figure twice (every "
                                  "figure unmeasurable: see its summary); run the bisect with a longer workload")
         self.good_summary = summary
         step.slow, step.verdict = False, "baseline"
         self.say(f"step {step.n}: {figures(step)}: the good generation's figures, the baseline of every step")
 
     def decide(self, step: Step, summary: dict[str, Any], label: str) -> bool:
-        """Judge ``step`` against the baseline (:func:`judge`), benched once more when it cannot tell; says its
+        """Judge ``step`` against the baseline (:func:`judge`), measured once more when it cannot tell (benched
+        again where the host stands at it; deployed again first when the host has moved on since); says its
         line. Returns whether it is slow. Raises :class:`Untestable` when it still cannot tell."""
-        slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {})
+        slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {}, self.metric)
         if slow is None:
-            summary = self.bench(step, again=True)
-            slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {})
+            if self.at is not step:  # the host moved on (the bad generation, benched first, then the good one's
+                # deploy): its combination is deployed again for the second measure, never another one benched
+                step, summary = self.measure(step.chosen, label)
+            else:
+                summary = self.bench(step, again=True)
+            slow, verdict, reasons = judge(self.workload, summary["workloads"][self.workload], self.good_summary or {}, self.metric)
         step.slow, step.verdict, step.reasons = slow, verdict, reasons
         self.say(f"step {step.n}: {figures(step)}: {verdict} against the good generation: "
                  + ("SLOW" if slow else "fast" if slow is False else "UNDECIDED") + (f" ({reasons[0]})" if reasons else ""))
@@ -629,10 +699,10 @@ def _label(setup: Setup, chosen: Iterable[int]) -> str:
 
 def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str | None = None,
         workload: str = "chat-greedy", reboot: bool = False, pairs: bool = True, overrides: dict[str, Any] | None = None,
-        verbose: int = 0, budget_s: float | None = None) -> int:
+        verbose: int = 0, budget_s: float | None = None, metric: str = "decode") -> int:
     """``rigkit bisect --host H --good G --bad B``: the module docstring's walk on ``hs``'s host under its host
     lock; what it says goes to ``out`` (:class:`rigkit.deploy.run.Output`). ``member`` is benched (default: the
-    resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload``. Returns 0 (a culprit named, or no
+    resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload``, judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named, or no
     slowdown to bisect), 1 (stopped: refused, a step that could not be deployed or told, the host lost — the
     host is back at its start unless said), 2 (bad input: nothing touched)."""
     from rigkit.deploy.run import smoke_members
@@ -685,7 +755,7 @@ def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str |
                 out.note(f"{hs.name}: the bisect's journal could not be written: {why}; nothing touched", error=True)
                 return exitcodes.FAILED
             runner = Runner(ch, hs, inventory, setup, lease, bisect_id, member, workload, out, overrides, verbose,
-                            budget_s)
+                            budget_s, metric)
             code = exitcodes.FAILED
             try:
                 code = _walk(runner, setup, pairs)
@@ -774,17 +844,25 @@ def deploy_back(ch: Any, inventory: str, bisect_id: str, start: int, lease: str,
     from rigkit.common.lock import LEASE_ENV
     from rigkit.deploy.run import run_pyinfra
     from rigkit.deploy.source import BISECT_ENV, GENERATION_ENV
-    from rigkit.deploy.transaction import agent_json, settle
+    from rigkit.deploy.transaction import agent_json, current, settle
     from rigkit.render.generations import manifest_of_record
 
     info = {"id": bisect_id, "back_to": start, "reason": f"bisect {bisect_id}: back to generation {start}"}
     run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}
+    _n, last = current(ch)  # the step the host is at: the way back changes the members that differ from it
     out.note(f"{ch.name}: bisect {bisect_id}: deploying generation {start} back, where it started")
     proc, _ = run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
                           extra_env={GENERATION_ENV: str(start), BISECT_ENV: json.dumps(info), LEASE_ENV: lease}, out=out)
     shown, why = agent_json(ch.remote, "generation", "show", str(start), timeout=60)
     attempt = manifest_of_record((shown or {}).get("record") or {}, info["reason"])
-    code = settle(ch, proc, inventory, run_only, verbose, lease, attempt, False, budget_s)
+    # the confirmation asks the live members the way back touched — those of the start generation that differ
+    # from the step the host was at — besides the resident: judged against that step, not the start itself
+    # (inside the bisect the change began at the start, and the start against itself touches nothing)
+    kept, ch.start_record = ch.start_record, last or ch.start_record
+    try:
+        code = settle(ch, proc, inventory, run_only, verbose, lease, attempt, False, budget_s)
+    finally:
+        ch.start_record = kept
     if code != exitcodes.OK:
         out.note(f"{ch.name}: the way back to generation {start} did not confirm (above); the bisect's journal "
                  f"stays: `{hints.command('bisect', '--abort', host=ch.name, inventory_path=inventory)}` tries again",

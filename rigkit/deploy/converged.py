@@ -19,6 +19,8 @@ reason, printed on the host's one line (:func:`say`):
   hash of the code, roles and templates), from this spec (its hash), with this model lock (its
   sha256), declaring what this deploy declares (the generation ``key``: every rendered file, pins,
   units, members, release — the declared state, not Python source);
+- **no interrupted bisect** (:func:`bisect_reasons`): a ``rigkit bisect`` journal on the host is ended only by
+  the full run, which puts the host back where the bisect started (issue 68);
 - **the state** (:func:`state_reasons`, from drift's own probe and comparison,
   :func:`rigkit.drift.probe.probe_sections` and :func:`rigkit.drift.compare.compare_host`): no hold,
   no open window, no pending reboot, the host lock
@@ -178,6 +180,18 @@ def declare(host_specs: list[Any], inventory: str, token: Any,
             for hs in host_specs}
 
 
+def bisect_reasons(journal: dict[str, Any] | None) -> list[str]:
+    """Why an interrupted ``rigkit bisect``'s journal (``rigkit-agent lock run --current``'s ``bisect``:
+    :func:`rigkit.host.generations.current`; ``{"id", "start", "since", ...}`` or None) sends the host to the
+    full run: the full run deploys the bisect's start generation and ends the journal
+    (:func:`rigkit.deploy.source.source_for`), which the probe path would leave standing even when the step it
+    stopped at declares exactly the spec. ``[]`` without a journal."""
+    if not journal:
+        return []
+    return [f"an interrupted bisect ({journal.get('id')}, {journal.get('since')}) left its journal: the full run "
+            f"puts the host back at generation {journal.get('start')}, where it started, and ends it"]
+
+
 def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, what: str = "rigkit deploy",
                  connect_timeout: int = 10, warn: Callable[[str], None] | None = None) -> dict[str, Choice]:
     """Every host's :class:`Choice`, from one round trip per host, all at once
@@ -212,8 +226,8 @@ def choose_paths(host_specs: list[Any], declared: dict[str, Any], lease: str, wh
         else:
             c.generation = lock.get("current")
             want = manifest(hs.spec, decl.files, lock_text(hs.spec))
-            c.reasons = (stamp_reasons(c.generation, lock.get("record"), want) if "error" not in lock
-                         else [f"the generations could not be read: {lock['error']}"])
+            c.reasons = (bisect_reasons(lock.get("bisect")) + stamp_reasons(c.generation, lock.get("record"), want)
+                         if "error" not in lock else [f"the generations could not be read: {lock['error']}"])
             if not c.reasons:
                 try:
                     if read["facts"] is None:

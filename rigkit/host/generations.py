@@ -389,12 +389,15 @@ def prune(root: Path, keep: int) -> list[int]:
 
 
 def current(root: Path) -> dict[str, Any]:
-    """``{"index": read_index(root), "current": n | None, "record": its record | None}``: what a deploy
-    reads before it changes anything (:func:`rigkit.deploy.transaction.begin`), in one agent call instead
-    of ``list`` then ``show``. Raises ValueError for an unreadable index or record."""
+    """``{"index": read_index(root), "current": n | None, "record": its record | None, "bisect": the journal of
+    an interrupted bisect | None}``: what a deploy reads before it changes anything
+    (:func:`rigkit.deploy.transaction.begin`, :func:`rigkit.deploy.converged.choose_paths`: a standing journal
+    sends the host to the full run, which puts it back), in one agent call instead of ``list`` then ``show``.
+    Raises ValueError for an unreadable index or record."""
     index = read_index(root)
     n = index.get("current")
-    return {"index": index, "current": n, "record": read_record(root, n) if n is not None else None}
+    return {"index": index, "current": n, "record": read_record(root, n) if n is not None else None,
+            "bisect": read_object(root / BISECT_JOURNAL) or None}
 
 
 def show(root: Path, n: int, with_files: bool = False) -> dict[str, Any]:

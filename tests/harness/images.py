@@ -23,6 +23,10 @@ when an input does):
   ``-a``, ``-c``, ``-t``, ``-tb``, ``-np``, ``-n``, ``-b``, ``-ub``, ``-fa``, ``--jinja`` reach the
   server; the other known flags are accepted and not honoured. A missing model file fails with
   llama-server's messages, rc 1.
+- ``ghcr.io/syv-ai/hyperqwen:sandbox-slow`` — the same image with ``SANDBOX_STEP_S`` (:data:`SLOW_STEP_S`) in
+  its config's ``Env``: the stand-in's verify step 5 times longer (a regression planted for ``rigkit bisect``,
+  issue 68; its own digest). ``ghcr.io/ggml-org/llama.cpp:server-cuda-b2``: llama.cpp's image under another
+  digest that runs the same (a suspect that is not the slowdown).
 - ``ghcr.io/syv-ai/hyperqwen:sandbox`` — upstream's entrypoint shape (``prepare``, ``single``,
   ``batch``) over the harness' stand-in engine (``stubs/openai_stub.py --kind vllm``) and
   prepare (``stubs/hyperqwen_prepare.py``), same minimal root. The stand-in engine's failure knobs
@@ -52,6 +56,10 @@ MTIME = 1767225600  # 2026-01-01T00:00:00Z, like the mirror's packages
 DROP = ("usr/share/doc/", "usr/share/man/", "usr/share/locale/", "usr/share/lintian/", "usr/share/bug/")
 LLAMA_REPO = "ghcr.io/ggml-org/llama.cpp"
 HYPERQWEN_REPO = "ghcr.io/syv-ai/hyperqwen"
+#: the HyperQwen tag planted slower (``images.json`` names it ``<repository>:<tag>``) and its verify step, s
+SLOW_TAG, SLOW_STEP_S = "sandbox-slow", 0.05
+#: llama.cpp's server under a second tag (and digest) that runs exactly as ``server-cuda`` does
+OTHER_LLAMA_TAG = "server-cuda-b2"
 MT_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MT_CONFIG = "application/vnd.docker.container.image.v1+json"
 MT_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -172,7 +180,8 @@ ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LAN
 
 
 def build() -> dict[str, tuple[str, bytes, bytes, list]]:
-    """{repository: (tag, manifest, config, layers)}."""
+    """{repository: (tag, manifest, config, layers)}; an image beside a repository's first one is keyed
+    ``<repository>:<tag>``."""
     base = _tar_layer(base_entries())
     llama_app = _tar_layer([(dst, "f", src.read_bytes(), mode) for dst, src, mode in LLAMA_APP])
     xl = _tar_layer(xllamacpp_entries())
@@ -186,8 +195,17 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
     # .devops/cuda.Dockerfile, stage `server`, at bb0e507a4dd9f444c3b8bdb6f888634a6da712f7 (issue 63)
     out[LLAMA_REPO] = ("server-cuda", *image([base, xl, llama_app], ["/app/llama-server"], None,
                                              ENV + ["LLAMA_ARG_HOST=0.0.0.0"]))
-    out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"],
-                                        ENV + ["FAKE_GPU_SHARE=/app/models/.sandbox-control/gpu"]))
+    # the same server under another digest (its config names another build; nothing in it runs differently):
+    # an image suspect that is not the slowdown, for `rigkit bisect` (issue 68)
+    out[f"{LLAMA_REPO}:{OTHER_LLAMA_TAG}"] = (OTHER_LLAMA_TAG, *image(
+        [base, xl, llama_app], ["/app/llama-server"], None, ENV + ["LLAMA_ARG_HOST=0.0.0.0", "SANDBOX_BUILD=b2"]))
+    hq_env = ENV + ["FAKE_GPU_SHARE=/app/models/.sandbox-control/gpu"]
+    out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"], hq_env))
+    # a planted regression for `rigkit bisect` (issue 68): the same layers, its config's Env makes the stand-in's
+    # verify step SLOW_STEP_S (stubs/openai_stub.py CHUNK_S), i.e. decode 1/5 as fast: another digest, as a
+    # slower engine build is on the rig
+    out[f"{HYPERQWEN_REPO}:{SLOW_TAG}"] = (SLOW_TAG, *image([base, hq_app], ["/app/entrypoint.py"], ["single"],
+                                                           hq_env + [f"SANDBOX_STEP_S={SLOW_STEP_S}"]))
     return out
 
 
@@ -196,7 +214,8 @@ def digest(b: bytes) -> str:
 
 
 def push(registry: str, ca: str | None, images: dict) -> dict[str, str]:
-    """Push every image to ``registry`` (``https://host[:port]``); {repository: manifest digest}."""
+    """Push every image to ``registry`` (``https://host[:port]``); {repository (or ``repository:tag``, as
+    :func:`build` keys it): manifest digest}."""
     ctx = ssl.create_default_context(cafile=ca) if ca else None
 
     def req(method, url, data=None, headers=None):
@@ -211,7 +230,7 @@ def push(registry: str, ca: str | None, images: dict) -> dict[str, str]:
 
     out = {}
     for repo, (tag, manifest, cfg, layers) in images.items():
-        name = repo.split("/", 1)[1]  # the path inside the registry: ggml-org/llama.cpp
+        name = repo.split("/", 1)[1].split(":")[0]  # the path inside the registry: ggml-org/llama.cpp
         for blob in [cfg, *(gz for gz, _ in layers)]:
             dg = digest(blob)
             if req("HEAD", f"/v2/{name}/blobs/{dg}") is not None:

@@ -184,3 +184,120 @@ def test_the_journal_ends_only_once_the_host_is_back_at_its_start(host):  # noqa
     assert hostgen.bisect_end(host) == {"ended": True, "start": 1, "current": 1}
     assert hostgen.read_index(host.path("generations"))["current"] == 1
     assert hostgen.bisect_end(host)["ended"] is False  # no journal: nothing to end
+
+
+def test_a_standing_journal_sends_the_next_deploy_to_the_full_run(host):  # noqa: F811
+    """The gap a killed bisect left (its last step declaring exactly the spec): the deploy's reading under the lock
+    (:func:`rigkit.host.generations.current`, ``lock run --current``) carries the journal, and a journal is a
+    reason for the full run (:func:`rigkit.deploy.converged.bisect_reasons`) whatever the stamps say — the full
+    run deploys the start back and ends it (rigkit.deploy.source.source_for)."""
+    from rigkit.deploy import converged
+
+    root = host.root
+    hostgen.record(host, _manifest(_files(root), root), "rig")
+    assert hostgen.current(host.path("generations"))["bisect"] is None
+    assert converged.bisect_reasons(None) == [] and converged.bisect_reasons({}) == []
+    hostgen.bisect_begin(host, {"id": "k", "good": 1, "bad": 2})
+    step = _manifest(_files(root, env="DFLASH_TOKENS=5\n"), root, bisect={"id": "k", "step": 1, "entries": ["spec a"]})
+    hostgen.record(host, step, "rig")
+    reading = hostgen.current(host.path("generations"))
+    assert reading["current"] == 2 and reading["bisect"]["id"] == "k" and reading["bisect"]["start"] == 1
+    reasons = converged.bisect_reasons(reading["bisect"])
+    assert len(reasons) == 1 and "interrupted bisect (k, " in reasons[0] and "at generation 1" in reasons[0], reasons
+
+
+# ------------------------------------------------------------------------------ judging a step
+def _workload(median: float, spread: float = 0.01, n: int = 4) -> dict:
+    """A bench summary's workload (rigkit.bench.results' shape) with a decode figure of ``median`` tok/s."""
+    return {"status": "ok", "metrics": {"decode_tps": {"median": median, "min": median * (1 - spread),
+                                                       "max": median * (1 + spread), "cv": spread / 2, "n": n}}}
+
+
+@given(st.sampled_from([{}, {"engine": "vllm"}, {"engine": None, "quantization": ""}]),
+       st.floats(min_value=10, max_value=5000), st.floats(min_value=0.05, max_value=0.6))
+def test_a_slowdown_beyond_the_noise_is_slow_whatever_context_the_server_leaves_unknown(context, good, ratio):
+    """What the sandbox showed (HyperQwen's stand-in reports no engine version): the good run's unknown context
+    keys must not turn every step into "no baseline". The bench's own rule decides: more than 15 % slower with
+    every request slower than the baseline's slowest is slow, the same figures are not."""
+    base = {"context": context, "workloads": {"chat-greedy": _workload(good)}, "_file": "good/summary.json"}
+    slow, label, _ = b.judge("chat-greedy", _workload(good * ratio), base)
+    assert (slow, label) == (True, "FAIL")
+    same, label, _ = b.judge("chat-greedy", _workload(good), base)
+    assert (same, label) == (False, "PASS")
+
+
+class _Out:
+    def __init__(self):
+        self.lines = []
+
+    def note(self, text, error=False):
+        self.lines.append(text)
+
+
+def test_an_undecided_step_the_host_has_left_is_deployed_again_before_its_second_measure():
+    """The bad generation is benched first where the host starts, then the good one is deployed: a second
+    measure of the bad one must deploy it again — benching the host as it stands would measure the good one
+    (the sandbox's first planted walk measured 242 tok/s for "the bad generation" that way)."""
+    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a"), b.Suspect("spec b")], {}, 2)
+    hs = type("HS", (), {"name": "h"})()
+    r = b.Runner(None, hs, "inv", setup, "lease", "id", "m", "chat-greedy", _Out(), {})
+    figures = {(): 100.0, (0, 1): 20.0}
+    shaky = {"first": True}
+    deployed = []
+
+    def deploy(chosen, label):
+        deployed.append(tuple(sorted(chosen)))
+        step = b.Step(len(r.steps) + 1, [], sorted(chosen))
+        r.steps.append(step)
+        r.at = step
+        return step
+
+    def bench(step, again=False):
+        key = tuple(r.at.chosen)
+        w = _workload(figures[key], spread=0.3 if key == (0, 1) and shaky.pop("first", False) else 0.01)
+        step.figure = w["metrics"]["decode_tps"]
+        return {"workloads": {"chat-greedy": w}, "context": {}, "_file": f"step-{step.n}"}
+
+    r.deploy, r.bench = deploy, bench
+    bad_step, bad_summary = r.measure([0, 1], "bad", deploy=False)  # the host starts at the bad generation
+    good_step, good_summary = r.measure([], "good")
+    r.baseline(good_step, good_summary)
+    assert r.decide(bad_step, bad_summary, "bad") is True  # undecided (CV 15 %), then measured at it again
+    assert deployed == [(), (0, 1)] and r.at.chosen == [0, 1]
+
+
+def _ttft(median: float, spread: float = 0.01, n: int = 4) -> dict:
+    """A workload whose time-to-first-token figure is ``median`` seconds."""
+    return {"status": "ok", "metrics": {"ttft_s": {"median": median, "min": median * (1 - spread),
+                                                   "max": median * (1 + spread), "cv": spread / 2, "n": n}}}
+
+
+@given(st.floats(min_value=0.005, max_value=30), st.floats(min_value=1.3, max_value=20),
+       st.floats(min_value=0.0, max_value=0.3))
+def test_ttft_is_judged_by_the_bench_speed_rule_on_its_rate(good, ratio, spread):
+    """``--metric ttft``: a step is slow exactly when the bench's own speed rule (compare_speed) says FAIL on the
+    rates (1/ttft): more than 15 % slower and every request slower to its first token than every good one;
+    an unstable run (CV above 10 %) is undecided; the same figures PASS, faster is never the slowdown."""
+    from rigkit.bench.results import compare_speed
+
+    step, base = _ttft(good * ratio, spread), _ttft(good, 0.01)
+    slow, label, reasons = b.judge("chat-greedy", step, {"workloads": {"chat-greedy": base}}, "ttft")
+    want, _ = compare_speed(b._rate(step["metrics"]["ttft_s"]), b._rate(base["metrics"]["ttft_s"]), "ttft")
+    assert label == want and reasons and reasons[0].startswith("ttft ")
+    assert slow is (True if want == "FAIL" else None)
+    if spread < 0.1:  # a CV below the bench's 10 %: disjoint spreads 30 % or more apart are a FAIL
+        assert slow is True
+    assert b.judge("chat-greedy", base, {"workloads": {"chat-greedy": base}}, "ttft")[:2] == (False, "PASS")
+    faster = b.judge("chat-greedy", _ttft(good / ratio, 0.01), {"workloads": {"chat-greedy": step}}, "ttft")
+    assert faster[0] is False or spread >= 0.2  # faster beyond the noise (a noisy baseline: not judged)
+    assert b.judge("chat-greedy", {"status": "ok", "metrics": {}}, {"workloads": {"chat-greedy": base}},
+                   "ttft")[:2] == (None, "not comparable")
+
+
+def test_the_cli_offers_the_metrics_the_bisect_judges():
+    from rigkit.cli.bisect import bisect as command
+
+    opt = next(p for p in command.params if p.name == "metric")
+    assert list(opt.type.choices) == list(b.METRICS)
+    step = b.Step(1, [], figure={"median": 0.182, "min": 0.17, "max": 0.19, "n": 5}, metric="ttft")
+    assert b.figures(step) == "ttft 182 ms (170-190, n 5)"

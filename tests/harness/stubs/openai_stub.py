@@ -83,7 +83,10 @@ VLLM = a.kind == "vllm"
 DRAFT = int(os.environ.get("DFLASH_TOKENS") or 7) if VLLM else None
 SAFE_DRAFT = 7
 CRASH_PROMPT_TOKENS = 20_000
-CHUNK_S = 0.01
+#: The verify step, seconds: ``$SANDBOX_STEP_S`` from the image's own ``Env`` (tests/harness/images.py: the
+#: ``sandbox`` tag leaves it unset, 0.01 s; the ``sandbox-slow`` tag, a build planted several times slower for
+#: ``rigkit bisect``, sets it) — the speed is the image's, pulled by its digest, never a knob the deploy does not know.
+CHUNK_S = float(os.environ.get("SANDBOX_STEP_S") or 0.01)
 PREFILL_TPS = 400_000.0
 DEAD = [None]  # why the engine is dead (None: alive)
 SHARE = os.environ.get("FAKE_GPU_SHARE") or ""
