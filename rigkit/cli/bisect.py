@@ -23,6 +23,8 @@ from rigkit.cli.deployout import Console
               help="the figure judged: decode tok/s by the bench's own verdict, or the time to the first token by "
                    "the bench's speed rule on its rate (rigkit.deploy.bisect.METRICS)")
 @click.option("--member", metavar="ID", default=None, help="the member benched [default: the resident]")
+@click.option("--max-tokens", type=click.IntRange(min=1, max=32768), default=256, show_default=True, metavar="N",
+              help="max_tokens of each request a step benches (the smoke's 256; longer decodes steady a noisy host)")
 @click.option("--reboot", is_flag=True, help="also try the suspects that need a reboot (the driver, a kernel)")
 @click.option("--no-pairs", is_flag=True, help="name the first bad entry without trying it alone (one deploy less; "
                                               "a slowdown that needs two entries is then named by its second)")
@@ -34,7 +36,7 @@ from rigkit.cli.deployout import Console
 @click.option("-v", "--verbose", count=True, help="pyinfra verbosity")
 @exits_when_unreachable
 def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, workload: str, metric: str,
-           member: str | None, reboot: bool, no_pairs: bool, dry: bool, abort_: bool, force: bool,
+           member: str | None, max_tokens: int, reboot: bool, no_pairs: bool, dry: bool, abort_: bool, force: bool,
            confirm_budget: float | None, verbose: int) -> None:
     """Name the entry — an image digest, a model commit, a pin, the llama-swap release, a member's argument,
     a spec value — that made the rig slower between generation GOOD and generation BAD of a host: each step
@@ -78,4 +80,4 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
         sys.exit(exitcodes.OK)
     sys.exit(walk.run(hs, inv, good, bad, console, member=member, workload=workload, reboot=reboot,
                       pairs=not no_pairs, overrides=overrides, verbose=verbose, budget_s=confirm_budget,
-                      metric=metric))
+                      metric=metric, max_tokens=max_tokens))

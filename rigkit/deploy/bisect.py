@@ -337,6 +337,13 @@ def estimate_s(tried: list[Suspect], steps: dict[str, int]) -> float:
     return steps["most"] * (STEP_S + worst)
 
 
+#: Where each step's bench folder goes (``<host>/<bisect id>/step-K``): beside ``results/``, never in it — a step is
+#: a trial mix nobody declared, so it must be neither a later run's default baseline
+#: (:func:`rigkit.bench.results.find_baselines` walks ``results/``) nor the host's figure in ``rigkit report``.
+BENCH_FOLDER = Path("bisects")
+#: max_tokens of each chat request a step benches by default: the post-deploy smoke's.
+SMOKE_MAX_TOKENS = 256
+
 #: The workloads a bisect may judge on (those :func:`rigkit.bench.results.compared_metrics` compares decode for).
 WORKLOADS = ("chat-greedy", "chat", "quoting")
 #: The metrics a bisect may judge on (``--metric``) and the bench figure each reads
@@ -549,14 +556,14 @@ class Runner:
 
     def __init__(self, ch: Any, hs: Any, inventory: str, setup: Setup, lease: str, bisect_id: str, member: str,
                  workload: str, out: Any, overrides: dict[str, Any], verbose: int = 0,
-                 budget_s: float | None = None, metric: str = "decode") -> None:
+                 budget_s: float | None = None, metric: str = "decode", max_tokens: int = SMOKE_MAX_TOKENS) -> None:
         self.ch, self.hs, self.inventory, self.setup, self.lease = ch, hs, inventory, setup, lease
-        self.metric = metric
+        self.metric, self.max_tokens = metric, max_tokens
         self.id, self.member, self.workload, self.out = bisect_id, member, workload, out
         self.overrides, self.verbose, self.budget_s = overrides, verbose, budget_s
         self.steps: list[Step] = []
         self.good_summary: dict[str, Any] | None = None
-        self.folder = Path("results") / "bisect" / hs.name / bisect_id
+        self.folder = BENCH_FOLDER / hs.name / bisect_id
         self.deploys = 0
         self.benches = 0
         self.at: Step | None = None  # the step whose combination the host stands at (None: none yet)
@@ -623,7 +630,7 @@ class Runner:
         workload failed."""
         out_dir = self.folder / (f"step-{step.n}" + ("-again" if again else ""))
         cmd = [str(Path(sys.executable).parent / "rigkit"), "bench", "-i", self.inventory, "--host", self.hs.name,
-               "--member", self.member, "--workload", self.workload, "--preset", "small", "--max-tokens", "256",
+               "--member", self.member, "--workload", self.workload, "--preset", "small", "--max-tokens", str(self.max_tokens),
                "--out", str(out_dir)]
         self.say(f"step {step.n}: benching {self.member}/{self.workload} through llama-swap"
                  + (" again (the first bench could not tell)" if again else ""))
@@ -699,10 +706,12 @@ def _label(setup: Setup, chosen: Iterable[int]) -> str:
 
 def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str | None = None,
         workload: str = "chat-greedy", reboot: bool = False, pairs: bool = True, overrides: dict[str, Any] | None = None,
-        verbose: int = 0, budget_s: float | None = None, metric: str = "decode") -> int:
+        verbose: int = 0, budget_s: float | None = None, metric: str = "decode",
+        max_tokens: int = SMOKE_MAX_TOKENS) -> int:
     """``rigkit bisect --host H --good G --bad B``: the module docstring's walk on ``hs``'s host under its host
     lock; what it says goes to ``out`` (:class:`rigkit.deploy.run.Output`). ``member`` is benched (default: the
-    resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload``, judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named, or no
+    resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload`` with ``max_tokens`` per chat request
+    (default the smoke's 256; longer decodes steady a noisy host), judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named, or no
     slowdown to bisect), 1 (stopped: refused, a step that could not be deployed or told, the host lost — the
     host is back at its start unless said), 2 (bad input: nothing touched)."""
     from rigkit.deploy.run import smoke_members
@@ -755,7 +764,7 @@ def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str |
                 out.note(f"{hs.name}: the bisect's journal could not be written: {why}; nothing touched", error=True)
                 return exitcodes.FAILED
             runner = Runner(ch, hs, inventory, setup, lease, bisect_id, member, workload, out, overrides, verbose,
-                            budget_s, metric)
+                            budget_s, metric, max_tokens)
             code = exitcodes.FAILED
             try:
                 code = _walk(runner, setup, pairs)

@@ -5,7 +5,9 @@ only once back at the start's key, the start never pruned), and the list's mark 
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -301,3 +303,31 @@ def test_the_cli_offers_the_metrics_the_bisect_judges():
     assert list(opt.type.choices) == list(b.METRICS)
     step = b.Step(1, [], figure={"median": 0.182, "min": 0.17, "max": 0.19, "n": 5}, metric="ttft")
     assert b.figures(step) == "ttft 182 ms (170-190, n 5)"
+
+
+def test_a_steps_bench_asks_the_max_tokens_given_and_lands_outside_the_results_folder(tmp_path, monkeypatch):
+    """Each step's bench is a normal bench folder under ``bisects/<host>/<id>/step-K``, never under ``results/``:
+    a new operator saw the next smoke take a bisect step (a mix nobody declared) as its default baseline and the
+    report show it as the host's figure. ``--max-tokens`` reaches the bench (longer decodes steady a noisy host)."""
+    from rigkit.bench.results import find_baselines
+
+    monkeypatch.chdir(tmp_path)
+    asked = []
+
+    def fake_run(cmd, **_kw):
+        asked.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        w = _workload(100.0)
+        (out / "summary.json").write_text(json.dumps({"timestamp": "2026-12-06T00:00:00+00:00", "context": {},
+                                                      "workloads": {"chat-greedy": w}}))
+
+    monkeypatch.setattr(b.subprocess, "run", fake_run)
+    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a")], {}, 2)
+    hs = type("HS", (), {"name": "h"})()
+    r = b.Runner(None, hs, "inv", setup, "lease", "id7", "m", "chat-greedy", _Out(), {}, max_tokens=2048)
+    summary = r.bench(b.Step(1, [], []))
+    assert asked[0][asked[0].index("--max-tokens") + 1] == "2048"
+    assert Path(summary["_file"]).resolve() == (tmp_path / "bisects" / "h" / "id7" / "step-1" / "summary.json")
+    (tmp_path / "results").mkdir()
+    assert find_baselines("results") == [] and len(find_baselines(".")) == 1  # found where it is, never in results/
