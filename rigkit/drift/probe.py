@@ -49,11 +49,22 @@ UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Re
               "PartOf", "FragmentPath")
 
 
-def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> list[tuple[str, str]]:
+def agent_probe_args(decl: Declared, deep: bool = False) -> list[str] | None:
+    """``[LOCK_B64, DEEP, PREPARED]`` of ``rigkit-agent probe`` (the agent's health and the model files,
+    :func:`rigkit.host.modelcheck.main`) for ``decl``; None when it declares no lock (``version`` only)."""
+    if decl.lock is None:
+        return None
+    lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
+    return [lock_b64, str(int(deep)), ",".join(sorted(declared_state.PREPARED_MODELS)) or ","]
+
+
+def probe_sections(decl: Declared, deep: bool = False, diff: bool = False, agent: bool = True) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
     :func:`parse_probe`. Commands of rigkit's facts are reused verbatim. Every rendered file and
     upload is read by one :class:`~rigkit.operations.facts.files.FileStates` (the deploy's own fact); with
-    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`)."""
+    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`). ``agent`` False leaves out the
+    :data:`AGENT_MODELS` section (the locked probe has the agent that takes the lock run it:
+    :class:`LockedProbe`)."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
     file_paths = sorted({**decl.files, **decl.uploads})
@@ -103,10 +114,10 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
                                          f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
     # the agent's health and the model files in one process: `rigkit-agent probe` prints its version line,
     # then (given the lock) the model check's JSON line; its exit status is the agent's health
-    if decl.lock is not None:
-        lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
-        prepared = q(",".join(sorted(declared_state.PREPARED_MODELS)) or ",")
-        sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {lock_b64} {int(deep)} {prepared} 2>&1; echo {RC}$?"))
+    args = agent_probe_args(decl, deep)
+    if args is not None:
+        if agent:
+            sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {' '.join(map(q, args))} 2>&1; echo {RC}$?"))
     else:
         sections.append(("agent", f"{paths.AGENT_BIN} version 2>&1; echo {RC}$?"))
     return sections
@@ -367,15 +378,19 @@ class LockedProbe(FactBase):
     """The probe (:func:`probe_script`) run under the host lock, in one command: ``rigkit-agent lock
     run --what WHAT --lease ID --current -- sh -c SCRIPT`` (:mod:`rigkit.host.__main__`; the script
     travels base64-encoded, decoded by the host's shell before the agent starts, so the command
-    line quotes nothing). Returns ``{"lock": the agent's first line (``held`` with the current
+    line quotes nothing). ``agent``: :func:`agent_probe_args`' — the lock run itself runs the agent's
+    checks (``--probe``) and carries them in its first line, read as the :data:`AGENT_MODELS` section
+    (the script then leaves it out: ``probe_sections(agent=False)``; one agent start, issue 67).
+    Returns ``{"lock": the agent's first line (``held`` with the current
     generation, or ``refused`` with why; None when no agent answered that way), "sections": the
     probe's (as :class:`HostProbe`'s; None when it did not run or its output is not the probe's),
     "said": what else the command printed (an agent that is missing or predates ``--current``)}``."""
 
-    def command(self, script: str, what: str, lease: str) -> str:
+    def command(self, script: str, what: str, lease: str, agent: list[str] | None = None) -> str:
         encoded = base64.b64encode(script.encode()).decode()
-        return (f"{paths.AGENT_BIN} lock run --what {shlex.quote(what)} --lease {shlex.quote(lease)} --current -- "
-                f"sh -c \"$(printf %s {encoded} | base64 -d)\" 2>&1; true")
+        probe = f"--probe {' '.join(map(shlex.quote, agent))} " if agent is not None else ""
+        return (f"{paths.AGENT_BIN} lock run --what {shlex.quote(what)} --lease {shlex.quote(lease)} --current "
+                f"{probe}-- sh -c \"$(printf %s {encoded} | base64 -d)\" 2>&1; true")
 
     @staticmethod
     def default() -> None:
@@ -391,11 +406,14 @@ class LockedProbe(FactBase):
         if not isinstance(lock, dict) or not isinstance(lock.get("held"), bool):
             return {"lock": None, "sections": None, "said": [line for line in output if line.strip()]}
         sections = None
+        agent = lock.pop("probe", None)
         if lock["held"]:
             try:
                 sections = HostProbe().process(output[1:])
             except ValueError:
                 sections = None
+        if sections is not None and isinstance(agent, dict):  # the agent's checks, as `rigkit-agent probe` said them
+            sections[AGENT_MODELS] = [*str(agent.get("output") or "").splitlines(), f"{RC}{agent.get('rc')}"]
         return {"lock": lock, "sections": sections, "said": []}
 
 
@@ -412,9 +430,12 @@ def probe_under_lock(decls: list[Declared], connections: dict[str, dict[str, Any
         facts = parse_probe(sections, decl_by_name[name].packages) if sections is not None else None
         return {"lock": raw.get("lock"), "facts": facts, "said": raw.get("said") or []}
 
-    return _each_host(decls, connections, connect_timeout, LockedProbe,
-                      {d.host: {"script": probe_script(probe_sections(d)), "what": what, "lease": lease} for d in decls},
-                      read)
+    kwargs = {}
+    for d in decls:
+        agent = agent_probe_args(d)
+        kwargs[d.host] = {"script": probe_script(probe_sections(d, agent=agent is None)), "what": what, "lease": lease,
+                          "agent": agent}
+    return _each_host(decls, connections, connect_timeout, LockedProbe, kwargs, read)
 
 
 def _each_host(decls: list[Declared], connections: dict[str, dict[str, Any]], connect_timeout: int, fact: type,
