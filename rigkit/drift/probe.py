@@ -40,9 +40,10 @@ MAX_DIFF_BYTES = 1 << 20
 DOCKER_SOCKET = "/var/run/docker.sock"
 #: docker's own answer to which cgroup driver is in effect: dockerd's ``GET /info`` (Docker Engine API
 #: "System information", its ``CgroupDriver`` field) — the call ``docker info --format '{{.CgroupDriver}}'``
-#: makes — asked over the daemon's socket with curl (on every Arch host: pacman depends on curl): the docker
-#: CLI also runs each CLI plugin for its metadata, ~45 ms of the host's CPU against curl's ~13 ms (issue 67,
-#: ``dockerd``'s own work included); nothing printed when docker does not answer (:func:`docker_cgroup_driver`).
+#: makes — asked over the daemon's socket with curl (on every Arch host: pacman depends on curl). The docker
+#: CLI lists its CLI plugins first whatever the format (docker/cli ``cli/command/system/info.go`` ``runInfo``:
+#: ``pluginmanager.ListPlugins`` before ``Client().Info``): ~50 ms of the host's CPU against curl's ~13 ms,
+#: dockerd's own work included (issue 67); nothing printed when docker does not answer (:func:`docker_cgroup_driver`).
 DOCKER_CGROUP_DRIVER_COMMAND = f"curl -sf --unix-socket {DOCKER_SOCKET} http://localhost/info 2>/dev/null"
 #: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
 UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Requires", "BindsTo", "Requisite",
