@@ -20,9 +20,15 @@ is printed. Wall seconds and CPU seconds (user + system of every process it star
 ``getrusage(RUSAGE_CHILDREN)``; the sandbox hosts' own processes are not children and are not
 counted) are printed as medians, with the N/1 wall ratio (targets on a 2-core machine: drift <= 2
 for N = 8, the converged deploy <= 2 for N = 8 (issue 48), pyinfra's --full run <= 2 for N = 4) and the load average before and after, so a run on a machine busy with other work
-can be read for what it is. The hosts are removed at the end unless ``--keep``.
+can be read for what it is. The hosts' own CPU per command is printed too (issue 67: far less noisy than
+wall on a shared machine): the CPU seconds each host's cgroup (:func:`host_cpu`) used while the command ran,
+per host (the sum over the hosts it ran on, divided by their number) — sshd, sudo, the agent and the probe's
+commands on the host, and the little the host's own services do meanwhile (an idle converged host: ~2 ms a
+second here). The hosts are removed at the end unless ``--keep``; ``--reuse`` takes hosts a ``--keep`` left
+up as they are (no golden copy made: the code under test reaches them through the untimed ``--full`` runs
+first, which install its agent and stamp its build).
 
-usage: python benchmarks/fleet.py [--hosts 4] [--runs 3] [--prefix r16-] [--fresh] [--plan] [--full] [--keep]
+usage: python benchmarks/fleet.py [--hosts 4] [--runs 3] [--prefix r16-] [--fresh] [--plan] [--full] [--keep] [--reuse]
 (root, from the project root; `make sandbox-fixtures` first)
 """
 
@@ -93,6 +99,39 @@ def host_memory(name: str) -> int | None:
     return None
 
 
+def host_cpu(name: str) -> float | None:
+    """CPU seconds host ``name``'s cgroup has used since it started: cgroup v2's ``cpu.stat`` ``usage_usec``
+    (present without the cpu controller: the kernel's Documentation/admin-guide/cgroup-v2.rst, "cpu.stat"),
+    else v1 cpuacct's ``cpuacct.usage`` (ns); its processes and every cgroup below (the container's
+    services, Docker's containers). None when neither can be read."""
+    for _, d in hostctl.host_cgroups(name):
+        try:
+            for line in (d / "cpu.stat").read_text().splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+        except (OSError, ValueError):
+            pass
+        try:
+            return int((d / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def hosts_cpu(names: list[str], before: dict[str, float | None] | None = None) -> dict[str, float | None]:
+    """``{name: host_cpu(name)}``; with ``before`` (an earlier call's), each host's CPU seconds since then."""
+    now = {n: host_cpu(n) for n in names}
+    if before is None:
+        return now
+    return {n: (v - before[n]) if v is not None and before.get(n) is not None else None for n, v in now.items()}
+
+
+def per_host(used: dict[str, float | None]) -> float:
+    """The mean of the known figures of ``used`` (NaN when none is known)."""
+    known = [v for v in used.values() if v is not None]
+    return sum(known) / len(known) if known else float("nan")
+
+
 def available_gib() -> float:
     """``MemAvailable`` of /proc/meminfo, GiB."""
     for line in Path("/proc/meminfo").read_text().splitlines():
@@ -111,6 +150,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prefix", default="r16-")
     ap.add_argument("--keep", action="store_true", help="leave the hosts up")
+    ap.add_argument("--reuse", action="store_true", help="take the hosts a --keep left up as they are")
     ap.add_argument("--fresh", action="store_true", help="deploy fresh hosts instead of copying the converged one")
     ap.add_argument("--plan", action="store_true", help="time `rigkit drift --plan` (pyinfra's plan too)")
     ap.add_argument("--full", action="store_true", help="time `rigkit deploy --full` (pyinfra's converged run) too")
@@ -126,7 +166,9 @@ def main() -> None:
                 print(f"only {len(up)} of {a.hosts} hosts fit: {available_gib():.1f} GiB available, "
                       f"{a.min_free_gib:g} GiB kept free", flush=True)
                 break
-            if a.fresh:
+            if a.reuse and hostctl.read_meta(n):
+                pass  # left up by an earlier --keep: the untimed --full runs below bring this code to it
+            elif a.fresh:
                 hostctl.host_up(n, "nspawn")
             else:
                 import conftest  # the harness' host factory: a copy of the golden converged host
@@ -145,26 +187,33 @@ def main() -> None:
         rows: dict[tuple[str, int], list[tuple[float, float]]] = {}
         for r in range(a.runs):
             for label, inv, n in (("1 host", one, 1), (f"{len(names)} hosts", fleet, len(names))):
+                cpu0 = hosts_cpu(names[:n])
                 w, c, _ = timed(rigkit("drift", "-i", inv, *(["--plan"] if a.plan else [])), ok=(0, 3))
-                rows.setdefault(("drift", n), []).append((w, c))
+                h = per_host(hosts_cpu(names[:n], cpu0))
+                rows.setdefault(("drift", n), []).append((w, c, h))
+                cpu0 = hosts_cpu(names[:n])
                 w2, c2, proc = timed(rigkit("deploy", "-i", inv, "--no-smoke"))
+                h2 = per_host(hosts_cpu(names[:n], cpu0))
                 probed = PROBE.findall(proc.stderr)
                 if len(probed) != n or "$ pyinfra" in proc.stderr:
                     raise SystemExit(f"deploy on {label}: {len(probed)} hosts on the probe path, expected {n}\n"
                                      f"{proc.stderr[-2000:]}")
-                rows.setdefault(("deploy", n), []).append((w2, c2))
+                rows.setdefault(("deploy", n), []).append((w2, c2, h2))
                 note = ""
                 if a.full:
+                    cpu0 = hosts_cpu(names[:n])
                     w3, c3, proc = timed(rigkit("deploy", "-i", inv, "--no-smoke", "--full"))
+                    h3 = per_host(hosts_cpu(names[:n], cpu0))
                     changed = [int(m.group(3)) for m in SUMMARY.finditer(proc.stdout + proc.stderr)]
                     if len(changed) != n:
                         raise SystemExit(f"deploy --full on {label}: {len(changed)} host summaries, expected {n}\n"
                                          f"{proc.stdout[-2000:]}")
-                    rows.setdefault(("full", n), []).append((w3, c3))
-                    note = (f"; --full {w3:.1f} s wall / {c3:.1f} s CPU"
+                    rows.setdefault(("full", n), []).append((w3, c3, h3))
+                    note = (f"; --full {w3:.1f} s wall / {c3:.1f} s CPU / host CPU {h3 * 1000:.0f} ms a host"
                             + ("" if not any(changed) else f" (NOT converged: {sum(changed)} operations changed)"))
-                print(f"run {r + 1}, {label}: drift {w:.1f} s wall / {c:.1f} s CPU; converged deploy (probe) "
-                      f"{w2:.1f} s wall / {c2:.1f} s CPU{note}", flush=True)
+                print(f"run {r + 1}, {label}: drift {w:.1f} s wall / {c:.1f} s CPU / host CPU {h * 1000:.0f} ms a host; "
+                      f"converged deploy (probe) {w2:.1f} s wall / {c2:.1f} s CPU / host CPU {h2 * 1000:.0f} ms a host{note}",
+                      flush=True)
         memory = {n: host_memory(n) for n in names}
     finally:
         if not a.keep:
@@ -184,14 +233,14 @@ def main() -> None:
     for what in ("drift", "deploy", "full"):
         if (what, 1) not in rows:
             continue
-        w1, c1 = med(x[0] for x in rows[(what, 1)]), med(x[1] for x in rows[(what, 1)])
-        wn, cn = med(x[0] for x in rows[(what, a.hosts)]), med(x[1] for x in rows[(what, a.hosts)])
+        w1, c1, h1 = (med(x[i] for x in rows[(what, 1)]) for i in range(3))
+        wn, cn, hn = (med(x[i] for x in rows[(what, a.hosts)]) for i in range(3))
         name = {"drift": "rigkit drift" + (" --plan" if a.plan else ""),
                 "deploy": "rigkit deploy --no-smoke (converged: the probe path)",
                 "full": "rigkit deploy --no-smoke --full (pyinfra's converged run)"}[what]
         print(f"{name}, median of {a.runs}: 1 host {w1:.1f} s wall / {c1:.1f} s CPU; {a.hosts} hosts "
               f"{wn:.1f} s wall / {cn:.1f} s CPU -> wall ratio {wn / w1:.2f} ({target[what]}), "
-              f"CPU ratio {cn / c1:.2f}")
+              f"CPU ratio {cn / c1:.2f}; host CPU a host {h1 * 1000:.0f} ms (1 host) / {hn * 1000:.0f} ms ({a.hosts} hosts)")
     print(f"load average (1, 5, 15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after "
           f"{os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} on "
           f"{os.cpu_count()} CPUs")

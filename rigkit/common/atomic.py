@@ -11,7 +11,6 @@ fails when another calls ``os.replace``, ``os.rename`` or ``fsync``); the contro
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
@@ -41,6 +40,8 @@ def write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o644, owner: 
     or ``(uid, gid)``; None: the writer's). Creates the parent folder unless ``make_parents`` is False.
     Returns the path. Raises OSError (nothing replaced, the temporary file removed), KeyError for an
     unknown owner."""
+    import tempfile  # here, not at the top: it costs every agent start (shutil, random: issue 67)
+
     p = Path(path)
     if make_parents:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -206,8 +206,8 @@ def compare_daemon_json(host: str, owned: dict[str, Any], actual: dict[str, Any]
     merging rigkit's value into the host's would change it (the deploy's own
     :func:`~rigkit.render.declared_state.merge_json`); an operator's other ``native.cgroupdriver``
     (:func:`~rigkit.render.declared_state.cgroup_driver_problem`) and the driver docker itself says is in
-    effect (``driver``: ``docker info --format '{{.CgroupDriver}}'``; None or "" when docker did not
-    answer) other than ``cgroupfs`` are findings. Keys rigkit does not own are never drift."""
+    effect (``driver``: dockerd's ``GET /info`` ``CgroupDriver``, what ``docker info --format
+    '{{.CgroupDriver}}'`` prints; None or "" when docker did not answer) other than ``cgroupfs`` are findings. Keys rigkit does not own are never drift."""
     path = paths.DOCKER_DAEMON_JSON
     if not actual.get("exists"):
         return [Finding(host, "daemon.json", path, "present with " + ", ".join(sorted(owned)), "missing")]

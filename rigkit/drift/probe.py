@@ -35,19 +35,37 @@ AGENT_MODELS, RC = "agent+models", "__RC__="
 WHEELS_DIR = f"{paths.AGENT_DIR}/wheels"
 #: Files larger than this are compared by hash only (no diff): rendered files are configs.
 MAX_DIFF_BYTES = 1 << 20
-#: docker's own answer to which cgroup driver is in effect (docker-info(1) ``--format``: the
-#: ``CgroupDriver`` field of ``system info``); nothing printed when docker does not answer.
-DOCKER_CGROUP_DRIVER_COMMAND = "docker info --format '{{.CgroupDriver}}' 2>/dev/null"
+#: The docker CLI's default daemon socket (docker/cli ``opts/hosts.go`` ``DefaultUnixSocket``; sudo resets
+#: ``DOCKER_HOST``).
+DOCKER_SOCKET = "/var/run/docker.sock"
+#: docker's own answer to which cgroup driver is in effect: dockerd's ``GET /info`` (Docker Engine API
+#: "System information", its ``CgroupDriver`` field) — the call ``docker info --format '{{.CgroupDriver}}'``
+#: makes — asked over the daemon's socket with curl (on every Arch host: pacman depends on curl). The docker
+#: CLI lists its CLI plugins first whatever the format (docker/cli ``cli/command/system/info.go`` ``runInfo``:
+#: ``pluginmanager.ListPlugins`` before ``Client().Info``): ~50 ms of the host's CPU against curl's ~13 ms,
+#: dockerd's own work included (issue 67); nothing printed when docker does not answer (:func:`docker_cgroup_driver`).
+DOCKER_CGROUP_DRIVER_COMMAND = f"curl -sf --unix-socket {DOCKER_SOCKET} http://localhost/info 2>/dev/null"
 #: Unit properties read by ``systemctl show`` (systemd.unit(5), org.freedesktop.systemd1(5)).
 UNIT_PROPS = ("Id", "LoadState", "UnitFileState", "ActiveState", "SubState", "Requires", "BindsTo", "Requisite",
               "PartOf", "FragmentPath")
 
 
-def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> list[tuple[str, str]]:
+def agent_probe_args(decl: Declared, deep: bool = False) -> list[str] | None:
+    """``[LOCK_B64, DEEP, PREPARED]`` of ``rigkit-agent probe`` (the agent's health and the model files,
+    :func:`rigkit.host.modelcheck.main`) for ``decl``; None when it declares no lock (``version`` only)."""
+    if decl.lock is None:
+        return None
+    lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
+    return [lock_b64, str(int(deep)), ",".join(sorted(declared_state.PREPARED_MODELS)) or ","]
+
+
+def probe_sections(decl: Declared, deep: bool = False, diff: bool = False, agent: bool = True) -> list[tuple[str, str]]:
     """The probe's sections ``[(key, shell command)]``; each command's stdout is parsed by
     :func:`parse_probe`. Commands of rigkit's facts are reused verbatim. Every rendered file and
     upload is read by one :class:`~rigkit.operations.facts.files.FileStates` (the deploy's own fact); with
-    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`)."""
+    ``diff`` their content too (base64, up to :data:`MAX_DIFF_BYTES`). ``agent`` False leaves out the
+    :data:`AGENT_MODELS` section (the locked probe has the agent that takes the lock run it:
+    :class:`LockedProbe`)."""
     q = shlex.quote
     sections: list[tuple[str, str]] = []
     file_paths = sorted({**decl.files, **decl.uploads})
@@ -97,10 +115,10 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False) -> li
                                          f"llama-swap.service; stat -c 'mtime=%Y' {q(paths.LLAMA_SWAP_CONFIG)}"))
     # the agent's health and the model files in one process: `rigkit-agent probe` prints its version line,
     # then (given the lock) the model check's JSON line; its exit status is the agent's health
-    if decl.lock is not None:
-        lock_b64 = base64.b64encode(json.dumps(decl.lock).encode()).decode()
-        prepared = q(",".join(sorted(declared_state.PREPARED_MODELS)) or ",")
-        sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {lock_b64} {int(deep)} {prepared} 2>&1; echo {RC}$?"))
+    args = agent_probe_args(decl, deep)
+    if args is not None:
+        if agent:
+            sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {' '.join(map(q, args))} 2>&1; echo {RC}$?"))
     else:
         sections.append(("agent", f"{paths.AGENT_BIN} version 2>&1; echo {RC}$?"))
     return sections
@@ -240,10 +258,22 @@ def parse_agent(lines: list[str], models: bool) -> tuple[dict[str, Any], Any]:
     return agent, found
 
 
+def docker_cgroup_driver(lines: list[str]) -> str | None:
+    """The ``CgroupDriver`` of dockerd's ``GET /info`` answer (:data:`DOCKER_CGROUP_DRIVER_COMMAND`'s
+    output ``lines``, one JSON object), or None when docker did not answer (nothing, not a JSON object, no
+    such string field)."""
+    try:
+        info = json.loads("\n".join(lines))
+    except ValueError:
+        return None
+    driver = info.get("CgroupDriver") if isinstance(info, dict) else None
+    return driver.strip() or None if isinstance(driver, str) else None
+
+
 def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any]:
     """The probe's raw sections (:class:`HostProbe`) → facts: ``files``/``secrets`` ``{path:
     stat | None}`` (+ ``content`` bytes for files), ``pacman`` (for ``packages``), ``ignorepkg``,
-    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``docker_cgroup_driver`` (docker info's answer, None when
+    ``kernel``, ``dkms``, ``smi``, ``smi_cuda`` (str | None), ``daemon_json``, ``docker_cgroup_driver`` (dockerd's answer, :func:`docker_cgroup_driver`; None when
     docker did not answer), ``power_healer`` (the
     healer's record, :mod:`rigkit.host.power`), ``agent`` ``{rc,
     output}``, ``units``, ``llama_swap_start`` ``{started, mtime}`` (epoch s | None), ``models``
@@ -293,7 +323,7 @@ def parse_probe(raw: dict[str, list[str]], packages: list[str]) -> dict[str, Any
         elif key == "daemon-json":
             facts["daemon_json"] = JsonFile().process(lines)
         elif key == "docker-cgroup-driver":
-            facts["docker_cgroup_driver"] = next((ln.strip() for ln in lines if ln.strip()), None)
+            facts["docker_cgroup_driver"] = docker_cgroup_driver(lines)
         elif key == "window":
             facts["window"] = JsonFile().process(lines)
         elif key == "holds":
@@ -349,15 +379,19 @@ class LockedProbe(FactBase):
     """The probe (:func:`probe_script`) run under the host lock, in one command: ``rigkit-agent lock
     run --what WHAT --lease ID --current -- sh -c SCRIPT`` (:mod:`rigkit.host.__main__`; the script
     travels base64-encoded, decoded by the host's shell before the agent starts, so the command
-    line quotes nothing). Returns ``{"lock": the agent's first line (``held`` with the current
+    line quotes nothing). ``agent``: :func:`agent_probe_args`' — the lock run itself runs the agent's
+    checks (``--probe``) and carries them in its first line, read as the :data:`AGENT_MODELS` section
+    (the script then leaves it out: ``probe_sections(agent=False)``; one agent start, issue 67).
+    Returns ``{"lock": the agent's first line (``held`` with the current
     generation, or ``refused`` with why; None when no agent answered that way), "sections": the
     probe's (as :class:`HostProbe`'s; None when it did not run or its output is not the probe's),
     "said": what else the command printed (an agent that is missing or predates ``--current``)}``."""
 
-    def command(self, script: str, what: str, lease: str) -> str:
+    def command(self, script: str, what: str, lease: str, agent: list[str] | None = None) -> str:
         encoded = base64.b64encode(script.encode()).decode()
-        return (f"{paths.AGENT_BIN} lock run --what {shlex.quote(what)} --lease {shlex.quote(lease)} --current -- "
-                f"sh -c \"$(printf %s {encoded} | base64 -d)\" 2>&1; true")
+        probe = f"--probe {' '.join(map(shlex.quote, agent))} " if agent is not None else ""
+        return (f"{paths.AGENT_BIN} lock run --what {shlex.quote(what)} --lease {shlex.quote(lease)} --current "
+                f"{probe}-- sh -c \"$(printf %s {encoded} | base64 -d)\" 2>&1; true")
 
     @staticmethod
     def default() -> None:
@@ -373,11 +407,14 @@ class LockedProbe(FactBase):
         if not isinstance(lock, dict) or not isinstance(lock.get("held"), bool):
             return {"lock": None, "sections": None, "said": [line for line in output if line.strip()]}
         sections = None
+        agent = lock.pop("probe", None)
         if lock["held"]:
             try:
                 sections = HostProbe().process(output[1:])
             except ValueError:
                 sections = None
+        if sections is not None and isinstance(agent, dict):  # the agent's checks, as `rigkit-agent probe` said them
+            sections[AGENT_MODELS] = [*str(agent.get("output") or "").splitlines(), f"{RC}{agent.get('rc')}"]
         return {"lock": lock, "sections": sections, "said": []}
 
 
@@ -394,9 +431,12 @@ def probe_under_lock(decls: list[Declared], connections: dict[str, dict[str, Any
         facts = parse_probe(sections, decl_by_name[name].packages) if sections is not None else None
         return {"lock": raw.get("lock"), "facts": facts, "said": raw.get("said") or []}
 
-    return _each_host(decls, connections, connect_timeout, LockedProbe,
-                      {d.host: {"script": probe_script(probe_sections(d)), "what": what, "lease": lease} for d in decls},
-                      read)
+    kwargs = {}
+    for d in decls:
+        agent = agent_probe_args(d)
+        kwargs[d.host] = {"script": probe_script(probe_sections(d, agent=agent is None)), "what": what, "lease": lease,
+                          "agent": agent}
+    return _each_host(decls, connections, connect_timeout, LockedProbe, kwargs, read)
 
 
 def _each_host(decls: list[Declared], connections: dict[str, dict[str, Any]], connect_timeout: int, fact: type,

@@ -12,7 +12,8 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
   under the host lock (the deploy's disruptive steps: a docker restart, a reboot), refused with
   exit 1 naming the holder when it is held or a window is open (``--current``: first one JSON line,
   taken with the current generation or refused with why — the deploy's probe under the lock, one
-  round trip); ``lock hold --what WHAT --lease ID``
+  round trip; ``--probe LOCK_B64 DEEP PREPARED``: that JSON line carries what ``probe`` prints, as ``probe``
+  ``{rc, output}``, so the deploy's probe starts the agent once); ``lock hold --what WHAT --lease ID``
   — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
 - ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).
@@ -53,6 +54,9 @@ def lock_main(argv: list[str]) -> int:
     run.add_argument("--current", action="store_true",
                      help="print one JSON line first: taken (with what `generation current` prints, read under the "
                           "lock) or refused (why), each with the warnings of taking it; then run the command")
+    run.add_argument("--probe", nargs=3, metavar=("LOCK_B64", "DEEP", "PREPARED"),
+                     help="with --current: the JSON line carries what `rigkit-agent probe LOCK_B64 DEEP PREPARED` "
+                          "prints, run under the lock (`probe`: {rc, output})")
     run.add_argument("command", nargs=argparse.REMAINDER)
     hold = sub.add_parser("hold", help="hold the lock until stdin closes (a lease others can join)")
     hold.add_argument("--what", required=True, help="who holds it, for the record (e.g. 'rollback to generation 1')")
@@ -72,7 +76,7 @@ def lock_main(argv: list[str]) -> int:
     shown = " ".join(cmd)
     shown = shown if len(shown) <= 160 else f"{shown[:160]}… ({len(shown)} characters)"  # the record stays readable
     if a.current:
-        return _run_current(cfg, a.what, a.lease, cmd, f"rigkit-agent lock run --current -- {shown}")
+        return _run_current(cfg, a.what, a.lease, cmd, f"rigkit-agent lock run --current -- {shown}", a.probe)
     with _StopSignals() as stop:  # set before the lock is taken: a stop never leaves its record behind
         lock = _take(cfg, a.what, shown, a.lease)
         if lock is None:
@@ -157,12 +161,16 @@ class _StopSignals:
                 os.read(self.wake_fd, 64)
 
 
-def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str) -> int:
+def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str,
+                 probe: list[str] | None = None) -> int:
     """``lock run --current``: one JSON line on stdout first — ``{"held": true, "index", "current",
     "record", "warnings"}`` (:func:`rigkit.host.generations.current`, read under the lock; ``error``
     instead when unreadable) or ``{"held": false, "refused": why, "warnings"}`` (exit 1) — then
     ``cmd`` under the lock, its exit status returned. So a deploy takes the lock, reads where the
-    host starts and probes its state (``cmd``: drift's probe) in one command, one SSH round trip."""
+    host starts and probes its state (``cmd``: drift's probe) in one command, one SSH round trip.
+    ``probe`` (``[LOCK_B64, DEEP, PREPARED]``): the held line also carries ``probe``, ``{"rc", "output"}``
+    of :func:`_probe` (what ``rigkit-agent probe`` would print and exit with), run under the lock before
+    ``cmd``: the agent started once, not once more inside ``cmd`` (issue 67)."""
     from rigkit.host import lock as host_lock
     from rigkit.host import standdown
 
@@ -175,10 +183,33 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
                              sort_keys=True), flush=True)
             return 1
         try:
-            print(json.dumps({"held": True, **_reading(cfg), "warnings": warnings}, sort_keys=True), flush=True)
+            reading = {**_reading(cfg), **({"probe": _probe(probe)} if probe is not None else {})}
+            print(json.dumps({"held": True, **reading, "warnings": warnings}, sort_keys=True), flush=True)
             return stop.run(cmd)
         finally:
             lock.release()
+
+
+def _version() -> str:
+    """The agent's version line (``version``, ``probe``): ``rigkit-agent X (Python Y)``."""
+    from rigkit import __version__
+
+    return f"rigkit-agent {__version__} (Python {sys.version.split()[0]})"
+
+
+def _probe(argv: list[str]) -> dict:
+    """What ``rigkit-agent probe ARGV`` prints and exits with, in this process: ``{"rc": its exit status,
+    "output": the version line, then the model check's JSON line}`` (:func:`rigkit.host.modelcheck.probe`,
+    which never raises)."""
+    import contextlib
+    import io
+
+    from rigkit.host.modelcheck import probe
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = probe(argv)
+    return {"rc": rc, "output": f"{_version()}\n{printed.getvalue()}"}
 
 
 def _reading(cfg) -> dict:
@@ -241,12 +272,10 @@ def _publish(cfg, *parts: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``rigkit-agent {keeper,watchdog,power,activate,window,fetch,record,status,lock,generation,confirm,probe,energy,metrics,version} ...``."""
-    from rigkit import __version__
-
     argv = sys.argv[1:] if argv is None else argv
     job = argv[0] if argv else ""
     if job in ("version", "probe"):
-        print(f"rigkit-agent {__version__} (Python {sys.version.split()[0]})", flush=True)
+        print(_version(), flush=True)
         if job == "probe" and len(argv) > 1:
             from rigkit.host.modelcheck import probe
 

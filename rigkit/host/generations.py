@@ -43,12 +43,10 @@ N needs that this host lacks), ``release`` (under the host lock). Output JSON on
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import pwd
 import grp
-import shutil
 import subprocess
 import sys
 import time
@@ -108,6 +106,8 @@ def read_record(root: Path, n: int) -> dict[str, Any]:
 
 
 def _sha256(data: bytes) -> str:
+    import hashlib  # here: OpenSSL's load costs every agent start, the lock's too (issue 67)
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -427,6 +427,8 @@ def check(cfg: Any, n: int) -> list[str]:
     if not meta:
         return []
     tmp = root / f".check-lock-{os.getpid()}.json"
+    import shutil  # here: it loads bz2 and lzma, which every agent start paid (issue 67)
+
     shutil.copyfile(root / "objects" / meta["sha256"], tmp)
     try:
         verified = models_verified(cfg, str(tmp), rec.get("prepared") or [])

@@ -10,10 +10,8 @@ Errors: :class:`FetchError` (a model directory or a locked file missing), :class
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,8 @@ class LockInputError(ValueError):
 def hash_file(path: str | os.PathLike, git_blob: bool = False, chunk: int = CHUNK) -> dict[str, Any]:
     """Hash ``path`` in one pass: ``{"size": bytes, "sha256": hex}`` plus ``"git_blob"`` (git's
     blob id, sha1 over ``b"blob <size>\\0"`` and the bytes) when asked. Raises ``OSError``."""
+    import hashlib  # here: OpenSSL's load would cost every agent start, the deploy's probe's too (issue 67)
+
     with open(path, "rb", buffering=0) as fh:
         size = os.fstat(fh.fileno()).st_size
         sha = hashlib.sha256()
@@ -75,6 +75,8 @@ def lock_digest(f: dict[str, Any]) -> tuple[str, str]:
 def free_bytes(path: str | os.PathLike) -> int:
     """Free bytes (``shutil.disk_usage(p).free``, what root may use) on the filesystem of the
     nearest existing ancestor of ``path``."""
+    import shutil  # here: it loads bz2 and lzma, which every agent start paid (issue 67)
+
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent

@@ -211,7 +211,7 @@ def cgroup_driver_problem(data: Any) -> str | None:
     drift's JSON comparison say clean. rigkit decides: an operator's ``native.cgroupdriver`` other than
     ``cgroupfs`` is refused, before anything is touched, naming it; rigkit never rewrites it (it is the
     operator's line). The owner's answer to which driver is in effect is ``docker info --format
-    '{{.CgroupDriver}}'`` (drift reads it too)."""
+    '{{.CgroupDriver}}'``, dockerd's ``GET /info`` (drift reads it there: ``rigkit.drift.probe``)."""
     other = [d for d in cgroup_drivers((data or {}).get("exec-opts")) if d != CGROUP_DRIVER]
     if not other:
         return None

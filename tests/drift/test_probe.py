@@ -132,3 +132,26 @@ def test_the_drivers_cuda_level_is_read_in_both_spellings(cuda, driver, pad, umd
     assert gpu.driver_cuda(f"Tue Dec  1 10:00:00 2026\n{'+' + '-' * 40}\n{header}\n") == cuda
     assert gpu.driver_cuda(f"{names[1]}{' ' * pad}: {cuda}\n") == cuda
     assert gpu.driver_cuda(f"| NVIDIA-SMI {drv}  {names[0]}: {drv} |") is None
+
+
+JSON_LEAF = st.none() | st.booleans() | st.integers() | st.text(max_size=8)
+INFO = st.dictionaries(st.text(min_size=1, max_size=12).filter(lambda k: k != "CgroupDriver"),
+                       st.recursive(JSON_LEAF, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c,
+                                                                                                   max_size=3), max_leaves=6),
+                       max_size=6)
+
+
+@given(INFO, st.sampled_from(["cgroupfs", "systemd", " systemd ", "", None, 7]), st.sampled_from([0, 2, None]))
+def test_dockers_cgroup_driver_is_read_from_its_info_answer(info, driver, indent):
+    """dockerd's ``GET /info`` answer (Docker Engine API "System information": one JSON object, its
+    ``CgroupDriver`` a string, what ``docker info --format '{{.CgroupDriver}}'`` prints), whatever else it
+    holds and however it is laid out: the driver; no answer, one that is not a JSON object, or no
+    non-empty string there: None (the comparison then has nothing to say, as when docker is down)."""
+    if driver is not None:
+        info = {**info, "CgroupDriver": driver}
+    lines = json.dumps(info, indent=indent).split("\n")
+    want = driver.strip() or None if isinstance(driver, str) else None
+    assert probe.docker_cgroup_driver(lines) == want
+    assert probe.docker_cgroup_driver([]) is None
+    assert probe.docker_cgroup_driver(["curl: (7) Failed to connect"]) is None
+    assert probe.docker_cgroup_driver([json.dumps([info])]) is None

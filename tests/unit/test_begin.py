@@ -206,6 +206,30 @@ def test_the_locked_probes_command_runs_the_probe_under_the_lock_through_a_real_
     assert json.loads(read["sections"]["lock"][0])["lease"] == "L7"
 
 
+@pytest.mark.parametrize("models", [{}, {"strata": {"repo_id": "r/s", "revision": "0" * 40, "files": {}}}])
+def test_the_lock_run_runs_the_agents_checks_itself_as_its_probe_job_would(host, models):
+    """``lock run --current --probe ARGS`` (issue 67: the agent started once per deploy probe): the
+    held line carries what ``rigkit-agent probe ARGS`` prints and exits with, read back as the
+    agent's section exactly as that job's own output reads; the script then has no agent section and
+    still runs under the lock."""
+    import base64
+
+    from rigkit.drift.probe import AGENT_MODELS, RC, LockedProbe, parse_agent, probe_script
+
+    args = [base64.b64encode(json.dumps({"version": 1, "models": models}).encode()).decode(), "0", ","]
+    script = probe_script([("lock", f"cat {shlex.quote(str(host.lock))}")])
+    command = LockedProbe().command(script, "rigkit deploy", "L8", agent=args).replace(paths.AGENT_BIN, AGENT)
+    env = {**os.environ, **host.env}
+    ran = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    read = LockedProbe().process(ran.stdout.splitlines())
+    alone = subprocess.run(["sh", "-c", f"{AGENT} probe {shlex.join(args)}"], capture_output=True, text=True, cwd=ROOT,
+                           env=env, timeout=60)
+    assert read["lock"]["held"] is True and "probe" not in read["lock"], ran.stdout
+    assert read["sections"][AGENT_MODELS] == [*alone.stdout.splitlines(), f"{RC}{alone.returncode}"]
+    assert parse_agent(read["sections"][AGENT_MODELS], models=True)[0]["rc"] == 0
+    assert json.loads(read["sections"]["lock"][0])["lease"] == "L8"
+
+
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=40),
                 max_size=6))
 def test_output_that_is_not_the_agents_answer_never_reads_as_a_lock(lines):

@@ -395,7 +395,9 @@ def test_no_host_program_is_kept_as_a_string_and_model_files_are_compared_once()
         if path != HOST / "modelrecords.py" and "differs from the record" in path.read_text():
             offenders.append(f"{path.relative_to(ROOT)}: a second model-files comparison")
     assert not offenders, "\n".join(offenders)
-    assert "probe {lock_b64}" in (ROOT / "rigkit" / "drift" / "probe.py").read_text()  # rigkit-agent probe: modelcheck.probe
+    probe_py = (ROOT / "rigkit" / "drift" / "probe.py").read_text()
+    # rigkit-agent probe, or lock run --probe (the deploy's locked probe, issue 67): modelcheck.probe either way
+    assert "{paths.AGENT_BIN} probe " in probe_py and "--probe " in probe_py
 
 
 def test_lock_run_refuses_while_a_window_is_open_or_the_lock_is_held(tmp_path):
