@@ -78,7 +78,8 @@ def test_an_outlier_is_exactly_the_benchs_own_verdict_against_the_others_pooled(
             assert rig["min"] > hi
         if lo <= rig["max"] and rig["min"] <= hi:  # overlapping the others: never named
             assert rig["outlier"] is None
-        pooled = {"median": statistics.median(o["median"] for o in others), "min": lo, "max": hi}
+        pooled = {"median": statistics.median(o["median"] for o in others), "min": lo, "max": hi,
+                  "n": sum(o["n"] for o in others)}
         assert rig["verdict"] == compare_speed(rig, pooled)[0]
 
 
