@@ -146,6 +146,10 @@ class Change:
     hold: LockHold | None = None
     lock_what: str = ""
     out: run.Output = field(kw_only=True)
+    #: the sha256 of the live llama-swap config the host served from when the change began (read under the
+    #: lock: ``live_sha256`` of ``rigkit-agent lock hold --current``); None when unknown (an older agent,
+    #: no config yet). What serves can differ from ``start_record`` (a wire-in activation records none).
+    start_live: str | None = None
     #: set by :func:`settle`: the change only staged (:func:`staged_only`), so nothing that serves is asked
     #: (no completion, no smoke: either would swap out the member serving a request)
     staged_only: bool = False
@@ -192,6 +196,7 @@ def begin(hs, remote, what: str, lease: str, lock_what: str, out: run.Output) ->
         ch.hold = hold
         if hold.reading is not None:
             ch.start, ch.start_record = hold.reading.get("current"), hold.reading.get("record")
+            ch.start_live = hold.reading.get("live_sha256")
         else:  # held, but the generations could not be read in that session: read them under it
             _, ch.start, ch.start_record = _read_current(remote)
         return ch
@@ -356,17 +361,27 @@ def mark_failed(ch: Change, n: int, why: str, lease: str) -> bool:
 STAGING_FILES = frozenset({paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG})
 
 
-def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-    """Whether generation record ``new`` differs from ``old`` only in what is staged: the same live
-    members, pins, units, release, daemon.json keys, models and secrets, and no rendered file but
-    :data:`STAGING_FILES` changed (sha256, mode, owner). False without either record or its files."""
-    if not old or not new or not old.get("files") or not new.get("files"):
+def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None, served: str | None) -> bool:
+    """Whether moving the host from generation record ``old`` to ``new`` changes only what is staged,
+    judged against what the host served: ``served`` (the sha256 of the live llama-swap config the host
+    served from before the change, :attr:`Change.start_live`) is ``new``'s live config, and the records
+    have the same pins, units, release, daemon.json keys, models and secrets, and no rendered file but
+    :data:`STAGING_FILES` and the live config differs (sha256, mode, owner; the live config's content is
+    judged by ``served``, since a ``rigkit wire-in --activate`` changes it without recording a
+    generation). False without either record, its files or ``served`` (unknown is not "unchanged")."""
+    if not old or not new or not old.get("files") or not new.get("files") or not served:
         return False
     fo, fn = old["files"], new["files"]
-    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)}
+    live = fn.get(paths.LLAMA_SWAP_CONFIG) or {}
+    if live.get("sha256") != served:
+        return False
+    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)} - {paths.LLAMA_SWAP_CONFIG}
+    live_old = fo.get(paths.LLAMA_SWAP_CONFIG) or {}
+    if (live_old.get("mode"), live_old.get("owner")) != (live.get("mode"), live.get("owner")):
+        return False
     same = all(old.get(k) == new.get(k) for k in ("pins", "units", "daemon_json", "models", "secrets"))
     lo, ln = old.get("llama_swap") or {}, new.get("llama_swap") or {}
-    return same and files <= STAGING_FILES and lo.get("live") == ln.get("live") and lo.get("release") == ln.get("release")
+    return same and files <= STAGING_FILES and lo.get("release") == ln.get("release")
 
 
 def members_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -465,7 +480,7 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
         return exitcodes.FAILED
-    if new is not None and not touched and staged_only(ch.start_record, now_rec):
+    if new is not None and not touched and staged_only(ch.start_record, now_rec, ch.start_live):
         # a completion to the resident would swap out whatever member is serving (a swap group) and wait
         # for its requests: staging must not touch what serves (issue 61)
         ch.say(f"generation {target} changes only what is staged (members: {changes or 'none'}): nothing that "

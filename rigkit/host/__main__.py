@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rigkit.host.config import ConfigError
 from rigkit.host.config import load as load_config
@@ -183,13 +184,23 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
 
 def _reading(cfg) -> dict:
     """Where the host starts, read under the lock its caller holds: :func:`rigkit.host.generations.current`
-    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable."""
+    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable,
+    and ``live_sha256``: the sha256 (hex, of its bytes; :func:`rigkit.common.swapconfig.sha256_text`) of
+    the live llama-swap config llama-swap serves from (``llama_swap.config``), None when there is none
+    or it cannot be read — what serves may differ from the current generation's record (a
+    ``rigkit wire-in --activate`` records no generation), and the deploy judges "staged only" by it
+    (:func:`rigkit.deploy.transaction.staged_only`)."""
+    from rigkit.common.swapconfig import sha256_text
     from rigkit.host import generations
 
     try:
-        return generations.current(cfg.path("generations"))
+        live: str | None = sha256_text(Path(cfg.get("llama_swap", "config")).read_text())
+    except (OSError, ValueError, ConfigError):
+        live = None
+    try:
+        return {**generations.current(cfg.path("generations")), "live_sha256": live}
     except (ValueError, OSError) as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc), "live_sha256": live}
 
 
 def _take(cfg, what: str, command: str, lease: str | None = None):

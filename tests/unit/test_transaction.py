@@ -80,10 +80,10 @@ def world(monkeypatch):
     return W
 
 
-def change(remote, start=2):
+def change(remote, start=2, live=None):
     hs = type("HS", (), {"name": "demo"})()
     return cr.Change(hs, remote, "the deploy", start=start, start_record=remote.records.get(start), lock_what="x",
-                     out=Console())
+                     out=Console(), start_live=live)
 
 
 def settle(ch, proc, no_revert=False):
@@ -116,14 +116,48 @@ def test_a_change_that_only_staged_asks_nothing(world, capsys):
     remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/llama-swap/config.staged.yaml": {"sha256": "B"},
                                                          "/etc/rigkit/host.json": {"sha256": "C"}}}
     remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
-    ch = change(remote)
+    ch = change(remote, live="a")
     assert settle(ch, pyinfra_run(changed=2)) == 0
     assert not [c for c in remote.calls if c[0] == "confirm"] and ch.staged_only
     assert "generation 3 changes only what is staged" in capsys.readouterr().err
     remote.records[3]["files"]["/etc/llama-swap/config.yaml"] = {"sha256": "A"}  # the live config too: confirmed
-    ch = change(remote)
+    ch = change(remote, live="a")
     assert settle(ch, pyinfra_run(changed=2)) == 0
     assert [c for c in remote.calls if c[0] == "confirm"] and not ch.staged_only
+
+
+@pytest.mark.parametrize("served", ["w", None])
+def test_a_staged_only_record_change_that_replaced_what_the_host_served_is_confirmed(world, capsys, served):
+    """The operator's repro: generation 2 declares strata-8k staged, ``rigkit wire-in --activate`` (with it
+    live) left the host serving another config (``w``) without recording a generation, and the deploy
+    of the spec (strata-8k staged again) records generation 3, which differs from 2 only in what is
+    staged — but the run put generation 3's live config in place of the one the host served: that
+    changed what serves, so it is confirmed (and the smoke runs). A host whose served config is unknown
+    (``None``: an agent that does not read it) is confirmed too."""
+    files = {"/etc/llama-swap/config.yaml": {"sha256": "a"}, "/etc/llama-swap/config.staged.yaml": {"sha256": "b"},
+             "/etc/rigkit/host.json": {"sha256": "c"}}
+    remote = FakeRemote()
+    remote.records[2] = {"n": 2, "spec": SPEC_A, "files": files}
+    remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/rigkit/host.json": {"sha256": "C"}}}
+    remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
+    ch = change(remote, live=served)
+    assert settle(ch, pyinfra_run(changed=2)) == 0
+    assert [c for c in remote.calls if c[0] == "confirm"] and not ch.staged_only
+    assert "changes only what is staged" not in capsys.readouterr().err
+
+
+def test_begin_reads_what_the_host_serves_under_the_lock(monkeypatch):
+    """:func:`begin` keeps the live config's hash the agent read under the lock (``live_sha256``)."""
+    class Hold:
+        def __init__(self, *a, **k):
+            self.reading = {"index": {}, "current": 4, "record": {"n": 4}, "live_sha256": "f00"}
+
+        def take(self):
+            return None
+
+    monkeypatch.setattr(cr, "LockHold", Hold)
+    ch = cr.begin(type("HS", (), {"name": "demo"})(), object(), "the deploy", "l", "x", Console())
+    assert (ch.start, ch.start_live) == (4, "f00")
 
 
 def test_a_run_that_failed_before_any_operation_touched_nothing(world, capsys):
