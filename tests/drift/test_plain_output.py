@@ -113,7 +113,8 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
     summary = plan_summary(plan, ["a", "b"])
     assert summary["a"]["change"] == ["Docker | Merge daemon.json"]
     assert summary["b"] == {"change": [], "conditional": ["Docker | Restart docker for the new daemon.json"],
-                            "total": [op["names"][0] for op in plan["plan"]]}
+                            "total": [op["names"][0] for op in plan["plan"]],
+                            "record": ["Generation | Record the generation this deploy leaves"]}
     import json
 
     print_plan(json.dumps(plan), ["a", "b"])
@@ -123,9 +124,17 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
         "  change       Docker | Merge daemon.json",
         "  conditional  Docker | Restart docker for the new daemon.json — runs only if an operation before it changes "
         "something",
-        "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only after "
-        "an operation before it changes something — would not run",
+        "b: the deploy would change nothing on the rig (4 operations checked); it would only record a new "
+        "generation, whose declared state differs from the current one's as the generation line above says; "
+        "1 conditional operation(s) — each runs only after an operation before it changes something — would not run",
     ]
+    # the operator's report: "would change nothing" right under "generation 1 … is replaced by generation 2";
+    # a plan that records no generation (converged) says "would change nothing" alone
+    plan["plan"][-1]["hosts_with_change"] = ["a"]
+    print_plan(json.dumps(plan), ["a", "b"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only "
+        "after an operation before it changes something — would not run")
 
 
 # what a finding's values may hold: the TEXT above plus line breaks and the shapes that folded mid-word
