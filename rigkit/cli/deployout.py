@@ -149,12 +149,17 @@ def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] |
 class QuietLog:
     """pyinfra's log as the operator reads it: each operation block (``--> Starting operation: NAME``,
     then a ``[host] RESULT`` line per host, pyinfra 3.10's format) whose every result is ``No changes``
-    is left out unless ``verbose`` (``rigkit deploy -v``), and said once at the end as a count; every
+    is left out unless ``verbose`` (``rigkit deploy -v``), and said once at the end as a count (so is
+    pyinfra's ``Error: executed N commands`` under a failed one, :attr:`EXECUTED`); every
     other line is written to ``stream`` as it comes, each ```rigkit …``` hint in it completed
     (:func:`rigkit.hints.complete`, for the host its ``[host]`` prefix names)."""
 
     START = "--> Starting operation:"
     RESULT = re.compile(r"^\s+\[(?P<host>[^\]]+)\] (?P<what>.*?)\s*$")
+    #: pyinfra's own closing line of a failed operation (pyinfra 3.10 ``api/operations.py``:
+    #: ``f"executed {executed_commands} commands"`` through ``log_error_or_warning``): the lines above it
+    #: say why, and rigkit says which operation failed after the run; left out unless ``verbose``.
+    EXECUTED = re.compile(r"^(\x1b\[[0-9;]*m)*Error: (\x1b\[[0-9;]*m)*executed \d+ commands")
 
     def __init__(self, stream, verbose: bool = False) -> None:
         self.stream, self.verbose = stream, verbose
@@ -164,6 +169,8 @@ class QuietLog:
     def _emit(self, lines: list[str]) -> None:
         for line in lines:
             m = self.RESULT.match(line)
+            if m and not self.verbose and self.EXECUTED.match(m.group("what")):
+                continue
             self.stream.write(hints.complete(line, host=m.group("host") if m else None))
         self.stream.flush()
 

@@ -237,3 +237,50 @@ def test_a_dry_run_says_of_each_conditional_row_whether_it_runs_in_this_plan(cap
         "in this plan",
         "  conditional  Agent | Create the agent venv — will run: what it waits on changes in this plan",
     ]
+
+
+# pyinfra 3.10's log of a failed activation as `rigkit deploy` relayed it (the operator's report): the
+# agent's log printed whole by pyinfra (print_host_combined_output), then its "executed 0 commands"
+FAILED_LOG = """--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host) 
+    [demo] [10:01:02] installed the new config as /etc/llama-swap/config.yaml (0059c69b5191)
+    [demo] [10:01:09] FAILED: strata did not answer through llama-swap: HTTP 502
+    [demo] [10:01:10] restored the previous config from /etc/llama-swap/config.yaml.bak-20261206T100102Z
+    [demo] Error: executed 0 commands
+
+"""
+
+
+def test_a_failed_activation_says_its_reason_once_and_not_pyinfras_executed_0_commands(monkeypatch):
+    """The operator's report: a failed activation printed pyinfra's ``Error: executed 0 commands`` and its
+    reason twice (pyinfra prints a failed command's output whole; the activation's surfaced lines
+    repeated it). The relayed log leaves pyinfra's line out (``-v`` keeps it); the activation command
+    surfaces its lines only when it succeeded."""
+    out = io.StringIO()
+    log = QuietLog(out)
+    for line in FAILED_LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    text = out.getvalue()
+    assert "executed 0 commands" not in text and text.count("FAILED: strata did not answer") == 1, text
+    verbose = io.StringIO()
+    log = QuietLog(verbose, verbose=True)
+    for line in FAILED_LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    assert "Error: executed 0 commands" in verbose.getvalue()
+
+    from pyinfra.api import StringCommand
+    from pyinfra.connectors.util import CommandOutput, OutputLine
+
+    from rigkit.operations import llama_swap as op
+
+    said: list[str] = []
+    monkeypatch.setattr(op.logger, "warning", said.append)
+    lines = CommandOutput([OutputLine("stdout", "[10:01:09] FAILED: strata did not answer through llama-swap"),
+                           OutputLine("stdout", "[10:01:10] restored the previous config from X")])
+    host = type("H", (), {"print_prefix": "[demo] "})()
+    for status, expected in ((False, 0), (True, 2)):
+        said.clear()
+        monkeypatch.setattr(StringCommand, "execute", lambda self, *a, s=status: (s, lines))
+        assert op.AgentCommand("true").execute(None, host, {}) == (status, lines)
+        assert len(said) == expected, said  # pyinfra prints a failed command's output itself
