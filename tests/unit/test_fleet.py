@@ -67,7 +67,8 @@ def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_lat
         assert host not in recorded  # each host recorded once
         recorded[host] = outcome
 
-    code = fleet.rollout(names, plan, deploy_batch, ended, _Out())
+    out = _Out()
+    code = fleet.rollout(names, plan, deploy_batch, ended, out)
     assert set(recorded) == set(names)
     stopped = next((i for i, g in enumerate(plan) if fleet.stops({n: result[n] for n in g})), None)
     want_asked = plan if stopped is None else plan[:stopped + 1]
@@ -75,6 +76,16 @@ def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_lat
     for g in plan[len(want_asked):]:
         assert all(recorded[n] == "not-reached" for n in g)
     assert code == (exitcodes.OK if all(o in fleet.GOOD for o in recorded.values()) else exitcodes.FAILED)
+    # a lab run of several batches ends with one line: the stop's, or (not stopped) the closing summary
+    closing = [t for t, _ in out.lines if t.startswith(("the rollout stopped after", "the rollout ended after"))]
+    if len(plan) == 1:
+        assert not closing
+    elif stopped is not None and stopped + 1 < len(plan):
+        assert len(closing) == 1 and closing[0].startswith(f"the rollout stopped after batch {stopped + 1}/")
+    else:
+        assert closing == [fleet.ended_line(len(plan), recorded)], out.lines
+        for o in set(recorded.values()):
+            assert f"{sum(v == o for v in recorded.values())} {o} (" in closing[0]
 
 
 def test_a_host_the_batch_did_not_end_is_recorded_failed_with_its_last_error_never_good():
@@ -92,6 +103,20 @@ def test_a_host_the_batch_did_not_end_is_recorded_failed_with_its_last_error_nev
     assert recorded["b"][0] == "failed" and "answered 500" in recorded["b"][1]
     assert recorded["c"] == ("not-reached", recorded["c"][1]) and "b failed" in recorded["c"][1]
     assert any("stopped after batch 1/2" in t and "c" in t and e for t, e in out.lines)
+
+
+def test_a_lab_run_that_ends_well_closes_with_a_summary_in_the_stops_format():
+    """The operator's report: a lab run (canary, then batches) that ended well printed no closing line."""
+    out = _Out()
+    got = {"a": "ok", "b": "converged", "c": "ok"}
+
+    def deploy_batch(group, end, watch):
+        for n in group:
+            end(n, got[n], "why")
+        return exitcodes.OK
+
+    assert fleet.rollout(["a", "b", "c"], [["a"], ["b", "c"]], deploy_batch, lambda *a: None, out) == exitcodes.OK
+    assert out.lines[-1] == ("the rollout ended after batch 2/2: 2 ok (a, c), 1 converged (b)", False)
 
 
 def test_an_unreachable_host_beside_good_ones_does_not_stop_the_rollout_but_a_batch_of_none_reached_does():
