@@ -11,7 +11,7 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``lock status`` — the host lock's state as JSON; ``lock run --what WHAT -- CMD ...`` — run CMD
   under the host lock (the deploy's disruptive steps: a docker restart, a reboot), refused with
   exit 1 naming the holder when it is held or a window is open (``--current``: first one JSON line,
-  taken with the current generation or refused with why — the deploy's probe under the lock, one
+  taken with the current generation and the live config's sha256, or refused with why — the deploy's probe under the lock, one
   round trip); ``lock hold --what WHAT --lease ID``
   — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from rigkit.host.config import ConfigError
 from rigkit.host.config import load as load_config
@@ -184,19 +183,11 @@ def _run_current(cfg, what: str, lease: str | None, cmd: list[str], command: str
 
 def _reading(cfg) -> dict:
     """Where the host starts, read under the lock its caller holds: :func:`rigkit.host.generations.current`
-    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable,
-    and ``live_sha256``: the sha256 (hex, of its bytes; :func:`rigkit.common.swapconfig.sha256_text`) of
-    the live llama-swap config llama-swap serves from (``llama_swap.config``), None when there is none
-    or it cannot be read — what serves may differ from the current generation's record (a
-    ``rigkit wire-in --activate`` records no generation), and the deploy judges "staged only" by it
-    (:func:`rigkit.deploy.transaction.staged_only`)."""
-    from rigkit.common.swapconfig import sha256_text
+    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable, and
+    ``live_sha256`` (:func:`rigkit.host.generations.live_sha256`: what serves)."""
     from rigkit.host import generations
 
-    try:
-        live: str | None = sha256_text(Path(cfg.get("llama_swap", "config")).read_text())
-    except (OSError, ValueError, ConfigError):
-        live = None
+    live = generations.live_sha256(cfg)
     try:
         return {**generations.current(cfg.path("generations")), "live_sha256": live}
     except (ValueError, OSError) as exc:

@@ -500,8 +500,13 @@ def test_a_change_only_to_what_is_staged_is_told_apart_from_one_that_serves(over
     def served(record):  # the host serves the live config its start generation recorded
         return record["files"]["/etc/llama-swap/config.yaml"]["sha256"]
 
-    assert staged_only(base, other, served(base)) is only and staged_only(other, base, served(other)) is only
-    assert staged_only(base, base, served(base)) and not staged_only(None, base, served(base))
-    # what the host serves decides, not the start record (a wire-in activation records no generation):
-    # a host serving another config than the record's is changed by a run that installs the record's
-    assert not staged_only(base, base, served(base)[::-1]) and not staged_only(base, base, None)
+    def moved(a, b):  # a run from generation a to b that installed b's live config
+        return staged_only(a, b, served(a), served(b))
+
+    assert moved(base, other) is only and moved(other, base) is only
+    assert moved(base, base) and not staged_only(None, base, served(base), served(base))
+    # what the host serves decides, not the records (a wire-in activation records no generation): a host
+    # that served another config than its record's is changed by a run that installs the record's; one
+    # whose served config stayed (a hold kept it) is not; unknown is never "unchanged"
+    assert not staged_only(base, base, served(base)[::-1], served(base))
+    assert staged_only(base, base, "held", "held") and not staged_only(base, base, None, None)
