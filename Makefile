@@ -42,20 +42,24 @@ sandbox-fixtures: venv harness
 
 # The main job on the local sandbox host: bring it up (it persists until `make demo-clean`),
 # deploy the rig (rebooting once for the new driver), then deploy again with pyinfra (--full):
-# 0 changes in pyinfra's own results.
+# 0 changes in pyinfra's own results. The host is `$(RIGKIT_HARNESS_PREFIX)demo` (`demo` without a
+# prefix), so two sessions with their own harness environment never share one and
+# `hostctl.py clean --prefix P` removes it with the prefix's other hosts.
+DEMO_HOST := $(RIGKIT_HARNESS_PREFIX)demo
+demo: export RIGKIT_SANDBOX_HOST = $(DEMO_HOST)
 demo: sandbox-fixtures
-	bash tests/harness/host.sh up demo >/dev/null
+	bash tests/harness/host.sh up $(DEMO_HOST) >/dev/null
 	$(BIN)/python -c 'import sys; sys.path.insert(0, "tests/harness"); import golden; print(golden.sandbox_lock())'
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --reboot
 	HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit deploy -i inventory/sandbox.py --no-smoke --full
-	@echo "the demo host stays up until 'make demo-clean'; reach it with:"
-	@echo "  $$(bash tests/harness/host.sh reach demo)"
-	@echo "  e.g. curl 127.0.0.1:8080/running there; .venv/bin/rigkit drift -i inventory/sandbox.py here"
+	@echo "the demo host $(DEMO_HOST) stays up until 'make demo-clean'; reach it with:"
+	@echo "  $$(bash tests/harness/host.sh reach $(DEMO_HOST))"
+	@echo "  e.g. curl 127.0.0.1:8080/running there; RIGKIT_SANDBOX_HOST=$(DEMO_HOST) .venv/bin/rigkit drift -i inventory/sandbox.py here"
 	@echo "the report (drift now, the bench history; open it from disk):"
 	@HF_TOKEN=$$(bash tests/harness/host.sh hub-token) $(BIN)/rigkit report -i inventory/sandbox.py --out out/report
 
 demo-clean:
-	bash tests/harness/host.sh down demo
+	bash tests/harness/host.sh down $(DEMO_HOST)
 
 # The operator's rig, without touching it: validate and render for review.
 check-rig: apt venv

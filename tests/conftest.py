@@ -22,6 +22,10 @@ def _schema_url_and_cache(tmp_path_factory):
     if not os.environ.get("RIGKIT_LLAMA_SWAP_SCHEMA_URL") and SCHEMA_COPY.is_file():
         os.environ["RIGKIT_LLAMA_SWAP_SCHEMA_URL"] = SCHEMA_COPY.as_uri()
     os.environ.setdefault("RIGKIT_CACHE", str(tmp_path_factory.mktemp("rigkit-cache")))
+    # the control side's state (rigkit.deploy.outcomes.state_dir: the outcome records of every deploy the
+    # suite runs, the harness' included, which inherit this environment) goes to this run's temporary
+    # folder, never the real ~/.local/state/rigkit — always, even when the caller's RIGKIT_STATE is set
+    os.environ["RIGKIT_STATE"] = str(tmp_path_factory.mktemp("rigkit-state"))
     yield
 
 

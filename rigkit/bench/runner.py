@@ -508,15 +508,28 @@ def impossible_lines(marks: list[dict[str, Any]], most: int = 3) -> list[str]:
     return lines
 
 
-def spec_lines(w: dict[str, Any], said: set[str]) -> list[str]:
+def declares_speculative(speculative: Any) -> bool:
+    """Whether a run's context ``speculative`` (:func:`rigkit.bench.context.probe_engine`: llama.cpp's
+    ``/props`` ``default_generation_settings.params["speculative.types"]``, ``"none"`` when it drafts
+    nothing, ``"none,draft-mtp"`` listing a fallback first; or what the spec declares for HyperQwen,
+    ``"dflash2 (DFLASH_TOKENS=7)"``) names a speculative-decoding method: not None, empty or only
+    ``none``."""
+    if not speculative:
+        return False
+    return any(part.strip().lower() not in ("", "none") for part in str(speculative).split(","))
+
+
+def spec_lines(w: dict[str, Any], said: set[str], declared: bool = True) -> list[str]:
     """A workload's speculative-decoding lines (``w``: a :func:`summarize_workload` dict): ``  speculative
     decoding: acceptance length 3.50 tokens/step, acceptance rate 35.7% · by draft position 0 71% · 1 57% …``;
     ``MIXED`` with the foreign requests (no figure); the ``long`` workload's windows; why nothing was
-    read. A note already in ``said`` (the member has no speculative decoding) is not said again."""
+    read — only where the member ``declared`` speculative decoding (:func:`declares_speculative`: for
+    one that does not, a ``/metrics`` that answered 501 or has no counters is no news). A note already
+    in ``said`` is not said again."""
     sd = w.get("spec_decode")
     if not sd:
         note = w.get("spec_decode_note")
-        if not note or note in said:
+        if not declared or not note or note in said:
             return []
         said.add(note)
         return [f"  speculative decoding: {note}" if note == spec_metrics.NO_SPEC
@@ -593,7 +606,7 @@ def report_lines(summary: dict[str, Any]) -> list[str]:
             if st and st.get("predicted_per_second"):
                 lines.append(f"  server timings: prefill {_fmt(st['prompt_per_second'], 'tok/s')}"
                              f" · decode {_fmt(st['predicted_per_second'], 'tok/s')}")
-            lines.extend(spec_lines(w, said))
+            lines.extend(spec_lines(w, said, declares_speculative(ctx.get("speculative"))))
             if w.get("energy"):
                 lines.append(energy_line(w["energy"]))
             for q in w.get("verbatim") or []:

@@ -80,17 +80,21 @@ def plan_summary(plan: dict, hosts: list[str]) -> dict[str, dict[str, list[str]]
     ``pyinfra_cli.prints.build_plan_json``: ``plan[].{name, names, hosts_with_change,
     hosts_with_conditional_change}``, one entry per operation of the deploy): ``{"change": [the operations
     that would change the host], "conditional": [those gated on an earlier change (``_if``)], "total":
-    [every operation]}``, names as ``Role | Operation``. The generation record
-    (:data:`rigkit.drift.plan.GENERATION_OP`) is rigkit's own bookkeeping, said by the deploy's own
-    generation line, never counted as a change of the rig."""
+    [every operation], "record": [the generation record, when it would run]}``, names as
+    ``Role | Operation``. The generation record (:data:`rigkit.drift.plan.GENERATION_OP`) is rigkit's own
+    bookkeeping, said by the deploy's own generation line, never counted as a change of the rig; it is
+    listed in ``record`` so that a plan that changes nothing on the rig but records a generation says so."""
     from rigkit.drift.plan import GENERATION_OP
 
-    out: dict[str, dict[str, list[str]]] = {h: {"change": [], "conditional": [], "total": []} for h in hosts}
+    out: dict[str, dict[str, list[str]]] = {h: {"change": [], "conditional": [], "total": [], "record": []}
+                                            for h in hosts}
     for op in plan.get("plan", []):
         name = " | ".join(op.get("names") or []) or op.get("name") or op.get("op_hash", "?")
         for host in hosts:
             out[host]["total"].append(name)
             if name == GENERATION_OP:
+                if host in (op.get("hosts_with_change") or []):
+                    out[host]["record"].append(name)
                 continue
             if host in (op.get("hosts_with_change") or []):
                 out[host]["change"].append(name)
@@ -113,7 +117,10 @@ def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] |
     decides when it runs. ``runs`` (``{host: {operation: would run}}``, :func:`rigkit.deploy.planned.read`)
     says which would run in this plan: each row says so (:data:`CONDITIONAL`), and one that would run is
     counted with the changes. A host with nothing to change and no conditional row that would run reads
-    "would change nothing". pyinfra's text other than JSON is passed on as it is."""
+    "would change nothing" — and, when the plan still records a generation (its declared state — spec,
+    lock, rigkit build — differs from the current generation's, which the generation line above it
+    says), that it records one without changing the rig. pyinfra's text other than JSON is passed on as
+    it is."""
     try:
         plan = json.loads(stdout)
     except ValueError:
@@ -125,7 +132,10 @@ def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] |
         known = (runs or {}).get(host, {})
         will = [name for name in cond if known.get(name) is True]
         if not change and not will:
-            print(f"{host}: the deploy would change nothing ({len(s['total'])} operations checked)"
+            print(f"{host}: the deploy would change nothing " + ("on the rig " if s["record"] else "")
+                  + f"({len(s['total'])} operations checked)"
+                  + ("; it would only record a new generation, whose declared state differs from the current "
+                     "one's as the generation line above says" if s["record"] else "")
                   + (f"; {len(cond)} conditional operation(s) — each runs only after an operation before it "
                      "changes something — would not run" if cond else ""))
             continue
@@ -139,12 +149,17 @@ def print_plan(stdout: str, hosts: list[str], runs: dict[str, dict[str, bool]] |
 class QuietLog:
     """pyinfra's log as the operator reads it: each operation block (``--> Starting operation: NAME``,
     then a ``[host] RESULT`` line per host, pyinfra 3.10's format) whose every result is ``No changes``
-    is left out unless ``verbose`` (``rigkit deploy -v``), and said once at the end as a count; every
+    is left out unless ``verbose`` (``rigkit deploy -v``), and said once at the end as a count (so is
+    pyinfra's ``Error: executed N commands`` under a failed one, :attr:`EXECUTED`); every
     other line is written to ``stream`` as it comes, each ```rigkit …``` hint in it completed
     (:func:`rigkit.hints.complete`, for the host its ``[host]`` prefix names)."""
 
     START = "--> Starting operation:"
     RESULT = re.compile(r"^\s+\[(?P<host>[^\]]+)\] (?P<what>.*?)\s*$")
+    #: pyinfra's own closing line of a failed operation (pyinfra 3.10 ``api/operations.py``:
+    #: ``f"executed {executed_commands} commands"`` through ``log_error_or_warning``): the lines above it
+    #: say why, and rigkit says which operation failed after the run; left out unless ``verbose``.
+    EXECUTED = re.compile(r"^(\x1b\[[0-9;]*m)*Error: (\x1b\[[0-9;]*m)*executed \d+ commands")
 
     def __init__(self, stream, verbose: bool = False) -> None:
         self.stream, self.verbose = stream, verbose
@@ -154,6 +169,8 @@ class QuietLog:
     def _emit(self, lines: list[str]) -> None:
         for line in lines:
             m = self.RESULT.match(line)
+            if m and not self.verbose and self.EXECUTED.match(m.group("what")):
+                continue
             self.stream.write(hints.complete(line, host=m.group("host") if m else None))
         self.stream.flush()
 

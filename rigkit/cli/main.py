@@ -235,11 +235,8 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
         error(f"set each in group_data/all.py (or the host's data in the inventory); `{hints.command('check')}` "
               "says what each value is and where to find it")
         sys.exit(exitcodes.INVALID)
-    from rigkit.spec.validate import spec_warnings
-
-    for hs in host_specs:  # what `rigkit check` warns about (an unsafe-spec override, a tag pin) is said here too
-        for warning in spec_warnings(hs.spec):
-            warn(f"{hs.name}: {warning}")
+    for line in spec_warning_lines(host_specs):  # what `rigkit check` warns about is said here too
+        warn(line)
     # the validators of `rigkit check`, before any host is touched: a rejected file is exit 2,
     # a validator that could not run exit 1
     checked, _ = validate_or_exit(host_specs, console=err, what="the deploy", remember=True)
@@ -274,6 +271,20 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
 
     record = Record(inv, run=pysecrets.token_hex(4))
     sys.exit(fleet.rollout(list(by_name), plan, deploy_batch, record.ended, out))
+
+
+def spec_warning_lines(host_specs) -> list[str]:
+    """The spec's warnings (:func:`rigkit.spec.validate.spec_warnings`) of every host of ``host_specs``
+    (:class:`rigkit.spec.inventory.HostSpec`), one line per distinct warning naming every host it applies
+    to, in the inventory's order (``lab1, lab2: strata.args: …``): a lab whose hosts share a spec reads
+    one line naming them all, not one line per host; lines in the order first met."""
+    from rigkit.spec.validate import spec_warnings
+
+    hosts: dict[str, list[str]] = {}
+    for hs in host_specs:
+        for warning in spec_warnings(hs.spec):
+            hosts.setdefault(str(warning), []).append(hs.name)
+    return [f"{', '.join(dict.fromkeys(names))}: {text}" for text, names in hosts.items()]
 
 
 def _retry_failed(inventory: str | None, host_specs: list) -> list:

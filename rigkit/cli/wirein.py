@@ -25,16 +25,15 @@ import yaml
 from rigkit import exitcodes, hints, paths
 from rigkit.cli.common import err, error, exits_when_unreachable, inventory_option, load_or_exit, parse_data
 from rigkit.cli.deployout import Console
-from rigkit.common.holds import LLAMA_SWAP
+from rigkit.common.holds import LLAMA_SWAP, rolled_back
 from rigkit.common.swapconfig import member_diff, parse_config
 
 
 def describe_hold(hold: dict) -> str:
-    """One line naming a hold: since, by whom, what it restored and what it holds back."""
-    back = hold.get("held_back_members") or {}
-    what = "; ".join(f"{k}: {', '.join(v)}" for k, v in back.items() if v) or "no member difference"
+    """One line naming a hold: since, by whom, what it restored and what its rollback replaced
+    (:func:`rigkit.common.holds.rolled_back`)."""
     return (f"hold since {hold.get('since')} ({hold.get('by')}): live = {hold.get('restored_from')}; "
-            f"held back ({what}), a copy in {hold.get('held_back_copy')}")
+            f"{rolled_back(hold)}")
 
 
 def show(hs, echo=click.echo, data: tuple[str, ...] = ()) -> int:

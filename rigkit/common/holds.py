@@ -75,6 +75,19 @@ def read_holds(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return parse(text, str(p))
 
 
+def rolled_back(hold: dict[str, Any]) -> str:
+    """What a :data:`LLAMA_SWAP` hold's rollback replaced, in words, one way for every reader (drift,
+    ``rigkit wire-in --show``): ``"rolled back from a config that added: hyperqwen (against the
+    one restored; copy: PATH)"``. ``held_back_members`` compares the config the rollback replaced
+    (what was live, e.g. activated with ``--data``) with the backup it restored — never with the
+    declared config, which the host does not know — so it is said as what the rollback undid, not as
+    what the spec declares and the hold keeps out."""
+    members = hold.get("held_back_members") or {}
+    parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]
+    what = ("a config that " + "; ".join(parts)) if parts else "a config with no member difference"
+    return f"rolled back from {what} (against the one restored; copy: {hold.get('held_back_copy', '?')})"
+
+
 def write_holds(path: str | os.PathLike, holds: dict[str, dict[str, Any]]) -> None:
     """Write ``holds`` to ``path`` atomically (0644: drift reads them). Raises OSError."""
     write_atomic(path, holds)

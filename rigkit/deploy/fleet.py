@@ -80,6 +80,17 @@ class Watch:
         return getattr(self.out, attr)
 
 
+def ended_line(done: int, outcome: dict[str, str]) -> str:
+    """The closing line of a rollout of ``done`` batches that did not stop (the stop's own line says a
+    stopped one): ``the rollout ended after batch 3/3: 2 ok (a, b), 1 converged (c)``, every outcome
+    met counted with its hosts in order (:data:`rigkit.deploy.outcomes.OUTCOMES`'s order)."""
+    from rigkit.deploy.outcomes import OUTCOMES
+
+    parts = [f"{len(hosts)} {o} ({', '.join(hosts)})" for o in OUTCOMES
+             if (hosts := [h for h, got in outcome.items() if got == o])]
+    return f"the rollout ended after batch {done}/{done}: {', '.join(parts) or 'no host'}"
+
+
 def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[list[str], Callable[[str, str, str], None], Any], int],
             ended: Callable[[str, str, str], None], out: Any) -> int:
     """Deploy ``names`` batch by batch as ``plan`` (:func:`batches`) says: ``deploy_batch(batch, end,
@@ -88,7 +99,9 @@ def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[lis
     every end goes on to ``ended`` (the outcome record; one that raises OSError or ValueError is said, and the
     rollout goes on). A host the batch's deploy returned without
     ending is recorded ``failed`` with the batch's exit code (never silently good). After a batch that
-    :func:`stops`, every host of the later batches is ended ``not-reached``. Returns the batches' exit
+    :func:`stops`, every host of the later batches is ended ``not-reached``; a rollout of several
+    batches that did not stop ends with :func:`ended_line` (an error line when a host of the last batch
+    did not end well). Returns the batches' exit
     codes combined (:func:`rigkit.exitcodes.combine`) with 1 when a host did not end ``ok`` or
     ``converged``."""
     outcome: dict[str, str] = {}
@@ -103,6 +116,7 @@ def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[lis
         except (OSError, ValueError) as exc:  # the record is the operator's aid, never the deploy's failure
             out.note(f"{host}: its outcome ({result}) could not be recorded: {exc}", error=True)
 
+    stopped = False
     for i, group in enumerate(plan, 1):
         if len(plan) > 1:
             out.note(f"batch {i}/{len(plan)}{' (canary)' if i == 1 else ''}: {', '.join(group)}")
@@ -118,7 +132,10 @@ def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[lis
             out.note(f"{line}: {', '.join(later)}", error=True)
             for host in later:
                 end(host, "not-reached", line)
+            stopped = True
             break
+    if len(plan) > 1 and not stopped:
+        out.note(ended_line(len(plan), outcome), error=any(o not in GOOD for o in outcome.values()))
     bad = [h for h in names if outcome.get(h) not in GOOD]
     if bad and len(names) > 1:
         out.note(f"hosts to retry (the deploy's --retry-failed takes them): {', '.join(bad)}", error=True)

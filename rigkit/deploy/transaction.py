@@ -146,6 +146,10 @@ class Change:
     hold: LockHold | None = None
     lock_what: str = ""
     out: run.Output = field(kw_only=True)
+    #: the sha256 of the live llama-swap config the host served from when the change began (read under the
+    #: lock: ``live_sha256`` of ``rigkit-agent lock hold --current``); None when unknown (an older agent,
+    #: no config yet). What serves can differ from ``start_record`` (a wire-in activation records none).
+    start_live: str | None = None
     #: set by :func:`settle`: the change only staged (:func:`staged_only`), so nothing that serves is asked
     #: (no completion, no smoke: either would swap out the member serving a request)
     staged_only: bool = False
@@ -192,12 +196,13 @@ def begin(hs, remote, what: str, lease: str, lock_what: str, out: run.Output) ->
         ch.hold = hold
         if hold.reading is not None:
             ch.start, ch.start_record = hold.reading.get("current"), hold.reading.get("record")
+            ch.start_live = hold.reading.get("live_sha256")
         else:  # held, but the generations could not be read in that session: read them under it
-            _, ch.start, ch.start_record = _read_current(remote)
+            _, ch.start, ch.start_record, ch.start_live = _read_current(remote)
         return ch
     if hold.answered():
         raise ChangeRefused(f"{ch.name}: {what} refused, nothing touched: {why}")
-    index, ch.start, ch.start_record = _read_current(remote)
+    index, ch.start, ch.start_record, ch.start_live = _read_current(remote)
     if index is None:  # no agent yet: the deploy installs it; nothing to lock or go back to
         return ch
     ch.hold = LockHold(remote, lock_what, lease)
@@ -284,25 +289,27 @@ def end(ch: Change) -> None:
         ch.hold.release()
 
 
-def _read_current(remote) -> tuple[dict[str, Any] | None, int | None, dict[str, Any] | None]:
+def _read_current(remote) -> tuple[dict[str, Any] | None, int | None, dict[str, Any] | None, str | None]:
     """``(the generations index, or None when the agent cannot be asked; the current generation;
-    its record)`` — ``rigkit-agent generation current`` (one call), or, from an agent older than it,
-    ``generation list`` then ``show N``."""
+    its record; the sha256 of the live llama-swap config the host serves, None when unknown)`` —
+    ``rigkit-agent generation current`` (one call), or, from an agent older than it, ``generation
+    list`` then ``show N`` (the live config unknown)."""
     both, _ = agent_json(remote, "generation", "current", timeout=60)
     if isinstance(both, dict) and isinstance(both.get("index"), dict):
-        return both["index"], both.get("current"), both.get("record")
+        return both["index"], both.get("current"), both.get("record"), both.get("live_sha256")
     index, _ = agent_json(remote, "generation", "list", timeout=60)
     n = (index or {}).get("current")
     if n is None:
-        return index, None, None
+        return index, None, None, None
     shown, _ = agent_json(remote, "generation", "show", str(n), timeout=60)
-    return index, n, (shown or {}).get("record")
+    return index, n, (shown or {}).get("record"), None
 
 
-def current(ch: Change) -> tuple[int | None, dict[str, Any] | None]:
-    """The host's current generation now and its record (``(None, None)`` when unreadable)."""
-    _, n, record = _read_current(ch.remote)
-    return n, record
+def current(ch: Change) -> tuple[int | None, dict[str, Any] | None, str | None]:
+    """The host's current generation now, its record and the sha256 of the live llama-swap config it
+    serves (``(None, None, None)`` when unreadable; the hash None when unknown)."""
+    _, n, record, live = _read_current(ch.remote)
+    return n, record, live
 
 
 def confirm(ch: Change, n: int, touched: list[str], budget_s: float | None, lease: str | None,
@@ -356,17 +363,29 @@ def mark_failed(ch: Change, n: int, why: str, lease: str) -> bool:
 STAGING_FILES = frozenset({paths.LLAMA_SWAP_STAGED, paths.HOST_CONFIG})
 
 
-def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-    """Whether generation record ``new`` differs from ``old`` only in what is staged: the same live
-    members, pins, units, release, daemon.json keys, models and secrets, and no rendered file but
-    :data:`STAGING_FILES` changed (sha256, mode, owner). False without either record or its files."""
+def staged_only(old: dict[str, Any] | None, new: dict[str, Any] | None, served_before: str | None,
+                served_after: str | None) -> bool:
+    """Whether moving the host from generation record ``old`` to ``new`` changed only what is staged,
+    judged against what the host serves: the live llama-swap config it served from before the change
+    (``served_before``, :attr:`Change.start_live`) and after it (``served_after``; sha256 of each, read by
+    the agent: :func:`rigkit.host.generations.live_sha256`) are the same, and the records have the same
+    pins, units, release, daemon.json keys, models and secrets, and no rendered file but
+    :data:`STAGING_FILES` and the live config differs (sha256, mode, owner; the live config's content is
+    judged by what is served, since a ``rigkit wire-in --activate`` changes it without recording a
+    generation and a hold keeps it from the record's). False without either record, its files or
+    either hash (unknown is not "unchanged")."""
     if not old or not new or not old.get("files") or not new.get("files"):
         return False
+    if not served_before or served_before != served_after:
+        return False
     fo, fn = old["files"], new["files"]
-    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)}
+    lo_file, ln_file = fo.get(paths.LLAMA_SWAP_CONFIG) or {}, fn.get(paths.LLAMA_SWAP_CONFIG) or {}
+    if (lo_file.get("mode"), lo_file.get("owner")) != (ln_file.get("mode"), ln_file.get("owner")):
+        return False
+    files = {p for p in set(fo) | set(fn) if fo.get(p) != fn.get(p)} - {paths.LLAMA_SWAP_CONFIG}
     same = all(old.get(k) == new.get(k) for k in ("pins", "units", "daemon_json", "models", "secrets"))
     lo, ln = old.get("llama_swap") or {}, new.get("llama_swap") or {}
-    return same and files <= STAGING_FILES and lo.get("live") == ln.get("live") and lo.get("release") == ln.get("release")
+    return same and files <= STAGING_FILES and lo.get("release") == ln.get("release")
 
 
 def members_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -440,7 +459,7 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
     if not host_failed and not changed:
         return exitcodes.OK  # a converged host: nothing changed, nothing to confirm
     relock(ch, lease)
-    now_n, now_rec = current(ch)
+    now_n, now_rec, now_live = current(ch)
     new = now_n if now_n is not None and now_n != ch.start else None
     target_spec = members_of(now_rec) if new is not None else attempt.get("spec")
     touched = touched_members(members_of(ch.start_record), target_spec or {})
@@ -465,7 +484,7 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
     if target is None:
         ch.say("changed, but no generation is recorded to confirm against", error=True)
         return exitcodes.FAILED
-    if new is not None and not touched and staged_only(ch.start_record, now_rec):
+    if new is not None and not touched and staged_only(ch.start_record, now_rec, ch.start_live, now_live):
         # a completion to the resident would swap out whatever member is serving (a swap group) and wait
         # for its requests: staging must not touch what serves (issue 61)
         ch.say(f"generation {target} changes only what is staged (members: {changes or 'none'}): nothing that "

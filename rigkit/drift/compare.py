@@ -629,6 +629,7 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
     (DESIGN.md "Staged vs live"). One finding per hold, naming the members it holds back and
     where the held-back config was kept."""
     from rigkit.common.holds import GENERATION as GENERATION_HOLD
+    from rigkit.common.holds import rolled_back
 
     if holds.get("error"):
         return [Finding(host, "unreadable", paths.HOLDS_FILE, "a JSON object", holds["error"])]
@@ -642,10 +643,8 @@ def compare_holds(host: str, holds: dict[str, Any]) -> list[Finding]:
                                f"by {hold.get('by', '?')} at {hold.get('since', '?')}): compared with that generation, "
                                f"not the spec; the deploy keeps it until `{hints.command('rollback', '--release', host=host)}`"))
             continue
-        members = hold.get("held_back_members") or {}
-        parts = [f"{k}: {', '.join(v)}" for k, v in sorted(members.items()) if v]
         out.append(Finding(host, "hold", name, "the declared config active (no hold)",
-                           f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; held back "
-                           + ("; ".join(parts) or "a changed config") + f" (copy: {hold.get('held_back_copy', '?')}); "
-                           f"release with `{hints.command('wire-in', '--release', host=host)}`"))
+                           f"held since {hold.get('since', '?')} by {hold.get('by', '?')}; {rolled_back(hold)}; "
+                           f"the deploy does not activate the declared config until "
+                           f"`{hints.command('wire-in', '--release', host=host)}`"))
     return out

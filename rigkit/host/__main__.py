@@ -11,9 +11,10 @@ Sub-commands (every one reads the host config, :mod:`rigkit.host.config`):
 - ``lock status`` — the host lock's state as JSON; ``lock run --what WHAT -- CMD ...`` — run CMD
   under the host lock (the deploy's disruptive steps: a docker restart, a reboot), refused with
   exit 1 naming the holder when it is held or a window is open (``--current``: first one JSON line,
-  taken with the current generation or refused with why — the deploy's probe under the lock, one
-  round trip; ``--probe LOCK_B64 DEEP PREPARED``: that JSON line carries what ``probe`` prints, as ``probe``
-  ``{rc, output}``, so the deploy's probe starts the agent once); ``lock hold --what WHAT --lease ID``
+  taken with the current generation and the live config's sha256, or refused with why — the deploy's probe
+  under the lock, one round trip; ``--probe LOCK_B64 DEEP PREPARED``: that JSON line carries what ``probe``
+  prints, as ``probe`` ``{rc, output}``, so the deploy's probe starts the agent once); ``lock hold --what WHAT
+  --lease ID``
   — hold it until stdin closes (``rigkit rollback`` over SSH: the lock ends with the session),
   printing ``held`` once taken; commands with ``RIGKIT_LOCK_LEASE=ID`` join it.
 - ``generation`` — the generations of this host (:mod:`rigkit.host.generations`).
@@ -214,13 +215,15 @@ def _probe(argv: list[str]) -> dict:
 
 def _reading(cfg) -> dict:
     """Where the host starts, read under the lock its caller holds: :func:`rigkit.host.generations.current`
-    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable."""
+    (``{"index", "current", "record"}``), or ``{"error": why}`` when the generations are unreadable, and
+    ``live_sha256`` (:func:`rigkit.host.generations.live_sha256`: what serves)."""
     from rigkit.host import generations
 
+    live = generations.live_sha256(cfg)
     try:
-        return generations.current(cfg.path("generations"))
+        return {**generations.current(cfg.path("generations")), "live_sha256": live}
     except (ValueError, OSError) as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc), "live_sha256": live}
 
 
 def _take(cfg, what: str, command: str, lease: str | None = None):

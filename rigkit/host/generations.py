@@ -34,7 +34,7 @@ current, ``rigkit rollback --to`` it is refused, and pruning counts it like any 
 Sub-commands (``rigkit-agent generation ...``): ``record [--failed WHY]`` (manifest JSON on stdin,
 under the host lock), ``fail N --why WHY`` (the current generation failed: the one before it is
 current again; under the host lock), ``hold N --why WHY`` (a revert failed: hold the host there), ``list``,
-``current`` (the index with the current generation's record), ``bisect-begin`` / ``bisect-show`` /
+``current`` (the index with the current generation's record and the live llama-swap config's sha256, :func:`live_sha256`), ``bisect-begin`` / ``bisect-show`` /
 ``bisect-end`` (the journal of a ``rigkit bisect``, below), ``restamp`` (the current generation
 stamped with the manifest on stdin's build and spec hash; under the host lock), ``show N [--files]``, ``check N`` (models generation
 N needs that this host lacks), ``release`` (under the host lock). Output JSON on stdout; exit 0 done, 1 failed or refused, 2 bad input.
@@ -74,6 +74,21 @@ class GenerationError(RuntimeError):
 
 def _root(cfg: Any) -> Path:
     return cfg.path("generations")
+
+
+def live_sha256(cfg: Any) -> str | None:
+    """The sha256 (hex) of the live llama-swap config llama-swap serves from (the host config's
+    ``llama_swap.config``), None when there is none or it cannot be read: what serves, which may differ
+    from the current generation's record (``rigkit wire-in --activate`` records no generation). Read
+    with where the host starts (``generation current``, ``lock hold/run --current``); the deploy judges
+    "staged only" by it (:func:`rigkit.deploy.transaction.staged_only`)."""
+    from rigkit.common.swapconfig import sha256_text
+    from rigkit.host.config import ConfigError
+
+    try:
+        return sha256_text(Path(cfg.get("llama_swap", "config")).read_text())
+    except (OSError, ValueError, ConfigError):
+        return None
 
 
 #: What a generation's index entry and record say about how it was made, beside its ``key``: the
@@ -564,7 +579,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps(show(root, a.n, a.files), sort_keys=True))
             return 0
         if a.cmd == "current":
-            print(json.dumps(current(root), sort_keys=True))
+            print(json.dumps({**current(root), "live_sha256": live_sha256(cfg)}, sort_keys=True))
             return 0
         if a.cmd == "bisect-show":
             print(json.dumps(read_object(root / BISECT_JOURNAL) or {}, sort_keys=True))

@@ -39,14 +39,17 @@ def surfaced_lines(output: list[str]) -> list[str]:
 
 
 class AgentCommand(StringCommand):
-    """The agent's activation command; once it has run, the log lines that matter
+    """The agent's activation command; once it has run and succeeded, the log lines that matter
     (:func:`surfaced_lines`) are printed as warnings in the deploy's output, so the operator reads
-    there what was backed up to where, not only in ``/var/lib/rigkit/activate.log`` on the host."""
+    there what was backed up to where, not only in ``/var/lib/rigkit/activate.log`` on the host. A
+    failed one's log is printed whole by pyinfra itself (pyinfra 3.10 ``api/operations.py``: a failed
+    ``StringCommand``'s output goes through ``print_host_combined_output``), so it is not said twice."""
 
     def execute(self, state, host, connector_arguments):  # noqa: D102 - pyinfra's own signature
         status, output = super().execute(state, host, connector_arguments)
-        for msg in surfaced_lines(output.output_lines if output else []):
-            logger.warning(f"{host.print_prefix}llama-swap: {msg}")
+        if status is not False:
+            for msg in surfaced_lines(output.output_lines if output else []):
+                logger.warning(f"{host.print_prefix}llama-swap: {msg}")
         return status, output
 
 

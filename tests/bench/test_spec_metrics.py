@@ -211,10 +211,11 @@ def test_foreign_traffic_makes_the_workload_mixed_and_its_metrics_say_so(engine,
     assert "MIXED — 1 request(s) not the bench's" in "\n".join(report_lines(_summary(summaries)))
 
 
-def _summary(summaries):
+def _summary(summaries, context=None):
     from rigkit.bench.runner import build_summary
 
-    return build_summary("r", Target(chat_url="u", aux_base="u", label="t"), {}, summaries, [], [], "small")
+    return build_summary("r", Target(chat_url="u", aux_base="u", label="t"), context or {}, summaries, [], [],
+                         "small")
 
 
 def test_a_planted_collapse_at_14500_tokens_is_named_in_its_window_of_the_rig_presets_long_generation(engine, tmp_path):
@@ -264,14 +265,21 @@ def test_a_member_llama_swap_does_not_show_ready_is_never_scraped(replay, state)
 
 
 def test_a_member_without_speculative_decoding_says_so_once(replay, tmp_path):
+    """Said once for a member that declares speculative decoding (the run's context names a method),
+    never for one that declares none."""
     replay.metrics_enabled = False
     replay.default = Script(vllm_stream(answer=["abc"] * 3))
     wls = [Workload(n, [RequestSpec("p", 0, {"model": "m", "messages": [{"role": "user", "content": "x"}],
                                               "max_tokens": 8})]) for n in ("chat-greedy", "chat-sampled")]
     summaries, _ = run_workloads(Target(chat_url=replay.url + "/v1/chat/completions", aux_base=replay.url,
                                         label="t"), wls, run_id="r", out_dir=str(tmp_path))
-    lines = [x for x in report_lines(_summary(summaries)) if "speculative decoding" in x]
+    declared = {"speculative": "dflash2 (DFLASH_TOKENS=7)"}
+    lines = [x for x in report_lines(_summary(summaries, declared)) if "speculative decoding" in x]
     assert lines == ["  speculative decoding: not read — /metrics answered HTTP 404"]
+    # the operator's report: every llama.cpp smoke said "not read — /metrics answered HTTP 501" for a member
+    # with no speculative decoding configured (llama.cpp's /props says "none"): nothing said there
+    for none in ({}, {"speculative": None}, {"speculative": "none"}, {"speculative": "none, none"}):
+        assert not [x for x in report_lines(_summary(summaries, none)) if "speculative decoding" in x], none
     # and once in the report's runs table, for a member whose /metrics has no vLLM counters
     from datetime import datetime, timezone
 
@@ -343,3 +351,14 @@ def test_each_chunk_is_one_verify_steps_accepted_batch_and_the_counters_add_them
     assert delta == {"drafts": len(kept), "draft_tokens": d * len(kept), "accepted": sum(kept), "requests": 1}
     per_pos = {p: after["per_pos"][p] - before["per_pos"].get(p, 0.0) for p in after["per_pos"]}
     assert per_pos == {p: float(sum(1 for a in kept if a > p)) for p in range(d)}
+
+
+@given(st.lists(st.sampled_from(["none", "None", " none", "", "draft-mtp", "draft-simple", "dflash2 (DFLASH_TOKENS=7)"]),
+                max_size=4))
+def test_speculative_is_declared_exactly_when_a_method_other_than_none_is_named(parts):
+    from rigkit.bench.runner import declares_speculative
+
+    value = ",".join(parts)
+    named = [p for p in parts if p.strip().lower() not in ("", "none")]
+    assert declares_speculative(value) is bool(named)
+    assert not declares_speculative(None)

@@ -529,8 +529,12 @@ def test_a_hold_is_reported_with_what_it_holds_back():
         "held_back_members": {"added": ["hyperqwen"], "removed": [], "changed": []}}}}
     (f,) = compare.compare_holds("h1", holds)
     assert (f.kind, f.item, f.severity) == ("hold", "llama-swap", "warn")  # a hold is a warning, as a rollback's
-    assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; held back added: hyperqwen (copy: "
-                        "/var/lib/rigkit/llama-swap/held.yaml); release with `rigkit wire-in -i inventory/rig.py --host h1 --release`")
+    # what the rollback replaced, against the config it restored — never "held back" as if the spec
+    # declared it (a config activated with --data, then rolled back: the spec never had hyperqwen live)
+    assert f.actual == ("held since 2026-11-30T08:00:00Z by rollback; rolled back from a config that added: hyperqwen "
+                        "(against the one restored; copy: /var/lib/rigkit/llama-swap/held.yaml); the deploy does not "
+                        "activate the declared config until `rigkit wire-in -i inventory/rig.py --host h1 --release`")
+    assert "held back" not in f.actual
     assert compare.compare_holds("h1", {"exists": False, "data": None, "error": None}) == []
 
 

@@ -113,7 +113,8 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
     summary = plan_summary(plan, ["a", "b"])
     assert summary["a"]["change"] == ["Docker | Merge daemon.json"]
     assert summary["b"] == {"change": [], "conditional": ["Docker | Restart docker for the new daemon.json"],
-                            "total": [op["names"][0] for op in plan["plan"]]}
+                            "total": [op["names"][0] for op in plan["plan"]],
+                            "record": ["Generation | Record the generation this deploy leaves"]}
     import json
 
     print_plan(json.dumps(plan), ["a", "b"])
@@ -123,9 +124,17 @@ def test_a_dry_run_ends_with_rigkits_summary_and_explains_the_conditional_rows(c
         "  change       Docker | Merge daemon.json",
         "  conditional  Docker | Restart docker for the new daemon.json — runs only if an operation before it changes "
         "something",
-        "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only after "
-        "an operation before it changes something — would not run",
+        "b: the deploy would change nothing on the rig (4 operations checked); it would only record a new "
+        "generation, whose declared state differs from the current one's as the generation line above says; "
+        "1 conditional operation(s) — each runs only after an operation before it changes something — would not run",
     ]
+    # the operator's report: "would change nothing" right under "generation 1 … is replaced by generation 2";
+    # a plan that records no generation (converged) says "would change nothing" alone
+    plan["plan"][-1]["hosts_with_change"] = ["a"]
+    print_plan(json.dumps(plan), ["a", "b"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "b: the deploy would change nothing (4 operations checked); 1 conditional operation(s) — each runs only "
+        "after an operation before it changes something — would not run")
 
 
 # what a finding's values may hold: the TEXT above plus line breaks and the shapes that folded mid-word
@@ -228,3 +237,50 @@ def test_a_dry_run_says_of_each_conditional_row_whether_it_runs_in_this_plan(cap
         "in this plan",
         "  conditional  Agent | Create the agent venv — will run: what it waits on changes in this plan",
     ]
+
+
+# pyinfra 3.10's log of a failed activation as `rigkit deploy` relayed it (the operator's report): the
+# agent's log printed whole by pyinfra (print_host_combined_output), then its "executed 0 commands"
+FAILED_LOG = """--> Starting operation: llama-swap | Activate the declared live llama-swap config (on the host) 
+    [demo] [10:01:02] installed the new config as /etc/llama-swap/config.yaml (0059c69b5191)
+    [demo] [10:01:09] FAILED: strata did not answer through llama-swap: HTTP 502
+    [demo] [10:01:10] restored the previous config from /etc/llama-swap/config.yaml.bak-20261206T100102Z
+    [demo] Error: executed 0 commands
+
+"""
+
+
+def test_a_failed_activation_says_its_reason_once_and_not_pyinfras_executed_0_commands(monkeypatch):
+    """The operator's report: a failed activation printed pyinfra's ``Error: executed 0 commands`` and its
+    reason twice (pyinfra prints a failed command's output whole; the activation's surfaced lines
+    repeated it). The relayed log leaves pyinfra's line out (``-v`` keeps it); the activation command
+    surfaces its lines only when it succeeded."""
+    out = io.StringIO()
+    log = QuietLog(out)
+    for line in FAILED_LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    text = out.getvalue()
+    assert "executed 0 commands" not in text and text.count("FAILED: strata did not answer") == 1, text
+    verbose = io.StringIO()
+    log = QuietLog(verbose, verbose=True)
+    for line in FAILED_LOG.splitlines(keepends=True):
+        log.write(line)
+    log.close()
+    assert "Error: executed 0 commands" in verbose.getvalue()
+
+    from pyinfra.api import StringCommand
+    from pyinfra.connectors.util import CommandOutput, OutputLine
+
+    from rigkit.operations import llama_swap as op
+
+    said: list[str] = []
+    monkeypatch.setattr(op.logger, "warning", said.append)
+    lines = CommandOutput([OutputLine("stdout", "[10:01:09] FAILED: strata did not answer through llama-swap"),
+                           OutputLine("stdout", "[10:01:10] restored the previous config from X")])
+    host = type("H", (), {"print_prefix": "[demo] "})()
+    for status, expected in ((False, 0), (True, 2)):
+        said.clear()
+        monkeypatch.setattr(StringCommand, "execute", lambda self, *a, s=status: (s, lines))
+        assert op.AgentCommand("true").execute(None, host, {}) == (status, lines)
+        assert len(said) == expected, said  # pyinfra prints a failed command's output itself

@@ -112,6 +112,28 @@ def test_an_open_window_refuses_once_and_the_reclaim_warning_reaches_the_refusal
     assert not host_lock.state(host.lock)["held"]
 
 
+def test_begin_reads_the_live_config_the_host_serves_in_the_same_session(host):
+    """What serves is read with where the host starts (``live_sha256``: the live llama-swap config's
+    sha256, None when there is none): the deploy judges "staged only" by it, since a wire-in activation
+    changes the live config without recording a generation."""
+    from rigkit.common.swapconfig import sha256_text
+
+    live = host.path / "config.yaml"
+    data = json.loads((host.path / "host.json").read_text())
+    data["llama_swap"]["config"] = str(live)
+    (host.path / "host.json").write_text(json.dumps(data))
+    for text in (None, "models: {}\n"):
+        if text is not None:
+            live.write_text(text)
+        remote = LocalRemote(host.env)
+        ch = _begin(remote)
+        try:
+            assert len(remote.sessions) == 1
+            assert ch.start_live == (None if text is None else sha256_text(text))
+        finally:
+            transaction.end(ch)
+
+
 def test_an_agent_that_predates_current_goes_the_two_step_way(host, tmp_path):
     # the agent of an older rigkit: argparse refuses the flag it does not know (exit 2, "usage: ...")
     old = tmp_path / "old-agent"

@@ -291,13 +291,14 @@ def test_the_deploy_reads_the_current_generation_in_one_call_and_falls_back_for_
             return subprocess.CompletedProcess(args, rc, out, "" if rc == 0 else "error")
 
     index = {"current": 2, "generations": [{"n": 2}]}
-    new = Remote({"current": (0, '{"index": {"current": 2, "generations": [{"n": 2}]}, "current": 2, "record": {"n": 2}}')})
-    assert transaction._read_current(new) == (index, 2, {"n": 2}) and new.asked == ["current"]
+    new = Remote({"current": (0, '{"index": {"current": 2, "generations": [{"n": 2}]}, "current": 2, "record": {"n": 2}, '
+                                 '"live_sha256": "ab"}')})
+    assert transaction._read_current(new) == (index, 2, {"n": 2}, "ab") and new.asked == ["current"]
     old = Remote({"current": (2, ""), "list": (0, '{"current": 2, "generations": [{"n": 2}]}'),
                   "show": (0, '{"record": {"n": 2}}')})
-    assert transaction._read_current(old) == (index, 2, {"n": 2}) and old.asked == ["current", "list", "show"]
+    assert transaction._read_current(old) == (index, 2, {"n": 2}, None) and old.asked == ["current", "list", "show"]
     none = Remote({})
-    assert transaction._read_current(none) == (None, None, None)
+    assert transaction._read_current(none) == (None, None, None, None)
 
 
 def test_the_spec_hash_ignores_where_the_lock_file_lies():

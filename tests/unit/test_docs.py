@@ -195,3 +195,25 @@ def test_the_readme_is_short():
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
     assert lines[0] == "# rigkit"
     assert any(line.startswith("make demo") for line in lines[:6]) and any(line.startswith("make test") for line in lines[:6])
+
+
+def test_make_demo_names_its_host_after_the_harness_prefix():
+    """The operator's report: ``make demo`` always used the host ``demo`` (``hostctl.py clean --prefix P``
+    left it; two sessions' demos would clash). With ``RIGKIT_HARNESS_PREFIX`` set, every host the demo
+    and demo-clean recipes name is ``<prefix>demo``; without it, ``demo`` as the docs say."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "RIGKIT_HARNESS_PREFIX"}
+
+    def recipes(prefix: str | None) -> list[str]:
+        extra = [f"RIGKIT_HARNESS_PREFIX={prefix}"] if prefix is not None else []
+        done = subprocess.run(["make", "-n", "-C", str(ROOT), "demo", "demo-clean", *extra], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return [ln for ln in done.stdout.splitlines() if "host.sh up" in ln or "host.sh down" in ln
+                or "host.sh reach" in ln]
+
+    named = recipes("rq9-")
+    assert len(named) == 3 and all("rq9-demo" in ln for ln in named), named
+    assert all(re.search(r"host\.sh (up|down|reach) demo\b", ln) for ln in recipes(None))

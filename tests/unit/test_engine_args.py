@@ -181,3 +181,36 @@ def test_any_engine_arguments_are_accepted_or_refused_with_a_message(args, cmd, 
         assert exc.problems and all(p.key and p.allowed for p in exc.problems)
         return
     spec_warnings(spec)
+
+
+def test_a_lab_deploys_warning_names_every_host_it_applies_to_once():
+    """The operator's report: a 2-host lab deploy with an unknown flag in ``strata.args`` warned naming one
+    host though the flag was in both hosts' spec. ``rigkit deploy`` says each distinct warning once,
+    naming every host whose spec gives it, in the inventory's order, and no host whose spec does not."""
+    from types import SimpleNamespace
+
+    from rigkit.cli.main import spec_warning_lines
+
+    bad = spec_from_dict({"strata": {"args": ["--threads", "1", "--no-such-flag"]}})
+    good = spec_from_dict({"strata": {"args": ["--threads", "1"]}})
+    hosts = [SimpleNamespace(name=n, spec=s) for n, s in (("lab1", bad), ("lab2", good), ("lab3", bad))]
+    lines = [ln for ln in spec_warning_lines(hosts) if "--no-such-flag" in ln]
+    assert len(lines) == 1 and lines[0].startswith("lab1, lab3: strata.args: '--no-such-flag'"), lines
+
+
+@given(st.lists(st.tuples(st.sampled_from(["h1", "h2", "h3", "h4"]), st.sets(st.sampled_from("abc"))),
+                max_size=4, unique_by=lambda t: t[0]))
+def test_every_warning_line_names_exactly_the_hosts_it_applies_to(monkeypatch_hosts):
+    """Property over generated labs (which host warns what): each warning is one line, naming exactly
+    the hosts whose spec gives it, in the inventory's order."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from rigkit.cli import main
+
+    hosts = [SimpleNamespace(name=n, spec=sorted(ws)) for n, ws in monkeypatch_hosts]
+    with mock.patch("rigkit.spec.validate.spec_warnings", side_effect=lambda spec: [f"k: {w}" for w in spec]):
+        lines = main.spec_warning_lines(hosts)
+    said = {ln.split(": ", 1)[1]: ln.split(": ", 1)[0].split(", ") for ln in lines}
+    want = {f"k: {w}": [h.name for h in hosts if w in h.spec] for w in {w for h in hosts for w in h.spec}}
+    assert said == want and len(lines) == len(want)

@@ -67,7 +67,8 @@ def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_lat
         assert host not in recorded  # each host recorded once
         recorded[host] = outcome
 
-    code = fleet.rollout(names, plan, deploy_batch, ended, _Out())
+    out = _Out()
+    code = fleet.rollout(names, plan, deploy_batch, ended, out)
     assert set(recorded) == set(names)
     stopped = next((i for i, g in enumerate(plan) if fleet.stops({n: result[n] for n in g})), None)
     want_asked = plan if stopped is None else plan[:stopped + 1]
@@ -75,6 +76,16 @@ def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_lat
     for g in plan[len(want_asked):]:
         assert all(recorded[n] == "not-reached" for n in g)
     assert code == (exitcodes.OK if all(o in fleet.GOOD for o in recorded.values()) else exitcodes.FAILED)
+    # a lab run of several batches ends with one line: the stop's, or (not stopped) the closing summary
+    closing = [t for t, _ in out.lines if t.startswith(("the rollout stopped after", "the rollout ended after"))]
+    if len(plan) == 1:
+        assert not closing
+    elif stopped is not None and stopped + 1 < len(plan):
+        assert len(closing) == 1 and closing[0].startswith(f"the rollout stopped after batch {stopped + 1}/")
+    else:
+        assert closing == [fleet.ended_line(len(plan), recorded)], out.lines
+        for o in set(recorded.values()):
+            assert f"{sum(v == o for v in recorded.values())} {o} (" in closing[0]
 
 
 def test_a_host_the_batch_did_not_end_is_recorded_failed_with_its_last_error_never_good():
@@ -92,6 +103,20 @@ def test_a_host_the_batch_did_not_end_is_recorded_failed_with_its_last_error_nev
     assert recorded["b"][0] == "failed" and "answered 500" in recorded["b"][1]
     assert recorded["c"] == ("not-reached", recorded["c"][1]) and "b failed" in recorded["c"][1]
     assert any("stopped after batch 1/2" in t and "c" in t and e for t, e in out.lines)
+
+
+def test_a_lab_run_that_ends_well_closes_with_a_summary_in_the_stops_format():
+    """The operator's report: a lab run (canary, then batches) that ended well printed no closing line."""
+    out = _Out()
+    got = {"a": "ok", "b": "converged", "c": "ok"}
+
+    def deploy_batch(group, end, watch):
+        for n in group:
+            end(n, got[n], "why")
+        return exitcodes.OK
+
+    assert fleet.rollout(["a", "b", "c"], [["a"], ["b", "c"]], deploy_batch, lambda *a: None, out) == exitcodes.OK
+    assert out.lines[-1] == ("the rollout ended after batch 2/2: 2 ok (a, c), 1 converged (b)", False)
 
 
 def test_an_unreachable_host_beside_good_ones_does_not_stop_the_rollout_but_a_batch_of_none_reached_does():
@@ -125,6 +150,7 @@ def test_two_inventories_named_alike_in_two_folders_keep_two_records(monkeypatch
 def test_each_end_is_on_disk_at_once_and_retry_takes_exactly_what_did_not_end_well(tmp_path_factory, ended):
     import os
 
+    before = os.environ.get(outcomes.STATE_ENV)  # the suite's own (tests/conftest.py): put back after
     os.environ[outcomes.STATE_ENV] = str(tmp_path_factory.mktemp("state"))
     try:
         rec = outcomes.Record("inventory/lab.py", run="r1")
@@ -139,7 +165,24 @@ def test_each_end_is_on_disk_at_once_and_retry_takes_exactly_what_did_not_end_we
         assert all(any(line.startswith(f"{n}: last run {ended[n]}") for line in said) for n in take)
         assert oct(rec.path.stat().st_mode & 0o777) == "0o600"
     finally:
-        del os.environ[outcomes.STATE_ENV]
+        if before is None:
+            del os.environ[outcomes.STATE_ENV]
+        else:
+            os.environ[outcomes.STATE_ENV] = before
+
+
+def test_the_suite_keeps_the_control_sides_state_out_of_the_real_home(tmp_path_factory):
+    """The operator's report: the harness tests left 30+ outcome records in root's real
+    ``~/.local/state/rigkit/outcomes``. tests/conftest.py points ``RIGKIT_STATE`` (which every ``rigkit``
+    the suite runs inherits) at this run's temporary folder."""
+    import os
+    from pathlib import Path
+
+    base = tmp_path_factory.getbasetemp().resolve()
+    where = outcomes.state_dir().resolve()
+    assert os.environ.get(outcomes.STATE_ENV) and base in where.parents, (where, base)
+    assert outcomes.record_path("inventory/sandbox.py").resolve().is_relative_to(base)
+    assert not where.is_relative_to((Path.home() / ".local" / "state").resolve())
 
 
 def test_a_later_run_on_some_hosts_keeps_the_others_entries(monkeypatch, tmp_path):

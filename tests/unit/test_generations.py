@@ -475,7 +475,7 @@ def test_lock_hold_with_current_reads_where_the_host_starts_under_the_lock(tmp_p
     hold = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert hold.stdout.readline().strip() == "held"
     reading = json.loads(hold.stdout.readline())
-    assert reading == hostgen.current(tmp_path / "generations") and reading["current"] is None
+    assert reading == {**hostgen.current(tmp_path / "generations"), "live_sha256": None} and reading["current"] is None
     assert host_lock.state(tmp_path / "rig.lock")["holder"]["lease"] == "l1"  # read while held
     hold.stdin.close()
     assert hold.wait(10) == 0 and not host_lock.state(tmp_path / "rig.lock")["held"]
@@ -497,5 +497,16 @@ def test_a_change_only_to_what_is_staged_is_told_apart_from_one_that_serves(over
     base = gen.manifest(spec(), render(spec()), '{"models": {}}')
     other = gen.manifest(spec(**over), render(spec(**over)), '{"models": {}}')
     assert base["key"] != other["key"]
-    assert staged_only(base, other) is only and staged_only(other, base) is only
-    assert staged_only(base, base) and not staged_only(None, base)
+    def served(record):  # the host serves the live config its start generation recorded
+        return record["files"]["/etc/llama-swap/config.yaml"]["sha256"]
+
+    def moved(a, b):  # a run from generation a to b that installed b's live config
+        return staged_only(a, b, served(a), served(b))
+
+    assert moved(base, other) is only and moved(other, base) is only
+    assert moved(base, base) and not staged_only(None, base, served(base), served(base))
+    # what the host serves decides, not the records (a wire-in activation records no generation): a host
+    # that served another config than its record's is changed by a run that installs the record's; one
+    # whose served config stayed (a hold kept it) is not; unknown is never "unchanged"
+    assert not staged_only(base, base, served(base)[::-1], served(base))
+    assert staged_only(base, base, "held", "held") and not staged_only(base, base, None, None)

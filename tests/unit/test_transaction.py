@@ -24,17 +24,25 @@ class FakeRemote:
 
     name = "demo"
 
-    def __init__(self, current=2, confirms=(True,)):
+    def __init__(self, current=2, confirms=(True,), live=None):
         self.index = {"current": current, "generations": [{"n": n} for n in range(1, (current or 0) + 1)]}
         self.records = {n: {"n": n, "spec": SPEC_A} for n in range(1, (current or 0) + 1)}
         self.confirms = list(confirms)
         self.calls: list[tuple] = []
         self.requests: list[dict] = []
+        #: the sha256 of the live config the host serves (``generation current``'s ``live_sha256``);
+        #: None: an agent that predates ``generation current`` (the caller falls back to list/show)
+        self.live = live
 
     def agent(self, *args, stdin=None, timeout=60, lease=None):
         self.calls.append(args)
         out, rc = "", 0
-        if args[:2] == ("generation", "list"):
+        if args[:2] == ("generation", "current"):
+            if self.live is None:
+                return subprocess.CompletedProcess(args, 2, "", "usage: rigkit-agent generation")
+            n = self.index["current"]
+            out = json.dumps({"index": self.index, "current": n, "record": self.records.get(n), "live_sha256": self.live})
+        elif args[:2] == ("generation", "list"):
             out = json.dumps(self.index)
         elif args[:2] == ("generation", "show"):
             out = json.dumps({"record": self.records[int(args[2])]})
@@ -80,10 +88,10 @@ def world(monkeypatch):
     return W
 
 
-def change(remote, start=2):
+def change(remote, start=2, live=None):
     hs = type("HS", (), {"name": "demo"})()
     return cr.Change(hs, remote, "the deploy", start=start, start_record=remote.records.get(start), lock_what="x",
-                     out=Console())
+                     out=Console(), start_live=live)
 
 
 def settle(ch, proc, no_revert=False):
@@ -111,19 +119,67 @@ def test_a_change_that_only_staged_asks_nothing(world, capsys):
     config (a member staged) sends no completion and marks the change, so the deploy runs no smoke."""
     files = {"/etc/llama-swap/config.yaml": {"sha256": "a"}, "/etc/llama-swap/config.staged.yaml": {"sha256": "b"},
              "/etc/rigkit/host.json": {"sha256": "c"}}
-    remote = FakeRemote()
+    remote = FakeRemote(live="a")
     remote.records[2] = {"n": 2, "spec": SPEC_A, "files": files}
     remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/llama-swap/config.staged.yaml": {"sha256": "B"},
                                                          "/etc/rigkit/host.json": {"sha256": "C"}}}
     remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
-    ch = change(remote)
+    ch = change(remote, live="a")
     assert settle(ch, pyinfra_run(changed=2)) == 0
     assert not [c for c in remote.calls if c[0] == "confirm"] and ch.staged_only
     assert "generation 3 changes only what is staged" in capsys.readouterr().err
     remote.records[3]["files"]["/etc/llama-swap/config.yaml"] = {"sha256": "A"}  # the live config too: confirmed
-    ch = change(remote)
+    remote.live = "A"
+    ch = change(remote, live="a")
     assert settle(ch, pyinfra_run(changed=2)) == 0
     assert [c for c in remote.calls if c[0] == "confirm"] and not ch.staged_only
+
+
+@pytest.mark.parametrize("served, after", [("w", "a"), (None, "a"), ("a", None)])
+def test_a_staged_only_record_change_that_replaced_what_the_host_served_is_confirmed(world, capsys, served, after):
+    """The operator's repro: generation 2 declares strata-8k staged, ``rigkit wire-in --activate`` (with it
+    live) left the host serving another config (``w``) without recording a generation, and the deploy
+    of the spec (strata-8k staged again) records generation 3, which differs from 2 only in what is
+    staged — but the run put generation 3's live config in place of the one the host served: that
+    changed what serves, so it is confirmed (and the smoke runs). A host whose served config is unknown
+    before or after (``None``: an agent that does not read it) is confirmed too."""
+    files = {"/etc/llama-swap/config.yaml": {"sha256": "a"}, "/etc/llama-swap/config.staged.yaml": {"sha256": "b"},
+             "/etc/rigkit/host.json": {"sha256": "c"}}
+    remote = FakeRemote(live=after)
+    remote.records[2] = {"n": 2, "spec": SPEC_A, "files": files}
+    remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/rigkit/host.json": {"sha256": "C"}}}
+    remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
+    ch = change(remote, live=served)
+    assert settle(ch, pyinfra_run(changed=2)) == 0
+    assert [c for c in remote.calls if c[0] == "confirm"] and not ch.staged_only
+    assert "changes only what is staged" not in capsys.readouterr().err
+
+
+def test_a_held_host_whose_served_config_stayed_is_staged_only(world, capsys):
+    """Under a wire-in hold the deploy does not activate: what the host serves (``h``) is neither record's
+    live config, and it did not change — a generation that differs only in what is staged asks nothing."""
+    files = {"/etc/llama-swap/config.yaml": {"sha256": "a"}, "/etc/llama-swap/config.staged.yaml": {"sha256": "b"}}
+    remote = FakeRemote(live="h")
+    remote.records[2] = {"n": 2, "spec": SPEC_A, "files": files}
+    remote.records[3] = {"n": 3, "spec": SPEC_A, "files": {**files, "/etc/llama-swap/config.staged.yaml": {"sha256": "B"}}}
+    remote.index = {"current": 3, "generations": [{"n": 1}, {"n": 2}, {"n": 3}]}
+    ch = change(remote, live="h")
+    assert settle(ch, pyinfra_run(changed=1)) == 0
+    assert not [c for c in remote.calls if c[0] == "confirm"] and ch.staged_only
+
+
+def test_begin_reads_what_the_host_serves_under_the_lock(monkeypatch):
+    """:func:`begin` keeps the live config's hash the agent read under the lock (``live_sha256``)."""
+    class Hold:
+        def __init__(self, *a, **k):
+            self.reading = {"index": {}, "current": 4, "record": {"n": 4}, "live_sha256": "f00"}
+
+        def take(self):
+            return None
+
+    monkeypatch.setattr(cr, "LockHold", Hold)
+    ch = cr.begin(type("HS", (), {"name": "demo"})(), object(), "the deploy", "l", "x", Console())
+    assert (ch.start, ch.start_live) == (4, "f00")
 
 
 def test_a_run_that_failed_before_any_operation_touched_nothing(world, capsys):
