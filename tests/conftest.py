@@ -50,33 +50,26 @@ def _leaves_the_process_unpatched(request):
 
 # ------------------------------------------------------------------------ the order modules start in
 # `make test` hands whole modules to its lanes (`--dist loadfile --no-loadscope-reorder`) in collection
-# order, each lane taking the next module when it is done. Longest first keeps the lanes even (the
-# last module to start is a short one), and the modules that need the run's converged host (golden.py,
-# ~80 s to build) start beside ones that do not, so no lane sits waiting for it. The order is by hand:
-# the golden-free modules first, then the rest by their seconds in a 2-core run (each module's figure in
-# its comment; the "lanes" section prints every module's); a module not listed starts after these, in
-# its own order.
+# order, each lane taking the next module when its current one has two tests left. Longest first keeps the
+# lanes even (the last module to start is a short one). The run's converged host (golden.py, ~90 s to
+# build) is built in the background from the start (the Makefile's `test`), so the lanes start with the
+# modules that need no golden host (~100 s of each lane: test_deploy's fresh host, the bare-host modules,
+# the longest unit modules) and the first one that needs it finds it built or nearly. The order is by
+# hand: those golden-free modules first, then the rest by their seconds in a 2-core run (each module's
+# figure in its comment; the "lanes" section prints every module's); a module not listed starts after
+# these, in its own order.
 MODULE_ORDER = (
-    "tests/harness/test_wirein.py",            # 405 s loaded (88 s of it the golden build); waits for the golden host: the first lane builds it
-    "tests/harness/test_deploy.py",            # 188 s loaded; its fresh host first: beside the golden build
+    "tests/harness/test_deploy.py",            # 188 s loaded; its fresh host first (~80 s): beside the golden build
+    "tests/unit/test_cli_output.py",           # 45-57 s loaded (issue 61): ~80 CLI error paths, each in a pty and a pipe
+    "tests/unit/test_owner_corpus.py",         # 30-50 s (issue 57: real files byte for byte, presets' -c loading, files without a final newline)
     "tests/harness/test_standins.py",          # 17 s; fresh, bare hosts and unit modules: beside the build too
     "tests/harness/test_host.py",              # 21 s
     "tests/harness/test_engine.py",            # 13 s; + one test of six host commands (issue 58: the real nvidia-ctk; test_standins lost its one)
     "tests/unit/test_cli.py",                  # 23 s
-    "tests/unit/test_cli_output.py",           # 45-57 s loaded (issue 61): ~80 CLI error paths, each in a pty and a pipe
     "tests/unit/test_llama_swap_upstream.py",  # 20 s
-    "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
-    "tests/unit/test_owner_corpus.py",         # 30-50 s (issue 57: real files byte for byte, presets' -c loading, files without a final newline)
     "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
-    "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
-    "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
-    "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
-    "tests/bench/test_failure_kinds.py",       # 5 s: hypothesis, the client before the split (from git) beside today's
     "tests/bench/test_spec_metrics.py",        # 17 s (issue 65): the stand-in engine as local processes, the rig's 20k-token long workload
-    "tests/report/test_spec_report.py",        # 15 s (issue 65): four benches of the stand-in, the report in Chromium
-    "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
-    "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
-    "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
+    "tests/harness/test_wirein.py",            # 405 s loaded with the golden build in it (88 s), which the background build takes out
     "tests/harness/test_bisect.py",            # 245-315 s alone, golden cached (360-400 s with its build; issue 68): a golden copy + deploys A, B 49-56 s, the planted walk 156-188 s (5 deploys, 5 benches), a killed one put back 19-27 s, a left journal ended 11-26 s
     "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
     "tests/harness/test_lock.py",              # 232 s loaded
@@ -91,6 +84,15 @@ MODULE_ORDER = (
     "tests/harness/test_pin_bump.py",          # 36 s
     "tests/harness/test_lockfile.py",          # 58 s: a package file and an image not the locked ones, refused
     "tests/harness/test_metrics.py",           # 44 s (issue 47): two drifts, a failed deploy put back, a bench; +21 s (issue 66: a drift with node_exporter stopped, a render, the targets scraped); + ~1 s (issue 65: a scrape that must not load a member)
+    "tests/unit/test_llama_swap_differential.py",  # 12 s: 231 upstream configs, 600 generated
+    "tests/unit/test_spec_types.py",           # 6 s: hypothesis (raw-data fuzz, claims, co-load oracle), one rigkit check
+    "tests/bench/test_cli_replay.py",          # 10 s: replays paced by sleeps (a FAIL measured again)
+    "tests/bench/test_verdicts.py",            # 9 s: CLI runs paced by sleeps, hypothesis over spreads
+    "tests/bench/test_failure_kinds.py",       # 5 s: hypothesis, the client before the split (from git) beside today's
+    "tests/report/test_spec_report.py",        # 15 s (issue 65): four benches of the stand-in, the report in Chromium
+    "tests/unit/test_lock_cli.py",             # 12 s: rigkit lock against a built archive, registry, release
+    "tests/unit/test_lock_sources.py",         # 9 s: the archive built with repo-add, vercmp against pacman's
+    "tests/unit/test_gguf_header.py",          # 8-13 s (issue 62): 550 generated headers read by llama.cpp's own reader
     "tests/unit/test_nvml.py",                 # 11 s; the stand-in NVML built with gcc, both methods measured
     "tests/unit/test_dashboard.py",            # 13 s (issue 66): one rigkit render in a subprocess, promql-parser over every query
     "tests/unit/test_promfile.py",             # 8-13 s (issue 47): promtool on 40 generated files, the agent run thrice

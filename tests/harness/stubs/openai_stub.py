@@ -9,7 +9,12 @@ hostctl.HQ_CONTROL; kept across restarts of the container):
   first N completions of this server process succeed and every later one answers 500.
 - ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
 - ``boot_delay_s``: seconds before the server binds its port (vLLM listens only once the
-  engine is up); a large value means it never gets healthy.
+  engine is up); a large value means it never gets healthy. A SIGTERM meanwhile ends the engine at
+  once (``--kind vllm``), as vLLM's does: its api_server installs a SIGTERM handler that raises
+  ``KeyboardInterrupt("terminated")`` before it builds the engine ("Interrupt server on sigterm while
+  initializing", ``vllm/entrypoints/openai/api_server.py`` ``setup_server``). Before, the stand-in left
+  SIGTERM at its default while loading, which its container's PID 1 ignores: every stop of a tenant
+  still loading waited out compose's ``stop_grace_period`` (30 s) for the SIGKILL.
 - ``chunk_s``: seconds between streamed chunks (HyperQwen's engine; default :data:`CHUNK_S`), to make
   a request last long enough for a test to interrupt it.
 - ``collapse_after``: an integer N; from a request's N-th generated token on, speculative decoding
@@ -394,6 +399,11 @@ class H(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def _terminated(*_):
+    """vLLM's SIGTERM handler while it initializes (``setup_server``'s ``signal_handler``)."""
+    raise KeyboardInterrupt("terminated")
+
+
 def main():
     """Serve until SIGTERM (module doc)."""
     if VLLM and control("crashed") is not None:  # the first boot after a crash comes up broken
@@ -403,8 +413,14 @@ def main():
               file=sys.stderr, flush=True)
     delay = control("boot_delay_s")
     if delay:
-        print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
-        time.sleep(float(delay))
+        if VLLM:  # vLLM's setup_server: "Interrupt server on sigterm while initializing" (module doc)
+            signal.signal(signal.SIGTERM, _terminated)
+        try:  # the line inside: a SIGTERM once it is printed lands in here (test_standin_sigterm.py waits for it)
+            print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
+            time.sleep(float(delay))
+        except KeyboardInterrupt as exc:
+            print(f"(sandbox) {exc} while loading the engine", file=sys.stderr, flush=True)
+            sys.exit(128 + signal.SIGINT)  # what an uncaught KeyboardInterrupt ends a Python process with
     busy(0)  # load.json: not busy (a restarted engine starts its own count)
     srv = ThreadingHTTPServer((a.host, a.port), H)
     srv.daemon_threads = True
