@@ -153,40 +153,45 @@ def test_rollback_records_a_hold_the_deploy_reports_and_respects_until_released(
     wired = host.run(f"cat {LIVE}").stdout
     proc = wire_in(host, "--rollback")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    live = host.run(f"cat {LIVE}").stdout
-    assert '"hyperqwen":' not in live and running(host) == {"strata": "ready"}
-    (tmp_path / "holds.json").write_text(host.run("cat /var/lib/rigkit/holds.json").stdout)
-    hold = read_holds(tmp_path / "holds.json")["llama-swap"]
-    assert hold["by"] == "rigkit wire-in --rollback" and hold["held_back_members"] == {
-        "added": ["hyperqwen"], "removed": [], "changed": []}
-    assert host.run(f"cat {hold['held_back_copy']}").stdout == wired
-    assert "hold recorded in /var/lib/rigkit/holds.json" in proc.stdout
+    try:  # the hold is released whatever fails below: this module's later tests share the host
+        live = host.run(f"cat {LIVE}").stdout
+        assert '"hyperqwen":' not in live and running(host) == {"strata": "ready"}
+        (tmp_path / "holds.json").write_text(host.run("cat /var/lib/rigkit/holds.json").stdout)
+        hold = read_holds(tmp_path / "holds.json")["llama-swap"]
+        assert hold["by"] == "rigkit wire-in --rollback" and hold["held_back_members"] == {
+            "added": ["hyperqwen"], "removed": [], "changed": []}
+        assert host.run(f"cat {hold['held_back_copy']}").stdout == wired
+        assert "hold recorded in /var/lib/rigkit/holds.json" in proc.stdout
 
-    shown = wire_in(host, "--show", "--data", FLIP_TTL4)
-    assert shown.returncode == 3 and f"{host.name}: hold since {hold['since']} (rigkit wire-in --rollback)" in shown.stdout
-    # a hold is a warning, as a rollback's is: drift reports it, with the command that releases it, and it
-    # counts for nothing (this module's host has its keeper and watchdog timers stopped: those are drift)
-    rc, records, out = drift_records(host, "--no-plan")
-    row = next(r for r in records if r["kind"] == "hold")
-    others = [r for r in records if r.get("host") and r["kind"] not in ("hold", "status", "run")]
-    assert (rc, row["severity"]) == (3 if any(r["severity"] == "drift" for r in others) else 0, "warn"), out
-    (status,) = [r for r in records if r["kind"] == "status"]
-    assert status["findings"] == sum(r["severity"] in ("drift", "error") for r in others), out
-    assert row["actual"].endswith(f"release with `rigkit wire-in -i inventory/sandbox.py --host {host.name} --release`")
+        shown = wire_in(host, "--show", "--data", FLIP_TTL4)
+        assert shown.returncode == 3 and f"{host.name}: hold since {hold['since']} (rigkit wire-in --rollback)" in shown.stdout
+        # a hold is a warning, as a rollback's is: drift reports it, with the command that releases it, and it
+        # counts for nothing (this module's host has its keeper and watchdog timers stopped: those are drift)
+        rc, records, out = drift_records(host, "--no-plan")
+        row = next(r for r in records if r["kind"] == "hold")
+        others = [r for r in records if r.get("host") and r["kind"] not in ("hold", "status", "run")]
+        assert (rc, row["severity"]) == (3 if any(r["severity"] == "drift" for r in others) else 0, "warn"), out
+        (status,) = [r for r in records if r["kind"] == "status"]
+        assert status["findings"] == sum(r["severity"] in ("drift", "error") for r in others), out
+        assert "; rolled back from a config that added: hyperqwen (against the one restored; copy: " in row["actual"]
+        assert row["actual"].endswith(f"until `rigkit wire-in -i inventory/sandbox.py --host {host.name} --release`")
 
-    held = deploy(host, "--data", FLIP_TTL4, "-v")  # -v: the operations with no changes listed too
-    assert held.returncode == 0, held.stderr[-4000:]
-    assert f"llama-swap: HELD since {hold['since']}" in held.stderr and "is NOT activated" in held.stderr
-    assert host.run(f"cat {LIVE}").stdout == live  # not re-activated
-    assert re.search(r"Activate the declared live llama-swap config \(on the host\) \n(?:\s+\[\S+\] .*\n)*?\s+\[\S+\] No changes",
-                     held.stderr)
+        held = deploy(host, "--data", FLIP_TTL4, "-v")  # -v: the operations with no changes listed too
+        assert held.returncode == 0, held.stderr[-4000:]
+        assert f"llama-swap: HELD since {hold['since']}" in held.stderr and "is NOT activated" in held.stderr
+        assert host.run(f"cat {LIVE}").stdout == live  # not re-activated
+        assert re.search(r"Activate the declared live llama-swap config \(on the host\) \n(?:\s+\[\S+\] .*\n)*?\s+\[\S+\] No changes",
+                         held.stderr)
 
-    refused = wire_in(host, "--activate", "--data", FLIP_TTL4)
-    assert refused.returncode == 1 and "held: /etc/llama-swap/config.yaml was rolled back" in refused.stdout
+        refused = wire_in(host, "--activate", "--data", FLIP_TTL4)
+        assert refused.returncode == 1 and "held: /etc/llama-swap/config.yaml was rolled back" in refused.stdout
 
-    released = wire_in(host, "--release")
-    assert released.returncode == 0 and "released the hold" in released.stdout
-    assert host.run("cat /var/lib/rigkit/holds.json").stdout.strip() == "{}"
+        released = wire_in(host, "--release")
+        assert released.returncode == 0 and "released the hold" in released.stdout
+        assert host.run("cat /var/lib/rigkit/holds.json").stdout.strip() == "{}"
+    finally:
+        if host.run("cat /var/lib/rigkit/holds.json").stdout.strip() not in ("", "{}"):
+            wire_in(host, "--release")
 
 
 def drift_records(host, *args) -> tuple[int, list[dict], str]:

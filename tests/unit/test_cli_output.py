@@ -295,7 +295,6 @@ NEEDS_A_HOST = {
     "main:check:f'{hs.name}: {problem}'": "a model lock that disagrees with the spec (tests/unit/test_lock_cli.py)",
     "main:check:problem": "a rig lock that lacks an entry (tests/unit/test_lock_cli.py)",
     "main:check:str(warning)": "a spec with an unsafe override (tests/unit/test_spec_types.py)",
-    "main:deploy:f'{hs.name}: {warning}'": "a spec with an unsafe override, and a lock: then it reaches a host",
     "bisect:bisect:str(exc)": "the good and bad generations read from the host (rigkit.deploy.bisect.read_setup over SSH; "
                               "tests/harness/test_bisect.py)",
     "main:_retry_failed:f'--retry-failed: {exc}'": "an outcome record that is not one (tests/unit/test_fleet.py reads one)",
