@@ -13,6 +13,15 @@ from typing import Any
 
 LEASE_ENV = "RIGKIT_LOCK_LEASE"
 
+#: How long (s) a change's lock waits for an automatic job (the keeper, the watchdog, the power-limit
+#: check) that holds it before it is refused: the keeper's one completion to the resident waits out its
+#: cold boot. The host waits this long (:func:`rigkit.host.standdown.lock_for_change`), so the control
+#: side waits longer for its answer (:data:`ANSWER_S`).
+AUTOMATIC_YIELD_S = 180.0
+#: How long (s) the control side waits for the agent's answer to a lock request (``held`` or its refusal):
+#: past :data:`AUTOMATIC_YIELD_S`, so a wait the host is still in is never cut off and reported as silence.
+ANSWER_S = AUTOMATIC_YIELD_S + 30.0
+
 
 def describe(holder: dict[str, Any] | None) -> str:
     """``"window 2026…-ab12cd (pid 812, since 2026-12-01T10:00:00Z: rigkit-agent window run)"``."""

@@ -72,9 +72,15 @@ class LockHold:
         self.reading: dict[str, Any] | None = None
         self._current = current
 
-    def take(self, timeout_s: float = 60) -> str | None:
-        """Take it; None when held, else why not (the holder named). Raises
+    def take(self, timeout_s: float | None = None) -> str | None:
+        """Take it; None when held, else why not (the holder named). ``timeout_s``: how long the agent's
+        answer is waited for (default :data:`rigkit.common.lock.ANSWER_S`: past the host's own wait for an
+        automatic job that holds the lock — it was 60 s against the host's 180 s, and a deploy waiting on a
+        keeper or watchdog gave up saying only "the host lock could not be taken"). Raises
         :class:`rigkit.remote.HostUnreachable` when ssh failed (the lock was not asked)."""
+        from rigkit.common.lock import ANSWER_S
+
+        timeout_s = ANSWER_S if timeout_s is None else timeout_s
         self.proc = self.remote.popen(self.command, as_root=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
         errors = threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True)
@@ -106,7 +112,9 @@ class LockHold:
         lost = self.remote.lost(self.proc.returncode, "".join(self.stderr))
         if lost is not None:
             raise lost
-        return "; ".join(s.strip() for s in self.stderr if s.strip()) or "the host lock could not be taken"
+        return ("; ".join(s.strip() for s in self.stderr if s.strip())
+                or f"the host lock was not taken within {timeout_s:.0f} s and the agent said nothing (a job "
+                   f"holding it past the host's own wait, or a host too slow to answer)")
 
     def answered(self) -> bool:
         """After a refused :meth:`take`: the agent itself refused (its lines start with the holder's

@@ -5,6 +5,7 @@ window is open."""
 
 from __future__ import annotations
 
+from rigkit.common import lock as lock_record
 from rigkit.common.lock import describe
 from rigkit.host import lock as host_lock
 from rigkit.host.config import HostConfig
@@ -44,7 +45,7 @@ def window_reason(cfg: HostConfig, job: str) -> str | None:
 # container down, the keeper's next period brings Strata back under the lock, and the deploy's
 # llama-swap restart, one step later, would otherwise be refused naming the keeper.
 AUTOMATIC_JOBS = ("keeper", "watchdog", "power")
-AUTOMATIC_YIELD_S = 180.0  # the keeper's one completion to the resident waits out its cold boot
+AUTOMATIC_YIELD_S = lock_record.AUTOMATIC_YIELD_S  # the keeper's one completion to the resident waits out its cold boot
 
 
 def lock_for_change(cfg: HostConfig, what: str, log, command: str | None = None,
