@@ -858,7 +858,7 @@ def deploy_back(ch: Any, inventory: str, bisect_id: str, start: int, lease: str,
 
     info = {"id": bisect_id, "back_to": start, "reason": f"bisect {bisect_id}: back to generation {start}"}
     run_only = {k: v for k, v in overrides.items() if k in RUN_KEYS}
-    _n, last = current(ch)  # the step the host is at: the way back changes the members that differ from it
+    _n, last, _live = current(ch)  # the step the host is at: the way back changes the members that differ from it
     out.note(f"{ch.name}: bisect {bisect_id}: deploying generation {start} back, where it started")
     proc, _ = run_pyinfra(inventory, [ch.name], run_only, verbose=verbose,
                           extra_env={GENERATION_ENV: str(start), BISECT_ENV: json.dumps(info), LEASE_ENV: lease}, out=out)
