@@ -361,3 +361,30 @@ def test_the_way_back_judges_against_the_step_the_host_is_at(monkeypatch):
     assert walk.deploy_back(ch, "inventory.py", "b1", 3, "lease", {}, out) == 0
     assert seen == {"judged_against": {"key": "step-7"}, "attempt": {"key": "start-3"}}
     assert ch.start_record == {"key": "start-3"}
+
+
+@pytest.mark.parametrize("before, marked, recorded", [(None, [10], []), (10, [], ["attempt"])])
+def test_a_failed_step_is_recorded_as_its_own_attempt_not_marked_on_the_step_before(monkeypatch, before, marked,
+                                                                                     recorded):
+    """A bisect's step that fails before recording its generation leaves the host current at the step before it
+    (generation 10, deployed and benched), while the change began at the bisect's start (9). With ``before``
+    (:attr:`rigkit.deploy.transaction.Change.before`, set by the bisect's :meth:`Runner.deploy`) :func:`settle`
+    records the failed mix as an attempt of its own; without it (the one run of a deploy) generation 10 is "the
+    change's new generation" and gets marked failed — what the sandbox walk showed before ("the failed attempt is
+    generation 10")."""
+    import types
+
+    from rigkit.deploy import run as deploy_run
+    from rigkit.deploy import transaction as tx
+
+    seen = {"marked": [], "recorded": []}
+    monkeypatch.setattr(deploy_run, "host_result", lambda proc, name: (["llama-swap | Activate"], 3, True))
+    monkeypatch.setattr(tx, "relock", lambda ch, lease: None)
+    monkeypatch.setattr(tx, "current", lambda ch: (10, {"key": "step-10"}, "live"))
+    monkeypatch.setattr(tx, "mark_failed", lambda ch, n, why, lease: seen["marked"].append(n) or True)
+    monkeypatch.setattr(tx, "record_failed", lambda ch, manifest, why, lease: seen["recorded"].append(manifest["key"]) or 11)
+    monkeypatch.setattr(tx, "_failed", lambda ch, n, why, no_revert, inventory, revert: 1)
+    ch = types.SimpleNamespace(name="h", start=9, start_record={"key": "start-9"}, before=before, what="bisect x")
+    proc = types.SimpleNamespace(returncode=1)
+    assert tx._settle(ch, proc, "inventory.py", {}, 0, "lease", {"key": "attempt", "spec": {}}, False, None) == 1
+    assert seen == {"marked": marked, "recorded": recorded}
