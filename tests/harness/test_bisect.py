@@ -230,5 +230,9 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
     assert "FOUND" not in err, err[-6000:]
     assert f"back at generation {start}, where the bisect started" in err, err[-3000:]
     assert_back_at(host, start, c())
+    after = [g for g in index(host, c())["generations"] if g["n"] > start]
+    failed = [g for g in after if g.get("failed")]  # the failed mix recorded as its own attempt, failed
+    assert len(failed) == 1 and " step 3: generation 2 + image gguf_baseline" in failed[0]["reason"], after
+    assert [g["n"] for g in after if (g.get("bisect") or {}).get("step") == 2 and not g.get("failed")], after
     print(f"\nbisect 2..{start} (a step whose deploy fails): {took:.0f} s\n" + "\n".join(
         ln for ln in err.splitlines() if "step " in ln or "invalid argument" in ln or "failed" in ln)[-4000:])
