@@ -578,7 +578,7 @@ class Runner:
         from rigkit.common.lock import LEASE_ENV
         from rigkit.deploy.run import run_pyinfra
         from rigkit.deploy.source import COMBINATION_ENV
-        from rigkit.deploy.transaction import settle
+        from rigkit.deploy.transaction import current, settle
         from rigkit.lockfile.document import dumps_lock
         from rigkit.render.files import render
         from rigkit.render.generations import manifest
@@ -610,11 +610,18 @@ class Runner:
         combo.write_text(json.dumps({"spec": spec_data, "lock_text": lock_text, "bisect": info}, sort_keys=True))
         self.say(f"step {n}: deploying {label}")
         run_only = {k: v for k, v in self.overrides.items() if k in RUN_KEYS}
+        # the generation the host is at before this step (the previous step's): a step that fails before recording
+        # its own is recorded as a failed attempt, never marked on the step before it (which deployed and was benched)
+        self.ch.before, _rec, _live = current(self.ch)
         proc, _env = run_pyinfra(self.inventory, [self.hs.name], run_only, verbose=self.verbose,
                                  extra_env={COMBINATION_ENV: str(combo), LEASE_ENV: self.lease}, out=self.out)
         self.deploys += 1
         attempt = manifest(spec, render(spec), lock_text, info["reason"], bisect=info)
-        code = settle(self.ch, proc, self.inventory, run_only, self.verbose, self.lease, attempt, False, self.budget_s)
+        try:
+            code = settle(self.ch, proc, self.inventory, run_only, self.verbose, self.lease, attempt, False,
+                          self.budget_s)
+        finally:
+            self.ch.before = None
         step = Step(n, names, sorted(chosen), metric=self.metric)
         self.steps.append(step)
         self.at = step

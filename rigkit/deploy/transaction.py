@@ -161,6 +161,10 @@ class Change:
     #: set by :func:`settle`: the change only staged (:func:`staged_only`), so nothing that serves is asked
     #: (no completion, no smoke: either would swap out the member serving a request)
     staged_only: bool = False
+    #: the generation current before *this* pyinfra run, when one change runs several (a bisect's steps, each
+    #: recorded as a generation): a run that failed before recording its own is then told from the step before it,
+    #: which :func:`settle` must not mark failed (None: ``start``, the one run of a deploy or rollback)
+    before: int | None = None
 
     @property
     def name(self) -> str:
@@ -468,7 +472,8 @@ def _settle(ch: Change, proc, inventory: str, overrides: dict, verbose: int, lea
         return exitcodes.OK  # a converged host: nothing changed, nothing to confirm
     relock(ch, lease)
     now_n, now_rec, now_live = current(ch)
-    new = now_n if now_n is not None and now_n != ch.start else None
+    since = ch.before if ch.before is not None else ch.start
+    new = now_n if now_n is not None and now_n != since else None
     target_spec = members_of(now_rec) if new is not None else attempt.get("spec")
     touched = touched_members(members_of(ch.start_record), target_spec or {})
     changes = describe(member_changes(members_of(ch.start_record), target_spec or {}))

@@ -26,7 +26,14 @@ when an input does):
 - ``ghcr.io/syv-ai/hyperqwen:sandbox-slow`` — the same image with ``SANDBOX_STEP_S`` (:data:`SLOW_STEP_S`) in
   its config's ``Env``: the stand-in's verify step 5 times longer (a regression planted for ``rigkit bisect``,
   issue 68; its own digest). ``ghcr.io/ggml-org/llama.cpp:server-cuda-b2``: llama.cpp's image under another
-  digest that runs the same (a suspect that is not the slowdown).
+  digest that runs the same (a suspect that is not the slowdown). ``ghcr.io/ggml-org/llama.cpp:server-cuda-old``
+  (:data:`OLD_LLAMA_TAG`): a build from before ggml-org/llama.cpp#15434 (Aug 2025), whose ``-fa``/``--flash-attn``
+  was a switch taking no value (:data:`OLD_FA_PATCH` over the wheel's table): ``--flash-attn on`` — the spec's
+  default GGUF-baseline arguments — ends it with ``error: invalid argument: on`` (the word after a switch is an
+  argument of its own), as the old parser did; the later builds require the value (containers/ramalama#1928
+  "--flash-attn requires an option in llama-server now", ikawrakow/ik_llama.cpp#944: "not just ``-fa``
+  (without additional argument), as it used to be in previous versions of ... llama.cpp"). A mix of this image
+  with the newer arguments cannot start: a bisect step whose deploy fails (issue 68).
 - ``ghcr.io/syv-ai/hyperqwen:sandbox`` — upstream's entrypoint shape (``prepare``, ``single``,
   ``batch``) over the harness' stand-in engine (``stubs/openai_stub.py --kind vllm``) and
   prepare (``stubs/hyperqwen_prepare.py``), same minimal root. The stand-in engine's failure knobs
@@ -60,6 +67,22 @@ HYPERQWEN_REPO = "ghcr.io/syv-ai/hyperqwen"
 SLOW_TAG, SLOW_STEP_S = "sandbox-slow", 0.05
 #: llama.cpp's server under a second tag (and digest) that runs exactly as ``server-cuda`` does
 OTHER_LLAMA_TAG = "server-cuda-b2"
+#: llama.cpp's server as a build from before ggml-org/llama.cpp#15434, where ``-fa`` took no value (module doc)
+OLD_LLAMA_TAG = "server-cuda-old"
+#: appended to the wheel's table (rigkit/spec/llama_server_args.py) in :data:`OLD_LLAMA_TAG`'s image: ``-fa`` as
+#: that build's common/arg.cpp declared it — a switch (``params.flash_attn = true``) with env LLAMA_ARG_FLASH_ATTN
+OLD_FA_PATCH = b"""
+
+# tests/harness/images.py OLD_FA_PATCH: this image is a llama.cpp build from before ggml-org/llama.cpp#15434,
+# whose -fa/--flash-attn was a switch taking no value
+for _o in OPTIONS:
+    if _o["names"] == ["-fa", "--flash-attn"]:
+        for _k in ("rejects", "aliases"):
+            _o.pop(_k, None)
+        _o.update(hint=None, nargs=0, kind="switch", choices=None, exits=None,
+                  usage="-fa,   --flash-attn                     enable Flash Attention (default: disabled)\\n"
+                        "                                        (env: LLAMA_ARG_FLASH_ATTN)\\n")
+"""
 MT_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 MT_CONFIG = "application/vnd.docker.container.image.v1+json"
 MT_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -199,6 +222,11 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
     # an image suspect that is not the slowdown, for `rigkit bisect` (issue 68)
     out[f"{LLAMA_REPO}:{OTHER_LLAMA_TAG}"] = (OTHER_LLAMA_TAG, *image(
         [base, xl, llama_app], ["/app/llama-server"], None, ENV + ["LLAMA_ARG_HOST=0.0.0.0", "SANDBOX_BUILD=b2"]))
+    # a build from before ggml-org/llama.cpp#15434 (module doc): the same server, its table's -fa a switch
+    old_app = _tar_layer([(dst, "f", src.read_bytes() + (OLD_FA_PATCH if dst == "app/llama_server_args.py" else b""), mode)
+                          for dst, src, mode in LLAMA_APP])
+    out[f"{LLAMA_REPO}:{OLD_LLAMA_TAG}"] = (OLD_LLAMA_TAG, *image(
+        [base, xl, old_app], ["/app/llama-server"], None, ENV + ["LLAMA_ARG_HOST=0.0.0.0"]))
     hq_env = ENV + ["FAKE_GPU_SHARE=/app/models/.sandbox-control/gpu"]
     out[HYPERQWEN_REPO] = ("sandbox", *image([base, hq_app], ["/app/entrypoint.py"], ["single"], hq_env))
     # a planted regression for `rigkit bisect` (issue 68): the same layers, its config's Env makes the stand-in's

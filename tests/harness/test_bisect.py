@@ -12,7 +12,9 @@ reliable here where real llama.cpp's were not (notes/bisect.md). The tests, in f
 suspects and the bound; the walk names the planted image in at most ⌈log2 6⌉ + 1 = 4 deploys and ends with the
 host back at generation 3, the journal gone, no hold, drift clean and its steps in ``rigkit generations``; a
 bisect killed with SIGKILL in the middle of a step leaves its journal, and ``rigkit bisect --abort`` puts the host
-back.
+back; the next deploy ends a journal left behind; last, generation C mixes llama.cpp's image from before
+ggml-org/llama.cpp#15434 with arguments that leave out ``--flash-attn on``: a bisect 2..4 meets a step whose deploy
+fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean.
 """
 
 from __future__ import annotations
@@ -53,17 +55,34 @@ B_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}, "stop
                     '"gguf-baseline": {"ttl": 300}}}',
           "--data", f'gguf_baseline={{"image": {{"ref": "{images.OTHER_LLAMA_TAG}"}}, '
                     '"args": ["--n-gpu-layers", "99", "--flash-attn", "on", "--threads", "1"]}']
+#: C (the last test's generation): A with the planted image and llama.cpp's image from before
+#: ggml-org/llama.cpp#15434 (images.OLD_LLAMA_TAG: ``-fa`` a switch), whose GGUF-baseline arguments leave out A's
+#: ``--flash-attn on`` accordingly. C deploys and is slow, A deploys; the old image with A's arguments cannot start
+#: (``error: invalid argument: on``): the search's first probe, {image gguf_baseline}, is a step whose deploy fails.
+C_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}}}',
+          "--data", f'llama_swap={json.dumps(A_DATA["llama_swap"])}',
+          "--data", f'gguf_baseline={{"image": {{"ref": "{images.OLD_LLAMA_TAG}"}}, "args": ["--n-gpu-layers", "99"]}}']
 SUSPECTS = ["image gguf_baseline", "image hyperqwen", "member gguf-baseline: ttl", "member hyperqwen: description",
             "spec gguf_baseline.args", "spec hyperqwen.stop_timeout_s"]
+
+
+def _variant(tag: str, data: list[str]) -> dict:
+    args = golden.variant_lock(tag, *data)
+    pairs = [a.split("=", 1) for a in args[1::2]]
+    return {k: json.loads(v) for k, v in pairs}
 
 
 @functools.cache
 def b() -> dict:
     """B's spec keys with its own lock (:func:`golden.variant_lock`), as the sandbox inventory's data
-    (``RIGKIT_SANDBOX_DATA``): every command of the module sees B as the inventory's spec."""
-    args = golden.variant_lock("bisect-b", *B_DATA)
-    pairs = [a.split("=", 1) for a in args[1::2]]
-    return {k: json.loads(v) for k, v in pairs}
+    (``RIGKIT_SANDBOX_DATA``): every command of the module sees B as the inventory's spec (C's test: C)."""
+    return _variant("bisect-b", B_DATA)
+
+
+@functools.cache
+def c() -> dict:
+    """C's spec keys with its own lock, as :func:`b`'s."""
+    return _variant("bisect-c", C_DATA)
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +95,19 @@ def host(make_module_host):
     return h
 
 
-def index(host) -> dict:
-    proc = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name, "--json", data=b())
+def index(host, data: dict | None = None) -> dict:
+    proc = rigkit(host, "generations", "-i", "inventory/sandbox.py", "--host", host.name, "--json", data=data or b())
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
-def assert_back_at(host, n: int) -> None:
-    """The host at generation ``n`` as the bisect found it: current, no journal, no hold, drift clean."""
-    idx = index(host)
+def assert_back_at(host, n: int, data: dict | None = None) -> None:
+    """The host at generation ``n`` as the bisect found it: current, no journal, no hold, drift clean (against
+    ``data``, the inventory's spec: B unless given)."""
+    idx = index(host, data)
     assert idx["current"] == n and idx["hold"] is None, idx
     assert host.run(f"test -e {JOURNAL}", check=False).returncode == 1
-    proc = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, data=b())
+    proc = rigkit(host, "drift", "-i", "inventory/sandbox.py", "--host", host.name, data=data or b())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
@@ -148,12 +168,13 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
     proc = subprocess.Popen(argv, cwd=sandbox_project.cwd(), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     said: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [said.put(line) for line in proc.stderr], daemon=True).start()
+    threading.Thread(target=lambda: [said.put(line) for line in proc.stderr] + [said.put(None)], daemon=True).start()
     seen = []
     try:  # the good generation's deploy under way (its pyinfra started): then the control machine is gone
         stage = "step 2: deploying"
         while True:
             line = said.get(timeout=600)  # bounded: a bisect that never gets there fails here
+            assert line is not None, "the bisect ended before its step 2's pyinfra: " + "".join(seen)[-3000:]
             seen.append(line)
             if stage == "$ pyinfra" and line.startswith("$ pyinfra"):
                 break
@@ -185,3 +206,33 @@ def test_the_next_deploy_ends_a_journal_left_at_the_spec(host):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "an interrupted bisect (planted, " in proc.stderr, proc.stderr[-4000:]  # the full run's reason
     assert_back_at(host, 3)
+
+
+def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_started(host):
+    """C (the next generation: the planted image, llama.cpp's build from before ggml-org/llama.cpp#15434 and arguments
+    without ``--flash-attn on``) deploys and is slow; the search's first probe, A with C's llama.cpp image, cannot
+    start the GGUF baseline (the old parser: ``error: invalid argument: on``), so that step's deploy fails and is
+    put back by its own transaction. The walk stops and says so (exit 1, no culprit named: a step it could not
+    measure leaves the search without an answer), and the host ends at C as it found it."""
+    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=c())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    start = index(host, c())["current"]  # after the walks' steps: a number of its own
+    assert start > 3, index(host, c())
+    t0 = time.monotonic()
+    proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", "2", "--bad", str(start),
+                  "--member", "hyperqwen", "--no-pairs", data=c(), timeout=1200)
+    took = time.monotonic() - t0
+    err = proc.stderr
+    assert proc.returncode == 1, err[-6000:]
+    assert "step 2: " in err and ": SLOW" in err, err[-6000:]  # C measured slow against A: the search began
+    assert ("bisect stopped: step 3 (generation 2 + image gguf_baseline) did not deploy or confirm (above); the host "
+            f"was put back to generation {start}") in err, err[-6000:]
+    assert "FOUND" not in err, err[-6000:]
+    assert f"back at generation {start}, where the bisect started" in err, err[-3000:]
+    assert_back_at(host, start, c())
+    after = [g for g in index(host, c())["generations"] if g["n"] > start]
+    failed = [g for g in after if g.get("failed")]  # the failed mix recorded as its own attempt, failed
+    assert len(failed) == 1 and " step 3: generation 2 + image gguf_baseline" in failed[0]["reason"], after
+    assert [g["n"] for g in after if (g.get("bisect") or {}).get("step") == 2 and not g.get("failed")], after
+    print(f"\nbisect 2..{start} (a step whose deploy fails): {took:.0f} s\n" + "\n".join(
+        ln for ln in err.splitlines() if "step " in ln or "invalid argument" in ln or "failed" in ln)[-4000:])

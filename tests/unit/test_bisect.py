@@ -331,3 +331,60 @@ def test_a_steps_bench_asks_the_max_tokens_given_and_lands_outside_the_results_f
     assert Path(summary["_file"]).resolve() == (tmp_path / "bisects" / "h" / "id7" / "step-1" / "summary.json")
     (tmp_path / "results").mkdir()
     assert find_baselines("results") == [] and len(find_baselines(".")) == 1  # found where it is, never in results/
+
+
+def test_the_way_back_judges_against_the_step_the_host_is_at(monkeypatch):
+    """:func:`bisect.deploy_back` reads the host's current generation as :func:`rigkit.deploy.transaction.current`
+    returns it — ``(n, record, live sha256)`` — and settles the way back against that step's record, the start's
+    restored after. (It once unpacked two values: every walk that deployed crashed on its way back, the journal
+    left standing.)"""
+    import types
+
+    from rigkit.deploy import bisect as walk
+    from rigkit.deploy import run as deploy_run
+    from rigkit.deploy import transaction
+    from rigkit.render import generations as gens
+
+    seen = {}
+    monkeypatch.setattr(deploy_run, "run_pyinfra", lambda *a, **k: (object(), {}))
+    monkeypatch.setattr(transaction, "current", lambda ch: (7, {"key": "step-7"}, "sha256-live"))
+    monkeypatch.setattr(transaction, "agent_json", lambda *a, **k: ({"record": {"key": "start-3"}}, ""))
+    monkeypatch.setattr(gens, "manifest_of_record", lambda record, reason: {"key": record.get("key")})
+
+    def settle(ch, proc, inventory, run_only, verbose, lease, attempt, no_revert, budget_s):
+        seen.update(judged_against=ch.start_record, attempt=attempt)
+        return 0
+
+    monkeypatch.setattr(transaction, "settle", settle)
+    ch = types.SimpleNamespace(name="h", start_record={"key": "start-3"}, remote=None)
+    out = types.SimpleNamespace(note=lambda *a, **k: None)
+    assert walk.deploy_back(ch, "inventory.py", "b1", 3, "lease", {}, out) == 0
+    assert seen == {"judged_against": {"key": "step-7"}, "attempt": {"key": "start-3"}}
+    assert ch.start_record == {"key": "start-3"}
+
+
+@pytest.mark.parametrize("before, marked, recorded", [(None, [10], []), (10, [], ["attempt"])])
+def test_a_failed_step_is_recorded_as_its_own_attempt_not_marked_on_the_step_before(monkeypatch, before, marked,
+                                                                                     recorded):
+    """A bisect's step that fails before recording its generation leaves the host current at the step before it
+    (generation 10, deployed and benched), while the change began at the bisect's start (9). With ``before``
+    (:attr:`rigkit.deploy.transaction.Change.before`, set by the bisect's :meth:`Runner.deploy`) :func:`settle`
+    records the failed mix as an attempt of its own; without it (the one run of a deploy) generation 10 is "the
+    change's new generation" and gets marked failed — what the sandbox walk showed before ("the failed attempt is
+    generation 10")."""
+    import types
+
+    from rigkit.deploy import run as deploy_run
+    from rigkit.deploy import transaction as tx
+
+    seen = {"marked": [], "recorded": []}
+    monkeypatch.setattr(deploy_run, "host_result", lambda proc, name: (["llama-swap | Activate"], 3, True))
+    monkeypatch.setattr(tx, "relock", lambda ch, lease: None)
+    monkeypatch.setattr(tx, "current", lambda ch: (10, {"key": "step-10"}, "live"))
+    monkeypatch.setattr(tx, "mark_failed", lambda ch, n, why, lease: seen["marked"].append(n) or True)
+    monkeypatch.setattr(tx, "record_failed", lambda ch, manifest, why, lease: seen["recorded"].append(manifest["key"]) or 11)
+    monkeypatch.setattr(tx, "_failed", lambda ch, n, why, no_revert, inventory, revert: 1)
+    ch = types.SimpleNamespace(name="h", start=9, start_record={"key": "start-9"}, before=before, what="bisect x")
+    proc = types.SimpleNamespace(returncode=1)
+    assert tx._settle(ch, proc, "inventory.py", {}, 0, "lease", {"key": "attempt", "spec": {}}, False, None) == 1
+    assert seen == {"marked": marked, "recorded": recorded}
