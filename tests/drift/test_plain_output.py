@@ -81,24 +81,25 @@ LOG = """--> Loading config...
 """
 
 
-def test_a_deploy_lists_what_changed_and_counts_the_rest():
+def relayed(log_text: str, verbose: bool = False) -> str:
+    """What the deploy relays of pyinfra's log ``log_text``, written line by line as pyinfra writes it."""
     out = io.StringIO()
-    log = QuietLog(out)
-    for line in LOG.splitlines(keepends=True):
+    log = QuietLog(out, verbose=verbose)
+    for line in log_text.splitlines(keepends=True):
         log.write(line)
     log.close()
-    text = out.getvalue()
+    return out.getvalue()
+
+
+def test_a_deploy_lists_what_changed_and_counts_the_rest():
+    text = relayed(LOG)
     assert "Hold the pinned packages" not in text and "Record the generation" not in text
     assert "Merge the nvidia runtime" in text and "[demo] Success" in text
     assert "noop: llama-swap's live config is held" in text  # a block that says something is kept
     assert "    (2 operation(s) with no changes not listed; -v lists them)\n" in text
     assert "`rigkit wire-in -i" in text and "--host demo --release`" in text  # the host's hint, completed
-    verbose = io.StringIO()
-    log = QuietLog(verbose, verbose=True)
-    for line in LOG.splitlines(keepends=True):
-        log.write(line)
-    log.close()
-    assert "Hold the pinned packages" in verbose.getvalue() and "not listed" not in verbose.getvalue()
+    verbose = relayed(LOG, verbose=True)
+    assert "Hold the pinned packages" in verbose and "not listed" not in verbose
 
 
 def _op(name, change=(), cond=()):
@@ -255,19 +256,10 @@ def test_a_failed_activation_says_its_reason_once_and_not_pyinfras_executed_0_co
     reason twice (pyinfra prints a failed command's output whole; the activation's surfaced lines
     repeated it). The relayed log leaves pyinfra's line out (``-v`` keeps it); the activation command
     surfaces its lines only when it succeeded."""
-    out = io.StringIO()
-    log = QuietLog(out)
-    for line in FAILED_LOG.splitlines(keepends=True):
-        log.write(line)
-    log.close()
-    text = out.getvalue()
+    text = relayed(FAILED_LOG)
     assert "executed 0 commands" not in text and text.count("FAILED: strata did not answer") == 1, text
-    verbose = io.StringIO()
-    log = QuietLog(verbose, verbose=True)
-    for line in FAILED_LOG.splitlines(keepends=True):
-        log.write(line)
-    log.close()
-    assert "Error: executed 0 commands" in verbose.getvalue()
+    verbose = relayed(FAILED_LOG, verbose=True)
+    assert "Error: executed 0 commands" in verbose
 
     from pyinfra.api import StringCommand
     from pyinfra.connectors.util import CommandOutput, OutputLine
