@@ -116,11 +116,10 @@ def probe_sections(decl: Declared, deep: bool = False, diff: bool = False, agent
     # the agent's health and the model files in one process: `rigkit-agent probe` prints its version line,
     # then (given the lock) the model check's JSON line; its exit status is the agent's health
     args = agent_probe_args(decl, deep)
-    if args is not None:
-        if agent:
-            sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {' '.join(map(q, args))} 2>&1; echo {RC}$?"))
-    else:
+    if args is None:
         sections.append(("agent", f"{paths.AGENT_BIN} version 2>&1; echo {RC}$?"))
+    elif agent:
+        sections.append((AGENT_MODELS, f"{paths.AGENT_BIN} probe {' '.join(map(q, args))} 2>&1; echo {RC}$?"))
     return sections
 
 
