@@ -25,7 +25,10 @@ when an input does):
   llama-server's messages, rc 1.
 - ``ghcr.io/syv-ai/hyperqwen:sandbox-slow`` — the same image with ``SANDBOX_STEP_S`` (:data:`SLOW_STEP_S`) in
   its config's ``Env``: the stand-in's verify step 5 times longer (a regression planted for ``rigkit bisect``,
-  issue 68; its own digest). ``ghcr.io/ggml-org/llama.cpp:server-cuda-b2``: llama.cpp's image under another
+  issue 68; its own digest). ``ghcr.io/syv-ai/hyperqwen:sandbox-draft`` (:data:`DRAFT_TAG`): the same image
+  tuned for drafts of at most 7 tokens (``SANDBOX_TUNED_DRAFT``): with HyperQwen's ``dflash_tokens`` above 7 its
+  verify step is 5 times longer — slow only together with that spec value, a planted pair for ``rigkit bisect``.
+  ``ghcr.io/ggml-org/llama.cpp:server-cuda-b2``: llama.cpp's image under another
   digest that runs the same (a suspect that is not the slowdown). ``ghcr.io/ggml-org/llama.cpp:server-cuda-old``
   (:data:`OLD_LLAMA_TAG`): a build from before ggml-org/llama.cpp#15434 (Aug 2025), whose ``-fa``/``--flash-attn``
   was a switch taking no value (:data:`OLD_FA_PATCH` over the wheel's table): ``--flash-attn on`` — the spec's
@@ -65,6 +68,9 @@ LLAMA_REPO = "ghcr.io/ggml-org/llama.cpp"
 HYPERQWEN_REPO = "ghcr.io/syv-ai/hyperqwen"
 #: the HyperQwen tag planted slower (``images.json`` names it ``<repository>:<tag>``) and its verify step, s
 SLOW_TAG, SLOW_STEP_S = "sandbox-slow", 0.05
+#: the HyperQwen tag slow only with a draft longer than it was tuned for (module doc): the tag, the longest
+#: draft it runs at full speed, its verify step beyond that, s
+DRAFT_TAG, TUNED_DRAFT, UNTUNED_STEP_S = "sandbox-draft", 7, 0.05
 #: llama.cpp's server under a second tag (and digest) that runs exactly as ``server-cuda`` does
 OTHER_LLAMA_TAG = "server-cuda-b2"
 #: llama.cpp's server as a build from before ggml-org/llama.cpp#15434, where ``-fa`` took no value (module doc)
@@ -234,6 +240,11 @@ def build() -> dict[str, tuple[str, bytes, bytes, list]]:
     # slower engine build is on the rig
     out[f"{HYPERQWEN_REPO}:{SLOW_TAG}"] = (SLOW_TAG, *image([base, hq_app], ["/app/entrypoint.py"], ["single"],
                                                            hq_env + [f"SANDBOX_STEP_S={SLOW_STEP_S}"]))
+    # a planted interaction (issue 68): as fast as ``sandbox`` with the spec's default draft (7), 5 times slower
+    # with a longer one (stubs/openai_stub.py TUNED_DRAFT) — neither the image nor dflash_tokens 8 alone is slow
+    out[f"{HYPERQWEN_REPO}:{DRAFT_TAG}"] = (DRAFT_TAG, *image(
+        [base, hq_app], ["/app/entrypoint.py"], ["single"],
+        hq_env + [f"SANDBOX_TUNED_DRAFT={TUNED_DRAFT}", f"SANDBOX_UNTUNED_STEP_S={UNTUNED_STEP_S}"]))
     return out
 
 

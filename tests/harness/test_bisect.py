@@ -14,7 +14,10 @@ host back at generation 3, the journal gone, no hold, drift clean and its steps 
 bisect killed with SIGKILL in the middle of a step leaves its journal, and ``rigkit bisect --abort`` puts the host
 back; the next deploy ends a journal left behind; last, generation C mixes llama.cpp's image from before
 ggml-org/llama.cpp#15434 with arguments that leave out ``--flash-attn on``: a bisect 2..4 meets a step whose deploy
-fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean.
+fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then D and E
+(a context below the DFlash guard, and E with HyperQwen's ``sandbox-draft`` image, slow only with a draft longer
+than 7, beside ``dflash_tokens`` 8 and a new description): a bisect D..E names the image and the draft length as
+the pair, neither slow alone. Every walk benches 64 tokens a request (:data:`WALK`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from rigkit.deploy.bisect import plan_steps
 
 pytestmark = pytest.mark.harness
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,6 +67,16 @@ B_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}, "stop
 C_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}}}',
           "--data", f'llama_swap={json.dumps(A_DATA["llama_swap"])}',
           "--data", f'gguf_baseline={{"image": {{"ref": "{images.OLD_LLAMA_TAG}"}}, "args": ["--n-gpu-layers", "99"]}}']
+#: D (the pair's good generation, deployed after C): A with a context below the DFlash guard's 16384
+#: (rigkit.spec.model.UNSAFE_SPEC_CONTEXT), so a draft of 8 tokens is a valid spec value on its own
+D_DATA = {**A_DATA, "hyperqwen": {"max_model_len": 12288}}
+#: E (the pair's bad one): D with HyperQwen's image at the ``sandbox-draft`` tag (tuned for drafts of at most 7
+#: tokens: 5 times slower with a longer one), ``dflash_tokens`` 8 and a new description — slow only with the
+#: image and the draft length together (images.DRAFT_TAG)
+E_DATA = ["--data", f'hyperqwen={{"max_model_len": 12288, "dflash_tokens": 8, "image": {{"ref": "{images.DRAFT_TAG}"}}}}',
+          "--data", 'llama_swap={"preload": ["hyperqwen"], "members": {"hyperqwen": {"staged": false, "ttl": 0, '
+                    '"description": "HyperQwen (bisect E)"}}}']
+PAIR_SUSPECTS = ["image hyperqwen", "member hyperqwen: description", "spec hyperqwen.dflash_tokens"]
 SUSPECTS = ["image gguf_baseline", "image hyperqwen", "member gguf-baseline: ttl", "member hyperqwen: description",
             "spec gguf_baseline.args", "spec hyperqwen.stop_timeout_s"]
 
@@ -83,6 +98,12 @@ def b() -> dict:
 def c() -> dict:
     """C's spec keys with its own lock, as :func:`b`'s."""
     return _variant("bisect-c", C_DATA)
+
+
+@functools.cache
+def e() -> dict:
+    """E's spec keys with its own lock, as :func:`b`'s."""
+    return _variant("bisect-e", E_DATA)
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +136,11 @@ def bisect(host, *args, **kw):
     return rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, *args, data=b(), **kw)
 
 
+#: each step's bench asks this many tokens a request (``--max-tokens``): the planted slowdowns are 5 times
+#: slower on a paced stand-in, so a short decode tells them apart (the slow image's 256-token bench took 25 s)
+WALK = ("--max-tokens", "64")
+
+
 def test_dry_lists_the_suspects_and_the_most_steps_touching_nothing(host):
     before = index(host)
     proc = bisect(host, "--good", "2", "--bad", "3", "--dry")
@@ -138,7 +164,7 @@ def test_a_planted_slowdown_is_named_and_the_host_ends_where_it_started(host):
     generation 3 as it found it. ``--no-pairs``: the culprit is not tried alone (one deploy fewer; the pair search
     is held by tests/unit/test_bisect.py's property)."""
     t0 = time.monotonic()
-    proc = bisect(host, "--good", "2", "--bad", "3", "--member", "hyperqwen", "--no-pairs", timeout=1200)
+    proc = bisect(host, "--good", "2", "--bad", "3", "--member", "hyperqwen", "--no-pairs", *WALK, timeout=1200)
     took = time.monotonic() - t0
     err = proc.stderr
     assert proc.returncode == 0, err[-6000:]
@@ -164,7 +190,7 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token(), RIGKIT_SANDBOX_DATA=json.dumps(b()))
     argv = [str(Path(sys.executable).parent / "rigkit"), "bisect", "-i", "inventory/sandbox.py", "--host", host.name,
-            "--good", "2", "--bad", "3", "--member", "hyperqwen"]
+            "--good", "2", "--bad", "3", "--member", "hyperqwen", *WALK]
     proc = subprocess.Popen(argv, cwd=sandbox_project.cwd(), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     said: queue.Queue = queue.Queue()
@@ -220,7 +246,7 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
     assert start > 3, index(host, c())
     t0 = time.monotonic()
     proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", "2", "--bad", str(start),
-                  "--member", "hyperqwen", "--no-pairs", data=c(), timeout=1200)
+                  "--member", "hyperqwen", "--no-pairs", *WALK, data=c(), timeout=1200)
     took = time.monotonic() - t0
     err = proc.stderr
     assert proc.returncode == 1, err[-6000:]
@@ -236,3 +262,43 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
     assert [g["n"] for g in after if (g.get("bisect") or {}).get("step") == 2 and not g.get("failed")], after
     print(f"\nbisect 2..{start} (a step whose deploy fails): {took:.0f} s\n" + "\n".join(
         ln for ln in err.splitlines() if "step " in ln or "invalid argument" in ln or "failed" in ln)[-4000:])
+
+
+def test_a_planted_pair_is_named_as_the_pair(host):
+    """D, then E: E's HyperQwen image is slow only with a draft longer than 7 tokens, and E also sets
+    ``dflash_tokens`` 8 — neither is slow alone. A bisect D..E with pairs (the default) takes the prefix search
+    to the last suspect (the draft length), tries it alone (fast), then searches its partner among the suspects
+    before it, and names the pair: the image and the draft length, not the description between them. The host
+    ends at E, drift clean."""
+    for data in (D_DATA, e()):
+        proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=data)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    gens = index(host, e())
+    bad = gens["current"]
+    good = bad - 1  # D, recorded by the deploy before
+    assert [g["n"] for g in gens["generations"] if g["n"] == good and not g.get("failed")], gens
+    t0 = time.monotonic()
+    proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", str(good), "--bad",
+                  str(bad), "--member", "hyperqwen", *WALK, data=e(), timeout=1200)
+    took = time.monotonic() - t0
+    err = proc.stderr
+    assert proc.returncode == 0, err[-6000:]
+    for name in PAIR_SUSPECTS:  # the walk's steps name what they hold
+        assert name in err, err[-6000:]
+    found = [ln for ln in err.splitlines() if "FOUND" in ln]
+    assert len(found) == 1 and "FOUND a pair: image hyperqwen + spec hyperqwen.dflash_tokens make hyperqwen slower " \
+        "together, neither alone" in found[0], err[-6000:]
+    # the culprit alone was measured fast, and the pair slow: the figures behind the answer
+    alone = [ln for ln in err.splitlines() if re.search(r"^\S+:   step \d+: spec hyperqwen\.dflash_tokens: ", ln)]
+    pair = [ln for ln in err.splitlines()
+            if re.search(r"^\S+:   step \d+: image hyperqwen, spec hyperqwen\.dflash_tokens: ", ln)]
+    assert len(alone) == 1 and alone[0].endswith(": PASS"), err[-6000:]
+    assert len(pair) == 1 and pair[0].endswith(": FAIL"), err[-6000:]
+    deploys = len(re.findall(r": step \d+: deploying ", err))
+    steps = plan_steps(len(PAIR_SUSPECTS))
+    bound = steps["name"] + steps["alone"] + steps["partner"]  # the good one, the search, alone, the partner
+    assert deploys <= bound, (deploys, bound, err[-6000:])
+    assert f"back at generation {bad}, where the bisect started" in err, err[-3000:]
+    assert_back_at(host, bad, e())
+    print(f"\nbisect {good}..{bad} (a planted pair): {took:.0f} s, {deploys} deploys before the way back\n" + "\n".join(
+        ln for ln in err.splitlines() if "step " in ln and "tok/s" in ln))

@@ -92,6 +92,14 @@ CRASH_PROMPT_TOKENS = 20_000
 #: ``sandbox`` tag leaves it unset, 0.01 s; the ``sandbox-slow`` tag, a build planted several times slower for
 #: ``rigkit bisect``, sets it) — the speed is the image's, pulled by its digest, never a knob the deploy does not know.
 CHUNK_S = float(os.environ.get("SANDBOX_STEP_S") or 0.01)
+#: A build tuned for drafts of at most ``$SANDBOX_TUNED_DRAFT`` tokens (tests/harness/images.py: the
+#: ``sandbox-draft`` tag sets it with ``$SANDBOX_UNTUNED_STEP_S``; unset: every draft runs at :data:`CHUNK_S`).
+#: With a longer ``DFLASH_TOKENS`` its verify step is ``$SANDBOX_UNTUNED_STEP_S`` — slow only for the image
+#: *and* the spec's ``dflash_tokens`` together: an interaction of two entries, planted for ``rigkit bisect``'s
+#: pair search (issue 68). A plant, not a model of a measured build.
+TUNED_DRAFT = int(os.environ.get("SANDBOX_TUNED_DRAFT") or 0)
+if VLLM and TUNED_DRAFT and DRAFT > TUNED_DRAFT:
+    CHUNK_S = float(os.environ.get("SANDBOX_UNTUNED_STEP_S") or CHUNK_S)
 PREFILL_TPS = 400_000.0
 DEAD = [None]  # why the engine is dead (None: alive)
 SHARE = os.environ.get("FAKE_GPU_SHARE") or ""
