@@ -51,13 +51,13 @@ import math
 import secrets as pysecrets
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rigkit import exitcodes, hints, paths
+from rigkit.common import scratch
 from rigkit.lockfile.view import IMAGE_KEYS
 from rigkit.render.generations import LOCKFILE_KEYS, RUN_KEYS, flat
 from rigkit.spec.compat import DRIVER_PACKAGES
@@ -648,7 +648,7 @@ class Runner:
         lock_text = dumps_lock(lock) if lock is not None else None
         info = {"id": self.id, "step": n, "entries": names,
                 "reason": f"bisect {self.id} step {n}: {label}"}
-        folder = Path(tempfile.mkdtemp(prefix="rigkit-bisect-"))
+        folder = scratch.folder("rigkit-bisect-")
         check = dict(spec_data)
         for key in RUN_KEYS:
             check[key] = getattr(self.hs.spec, key)
