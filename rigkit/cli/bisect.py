@@ -42,7 +42,8 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
     a spec value — that made the rig slower between generation GOOD and generation BAD of a host: each step
     deploys the good generation with some entries of the bad one (confirmed by inference or put back),
     benches it through llama-swap and judges it against the good one by the bench's rules. It names the
-    first bad entry, or the pair that is slow only together, with every step's figures; each step is a
+    first bad entry, or the pair that is slow only together, with every step's figures (a mix the spec's validators
+    refuse is skipped, not deployed; when every mix between some entries is refused, it names their range); each step is a
     generation marked as a bisect step (`rigkit generations` shows the walk). The host ends at the
     generation it started from, whatever happens; after a killed bisect, `--abort` (or the next deploy)
     puts it back. Entries that need a reboot are skipped unless --reboot. Exit 0 named (or nothing to

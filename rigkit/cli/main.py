@@ -270,7 +270,7 @@ def deploy(inventory: str | None, hosts: tuple[str, ...], data: tuple[str, ...],
                               confirm_budget=confirm_budget, verbose=verbose, ended=ended)
 
     record = Record(inv, run=pysecrets.token_hex(4))
-    sys.exit(fleet.rollout(list(by_name), plan, deploy_batch, record.ended, out))
+    sys.exit(fleet.rollout(list(by_name), plan, deploy_batch, record.ended, out, canary=bool(canary)))
 
 
 def spec_warning_lines(host_specs) -> list[str]:

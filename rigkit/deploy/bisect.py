@@ -30,7 +30,11 @@ Then one more deploy, the culprit alone on the good generation, tells one culpri
 is fast alone, its partner is the first of the earlier suspects that makes it slow, another ⌈log2 k⌉
 deploys among the k before it. A re-measure (an undecided verdict) adds a bench, not a deploy; the bad
 generation's own bench adds a deploy only when the host does not start at it; going back to where it
-started is one deploy more (:func:`plan_steps`).
+started is one deploy more (:func:`plan_steps`). A mix the spec's validators refuse costs no deploy: it is
+said skipped and the search tries the next prefix nearest the middle (as ``git bisect skip`` does), within
+the same bound; when every mix between the last fast prefix and the first slow one is refused, the answer
+is the range of suspects the culprit is one of (or its partner is), never one of them guessed. A step whose
+deploy *fails* (it cost a deploy and was put back) still stops the walk.
 
 The host ends where it started, whatever happens: a journal on the host (``rigkit-agent generation
 bisect-begin``, :data:`rigkit.paths.BISECT_JOURNAL`) names the start generation before the first step; the
@@ -47,13 +51,13 @@ import math
 import secrets as pysecrets
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rigkit import exitcodes, hints, paths
+from rigkit.common import scratch
 from rigkit.lockfile.view import IMAGE_KEYS
 from rigkit.render.generations import LOCKFILE_KEYS, RUN_KEYS, flat
 from rigkit.spec.compat import DRIVER_PACKAGES
@@ -262,58 +266,107 @@ class Untestable(RuntimeError):
     and was put back, a bench that cannot tell); the message says which and why."""
 
 
+class RefusedMix(Untestable):
+    """The spec's validators refuse a combination (:meth:`Runner.deploy`, before anything is deployed): ``step``
+    the number it was given, ``label`` how it is said, ``why`` each refused field and its message
+    (:class:`rigkit.spec.problems.SpecProblem`, ``; ``-joined). The search skips it (:func:`search`); the two
+    generations' own measures stop the walk on it."""
+
+    def __init__(self, step: int, label: str, why: str) -> None:
+        self.step, self.label, self.why = step, label, why
+        super().__init__(f"step {step} ({label}) cannot be deployed: the spec's validators refuse the "
+                         f"combination: {why}")
+
+
 @dataclass
 class Answer:
-    """What :func:`search` found: ``culprits`` (indices into the suspects: one, or the pair), ``named_at``
-    (how many probes had run when the first culprit was named), ``probes`` (every probe, in order:
-    ``(indices tried, slow)``), ``alone`` (whether the culprit was tried alone: False with ``pairs`` off)."""
+    """What :func:`search` found.
+
+    + culprits: indices into the suspects: the one named, or the pair ``(partner, culprit)``; ``()`` when only
+      a range is known (``among``)
+    + named_at: how many *deploys* (probes not refused) had run when the first culprit (or its range) was named
+    + probes: every probe, in order: ``(indices tried, slow)``; slow ``None``: refused, skipped, no deploy
+    + alone: whether the culprit was measured alone (False with ``pairs`` off, or when refused: ``alone_refused``)
+    + alone_refused: the culprit alone is a combination the validators refuse: whether it needs a partner is untold
+    + among: the culprit could not be named: the suspects (consecutive indices) it is one of — every mix between
+      the fast prefix and the slow one was refused
+    + partner_among: the culprit is fast alone and its partner could not be named: the suspects it is one of
+    """
 
     culprits: tuple[int, ...]
     named_at: int
-    probes: list[tuple[frozenset[int], bool]] = field(default_factory=list)
+    probes: list[tuple[frozenset[int], bool | None]] = field(default_factory=list)
     alone: bool = False
+    alone_refused: bool = False
+    among: tuple[int, ...] = ()
+    partner_among: tuple[int, ...] = ()
 
 
-def search(n: int, slow: Callable[[frozenset[int]], bool], pairs: bool = True) -> Answer:
+def search(n: int, slow: Callable[[frozenset[int]], bool | None], pairs: bool = True) -> Answer:
     """The culprit among suspects ``0..n-1`` (n ≥ 1), given that none of them is fast and all of them slow
     (the good and bad generations, measured before) and ``slow(indices)`` — whether the good generation with
-    those suspects of the bad one is slow (raises :class:`Untestable` to stop).
+    those suspects of the bad one is slow; ``None`` when the spec's validators refuse that combination (it cost
+    no deploy); raises :class:`Untestable` to stop.
 
     Prefix search: the smallest k with ``slow({0..k-1})`` names suspect k-1 after ⌈log2 n⌉ probes. With
     ``pairs``, suspect k-1 is then tried alone (1 probe): slow, it is the culprit; fast, the slowdown needs
     one of suspects 0..k-2 beside it, and the same prefix search over them with k-1 added names the first
     that does (⌈log2 (k-1)⌉ probes): the pair. Assumes a slowdown that, once present, stays when more
     suspects are added (monotone); where that fails the answer is still a set that was measured slow
-    against one measured fast, one suspect apart."""
+    against one measured fast, one suspect apart.
+
+    Refused probes are skipped, as ``git bisect skip`` does: between the largest prefix measured fast (lo) and
+    the smallest measured slow (hi), the next probe is the middle one of the prefixes not yet refused (after a
+    refusal, its neighbour nearest the middle). Halving the prefixes still open keeps the bound: at most
+    ⌈log2 n⌉ deploys to name (refused probes cost none: :func:`plan_steps` holds counting deploys). When every
+    prefix between lo and hi is refused, the culprit is one of suspects lo..hi-1 (``among``); likewise the
+    partner (``partner_among``). No combination is probed twice."""
     if n < 1:
         raise ValueError("no suspect to search")
-    probes: list[tuple[frozenset[int], bool]] = []
+    probes: list[tuple[frozenset[int], bool | None]] = []
 
-    def probe(s: frozenset[int]) -> bool:
+    def probe(s: frozenset[int]) -> bool | None:
         got = slow(s)
         probes.append((s, got))
         return got
 
-    def first_slow(count: int, extra: frozenset[int]) -> int:
-        """The smallest k in 1..count with ``slow({0..k-1} | extra)``, knowing k=0 fast and k=count slow."""
+    def first_slow(count: int, extra: frozenset[int]) -> tuple[int, int]:
+        """``(lo, hi)``, knowing k=0 fast and k=count slow: ``hi - lo == 1``, hi the smallest k in 1..count with
+        ``slow({0..k-1} | extra)``; or, wider, every k between them refused."""
         lo, hi = 0, count
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if probe(frozenset(range(mid)) | extra):
-                hi = mid
+        refused: set[int] = set()
+        while True:
+            open_ = [k for k in range(lo + 1, hi) if k not in refused]
+            if not open_:
+                return lo, hi
+            k = open_[(len(open_) - 1) // 2]  # the middle of those open: (lo + hi) // 2 when none is refused
+            got = probe(frozenset(range(k)) | extra)
+            if got is None:
+                refused.add(k)
+            elif got:
+                hi = k
             else:
-                lo = mid
-        return hi
+                lo = k
 
-    k = first_slow(n, frozenset())
-    culprit = k - 1
-    named_at = len(probes)
+    def deploys() -> int:
+        return sum(got is not None for _s, got in probes)
+
+    lo, hi = first_slow(n, frozenset())
+    named_at = deploys()
+    if hi - lo > 1:
+        return Answer((), named_at, probes, among=tuple(range(lo, hi)))
+    culprit = hi - 1
     if not pairs or culprit == 0:  # suspect 0 was measured alone (the prefix {0}) or n == 1 (the bad one)
         return Answer((culprit,), named_at, probes, alone=culprit == 0)
-    if probe(frozenset({culprit})):
+    got = probe(frozenset({culprit}))
+    if got is None:
+        return Answer((culprit,), named_at, probes, alone_refused=True)
+    if got:
         return Answer((culprit,), named_at, probes, alone=True)
-    partner = first_slow(culprit, frozenset({culprit})) - 1
-    return Answer((partner, culprit), named_at, probes, alone=True)
+    lo, hi = first_slow(culprit, frozenset({culprit}))
+    if hi - lo > 1:
+        return Answer((culprit,), named_at, probes, alone=True, partner_among=tuple(range(lo, hi)))
+    return Answer((hi - 1, culprit), named_at, probes, alone=True)
 
 
 def plan_steps(n: int, pairs: bool = True, at_bad: bool = True) -> dict[str, int]:
@@ -435,7 +488,8 @@ def dry_lines(host: str, setup: Setup, pairs: bool) -> list[str]:
                  f"⌈log2 {len(setup.tried)}⌉ = {steps['name'] - 1})"
                  + (f", {steps['alone']} to try it alone, {steps['partner']} more to find a partner" if pairs else "")
                  + (", 1 for the bad generation (the host is not at it)" if steps["bad"] else "")
-                 + ", 1 back to where the host started; a re-measure adds a bench, not a deploy")
+                 + ", 1 back to where the host started; a re-measure adds a bench, not a deploy; a mix the spec's "
+                 "validators refuse is skipped, not deployed")
     lines.append(f"  estimated at most {estimate_s(setup.tried, steps) / 60:.0f} min on the rig "
                  f"({STEP_S:.0f} s a step plus the costliest suspect's extra)")
     return lines
@@ -573,8 +627,9 @@ class Runner:
 
     def deploy(self, chosen: Iterable[int], label: str) -> Step:
         """Deploy the good generation with the ``chosen`` suspects of the bad one, settled (confirmed, or put
-        back by the transaction). Raises :class:`Untestable` when the spec's validators refuse it or the
-        deploy does not confirm (the host is then back at the bisect's start)."""
+        back by the transaction). Raises :class:`RefusedMix` when the spec's validators refuse it (nothing deployed:
+        the step is kept, ``verdict`` ``skipped``), :class:`Untestable` when the deploy does not confirm (the host
+        is then back at the bisect's start)."""
         from rigkit.common.lock import LEASE_ENV
         from rigkit.deploy.run import run_pyinfra
         from rigkit.deploy.source import COMBINATION_ENV
@@ -593,7 +648,7 @@ class Runner:
         lock_text = dumps_lock(lock) if lock is not None else None
         info = {"id": self.id, "step": n, "entries": names,
                 "reason": f"bisect {self.id} step {n}: {label}"}
-        folder = Path(tempfile.mkdtemp(prefix="rigkit-bisect-"))
+        folder = scratch.folder("rigkit-bisect-")
         check = dict(spec_data)
         for key in RUN_KEYS:
             check[key] = getattr(self.hs.spec, key)
@@ -603,9 +658,9 @@ class Runner:
             check.pop("models_lock", None)
         try:
             spec = spec_from_dict(check, source=f"bisect step {n} ({label})")
-        except SpecError as exc:
-            raise Untestable(f"step {n} ({label}) cannot be deployed: the spec's validators refuse the "
-                             f"combination: {exc}") from None
+        except SpecError as exc:  # nothing deployed: the step is kept, said skipped, and costs no deploy
+            self.steps.append(Step(n, names, sorted(chosen), metric=self.metric, verdict="skipped"))
+            raise RefusedMix(n, label, "; ".join(str(p) for p in exc.problems)) from None
         combo = folder / "combination.json"
         combo.write_text(json.dumps({"spec": spec_data, "lock_text": lock_text, "bisect": info}, sort_keys=True))
         self.say(f"step {n}: deploying {label}")
@@ -718,8 +773,8 @@ def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str |
     """``rigkit bisect --host H --good G --bad B``: the module docstring's walk on ``hs``'s host under its host
     lock; what it says goes to ``out`` (:class:`rigkit.deploy.run.Output`). ``member`` is benched (default: the
     resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload`` with ``max_tokens`` per chat request
-    (default the smoke's 256; longer decodes steady a noisy host), judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named, or no
-    slowdown to bisect), 1 (stopped: refused, a step that could not be deployed or told, the host lost — the
+    (default the smoke's 256; longer decodes steady a noisy host), judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named
+    — or the range it is in, the mixes between refused —, or no slowdown to bisect), 1 (stopped: refused, a step that could not be deployed or told, the host lost — the
     host is back at its start unless said), 2 (bad input: nothing touched)."""
     from rigkit.deploy.run import smoke_members
     from rigkit.deploy.transaction import ChangeRefused, agent_json, held
@@ -810,26 +865,61 @@ def _walk(runner: Runner, setup: Setup, pairs: bool) -> int:
                    "nothing to bisect")
         return exitcodes.OK
     before = runner.deploys
-    if n == 1:
-        answer = Answer((0,), 0, [], alone=True)
-    else:
-        answer = search(n, lambda chosen: runner.decide(*runner.measure(chosen, _label(setup, chosen)),
-                                                        _label(setup, chosen)), pairs)
-    names = [setup.tried[i].name for i in answer.culprits]
-    said = {i: s for i, s in enumerate(setup.tried)}
-    if len(answer.culprits) == 1:
-        s = said[answer.culprits[0]]
-        runner.say(f"FOUND: {s.name} ({json.dumps(s.good)} -> {json.dumps(s.bad)}) makes {runner.member} slower "
-                   + ("on its own" if answer.alone else "(not tried alone: --no-pairs)")
-                   + f"; named after {before + answer.named_at} deploy(s) (at most ⌈log2 {n}⌉ + 1 = "
-                   f"{plan_steps(n)['name']}" + (", + 1 for the bad generation" if before > 1 else "") + ")")
-    else:
-        runner.say(f"FOUND a pair: {' + '.join(names)} make {runner.member} slower together, neither alone")
+
+    def probe(chosen: frozenset[int]) -> bool | None:
+        label = _label(setup, chosen)
+        try:
+            step, summary = runner.measure(chosen, label)
+        except RefusedMix as exc:  # no deploy: the search tries another mix
+            runner.say(f"step {exc.step}: skipped: the spec's validators refuse {exc.label}: {exc.why}")
+            return None
+        return runner.decide(step, summary, label)
+
+    answer = Answer((0,), 0, [], alone=True) if n == 1 else search(n, probe, pairs)
+    runner.say(answer_line(answer, setup.tried, runner.member, before, n))
     runner.say(f"{len(runner.steps)} step(s), {runner.deploys} deploy(s), {runner.benches} bench(es); the walk: "
                f"`{hints.command('generations', host=runner.hs.name)}`; figures under {runner.folder}")
     for st in runner.steps:
-        runner.say(f"  step {st.n}: {', '.join(st.entries) or '(good)'}: {figures(st)}: {st.verdict}")
+        runner.say(f"  step {st.n}: {', '.join(st.entries) or '(good)'}: "
+                   + ("skipped (the spec's validators refuse it; no deploy)" if st.verdict == "skipped"
+                      else f"{figures(st)}: {st.verdict}"))
     return exitcodes.OK
+
+
+#: What a range answer adds: why its suspects could not be told apart, and what to do.
+UNDEPLOYABLE = ("the mixes between them cannot be deployed (the spec's validators refuse each one: skipped above); "
+                "bisect between generations where they changed in one deploy, or fix the mix in the spec")
+
+
+def answer_line(answer: Answer, tried: list[Suspect], member: str, before: int, n: int) -> str:
+    """The ``FOUND`` line of :func:`search`'s ``answer`` over the ``tried`` suspects (``n`` of them) for the
+    benched ``member``, ``before`` the deploys made before the search (the good generation's, the bad one's):
+    one culprit (on its own, not tried alone, or alone refused), a pair, or a range — the culprit, or its
+    partner, is one of consecutive suspects whose mixes the validators all refused."""
+    def said(i: int) -> str:
+        return f"{tried[i].name} ({json.dumps(tried[i].good)} -> {json.dumps(tried[i].bad)})"
+
+    def one_of(indices: tuple[int, ...]) -> str:
+        return ", ".join(tried[i].name for i in indices)
+
+    def bound(verb: str) -> str:
+        return (f"; {verb} after {before + answer.named_at} deploy(s) (at most ⌈log2 {n}⌉ + 1 = "
+                f"{plan_steps(n)['name']}" + (", + 1 for the bad generation" if before > 1 else "") + ")")
+
+    if answer.among:
+        return (f"FOUND a range: the culprit is one of: {one_of(answer.among)} — {UNDEPLOYABLE}"
+                f"{bound('found')}")
+    if answer.partner_among:
+        c = answer.culprits[-1]
+        return (f"FOUND a pair: {said(c)} makes {member} slower only beside one of: {one_of(answer.partner_among)} "
+                f"(fast alone) — {UNDEPLOYABLE}")
+    if len(answer.culprits) == 2:
+        return (f"FOUND a pair: {' + '.join(tried[i].name for i in answer.culprits)} make {member} slower together, "
+                "neither alone")
+    alone = (" on its own" if answer.alone else
+             "; whether it needs a partner could not be tried: the spec's validators refuse it alone (skipped above)"
+             if answer.alone_refused else " (not tried alone: --no-pairs)")
+    return f"FOUND: {said(answer.culprits[0])} makes {member} slower{alone}{bound('named')}"
 
 
 def _back(runner: Runner) -> int:

@@ -92,12 +92,13 @@ def ended_line(done: int, outcome: dict[str, str]) -> str:
 
 
 def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[list[str], Callable[[str, str, str], None], Any], int],
-            ended: Callable[[str, str, str], None], out: Any) -> int:
+            ended: Callable[[str, str, str], None], out: Any, canary: bool = False) -> int:
     """Deploy ``names`` batch by batch as ``plan`` (:func:`batches`) says: ``deploy_batch(batch, end,
     watch)`` deploys one batch (:func:`rigkit.deploy.changes.deploy` limited to it), calling ``end(host,
     outcome, why)`` as each host ends and saying everything to ``watch`` (a :class:`Watch` on ``out``);
     every end goes on to ``ended`` (the outcome record; one that raises OSError or ValueError is said, and the
-    rollout goes on). A host the batch's deploy returned without
+    rollout goes on). Each batch of several is said as ``batch i/n: hosts``, batch 1 marked ``(canary)`` only with
+    ``canary`` (``--canary N`` made it; ``--batch K`` alone has none). A host the batch's deploy returned without
     ending is recorded ``failed`` with the batch's exit code (never silently good). After a batch that
     :func:`stops`, every host of the later batches is ended ``not-reached``; a rollout of several
     batches that did not stop ends with :func:`ended_line` (an error line when a host of the last batch
@@ -119,7 +120,7 @@ def rollout(names: list[str], plan: list[list[str]], deploy_batch: Callable[[lis
     stopped = False
     for i, group in enumerate(plan, 1):
         if len(plan) > 1:
-            out.note(f"batch {i}/{len(plan)}{' (canary)' if i == 1 else ''}: {', '.join(group)}")
+            out.note(f"batch {i}/{len(plan)}{' (canary)' if canary and i == 1 else ''}: {', '.join(group)}")
         code = deploy_batch(group, end, watch)
         codes.append(code)
         for host in group:

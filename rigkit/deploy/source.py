@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from pyinfra import logger
 from pyinfra.api import DeployError
 
 from rigkit import hints
+from rigkit.common import scratch
 from rigkit.render.generations import Source, lock_text, source_from_bundle
 from rigkit.spec.inventory import data_layers
 from rigkit.spec.model import RigSpec
@@ -112,7 +112,7 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     if "error" in bundle:
         raise DeployError(f"{host.name}: generation {n}: {bundle['error']}")
     try:
-        source = source_from_bundle(bundle, spec, Path(tempfile.mkdtemp(prefix="rigkit-generation-")))
+        source = source_from_bundle(bundle, spec, scratch.folder("rigkit-generation-"))
     except SpecError as exc:
         raise DeployError(f"{host.name}: {exc}") from None
     if journal and journal.get("start"):
@@ -144,7 +144,7 @@ def _combined(data: dict[str, Any], run_spec: RigSpec) -> Source:
         spec_data[key] = getattr(run_spec, key)
     lock_text = data.get("lock_text")
     if lock_text is not None:
-        lock_file = Path(tempfile.mkdtemp(prefix="rigkit-bisect-")) / "combination.lock.json"
+        lock_file = scratch.folder("rigkit-bisect-") / "combination.lock.json"
         lock_file.write_text(lock_text)
         spec_data["lockfile"] = str(lock_file)
         spec_data.pop("models_lock", None)

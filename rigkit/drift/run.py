@@ -37,9 +37,7 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
     """``decl`` declared again from the generation a hold keeps its host at (read with
     ``rigkit-agent generation show N --files`` over SSH); ``decl`` unchanged, with a warning in its
     ``lock_note``, when that generation cannot be read."""
-    import tempfile
-    from pathlib import Path
-
+    from rigkit.common import scratch
     from rigkit.render.generations import source_from_bundle
     from rigkit.remote import Remote, RemoteError
 
@@ -51,7 +49,7 @@ def held_declared(decl: Any, facts: dict[str, Any], connection: dict[str, Any], 
         return decl
     try:
         bundle = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-        source = source_from_bundle(bundle, decl.spec, Path(tempfile.mkdtemp(prefix="rigkit-drift-"))) if bundle else None
+        source = source_from_bundle(bundle, decl.spec, scratch.folder("rigkit-drift-")) if bundle else None
     except Exception:  # noqa: BLE001 - an unreadable generation is reported, never a crash
         source = None
     if source is None:

@@ -133,25 +133,28 @@ def build(python_version: str, platform: str = "manylinux2014_x86_64", cache: Pa
     if (out / ".complete").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    # a private build folder, renamed into place at the end: two deploys may build at once
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     pip = [sys.executable, "-m", "pip"]
-    src = stage_host_project(Path(tempfile.mkdtemp(prefix="rigkit-host-src.")))
-    steps = [
-        [*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), str(src)],
-        [*pip, "download", "--quiet", "--only-binary=:all:", "--python-version", python_version,
-         "--implementation", "cp", "--platform", platform, "--platform", "manylinux_2_17_x86_64",
-         "--platform", "any", "--dest", str(tmp), *AGENT_REQUIREMENTS],
-    ]
-    for cmd in steps:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise WheelhouseError(f"{' '.join(cmd[2:4])} failed:\n{proc.stdout}{proc.stderr}")
-    shutil.rmtree(src, ignore_errors=True)
-    (tmp / ".complete").write_text("\n".join(sorted(p.name for p in tmp.glob("*.whl"))) + "\n")
-    try:
-        tmp.rename(out)
-    except OSError:  # another build finished first: keep it
-        shutil.rmtree(tmp, ignore_errors=True)
+    # a private build folder beside the cache, its wheels renamed into place at the end (two deploys may build at
+    # once); both folders removed when the block ends, built or failed
+    with tempfile.TemporaryDirectory(prefix=out.name + ".", dir=out.parent) as build_dir, \
+            tempfile.TemporaryDirectory(prefix="rigkit-host-src.") as src_dir:
+        tmp = Path(build_dir) / "wheels"
+        tmp.mkdir()
+        src = stage_host_project(Path(src_dir))
+        steps = [
+            [*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(tmp), str(src)],
+            [*pip, "download", "--quiet", "--only-binary=:all:", "--python-version", python_version,
+             "--implementation", "cp", "--platform", platform, "--platform", "manylinux_2_17_x86_64",
+             "--platform", "any", "--dest", str(tmp), *AGENT_REQUIREMENTS],
+        ]
+        for cmd in steps:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise WheelhouseError(f"{' '.join(cmd[2:4])} failed:\n{proc.stdout}{proc.stderr}")
+        (tmp / ".complete").write_text("\n".join(sorted(p.name for p in tmp.glob("*.whl"))) + "\n")
+        try:
+            tmp.rename(out)
+        except OSError:  # another build finished first: keep it (this one goes with its build folder)
+            pass
     return out

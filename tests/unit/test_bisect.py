@@ -68,6 +68,85 @@ def test_a_step_that_cannot_be_measured_stops_the_search():
         b.search(8, slow)
 
 
+def _refusals(data, n: int):
+    """A rule the spec's validators refuse mixes by, drawn: none; random sets (drawn as each is first asked, so
+    any set may be refused and the search must cope); or two suspects written for each other (refused unless
+    they move together, the ``--flash-attn`` case of docs/operating.md)."""
+    kind = data.draw(st.sampled_from(["none", "random", "together"] if n > 1 else ["none", "random"]))
+    if kind == "none":
+        return lambda chosen: False
+    if kind == "random":
+        return lambda chosen: data.draw(st.booleans(), label=f"refuse {sorted(chosen)}")
+    a, c = data.draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+    return lambda chosen: (a in chosen) != (c in chosen)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_refused_mixes_are_skipped_never_forced_and_never_wrong(data):
+    """Over every n ≤ 64, a planted culprit or pair, pairs on or off and mixes refused at random or by rule: a
+    refused probe costs no deploy and is never tried again; a named culprit (or pair) is the planted one; a range
+    contains it and every mix between its ends was asked and refused (what the FOUND line says); with nothing
+    refused the answer is the plain search's; the deploys stay within :func:`plan_steps`."""
+    n = data.draw(st.integers(1, 64), label="n")
+    bad = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(2, n)), label="planted")
+    pairs = data.draw(st.booleans(), label="pairs")
+    refuse = _refusals(data, n)
+    seen = {}
+
+    def slow(chosen):
+        assert chosen not in seen, f"{sorted(chosen)} tried twice"
+        seen[chosen] = None if refuse(chosen) else bad <= chosen
+        return seen[chosen]
+
+    answer = b.search(n, slow, pairs) if n > 1 else b.Answer((0,), 0, [], alone=True)
+    assert [(s, got) for s, got in answer.probes] == list(seen.items())
+    top, low = max(bad), min(bad)
+    refused = {s for s, got in answer.probes if got is None}
+    if answer.among:  # the culprit's range
+        lo, hi = answer.among[0], answer.among[-1] + 1
+        assert answer.among == tuple(range(lo, hi)) and len(answer.among) > 1 and answer.culprits == ()
+        assert top in answer.among
+        assert all(frozenset(range(k)) in refused for k in range(lo + 1, hi))
+    else:
+        assert answer.culprits[-1] == top
+    if answer.partner_among:
+        (c,) = answer.culprits
+        lo, hi = answer.partner_among[0], answer.partner_among[-1] + 1
+        assert len(bad) == 2 and low in answer.partner_among and answer.alone and not answer.alone_refused
+        assert all(frozenset(range(k)) | {c} in refused for k in range(lo + 1, hi))
+    if len(answer.culprits) == 2:
+        assert set(answer.culprits) == bad
+    if answer.alone_refused:
+        assert frozenset({top}) in refused and not answer.alone and answer.culprits == (top,)
+    elif len(answer.culprits) == 1 and not answer.partner_among and answer.alone and top > 0:
+        assert bad == {top}  # slow on its own: measured so
+    if not refused:
+        plain = b.search(n, _oracle(bad), pairs) if n > 1 else answer
+        assert (answer.culprits, answer.probes, answer.named_at) == (plain.culprits, plain.probes, plain.named_at)
+    deploys = [s for s, got in answer.probes if got is not None]
+    steps = b.plan_steps(n, pairs)
+    assert answer.named_at <= steps["name"] - 1 == (math.ceil(math.log2(n)) if n > 1 else 0)
+    assert len(deploys) <= steps["name"] - 1 + steps["alone"] + steps["partner"]
+
+
+def test_every_refused_set_of_prefixes_keeps_the_bound_for_small_n():
+    """Exhaustively for n ≤ 10 (every culprit, every set of refused prefixes): the prefix search names the culprit
+    or a range holding it within ⌈log2 n⌉ deploys. The middle is taken among the prefixes still open — after a
+    refusal the neighbour that halves them (n 8, culprit 7, prefix 4 refused: probing 3 first would cost 4)."""
+    import itertools
+
+    for n in range(2, 11):
+        bound = b.plan_steps(n, pairs=False)["name"] - 1
+        for culprit in range(n):
+            for r in range(n):
+                for refused in itertools.combinations(range(1, n), r):
+                    gone = {frozenset(range(k)) for k in refused}
+                    answer = b.search(n, lambda s: None if s in gone else culprit in s, pairs=False)
+                    assert answer.named_at <= bound, (n, culprit, refused)
+                    assert answer.culprits == (culprit,) or culprit in answer.among, (n, culprit, refused)
+
+
 def test_the_plan_counts():
     assert b.plan_steps(8) == {"name": 4, "alone": 1, "partner": 3, "bad": 0, "back": 1, "most": 9}
     assert b.plan_steps(6, pairs=False, at_bad=False) == {"name": 4, "alone": 0, "partner": 0, "bad": 1, "back": 1,
@@ -388,3 +467,92 @@ def test_a_failed_step_is_recorded_as_its_own_attempt_not_marked_on_the_step_bef
     proc = types.SimpleNamespace(returncode=1)
     assert tx._settle(ch, proc, "inventory.py", {}, 0, "lease", {"key": "attempt", "spec": {}}, False, None) == 1
     assert seen == {"marked": marked, "recorded": recorded}
+
+
+def test_a_mix_the_validators_refuse_costs_no_deploy_and_touches_no_host():
+    """:meth:`Runner.deploy` validates the combination before anything else: a refused one raises
+    :class:`RefusedMix` naming the field and what is allowed, keeps the step as skipped, and never reaches the host
+    (``ch`` None: any host call would raise AttributeError) nor counts a deploy."""
+    import types
+
+    good, bad, lg, lb = _pair()
+    bad["hyperqwen"]["dflash_tokens"] = -3  # not a draft length
+    tried = [s for s in b.suspects(good, bad, lg, lb) if not s.reboot]
+    setup = b.Setup(1, 2, good, bad, lg, lb, tried, {}, 1)
+    out = _Out()
+    r = b.Runner(None, types.SimpleNamespace(name="h", spec=_spec()), "inv", setup, "lease", "id", "m", "chat-greedy",
+                 out, {})
+    i = next(i for i, s in enumerate(tried) if s.name.startswith("spec hyperqwen"))
+    with pytest.raises(b.RefusedMix) as refused:
+        r.deploy([0, i], "mix")
+    assert refused.value.step == 1 and refused.value.why.startswith("hyperqwen.dflash_tokens: -3 (int) — ")
+    assert r.deploys == 0 and out.lines == [] and r.at is None
+    assert [(s.n, s.chosen, s.verdict) for s in r.steps] == [(1, [0, i], "skipped")]
+
+
+def _together(x: int, y: int):
+    """The validators' rule for two suspects written for each other: a mix moving one without the other is refused."""
+    return lambda chosen: (x in chosen) != (y in chosen)
+
+
+def _walked(n: int, culprits: set[int], refuse, pairs: bool = True):
+    """:func:`b._walk` over ``n`` suspects with ``culprits`` planted (slow when all are held) and the mixes
+    ``refuse(chosen)`` says the (stubbed) validators refuse; the deploy and the bench stubbed, the measures, the
+    judging, the search and the sayings real. Returns (runner, lines)."""
+    import types
+
+    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect(f"spec {chr(97 + i)}", good=i, bad=i + 1) for i in range(n)],
+                    {}, 1)
+    out = _Out()
+    r = b.Runner(types.SimpleNamespace(start=1), types.SimpleNamespace(name="h"), "inv", setup, "lease", "id", "m",
+                 "chat-greedy", out, {})
+
+    def deploy(chosen, label):
+        chosen = sorted(chosen)
+        step = b.Step(len(r.steps) + 1, [setup.tried[i].name for i in chosen], chosen)
+        r.steps.append(step)
+        if refuse(set(chosen)):
+            step.verdict = "skipped"
+            raise b.RefusedMix(step.n, label, "spec.x: 1 (int) — moves with spec.y")
+        r.deploys += 1
+        r.at = step
+        return step
+
+    def bench(step, again=False):
+        w = _workload(20.0 if culprits <= set(r.at.chosen) else 100.0)
+        step.figure = w["metrics"]["decode_tps"]
+        return {"workloads": {"chat-greedy": w}, "context": {}, "_file": f"step-{step.n}"}
+
+    r.deploy, r.bench = deploy, bench
+    assert b._walk(r, setup, pairs) == 0
+    return r, out.lines
+
+
+def test_the_walk_names_a_range_when_every_mix_between_is_refused():
+    """Six suspects, the culprit d (3), c and e written for each other: the prefixes holding c without e are
+    refused (skipped, said, no deploy); the answer is the range c, d, e, never a guess."""
+    r, lines = _walked(6, {3}, _together(2, 4))
+    skipped = [ln for ln in lines if ": skipped: the spec's validators refuse generation 1 + " in ln]
+    assert len(skipped) == 2 and all(ln.endswith(": spec.x: 1 (int) — moves with spec.y") for ln in skipped)
+    (found,) = [ln for ln in lines if "FOUND" in ln]
+    assert found.startswith("h: FOUND a range: the culprit is one of: spec c, spec d, spec e — the mixes between "
+                            "them cannot be deployed"), found
+    assert r.deploys == 4 and "found after 4 deploy(s)" in found  # good, bad, two probes
+    assert any(ln.endswith("skipped (the spec's validators refuse it; no deploy)") for ln in lines)
+
+
+def test_the_walk_says_when_the_culprit_alone_is_refused():
+    """The culprit c named, but c without b refused (c needs b, not the other way round): named, and said that whether
+    it needs a partner was not tried."""
+    _r, lines = _walked(4, {2}, lambda chosen: 2 in chosen and 1 not in chosen)
+    (found,) = [ln for ln in lines if "FOUND" in ln]
+    assert found.startswith('h: FOUND: spec c (2 -> 3) makes m slower; whether it needs a partner could not be '
+                            "tried: the spec's validators refuse it alone"), found
+
+
+def test_the_walk_names_a_partner_range():
+    """A pair (a, d) with a and b written for each other: d is fast alone, and its partner is one of a, b."""
+    _r, lines = _walked(5, {0, 3}, _together(0, 1))
+    (found,) = [ln for ln in lines if "FOUND" in ln]
+    assert found.startswith("h: FOUND a pair: spec d (3 -> 4) makes m slower only beside one of: spec a, spec b "
+                            "(fast alone) — the mixes between them cannot be deployed"), found

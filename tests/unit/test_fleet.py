@@ -53,7 +53,8 @@ class _Out:
 @settings(max_examples=200, deadline=None)
 @given(NAMES, st.data())
 def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_later_host(names, data):
-    plan = fleet.batches(names, data.draw(st.integers(0, len(names))), data.draw(st.integers(0, 4)))
+    canary = data.draw(st.integers(0, len(names)), label="canary")
+    plan = fleet.batches(names, canary, data.draw(st.integers(0, 4), label="batch"))
     result = {n: data.draw(OUTCOME, label=n) for n in names}
     asked, recorded = [], {}
 
@@ -68,8 +69,12 @@ def test_the_rollout_stops_after_the_first_failing_batch_and_never_touches_a_lat
         recorded[host] = outcome
 
     out = _Out()
-    code = fleet.rollout(names, plan, deploy_batch, ended, out)
+    code = fleet.rollout(names, plan, deploy_batch, ended, out, canary=canary > 0)
     assert set(recorded) == set(names)
+    said = [t for t, _ in out.lines if t.startswith("batch ")]  # batch 1 is a canary only when --canary made it
+    assert said == ([] if len(plan) == 1 else [f"batch {i}/{len(plan)}{' (canary)' if canary and i == 1 else ''}: "
+                                                  f"{', '.join(g)}" for i, g in enumerate(plan[:len(said)], 1)])
+    assert len(said) == (0 if len(plan) == 1 else len(asked))
     stopped = next((i for i, g in enumerate(plan) if fleet.stops({n: result[n] for n in g})), None)
     want_asked = plan if stopped is None else plan[:stopped + 1]
     assert asked == want_asked  # batches in order; none after the one that stopped
