@@ -17,7 +17,7 @@ ggml-org/llama.cpp#15434 with arguments that leave out ``--flash-attn on``: a bi
 fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then D and E
 (a context below the DFlash guard, and E with HyperQwen's ``sandbox-draft`` image, slow only with a draft longer
 than 7, beside ``dflash_tokens`` 8 and a new description): a bisect D..E names the image and the draft length as
-the pair, neither slow alone. Every walk benches 64 tokens a request (:data:`WALK`).
+the pair, neither slow alone.
 """
 
 from __future__ import annotations
@@ -136,10 +136,6 @@ def bisect(host, *args, **kw):
     return rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, *args, data=b(), **kw)
 
 
-#: each step's bench asks this many tokens a request (``--max-tokens``): the planted slowdowns are 5 times
-#: slower on a paced stand-in, so a short decode tells them apart (the slow image's 256-token bench took 25 s)
-WALK = ("--max-tokens", "64")
-
 
 def test_dry_lists_the_suspects_and_the_most_steps_touching_nothing(host):
     before = index(host)
@@ -164,7 +160,7 @@ def test_a_planted_slowdown_is_named_and_the_host_ends_where_it_started(host):
     generation 3 as it found it. ``--no-pairs``: the culprit is not tried alone (one deploy fewer; the pair search
     is held by tests/unit/test_bisect.py's property)."""
     t0 = time.monotonic()
-    proc = bisect(host, "--good", "2", "--bad", "3", "--member", "hyperqwen", "--no-pairs", *WALK, timeout=1200)
+    proc = bisect(host, "--good", "2", "--bad", "3", "--member", "hyperqwen", "--no-pairs", timeout=1200)
     took = time.monotonic() - t0
     err = proc.stderr
     assert proc.returncode == 0, err[-6000:]
@@ -190,7 +186,7 @@ def test_a_killed_bisect_is_put_back_by_abort(host):
     env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
     env.update(RIGKIT_SANDBOX_HOST=host.name, HF_TOKEN=hostctl.hub_token(), RIGKIT_SANDBOX_DATA=json.dumps(b()))
     argv = [str(Path(sys.executable).parent / "rigkit"), "bisect", "-i", "inventory/sandbox.py", "--host", host.name,
-            "--good", "2", "--bad", "3", "--member", "hyperqwen", *WALK]
+            "--good", "2", "--bad", "3", "--member", "hyperqwen"]
     proc = subprocess.Popen(argv, cwd=sandbox_project.cwd(), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     said: queue.Queue = queue.Queue()
@@ -246,7 +242,7 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
     assert start > 3, index(host, c())
     t0 = time.monotonic()
     proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", "2", "--bad", str(start),
-                  "--member", "hyperqwen", "--no-pairs", *WALK, data=c(), timeout=1200)
+                  "--member", "hyperqwen", "--no-pairs", data=c(), timeout=1200)
     took = time.monotonic() - t0
     err = proc.stderr
     assert proc.returncode == 1, err[-6000:]
@@ -279,7 +275,7 @@ def test_a_planted_pair_is_named_as_the_pair(host):
     assert [g["n"] for g in gens["generations"] if g["n"] == good and not g.get("failed")], gens
     t0 = time.monotonic()
     proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", str(good), "--bad",
-                  str(bad), "--member", "hyperqwen", *WALK, data=e(), timeout=1200)
+                  str(bad), "--member", "hyperqwen", data=e(), timeout=1200)
     took = time.monotonic() - t0
     err = proc.stderr
     assert proc.returncode == 0, err[-6000:]
