@@ -117,9 +117,43 @@ def _cmd_lines(argv: list[str], cmd: str) -> list[str]:
     return [t + " \\" for t in text[:-1]] + [text[-1]]
 
 
+def hyperqwen_files(spec: RigSpec) -> dict[str, RenderedFile]:
+    """HyperQwen's compose project as rendered: ``{paths.HYPERQWEN_COMPOSE: compose.yaml, paths.HYPERQWEN_ENV:
+    .env}`` (the image by its locked digest in the first, the engine's knobs in the second)."""
+    env = _env()
+    hq = spec.hyperqwen
+    resolved = members_mod.resolve_members(spec)
+    hq_member = next((mid for mid, m in resolved.items() if m.spec.service == "hyperqwen"), "hyperqwen")
+    return {
+        paths.HYPERQWEN_COMPOSE: RenderedFile(env.get_template("hyperqwen/compose.yaml.j2").render(
+            project=paths.HYPERQWEN_COMPOSE_PROJECT, image=hq.image.reference(), secret_file=paths.HYPERQWEN_SECRET_FILE,
+            stop_timeout_s=hq.stop_timeout_s, member_id=hq_member), "0644", "root:root"),
+        paths.HYPERQWEN_ENV: RenderedFile(env.get_template("hyperqwen/env.j2").render(
+            hq=hq, secret_file=paths.HYPERQWEN_SECRET_FILE), "0640", f"root:{spec.llama_swap.user}"),
+    }
+
+
+def hyperqwen_starts_from(spec: RigSpec) -> str:
+    """The sha256 (hex) of what HyperQwen's container is created from — its compose.yaml and .env as
+    :func:`hyperqwen_files` renders them (the image's digest, the engine's knobs such as ``DFLASH_TOKENS``;
+    not the API key's file, a secret) — carried in its member's ``metadata`` in llama-swap's config.
+
+    llama-swap starts HyperQwen with ``docker compose up single``, a command that names neither: without
+    it a deploy that changed only the image or ``.env`` left the live config as it was, so nothing restarted
+    the running container and the rig went on serving the old engine (found by ``rigkit bisect``'s planted
+    pair, issue 68). With it such a change is a changed member: the one activation path restarts
+    llama-swap (compose then recreates the container from the new files: ``docker compose up`` recreates a
+    service whose configuration changed) and asks the member a real completion, restoring on failure."""
+    h = hashlib.sha256()
+    for f in hyperqwen_files(spec).values():
+        h.update(f.text.encode() + b"\0")
+    return h.hexdigest()
+
+
 def render_llama_swap(spec: RigSpec, staged: bool) -> str:
     """The llama-swap v250 config: live (``staged=False``: members with ``staged: false``) or
-    the review copy with every member (``staged=True``). Groups drop members not present."""
+    the review copy with every member (``staged=True``). Groups drop members not present. HyperQwen's
+    member carries :func:`hyperqwen_starts_from` in its ``metadata`` (``starts_from_sha256``)."""
     resolved = members_mod.resolve_members(spec)
     ids = list(resolved) if staged else members_mod.live_member_ids(spec)
     view = []
@@ -129,6 +163,7 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
             "id": mid, "spec": m.spec, "staged": m.spec.staged, "cmd_stop": m.cmd_stop or "",
             "proxy": m.proxy or "", "unload_timeout_s": m.unload_timeout_s, "use_model_name": m.use_model_name,
             "vram_gib": m.vram_gib, "cmd_text": "\n".join(_cmd_lines(m.argv, m.cmd or "")) + "\n",
+            "starts_from": hyperqwen_starts_from(spec) if m.spec.service == "hyperqwen" and not m.spec.cmd else None,
         })
     groups = []
     for name, g in spec.llama_swap.groups.items():
@@ -228,17 +263,8 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     env = _env()
     hq = spec.hyperqwen
     ls = spec.llama_swap
-    resolved = members_mod.resolve_members(spec)
     swap_group = f"root:{ls.user}"
-    out: dict[str, RenderedFile] = {}
-
-    hq_member = next((mid for mid, m in resolved.items() if m.spec.service == "hyperqwen"), "hyperqwen")
-    out[paths.HYPERQWEN_COMPOSE] = RenderedFile(env.get_template("hyperqwen/compose.yaml.j2").render(
-        project=paths.HYPERQWEN_COMPOSE_PROJECT, image=hq.image.reference(), secret_file=paths.HYPERQWEN_SECRET_FILE,
-        stop_timeout_s=hq.stop_timeout_s, member_id=hq_member), "0644", "root:root")
-    out[paths.HYPERQWEN_ENV] = RenderedFile(env.get_template("hyperqwen/env.j2").render(
-        hq=hq, secret_file=paths.HYPERQWEN_SECRET_FILE), "0640", swap_group)
-
+    out: dict[str, RenderedFile] = dict(hyperqwen_files(spec))
     out[paths.LLAMA_SWAP_CONFIG] = RenderedFile(render_llama_swap(spec, staged=False), "0640", swap_group)
     out[paths.LLAMA_SWAP_STAGED] = RenderedFile(render_llama_swap(spec, staged=True), "0640", swap_group)
 

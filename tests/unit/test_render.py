@@ -245,3 +245,44 @@ def test_every_llamacpp_member_carries_rigkits_label():
     for mid in ("strata", "gguf-baseline"):
         cmd = split_cmd(cfg["models"][mid]["cmd"])
         assert cmd[cmd.index("--label") + 1] == f"{paths.MEMBER_LABEL}={mid}"
+
+
+HQ_VARIANT = st.fixed_dictionaries({}, optional={
+    "dflash_tokens": st.integers(1, 7),
+    "max_model_len": st.sampled_from([8192, 12288, 65536]),
+    "gpu_memory_utilization": st.sampled_from([0.85, 0.92]),
+    "prefix_cache": st.booleans(),
+    "stop_timeout_s": st.sampled_from([20, 30]),
+    "image": st.builds(lambda h: {"ref": "sha256:" + h}, st.sampled_from(["a" * 64, "b" * 64])),
+    "extra_env": st.dictionaries(st.sampled_from(["INT8_ACT", "VLLM_LOGGING_LEVEL"]), st.sampled_from(["1", "DEBUG"]),
+                                 max_size=2),
+})
+OTHER_VARIANT = st.fixed_dictionaries({}, optional={
+    "strata": st.fixed_dictionaries({"args": st.sampled_from([["--threads", "4"], ["--threads", "8"]])}),
+    "llama_swap": st.fixed_dictionaries({"health_check_timeout_s": st.sampled_from([300, 600])}),
+})
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=HQ_VARIANT, b=HQ_VARIANT, other_a=OTHER_VARIANT, other_b=OTHER_VARIANT)
+def test_a_change_to_what_hyperqwens_container_is_made_from_changes_its_member(a, b, other_a, other_b):
+    """HyperQwen's member in the live config changes exactly when its compose.yaml or .env does — the image's
+    digest, any engine knob — whatever else changes beside it: llama-swap starts it with ``docker compose up
+    single``, which names neither file, so without the member's ``starts_from_sha256`` a deploy of a new image
+    or ``DFLASH_TOKENS`` left the running container as it was (found by issue 68's planted pair). The host's
+    activation then counts it changed (``swapconfig.member_diff``: it restarts llama-swap and asks it)."""
+    from rigkit.common import swapconfig
+
+    def rendered(hq, other):
+        data = {**other, "hyperqwen": hq}
+        data["llama_swap"] = {**other.get("llama_swap", {}), "members": {"hyperqwen": {"staged": False}}}
+        return files_for(data)
+
+    fa, fb = rendered(a, other_a), rendered(b, other_b)
+    made_from = [paths.HYPERQWEN_COMPOSE, paths.HYPERQWEN_ENV]
+    differs = any(fa[p].text != fb[p].text for p in made_from)
+    old, new = (yaml.safe_load(f[paths.LLAMA_SWAP_CONFIG].text) for f in (fa, fb))
+    assert ("hyperqwen" in swapconfig.member_diff(old, new)["changed"]) == differs
+    if differs:
+        assert "hyperqwen" in swapconfig.probe_order(old, new)
+    assert "VLLM_API_KEY" not in fb[paths.LLAMA_SWAP_CONFIG].text
