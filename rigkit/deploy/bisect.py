@@ -620,6 +620,8 @@ class Runner:
         self.folder = BENCH_FOLDER / hs.name / bisect_id
         self.deploys = 0
         self.benches = 0
+        self.deploy_s = 0.0  # seconds of the steps' deploys and their confirmations (the way back not counted)
+        self.bench_s = 0.0  # seconds of the steps' benches
         self.at: Step | None = None  # the step whose combination the host stands at (None: none yet)
 
     def say(self, text: str, error: bool = False) -> None:
@@ -668,6 +670,7 @@ class Runner:
         # the generation the host is at before this step (the previous step's): a step that fails before recording
         # its own is recorded as a failed attempt, never marked on the step before it (which deployed and was benched)
         self.ch.before, _rec, _live = current(self.ch)
+        t0 = time.monotonic()
         proc, _env = run_pyinfra(self.inventory, [self.hs.name], run_only, verbose=self.verbose,
                                  extra_env={COMBINATION_ENV: str(combo), LEASE_ENV: self.lease}, out=self.out)
         self.deploys += 1
@@ -677,6 +680,7 @@ class Runner:
                           self.budget_s)
         finally:
             self.ch.before = None
+            self.deploy_s += time.monotonic() - t0
         step = Step(n, names, sorted(chosen), metric=self.metric)
         self.steps.append(step)
         self.at = step
@@ -696,8 +700,10 @@ class Runner:
                "--out", str(out_dir)]
         self.say(f"step {step.n}: benching {self.member}/{self.workload} through llama-swap"
                  + (" again (the first bench could not tell)" if again else ""))
+        t0 = time.monotonic()
         subprocess.run(cmd, stdout=subprocess.DEVNULL)  # its exit is judged against other runs: not ours
         self.benches += 1
+        self.bench_s += time.monotonic() - t0
         try:
             summary = json.loads((out_dir / "summary.json").read_text())
         except (OSError, ValueError) as exc:
@@ -877,7 +883,8 @@ def _walk(runner: Runner, setup: Setup, pairs: bool) -> int:
 
     answer = Answer((0,), 0, [], alone=True) if n == 1 else search(n, probe, pairs)
     runner.say(answer_line(answer, setup.tried, runner.member, before, n))
-    runner.say(f"{len(runner.steps)} step(s), {runner.deploys} deploy(s), {runner.benches} bench(es); the walk: "
+    runner.say(f"{len(runner.steps)} step(s), {runner.deploys} deploy(s) ({runner.deploy_s:.0f} s with their "
+               f"confirmations), {runner.benches} bench(es) ({runner.bench_s:.0f} s); the walk: "
                f"`{hints.command('generations', host=runner.hs.name)}`; figures under {runner.folder}")
     for st in runner.steps:
         runner.say(f"  step {st.n}: {', '.join(st.entries) or '(good)'}: "

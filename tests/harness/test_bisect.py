@@ -14,10 +14,10 @@ host back at generation 3, the journal gone, no hold, drift clean and its steps 
 bisect killed with SIGKILL in the middle of a step leaves its journal, and ``rigkit bisect --abort`` puts the host
 back; the next deploy ends a journal left behind; last, generation C mixes llama.cpp's image from before
 ggml-org/llama.cpp#15434 with arguments that leave out ``--flash-attn on``: a bisect 2..4 meets a step whose deploy
-fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then D and E
-(a context below the DFlash guard, and E with HyperQwen's ``sandbox-draft`` image, slow only with a draft longer
-than 7, beside ``dflash_tokens`` 8 and a new description): a bisect D..E names the image and the draft length as
-the pair, neither slow alone.
+fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then E (A with
+HyperQwen's ``sandbox-draft`` image, slow only with a draft longer than 7, beside ``dflash_tokens`` 8 and a new
+description; A's context is below the DFlash guard so that 8 is valid alone): a bisect 2..E names the image and
+the draft length as the pair, neither slow alone.
 """
 
 from __future__ import annotations
@@ -51,10 +51,13 @@ JOURNAL = "/var/lib/rigkit/generations/bisect.json"
 import images  # noqa: E402
 
 #: A: HyperQwen wired in and the resident (the bench measures a running member through llama-swap, never one it
-#: would swap the resident out for); everything else the golden deploy's
-A_DATA = {"llama_swap": {"preload": ["hyperqwen"], "members": {"hyperqwen": {"staged": False, "ttl": 0}}}}
+#: would swap the resident out for), with a context below the DFlash guard's 16384
+#: (rigkit.spec.model.UNSAFE_SPEC_CONTEXT) so that a draft of 8 tokens is a valid spec value on its own (the
+#: pair's walk, E); everything else the golden deploy's. B and C keep that context.
+A_DATA = {"hyperqwen": {"max_model_len": 12288},
+          "llama_swap": {"preload": ["hyperqwen"], "members": {"hyperqwen": {"staged": False, "ttl": 0}}}}
 #: B: A with six suspects, the planted one HyperQwen's slower image (its tag resolved to a digest by `rigkit lock`)
-B_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}, "stop_timeout_s": 20}}',
+B_DATA = ["--data", f'hyperqwen={{"max_model_len": 12288, "image": {{"ref": "{images.SLOW_TAG}"}}, "stop_timeout_s": 20}}',
           "--data", 'llama_swap={"preload": ["hyperqwen"], "members": {"hyperqwen": {"staged": false, "ttl": 0, '
                     '"description": "HyperQwen (bisect B)"}, '
                     '"gguf-baseline": {"ttl": 300}}}',
@@ -64,13 +67,10 @@ B_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}, "stop
 #: ggml-org/llama.cpp#15434 (images.OLD_LLAMA_TAG: ``-fa`` a switch), whose GGUF-baseline arguments leave out A's
 #: ``--flash-attn on`` accordingly. C deploys and is slow, A deploys; the old image with A's arguments cannot start
 #: (``error: invalid argument: on``): the search's first probe, {image gguf_baseline}, is a step whose deploy fails.
-C_DATA = ["--data", f'hyperqwen={{"image": {{"ref": "{images.SLOW_TAG}"}}}}',
+C_DATA = ["--data", f'hyperqwen={{"max_model_len": 12288, "image": {{"ref": "{images.SLOW_TAG}"}}}}',
           "--data", f'llama_swap={json.dumps(A_DATA["llama_swap"])}',
           "--data", f'gguf_baseline={{"image": {{"ref": "{images.OLD_LLAMA_TAG}"}}, "args": ["--n-gpu-layers", "99"]}}']
-#: D (the pair's good generation, deployed after C): A with a context below the DFlash guard's 16384
-#: (rigkit.spec.model.UNSAFE_SPEC_CONTEXT), so a draft of 8 tokens is a valid spec value on its own
-D_DATA = {**A_DATA, "hyperqwen": {"max_model_len": 12288}}
-#: E (the pair's bad one): D with HyperQwen's image at the ``sandbox-draft`` tag (tuned for drafts of at most 7
+#: E (the pair's bad one, against A): A with HyperQwen's image at the ``sandbox-draft`` tag (tuned for drafts of at most 7
 #: tokens: 5 times slower with a longer one), ``dflash_tokens`` 8 and a new description — slow only with the
 #: image and the draft length together (images.DRAFT_TAG)
 E_DATA = ["--data", f'hyperqwen={{"max_model_len": 12288, "dflash_tokens": 8, "image": {{"ref": "{images.DRAFT_TAG}"}}}}',
@@ -261,18 +261,19 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
 
 
 def test_a_planted_pair_is_named_as_the_pair(host):
-    """D, then E: E's HyperQwen image is slow only with a draft longer than 7 tokens, and E also sets
-    ``dflash_tokens`` 8 — neither is slow alone. A bisect D..E with pairs (the default) takes the prefix search
-    to the last suspect (the draft length), tries it alone (fast), then searches its partner among the suspects
-    before it, and names the pair: the image and the draft length, not the description between them. The host
-    ends at E, drift clean."""
-    for data in (D_DATA, e()):
-        proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=data)
-        assert proc.returncode == 0, proc.stderr[-4000:]
-    gens = index(host, e())
-    bad = gens["current"]
-    good = bad - 1  # D, recorded by the deploy before
-    assert [g["n"] for g in gens["generations"] if g["n"] == good and not g.get("failed")], gens
+    """E (deployed after C): A with HyperQwen's image slow only with a draft longer than 7 tokens, ``dflash_tokens``
+    8 and a new description — neither the image nor the draft length is slow alone. A bisect A..E with pairs (the
+    default) takes the prefix search to the last suspect (the draft length), tries it alone (fast), then searches
+    its partner among the suspects before it, and names the pair: the image and the draft length, not the
+    description between them. The step with the image and the draft length but not the description is measured
+    slow only because a deploy that changes HyperQwen's image restarts it (its member's ``starts_from_sha256``;
+    before, nothing restarted the running container and the walk named the description). The host ends at E,
+    drift clean."""
+    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=e())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    good, bad = 2, index(host, e())["current"]
+    running = host.run("docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' hyperqwen-single-1").stdout
+    assert "DFLASH_TOKENS=8" in running.splitlines() and f"SANDBOX_TUNED_DRAFT={images.TUNED_DRAFT}" in running, running
     t0 = time.monotonic()
     proc = rigkit(host, "bisect", "-i", "inventory/sandbox.py", "--host", host.name, "--good", str(good), "--bad",
                   str(bad), "--member", "hyperqwen", data=e(), timeout=1200)
