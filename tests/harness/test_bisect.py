@@ -14,9 +14,9 @@ host back at generation 3, the journal gone, no hold, drift clean and its steps 
 bisect killed with SIGKILL in the middle of a step leaves its journal, and ``rigkit bisect --abort`` puts the host
 back; the next deploy ends a journal left behind; last, generation C mixes llama.cpp's image from before
 ggml-org/llama.cpp#15434 with arguments that leave out ``--flash-attn on``: a bisect 2..4 meets a step whose deploy
-fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then E (A with
+fails (the old image with A's arguments cannot start), stops, says so and ends at C, drift clean; then A again and E (A with
 HyperQwen's ``sandbox-draft`` image, slow only with a draft longer than 7, beside ``dflash_tokens`` 8 and a new
-description; A's context is below the DFlash guard so that 8 is valid alone): a bisect 2..E names the image and
+description; A's context is below the DFlash guard so that 8 is valid alone): a bisect A..E names the image and
 the draft length as the pair, neither slow alone.
 """
 
@@ -179,7 +179,7 @@ def test_a_planted_slowdown_is_named_and_the_host_ends_where_it_started(host):
                      data=b())
     assert refused.returncode == 2 and "a trial mix" in refused.stderr, refused.stderr
     print(f"\nbisect 2..3: {took:.0f} s, named after {named_after} deploys\n" + "\n".join(
-        ln for ln in err.splitlines() if "step " in ln and "tok/s" in ln))
+        ln for ln in err.splitlines() if ("step " in ln and "tok/s" in ln) or " deploy(s) (" in ln))
 
 
 def test_a_killed_bisect_is_put_back_by_abort(host):
@@ -261,7 +261,7 @@ def test_a_step_whose_deploy_fails_stops_the_walk_and_the_host_ends_where_it_sta
 
 
 def test_a_planted_pair_is_named_as_the_pair(host):
-    """E (deployed after C): A with HyperQwen's image slow only with a draft longer than 7 tokens, ``dflash_tokens``
+    """A again, then E: A with HyperQwen's image slow only with a draft longer than 7 tokens, ``dflash_tokens``
     8 and a new description — neither the image nor the draft length is slow alone. A bisect A..E with pairs (the
     default) takes the prefix search to the last suspect (the draft length), tries it alone (fast), then searches
     its partner among the suspects before it, and names the pair: the image and the draft length, not the
@@ -269,9 +269,11 @@ def test_a_planted_pair_is_named_as_the_pair(host):
     slow only because a deploy that changes HyperQwen's image restarts it (its member's ``starts_from_sha256``;
     before, nothing restarted the running container and the walk named the description). The host ends at E,
     drift clean."""
-    proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=e())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    good, bad = 2, index(host, e())["current"]
+    for data in (A_DATA, e()):  # A again: generation 2 is pruned by now (the host keeps its last 10)
+        proc = rigkit(host, "deploy", "-i", "inventory/sandbox.py", "--no-smoke", "--full", data=data)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    bad = index(host, e())["current"]
+    good = bad - 1
     running = host.run("docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' hyperqwen-single-1").stdout
     assert "DFLASH_TOKENS=8" in running.splitlines() and f"SANDBOX_TUNED_DRAFT={images.TUNED_DRAFT}" in running, running
     t0 = time.monotonic()
@@ -298,4 +300,4 @@ def test_a_planted_pair_is_named_as_the_pair(host):
     assert f"back at generation {bad}, where the bisect started" in err, err[-3000:]
     assert_back_at(host, bad, e())
     print(f"\nbisect {good}..{bad} (a planted pair): {took:.0f} s, {deploys} deploys before the way back\n" + "\n".join(
-        ln for ln in err.splitlines() if "step " in ln and "tok/s" in ln))
+        ln for ln in err.splitlines() if ("step " in ln and "tok/s" in ln) or " deploy(s) (" in ln))
