@@ -31,12 +31,13 @@ STAGING = paths.LLAMA_SWAP_NEXT
 
 
 @deploy("llama-swap")
-def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile], docker_restart=None):
+def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile], docker_restart=None, model_files=()):
     """Install, configure and enable llama-swap on 127.0.0.1:``llama_swap.port``; activate a changed
-    live config (or restart for a changed unit or binary, or after ``docker_restart`` — the docker
+    live config (or restart for a changed unit or binary, after ``docker_restart`` — the docker
     role's restart operation — ran: the engine's restart took every member's container down and
-    llama-swap would stay up with nothing loaded) through the activation path, which brings the
-    resident back and proves it answers."""
+    llama-swap would stay up with nothing loaded —, or when one of ``model_files`` — the models role's
+    operations, :func:`roles.models.models` — replaced weights a running member still serves the old
+    copy of) through the activation path, which brings the resident back and proves it answers."""
     ls = spec.llama_swap
     assert ls.release_sha256 is not None  # preflight refuses an unset value
     binary = release_binary(name=f"Install llama-swap {ls.version} from its pinned release tarball", url=ls.release_url,
@@ -57,9 +58,10 @@ def llama_swap(spec: RigSpec, rendered: dict[str, RenderedFile], docker_restart=
     systemd.service(name="Enable llama-swap", service="llama-swap.service", enabled=True, running=None)
     activation = activated_config(name="Activate the declared live llama-swap config (on the host)",
                                   live=paths.LLAMA_SWAP_CONFIG, staging=STAGING, text=live_text)
-    server.shell(name="Restart llama-swap for its new unit or binary or a docker restart, through the activation path",
+    server.shell(name="Restart llama-swap for its new unit or binary, a docker restart or new model files, through the activation path",
                  commands=[activate_command(["--config", paths.LLAMA_SWAP_CONFIG, "--live",
                                              paths.LLAMA_SWAP_CONFIG, "--restart", "--by", "rigkit deploy"])],
                  _if=lambda: (unit.did_change() or binary.did_change()
-                              or (docker_restart is not None and docker_restart.did_change())) and not activation.did_change())
+                              or (docker_restart is not None and docker_restart.did_change())
+                              or any(op.did_change() for op in model_files)) and not activation.did_change())
     systemd.service(name="llama-swap is running", service="llama-swap.service", running=True)

@@ -21,7 +21,10 @@ REMOTE_LOCK = paths.MODELS_LOCK
 @deploy("Models")
 def models(spec: RigSpec):
     """Upload the lock file (:func:`rigkit.lockfile.path.lock_file_path`), refuse a spec that no longer
-    matches it ("re-lock"), fetch each model."""
+    matches it ("re-lock"), fetch each model. Returns the operations that replace model files (each fetch,
+    HyperQwen's prepare): when one changed, the members already running still serve the old weights (a
+    llama.cpp server keeps the replaced file mapped, vLLM holds them in GPU memory), so the llama-swap role
+    restarts llama-swap through the activation path (:func:`roles.llama_swap.llama_swap`)."""
     lock_path = lock_file_path(spec, hints.inventory())
     try:
         lock = load_lock(lock_path)
@@ -34,10 +37,11 @@ def models(spec: RigSpec):
     owner, mode = MODELS_LOCK_OWNER_MODE
     files.put(name="Install the model lock", src=str(lock_path), dest=REMOTE_LOCK, user=owner.split(":")[0],
               group=owner.split(":")[1], mode=mode.lstrip("0"), add_deploy_dir=False)
-    for name in sorted(lock["models"]):
-        model_fetched(name=f"Fetch and verify model {name}", model=name, lock=REMOTE_LOCK,
-                      endpoint=spec.hf_endpoint, prepared=name in PREPARED_MODELS)
+    replaced = [model_fetched(name=f"Fetch and verify model {name}", model=name, lock=REMOTE_LOCK,
+                              endpoint=spec.hf_endpoint, prepared=name in PREPARED_MODELS)
+                for name in sorted(lock["models"])]
     prepared = sorted(PREPARED_MODELS & set(lock["models"]))
     if prepared:
-        hyperqwen_prepared(name="Run HyperQwen's prepare (NO_DOWNLOAD=1) and record its files", lock=REMOTE_LOCK,
-                           models=prepared)
+        replaced.append(hyperqwen_prepared(name="Run HyperQwen's prepare (NO_DOWNLOAD=1) and record its files",
+                                           lock=REMOTE_LOCK, models=prepared))
+    return replaced

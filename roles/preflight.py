@@ -15,7 +15,7 @@ from rigkit.operations.facts.mkinitcpio import MkinitcpioHooks
 from rigkit.operations.facts.nvidia import NvidiaSmi
 from rigkit.operations.facts.pacman import PacmanIgnorePkg, PacmanVersions
 from rigkit.operations.facts.rig import Holds, RigBusy, RigLockState
-from rigkit.deploy.preflight import disruptive_steps, refusals
+from rigkit.deploy.preflight import changed_models, disruptive_steps, refusals
 from rigkit.common.holds import LLAMA_SWAP
 from rigkit.operations.pacman import missing_packages
 from rigkit.render.declared_state import REPO_PACKAGES, cgroup_driver_problem
@@ -38,7 +38,8 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
     disruptive = disruptive_steps(spec, rendered, sha256, host.get_fact(JsonFile, path=paths.DOCKER_DAEMON_JSON), running,
                                   held, "\n".join(marker) if marker else None,
                                   missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
-                                                   list(REPO_PACKAGES)))
+                                                   list(REPO_PACKAGES)),
+                                  changed_models(host.get_fact(JsonFile, path=paths.MODELS_LOCK).get("data"), _lock(spec)))
     busy = (host.get_fact(RigBusy, port=spec.llama_swap.port, own_units=own_units(rendered),
                           lock_files=spec.lock_files or []) if disruptive else None)
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
@@ -60,3 +61,16 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
         problems.append(driver)
     if problems:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))
+
+
+def _lock(spec: RigSpec) -> dict | None:
+    """The lock this run installs (:func:`rigkit.lockfile.path.lock_file_path`), None when unreadable (the
+    models role refuses that, naming the file)."""
+    from rigkit import hints
+    from rigkit.lockfile.document import load_lock
+    from rigkit.lockfile.path import lock_file_path
+
+    try:
+        return load_lock(lock_file_path(spec, hints.inventory()))
+    except Exception:  # noqa: BLE001 - said by the models role, before anything of it runs
+        return None

@@ -51,16 +51,27 @@ def refusals(spec: RigSpec, window: dict, smi: dict, disruptive: list[str] | Non
     return out
 
 
+def changed_models(host_lock: dict | None, lock: dict | None) -> list[str]:
+    """The models whose entry in ``lock`` (the lock this run installs) differs from ``host_lock`` (the one
+    the host holds, ``/var/lib/rigkit/models.lock.json``; None: none yet — nothing runs on it to restart),
+    sorted: their files are fetched anew."""
+    if not host_lock or not lock:
+        return []
+    old, new = host_lock.get("models") or {}, lock.get("models") or {}
+    return sorted(m for m in new if m in old and old[m] != new[m])
+
+
 def disruptive_steps(spec: RigSpec, rendered: dict, sha256: dict, daemon_json: dict, proxy_running: bool,
                      held: bool = False, binary_sha256: str | None = None,
-                     sync_missing: list[str] | None = None) -> list[str]:
+                     sync_missing: list[str] | None = None, models_changed: list[str] | None = None) -> list[str]:
     """The steps of this run that will restart a running service, from facts read before it
     (pure, for tests): a changed live llama-swap config or unit while llama-swap runs (not the
     config while a hold keeps it back: the deploy will not activate it) or a new llama-swap binary
     (``binary_sha256``: the tarball sha256 the installed binary came from, its marker file) while
-    llama-swap runs, a daemon.json that the docker step will change (docker restarts), and a
-    ``pacman -Syu`` to install ``sync_missing`` packages on a serving host (it may upgrade the kernel,
-    docker and what runs)."""
+    llama-swap runs, new weights for ``models_changed`` (the models whose lock entries differ from the lock
+    on the host, :func:`changed_models`: the llama-swap role restarts it once they are fetched), a
+    daemon.json that the docker step will change (docker restarts), and a ``pacman -Syu`` to install
+    ``sync_missing`` packages on a serving host (it may upgrade the kernel, docker and what runs)."""
     from rigkit.render.declared_state import DAEMON_JSON_KEYS
     from rigkit.operations.config import merge_json
 
@@ -74,6 +85,9 @@ def disruptive_steps(spec: RigSpec, rendered: dict, sha256: dict, daemon_json: d
         wanted = spec.llama_swap.release_sha256
         if wanted and (binary_sha256 or "").strip() != wanted:
             out.append(f"llama-swap's binary changes (release tarball {wanted[:12]}): llama-swap restarts")
+    if models_changed and proxy_running:
+        out.append(f"new weights for {', '.join(models_changed)} (the lock changes them): llama-swap restarts once "
+                   "they are fetched")
     if sync_missing and proxy_running:
         out.append(f"pacman -Syu (to install {', '.join(sync_missing)}) upgrades the host: the kernel, docker "
                    "and what runs may be replaced")

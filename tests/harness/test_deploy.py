@@ -436,7 +436,7 @@ def test_a_daemon_json_change_restarts_docker_and_strata_serves_again_after_the_
     assert re.search(r"Restart docker for the new daemon.json[^\n]*\n\s+\[\S+\] Success", proc.stderr), proc.stderr[-4000:]
     running = json.loads(host.run("curl -fsS 127.0.0.1:8080/running").stdout)["running"]
     assert [(m["model"], m["state"]) for m in running] == [("strata", "ready")], running
-    assert re.search(r"Restart llama-swap for its new unit or binary or a docker restart[^\n]*\n\s+\[\S+\] Success",
+    assert re.search(r"Restart llama-swap for its new unit or binary, a docker restart[^\n]*\n\s+\[\S+\] Success",
                      proc.stderr), proc.stderr[-4000:]
     new = host.run("docker inspect --format '{{.Id}}' strata").stdout.strip()
     assert new and new != old  # a fresh container: the restart really took the old one down

@@ -161,10 +161,17 @@ def test_a_failed_refetch_keeps_the_model_file_and_strata_answers(host):
     assert "HTTP 401" in proc.stderr and NEW_TOKEN not in proc.stdout + proc.stderr, proc.stderr[-3000:]
     assert host.run(f"sha256sum {gguf}").stdout.split()[0] == before
     strata_answers(host)
+    old = host.run("docker inspect --format '{{.Id}}' strata").stdout.strip()  # serving the rotten file's copy
     fixed = deploy(host)  # the right token: the verified successor replaces it
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert host.run(f"sha256sum {gguf}").stdout.split()[0] != before
+    # the running server still had the rotten file mapped: llama-swap restarts through the activation path, and
+    # Strata serves from a fresh container, i.e. from the verified file (before, it went on serving the old copy)
+    assert re.search(r"Restart llama-swap for its new unit or binary, a docker restart or new model files[^\n]*\n"
+                     r"\s+\[\S+\] Success", fixed.stderr), fixed.stderr[-4000:]
     strata_answers(host)
+    new = host.run("docker inspect --format '{{.Id}}' strata").stdout.strip()
+    assert new and new != old
 
 
 def test_a_missing_package_is_installed_with_one_pacman_syu_never_sy_alone(host):

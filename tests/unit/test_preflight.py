@@ -7,7 +7,7 @@ import hashlib
 from rigkit import paths
 from rigkit.render.files import render
 from rigkit.spec.validate import spec_from_dict
-from rigkit.deploy.preflight import disruptive_steps, refusals
+from rigkit.deploy.preflight import changed_models, disruptive_steps, refusals
 
 PINS = {"nvidia-open-dkms": "610.57-1", "nvidia-utils": "610.57-1", "opencl-nvidia": "610.57-1", "cuda": "13.3.1-1"}
 UNIT = f"{paths.UNIT_DIR}/llama-swap.service"
@@ -93,3 +93,21 @@ def test_the_live_config_is_compared_one_way():
             if isinstance(node, ast.Name) and node.id == "Sha1File":
                 users.append(str(path.relative_to(root)))
     assert not users
+
+
+def test_new_weights_under_a_running_proxy_are_a_disruption():
+    """A lock that changes a model's entry fetches its files anew, and llama-swap restarts once they are
+    (roles/llama_swap.py: a member would go on serving the old copy): disruptive while the proxy runs, so
+    refused under traffic or a declared lock file like any restart. A model new to the lock restarts nothing
+    (no member serves it yet), nor does a first lock."""
+    s = spec()
+    files = render(s)
+    old = {"models": {"strata": {"commit": "a" * 40}, "gguf-baseline": {"commit": "b" * 40}}}
+    new = {"models": {"strata": {"commit": "c" * 40}, "gguf-baseline": {"commit": "b" * 40}, "extra": {"commit": "d" * 40}}}
+    assert changed_models(old, new) == ["strata"]
+    assert changed_models(None, new) == [] and changed_models(old, old) == []
+    steps = disruptive_steps(s, files, sha256_of(files), {"exists": False}, proxy_running=True,
+                             models_changed=changed_models(old, new))
+    assert steps == ["new weights for strata (the lock changes them): llama-swap restarts once they are fetched"]
+    assert disruptive_steps(s, files, sha256_of(files), {"exists": False}, proxy_running=False,
+                            models_changed=["strata"]) == []
