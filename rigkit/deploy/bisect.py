@@ -410,7 +410,9 @@ METRICS = {"decode": "decode_tps", "ttft": "ttft_s"}
 @dataclass
 class Setup:
     """A bisect's inputs, read from the host before any change: the two generations' spec snapshots and
-    locks, the suspects tried and those skipped (``{name: why}``), and where the host starts."""
+    locks, the suspects tried and those skipped (``{name: why}``), where the host starts, and ``held``: the
+    skipped suspects themselves, which every step keeps at the bad generation's value (the host's, when it
+    starts there): a driver the operator did not allow a reboot for is never moved, so no step needs one."""
 
     good: int
     bad: int
@@ -421,6 +423,7 @@ class Setup:
     tried: list[Suspect]
     skipped: dict[str, str]
     start: int | None
+    held: list[Suspect] = field(default_factory=list)
 
 
 def read_setup(remote: Any, good: int, bad: int, reboot: bool) -> Setup:
@@ -455,7 +458,8 @@ def read_setup(remote: Any, good: int, bad: int, reboot: bool) -> Setup:
     found = suspects(specs[good], specs[bad], locks[good], locks[bad])
     skipped = {s.name: "needs a reboot, which --reboot did not allow" for s in found if s.reboot and not reboot}
     tried = [s for s in found if s.name not in skipped]
-    return Setup(good, bad, specs[good], specs[bad], locks[good], locks[bad], tried, skipped, index.get("current"))
+    return Setup(good, bad, specs[good], specs[bad], locks[good], locks[bad], tried, skipped, index.get("current"),
+                 [s for s in found if s.name in skipped])
 
 
 def _lock_of(bundle: dict[str, Any]) -> dict[str, Any] | None:
@@ -479,7 +483,7 @@ def dry_lines(host: str, setup: Setup, pairs: bool) -> list[str]:
         lines.append(f"  {i + 1:>2}. {s.name}: {json.dumps(s.good)} -> {json.dumps(s.bad)}"
                      + (f" (+{s.extra_s:.0f} s a step)" if s.extra_s else ""))
     for name, why in setup.skipped.items():
-        lines.append(f"  skipped: {name}: {why}")
+        lines.append(f"  skipped: {name}: {why}; every step keeps generation {setup.bad}'s")
     if not setup.tried:
         lines.append("  nothing to bisect")
         return lines
@@ -646,7 +650,7 @@ class Runner:
         picked = [s.tried[i] for i in sorted(chosen)]
         names = [p.name for p in picked]
         n = len(self.steps) + 1
-        spec_data, lock = combine(s.good_spec, s.bad_spec, s.good_lock, s.bad_lock, picked)
+        spec_data, lock = combine(s.good_spec, s.bad_spec, s.good_lock, s.bad_lock, s.held + picked)
         lock_text = dumps_lock(lock) if lock is not None else None
         info = {"id": self.id, "step": n, "entries": names,
                 "reason": f"bisect {self.id} step {n}: {label}"}
@@ -766,7 +770,8 @@ class Runner:
 def _label(setup: Setup, chosen: Iterable[int]) -> str:
     chosen = sorted(chosen)
     if not chosen:
-        return f"generation {setup.good} (good)"
+        return f"generation {setup.good} (good)" + (
+            f" with generation {setup.bad}'s {', '.join(h.name for h in setup.held)} (skipped)" if setup.held else "")
     if len(chosen) == len(setup.tried):
         return f"generation {setup.good} with every suspect of {setup.bad} (bad)"
     return f"generation {setup.good} + " + ", ".join(setup.tried[i].name for i in chosen)
@@ -866,9 +871,11 @@ def _walk(runner: Runner, setup: Setup, pairs: bool) -> int:
     if bad_step is None:
         bad_step, bad_summary = runner.measure(everything, _label(setup, everything))
     if not runner.decide(bad_step, bad_summary, _label(setup, everything)):
-        runner.say(f"generation {setup.bad} is not slower than generation {setup.good} on {runner.member}/"
+        runner.say(f"generation {setup.bad} is not slower than {_label(setup, [])} on {runner.member}/"
                    f"{runner.workload} by the bench's rules ({figures(bad_step)} against {figures(good_step)}): "
-                   "nothing to bisect")
+                   + ("nothing to bisect among the suspects tried; the slowdown, if any, is in what was skipped: "
+                      f"{', '.join(h.name for h in setup.held)} (rerun with --reboot)" if setup.held
+                      else "nothing to bisect"))
         return exitcodes.OK
     before = runner.deploys
 

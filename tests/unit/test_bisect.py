@@ -236,7 +236,7 @@ def test_dry_says_the_suspects_the_bound_and_what_is_skipped():
     lines = b.dry_lines("rig", setup, pairs=True)
     n = len(setup.tried)
     assert lines[0] == f"rig: bisect generation 1 (good) .. 2 (bad): {n} suspect(s), 1 skipped"
-    assert "  skipped: driver: needs a reboot, which --reboot did not allow" in lines
+    assert "  skipped: driver: needs a reboot, which --reboot did not allow; every step keeps generation 2's" in lines
     assert any(f"to name one culprit (the good generation and ⌈log2 {n}⌉ = {math.ceil(math.log2(n))})" in ln
                for ln in lines)
     assert lines[-1].startswith("  estimated at most ")
@@ -556,3 +556,47 @@ def test_the_walk_names_a_partner_range():
     (found,) = [ln for ln in lines if "FOUND" in ln]
     assert found.startswith("h: FOUND a pair: spec d (3 -> 4) makes m slower only beside one of: spec a, spec b "
                             "(fast alone) — the mixes between them cannot be deployed"), found
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_a_skipped_driver_stays_at_the_bad_generations_in_every_step(data):
+    """Without ``--reboot`` the driver is skipped (:func:`bisect.read_setup`): every step the walk deploys — the
+    good one's baseline included — keeps the *bad* generation's driver series and pins (the host's, when it starts
+    there), so no step needs the reboot the operator did not allow. Before, the good step carried the good
+    generation's driver: its ``pacman -U`` left a reboot pending, and without ``--reboot`` the deploy stops there
+    (the walk could not even measure its baseline). The rest of each mix is the good generation with the chosen
+    suspects of the bad one. Checked over generated choices, on what :meth:`Runner.deploy` hands to pyinfra."""
+    import json
+    import types
+
+    from rigkit.deploy import run as deploy_run
+    from rigkit.deploy import source, transaction
+
+    good, bad, lg, lb = _pair()
+    found = b.suspects(good, bad, lg, lb)
+    held = [s for s in found if s.reboot]
+    tried = [s for s in found if not s.reboot]
+    setup = b.Setup(1, 2, good, bad, lg, lb, tried, {h.name: "needs a reboot" for h in held}, 2, held)
+    assert [h.name for h in held] == ["driver"]
+    handed = {}
+
+    def run_pyinfra(inventory, hosts, run_only, verbose=0, extra_env=None, out=None):
+        handed.update(json.loads(open(extra_env[source.COMBINATION_ENV]).read()))
+        return object(), {}
+
+    r = b.Runner(types.SimpleNamespace(before=None, start=2), types.SimpleNamespace(name="h", spec=_spec()), "inv",
+                 setup, "lease", "id", "m", "chat-greedy", _Out(), {})
+    chosen = sorted(data.draw(st.sets(st.sampled_from(range(len(tried))))))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(deploy_run, "run_pyinfra", run_pyinfra)
+        mp.setattr(transaction, "current", lambda ch: (2, {}, None))
+        mp.setattr(transaction, "settle", lambda *a, **k: 0)
+        r.deploy(chosen, b._label(setup, chosen))
+    spec, lock = handed["spec"], json.loads(handed["lock_text"])
+    assert spec["nvidia_driver_version"] == bad["nvidia_driver_version"] == "610.60"
+    for pkg in ("nvidia-open-dkms", "nvidia-utils", "opencl-nvidia"):
+        assert spec["pacman_pins"][pkg] == bad["pacman_pins"][pkg]
+    want, _ = b.combine(good, bad, lg, lb, held + [tried[i] for i in chosen])
+    assert spec == want
+    assert "with generation 2's driver (skipped)" in b._label(setup, [])
