@@ -63,7 +63,7 @@ def test_fetch_places_exactly_the_locked_files_verified(hub, lock, host):
 
 def test_second_run_downloads_nothing_and_asks_nothing(hub, lock, host):
     fetch(lock, "hyperqwen", host, hub)
-    hub.hub.log.clear()
+    hub.hub.clear_log()
     res = fetch(lock, "hyperqwen", host, hub)
     assert res.fetched == [] and res.bytes_downloaded == 0
     assert res.unchanged == [f["path"] for f in lock["models"]["hyperqwen"]["files"]]
@@ -196,7 +196,7 @@ def test_killed_agent_fetch_resumes_on_the_next_run(hub, lock, host, tmp_path):
         assert time.monotonic() < deadline, "the stalled request was never logged"
         time.sleep(0.05)  # the stalled handler logs its request once released
     assert part.stat().st_size == 196_608 and not (target(host, "strata") / "strata-coder-Q4_K_M.gguf").exists()
-    hub.hub.log.clear()
+    hub.hub.clear_log()
     res = fetch(lock, "strata", host, hub)
     assert res.fetched == ["strata-coder-Q4_K_M.gguf"]
     assert [r["range"] for r in byte_requests(hub)] == ["bytes=196608-"]
@@ -227,7 +227,7 @@ def test_corrupted_file_on_disk_is_replaced(hub, lock, host):
     data = bytearray(shard.read_bytes())
     data[1000] ^= 0xFF
     shard.write_bytes(bytes(data))
-    hub.hub.log.clear()
+    hub.hub.clear_log()
     msgs = []
     res = fetch(lock, "hyperqwen", host, hub, msgs)
     assert res.fetched == [SHARD2] and len(res.unchanged) == 7
@@ -376,7 +376,7 @@ def test_record_after_prepare_is_the_reference_for_a_converged_run(hub, lock, ho
     rec = record("hyperqwen", target(host), lock, host["state_dir"])
     assert rec["reference"] == "prepare" and "lm_head.int8.safetensors" in rec["files"]
     prepared = (target(host) / SHARD1).read_bytes()
-    hub.hub.log.clear()
+    hub.hub.clear_log()
     res = fetch(lock, "hyperqwen", host, hub, prepared=True)
     assert res.fetched == [] and not res.prepare_needed and len(res.unchanged) == 8
     assert hub.hub.requests() == []

@@ -116,7 +116,7 @@ def test_the_xet_token_route_answers_huggingface_hub_and_hf_xet_alike(hub, lock)
     assert info.access_token.startswith("xet_")
     assert TOKEN not in json.dumps(body)
     assert httpx2.get(route).status_code == 401  # a private hub: no token, no Xet token either
-    hub.hub.log.clear()  # the token route was this test's point
+    hub.hub.clear_log()  # the token route was this test's point
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def test_the_agent_fetch_takes_the_lfs_bridge_from_a_hub_that_advertises_xet(hub
     assert log[1]["path"] == bridge_path(hub, repos.STRATA, STRATA_FILE)  # the bridge's one URL, whole file
     assert xet_requests(hub) == [] and _xet_footprint(home) == []
     # and the console script itself, as pyinfra runs it: the same path
-    hub.hub.log.clear()
+    hub.hub.clear_log()
     (host["models_root"] / "strata" / STRATA_FILE).unlink()
     agent = str(Path(sys.executable).parent / "rigkit-agent")
     proc = subprocess.run([agent, *args[3:]], env=_clean_env(home), capture_output=True, text=True, timeout=120)
@@ -201,7 +201,7 @@ def test_huggingface_hubs_own_download_takes_xet_unless_the_agents_switch_is_set
                    in r["path"] for r in xet)
         assert bridge == []
         assert any(p.startswith("hf-home/xet/logs/") for p in _xet_footprint(home))
-    hub.hub.log.clear()  # the Xet requests were this test's point
+    hub.hub.clear_log()  # the Xet requests were this test's point
 
 
 def _model_info(size: int) -> ModelInfo:
