@@ -75,7 +75,7 @@ MODULE_ORDER = (
     "tests/harness/test_lock.py",              # 232 s loaded; alone 196 -> 166 s (speed6: three races' holders gated, not 12-15 s boots waited out twice; its power test waits 0-30 s for the timer's phase)
     "tests/harness/test_window.py",            # 229 s loaded
     "tests/harness/test_generations.py",       # 181 s loaded
-    "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys)
+    "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys); alone 155 -> 139 s (speed6: the healer's unit started, not its timer awaited)
     "tests/harness/test_sweep.py",             # 122 s loaded
     "tests/harness/test_safety.py",            # 114 s loaded
     "tests/harness/test_lived_in.py",          # 92 s loaded (issue 63: a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift)
