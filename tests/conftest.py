@@ -72,7 +72,7 @@ MODULE_ORDER = (
     "tests/harness/test_wirein.py",            # 405 s loaded with the golden build in it (88 s), which the background build takes out
     "tests/harness/test_bisect.py",            # 315-325 s alone, golden cached (386-397 s with its 71-72 s build; issue 68): a golden copy + deploys A, B ~40-45 s, the planted walk 135-147 s (5 deploys, 5 benches), a killed one put back 19 s, a left journal ended 11 s, a step whose deploy fails 96-99 s (deploy C, then good, the failing mix, its put-back, the way back)
     "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
-    "tests/harness/test_lock.py",              # 232 s loaded; alone 196 -> 166 s (speed6: three races' holders gated, not 12-15 s boots waited out twice; its power test waits 0-30 s for the timer's phase)
+    "tests/harness/test_lock.py",              # 232 s loaded; alone 196 -> 135 s (speed6: the races' holders gated, not 8-15 s boots waited out; the SIGKILL after the follower is up; its power test waits 0-30 s for the timer's phase)
     "tests/harness/test_window.py",            # 229 s loaded
     "tests/harness/test_generations.py",       # 181 s loaded
     "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys); alone 155 -> 139 s (speed6: the healer's unit started, not its timer awaited)

@@ -8,8 +8,7 @@ keeper and the watchdog work on that port. Each race ends with exactly one winne
 (exit 1) naming the holder, and Strata answering through llama-swap. HyperQwen's stand-in engine is
 held loading (``boot_delay_s`` a FIFO: :func:`gate_hyperqwen`) so that an activation, a deploy or a
 window holds the lock until the test has raced against it, then goes on at once (:func:`open_gate`);
-where two windows race each other, or a window is killed while it loads, it is made slow to boot
-(``boot_delay_s`` seconds).
+where a window is killed while it loads, it is made slow to boot (``boot_delay_s`` seconds).
 """
 
 from __future__ import annotations
@@ -222,10 +221,14 @@ def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
 
 
 def test_two_window_starts_at_once_have_one_winner(host):
-    slow_hyperqwen(host, 8)
+    gate_hyperqwen(host)
     try:
         procs = [rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
                  for _ in range(2)]
+        # the winner's tenant waits on the gate until one of them has ended (the loser, refused): the winner
+        # holds the lock through the whole race, whatever the machine's speed
+        wait_for(lambda: any(p.poll() is not None for p in procs), timeout=300)
+        open_gate(host)
         results = [p.communicate(timeout=900) + (p.returncode,) for p in procs]
     finally:
         fast_hyperqwen(host)
@@ -245,6 +248,10 @@ def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_res
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
         rec = held_by(host, r"^window \d", win)
         wait_for(lambda: json.loads(host.run("cat /var/lib/rigkit/window.json").stdout).get("state") == "open")
+        # the control side follows the window (its follower is up on the host) before the kill: a follower
+        # that starts after it finds the unit gone and the journal open, and waits out its 10 s for a unit
+        # that never ran (rigkit.host.window.commands.cmd_follow) — 8 s of this test, whenever the kill won
+        wait_for(lambda: host.run(f"pgrep -f '{AGENT} window [f]ollow'", check=False).returncode == 0)
         host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
         win.communicate(timeout=300)
         st = wait_for(lambda: (lambda s: s if not s["held"] else None)(lock_state(host)), 30)
