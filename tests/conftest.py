@@ -72,10 +72,10 @@ MODULE_ORDER = (
     "tests/harness/test_wirein.py",            # 405 s loaded with the golden build in it (88 s), which the background build takes out
     "tests/harness/test_bisect.py",            # ~445 s alone, golden cached (~570 s with its build; issue 68): a golden copy + deploys A, B ~45 s, the planted walk 140-155 s (5 deploys, 5 benches), a killed one put back 19 s, a left journal ended 10 s, a step whose deploy fails 96-100 s, the planted pair 150-155 s (deploys A, E; 6 deploys, 5 benches)
     "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
-    "tests/harness/test_lock.py",              # 232 s loaded
+    "tests/harness/test_lock.py",              # 232 s loaded; alone 196 -> 135 s (speed6: the races' holders gated, not 8-15 s boots waited out; the SIGKILL after the follower is up; its power test waits 0-30 s for the timer's phase)
     "tests/harness/test_window.py",            # 229 s loaded
     "tests/harness/test_generations.py",       # 181 s loaded
-    "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys)
+    "tests/harness/test_drift.py",             # 173 s loaded (issue 48: the deploy's path choice, seven deploys); alone 155 -> 139 s (speed6: the healer's unit started, not its timer awaited)
     "tests/harness/test_sweep.py",             # 122 s loaded
     "tests/harness/test_safety.py",            # 114 s loaded
     "tests/harness/test_lived_in.py",          # 92 s loaded (issue 63: a lived-in copy's journey: two deploys, wire-in, a window, a rollback, drift)

@@ -404,14 +404,18 @@ def test_plain_drift_fits_a_pipe_and_its_last_line_is_the_repair_that_clears_it(
 
 
 def test_a_power_limit_the_healer_put_back_shows_in_plain_drift_as_a_warning(rig):
-    """Someone's ``nvidia-smi -pl 300``: the healer (rigkit-power.timer, every 30 s) puts 420 W back;
-    plain drift shows that it did (a ``power-healed`` warning, exit 0) — before issue 40 only ``--json``
-    and the report did. The healer's record stays (a warning the deploy's path choice below ignores)."""
+    """Someone's ``nvidia-smi -pl 300``: the healer (rigkit-power.service, the unit rigkit-power.timer runs
+    every 30 s) puts 420 W back; plain drift shows that it did (a ``power-healed`` warning, exit 0) — before
+    issue 40 only ``--json`` and the report did. The healer's record stays (a warning the deploy's path
+    choice below ignores). The healer's unit is started here, as test_metrics.py does, not awaited from its
+    timer (0-30 s, and 60 s after boot for its first run): the timer's period is test_lock.py's proof."""
     rig.run("nvidia-smi -pl 300")
     rec: dict = {}
     try:
         for _ in range(240):  # a bounded poll of the healer's own record (the bound only guards a hang)
-            # no record until the healer's first run (OnBootSec: 60 s after the copy booted)
+            # a oneshot: `start` returns once it ran — or joins a run its timer started, which may have read
+            # the limit before the -pl above: then the next round starts another
+            rig.run("systemctl start rigkit-power.service", check=False)
             got = rig.run("cat /var/lib/rigkit/power.json", check=False)
             rec = json.loads(got.stdout) if got.returncode == 0 and got.stdout.strip() else {}
             if (rec.get("last_reapply") or {}).get("from_w") == 300.0:

@@ -6,8 +6,9 @@ One sandbox host is deployed for the module with llama-swap on **port 8090** (``
 so every command of the module declares the same); it converges, and the wire-in activation, the
 keeper and the watchdog work on that port. Each race ends with exactly one winner, the loser refused
 (exit 1) naming the holder, and Strata answering through llama-swap. HyperQwen's stand-in engine is
-made slow to boot (``boot_delay_s``) so that an activation or a window holds the lock long enough to
-race against it.
+held loading (``boot_delay_s`` a FIFO: :func:`gate_hyperqwen`) so that an activation, a deploy or a
+window holds the lock until the test has raced against it, then goes on at once (:func:`open_gate`);
+where a window is killed while it loads, it is made slow to boot (``boot_delay_s`` seconds).
 """
 
 from __future__ import annotations
@@ -91,8 +92,28 @@ def slow_hyperqwen(host, seconds: int) -> None:
     host.run(f"mkdir -p {HQ_CONTROL} && echo {seconds} > {HQ_CONTROL}/boot_delay_s")
 
 
+def gate_hyperqwen(host) -> None:
+    """The stand-in engine loads until :func:`open_gate` (``boot_delay_s`` a FIFO, stubs/openai_stub.py): the
+    lock's holder holds it for as long as the race takes, never for a number of seconds guessed to be enough
+    (before: 12-15 s boots, waited out after the race was decided, and twice where a change asks HyperQwen in
+    its activation and again in its confirmation)."""
+    f = f"{HQ_CONTROL}/boot_delay_s"
+    host.run(f"mkdir -p {HQ_CONTROL} && rm -f {f} && mkfifo {f}")
+
+
+def open_gate(host) -> None:
+    """Let the engine waiting on the gate go on (the writer waits for it to read: bounded), and remove the
+    gate: HyperQwen's later boots load at once."""
+    f = f"{HQ_CONTROL}/boot_delay_s"
+    host.run(f"timeout 120 sh -c 'echo 0 > {f}'; rm -f {f}")
+
+
 def fast_hyperqwen(host) -> None:
-    host.run(f"rm -f {HQ_CONTROL}/boot_delay_s")
+    """No boot delay any more; an engine still waiting on a gate (a test that failed before it opened it)
+    goes on, and a later one finds no gate."""
+    f = f"{HQ_CONTROL}/boot_delay_s"
+    host.run(f"mv -f {f} {f}.old 2>/dev/null; timeout 2 sh -c 'echo 0 > {f}.old' 2>/dev/null; rm -f {f}.old",
+             check=False)
 
 
 def window_args(*extra):
@@ -132,7 +153,7 @@ def test_the_agent_venv_has_no_control_side_library(host):
 
 def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keeper_stands_down(host):
     host.quiet_automatic_jobs()
-    slow_hyperqwen(host, 12)
+    gate_hyperqwen(host)
     try:
         act = rigkit(host, "wire-in", *inv("--host", host.name, "--activate", "--data", FLIP), popen=True)
         # the wire-in holds the lock for its whole run (rigkit.deploy.transaction); its activation joins the lease
@@ -145,6 +166,7 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
         assert "keeper: the rig is locked by rigkit wire-in --activate" in keeper.stdout and "standing down" in keeper.stdout
         watchdog = host.run(f"{AGENT} watchdog")
         assert "watchdog: the rig is locked by rigkit wire-in --activate" in watchdog.stdout
+        open_gate(host)  # the race is decided: the activation's HyperQwen loads now
         out, err = act.communicate(timeout=600)
         assert act.returncode == 0, out[-3000:] + err[-2000:]  # the winner completed
     finally:
@@ -155,7 +177,7 @@ def test_a_window_started_during_an_activation_is_refused_naming_it_and_the_keep
 
 
 def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
-    slow_hyperqwen(host, 15)
+    gate_hyperqwen(host)
     try:
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
         rec = held_by(host, r"^window \d", win)
@@ -169,6 +191,7 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
         assert re.search(r"the deploy refused, nothing touched: .*the rig is locked by window \S+ \(hyperqwen\)",
                          dep.stderr), dep.stderr[-3000:]
         assert "$ pyinfra" not in dep.stderr
+        open_gate(host)  # the window's tenant loads now
         out, err = win.communicate(timeout=900)
         assert win.returncode == 0, out[-3000:] + err[-3000:]
     finally:
@@ -179,7 +202,7 @@ def test_an_activation_and_a_deploy_during_a_window_are_refused_naming_it(host):
 def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
     """The deploy holds the host lock from before its first operation to the end of its confirmation
     (rigkit.deploy.transaction); a window started meanwhile is refused naming it."""
-    slow_hyperqwen(host, 12)
+    gate_hyperqwen(host)
     try:
         dep = rigkit(host, "deploy", *inv("--no-smoke", "--full", "--data", FLIP), popen=True)
         rec = held_by(host, "^rigkit deploy$", dep, timeout=300)
@@ -187,6 +210,7 @@ def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), timeout=120)
         assert win.returncode == 1
         assert "the rig is locked by rigkit deploy" in win.stderr, win.stderr
+        open_gate(host)  # the deploy's activation (HyperQwen wired in) loads it now
         out, err = dep.communicate(timeout=900)
         assert dep.returncode == 0, err[-4000:]
     finally:
@@ -197,10 +221,14 @@ def test_a_window_started_while_a_deploy_holds_the_lock_is_refused(host):
 
 
 def test_two_window_starts_at_once_have_one_winner(host):
-    slow_hyperqwen(host, 8)
+    gate_hyperqwen(host)
     try:
         procs = [rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
                  for _ in range(2)]
+        # the winner's tenant waits on the gate until one of them has ended (the loser, refused): the winner
+        # holds the lock through the whole race, whatever the machine's speed
+        wait_for(lambda: any(p.poll() is not None for p in procs), timeout=300)
+        open_gate(host)
         results = [p.communicate(timeout=900) + (p.returncode,) for p in procs]
     finally:
         fast_hyperqwen(host)
@@ -220,6 +248,10 @@ def test_a_window_killed_with_sigkill_leaves_the_lock_to_be_reclaimed_by_the_res
         win = rigkit(host, *window_args(host.name, "--tenant", "hyperqwen", "--bench", "small"), popen=True)
         rec = held_by(host, r"^window \d", win)
         wait_for(lambda: json.loads(host.run("cat /var/lib/rigkit/window.json").stdout).get("state") == "open")
+        # the control side follows the window (its follower is up on the host) before the kill: a follower
+        # that starts after it finds the unit gone and the journal open, and waits out its 10 s for a unit
+        # that never ran (rigkit.host.window.commands.cmd_follow) — 8 s of this test, whenever the kill won
+        wait_for(lambda: host.run(f"pgrep -f '{AGENT} window [f]ollow'", check=False).returncode == 0)
         host.run("systemctl kill --signal=SIGKILL rigkit-window.service")
         win.communicate(timeout=300)
         st = wait_for(lambda: (lambda s: s if not s["held"] else None)(lock_state(host)), 30)

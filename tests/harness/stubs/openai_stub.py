@@ -9,7 +9,9 @@ hostctl.HQ_CONTROL; kept across restarts of the container):
   first N completions of this server process succeed and every later one answers 500.
 - ``die_after``: an integer N; the engine dies (the process exits 1) on completion N+1.
 - ``boot_delay_s``: seconds before the server binds its port (vLLM listens only once the
-  engine is up); a large value means it never gets healthy. A SIGTERM meanwhile ends the engine at
+  engine is up); a large value means it never gets healthy. A FIFO there makes the engine load until
+  the test writes to it (then it waits what was written, e.g. ``0``): a boot that ends on the test's
+  word, never on the machine's speed (test_lock.py's races). A SIGTERM meanwhile ends the engine at
   once (``--kind vllm``), as vLLM's does: its api_server installs a SIGTERM handler that raises
   ``KeyboardInterrupt("terminated")`` before it builds the engine ("Interrupt server on sigterm while
   initializing", ``vllm/entrypoints/openai/api_server.py`` ``setup_server``). Before, the stand-in left
@@ -66,7 +68,7 @@ decode slows with the limit: each chunk takes :data:`CHUNK_S` / :func:`speed_fac
 0.71 at 185 W, 0.52 at 100 W): decoding is memory-bound, so halving the power costs less than half
 the speed.
 """
-import argparse, json, os, signal, sys, threading, time
+import argparse, json, os, signal, stat, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ap = argparse.ArgumentParser()
@@ -419,13 +421,17 @@ def main():
         DEAD[0] = "sticky"
         print("(sandbox) the engine crashed before this boot: every completion answers 500 until the next restart",
               file=sys.stderr, flush=True)
-    delay = control("boot_delay_s")
-    if delay:
+    gate = os.path.join(a.control_dir, "boot_delay_s") if a.control_dir else ""
+    if gate and os.path.exists(gate):
         if VLLM:  # vLLM's setup_server: "Interrupt server on sigterm while initializing" (module doc)
             signal.signal(signal.SIGTERM, _terminated)
-        try:  # the line inside: a SIGTERM once it is printed lands in here (test_standin_sigterm.py waits for it)
-            print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
-            time.sleep(float(delay))
+        try:  # the lines inside: a SIGTERM once one is printed lands in here (test_standin_sigterm.py waits for it)
+            if stat.S_ISFIFO(os.stat(gate).st_mode):
+                print("(sandbox) loading the engine until boot_delay_s is written (a FIFO)", flush=True)
+            delay = control("boot_delay_s")  # a FIFO: the engine loads until the test writes to it (module doc)
+            if delay:
+                print(f"(sandbox) loading the engine for {delay} s before listening", flush=True)
+                time.sleep(float(delay))
         except KeyboardInterrupt as exc:
             print(f"(sandbox) {exc} while loading the engine", file=sys.stderr, flush=True)
             sys.exit(128 + signal.SIGINT)  # what an uncaught KeyboardInterrupt ends a Python process with
