@@ -70,6 +70,7 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
     if dry:
         try:
             setup = walk.read_setup(Remote(hs.name, hs.connection), good, bad, reboot)
+            benched = walk.benched_member(setup, member)
         except walk.BisectInvalid as exc:
             error(str(exc))
             sys.exit(exitcodes.INVALID)
@@ -78,6 +79,7 @@ def bisect(inventory: str | None, host: str, good: int | None, bad: int | None, 
             sys.exit(exitcodes.FAILED)
         for line in walk.dry_lines(hs.name, setup, not no_pairs):
             out.print(line)
+        out.print(f"  each step benches {benched}/{workload} through llama-swap ({metric}, {max_tokens} tokens a request)")
         sys.exit(exitcodes.OK)
     sys.exit(walk.run(hs, inv, good, bad, console, member=member, workload=workload, reboot=reboot,
                       pairs=not no_pairs, overrides=overrides, verbose=verbose, budget_s=confirm_budget,

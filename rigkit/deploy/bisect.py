@@ -474,6 +474,35 @@ class BisectInvalid(ValueError):
     """Bad input to a bisect (exit 2, nothing touched); the message names the argument and what is allowed."""
 
 
+def residents(snapshot: dict[str, Any]) -> list[str]:
+    """The members a generation keeps running (its spec snapshot's ``llama_swap.preload`` that are live, in that
+    order): what a bench through llama-swap can measure without swapping the resident out."""
+    ls = snapshot.get("llama_swap") or {}
+    members = ls.get("members") or {}
+    return [m for m in ls.get("preload") or [] if m in members and not (members[m] or {}).get("staged")]
+
+
+def benched_member(setup: Setup, member: str | None) -> str:
+    """The member every step benches: ``member`` when given, else the first resident of the bad generation that is
+    a resident of the good one too (:func:`residents` — from the two generations, not the inventory, which may
+    declare something else by now: an operator's walk benched the inventory's Strata, not running in either).
+    Raises :class:`BisectInvalid` naming ``--member`` when the member is not running in both (a step's bench
+    would refuse to swap the resident out), or when the two have no resident in common."""
+    good, bad = residents(setup.good_spec), residents(setup.bad_spec)
+    both = [m for m in bad if m in good]
+    if member is None:
+        if not both:
+            raise BisectInvalid(f"--member: generations {setup.good} and {setup.bad} keep no member running in common "
+                                f"(residents: {', '.join(good) or 'none'} and {', '.join(bad) or 'none'}); a bisect "
+                                "benches a member both keep running")
+        return both[0]
+    if member not in both:
+        raise BisectInvalid(f"--member {member}: not kept running by both generations {setup.good} and {setup.bad} "
+                            f"(allowed: {', '.join(both) or 'none: they keep no member running in common'}); a step's "
+                            "bench through llama-swap would swap the resident out")
+    return member
+
+
 def dry_lines(host: str, setup: Setup, pairs: bool) -> list[str]:
     """``rigkit bisect --dry``: the suspects (good → bad), those skipped and why, the most deploys it may take
     (:func:`plan_steps`) and their estimated time on the rig (:func:`estimate_s`)."""
@@ -783,11 +812,10 @@ def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str |
         max_tokens: int = SMOKE_MAX_TOKENS) -> int:
     """``rigkit bisect --host H --good G --bad B``: the module docstring's walk on ``hs``'s host under its host
     lock; what it says goes to ``out`` (:class:`rigkit.deploy.run.Output`). ``member`` is benched (default: the
-    resident, :func:`rigkit.deploy.run.smoke_members`), on ``workload`` with ``max_tokens`` per chat request
+    resident both generations keep running, :func:`benched_member`), on ``workload`` with ``max_tokens`` per chat request
     (default the smoke's 256; longer decodes steady a noisy host), judged on ``metric`` (:data:`METRICS`). Returns 0 (a culprit named
     — or the range it is in, the mixes between refused —, or no slowdown to bisect), 1 (stopped: refused, a step that could not be deployed or told, the host lost — the
     host is back at its start unless said), 2 (bad input: nothing touched)."""
-    from rigkit.deploy.run import smoke_members
     from rigkit.deploy.transaction import ChangeRefused, agent_json, held
     from rigkit.remote import Remote, RemoteError
 
@@ -816,9 +844,10 @@ def run(hs: Any, inventory: str, good: int, bad: int, out: Any, *, member: str |
     except Untestable as exc:
         out.note(str(exc), error=True)
         return exitcodes.FAILED
-    member = member or next(iter(smoke_members(hs.spec)), None)
-    if member is None:
-        out.note(f"{hs.name}: no member to bench (no preloaded live member; give --member)", error=True)
+    try:
+        member = benched_member(setup, member)
+    except BisectInvalid as exc:
+        out.note(f"{hs.name}: {exc}", error=True)
         return exitcodes.INVALID
     for name, why in setup.skipped.items():
         out.note(f"{hs.name}: skipped, not tried: {name}: {why}")

@@ -56,6 +56,36 @@ def data_text(value) -> str:
         return value
 
 
+#: Seconds pyinfra is given to stop after a SIGINT before it is terminated, then killed.
+STOP_GRACE_S = 30.0
+
+
+def stop_child(popen: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> int | None:
+    """Stop a pyinfra run that rigkit is leaving (an interrupt of rigkit itself): SIGINT as a terminal's
+    Ctrl-C sends it (pyinfra stops between its commands), then SIGTERM, then SIGKILL, ``grace_s`` seconds
+    apart, and reap it. Returns its exit code (None if it could not be reaped). Whatever comes next (a
+    bisect's way back, a transaction's revert) deploys the same host, so it must never run beside this one:
+    a SIGINT to rigkit's pid alone left pyinfra deploying a bisect step while the way back deployed the
+    start (both recorded "generation 19"; found by an operator's trial)."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        if popen.poll() is not None:
+            break
+        try:
+            popen.send_signal(sig)
+        except ProcessLookupError:
+            break
+        try:
+            popen.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        return popen.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: dict, dry: bool = False,
                 verbose: int = 0, extra_env: dict[str, str] | None = None, *, out: Output):
     """Run ``pyinfra -y INVENTORY deploy.py`` (``--dry`` without ``-y`` when ``dry``) limited to
@@ -88,8 +118,12 @@ def run_pyinfra(inventory: str, hosts: tuple[str, ...] | list[str], overrides: d
 
     relayer = threading.Thread(target=relay, daemon=True)
     relayer.start()
-    stdout = popen.stdout.read()
-    popen.wait()
+    try:
+        stdout = popen.stdout.read()
+        popen.wait()
+    except BaseException:  # Ctrl-C (or SIGTERM made an exception) while pyinfra runs: it must stop first
+        stop_child(popen)
+        raise
     relayer.join(10)
     proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, "".join(log))
     out.pyinfra_ended(proc, dry)

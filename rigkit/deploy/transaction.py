@@ -285,7 +285,8 @@ def relock(ch: Change, lease: str) -> None:
     if ch.hold is None or ch.hold.alive():
         return
     ch.hold.release()
-    ch.say("the SSH session holding the host lock ended during the change (a reboot); taking it again")
+    ch.say("the SSH session holding the host lock ended during the change (a reboot, or an interrupt that reached "
+           "it); taking it again")
     hold = LockHold(ch.remote, ch.lock_what, lease)
     why = hold.take()
     if why:

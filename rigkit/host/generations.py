@@ -376,12 +376,18 @@ def fail(cfg: Any, n: int, why: str, log: Callable[[str], None] = print) -> dict
 
 def prune(root: Path, keep: int) -> list[int]:
     """Remove the oldest generations beyond ``keep`` (at least 2: never the current one or the one
-    before it) and the objects no kept generation names. Returns the numbers removed."""
+    before it, nor — while a bisect's journal stands — its start, good and bad generations) and the objects no
+    kept generation names; a bisect's steps (trial mixes nobody declared) go before any other generation, so a
+    walk's steps do not push out the generations an operator may roll back or bisect to again (an operator's
+    second walk pruned the good generation of the first: the same bisect could not be run again). Returns the
+    numbers removed."""
     index = read_index(root)
     keep = max(2, keep)
-    protected = {index["current"], index["previous"], (read_object(root / BISECT_JOURNAL) or {}).get("start")}
+    journal = read_object(root / BISECT_JOURNAL) or {}
+    protected = {index["current"], index["previous"], journal.get("start"), journal.get("good"), journal.get("bad")}
+    steps = {g["n"] for g in index["generations"] if (g.get("bisect") or {}).get("step")}
     gens = sorted(g["n"] for g in index["generations"])
-    removable = [n for n in gens if n not in protected]
+    removable = sorted((n for n in gens if n not in protected), key=lambda n: (n not in steps, n))
     excess = len(gens) - keep
     drop = removable[:max(0, excess)]
     if not drop:

@@ -600,3 +600,23 @@ def test_a_skipped_driver_stays_at_the_bad_generations_in_every_step(data):
     want, _ = b.combine(good, bad, lg, lb, held + [tried[i] for i in chosen])
     assert spec == want
     assert "with generation 2's driver (skipped)" in b._label(setup, [])
+
+
+def test_the_member_benched_is_one_both_generations_keep_running():
+    """The default is the first resident of the bad generation that the good one keeps running too, read from the
+    two generations (not the inventory, which may declare another resident by now); a ``--member`` either keeps
+    down is refused naming what is allowed; so is a pair of generations with no resident in common."""
+    def snap(preload, staged=()):
+        return {"llama_swap": {"preload": list(preload),
+                               "members": {m: {"staged": m in staged} for m in ("strata", "hyperqwen", "gguf-baseline")}}}
+
+    setup = b.Setup(2, 3, snap(["hyperqwen", "strata"]), snap(["hyperqwen"]), None, None, [b.Suspect("spec a")], {}, 3)
+    assert b.benched_member(setup, None) == "hyperqwen" and b.benched_member(setup, "hyperqwen") == "hyperqwen"
+    with pytest.raises(b.BisectInvalid, match=r"^--member strata: not kept running by both generations 2 and 3 "
+                                              r"\(allowed: hyperqwen\)"):
+        b.benched_member(setup, "strata")
+    apart = b.Setup(2, 3, snap(["strata"]), snap(["hyperqwen"], staged=("strata",)), None, None, [], {}, 3)
+    with pytest.raises(b.BisectInvalid, match=r"^--member: generations 2 and 3 keep no member running in common "
+                                              r"\(residents: strata and hyperqwen\)"):
+        b.benched_member(apart, None)
+    assert b.residents(snap(["strata", "hyperqwen"], staged=("hyperqwen",))) == ["strata"]

@@ -510,3 +510,23 @@ def test_a_change_only_to_what_is_staged_is_told_apart_from_one_that_serves(over
     # whose served config stayed (a hold kept it) is not; unknown is never "unchanged"
     assert not staged_only(base, base, served(base)[::-1], served(base))
     assert staged_only(base, base, "held", "held") and not staged_only(base, base, None, None)
+
+
+def test_a_bisects_steps_are_pruned_first_and_its_good_and_bad_never_while_it_stands(host):
+    """The steps of a bisect (trial mixes) go before any declared generation, so a walk does not push out
+    what an operator may roll back or bisect to again; while the journal stands its start, good and bad stay
+    whatever their age."""
+    root = host.root
+    for i in range(4):  # 1..4: declared generations; the bisect is 1 (good) .. 3 (bad), started at 4
+        hostgen.record(host, _manifest(_files(root, env=f"D={i}\n"), root, keep=6), "rig")
+    (root / "gen" / hostgen.BISECT_JOURNAL).write_text(json.dumps({"id": "b", "good": 1, "bad": 3, "start": 4}))
+    for i in range(5):  # 5..9: its steps
+        hostgen.record(host, _manifest(_files(root, env=f"S={i}\n"), root, keep=6,
+                                       bisect={"id": "b", "step": i + 1, "entries": []}), "rig")
+    kept = [g["n"] for g in hostgen.read_index(root / "gen")["generations"]]
+    assert {1, 3, 4} <= set(kept) and len(kept) == 6, kept  # 2 (declared, no part of it) may go; the steps go first
+    assert kept == [1, 2, 3, 4, 8, 9], kept
+    (root / "gen" / hostgen.BISECT_JOURNAL).unlink()
+    hostgen.record(host, _manifest(_files(root, env="D=after\n"), root, keep=6), "rig")
+    kept = [g["n"] for g in hostgen.read_index(root / "gen")["generations"]]
+    assert kept == [1, 2, 3, 4, 9, 10], kept  # the journal gone: still the steps first (8, not 1)
