@@ -65,18 +65,24 @@ def _combination() -> dict[str, Any]:
     return data
 
 
-def spec_for(host: Any) -> RigSpec:
-    """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged), as its lock resolves it
-    (:func:`rigkit.lockfile.view.with_lock`: the locked pins, image digests and release sha256). Raises
-    ``DeployError`` listing every problem — of the spec, or an entry the lock lacks or records for
-    something else — so pyinfra stops before any operation."""
+def _declared(host: Any) -> RigSpec:
+    """The validated RigSpec of a pyinfra ``host`` as its data layers declare it (deep-merged), before any lock.
+    Raises ``DeployError`` listing every problem."""
+    try:
+        return spec_from_layers(data_layers(host), source=f"spec of host {host.name}")
+    except SpecError as exc:
+        raise DeployError(str(exc)) from None
+
+
+def spec_for(host: Any, declared: RigSpec | None = None) -> RigSpec:
+    """The validated RigSpec of a pyinfra ``host`` (its data layers, deep-merged; ``declared`` when already
+    read), as its lock resolves it (:func:`rigkit.lockfile.view.with_lock`: the locked pins, image digests and
+    release sha256). Raises ``DeployError`` listing every problem — of the spec, or an entry the lock lacks or
+    records for something else — so pyinfra stops before any operation."""
     from rigkit import hints
     from rigkit.lockfile.view import with_lock
 
-    try:
-        spec = spec_from_layers(data_layers(host), source=f"spec of host {host.name}")
-    except SpecError as exc:
-        raise DeployError(str(exc)) from None
+    spec = declared if declared is not None else _declared(host)
     spec, _lock, problems = with_lock(spec, hints.inventory())
     if problems:  # the deploy uses only the lock: pins, images and the release all resolved there
         raise DeployError("the lock does not resolve what the spec declares:\n  " + "\n  ".join(problems))
@@ -95,7 +101,10 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     from rigkit.common.holds import GENERATION
     from rigkit.render.files import render
 
-    spec = spec_for(host)
+    # a recorded generation or a bisect's combination carries its own resolved spec and lock: of the
+    # inventory only this run's switches count (RUN_KEYS), so its lock need not resolve the inventory's spec
+    # (an operator's `rigkit lock --data …` had left it resolving another: every step and the way back failed)
+    spec = _declared(host)
     if os.environ.get(COMBINATION_ENV):
         return _combined(_combination(), spec), None
     holds = host.get_fact(Holds, path=paths.HOLDS_FILE)
@@ -107,6 +116,7 @@ def source_for(host: Any) -> tuple[Source, dict[str, Any] | None]:
     n = int(wanted) if wanted else int(journal["start"]) if journal and journal.get("start") else (
         int(hold["generation"]) if isinstance(hold, dict) and hold.get("generation") else None)
     if n is None:
+        spec = spec_for(host, spec)
         return Source(spec, render(spec), None, lock_text(spec)), hold
     bundle = host.get_fact(GenerationBundle, agent=paths.AGENT_BIN, n=n)
     if "error" in bundle:

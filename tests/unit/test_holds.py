@@ -65,7 +65,7 @@ class _FactHost:
 def test_the_deploy_refuses_a_corrupt_holds_file_instead_of_ignoring_a_generation_hold(monkeypatch):
     from rigkit.deploy import source as deploy
 
-    monkeypatch.setattr(deploy, "spec_for", lambda host: None)
+    monkeypatch.setattr(deploy, "_declared", lambda host: None)
     bad = Holds().process(["{"])
     with pytest.raises(DeployError, match=r"^h1: /var/lib/rigkit/holds.json: not valid JSON"):
         deploy.source_for(_FactHost({"Holds": bad}))
@@ -142,3 +142,31 @@ def test_the_lease_variable_is_named_once():
     assignment = next(n.lineno for n in ast.parse(lock_py.read_text()).body if isinstance(n, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == "LEASE_ENV" for t in n.targets))
     assert hits == [("lock.py", assignment)]  # the one place: the assignment of LEASE_ENV
+
+
+def test_a_recorded_generation_or_a_combination_deploys_whatever_the_inventorys_lock_resolves(monkeypatch, tmp_path):
+    """A bisect's combination (and a recorded generation: a rollback, the way back) carries its own resolved
+    spec and lock; of the inventory only the run's switches count, so a lock that no longer resolves the
+    inventory's spec (an operator's ``rigkit lock --data …`` rewrote it) must not stop it — it did, every step and
+    the way back of a walk failed. The inventory's own spec is still refused on such a lock."""
+    from rigkit.deploy import source as deploy
+    from rigkit.render.generations import spec_snapshot
+    from rigkit.spec.validate import spec_from_dict
+
+    declared = spec_from_dict({})
+
+    def unresolved(host, declared=None):
+        raise DeployError("the lock does not resolve what the spec declares:\n  images.strata: …")
+
+    monkeypatch.setattr(deploy, "_declared", lambda host: declared)
+    monkeypatch.setattr(deploy, "spec_for", unresolved)
+    combo = tmp_path / "combination.json"
+    combo.write_text(json.dumps({"spec": spec_snapshot(declared), "lock_text": None,
+                                 "bisect": {"id": "b", "step": 2, "entries": [], "reason": "bisect b step 2"}}))
+    monkeypatch.setenv(deploy.COMBINATION_ENV, str(combo))
+    source, hold = deploy.source_for(_FactHost({}))
+    assert hold is None and source.bisect["step"] == 2
+    monkeypatch.delenv(deploy.COMBINATION_ENV)
+    no_hold = Holds().process([])
+    with pytest.raises(DeployError, match="the lock does not resolve"):
+        deploy.source_for(_FactHost({"Holds": no_hold, "JsonFile": {"data": None}}))
