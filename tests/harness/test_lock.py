@@ -320,9 +320,19 @@ def test_the_power_limit_heals_within_one_period_and_the_healer_stands_down_whil
     fired_s = int(host.run('date -d "$(systemctl show -p LastTriggerUSec --value rigkit-power.timer)" +%s').stdout)
     print(f"\nfake driver reload -> rigkit-power.timer fired {fired_s - reloaded_s} s later (every 30 s)")
     assert reloaded_s - 1 <= fired_s <= reloaded_s + 30 + 5  # within one period and the timer's AccuracySec
-    journal = host.run(f"journalctl -u rigkit-power.service --since @{since} --no-pager -o cat").stdout
-    assert ("power: GPU 0 enforced 350 W, declared 420 W (a driver reload, an Xid reset or someone's nvidia-smi -pl); "
-            "re-applied 420 W: enforced 420 W") in journal, journal
+    # the healer applies the limit, then says so and records it: the card reads 420 W a moment before its line
+    # reaches the journal and its record is written (CI read the journal in between: only "Starting …"), so the
+    # run is waited for to end (a bounded poll of systemd's state), then both are read
+    wait_for(lambda: host.run("systemctl is-active rigkit-power.service", check=False).stdout.strip() != "activating",
+             timeout=60, every=0.5)
+    line = ("power: GPU 0 enforced 350 W, declared 420 W (a driver reload, an Xid reset or someone's nvidia-smi -pl); "
+            "re-applied 420 W: enforced 420 W")
+
+    def journal() -> str:
+        return host.run(f"journalctl -u rigkit-power.service --since @{since} --no-pager -o cat").stdout
+
+    wait_for(lambda: line in journal(), timeout=30, every=0.5)  # journald takes the line in on its own time
+    assert line in journal(), journal()
     rec = json.loads(host.run("cat /var/lib/rigkit/power.json").stdout)
     assert rec["last_reapply"]["from_w"] == 350.0 and rec["last_reapply"]["ok"] is True
 
