@@ -66,10 +66,11 @@ check-rig: apt venv
 	$(BIN)/rigkit check -i inventory/rig.py
 	$(BIN)/rigkit render -i inventory/rig.py --out out/rig
 
-# Four pytest-xdist lanes on 2 cores (the sandbox hosts wait on services as much as they compute:
+# Five pytest-xdist lanes on 2 cores (the sandbox hosts wait on services as much as they compute:
 # 3 lanes took 591 s where 2 took 819 s; a 3-lane run from an empty state used 855 s of CPU over 881 s of
 # wall on 2 cores, half of them; with 4, three lanes ended at 769-772 s where 3 lanes had ended at
-# 876-879 s; `make test LANES=1` runs one), handed whole modules longest
+# 876-879 s; a 4-lane run with bisect's pair walk used 1062 s of CPU over 943 s of wall, still 1.1 of the
+# 2 cores; `make test LANES=1` runs one), handed whole modules longest
 # first (tests/conftest.py MODULE_ORDER): each lane's hosts have their own prefix and
 # cgroups (tests/harness/README.md "Lanes"). The modules that need a converged host share one, built
 # once per run (tests/harness/golden.py). Whatever the outcome, this run's hosts are removed and the
@@ -78,7 +79,7 @@ check-rig: apt venv
 # from the start, beside the lanes' first modules (MODULE_ORDER starts with the ones that need no golden
 # host): a lane that needs it waits for it (golden.ensure's flock) instead of building it itself. Where it
 # cannot run (not root, no nspawn) the harness tests skip anyway; its log is $(SANDBOX_STATE)/golden-early.log.
-LANES ?= 4
+LANES ?= 5
 test: sandbox-fixtures
 	@rc=0; gold=; \
 	if [ "$(LANES)" != 1 ] && [ "$$(id -u)" = 0 ] && command -v systemd-nspawn >/dev/null; then \
