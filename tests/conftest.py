@@ -70,7 +70,8 @@ MODULE_ORDER = (
     "tests/unit/test_hints.py",                # 17 s; beside the golden build: it needs no host up
     "tests/bench/test_spec_metrics.py",        # 17 s (issue 65): the stand-in engine as local processes, the rig's 20k-token long workload
     "tests/harness/test_wirein.py",            # 405 s loaded with the golden build in it (88 s), which the background build takes out
-    "tests/harness/test_bisect.py",            # ~445 s alone, golden cached (~570 s with its build; issue 68): a golden copy + deploys A, B ~45 s, the planted walk 140-155 s (5 deploys, 5 benches), a killed one put back 19 s, a left journal ended 10 s, a step whose deploy fails 96-100 s, the planted pair 150-155 s (deploys A, E; 6 deploys, 5 benches)
+    "tests/harness/test_bisect.py",            # 640-720 s in a 5-lane run with the pair (issue 68), ~500 s without it: a golden copy + deploys A, B ~45 s, the planted walk 140-205 s (5 deploys, 5 benches), a killed one put back 19 s, a left journal ended 10 s, a step whose deploy fails 96-140 s
+    "tests/harness/test_bisect_pair.py",       # ~165 s alone, ~220 s in lanes (issue 68): a golden copy, deploys A and E, the pair's walk (6 deploys, 5 benches): a lane of its own, beside test_bisect
     "tests/harness/test_fleet.py",             # ~260 s (issue 67): three golden copies, a canary put back, two batches, a retry, three benches
     "tests/harness/test_lock.py",              # 232 s loaded; alone 196 -> 135 s (speed6: the races' holders gated, not 8-15 s boots waited out; the SIGKILL after the follower is up; its power test waits 0-30 s for the timer's phase)
     "tests/harness/test_window.py",            # 229 s loaded
