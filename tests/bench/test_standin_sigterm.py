@@ -19,15 +19,23 @@ from rigkit.remote import free_port
 from .standin import STUB
 
 
-def test_a_sigterm_while_loading_ends_the_engine_as_vllm_s_handler_does(tmp_path):
+def _started(tmp_path, gate: bool) -> tuple[subprocess.Popen, object]:
+    """The stand-in loading: ``boot_delay_s`` 3600 s (never healthy on its own), or with ``gate`` a FIFO (the gate
+    test_lock.py holds a race's holder with), its first line read; returns the process and the control file."""
     control = tmp_path / "control"
     control.mkdir()
-    (control / "boot_delay_s").write_text("3600")  # never healthy on its own
+    delay = control / "boot_delay_s"
+    if gate:
+        os.mkfifo(delay)
+    else:
+        delay.write_text("3600")
     proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(free_port()),
                              "--alias", "hq", "--control-dir", str(control)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
-    # the premise: it is loading (its first line says so) and has not bound its port
-    assert proc.stdout.readline().startswith("(sandbox) loading the engine for 3600 s"), proc.stderr.read()
+    return proc, delay
+
+
+def _ends_on_sigterm_as_while_loading(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
         out, err = proc.communicate(timeout=60)  # a bound on a hang; it ends within milliseconds
@@ -37,16 +45,16 @@ def test_a_sigterm_while_loading_ends_the_engine_as_vllm_s_handler_does(tmp_path
     assert "(sandbox) terminated while loading the engine" in err
 
 
+def test_a_sigterm_while_loading_ends_the_engine_as_vllm_s_handler_does(tmp_path):
+    proc, _delay = _started(tmp_path, gate=False)
+    # the premise: it is loading (its first line says so) and has not bound its port
+    assert proc.stdout.readline().startswith("(sandbox) loading the engine for 3600 s"), proc.stderr.read()
+    _ends_on_sigterm_as_while_loading(proc)
+
+
 def _gated(tmp_path) -> tuple[subprocess.Popen, object]:
-    """The stand-in with ``boot_delay_s`` a FIFO (the gate test_lock.py holds a race's holder with), started
-    and seen waiting on it (its first line)."""
-    control = tmp_path / "control"
-    control.mkdir()
-    gate = control / "boot_delay_s"
-    os.mkfifo(gate)
-    proc = subprocess.Popen([sys.executable, str(STUB), "--kind", "vllm", "--port", str(free_port()),
-                             "--alias", "hq", "--control-dir", str(control)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
+    """The stand-in seen waiting on its ``boot_delay_s`` FIFO (its first line)."""
+    proc, gate = _started(tmp_path, gate=True)
     assert proc.stdout.readline() == "(sandbox) loading the engine until boot_delay_s is written (a FIFO)\n"
     return proc, gate
 
@@ -65,10 +73,4 @@ def test_a_gated_engine_listens_only_once_the_test_writes_the_gate(tmp_path):
 
 def test_a_sigterm_while_waiting_on_the_gate_ends_the_engine_as_while_loading(tmp_path):
     proc, _gate = _gated(tmp_path)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=60)  # a bound on a hang; it ends within milliseconds
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, (proc.returncode, err)
-    assert "(sandbox) terminated while loading the engine" in err
+    _ends_on_sigterm_as_while_loading(proc)
