@@ -133,9 +133,9 @@ def hyperqwen_files(spec: RigSpec) -> dict[str, RenderedFile]:
     }
 
 
-def hyperqwen_starts_from(spec: RigSpec) -> str:
+def hyperqwen_starts_from(files: dict[str, RenderedFile]) -> str:
     """The sha256 (hex) of what HyperQwen's container is created from — its compose.yaml and .env as
-    :func:`hyperqwen_files` renders them (the image's digest, the engine's knobs such as ``DFLASH_TOKENS``;
+    :func:`hyperqwen_files` renders them (``files``) (the image's digest, the engine's knobs such as ``DFLASH_TOKENS``;
     not the API key's file, a secret) — carried in its member's ``metadata`` in llama-swap's config.
 
     llama-swap starts HyperQwen with ``docker compose up single``, a command that names neither: without
@@ -145,17 +145,20 @@ def hyperqwen_starts_from(spec: RigSpec) -> str:
     llama-swap (compose then recreates the container from the new files: ``docker compose up`` recreates a
     service whose configuration changed) and asks the member a real completion, restoring on failure."""
     h = hashlib.sha256()
-    for f in hyperqwen_files(spec).values():
+    for f in files.values():
         h.update(f.text.encode() + b"\0")
     return h.hexdigest()
 
 
-def render_llama_swap(spec: RigSpec, staged: bool) -> str:
+def render_llama_swap(spec: RigSpec, staged: bool, hq_files: dict[str, RenderedFile] | None = None) -> str:
     """The llama-swap v250 config: live (``staged=False``: members with ``staged: false``) or
     the review copy with every member (``staged=True``). Groups drop members not present. HyperQwen's
-    member carries :func:`hyperqwen_starts_from` in its ``metadata`` (``starts_from_sha256``)."""
+    member carries :func:`hyperqwen_starts_from` in its ``metadata`` (``starts_from_sha256``), of ``hq_files``
+    (:func:`hyperqwen_files`, rendered here when not given)."""
     resolved = members_mod.resolve_members(spec)
     ids = list(resolved) if staged else members_mod.live_member_ids(spec)
+    hq_ids = [mid for mid in ids if resolved[mid].spec.service == "hyperqwen" and not resolved[mid].spec.cmd]
+    starts_from = hyperqwen_starts_from(hq_files or hyperqwen_files(spec)) if hq_ids else None
     view = []
     for mid in ids:
         m = resolved[mid]
@@ -163,7 +166,7 @@ def render_llama_swap(spec: RigSpec, staged: bool) -> str:
             "id": mid, "spec": m.spec, "staged": m.spec.staged, "cmd_stop": m.cmd_stop or "",
             "proxy": m.proxy or "", "unload_timeout_s": m.unload_timeout_s, "use_model_name": m.use_model_name,
             "vram_gib": m.vram_gib, "cmd_text": "\n".join(_cmd_lines(m.argv, m.cmd or "")) + "\n",
-            "starts_from": hyperqwen_starts_from(spec) if m.spec.service == "hyperqwen" and not m.spec.cmd else None,
+            "starts_from": starts_from if mid in hq_ids else None,
         })
     groups = []
     for name, g in spec.llama_swap.groups.items():
@@ -264,9 +267,10 @@ def render(spec: RigSpec) -> dict[str, RenderedFile]:
     hq = spec.hyperqwen
     ls = spec.llama_swap
     swap_group = f"root:{ls.user}"
-    out: dict[str, RenderedFile] = dict(hyperqwen_files(spec))
-    out[paths.LLAMA_SWAP_CONFIG] = RenderedFile(render_llama_swap(spec, staged=False), "0640", swap_group)
-    out[paths.LLAMA_SWAP_STAGED] = RenderedFile(render_llama_swap(spec, staged=True), "0640", swap_group)
+    hq_files = hyperqwen_files(spec)
+    out: dict[str, RenderedFile] = dict(hq_files)
+    out[paths.LLAMA_SWAP_CONFIG] = RenderedFile(render_llama_swap(spec, False, hq_files), "0640", swap_group)
+    out[paths.LLAMA_SWAP_STAGED] = RenderedFile(render_llama_swap(spec, True, hq_files), "0640", swap_group)
 
     stop_post = [shlex.join(members_mod.hyperqwen_stop_argv(spec)).replace("docker ", f"{paths.DOCKER_BIN} ", 1)]
     unit = paths.UNIT_DIR
