@@ -30,7 +30,7 @@ from roles.secrets import secrets
 source, hold = source_for(host)
 spec, rendered = source.spec, source.rendered
 
-preflight(spec, rendered)
+preflight(spec, rendered, source.lock_text)
 pins(spec, rendered)
 agent(spec, rendered)  # first: the later disruptive steps run under the host lock it keeps
 boot(spec, rendered)

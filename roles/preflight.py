@@ -24,8 +24,9 @@ from rigkit.spec.model import RigSpec
 
 
 @deploy("Preflight")
-def preflight(spec: RigSpec, rendered: dict) -> None:
-    """Raise ``DeployError`` with every refusal before any operation is added."""
+def preflight(spec: RigSpec, rendered: dict, lock_text: str | None = None) -> None:
+    """Raise ``DeployError`` with every refusal before any operation is added. ``lock_text``: the model lock
+    this run installs (:attr:`rigkit.render.generations.Source.lock_text`; None: none, the models role refuses)."""
     window = host.get_fact(JsonFile, path=paths.WINDOW_JOURNAL)
     smi = host.get_fact(NvidiaSmi)
     sha256 = {p: host.get_fact(Sha256File, path=p) for p in (paths.LLAMA_SWAP_CONFIG, f"{paths.UNIT_DIR}/llama-swap.service")}
@@ -39,7 +40,8 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
                                   held, "\n".join(marker) if marker else None,
                                   missing_packages(host.get_fact(PacmanVersions, packages=sorted(REPO_PACKAGES)),
                                                    list(REPO_PACKAGES)),
-                                  changed_models(host.get_fact(JsonFile, path=paths.MODELS_LOCK).get("data"), _lock(spec)))
+                                  changed_models(host.get_fact(JsonFile, path=paths.MODELS_LOCK).get("data"),
+                                                 _parsed(lock_text)))
     busy = (host.get_fact(RigBusy, port=spec.llama_swap.port, own_units=own_units(rendered),
                           lock_files=spec.lock_files or []) if disruptive else None)
     rig_lock = host.get_fact(RigLockState, path=paths.RIG_LOCK)
@@ -63,14 +65,11 @@ def preflight(spec: RigSpec, rendered: dict) -> None:
         raise DeployError("refusing to deploy:\n  " + "\n  ".join(problems))
 
 
-def _lock(spec: RigSpec) -> dict | None:
-    """The lock this run installs (:func:`rigkit.lockfile.path.lock_file_path`), None when unreadable (the
-    models role refuses that, naming the file)."""
-    from rigkit import hints
-    from rigkit.lockfile.document import load_lock
-    from rigkit.lockfile.path import lock_file_path
+def _parsed(lock_text: str | None) -> dict | None:
+    """The lock's JSON, None when there is none or it is not JSON (the models role refuses that, naming the file)."""
+    import json
 
     try:
-        return load_lock(lock_file_path(spec, hints.inventory()))
-    except Exception:  # noqa: BLE001 - said by the models role, before anything of it runs
+        return json.loads(lock_text) if lock_text else None
+    except ValueError:
         return None
