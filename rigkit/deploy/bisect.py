@@ -410,8 +410,8 @@ METRICS = {"decode": "decode_tps", "ttft": "ttft_s"}
 @dataclass
 class Setup:
     """A bisect's inputs, read from the host before any change: the two generations' spec snapshots and
-    locks, the suspects tried and those skipped (``{name: why}``), where the host starts, and ``held``: the
-    skipped suspects themselves, which every step keeps at the bad generation's value (the host's, when it
+    locks, the suspects tried, where the host starts, and ``held``: the suspects skipped (those needing a
+    reboot, without ``--reboot``), which every step keeps at the bad generation's value (the host's, when it
     starts there): a driver the operator did not allow a reboot for is never moved, so no step needs one."""
 
     good: int
@@ -421,9 +421,17 @@ class Setup:
     good_lock: dict[str, Any] | None
     bad_lock: dict[str, Any] | None
     tried: list[Suspect]
-    skipped: dict[str, str]
+    held: list[Suspect]
     start: int | None
-    held: list[Suspect] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """``{name: why}`` of the suspects skipped (:attr:`held`)."""
+        return {h.name: SKIPPED_WHY for h in self.held}
+
+
+#: Why a suspect is skipped: every one that needs a reboot, when ``--reboot`` is not given.
+SKIPPED_WHY = "needs a reboot, which --reboot did not allow"
 
 
 def read_setup(remote: Any, good: int, bad: int, reboot: bool) -> Setup:
@@ -456,10 +464,9 @@ def read_setup(remote: Any, good: int, bad: int, reboot: bool) -> Setup:
     specs = {n: shown[n]["record"].get("spec") or {} for n in (good, bad)}
     locks = {n: _lock_of(shown[n]) for n in (good, bad)}
     found = suspects(specs[good], specs[bad], locks[good], locks[bad])
-    skipped = {s.name: "needs a reboot, which --reboot did not allow" for s in found if s.reboot and not reboot}
-    tried = [s for s in found if s.name not in skipped]
-    return Setup(good, bad, specs[good], specs[bad], locks[good], locks[bad], tried, skipped, index.get("current"),
-                 [s for s in found if s.name in skipped])
+    held = [s for s in found if s.reboot and not reboot]
+    tried = [s for s in found if s not in held]
+    return Setup(good, bad, specs[good], specs[bad], locks[good], locks[bad], tried, held, index.get("current"))
 
 
 def _lock_of(bundle: dict[str, Any]) -> dict[str, Any] | None:

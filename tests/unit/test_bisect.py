@@ -231,8 +231,7 @@ def test_a_combination_the_validators_refuse_is_said():
 def test_dry_says_the_suspects_the_bound_and_what_is_skipped():
     good, bad, lg, lb = _pair()
     found = b.suspects(good, bad, lg, lb)
-    setup = b.Setup(1, 2, good, bad, lg, lb, [s for s in found if not s.reboot],
-                    {"driver": "needs a reboot, which --reboot did not allow"}, 2)
+    setup = b.Setup(1, 2, good, bad, lg, lb, [s for s in found if not s.reboot], [s for s in found if s.reboot], 2)
     lines = b.dry_lines("rig", setup, pairs=True)
     n = len(setup.tried)
     assert lines[0] == f"rig: bisect generation 1 (good) .. 2 (bad): {n} suspect(s), 1 skipped"
@@ -319,7 +318,7 @@ def test_an_undecided_step_the_host_has_left_is_deployed_again_before_its_second
     """The bad generation is benched first where the host starts, then the good one is deployed: a second
     measure of the bad one must deploy it again — benching the host as it stands would measure the good one
     (the sandbox's first planted walk measured 242 tok/s for "the bad generation" that way)."""
-    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a"), b.Suspect("spec b")], {}, 2)
+    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a"), b.Suspect("spec b")], [], 2)
     hs = type("HS", (), {"name": "h"})()
     r = b.Runner(None, hs, "inv", setup, "lease", "id", "m", "chat-greedy", _Out(), {})
     figures = {(): 100.0, (0, 1): 20.0}
@@ -402,7 +401,7 @@ def test_a_steps_bench_asks_the_max_tokens_given_and_lands_outside_the_results_f
                                                       "workloads": {"chat-greedy": w}}))
 
     monkeypatch.setattr(b.subprocess, "run", fake_run)
-    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a")], {}, 2)
+    setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect("spec a")], [], 2)
     hs = type("HS", (), {"name": "h"})()
     r = b.Runner(None, hs, "inv", setup, "lease", "id7", "m", "chat-greedy", _Out(), {}, max_tokens=2048)
     summary = r.bench(b.Step(1, [], []))
@@ -478,7 +477,7 @@ def test_a_mix_the_validators_refuse_costs_no_deploy_and_touches_no_host():
     good, bad, lg, lb = _pair()
     bad["hyperqwen"]["dflash_tokens"] = -3  # not a draft length
     tried = [s for s in b.suspects(good, bad, lg, lb) if not s.reboot]
-    setup = b.Setup(1, 2, good, bad, lg, lb, tried, {}, 1)
+    setup = b.Setup(1, 2, good, bad, lg, lb, tried, [], 1)
     out = _Out()
     r = b.Runner(None, types.SimpleNamespace(name="h", spec=_spec()), "inv", setup, "lease", "id", "m", "chat-greedy",
                  out, {})
@@ -502,7 +501,7 @@ def _walked(n: int, culprits: set[int], refuse, pairs: bool = True):
     import types
 
     setup = b.Setup(1, 2, {}, {}, None, None, [b.Suspect(f"spec {chr(97 + i)}", good=i, bad=i + 1) for i in range(n)],
-                    {}, 1)
+                    [], 1)
     out = _Out()
     r = b.Runner(types.SimpleNamespace(start=1), types.SimpleNamespace(name="h"), "inv", setup, "lease", "id", "m",
                  "chat-greedy", out, {})
@@ -577,7 +576,7 @@ def test_a_skipped_driver_stays_at_the_bad_generations_in_every_step(data):
     found = b.suspects(good, bad, lg, lb)
     held = [s for s in found if s.reboot]
     tried = [s for s in found if not s.reboot]
-    setup = b.Setup(1, 2, good, bad, lg, lb, tried, {h.name: "needs a reboot" for h in held}, 2, held)
+    setup = b.Setup(1, 2, good, bad, lg, lb, tried, held, 2)
     assert [h.name for h in held] == ["driver"]
     handed = {}
 
@@ -593,12 +592,12 @@ def test_a_skipped_driver_stays_at_the_bad_generations_in_every_step(data):
         mp.setattr(transaction, "current", lambda ch: (2, {}, None))
         mp.setattr(transaction, "settle", lambda *a, **k: 0)
         r.deploy(chosen, b._label(setup, chosen))
-    spec, lock = handed["spec"], json.loads(handed["lock_text"])
+    spec = handed["spec"]
     assert spec["nvidia_driver_version"] == bad["nvidia_driver_version"] == "610.60"
     for pkg in ("nvidia-open-dkms", "nvidia-utils", "opencl-nvidia"):
         assert spec["pacman_pins"][pkg] == bad["pacman_pins"][pkg]
-    want, _ = b.combine(good, bad, lg, lb, held + [tried[i] for i in chosen])
-    assert spec == want
+    want, want_lock = b.combine(good, bad, lg, lb, held + [tried[i] for i in chosen])
+    assert spec == want and json.loads(handed["lock_text"]) == want_lock
     assert "with generation 2's driver (skipped)" in b._label(setup, [])
 
 
@@ -610,12 +609,12 @@ def test_the_member_benched_is_one_both_generations_keep_running():
         return {"llama_swap": {"preload": list(preload),
                                "members": {m: {"staged": m in staged} for m in ("strata", "hyperqwen", "gguf-baseline")}}}
 
-    setup = b.Setup(2, 3, snap(["hyperqwen", "strata"]), snap(["hyperqwen"]), None, None, [b.Suspect("spec a")], {}, 3)
+    setup = b.Setup(2, 3, snap(["hyperqwen", "strata"]), snap(["hyperqwen"]), None, None, [b.Suspect("spec a")], [], 3)
     assert b.benched_member(setup, None) == "hyperqwen" and b.benched_member(setup, "hyperqwen") == "hyperqwen"
     with pytest.raises(b.BisectInvalid, match=r"^--member strata: not kept running by both generations 2 and 3 "
                                               r"\(allowed: hyperqwen\)"):
         b.benched_member(setup, "strata")
-    apart = b.Setup(2, 3, snap(["strata"]), snap(["hyperqwen"], staged=("strata",)), None, None, [], {}, 3)
+    apart = b.Setup(2, 3, snap(["strata"]), snap(["hyperqwen"], staged=("strata",)), None, None, [], [], 3)
     with pytest.raises(b.BisectInvalid, match=r"^--member: generations 2 and 3 keep no member running in common "
                                               r"\(residents: strata and hyperqwen\)"):
         b.benched_member(apart, None)

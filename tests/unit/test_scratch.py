@@ -33,7 +33,7 @@ os.waitpid(pid, 0)
 good, bad, lg, lb = _pair()
 bad["hyperqwen"]["dflash_tokens"] = -3
 tried = [s for s in b.suspects(good, bad, lg, lb) if not s.reboot]
-r = b.Runner(None, types.SimpleNamespace(name="h", spec=_spec()), "inv", b.Setup(1, 2, good, bad, lg, lb, tried, {}, 1),
+r = b.Runner(None, types.SimpleNamespace(name="h", spec=_spec()), "inv", b.Setup(1, 2, good, bad, lg, lb, tried, [], 1),
              "lease", "id", "m", "chat-greedy", _Out(), {})
 try:
     r.deploy([i for i, s in enumerate(tried) if s.name.startswith("spec hyperqwen")], "mix")
