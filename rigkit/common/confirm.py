@@ -2,7 +2,8 @@
 added to the live config, removed from it, changed in it, or changed only among the staged ones
 (:func:`member_changes`); the live members a confirmation asks (:func:`touched_members`; the deploy's
 transaction on the control side passes them to ``rigkit-agent confirm``, :mod:`rigkit.host.confirm`);
-and the one wording of it (:func:`describe`) that the generation record and the confirm print."""
+and the one wording of it (:func:`describe`) that the generation record and the confirm print; and the members
+a generation keeps running (:func:`residents`), read the same way."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ def _members(snapshot: dict[str, Any] | None) -> dict[str, Any]:
 
 def _live(members: dict[str, Any], mid: str) -> bool:
     return mid in members and not (members[mid] or {}).get("staged")
+
+
+def residents(snapshot: dict[str, Any] | None) -> list[str]:
+    """The members a generation keeps running: its spec snapshot's ``llama_swap.preload`` that are live, in that
+    order (what a bench through llama-swap can measure without swapping the resident out: ``rigkit bisect``)."""
+    members = _members(snapshot)
+    return [m for m in ((snapshot or {}).get("llama_swap") or {}).get("preload") or [] if _live(members, m)]
 
 
 def member_changes(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, list[str]]:

@@ -481,20 +481,14 @@ class BisectInvalid(ValueError):
     """Bad input to a bisect (exit 2, nothing touched); the message names the argument and what is allowed."""
 
 
-def residents(snapshot: dict[str, Any]) -> list[str]:
-    """The members a generation keeps running (its spec snapshot's ``llama_swap.preload`` that are live, in that
-    order): what a bench through llama-swap can measure without swapping the resident out."""
-    ls = snapshot.get("llama_swap") or {}
-    members = ls.get("members") or {}
-    return [m for m in ls.get("preload") or [] if m in members and not (members[m] or {}).get("staged")]
-
-
 def benched_member(setup: Setup, member: str | None) -> str:
     """The member every step benches: ``member`` when given, else the first resident of the bad generation that is
-    a resident of the good one too (:func:`residents` — from the two generations, not the inventory, which may
+    a resident of the good one too (:func:`rigkit.common.confirm.residents` — from the two generations, not the inventory, which may
     declare something else by now: an operator's walk benched the inventory's Strata, not running in either).
     Raises :class:`BisectInvalid` naming ``--member`` when the member is not running in both (a step's bench
     would refuse to swap the resident out), or when the two have no resident in common."""
+    from rigkit.common.confirm import residents
+
     good, bad = residents(setup.good_spec), residents(setup.bad_spec)
     both = [m for m in bad if m in good]
     if member is None:

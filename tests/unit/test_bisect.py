@@ -618,4 +618,6 @@ def test_the_member_benched_is_one_both_generations_keep_running():
     with pytest.raises(b.BisectInvalid, match=r"^--member: generations 2 and 3 keep no member running in common "
                                               r"\(residents: strata and hyperqwen\)"):
         b.benched_member(apart, None)
-    assert b.residents(snap(["strata", "hyperqwen"], staged=("hyperqwen",))) == ["strata"]
+    from rigkit.common.confirm import residents
+
+    assert residents(snap(["strata", "hyperqwen"], staged=("hyperqwen",))) == ["strata"]
