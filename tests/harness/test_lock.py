@@ -87,9 +87,13 @@ def strata_answers(host) -> None:
     assert [m["model"] for m in running if m["state"] == "ready"] == ["strata"], running
 
 
+#: The stand-in engine's boot delay (stubs/openai_stub.py ``boot_delay_s``): seconds in a file, or a FIFO gate.
+BOOT_DELAY = f"{HQ_CONTROL}/boot_delay_s"
+
+
 def slow_hyperqwen(host, seconds: int) -> None:
     """The stand-in engine binds its port only after ``seconds`` (a cold boot)."""
-    host.run(f"mkdir -p {HQ_CONTROL} && echo {seconds} > {HQ_CONTROL}/boot_delay_s")
+    host.run(f"mkdir -p {HQ_CONTROL} && echo {seconds} > {BOOT_DELAY}")
 
 
 def gate_hyperqwen(host) -> None:
@@ -97,22 +101,20 @@ def gate_hyperqwen(host) -> None:
     lock's holder holds it for as long as the race takes, never for a number of seconds guessed to be enough
     (before: 12-15 s boots, waited out after the race was decided, and twice where a change asks HyperQwen in
     its activation and again in its confirmation)."""
-    f = f"{HQ_CONTROL}/boot_delay_s"
-    host.run(f"mkdir -p {HQ_CONTROL} && rm -f {f} && mkfifo {f}")
+    host.run(f"mkdir -p {HQ_CONTROL} && rm -f {BOOT_DELAY} && mkfifo {BOOT_DELAY}")
 
 
 def open_gate(host) -> None:
     """Let the engine waiting on the gate go on (the writer waits for it to read: bounded), and remove the
     gate: HyperQwen's later boots load at once."""
-    f = f"{HQ_CONTROL}/boot_delay_s"
-    host.run(f"timeout 120 sh -c 'echo 0 > {f}'; rm -f {f}")
+    host.run(f"timeout 120 sh -c 'echo 0 > {BOOT_DELAY}'; rm -f {BOOT_DELAY}")
 
 
 def fast_hyperqwen(host) -> None:
     """No boot delay any more; an engine still waiting on a gate (a test that failed before it opened it)
     goes on, and a later one finds no gate."""
-    f = f"{HQ_CONTROL}/boot_delay_s"
-    host.run(f"mv -f {f} {f}.old 2>/dev/null; timeout 2 sh -c 'echo 0 > {f}.old' 2>/dev/null; rm -f {f}.old",
+    old = f"{BOOT_DELAY}.old"
+    host.run(f"mv -f {BOOT_DELAY} {old} 2>/dev/null; timeout 2 sh -c 'echo 0 > {old}' 2>/dev/null; rm -f {old}",
              check=False)
 
 
